@@ -1,0 +1,149 @@
+"""The workflow registry: ``App`` and its ``@app.workflow`` decorator.
+
+Declarations are kept as given and validated once, when an ``Engine`` or ``Client``
+boots, so that every problem surfaces as a ``DefinitionError`` naming the workflow and
+the field, in one place.
+"""
+
+from __future__ import annotations
+
+import inspect
+import typing
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+from pydantic import BaseModel
+
+from .definitions import Body, WorkflowDef, as_tuple
+from .durations import to_seconds
+from .errors import DefinitionError, UnknownWorkflow
+
+__all__ = ["App"]
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+_CORE_OPTIONS = {
+    "idempotency_key", "version", "compatible_with", "patches", "suspend_on_failure",
+    "stall_after", "on_stalled", "signals", "updates",
+}
+
+
+@dataclass
+class _Declaration:
+    name: str
+    fn: Body
+    options: dict[str, Any] = field(default_factory=dict)
+
+
+class App:
+    """A registry of workflows. Declare with ``@app.workflow(...)``; run with ``Engine(app)``."""
+
+    def __init__(self, name: str = "lockgate") -> None:
+        self.name = name
+        self._declared: list[_Declaration] = []
+        self._built: dict[str, WorkflowDef] | None = None
+
+    def workflow(self, fn: F | None = None, /, *, name: str | None = None, **options: Any) -> Any:
+        """Register an ``async def body(ctx, payload: Model) -> Result`` as a workflow.
+
+        Usable bare (``@app.workflow``) or with options (``@app.workflow(name=...)``).
+        The decorated function is returned unchanged, so it can be passed to
+        ``engine.start`` in place of its name.
+        """
+
+        def register(body: F) -> F:
+            wf_name = name or f"{body.__module__}.{body.__qualname__}"
+            self._declared.append(_Declaration(wf_name, body, dict(options)))
+            body.__lockgate_workflow__ = wf_name  # type: ignore[attr-defined]
+            self._built = None
+            return body
+
+        if fn is not None:
+            return register(fn)
+        return register
+
+    # -- boot -------------------------------------------------------------------------
+
+    def definitions(self) -> dict[str, WorkflowDef]:
+        """Every workflow, validated; raises ``DefinitionError`` for the first problem."""
+        if self._built is None:
+            built: dict[str, WorkflowDef] = {}
+            for decl in self._declared:
+                if decl.name in built:
+                    raise DefinitionError(decl.name, "name", "registered twice")
+                built[decl.name] = _build(decl)
+            from .gate.declarations import validate_gate  # the gate checks its own options
+
+            validate_gate(built)
+            self._built = built
+        return self._built
+
+    def get(self, workflow: str | Callable[..., Any]) -> WorkflowDef:
+        """The definition registered under ``workflow`` (a name or the decorated function)."""
+        defs = self.definitions()
+        key = workflow if isinstance(workflow, str) else getattr(workflow, "__lockgate_workflow__", None)
+        if key is None or key not in defs:
+            shown = workflow if isinstance(workflow, str) else getattr(workflow, "__qualname__", repr(workflow))
+            raise UnknownWorkflow(str(shown), defs)
+        return defs[key]
+
+    @property
+    def names(self) -> list[str]:
+        return [d.name for d in self._declared]
+
+
+def _build(decl: _Declaration) -> WorkflowDef:
+    name, fn, opts = decl.name, decl.fn, decl.options
+    if not inspect.iscoroutinefunction(fn):
+        raise DefinitionError(name, "body", "must be an 'async def' taking (ctx, payload)")
+    try:
+        hints = typing.get_type_hints(fn)
+    except Exception as exc:
+        raise DefinitionError(name, "body", f"annotations cannot be resolved: {exc}") from None
+    params = list(inspect.signature(fn).parameters.values())
+    if len(params) != 2:
+        raise DefinitionError(name, "body", f"must take exactly (ctx, payload), takes {len(params)} parameter(s)")
+    model = hints.get(params[1].name)
+    if not (isinstance(model, type) and issubclass(model, BaseModel)):
+        raise DefinitionError(name, "payload", f"parameter {params[1].name!r} must be annotated with a pydantic model")
+    result_type = hints.get("return", Any)
+    if result_type is type(None):
+        result_type = None
+    key_fn = opts.get("idempotency_key")
+    if key_fn is not None and not callable(key_fn):
+        raise DefinitionError(name, "idempotency_key", "must be a callable taking the payload model")
+    version = opts.get("version")
+    if version is not None and not isinstance(version, str):
+        raise DefinitionError(name, "version", "must be a string")
+    compatible = as_tuple(opts.get("compatible_with"))
+    if compatible and version is None:
+        raise DefinitionError(name, ["compatible_with", "version"], "compatible_with needs a version")
+    patches = as_tuple(opts.get("patches"))
+    if any(not isinstance(p, str) or not p for p in patches):
+        raise DefinitionError(name, "patches", "must be non-empty strings")
+    stall_after: float | None = None
+    if opts.get("stall_after") is not None:
+        try:
+            stall_after = to_seconds(opts["stall_after"], what="stall_after")
+        except ValueError as exc:
+            raise DefinitionError(name, "stall_after", str(exc)) from None
+    on_stalled = opts.get("on_stalled")
+    if on_stalled is not None and not callable(on_stalled):
+        raise DefinitionError(name, "on_stalled", "must be callable")
+    messages: dict[str, dict[str, type[BaseModel]]] = {}
+    for kind in ("signals", "updates"):
+        declared = opts.get(kind) or {}
+        if not isinstance(declared, dict) or not all(
+            isinstance(k, str) and isinstance(v, type) and issubclass(v, BaseModel) for k, v in declared.items()
+        ):
+            raise DefinitionError(name, kind, "must map names to pydantic models")
+        messages[kind] = dict(declared)
+    gate_options = {k: v for k, v in opts.items() if k not in _CORE_OPTIONS}
+    return WorkflowDef(
+        name=name, fn=fn, payload_model=model, result_type=result_type, idempotency_key=key_fn,
+        version=version, compatible_with=compatible, patches=patches,
+        suspend_on_failure=bool(opts.get("suspend_on_failure", False)), stall_after=stall_after,
+        on_stalled=on_stalled, signals=messages["signals"], updates=messages["updates"], options=gate_options,
+    )
+

@@ -1,0 +1,96 @@
+"""``Context``: what a workflow body may do. The executor implements it.
+
+Everything a body does that touches the world goes through the context, so that a
+re-entered body can replay what was recorded instead of doing it again.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Literal, TypeVar
+
+from pydantic import BaseModel
+
+from .definitions import Retry
+from .durations import Duration
+
+__all__ = ["ChildHandle", "Context", "ParentClose"]
+
+T = TypeVar("T")
+M = TypeVar("M", bound=BaseModel)
+ParentClose = Literal["cancel", "terminate", "abandon"]
+
+
+@dataclass(frozen=True)
+class ChildHandle:
+    """A child run started from a body; pass it to ``ctx.wait_child``."""
+
+    run_id: str
+    workflow: str
+
+
+class Context(abc.ABC):
+    """The durable operations available inside a workflow body."""
+
+    run_id: str
+    workflow: str
+    attempt: int
+
+    @abc.abstractmethod
+    async def step(self, name: str, fn: Callable[..., Any], *args: Any, retry: Retry | None = None,
+                   input: Any = None, **kwargs: Any) -> Any:
+        """Run ``fn(*args, **kwargs)`` once and journal its result; a replay returns the record.
+
+        A ``def`` runs in a worker thread, an ``async def`` is awaited. The result is stored
+        as JSON through pydantic and decoded back to ``fn``'s return annotation on replay.
+        Reusing ``name`` (in a loop) journals each occurrence separately.
+        """
+
+    @abc.abstractmethod
+    async def sleep(self, name: str, duration: Duration) -> None:
+        """Wait durably. A long sleep releases the worker and wakes at the instant, even after a restart."""
+
+    @abc.abstractmethod
+    async def sleep_until(self, name: str, when: datetime) -> None:
+        """Wait durably until ``when`` (an aware datetime)."""
+
+    @abc.abstractmethod
+    async def wait_for_signal(self, name: str, model: type[M], *, timeout: Duration | None = None) -> M | None:
+        """The next signal ``name`` sent to this run, as ``model``; ``None`` when ``timeout`` passes first."""
+
+    @abc.abstractmethod
+    async def handle_update(self, name: str, model: type[M], handler: Callable[[M], Awaitable[T] | T]) -> T:
+        """Serve one update ``name``: validate it, run ``handler``, return its result to the caller and here."""
+
+    @abc.abstractmethod
+    async def start_child(self, workflow: str | Callable[..., Any], payload: Any, *,
+                          parent_close: ParentClose = "cancel") -> ChildHandle:
+        """Start a child run; the lineage is journaled before the child exists."""
+
+    @abc.abstractmethod
+    async def wait_child(self, handle: ChildHandle) -> Any:
+        """The child's result; its failure raised as ``RunFailed`` / ``RunCancelled``."""
+
+    @abc.abstractmethod
+    def patch(self, marker: str) -> bool:
+        """Whether this run was stamped with the patch ``marker`` when it started."""
+
+    @abc.abstractmethod
+    async def now(self) -> datetime:
+        """The current time, journaled: a replay sees the same instant."""
+
+    @abc.abstractmethod
+    async def uuid(self) -> str:
+        """A random UUID, journaled."""
+
+    @abc.abstractmethod
+    async def random(self) -> float:
+        """A random float in [0, 1), journaled."""
+
+    @property
+    def flow_control(self) -> Any:
+        """The step flow control in force (``None`` when none is configured)."""
+        return None

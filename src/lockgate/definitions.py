@@ -1,0 +1,139 @@
+"""Workflow definitions and the policy dataclasses declared on them."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from pydantic import BaseModel
+
+from .durations import Duration, to_seconds
+
+__all__ = ["Retry", "WorkflowDef"]
+
+Strategy = Literal["exponential", "fixed", "linear"]
+Retryable = tuple[type[BaseException], ...] | Callable[[BaseException], bool] | None
+
+
+@dataclass(frozen=True)
+class Retry:
+    """How a step retries: how often, how spread out, for how long, and on which errors.
+
+    ``max_attempts`` counts every attempt including the first. ``retryable`` is a tuple of
+    exception classes or a predicate; anything else fails the step at once. With
+    ``respect_retry_after`` an error carrying ``retry_after`` (seconds) or
+    ``retry_after_ms`` sets the next delay instead of the computed backoff.
+    """
+
+    max_attempts: int = 3
+    strategy: Strategy = "exponential"
+    base_delay: Duration = 0.5
+    max_delay: Duration | None = 30.0
+    factor: float = 2.0
+    jitter: bool = True
+    max_elapsed: Duration | None = None
+    retryable: Retryable = None
+    respect_retry_after: bool = True
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.max_attempts, int) or self.max_attempts < 1:
+            raise ValueError(f"Retry.max_attempts must be an integer >= 1, got {self.max_attempts!r}")
+        if self.strategy not in ("exponential", "fixed", "linear"):
+            raise ValueError(f"Retry.strategy must be 'exponential', 'fixed' or 'linear', got {self.strategy!r}")
+        if self.factor <= 0:
+            raise ValueError(f"Retry.factor must be > 0, got {self.factor!r}")
+        to_seconds(self.base_delay, what="Retry.base_delay")
+        if self.max_delay is not None:
+            to_seconds(self.max_delay, what="Retry.max_delay")
+        if self.max_elapsed is not None:
+            to_seconds(self.max_elapsed, what="Retry.max_elapsed")
+        r = self.retryable
+        if r is not None and not callable(r) and not (
+            isinstance(r, tuple) and all(isinstance(c, type) and issubclass(c, BaseException) for c in r)
+        ):
+            raise ValueError("Retry.retryable must be a tuple of exception classes or a predicate")
+
+    def is_retryable(self, error: BaseException) -> bool:
+        """Whether ``error`` may be retried at all under this policy."""
+        r = self.retryable
+        if r is None:
+            return True
+        if isinstance(r, tuple):
+            return isinstance(error, r)
+        return bool(r(error))
+
+    def backoff(self, attempt: int, rng: random.Random | None = None) -> float:
+        """Seconds to wait after failed attempt number ``attempt`` (1-based), before any hint."""
+        base = to_seconds(self.base_delay)
+        if self.strategy == "fixed":
+            delay = base
+        elif self.strategy == "linear":
+            delay = base * attempt
+        else:
+            delay = base * (self.factor ** (attempt - 1))
+        if self.max_delay is not None:
+            delay = min(delay, to_seconds(self.max_delay))
+        if self.jitter:
+            delay = (rng or random).uniform(0, delay)
+        return delay
+
+    def next_delay(self, attempt: int, error: BaseException, rng: random.Random | None = None) -> float:
+        """The delay before the next attempt, honouring a provider's retry hint if asked to."""
+        if self.respect_retry_after:
+            hint = retry_hint(error)
+            if hint is not None:
+                return hint
+        return self.backoff(attempt, rng)
+
+
+def retry_hint(error: BaseException) -> float | None:
+    """Seconds an error asks to wait (``retry_after`` in seconds or ``retry_after_ms``)."""
+    value = getattr(error, "retry_after", None)
+    if value is not None:
+        try:
+            return max(0.0, to_seconds(value))
+        except (ValueError, TypeError):
+            return None
+    millis = getattr(error, "retry_after_ms", None)
+    if isinstance(millis, int | float):
+        return max(0.0, millis / 1000)
+    return None
+
+
+Body = Callable[..., Awaitable[Any]]
+
+
+@dataclass
+class WorkflowDef:
+    """A validated workflow: what the engine and the gate read at run time."""
+
+    name: str
+    fn: Body
+    payload_model: type[BaseModel]
+    result_type: Any
+    idempotency_key: Callable[[Any], str] | None = None
+    version: str | None = None
+    compatible_with: tuple[str, ...] = ()
+    patches: tuple[str, ...] = ()
+    suspend_on_failure: bool = False
+    stall_after: float | None = None
+    on_stalled: Callable[[Any], Any] | None = None
+    signals: dict[str, type[BaseModel]] = field(default_factory=dict)
+    updates: dict[str, type[BaseModel]] = field(default_factory=dict)
+    options: dict[str, Any] = field(default_factory=dict)
+
+    def accepts_version(self, version: str | None) -> bool:
+        """Whether a run stamped with ``version`` may resume under this definition."""
+        if version == self.version:
+            return True
+        return version is not None and version in self.compatible_with
+
+
+def as_tuple(value: str | Sequence[str] | None) -> tuple[str, ...]:
+    if value is None:
+        return ()
+    if isinstance(value, str):
+        return (value,)
+    return tuple(value)

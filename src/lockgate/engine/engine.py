@@ -1,0 +1,256 @@
+"""``Engine``: a ``Client`` that also executes runs and runs the sweeps.
+
+The dispatcher claims runnable runs (their wake time has come and no live lease holds
+them) up to ``max_concurrent_runs``, renews the leases of the runs it executes, and
+sleeps until the next wake time, a local wake-up, or the poll interval.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import socket
+from typing import Any
+
+from ..app import App
+from ..clock import Clock
+from ..durations import Duration, to_seconds
+from ..errors import WorkflowCrashLooped, WorkflowVersionIncompatible
+from ..ids import new_id
+from ..store import Store, ops
+from ..store.base import Row
+from .client import DEFAULT_STORE, Client
+from .executor import Execution
+
+__all__ = ["Engine"]
+
+log = logging.getLogger("lockgate.engine")
+
+
+class Engine(Client):
+    """Runs workflows from ``store``: ``async with Engine(app) as engine: ...``.
+
+    ``lease`` bounds how long a run held by a dead process waits before another takes
+    it; ``inline_sleep`` is the longest timer a body waits for in place instead of
+    parking; ``stall_after`` is the staleness threshold (per workflow: ``stall_after=``).
+    """
+
+    def __init__(self, app: App, store: str | Store = DEFAULT_STORE, *, max_concurrent_runs: int = 200,
+                 lease: Duration = "15s", poll_interval: Duration = "500ms", inline_sleep: Duration = "1s",
+                 stall_after: Duration = "30m", max_reclaims: int = 3, recording: str = "full",
+                 clock: Clock | None = None, worker_id: str | None = None) -> None:
+        super().__init__(app, store, clock=clock, poll_interval=to_seconds(poll_interval, what="poll_interval"),
+                         recording=recording)
+        if max_concurrent_runs < 1:
+            raise ValueError("max_concurrent_runs must be >= 1")
+        if max_reclaims < 1:
+            raise ValueError("max_reclaims must be >= 1")
+        self.max_concurrent_runs = max_concurrent_runs
+        self.lease = to_seconds(lease, what="lease")
+        if self.lease < 0.5:
+            raise ValueError("lease must be at least 500ms")
+        self.inline_sleep = to_seconds(inline_sleep, what="inline_sleep")
+        self.stall_after = to_seconds(stall_after, what="stall_after")
+        self.max_reclaims = max_reclaims
+        self.worker_id = worker_id or new_id("wkr")
+        self.host = socket.gethostname()
+        self._executions: dict[str, Execution] = {}
+        self._inflight: set[str] = set()
+        self._wake = asyncio.Event()
+        self._tasks: list[asyncio.Task[Any]] = []
+        self._running = False
+
+    # -- lifecycle ----------------------------------------------------------------------
+
+    async def open(self) -> None:
+        await super().open()
+        now = self.clock.now()
+        await self.store.write(lambda tx: ops.register_worker(tx, self.worker_id, self.host, os.getpid(), now))
+        await self._release_dead_local_workers()
+        self._running = True
+        from ..sweeps import start_sweeps
+
+        self._tasks = [asyncio.create_task(self._dispatch(), name="lockgate-dispatcher"),
+                       asyncio.create_task(self._renew(), name="lockgate-leases"),
+                       *start_sweeps(self)]
+
+    async def close(self) -> None:
+        self._running = False
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(BaseException):
+                await task
+        self._tasks = []
+        executions = list(self._executions.values())
+        for execution in executions:
+            execution.stop("shutdown")
+        for execution in executions:
+            if execution.task is not None:
+                with contextlib.suppress(BaseException):
+                    await execution.task
+        if self._open:
+            now = self.clock.now()
+            with contextlib.suppress(Exception):
+                await self.store.write(lambda tx: ops.stop_worker(tx, self.worker_id, now))
+        await super().close()
+
+    async def _release_dead_local_workers(self) -> None:
+        """Runs held by a process on this host that no longer exists are released at once."""
+        rows = await self.store.read(lambda tx: ops.live_workers_on_host(tx, self.host, self.worker_id))
+        now = self.clock.now()
+        for row in rows:
+            if _pid_alive(int(row["pid"])):
+                continue
+            released = await self.store.write(lambda tx, w=row["id"]: ops.stop_worker(tx, w, now, clean=False))
+            if released:
+                log.warning("worker %s (pid %s) is gone; released %d run(s)", row["id"], row["pid"], len(released))
+
+    # -- wake-ups -----------------------------------------------------------------------
+
+    def wake(self, at: float | None = None) -> None:
+        if at is None or at <= self.clock.now() + self.poll_interval:
+            self._wake.set()
+
+    def after_finish(self, run_id: str, stopped: list[str]) -> None:
+        self.notify_finished(run_id)
+        self.stopped(stopped, "parent closed")
+        self._wake.set()  # a parent may be runnable now
+
+    def stopped(self, run_ids: list[str], reason: str) -> None:
+        for rid in run_ids:
+            execution = self._executions.get(rid)
+            if execution is not None:
+                execution.stop(reason)
+            self.notify_finished(rid)
+
+    def on_step_error(self, execution: Execution, step_key: str, error: BaseException) -> None:
+        """Hook for step errors before a retry (the gate reads provider back-pressure here)."""
+
+    # -- dispatcher ---------------------------------------------------------------------
+
+    async def _dispatch(self) -> None:
+        names = list(self.app.definitions())
+        while self._running:
+            self._wake.clear()
+            try:
+                now = self.clock.now()
+                free = self.max_concurrent_runs - len(self._inflight)
+                claimed: list[Row] = []
+                if free > 0:
+                    due = await self.store.read(ops.next_wake)
+                    if due is not None and due <= now:
+                        claimed = await self.store.write(
+                            lambda tx: ops.claim_runs(tx, self.worker_id, now, now + self.lease, free, names))
+                for row in claimed:
+                    self._launch(row)
+                if claimed and len(claimed) == free:
+                    continue
+                if claimed:
+                    await asyncio.sleep(0)
+                    continue
+                due = await self.store.read(ops.next_wake)
+                delay = self.poll_interval if due is None else min(self.poll_interval, max(0.0, due - self.clock.now()))
+                if delay > 0:
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(self._wake.wait(), delay)
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("dispatcher tick failed; retrying")
+                await asyncio.sleep(min(1.0, self.poll_interval))
+
+    def _launch(self, row: Row) -> None:
+        self._inflight.add(row["id"])
+        execution_task = asyncio.create_task(self._execute(row), name=f"lockgate-run-{row['id']}")
+        execution_task.add_done_callback(lambda _t: self._wake.set())
+
+    async def _execute(self, row: Row) -> None:
+        run_id = row["id"]
+        try:
+            defn = self.app.get(row["workflow"])
+            fence = ops.Fence(run_id, row["owner"], int(row["epoch"]))
+            if int(row["reclaim_count"]) >= self.max_reclaims:
+                await self._crash_looped(row, fence)
+                return
+            if not defn.accepts_version(row["version"]):
+                error = WorkflowVersionIncompatible(
+                    f"run {run_id} was started by version {row['version']!r}; this code is {defn.version!r} "
+                    f"(compatible_with: {list(defn.compatible_with)})")
+                now = self.clock.now()
+                await self.store.write(lambda tx: ops.finish_run(
+                    tx, fence, now, status="failed", error_tag="WorkflowVersionIncompatible",
+                    error_message=str(error)))
+                self.after_finish(run_id, [])
+                return
+            journal = await self.store.read(lambda tx: ops.load_journal(tx, run_id))
+            execution = Execution(self, defn, row, journal)
+            self._executions[run_id] = execution
+            await execution.run()
+        except ops.Fenced:
+            pass
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.exception("run %s: executor failed; the run will be retried after its lease", run_id)
+        finally:
+            self._executions.pop(run_id, None)
+            self._inflight.discard(run_id)
+
+    async def _crash_looped(self, row: Row, fence: ops.Fence) -> None:
+        now = self.clock.now()
+        message = (f"the body was entered {row['reclaim_count']} time(s) in a row without finishing "
+                   f"(max_reclaims={self.max_reclaims})")
+
+        async def op(tx: Any) -> None:
+            await ops.touch(tx, fence, now)
+            await ops.add_event(tx, row["id"], "run-crashlooped", now, {"reclaims": row["reclaim_count"]})
+            await ops.suspend_run(tx, row["id"], "crash loop", now, error_tag=WorkflowCrashLooped.__name__,
+                                  error_message=message)
+
+        await self.store.write(op)
+        self.notify_finished(row["id"])
+
+    # -- leases -------------------------------------------------------------------------
+
+    async def _renew(self) -> None:
+        interval = self.lease / 3
+        while self._running:
+            await asyncio.sleep(interval)
+            now = self.clock.now()
+            try:
+                held = await self.store.write(
+                    lambda tx: ops.renew_leases(tx, self.worker_id, now, now + self.lease))
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("lease renewal failed")
+                continue
+            for rid, execution in list(self._executions.items()):
+                if held.get(rid) != execution.fence.epoch:
+                    log.warning("run %s: lease lost; stopping its local execution", rid)
+                    execution.stop("lease lost")
+
+    @property
+    def executing(self) -> list[str]:
+        """Ids of the runs this process has claimed and is executing now."""
+        return list(self._inflight)
+
+    @property
+    def claiming(self) -> bool:
+        """Whether a claimed run has not reached its body yet."""
+        return len(self._inflight) != len(self._executions)
+
+
+def _pid_alive(pid: int) -> bool:
+    if pid == os.getpid():
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True

@@ -1,0 +1,511 @@
+"""The executor: enters a workflow body, replays its journal, and implements ``Context``.
+
+Replay is by re-execution. A body re-entered after a park, a crash or a redrive runs
+from the top; each durable operation whose journal entry exists returns the recorded
+value without acting. When every branch of the body is blocked on something only the
+outside world can end (a long timer, a signal, an update, a child), the body is
+stopped and the run parked: no task, no thread is held until it is woken.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import inspect
+import logging
+import random as _random
+import typing
+import uuid as _uuid
+from collections import Counter
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from pydantic import BaseModel
+
+from ..clock import to_datetime
+from ..context import ChildHandle, Context, ParentClose
+from ..definitions import Retry, WorkflowDef
+from ..durations import Duration, to_seconds
+from ..errors import PayloadError, RunCancelled, RunFailed, StepFailed
+from ..ids import new_id
+from ..serde import decode, encode, validate_payload
+from ..store import ops
+from ..store.base import Row
+
+if TYPE_CHECKING:
+    from .engine import Engine
+
+log = logging.getLogger("lockgate.executor")
+T = TypeVar("T")
+M = TypeVar("M", bound=BaseModel)
+
+_NO_RETRY = Retry(max_attempts=1, jitter=False)
+
+
+@dataclass
+class _Wait:
+    kind: str
+    wake_at: float | None = None
+    names: list[str] = field(default_factory=list)
+    children: list[str] = field(default_factory=list)
+    models: dict[str, str] = field(default_factory=dict)
+
+
+class _Parked(BaseException):  # noqa: N818 - control flow
+    """The body is blocked for good; the executor parks the run."""
+
+
+def _return_type(fn: Callable[..., Any]) -> Any:
+    target = getattr(fn, "func", fn)  # functools.partial
+    try:
+        return typing.get_type_hints(target).get("return")
+    except Exception:
+        return None
+
+
+class Execution(Context):
+    """One entry into one run's body on this worker."""
+
+    def __init__(self, engine: Engine, defn: WorkflowDef, row: Row, journal: list[Row]) -> None:
+        self._engine = engine
+        self._store = engine.store
+        self._clock = engine.clock
+        self.defn = defn
+        self.row = row
+        self.run_id = row["id"]
+        self.workflow = row["workflow"]
+        self.attempt = int(row["entries"])
+        self.fence = ops.Fence(row["id"], row["owner"], int(row["epoch"]))
+        self._patches = set(decode(row["patches"]) or [])
+        self._journal: dict[str, Row] = {e["step_key"]: e for e in journal}
+        self._recorded = [e["step_key"] for e in journal]
+        self._next_seq = max((int(e["seq"]) for e in journal), default=-1) + 1
+        self._occurrences: Counter[str] = Counter()
+        self._reached: set[str] = set()
+        self._extra: list[str] = []
+        self._busy = 0
+        self._waits: list[_Wait] = []
+        self._changed = asyncio.Event()
+        self._rng = _random.Random()
+        self.task: asyncio.Task[Any] | None = None
+        self.stop_reason: str | None = None
+        self._coarse = row["recording"] == "coarse"
+
+    # -- running the body ----------------------------------------------------------------
+
+    async def run(self) -> None:
+        """Enter the body and see it through to a park, a finish or a stop."""
+        payload = self.defn.payload_model.model_validate_json(self.row["payload"])
+        self.task = asyncio.ensure_future(self.defn.fn(self, payload))
+        while not self.task.done():
+            waiter = asyncio.ensure_future(self._changed.wait())
+            await asyncio.wait({self.task, waiter}, return_when=asyncio.FIRST_COMPLETED)
+            waiter.cancel()
+            self._changed.clear()
+            if self.task.done() or not self._is_blocked():
+                continue
+            for _ in range(3):  # let synchronous continuations reach their next await
+                await asyncio.sleep(0)
+            if self._is_blocked() and not self.task.done():
+                await self._park()
+                return
+        await self._finish()
+
+    def _is_blocked(self) -> bool:
+        return self._busy == 0 and bool(self._waits)
+
+    async def _park(self) -> None:
+        assert self.task is not None
+        waits = list(self._waits)
+        self.task.cancel()
+        with contextlib.suppress(BaseException):
+            await self.task
+        timers = [w.wake_at for w in waits if w.wake_at is not None]
+        wake_at = min(timers) if timers else None
+        kinds = [w.kind for w in waits]
+        waiting_on = next((k for k in ("update", "signal", "child", "timer") if k in kinds), kinds[0])
+        names = sorted({n for w in waits for n in w.names})
+        children = sorted({c for w in waits for c in w.children})
+        models = {k: v for w in waits for k, v in w.models.items()}
+        self._tripwire(parked=True)
+        try:
+            woke = await self._store.write(lambda tx: ops.park_run(
+                tx, self.fence, self._clock.now(), wake_at=wake_at, waiting_on=waiting_on,
+                names=names, children=children, models=models))
+        except ops.Fenced:
+            return
+        self._engine.wake(woke)
+
+    async def _finish(self) -> None:
+        assert self.task is not None
+        now = self._clock.now()
+        try:
+            value = self.task.result()
+        except (asyncio.CancelledError, ops.Fenced, _Parked):
+            return  # stopped from outside (cancel, suspend, lost lease, shutdown)
+        except Exception as exc:
+            await self._fail(exc)
+            return
+        self._tripwire(parked=False)
+        output = encode(value, self.defn.result_type)
+        try:
+            stopped = await self._store.write(lambda tx: ops.finish_run(tx, self.fence, now, status="succeeded",
+                                                                         output=output))
+        except ops.Fenced:
+            return
+        self._engine.after_finish(self.run_id, stopped)
+
+    async def _fail(self, exc: Exception) -> None:
+        tag, message = _describe(exc)
+        self._tripwire(parked=False)
+        now = self._clock.now()
+        status = "suspended" if self.defn.suspend_on_failure else "failed"
+        try:
+            stopped = await self._store.write(lambda tx: ops.finish_run(
+                tx, self.fence, now, status=status, error_tag=tag, error_message=message,
+                event={"error_tag": tag, "error_message": message,
+                       "reason": "failure" if status == "suspended" else None}))
+        except ops.Fenced:
+            return
+        self._engine.after_finish(self.run_id, stopped)
+
+    def stop(self, reason: str) -> None:
+        """Stop the body from outside (cancel, suspend, lost lease, shutdown); nothing more is written."""
+        self.stop_reason = reason
+        if self.task is not None and not self.task.done():
+            self.task.cancel()
+
+    # -- bookkeeping ---------------------------------------------------------------------
+
+    def _key(self, name: str) -> str:
+        n = self._occurrences[name]
+        self._occurrences[name] = n + 1
+        key = f"{name}#{n}"
+        self._reached.add(key)
+        if key not in self._journal and any(k not in self._reached for k in self._recorded):
+            self._extra.append(key)
+        return key
+
+    def _seq(self) -> int:
+        seq = self._next_seq
+        self._next_seq += 1
+        return seq
+
+    def _tripwire(self, *, parked: bool) -> None:
+        if not self._recorded:
+            return
+        unreached = [k for k in self._recorded if k not in self._reached]
+        if parked:  # a parked body has not run past its wait; only the extras are telling
+            unreached = [k for k in unreached if self._journal[k]["status"] == "completed" and
+                         self._journal[k]["kind"] == "step" and self._extra]
+        if unreached or self._extra:
+            data = {"unreached": unreached, "extra": self._extra}
+            self._event("nondeterminism-suspected", data)
+
+    def _event(self, type_: str, data: dict[str, Any] | None = None) -> None:
+        now = self._clock.now()
+        self._store.write_nowait(lambda tx: ops.add_event(tx, self.run_id, type_, now, data))
+
+    @contextlib.asynccontextmanager
+    async def _op(self) -> AsyncIterator[None]:
+        self._busy += 1
+        try:
+            yield
+        finally:
+            self._busy -= 1
+            self._changed.set()
+
+    async def _block(self, wait: _Wait) -> typing.NoReturn:
+        """Wait for something only the outside world ends; the run parks meanwhile."""
+        self._waits.append(wait)
+        self._changed.set()
+        try:
+            await asyncio.Future()  # never resolved: the body is cancelled at park
+        finally:
+            self._waits.remove(wait)
+        raise _Parked()
+
+    async def _record(self, entry: dict[str, Any], *, message: dict[str, Any] | None = None) -> None:
+        now = self._clock.now()
+        entry = {"seq": self._seq(), **entry}
+        try:
+            await self._store.write(lambda tx: ops.record_entry(tx, self.fence, entry, now, message=message))
+        except ops.Fenced:
+            self.stop("lease lost")
+            raise
+        self._journal[entry["step_key"]] = entry
+
+    # -- Context: steps ------------------------------------------------------------------
+
+    async def step(self, name: str, fn: Callable[..., Any], *args: Any, retry: Retry | None = None,
+                   input: Any = None, **kwargs: Any) -> Any:
+        if not callable(fn):
+            raise TypeError(f"ctx.step({name!r}, ...): fn must be callable, got {type(fn).__name__}")
+        key = self._key(name)
+        rtype = _return_type(fn)
+        entry = self._journal.get(key)
+        if entry is not None and entry["status"] == "completed":
+            return decode(entry["output"], rtype)
+        if entry is not None and entry["status"] == "failed":
+            raise StepFailed(name, entry["error_tag"], entry["error_message"], int(entry["attempts"]))
+        policy = retry or _NO_RETRY
+        async with self._op():
+            first = self._clock.now()
+            attempt = 0
+            recorded_input = None if input is None or self._coarse else encode(input)
+            while True:
+                attempt += 1
+                started = self._clock.now()
+                try:
+                    result = await _call(fn, args, kwargs)
+                except (asyncio.CancelledError, ops.Fenced, _Parked):
+                    raise
+                except Exception as exc:
+                    tag, message = _describe(exc)
+                    self._attempt(key, attempt, "failed", started, recorded_input, tag, message)
+                    give_up = attempt >= policy.max_attempts or not policy.is_retryable(exc)
+                    delay = 0.0 if give_up else policy.next_delay(attempt, exc, self._rng)
+                    if not give_up and policy.max_elapsed is not None:
+                        budget = to_seconds(policy.max_elapsed)
+                        give_up = self._clock.now() + delay - first > budget
+                    if give_up:
+                        await self._record({"step_key": key, "kind": "step", "status": "failed", "error_tag": tag,
+                                            "error_message": message, "attempts": attempt, "started_at": first})
+                        raise StepFailed(name, tag, message, attempt) from exc
+                    self._engine.on_step_error(self, key, exc)
+                    await self._clock.sleep_until(self._clock.now() + delay)
+                    continue
+                output = encode(result, rtype)
+                self._attempt(key, attempt, "completed", started, recorded_input, None, None)
+                await self._record({"step_key": key, "kind": "step", "status": "completed", "output": output,
+                                    "attempts": attempt, "started_at": first})
+                return result
+
+    def _attempt(self, key: str, attempt: int, status: str, started: float, input_: str | None,
+                 tag: str | None, message: str | None) -> None:
+        if self._coarse:
+            return
+        row = {"run_id": self.run_id, "step_key": key, "attempt": attempt, "status": status, "input": input_,
+               "error_tag": tag, "error_message": message, "started_at": started, "finished_at": self._clock.now()}
+        self._store.write_nowait(lambda tx: ops.add_attempt(tx, row))
+
+    # -- Context: time -------------------------------------------------------------------
+
+    async def sleep(self, name: str, duration: Duration) -> None:
+        seconds = to_seconds(duration, what=f"ctx.sleep({name!r})")
+        await self._timer(name, lambda now: now + seconds)
+
+    async def sleep_until(self, name: str, when: datetime) -> None:
+        if when.tzinfo is None:
+            raise ValueError(f"ctx.sleep_until({name!r}): 'when' must be timezone-aware")
+        await self._timer(name, lambda now: when.timestamp())
+
+    async def _timer(self, name: str, due_from: Callable[[float], float]) -> None:
+        key = self._key(name)
+        entry = self._journal.get(key)
+        if entry is not None and entry["status"] == "completed":
+            return
+        async with self._op():
+            if entry is None:
+                now = self._clock.now()
+                due = due_from(now)
+                await self._record({"step_key": key, "kind": "sleep", "status": "pending", "due_at": due,
+                                     "started_at": now, "finished_at": None})
+                self._event("timer-set", {"step": key, "due_at": due})
+            else:
+                due = float(entry["due_at"])
+            if due - self._clock.now() <= self._engine.inline_sleep:
+                await self._clock.sleep_until(due)
+        if due > self._clock.now():
+            await self._block(_Wait("timer", wake_at=due))
+        async with self._op():
+            await self._record({"step_key": key, "kind": "sleep", "status": "completed", "due_at": due,
+                                "started_at": (entry or self._journal[key])["started_at"]})
+            self._event("timer-fired", {"step": key})
+
+    async def now(self) -> datetime:
+        value = await self._value("$now", lambda: self._clock.now(), float)
+        result = to_datetime(value)
+        assert result is not None
+        return result
+
+    async def uuid(self) -> str:
+        return await self._value("$uuid", lambda: str(_uuid.uuid4()), str)  # type: ignore[no-any-return]
+
+    async def random(self) -> float:
+        return await self._value("$random", self._rng.random, float)  # type: ignore[no-any-return]
+
+    async def _value(self, name: str, make: Callable[[], Any], tp: Any) -> Any:
+        key = self._key(name)
+        entry = self._journal.get(key)
+        if entry is not None and entry["status"] == "completed":
+            return decode(entry["output"], tp)
+        async with self._op():
+            value = make()
+            await self._record({"step_key": key, "kind": "value", "status": "completed", "output": encode(value)})
+            return value
+
+    def patch(self, marker: str) -> bool:
+        return marker in self._patches
+
+    # -- Context: signals and updates ----------------------------------------------------
+
+    async def wait_for_signal(self, name: str, model: type[M], *, timeout: Duration | None = None) -> M | None:
+        key = self._key(f"signal:{name}")
+        entry = self._journal.get(key)
+        if entry is not None and entry["status"] == "completed":
+            return None if entry["output"] is None else model.model_validate_json(entry["output"])
+        due: float | None = None
+        async with self._op():
+            if timeout is not None:
+                if entry is None:
+                    now = self._clock.now()
+                    due = now + to_seconds(timeout, what=f"ctx.wait_for_signal({name!r}, timeout)")
+                    await self._record({"step_key": key, "kind": "signal", "status": "pending", "due_at": due,
+                                        "started_at": now, "finished_at": None})
+                else:
+                    due = float(entry["due_at"])
+            while True:
+                message = await self._store.read(lambda tx: ops.next_message(tx, self.run_id, "signal", name))
+                if message is None:
+                    break
+                try:
+                    value = validate_payload(model, message["payload"], what=f"signal {name!r}")
+                except PayloadError as exc:
+                    now = self._clock.now()
+                    await self._store.write(lambda tx: ops.settle_message(
+                        tx, message["id"], now, status="failed", error_tag="PayloadError", error_message=str(exc)))
+                    self._event("signal-rejected", {"name": name, "message_id": message["id"], "error": str(exc)})
+                    continue
+                await self._record({"step_key": key, "kind": "signal", "status": "completed",
+                                    "output": value.model_dump_json(), "due_at": due},
+                                   message={"id": message["id"], "status": "consumed"})
+                self._event("signal-received", {"name": name, "message_id": message["id"], "step": key})
+                return value
+            if due is not None and due <= self._clock.now():
+                await self._record({"step_key": key, "kind": "signal", "status": "completed", "output": None,
+                                    "due_at": due})
+                self._event("signal-timed-out", {"name": name, "step": key})
+                return None
+            self._event("signal-awaited", {"name": name, "step": key, "timeout_at": due})
+        await self._block(_Wait("signal", wake_at=due, names=[name], models=_model_ref(name, model)))
+
+    async def handle_update(self, name: str, model: type[M], handler: Callable[[M], Awaitable[T] | T]) -> T:
+        key = self._key(f"update:{name}")
+        entry = self._journal.get(key)
+        rtype = _return_type(handler)
+        if entry is not None and entry["status"] == "completed":
+            return decode(entry["output"], rtype)  # type: ignore[no-any-return]
+        async with self._op():
+            while True:
+                message = await self._store.read(lambda tx: ops.next_message(tx, self.run_id, "update", name))
+                if message is None:
+                    break
+                mid = message["id"]
+                self._event("update-received", {"name": name, "message_id": mid})
+                try:
+                    value = validate_payload(model, message["payload"], what=f"update {name!r}")
+                    result = await _call(handler, (value,), {})
+                except (asyncio.CancelledError, ops.Fenced, _Parked):
+                    raise
+                except Exception as exc:
+                    tag, text = _describe(exc)
+                    now = self._clock.now()
+                    await self._store.write(lambda tx: ops.settle_message(
+                        tx, mid, now, status="failed", error_tag=tag, error_message=text))
+                    self._event("update-failed", {"name": name, "message_id": mid, "error_tag": tag,
+                                                  "error_message": text})
+                    self._engine.message_settled(mid)
+                    continue
+                output = encode(result, rtype)
+                await self._record({"step_key": key, "kind": "update", "status": "completed", "output": output},
+                                   message={"id": mid, "status": "completed", "result": output})
+                self._event("update-completed", {"name": name, "message_id": mid, "step": key})
+                self._engine.message_settled(mid)
+                return result  # type: ignore[no-any-return]
+        await self._block(_Wait("update", names=[name], models=_model_ref(name, model)))
+
+    # -- Context: children ---------------------------------------------------------------
+
+    async def start_child(self, workflow: str | Callable[..., Any], payload: Any, *,
+                          parent_close: ParentClose = "cancel") -> ChildHandle:
+        if parent_close not in ("cancel", "terminate", "abandon"):
+            raise ValueError(f"parent_close must be 'cancel', 'terminate' or 'abandon', not {parent_close!r}")
+        child_def = self._engine.app.get(workflow)
+        key = self._key(f"child:{child_def.name}")
+        entry = self._journal.get(key)
+        if entry is not None and entry["status"] == "completed":
+            return ChildHandle(run_id=decode(entry["output"], str), workflow=child_def.name)
+        model = validate_payload(child_def.payload_model, payload, what=f"child {child_def.name!r} payload")
+        async with self._op():
+            now = self._clock.now()
+            child_id = new_id("run")
+            run = self._engine.new_run_row(child_def, model, run_id=child_id,
+                                           identity=f"child:{self.run_id}:{key}")
+            run.update(parent_id=self.run_id, parent_close=parent_close, recording=self.row["recording"])
+            entry_row = {"step_key": key, "seq": self._seq(), "kind": "child", "status": "completed",
+                         "output": encode(child_id)}
+
+            async def start(tx: Any) -> str:
+                row, _ = await ops.create_run(tx, run, now)
+                entry_row["output"] = encode(row["id"])
+                await ops.record_entry(tx, self.fence, entry_row, now)
+                return str(row["id"])
+
+            try:
+                child_id = await self._store.write(start)
+            except ops.Fenced:
+                self.stop("lease lost")
+                raise
+            self._journal[key] = entry_row
+            self._engine.wake(now)
+            return ChildHandle(run_id=child_id, workflow=child_def.name)
+
+    async def wait_child(self, handle: ChildHandle) -> Any:
+        key = self._key(f"wait:{handle.run_id}")
+        entry = self._journal.get(key)
+        try:
+            rtype = self._engine.app.get(handle.workflow).result_type
+        except Exception:
+            rtype = None
+        if entry is None or entry["status"] != "completed":
+            async with self._op():
+                row = await self._store.read(lambda tx: ops.get_run(tx, handle.run_id))
+                if row["status"] in ops.TERMINAL:
+                    outcome = {"status": row["status"], "output": row["output"], "error_tag": row["error_tag"],
+                               "error_message": row["error_message"]}
+                    entry = {"step_key": key, "kind": "wait_child", "status": "completed",
+                             "output": encode(outcome)}
+                    await self._record(entry)
+            if entry is None or entry["status"] != "completed":
+                await self._block(_Wait("child", children=[handle.run_id]))
+        outcome = decode(entry["output"])
+        if outcome["status"] == "succeeded":
+            return decode(outcome["output"], rtype)
+        if outcome["status"] == "cancelled":
+            raise RunCancelled(handle.run_id, outcome["error_message"])
+        raise RunFailed(handle.run_id, outcome["error_tag"], outcome["error_message"])
+
+
+async def _call(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    if inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(getattr(fn, "func", None)):
+        return await fn(*args, **kwargs)
+    result = await asyncio.to_thread(fn, *args, **kwargs)
+    if inspect.isawaitable(result):
+        return await result
+    return result
+
+
+def _model_ref(name: str, model: type[BaseModel]) -> dict[str, str]:
+    """Where a client can import the model a body waits with (none for local classes)."""
+    if "<locals>" in model.__qualname__:
+        return {}
+    return {name: f"{model.__module__}:{model.__qualname__}"}
+
+
+def _describe(exc: BaseException) -> tuple[str, str]:
+    if isinstance(exc, StepFailed):
+        return exc.error_tag, str(exc)
+    return type(exc).__name__, str(exc) or type(exc).__name__

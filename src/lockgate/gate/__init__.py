@@ -1,0 +1,1 @@
+"""The admission gate: every start is decided here, before a run exists."""

@@ -1,0 +1,143 @@
+"""What the engine reports about runs, steps and events: plain, read-only records."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from .clock import to_datetime
+
+__all__ = ["AttemptInfo", "EventInfo", "RunInfo", "StepInfo"]
+
+
+def _json(text: str | None) -> Any:
+    return None if text is None else json.loads(text)
+
+
+@dataclass(frozen=True)
+class RunInfo:
+    """One run as stored."""
+
+    id: str
+    workflow: str
+    status: str
+    waiting_on: str | None
+    payload: Any
+    output: Any
+    error_tag: str | None
+    error_message: str | None
+    idempotency_key: str | None
+    version: str | None
+    patches: list[str]
+    parent_id: str | None
+    parent_close: str | None
+    retry_of: str | None
+    ticket: str | None
+    created_at: datetime
+    updated_at: datetime
+    finished_at: datetime | None
+    wake_at: datetime | None
+    owner: str | None
+    entries: int
+    reclaim_count: int
+    discarded: bool
+    raw: dict[str, Any] = field(repr=False, compare=False, default_factory=dict)
+
+    @classmethod
+    def from_row(cls, row: dict[str, Any]) -> RunInfo:
+        return cls(
+            id=row["id"], workflow=row["workflow"], status=row["status"], waiting_on=row["waiting_on"],
+            payload=_json(row["payload"]), output=_json(row["output"]), error_tag=row["error_tag"],
+            error_message=row["error_message"], idempotency_key=row["idempotency_key"], version=row["version"],
+            patches=_json(row["patches"]) or [], parent_id=row["parent_id"], parent_close=row["parent_close"],
+            retry_of=row["retry_of"], ticket=row["ticket"], created_at=_dt(row["created_at"]),
+            updated_at=_dt(row["updated_at"]), finished_at=to_datetime(row["finished_at"]),
+            wake_at=to_datetime(row["wake_at"]), owner=row["owner"], entries=int(row["entries"]),
+            reclaim_count=int(row["reclaim_count"]), discarded=row["discarded_at"] is not None, raw=dict(row),
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        out = {k: v for k, v in self.__dict__.items() if k != "raw"}
+        for k, v in out.items():
+            if isinstance(v, datetime):
+                out[k] = v.isoformat()
+        return out
+
+
+def _dt(epoch: float) -> datetime:
+    value = to_datetime(epoch)
+    assert value is not None
+    return value
+
+
+@dataclass(frozen=True)
+class StepInfo:
+    """One journal entry: a step, timer, signal, update or child reached by the body."""
+
+    key: str
+    name: str
+    kind: str
+    status: str
+    seq: int
+    output: Any
+    error_tag: str | None
+    error_message: str | None
+    attempts: int
+    due_at: datetime | None
+    started_at: datetime | None
+    finished_at: datetime | None
+
+    @classmethod
+    def from_row(cls, row: dict[str, Any]) -> StepInfo:
+        return cls(
+            key=row["step_key"], name=row["step_key"].rsplit("#", 1)[0], kind=row["kind"], status=row["status"],
+            seq=int(row["seq"]), output=_json(row["output"]), error_tag=row["error_tag"],
+            error_message=row["error_message"], attempts=int(row["attempts"]), due_at=to_datetime(row["due_at"]),
+            started_at=to_datetime(row["started_at"]), finished_at=to_datetime(row["finished_at"]),
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return {k: v.isoformat() if isinstance(v, datetime) else v for k, v in self.__dict__.items()}
+
+
+@dataclass(frozen=True)
+class AttemptInfo:
+    """One attempt of a step (kept unless the engine records coarsely)."""
+
+    step_key: str
+    attempt: int
+    status: str
+    error_tag: str | None
+    error_message: str | None
+    started_at: datetime | None
+    finished_at: datetime | None
+
+    @classmethod
+    def from_row(cls, row: dict[str, Any]) -> AttemptInfo:
+        return cls(step_key=row["step_key"], attempt=int(row["attempt"]), status=row["status"],
+                   error_tag=row["error_tag"], error_message=row["error_message"],
+                   started_at=to_datetime(row["started_at"]), finished_at=to_datetime(row["finished_at"]))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {k: v.isoformat() if isinstance(v, datetime) else v for k, v in self.__dict__.items()}
+
+
+@dataclass(frozen=True)
+class EventInfo:
+    """One lifecycle event of a run."""
+
+    id: int
+    run_id: str
+    type: str
+    at: datetime
+    data: Any
+
+    @classmethod
+    def from_row(cls, row: dict[str, Any]) -> EventInfo:
+        return cls(id=int(row["id"]), run_id=row["run_id"], type=row["type"], at=_dt(row["at"]),
+                   data=_json(row["data"]))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"id": self.id, "run_id": self.run_id, "type": self.type, "at": self.at.isoformat(), "data": self.data}

@@ -1,0 +1,65 @@
+"""Encoding of payloads, step values and results, all through pydantic."""
+
+from __future__ import annotations
+
+import functools
+import json
+from typing import Any
+
+from pydantic import BaseModel, TypeAdapter, ValidationError
+
+from .errors import PayloadError
+
+__all__ = ["adapter", "decode", "dump_json", "encode", "validate_payload"]
+
+
+@functools.lru_cache(maxsize=1024)
+def _adapter(tp: Any) -> TypeAdapter[Any]:
+    return TypeAdapter(tp)
+
+
+def adapter(tp: Any) -> TypeAdapter[Any]:
+    """A cached ``TypeAdapter`` for ``tp`` (``Any`` when ``tp`` is ``None``)."""
+    if tp is None:
+        tp = Any
+    try:
+        return _adapter(tp)
+    except TypeError:  # unhashable annotation
+        return TypeAdapter(tp)
+
+
+def encode(value: Any, tp: Any = None) -> str:
+    """JSON text for ``value`` as type ``tp`` (or as whatever it is)."""
+    if isinstance(value, BaseModel):
+        return value.model_dump_json()
+    target = tp if tp is not None else type(value) if value is not None else None
+    try:
+        return adapter(target).dump_json(value).decode()
+    except Exception:
+        return adapter(Any).dump_json(value).decode()
+
+
+def decode(text: str | None, tp: Any = None) -> Any:
+    """The value ``encode`` wrote, validated back into ``tp``."""
+    if text is None:
+        return None
+    return adapter(tp).validate_json(text)
+
+
+def dump_json(value: Any) -> str:
+    """Compact JSON for plain data (events, ledger details)."""
+    return json.dumps(value, separators=(",", ":"), default=str)
+
+
+def validate_payload(model: type[BaseModel], payload: Any, *, what: str) -> BaseModel:
+    """``payload`` as ``model``; a ``PayloadError`` naming each missing or invalid field otherwise."""
+    if isinstance(payload, model):
+        return payload
+    try:
+        if isinstance(payload, BaseModel):
+            payload = payload.model_dump()
+        if isinstance(payload, str | bytes):
+            return model.model_validate_json(payload)
+        return model.model_validate(payload)
+    except ValidationError as exc:
+        raise PayloadError(what, exc.errors(include_url=False)) from None

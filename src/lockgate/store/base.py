@@ -1,0 +1,83 @@
+"""The store seam: what the engine asks of a database, whatever the dialect.
+
+The engine never writes SQL. It hands the store *operations*: small async functions
+that take a ``Tx`` and run named queries on it (``store/ops.py``). A dialect supplies
+the SQL text for each name (``store/sql/<dialect>/*.sql``) and decides how operations
+are grouped into transactions. Writes are group-committed: every operation submitted
+while the previous commit was in flight goes into the next transaction, each isolated
+by a savepoint so one refusal does not undo its neighbours.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from typing import Any, TypeVar
+
+__all__ = ["Op", "Row", "Store", "Tx"]
+
+T = TypeVar("T")
+Row = dict[str, Any]
+
+
+class Tx(abc.ABC):
+    """One transaction (or a read-only view) on which named queries run."""
+
+    dialect: str
+
+    @abc.abstractmethod
+    async def execute(self, name: str, params: Mapping[str, Any] | None = None) -> list[Row]:
+        """Run the named query with ``params``; rows as dicts (empty for statements)."""
+
+    @abc.abstractmethod
+    async def execute_many(self, name: str, params: Sequence[Mapping[str, Any]]) -> None:
+        """Run the named statement once per parameter set."""
+
+    async def one(self, name: str, params: Mapping[str, Any] | None = None) -> Row | None:
+        rows = await self.execute(name, params)
+        return rows[0] if rows else None
+
+    async def scalar(self, name: str, params: Mapping[str, Any] | None = None) -> Any:
+        row = await self.one(name, params)
+        return None if row is None else next(iter(row.values()))
+
+
+Op = Callable[[Tx], Awaitable[T]]
+
+
+class Store(abc.ABC):
+    """A database holding lockgate's tables."""
+
+    dialect: str
+    url: str
+
+    @abc.abstractmethod
+    async def open(self) -> None:
+        """Connect and apply pending migrations."""
+
+    @abc.abstractmethod
+    async def close(self) -> None:
+        """Flush queued writes and disconnect."""
+
+    @abc.abstractmethod
+    async def write(self, op: Op[T]) -> T:
+        """Run ``op`` in the next group commit; resolves once it is durable."""
+
+    @abc.abstractmethod
+    def write_nowait(self, op: Op[Any]) -> None:
+        """Queue ``op`` for the next group commit without waiting (introspection rows)."""
+
+    @abc.abstractmethod
+    async def read(self, op: Op[T]) -> T:
+        """Run a read-only ``op`` on committed data."""
+
+    def add_listener(self, callback: Callable[[str, str], None]) -> None:  # noqa: B027
+        """Be told of wake-ups other processes publish (``channel``, ``payload``)."""
+
+    async def notify(self, tx: Tx, channel: str, payload: str) -> None:  # noqa: B027
+        """Publish a wake-up to other processes when ``tx`` commits (no-op where unsupported)."""
+
+    @property
+    def cross_process_wakeups(self) -> bool:
+        """Whether other processes' writes arrive as notifications (else: poll)."""
+        return False

@@ -1,0 +1,120 @@
+-- name: insert_run
+INSERT INTO lockgate_runs (id, workflow, identity, idempotency_key, status, payload, version, patches,
+    parent_id, parent_close, retry_of, ticket, recording, created_at, updated_at, progress_at, wake_at)
+VALUES (:id, :workflow, :identity, :idempotency_key, 'running', :payload, :version, :patches,
+    :parent_id, :parent_close, :retry_of, :ticket, :recording, :now, :now, :now, :wake_at)
+ON CONFLICT (identity) DO NOTHING
+RETURNING id;
+
+-- name: get_run
+SELECT * FROM lockgate_runs WHERE id = :id;
+
+-- name: get_run_by_identity
+SELECT * FROM lockgate_runs WHERE identity = :identity;
+
+-- name: list_runs
+SELECT * FROM lockgate_runs
+WHERE (:workflow IS NULL OR workflow = :workflow)
+  AND (:status IS NULL OR status = :status)
+  AND (:parent_id IS NULL OR parent_id = :parent_id)
+ORDER BY created_at DESC, id DESC
+LIMIT :limit OFFSET :offset;
+
+-- name: count_runs_by_status
+SELECT workflow, status, COUNT(*) AS n FROM lockgate_runs GROUP BY workflow, status;
+
+-- name: claim_runs
+UPDATE lockgate_runs
+SET owner = :owner, epoch = epoch + 1, lease_until = :lease_until,
+    reclaim_count = CASE WHEN entered_at IS NOT NULL THEN reclaim_count + 1 ELSE 0 END,
+    entered_at = :now, entries = entries + 1, updated_at = :now
+WHERE id IN (
+    SELECT id FROM lockgate_runs
+    WHERE status = 'running' AND wake_at <= :now AND (owner IS NULL OR lease_until < :now)
+      AND workflow IN (SELECT value FROM json_each(:workflows))
+    ORDER BY wake_at LIMIT :limit)
+RETURNING *;
+
+-- name: next_wake
+SELECT MIN(CASE WHEN owner IS NULL THEN wake_at ELSE MAX(wake_at, lease_until) END) AS at
+FROM lockgate_runs WHERE status = 'running' AND wake_at IS NOT NULL;
+
+-- name: fence_touch
+UPDATE lockgate_runs SET progress_at = :now, updated_at = :now
+WHERE id = :run_id AND owner = :owner AND epoch = :epoch AND status = 'running'
+RETURNING id;
+
+-- name: renew_leases
+UPDATE lockgate_runs SET lease_until = :lease_until
+WHERE owner = :owner AND status = 'running'
+RETURNING id, epoch;
+
+-- name: park_run
+UPDATE lockgate_runs
+SET owner = NULL, lease_until = NULL, entered_at = NULL, waiting_on = :waiting_on,
+    waiting_for = :waiting_for, wake_at = :wake_at, updated_at = :now
+WHERE id = :run_id AND owner = :owner AND epoch = :epoch AND status = 'running'
+RETURNING id;
+
+-- name: pending_for_waits
+SELECT 1 AS hit FROM lockgate_messages
+WHERE run_id = :run_id AND status = 'pending'
+  AND name IN (SELECT value FROM json_each(:names))
+UNION ALL
+SELECT 1 AS hit FROM lockgate_runs
+WHERE id IN (SELECT value FROM json_each(:children)) AND status IN ('succeeded', 'failed', 'cancelled')
+LIMIT 1;
+
+-- name: finish_run
+UPDATE lockgate_runs
+SET status = :status, output = :output, error_tag = :error_tag, error_message = :error_message,
+    owner = NULL, lease_until = NULL, entered_at = NULL, wake_at = NULL, waiting_on = NULL,
+    waiting_for = NULL, finished_at = CASE WHEN :status IN ('succeeded', 'failed', 'cancelled') THEN :now END,
+    updated_at = :now, progress_at = :now
+WHERE id = :run_id AND owner = :owner AND epoch = :epoch AND status = 'running'
+RETURNING id, parent_id;
+
+-- name: set_status
+UPDATE lockgate_runs
+SET status = :status, error_tag = COALESCE(:error_tag, error_tag), error_message = COALESCE(:error_message, error_message),
+    owner = NULL, lease_until = NULL, entered_at = NULL, wake_at = :wake_at, waiting_on = NULL, waiting_for = NULL,
+    finished_at = CASE WHEN :status IN ('succeeded', 'failed', 'cancelled') THEN :now END,
+    updated_at = :now, progress_at = :now, epoch = epoch + 1,
+    reclaim_count = CASE WHEN :status = 'running' THEN 0 ELSE reclaim_count END,
+    stalled_at = NULL
+WHERE id = :run_id AND status = :from_status
+RETURNING id, parent_id;
+
+-- name: clear_failure
+UPDATE lockgate_runs SET error_tag = NULL, error_message = NULL, output = NULL WHERE id = :run_id;
+
+-- name: set_discarded
+UPDATE lockgate_runs SET discarded_at = :now, updated_at = :now
+WHERE id = :run_id AND status = 'failed' AND discarded_at IS NULL
+RETURNING id;
+
+-- name: wake_run
+UPDATE lockgate_runs SET wake_at = :now, updated_at = :now
+WHERE id = :run_id AND status = 'running' AND owner IS NULL AND waiting_on = :waiting_on
+  AND (wake_at IS NULL OR wake_at > :now)
+RETURNING id;
+
+-- name: open_children
+SELECT id, parent_close FROM lockgate_runs
+WHERE parent_id = :parent_id AND status IN ('running', 'suspended');
+
+-- name: stale_candidates
+SELECT id, workflow, status, waiting_on, progress_at, wake_at FROM lockgate_runs
+WHERE status IN ('running', 'suspended') AND progress_at < :before
+  AND (stalled_at IS NULL OR stalled_at < progress_at)
+  AND NOT (status = 'running' AND wake_at IS NOT NULL AND wake_at > :now AND owner IS NULL)
+ORDER BY progress_at LIMIT :limit;
+
+-- name: mark_stalled
+UPDATE lockgate_runs SET stalled_at = :now WHERE id = :run_id;
+
+-- name: release_owner
+UPDATE lockgate_runs SET owner = NULL, lease_until = NULL,
+    entered_at = CASE WHEN :clean = 1 THEN NULL ELSE entered_at END
+WHERE owner = :owner AND status = 'running'
+RETURNING id;

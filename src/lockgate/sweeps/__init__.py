@@ -1,0 +1,56 @@
+"""Sweeps: periodic work each engine runs, one replica per tick (a lease row decides which)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any
+
+from ..store import ops
+
+if TYPE_CHECKING:
+    from ..engine.engine import Engine
+
+__all__ = ["Sweep", "start_sweeps"]
+
+log = logging.getLogger("lockgate.sweeps")
+
+
+class Sweep:
+    """Run ``tick`` every ``interval`` seconds on whichever replica holds the sweep's lease."""
+
+    def __init__(self, name: str, interval: float, tick: Callable[[Engine], Awaitable[Any]]) -> None:
+        self.name = name
+        self.interval = interval
+        self.tick = tick
+
+    async def loop(self, engine: Engine) -> None:
+        while True:
+            await asyncio.sleep(self.interval)
+            await self.run_once(engine)
+
+    async def run_once(self, engine: Engine) -> bool:
+        """One tick, if this replica wins the lease; whether it ran."""
+        now = engine.clock.now()
+        try:
+            won = await engine.store.write(
+                lambda tx: ops.acquire_sweep(tx, self.name, engine.worker_id, now, self.interval * 2))
+            if won:
+                await self.tick(engine)
+            return bool(won)
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.exception("sweep %s failed", self.name)
+            return False
+
+
+def sweeps_for(engine: Engine) -> list[Sweep]:
+    from .staleness import staleness_sweep
+
+    return [staleness_sweep(engine)]
+
+
+def start_sweeps(engine: Engine) -> list[asyncio.Task[Any]]:
+    return [asyncio.create_task(s.loop(engine), name=f"lockgate-sweep-{s.name}") for s in sweeps_for(engine)]

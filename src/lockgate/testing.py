@@ -1,0 +1,117 @@
+"""Test helpers: an engine on a temporary SQLite file with a clock you move by hand.
+
+::
+
+    async with TestEnv(app) as env:
+        handle = await env.engine.start("reminder", {"user": "u1"})
+        await env.advance("7d")          # fires every timer due in the next 7 days
+        assert await env.engine.result(handle.run_id) == "sent"
+"""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+import tempfile
+import time
+from types import TracebackType
+from typing import Any, Self
+
+from .app import App
+from .clock import Clock
+from .durations import Duration, to_seconds
+from .engine import Engine
+from .store import ops
+
+__all__ = ["FakeClock", "TestEnv"]
+
+
+class FakeClock(Clock):
+    """A clock that only moves when told to."""
+
+    def __init__(self, start: float | None = None) -> None:
+        self._now = time.time() if start is None else start
+        self._sleepers: list[tuple[float, asyncio.Future[None]]] = []
+
+    def now(self) -> float:
+        return self._now
+
+    async def sleep_until(self, when: float) -> None:
+        if when <= self._now:
+            await asyncio.sleep(0)
+            return
+        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        entry = (when, future)
+        self._sleepers.append(entry)
+        try:
+            await future
+        finally:
+            if entry in self._sleepers:
+                self._sleepers.remove(entry)
+
+    @property
+    def sleepers(self) -> int:
+        """How many coroutines wait for this clock to move."""
+        return len(self._sleepers)
+
+    def advance(self, duration: Duration) -> None:
+        """Move time forward and wake every sleeper now due."""
+        self.set(self._now + to_seconds(duration, what="advance"))
+
+    def set(self, when: float) -> None:
+        if when < self._now:
+            raise ValueError("a FakeClock does not go backwards")
+        self._now = when
+        for due, future in list(self._sleepers):
+            if due <= when and not future.done():
+                future.set_result(None)
+
+
+class TestEnv:
+    """An ``Engine`` over a temporary SQLite file (or ``store=``) driven by a ``FakeClock``."""
+
+    __test__ = False  # not a pytest test class
+
+    def __init__(self, app: App, *, store: str | None = None, start: float | None = None,
+                 **engine_options: Any) -> None:
+        self.clock = FakeClock(start)
+        self._dir: str | None = None
+        if store is None:
+            self._dir = tempfile.mkdtemp(prefix="lockgate-test-")
+            store = f"sqlite:///{self._dir}/lockgate.db"
+        self.store_url = store
+        options: dict[str, Any] = {"poll_interval": 0.05, "inline_sleep": 0, **engine_options}
+        self.engine = Engine(app, store, clock=self.clock, **options)
+
+    async def __aenter__(self) -> Self:
+        await self.engine.open()
+        return self
+
+    async def __aexit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                        tb: TracebackType | None) -> None:
+        await self.engine.close()
+        if self._dir is not None:
+            shutil.rmtree(self._dir, ignore_errors=True)
+
+    async def advance(self, duration: Duration, *, timeout: float = 10.0) -> None:
+        """Move the clock, then wait until every run due by then has parked or finished."""
+        self.clock.advance(duration)
+        self.engine.wake()
+        await self.settle(timeout=timeout)
+
+    async def settle(self, *, timeout: float = 10.0) -> None:
+        """Wait until nothing is due and every executing body waits for the clock."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while True:
+            self.engine.wake()
+            await asyncio.sleep(0.005)
+            busy = len(self.engine.executing)
+            due = await self.engine.store.read(ops.next_wake)
+            nothing_due = due is None or due > self.clock.now()
+            if nothing_due and busy == self.clock.sleepers and not self.engine.claiming:
+                await asyncio.sleep(0.005)
+                if len(self.engine.executing) == busy and self.clock.sleepers == busy:
+                    return
+            if loop.time() > deadline:
+                raise TimeoutError(f"not settled after {timeout}s: {busy} executing, next due {due}")
