@@ -18,6 +18,7 @@ from lockgate.testing import TestEnv
 
 from .pg import pg_database_url
 
+
 def _postgres_store_exists() -> bool:
     import importlib.util
 

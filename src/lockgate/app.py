@@ -24,8 +24,15 @@ __all__ = ["App"]
 F = TypeVar("F", bound=Callable[..., Any])
 
 _CORE_OPTIONS = {
-    "idempotency_key", "version", "compatible_with", "patches", "suspend_on_failure",
-    "stall_after", "on_stalled", "signals", "updates",
+    "idempotency_key",
+    "version",
+    "compatible_with",
+    "patches",
+    "suspend_on_failure",
+    "stall_after",
+    "on_stalled",
+    "signals",
+    "updates",
 }
 
 
@@ -141,9 +148,18 @@ def _build(decl: _Declaration) -> WorkflowDef:
         messages[kind] = dict(declared)
     gate_options = {k: v for k, v in opts.items() if k not in _CORE_OPTIONS}
     return WorkflowDef(
-        name=name, fn=fn, payload_model=model, result_type=result_type, idempotency_key=key_fn,
-        version=version, compatible_with=compatible, patches=patches,
-        suspend_on_failure=bool(opts.get("suspend_on_failure", False)), stall_after=stall_after,
-        on_stalled=on_stalled, signals=messages["signals"], updates=messages["updates"], options=gate_options,
+        name=name,
+        fn=fn,
+        payload_model=model,
+        result_type=result_type,
+        idempotency_key=key_fn,
+        version=version,
+        compatible_with=compatible,
+        patches=patches,
+        suspend_on_failure=bool(opts.get("suspend_on_failure", False)),
+        stall_after=stall_after,
+        on_stalled=on_stalled,
+        signals=messages["signals"],
+        updates=messages["updates"],
+        options=gate_options,
     )
-

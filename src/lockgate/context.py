@@ -40,8 +40,15 @@ class Context(abc.ABC):
     attempt: int
 
     @abc.abstractmethod
-    async def step(self, name: str, fn: Callable[..., Any], *args: Any, retry: Retry | None = None,
-                   input: Any = None, **kwargs: Any) -> Any:
+    async def step(
+        self,
+        name: str,
+        fn: Callable[..., Any],
+        *args: Any,
+        retry: Retry | None = None,
+        input: Any = None,
+        **kwargs: Any,
+    ) -> Any:
         """Run ``fn(*args, **kwargs)`` once and journal its result; a replay returns the record.
 
         A ``def`` runs in a worker thread, an ``async def`` is awaited. The result is stored
@@ -66,8 +73,9 @@ class Context(abc.ABC):
         """Serve one update ``name``: validate it, run ``handler``, return its result to the caller and here."""
 
     @abc.abstractmethod
-    async def start_child(self, workflow: str | Callable[..., Any], payload: Any, *,
-                          parent_close: ParentClose = "cancel") -> ChildHandle:
+    async def start_child(
+        self, workflow: str | Callable[..., Any], payload: Any, *, parent_close: ParentClose = "cancel"
+    ) -> ChildHandle:
         """Start a child run; the lineage is journaled before the child exists."""
 
     @abc.abstractmethod

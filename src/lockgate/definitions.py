@@ -50,8 +50,10 @@ class Retry:
         if self.max_elapsed is not None:
             to_seconds(self.max_elapsed, what="Retry.max_elapsed")
         r = self.retryable
-        if r is not None and not callable(r) and not (
-            isinstance(r, tuple) and all(isinstance(c, type) and issubclass(c, BaseException) for c in r)
+        if (
+            r is not None
+            and not callable(r)
+            and not (isinstance(r, tuple) and all(isinstance(c, type) and issubclass(c, BaseException) for c in r))
         ):
             raise ValueError("Retry.retryable must be a tuple of exception classes or a predicate")
 

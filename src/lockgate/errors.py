@@ -215,7 +215,7 @@ class StoreError(LockgateError):
     """The store refused the operation or could not be reached."""
 
 
-class RetryAfter(Exception):  # noqa: N818 - the name is the contract
+class RetryAfter(Exception):
     """Raise from a step to ask for a retry no sooner than ``seconds`` from now."""
 
     def __init__(self, seconds: float, message: str = "") -> None:

@@ -47,9 +47,16 @@ class RunHandle:
 
     def to_dict(self) -> dict[str, Any]:
         return {
-            "workflow": self.workflow, "status": self.status, "ticket": self.ticket, "run_id": self.run_id,
-            "deferral": None if self.deferral is None else {
-                "mode": self.deferral.mode, "key": self.deferral.key,
-                "due_at": None if self.deferral.due_at is None else self.deferral.due_at.isoformat()},
+            "workflow": self.workflow,
+            "status": self.status,
+            "ticket": self.ticket,
+            "run_id": self.run_id,
+            "deferral": None
+            if self.deferral is None
+            else {
+                "mode": self.deferral.mode,
+                "key": self.deferral.key,
+                "due_at": None if self.deferral.due_at is None else self.deferral.due_at.isoformat(),
+            },
             "retry_after": None if self.retry_after is None else self.retry_after.total_seconds(),
         }

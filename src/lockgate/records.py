@@ -48,14 +48,30 @@ class RunInfo:
     @classmethod
     def from_row(cls, row: dict[str, Any]) -> RunInfo:
         return cls(
-            id=row["id"], workflow=row["workflow"], status=row["status"], waiting_on=row["waiting_on"],
-            payload=_json(row["payload"]), output=_json(row["output"]), error_tag=row["error_tag"],
-            error_message=row["error_message"], idempotency_key=row["idempotency_key"], version=row["version"],
-            patches=_json(row["patches"]) or [], parent_id=row["parent_id"], parent_close=row["parent_close"],
-            retry_of=row["retry_of"], ticket=row["ticket"], created_at=_dt(row["created_at"]),
-            updated_at=_dt(row["updated_at"]), finished_at=to_datetime(row["finished_at"]),
-            wake_at=to_datetime(row["wake_at"]), owner=row["owner"], entries=int(row["entries"]),
-            reclaim_count=int(row["reclaim_count"]), discarded=row["discarded_at"] is not None, raw=dict(row),
+            id=row["id"],
+            workflow=row["workflow"],
+            status=row["status"],
+            waiting_on=row["waiting_on"],
+            payload=_json(row["payload"]),
+            output=_json(row["output"]),
+            error_tag=row["error_tag"],
+            error_message=row["error_message"],
+            idempotency_key=row["idempotency_key"],
+            version=row["version"],
+            patches=_json(row["patches"]) or [],
+            parent_id=row["parent_id"],
+            parent_close=row["parent_close"],
+            retry_of=row["retry_of"],
+            ticket=row["ticket"],
+            created_at=_dt(row["created_at"]),
+            updated_at=_dt(row["updated_at"]),
+            finished_at=to_datetime(row["finished_at"]),
+            wake_at=to_datetime(row["wake_at"]),
+            owner=row["owner"],
+            entries=int(row["entries"]),
+            reclaim_count=int(row["reclaim_count"]),
+            discarded=row["discarded_at"] is not None,
+            raw=dict(row),
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -92,10 +108,18 @@ class StepInfo:
     @classmethod
     def from_row(cls, row: dict[str, Any]) -> StepInfo:
         return cls(
-            key=row["step_key"], name=row["step_key"].rsplit("#", 1)[0], kind=row["kind"], status=row["status"],
-            seq=int(row["seq"]), output=_json(row["output"]), error_tag=row["error_tag"],
-            error_message=row["error_message"], attempts=int(row["attempts"]), due_at=to_datetime(row["due_at"]),
-            started_at=to_datetime(row["started_at"]), finished_at=to_datetime(row["finished_at"]),
+            key=row["step_key"],
+            name=row["step_key"].rsplit("#", 1)[0],
+            kind=row["kind"],
+            status=row["status"],
+            seq=int(row["seq"]),
+            output=_json(row["output"]),
+            error_tag=row["error_tag"],
+            error_message=row["error_message"],
+            attempts=int(row["attempts"]),
+            due_at=to_datetime(row["due_at"]),
+            started_at=to_datetime(row["started_at"]),
+            finished_at=to_datetime(row["finished_at"]),
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -116,9 +140,15 @@ class AttemptInfo:
 
     @classmethod
     def from_row(cls, row: dict[str, Any]) -> AttemptInfo:
-        return cls(step_key=row["step_key"], attempt=int(row["attempt"]), status=row["status"],
-                   error_tag=row["error_tag"], error_message=row["error_message"],
-                   started_at=to_datetime(row["started_at"]), finished_at=to_datetime(row["finished_at"]))
+        return cls(
+            step_key=row["step_key"],
+            attempt=int(row["attempt"]),
+            status=row["status"],
+            error_tag=row["error_tag"],
+            error_message=row["error_message"],
+            started_at=to_datetime(row["started_at"]),
+            finished_at=to_datetime(row["finished_at"]),
+        )
 
     def to_dict(self) -> dict[str, Any]:
         return {k: v.isoformat() if isinstance(v, datetime) else v for k, v in self.__dict__.items()}
@@ -136,8 +166,9 @@ class EventInfo:
 
     @classmethod
     def from_row(cls, row: dict[str, Any]) -> EventInfo:
-        return cls(id=int(row["id"]), run_id=row["run_id"], type=row["type"], at=_dt(row["at"]),
-                   data=_json(row["data"]))
+        return cls(
+            id=int(row["id"]), run_id=row["run_id"], type=row["type"], at=_dt(row["at"]), data=_json(row["data"])
+        )
 
     def to_dict(self) -> dict[str, Any]:
         return {"id": self.id, "run_id": self.run_id, "type": self.type, "at": self.at.isoformat(), "data": self.data}

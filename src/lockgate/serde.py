@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import functools
 import json
-from typing import Any
+from typing import Any, TypeVar
 
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
@@ -51,7 +51,10 @@ def dump_json(value: Any) -> str:
     return json.dumps(value, separators=(",", ":"), default=str)
 
 
-def validate_payload(model: type[BaseModel], payload: Any, *, what: str) -> BaseModel:
+M = TypeVar("M", bound=BaseModel)
+
+
+def validate_payload(model: type[M], payload: Any, *, what: str) -> M:
     """``payload`` as ``model``; a ``PayloadError`` naming each missing or invalid field otherwise."""
     if isinstance(payload, model):
         return payload
@@ -62,4 +65,4 @@ def validate_payload(model: type[BaseModel], payload: Any, *, what: str) -> Base
             return model.model_validate_json(payload)
         return model.model_validate(payload)
     except ValidationError as exc:
-        raise PayloadError(what, exc.errors(include_url=False)) from None
+        raise PayloadError(what, [dict(e) for e in exc.errors(include_url=False)]) from None

@@ -72,8 +72,9 @@ class TestEnv:
 
     __test__ = False  # not a pytest test class
 
-    def __init__(self, app: App, *, store: str | None = None, start: float | None = None,
-                 **engine_options: Any) -> None:
+    def __init__(
+        self, app: App, *, store: str | None = None, start: float | None = None, **engine_options: Any
+    ) -> None:
         self.clock = FakeClock(start)
         self._dir: str | None = None
         if store is None:
@@ -87,8 +88,9 @@ class TestEnv:
         await self.engine.open()
         return self
 
-    async def __aexit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                        tb: TracebackType | None) -> None:
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
         await self.engine.close()
         if self._dir is not None:
             shutil.rmtree(self._dir, ignore_errors=True)

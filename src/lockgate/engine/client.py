@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import importlib
 import json
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from datetime import datetime
 from types import TracebackType
 from typing import Any, Self
@@ -33,7 +33,6 @@ from ..ids import new_id
 from ..records import AttemptInfo, EventInfo, RunInfo, StepInfo
 from ..serde import decode, validate_payload
 from ..store import Store, open_store, ops
-from ..store.base import Op
 
 __all__ = ["Client"]
 
@@ -44,8 +43,15 @@ WorkflowRef = str | Callable[..., Any]
 class Client:
     """Start and manage runs in ``store`` without executing any (``async with`` it)."""
 
-    def __init__(self, app: App, store: str | Store = DEFAULT_STORE, *, clock: Clock | None = None,
-                 poll_interval: float = 0.5, recording: str = "full") -> None:
+    def __init__(
+        self,
+        app: App,
+        store: str | Store = DEFAULT_STORE,
+        *,
+        clock: Clock | None = None,
+        poll_interval: float = 0.5,
+        recording: str = "full",
+    ) -> None:
         if recording not in ("full", "coarse"):
             raise ValueError(f"recording must be 'full' or 'coarse', not {recording!r}")
         self.app = app
@@ -63,8 +69,9 @@ class Client:
         await self.open()
         return self
 
-    async def __aexit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                        tb: TracebackType | None) -> None:
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
         await self.close()
 
     async def open(self) -> None:
@@ -79,16 +86,28 @@ class Client:
 
     # -- starting -----------------------------------------------------------------------
 
-    def new_run_row(self, defn: WorkflowDef, payload: BaseModel, *, run_id: str | None = None,
-                    identity: str | None = None, idempotency_key: str | None = None,
-                    ticket: str | None = None) -> dict[str, Any]:
+    def new_run_row(
+        self,
+        defn: WorkflowDef,
+        payload: BaseModel,
+        *,
+        run_id: str | None = None,
+        identity: str | None = None,
+        idempotency_key: str | None = None,
+        ticket: str | None = None,
+    ) -> dict[str, Any]:
         """The row a new run of ``defn`` is inserted as."""
         rid = run_id or new_id("run")
         return {
-            "id": rid, "workflow": defn.name, "payload": payload.model_dump_json(),
+            "id": rid,
+            "workflow": defn.name,
+            "payload": payload.model_dump_json(),
             "identity": identity or (f"{defn.name}\x1f{idempotency_key}" if idempotency_key else rid),
-            "idempotency_key": idempotency_key, "version": defn.version, "patches": json.dumps(list(defn.patches)),
-            "ticket": ticket or new_id("tkt"), "recording": self.recording,
+            "idempotency_key": idempotency_key,
+            "version": defn.version,
+            "patches": json.dumps(list(defn.patches)),
+            "ticket": ticket or new_id("tkt"),
+            "recording": self.recording,
         }
 
     def identity_key(self, defn: WorkflowDef, payload: BaseModel, given: str | None) -> str | None:
@@ -102,14 +121,24 @@ class Client:
         try:
             key = defn.idempotency_key(payload)
         except Exception as exc:
-            raise DefinitionError(defn.name, "idempotency_key", f"callback raised {type(exc).__name__}: {exc}") from None
+            raise DefinitionError(
+                defn.name, "idempotency_key", f"callback raised {type(exc).__name__}: {exc}"
+            ) from None
         if not isinstance(key, str) or not key:
             raise DefinitionError(defn.name, "idempotency_key", f"callback returned {key!r}, not a non-empty string")
         return key
 
-    async def start(self, workflow: WorkflowRef, payload: Any = None, *, at: datetime | None = None,
-                    wait: bool = False, idempotency_key: str | None = None, flow_control: Any = None,
-                    timeout: float | None = None) -> RunHandle:
+    async def start(
+        self,
+        workflow: WorkflowRef,
+        payload: Any = None,
+        *,
+        at: datetime | None = None,
+        wait: bool = False,
+        idempotency_key: str | None = None,
+        flow_control: Any = None,
+        timeout: float | None = None,
+    ) -> RunHandle:
         """Offer a start to the gate; the handle says what became of it.
 
         With ``wait=True`` the call returns once the run has ended (its result via
@@ -117,14 +146,21 @@ class Client:
         """
         from ..gate.admission import admit  # the gate decides; the client only asks
 
-        handle = await admit(self, workflow, payload, at=at, wait=wait, idempotency_key=idempotency_key,
-                             flow_control=flow_control)
+        handle = await admit(
+            self, workflow, payload, at=at, wait=wait, idempotency_key=idempotency_key, flow_control=flow_control
+        )
         if wait and handle.run_id is not None:
             await self.result(handle.run_id, timeout=timeout)
         return handle
 
-    async def run(self, workflow: WorkflowRef, payload: Any = None, *, idempotency_key: str | None = None,
-                  timeout: float | None = None) -> Any:
+    async def run(
+        self,
+        workflow: WorkflowRef,
+        payload: Any = None,
+        *,
+        idempotency_key: str | None = None,
+        timeout: float | None = None,
+    ) -> Any:
         """Start and wait: the run's result, or its failure raised."""
         handle = await self.start(workflow, payload, wait=True, idempotency_key=idempotency_key, timeout=timeout)
         assert handle.run_id is not None
@@ -144,7 +180,7 @@ class Client:
         deadline = None if timeout is None else loop.time() + timeout
         delay = 0.01
         while True:
-            row = await self.store.read(lambda tx: ops.get_run(tx, run_id))
+            row = await self.store.read(ops.get_run, run_id)
             if row["status"] in ops.TERMINAL:
                 return self._outcome(row)
             event = self._finished.setdefault(run_id, asyncio.Event())
@@ -184,43 +220,51 @@ class Client:
 
     async def get_run(self, run_id: str) -> RunInfo:
         """One run (``UnknownRun`` if there is none)."""
-        return RunInfo.from_row(await self.store.read(lambda tx: ops.get_run(tx, run_id)))
+        return RunInfo.from_row(await self.store.read(ops.get_run, run_id))
 
-    async def list_runs(self, *, workflow: str | None = None, status: str | None = None,
-                        parent_id: str | None = None, limit: int = 50, offset: int = 0) -> list[RunInfo]:
+    async def list_runs(
+        self,
+        *,
+        workflow: str | None = None,
+        status: str | None = None,
+        parent_id: str | None = None,
+        limit: int = 50,
+        offset: int = 0,
+    ) -> list[RunInfo]:
         """Runs, newest first."""
         if status is not None and status not in ("running", "suspended", "succeeded", "failed", "cancelled"):
             raise ValueError(f"unknown status {status!r}: running, suspended, succeeded, failed or cancelled")
         if limit < 1 or offset < 0:
             raise ValueError("limit must be >= 1 and offset >= 0")
-        rows = await self.store.read(lambda tx: ops.list_runs(tx, workflow=workflow, status=status,
-                                                              parent_id=parent_id, limit=limit, offset=offset))
+        rows = await self.store.read(
+            ops.list_runs, workflow=workflow, status=status, parent_id=parent_id, limit=limit, offset=offset
+        )
         return [RunInfo.from_row(r) for r in rows]
 
     async def steps(self, run_id: str) -> list[StepInfo]:
         """The run's journal, in the order its body reached each entry."""
-        rows = await self.store.read(lambda tx: ops.load_journal(tx, run_id))
+        rows = await self.store.read(ops.load_journal, run_id)
         return [StepInfo.from_row(r) for r in rows]
 
     async def attempts(self, run_id: str) -> list[AttemptInfo]:
-        rows = await self.store.read(lambda tx: ops.list_attempts(tx, run_id))
+        rows = await self.store.read(ops.list_attempts, run_id)
         return [AttemptInfo.from_row(r) for r in rows]
 
     async def events(self, run_id: str) -> list[EventInfo]:
         """The run's lifecycle events, oldest first."""
-        rows = await self.store.read(lambda tx: ops.list_events(tx, run_id))
+        rows = await self.store.read(ops.list_events, run_id)
         return [EventInfo.from_row(r) for r in rows]
 
     # -- messages -----------------------------------------------------------------------
 
     async def signal(self, run_id: str, name: str, payload: Any = None) -> None:
         """Send signal ``name`` to a live run; kept until the body waits for it."""
-        row = await self.store.read(lambda tx: ops.get_run(tx, run_id))
+        row = await self.store.read(ops.get_run, run_id)
         model = self._message_model(row, "signal", name)
         body = _payload_json(model, payload, what=f"signal {name!r}")
         message = {"id": new_id("msg"), "run_id": run_id, "kind": "signal", "name": name, "payload": body}
         now = self.clock.now()
-        await self.store.write(lambda tx: ops.send_message(tx, message, now))
+        await self.store.write(ops.send_message, message, now)
         self.wake(now)
 
     async def update(self, run_id: str, name: str, payload: Any = None, *, timeout: float | None = None) -> Any:
@@ -229,7 +273,7 @@ class Client:
         Raises ``PayloadError`` when the handler's model rejects the payload and
         ``UpdateFailed`` when the handler raised.
         """
-        row = await self.store.read(lambda tx: ops.get_run(tx, run_id))
+        row = await self.store.read(ops.get_run, run_id)
         model = self._message_model(row, "update", name)
         body = _payload_json(model, payload, what=f"update {name!r}")
         mid = new_id("msg")
@@ -237,19 +281,20 @@ class Client:
         now = self.clock.now()
         event = self._settled.setdefault(mid, asyncio.Event())
         try:
-            await self.store.write(lambda tx: ops.send_message(tx, message, now))
+            await self.store.write(ops.send_message, message, now)
             self.wake(now)
             return await self._await_message(mid, name, run_id, event, timeout)
         finally:
             self._settled.pop(mid, None)
 
-    async def _await_message(self, mid: str, name: str, run_id: str, event: asyncio.Event,
-                             timeout: float | None) -> Any:
+    async def _await_message(
+        self, mid: str, name: str, run_id: str, event: asyncio.Event, timeout: float | None
+    ) -> Any:
         loop = asyncio.get_running_loop()
         deadline = None if timeout is None else loop.time() + timeout
         delay = 0.01
         while True:
-            msg = await self.store.read(lambda tx: ops.get_message(tx, mid))
+            msg = await self.store.read(ops.get_message, mid)
             assert msg is not None
             if msg["status"] == "completed":
                 return None if msg["result"] is None else json.loads(msg["result"])
@@ -257,7 +302,7 @@ class Client:
                 if msg["error_tag"] == "PayloadError":
                     raise PayloadError(f"update {name!r}", msg["error_message"])
                 raise UpdateFailed(run_id, name, msg["error_tag"], msg["error_message"])
-            run = await self.store.read(lambda tx: ops.get_run(tx, run_id))
+            run = await self.store.read(ops.get_run, run_id)
             if run["status"] in ops.TERMINAL:
                 raise UpdateFailed(run_id, name, "RunEnded", f"the run ended ({run['status']}) before answering")
             wait = delay if deadline is None else min(delay, deadline - loop.time())
@@ -277,7 +322,7 @@ class Client:
             defn = None
         declared = {} if defn is None else defn.signals if kind == "signal" else defn.updates
         if name in declared:
-            return declared[name]  # type: ignore[no-any-return]
+            return declared[name]
         waiting = json.loads(row["waiting_for"]) if row["waiting_for"] else {}
         ref = (waiting.get("models") or {}).get(name)
         return _import_model(ref) if ref else None
@@ -287,35 +332,35 @@ class Client:
     async def cancel(self, run_id: str, reason: str | None = None) -> None:
         """Cancel a running or suspended run (its children follow their parent-close policy)."""
         now = self.clock.now()
-        stopped = await self.store.write(lambda tx: ops.cancel_run(tx, run_id, reason, now))
+        stopped = await self.store.write(ops.cancel_run, run_id, reason, now)
         self.stopped(stopped, "cancelled")
 
     async def suspend(self, run_id: str, reason: str | None = None) -> None:
         """Park a running run until ``resume``; its journal is kept."""
         now = self.clock.now()
-        await self.store.write(lambda tx: ops.suspend_run(tx, run_id, reason, now))
+        await self.store.write(ops.suspend_run, run_id, reason, now)
         self.stopped([run_id], "suspended")
 
     async def resume(self, run_id: str) -> None:
         """Continue a suspended run: completed steps replay, a failed step runs again."""
-        await self._reopen(lambda tx, now: ops.resume_run(tx, run_id, now))
+        await self._reopen(ops.resume_run, run_id)
 
     async def redrive(self, run_id: str) -> None:
         """Continue a failed run from its journal: completed steps replay, failed ones re-run."""
-        await self._reopen(lambda tx, now: ops.redrive_run(tx, run_id, now))
+        await self._reopen(ops.redrive_run, run_id)
 
     async def resume_from_step(self, run_id: str, step: str) -> None:
         """Re-run a failed run from ``step`` (by name, or ``name#n``): earlier steps replay."""
-        await self._reopen(lambda tx, now: ops.resume_from_step(tx, run_id, step, now))
+        await self._reopen(ops.resume_from_step, run_id, step)
 
     async def discard(self, run_id: str) -> None:
         """Acknowledge a failed run (it stays failed, but leaves the dead-letter view)."""
         now = self.clock.now()
-        await self.store.write(lambda tx: ops.discard_run(tx, run_id, now))
+        await self.store.write(ops.discard_run, run_id, now)
 
     async def retry(self, run_id: str, payload_override: Any = None) -> RunHandle:
         """A fresh run of a failed or cancelled run's workflow (same payload unless overridden)."""
-        row = await self.store.read(lambda tx: ops.get_run(tx, run_id))
+        row = await self.store.read(ops.get_run, run_id)
         if row["status"] not in ("failed", "cancelled"):
             raise RunNotEligible("retry", run_id, row["status"], "only failed or cancelled runs can be retried")
         defn = self.app.get(row["workflow"])
@@ -332,21 +377,19 @@ class Client:
 
         created = await self.store.write(op)
         self.wake(now)
-        return RunHandle(workflow=defn.name, status="started", ticket=created["ticket"], run_id=created["id"],
-                         _client=self)
+        return RunHandle(
+            workflow=defn.name, status="started", ticket=created["ticket"], run_id=created["id"], _client=self
+        )
 
-    async def _reopen(self, op: Callable[[Any, float], Any]) -> None:
+    async def _reopen(self, op: Callable[..., Awaitable[None]], *args: str) -> None:
         now = self.clock.now()
-        await self.store.write(lambda tx: op(tx, now))
+        await self.store.write(op, *args, now)
         self.wake(now)
 
     def stopped(self, run_ids: list[str], reason: str) -> None:
         """Runs ended from outside: stop any local execution and release result waiters."""
         for rid in run_ids:
             self.notify_finished(rid)
-
-    async def write(self, op: Op[Any]) -> Any:
-        return await self.store.write(op)
 
 
 def _payload_json(model: type[BaseModel] | None, payload: Any, *, what: str) -> str:

@@ -37,12 +37,24 @@ class Engine(Client):
     parking; ``stall_after`` is the staleness threshold (per workflow: ``stall_after=``).
     """
 
-    def __init__(self, app: App, store: str | Store = DEFAULT_STORE, *, max_concurrent_runs: int = 200,
-                 lease: Duration = "15s", poll_interval: Duration = "500ms", inline_sleep: Duration = "1s",
-                 stall_after: Duration = "30m", max_reclaims: int = 3, recording: str = "full",
-                 clock: Clock | None = None, worker_id: str | None = None) -> None:
-        super().__init__(app, store, clock=clock, poll_interval=to_seconds(poll_interval, what="poll_interval"),
-                         recording=recording)
+    def __init__(
+        self,
+        app: App,
+        store: str | Store = DEFAULT_STORE,
+        *,
+        max_concurrent_runs: int = 200,
+        lease: Duration = "15s",
+        poll_interval: Duration = "500ms",
+        inline_sleep: Duration = "1s",
+        stall_after: Duration = "30m",
+        max_reclaims: int = 3,
+        recording: str = "full",
+        clock: Clock | None = None,
+        worker_id: str | None = None,
+    ) -> None:
+        super().__init__(
+            app, store, clock=clock, poll_interval=to_seconds(poll_interval, what="poll_interval"), recording=recording
+        )
         if max_concurrent_runs < 1:
             raise ValueError("max_concurrent_runs must be >= 1")
         if max_reclaims < 1:
@@ -67,14 +79,16 @@ class Engine(Client):
     async def open(self) -> None:
         await super().open()
         now = self.clock.now()
-        await self.store.write(lambda tx: ops.register_worker(tx, self.worker_id, self.host, os.getpid(), now))
+        await self.store.write(ops.register_worker, self.worker_id, self.host, os.getpid(), now)
         await self._release_dead_local_workers()
         self._running = True
         from ..sweeps import start_sweeps
 
-        self._tasks = [asyncio.create_task(self._dispatch(), name="lockgate-dispatcher"),
-                       asyncio.create_task(self._renew(), name="lockgate-leases"),
-                       *start_sweeps(self)]
+        self._tasks = [
+            asyncio.create_task(self._dispatch(), name="lockgate-dispatcher"),
+            asyncio.create_task(self._renew(), name="lockgate-leases"),
+            *start_sweeps(self),
+        ]
 
     async def close(self) -> None:
         self._running = False
@@ -94,17 +108,17 @@ class Engine(Client):
         if self._open:
             now = self.clock.now()
             with contextlib.suppress(Exception):
-                await self.store.write(lambda tx: ops.stop_worker(tx, self.worker_id, now))
+                await self.store.write(ops.stop_worker, self.worker_id, now)
         await super().close()
 
     async def _release_dead_local_workers(self) -> None:
         """Runs held by a process on this host that no longer exists are released at once."""
-        rows = await self.store.read(lambda tx: ops.live_workers_on_host(tx, self.host, self.worker_id))
+        rows = await self.store.read(ops.live_workers_on_host, self.host, self.worker_id)
         now = self.clock.now()
         for row in rows:
             if _pid_alive(int(row["pid"])):
                 continue
-            released = await self.store.write(lambda tx, w=row["id"]: ops.stop_worker(tx, w, now, clean=False))
+            released = await self.store.write(ops.stop_worker, row["id"], now, clean=False)
             if released:
                 log.warning("worker %s (pid %s) is gone; released %d run(s)", row["id"], row["pid"], len(released))
 
@@ -143,7 +157,8 @@ class Engine(Client):
                     due = await self.store.read(ops.next_wake)
                     if due is not None and due <= now:
                         claimed = await self.store.write(
-                            lambda tx: ops.claim_runs(tx, self.worker_id, now, now + self.lease, free, names))
+                            ops.claim_runs, self.worker_id, now, now + self.lease, free, names
+                        )
                 for row in claimed:
                     self._launch(row)
                 if claimed and len(claimed) == free:
@@ -178,14 +193,20 @@ class Engine(Client):
             if not defn.accepts_version(row["version"]):
                 error = WorkflowVersionIncompatible(
                     f"run {run_id} was started by version {row['version']!r}; this code is {defn.version!r} "
-                    f"(compatible_with: {list(defn.compatible_with)})")
+                    f"(compatible_with: {list(defn.compatible_with)})"
+                )
                 now = self.clock.now()
-                await self.store.write(lambda tx: ops.finish_run(
-                    tx, fence, now, status="failed", error_tag="WorkflowVersionIncompatible",
-                    error_message=str(error)))
+                await self.store.write(
+                    ops.finish_run,
+                    fence,
+                    now,
+                    status="failed",
+                    error_tag="WorkflowVersionIncompatible",
+                    error_message=str(error),
+                )
                 self.after_finish(run_id, [])
                 return
-            journal = await self.store.read(lambda tx: ops.load_journal(tx, run_id))
+            journal = await self.store.read(ops.load_journal, run_id)
             execution = Execution(self, defn, row, journal)
             self._executions[run_id] = execution
             await execution.run()
@@ -201,14 +222,17 @@ class Engine(Client):
 
     async def _crash_looped(self, row: Row, fence: ops.Fence) -> None:
         now = self.clock.now()
-        message = (f"the body was entered {row['reclaim_count']} time(s) in a row without finishing "
-                   f"(max_reclaims={self.max_reclaims})")
+        message = (
+            f"the body was entered {row['reclaim_count']} time(s) in a row without finishing "
+            f"(max_reclaims={self.max_reclaims})"
+        )
 
         async def op(tx: Any) -> None:
             await ops.touch(tx, fence, now)
             await ops.add_event(tx, row["id"], "run-crashlooped", now, {"reclaims": row["reclaim_count"]})
-            await ops.suspend_run(tx, row["id"], "crash loop", now, error_tag=WorkflowCrashLooped.__name__,
-                                  error_message=message)
+            await ops.suspend_run(
+                tx, row["id"], "crash loop", now, error_tag=WorkflowCrashLooped.__name__, error_message=message
+            )
 
         await self.store.write(op)
         self.notify_finished(row["id"])
@@ -221,8 +245,7 @@ class Engine(Client):
             await asyncio.sleep(interval)
             now = self.clock.now()
             try:
-                held = await self.store.write(
-                    lambda tx: ops.renew_leases(tx, self.worker_id, now, now + self.lease))
+                held = await self.store.write(ops.renew_leases, self.worker_id, now, now + self.lease)
             except asyncio.CancelledError:
                 raise
             except Exception:

@@ -53,7 +53,7 @@ class _Wait:
     models: dict[str, str] = field(default_factory=dict)
 
 
-class _Parked(BaseException):  # noqa: N818 - control flow
+class _Parked(BaseException):
     """The body is blocked for good; the executor parks the run."""
 
 
@@ -131,9 +131,16 @@ class Execution(Context):
         models = {k: v for w in waits for k, v in w.models.items()}
         self._tripwire(parked=True)
         try:
-            woke = await self._store.write(lambda tx: ops.park_run(
-                tx, self.fence, self._clock.now(), wake_at=wake_at, waiting_on=waiting_on,
-                names=names, children=children, models=models))
+            woke = await self._store.write(
+                ops.park_run,
+                self.fence,
+                self._clock.now(),
+                wake_at=wake_at,
+                waiting_on=waiting_on,
+                names=names,
+                children=children,
+                models=models,
+            )
         except ops.Fenced:
             return
         self._engine.wake(woke)
@@ -151,8 +158,7 @@ class Execution(Context):
         self._tripwire(parked=False)
         output = encode(value, self.defn.result_type)
         try:
-            stopped = await self._store.write(lambda tx: ops.finish_run(tx, self.fence, now, status="succeeded",
-                                                                         output=output))
+            stopped = await self._store.write(ops.finish_run, self.fence, now, status="succeeded", output=output)
         except ops.Fenced:
             return
         self._engine.after_finish(self.run_id, stopped)
@@ -163,10 +169,19 @@ class Execution(Context):
         now = self._clock.now()
         status = "suspended" if self.defn.suspend_on_failure else "failed"
         try:
-            stopped = await self._store.write(lambda tx: ops.finish_run(
-                tx, self.fence, now, status=status, error_tag=tag, error_message=message,
-                event={"error_tag": tag, "error_message": message,
-                       "reason": "failure" if status == "suspended" else None}))
+            stopped = await self._store.write(
+                ops.finish_run,
+                self.fence,
+                now,
+                status=status,
+                error_tag=tag,
+                error_message=message,
+                event={
+                    "error_tag": tag,
+                    "error_message": message,
+                    "reason": "failure" if status == "suspended" else None,
+                },
+            )
         except ops.Fenced:
             return
         self._engine.after_finish(self.run_id, stopped)
@@ -198,15 +213,18 @@ class Execution(Context):
             return
         unreached = [k for k in self._recorded if k not in self._reached]
         if parked:  # a parked body has not run past its wait; only the extras are telling
-            unreached = [k for k in unreached if self._journal[k]["status"] == "completed" and
-                         self._journal[k]["kind"] == "step" and self._extra]
+            unreached = [
+                k
+                for k in unreached
+                if self._journal[k]["status"] == "completed" and self._journal[k]["kind"] == "step" and self._extra
+            ]
         if unreached or self._extra:
             data = {"unreached": unreached, "extra": self._extra}
             self._event("nondeterminism-suspected", data)
 
     def _event(self, type_: str, data: dict[str, Any] | None = None) -> None:
         now = self._clock.now()
-        self._store.write_nowait(lambda tx: ops.add_event(tx, self.run_id, type_, now, data))
+        self._store.write_nowait(ops.add_event, self.run_id, type_, now, data)
 
     @contextlib.asynccontextmanager
     async def _op(self) -> AsyncIterator[None]:
@@ -231,7 +249,7 @@ class Execution(Context):
         now = self._clock.now()
         entry = {"seq": self._seq(), **entry}
         try:
-            await self._store.write(lambda tx: ops.record_entry(tx, self.fence, entry, now, message=message))
+            await self._store.write(ops.record_entry, self.fence, entry, now, message=message)
         except ops.Fenced:
             self.stop("lease lost")
             raise
@@ -239,8 +257,15 @@ class Execution(Context):
 
     # -- Context: steps ------------------------------------------------------------------
 
-    async def step(self, name: str, fn: Callable[..., Any], *args: Any, retry: Retry | None = None,
-                   input: Any = None, **kwargs: Any) -> Any:
+    async def step(
+        self,
+        name: str,
+        fn: Callable[..., Any],
+        *args: Any,
+        retry: Retry | None = None,
+        input: Any = None,
+        **kwargs: Any,
+    ) -> Any:
         if not callable(fn):
             raise TypeError(f"ctx.step({name!r}, ...): fn must be callable, got {type(fn).__name__}")
         key = self._key(name)
@@ -271,25 +296,59 @@ class Execution(Context):
                         budget = to_seconds(policy.max_elapsed)
                         give_up = self._clock.now() + delay - first > budget
                     if give_up:
-                        await self._record({"step_key": key, "kind": "step", "status": "failed", "error_tag": tag,
-                                            "error_message": message, "attempts": attempt, "started_at": first})
+                        await self._record(
+                            {
+                                "step_key": key,
+                                "kind": "step",
+                                "status": "failed",
+                                "error_tag": tag,
+                                "error_message": message,
+                                "attempts": attempt,
+                                "started_at": first,
+                            }
+                        )
                         raise StepFailed(name, tag, message, attempt) from exc
                     self._engine.on_step_error(self, key, exc)
                     await self._clock.sleep_until(self._clock.now() + delay)
                     continue
                 output = encode(result, rtype)
                 self._attempt(key, attempt, "completed", started, recorded_input, None, None)
-                await self._record({"step_key": key, "kind": "step", "status": "completed", "output": output,
-                                    "attempts": attempt, "started_at": first})
+                await self._record(
+                    {
+                        "step_key": key,
+                        "kind": "step",
+                        "status": "completed",
+                        "output": output,
+                        "attempts": attempt,
+                        "started_at": first,
+                    }
+                )
                 return result
 
-    def _attempt(self, key: str, attempt: int, status: str, started: float, input_: str | None,
-                 tag: str | None, message: str | None) -> None:
+    def _attempt(
+        self,
+        key: str,
+        attempt: int,
+        status: str,
+        started: float,
+        input_: str | None,
+        tag: str | None,
+        message: str | None,
+    ) -> None:
         if self._coarse:
             return
-        row = {"run_id": self.run_id, "step_key": key, "attempt": attempt, "status": status, "input": input_,
-               "error_tag": tag, "error_message": message, "started_at": started, "finished_at": self._clock.now()}
-        self._store.write_nowait(lambda tx: ops.add_attempt(tx, row))
+        row = {
+            "run_id": self.run_id,
+            "step_key": key,
+            "attempt": attempt,
+            "status": status,
+            "input": input_,
+            "error_tag": tag,
+            "error_message": message,
+            "started_at": started,
+            "finished_at": self._clock.now(),
+        }
+        self._store.write_nowait(ops.add_attempt, row)
 
     # -- Context: time -------------------------------------------------------------------
 
@@ -311,8 +370,16 @@ class Execution(Context):
             if entry is None:
                 now = self._clock.now()
                 due = due_from(now)
-                await self._record({"step_key": key, "kind": "sleep", "status": "pending", "due_at": due,
-                                     "started_at": now, "finished_at": None})
+                await self._record(
+                    {
+                        "step_key": key,
+                        "kind": "sleep",
+                        "status": "pending",
+                        "due_at": due,
+                        "started_at": now,
+                        "finished_at": None,
+                    }
+                )
                 self._event("timer-set", {"step": key, "due_at": due})
             else:
                 due = float(entry["due_at"])
@@ -321,8 +388,15 @@ class Execution(Context):
         if due > self._clock.now():
             await self._block(_Wait("timer", wake_at=due))
         async with self._op():
-            await self._record({"step_key": key, "kind": "sleep", "status": "completed", "due_at": due,
-                                "started_at": (entry or self._journal[key])["started_at"]})
+            await self._record(
+                {
+                    "step_key": key,
+                    "kind": "sleep",
+                    "status": "completed",
+                    "due_at": due,
+                    "started_at": (entry or self._journal[key])["started_at"],
+                }
+            )
             self._event("timer-fired", {"step": key})
 
     async def now(self) -> datetime:
@@ -363,30 +437,52 @@ class Execution(Context):
                 if entry is None:
                     now = self._clock.now()
                     due = now + to_seconds(timeout, what=f"ctx.wait_for_signal({name!r}, timeout)")
-                    await self._record({"step_key": key, "kind": "signal", "status": "pending", "due_at": due,
-                                        "started_at": now, "finished_at": None})
+                    await self._record(
+                        {
+                            "step_key": key,
+                            "kind": "signal",
+                            "status": "pending",
+                            "due_at": due,
+                            "started_at": now,
+                            "finished_at": None,
+                        }
+                    )
                 else:
                     due = float(entry["due_at"])
             while True:
-                message = await self._store.read(lambda tx: ops.next_message(tx, self.run_id, "signal", name))
+                message = await self._store.read(ops.next_message, self.run_id, "signal", name)
                 if message is None:
                     break
                 try:
                     value = validate_payload(model, message["payload"], what=f"signal {name!r}")
                 except PayloadError as exc:
                     now = self._clock.now()
-                    await self._store.write(lambda tx: ops.settle_message(
-                        tx, message["id"], now, status="failed", error_tag="PayloadError", error_message=str(exc)))
+                    await self._store.write(
+                        ops.settle_message,
+                        message["id"],
+                        now,
+                        status="failed",
+                        error_tag="PayloadError",
+                        error_message=str(exc),
+                    )
                     self._event("signal-rejected", {"name": name, "message_id": message["id"], "error": str(exc)})
                     continue
-                await self._record({"step_key": key, "kind": "signal", "status": "completed",
-                                    "output": value.model_dump_json(), "due_at": due},
-                                   message={"id": message["id"], "status": "consumed"})
+                await self._record(
+                    {
+                        "step_key": key,
+                        "kind": "signal",
+                        "status": "completed",
+                        "output": value.model_dump_json(),
+                        "due_at": due,
+                    },
+                    message={"id": message["id"], "status": "consumed"},
+                )
                 self._event("signal-received", {"name": name, "message_id": message["id"], "step": key})
                 return value
             if due is not None and due <= self._clock.now():
-                await self._record({"step_key": key, "kind": "signal", "status": "completed", "output": None,
-                                    "due_at": due})
+                await self._record(
+                    {"step_key": key, "kind": "signal", "status": "completed", "output": None, "due_at": due}
+                )
                 self._event("signal-timed-out", {"name": name, "step": key})
                 return None
             self._event("signal-awaited", {"name": name, "step": key, "timeout_at": due})
@@ -400,7 +496,7 @@ class Execution(Context):
             return decode(entry["output"], rtype)  # type: ignore[no-any-return]
         async with self._op():
             while True:
-                message = await self._store.read(lambda tx: ops.next_message(tx, self.run_id, "update", name))
+                message = await self._store.read(ops.next_message, self.run_id, "update", name)
                 if message is None:
                     break
                 mid = message["id"]
@@ -413,15 +509,19 @@ class Execution(Context):
                 except Exception as exc:
                     tag, text = _describe(exc)
                     now = self._clock.now()
-                    await self._store.write(lambda tx: ops.settle_message(
-                        tx, mid, now, status="failed", error_tag=tag, error_message=text))
-                    self._event("update-failed", {"name": name, "message_id": mid, "error_tag": tag,
-                                                  "error_message": text})
+                    await self._store.write(
+                        ops.settle_message, mid, now, status="failed", error_tag=tag, error_message=text
+                    )
+                    self._event(
+                        "update-failed", {"name": name, "message_id": mid, "error_tag": tag, "error_message": text}
+                    )
                     self._engine.message_settled(mid)
                     continue
                 output = encode(result, rtype)
-                await self._record({"step_key": key, "kind": "update", "status": "completed", "output": output},
-                                   message={"id": mid, "status": "completed", "result": output})
+                await self._record(
+                    {"step_key": key, "kind": "update", "status": "completed", "output": output},
+                    message={"id": mid, "status": "completed", "result": output},
+                )
                 self._event("update-completed", {"name": name, "message_id": mid, "step": key})
                 self._engine.message_settled(mid)
                 return result  # type: ignore[no-any-return]
@@ -429,8 +529,9 @@ class Execution(Context):
 
     # -- Context: children ---------------------------------------------------------------
 
-    async def start_child(self, workflow: str | Callable[..., Any], payload: Any, *,
-                          parent_close: ParentClose = "cancel") -> ChildHandle:
+    async def start_child(
+        self, workflow: str | Callable[..., Any], payload: Any, *, parent_close: ParentClose = "cancel"
+    ) -> ChildHandle:
         if parent_close not in ("cancel", "terminate", "abandon"):
             raise ValueError(f"parent_close must be 'cancel', 'terminate' or 'abandon', not {parent_close!r}")
         child_def = self._engine.app.get(workflow)
@@ -442,11 +543,15 @@ class Execution(Context):
         async with self._op():
             now = self._clock.now()
             child_id = new_id("run")
-            run = self._engine.new_run_row(child_def, model, run_id=child_id,
-                                           identity=f"child:{self.run_id}:{key}")
+            run = self._engine.new_run_row(child_def, model, run_id=child_id, identity=f"child:{self.run_id}:{key}")
             run.update(parent_id=self.run_id, parent_close=parent_close, recording=self.row["recording"])
-            entry_row = {"step_key": key, "seq": self._seq(), "kind": "child", "status": "completed",
-                         "output": encode(child_id)}
+            entry_row = {
+                "step_key": key,
+                "seq": self._seq(),
+                "kind": "child",
+                "status": "completed",
+                "output": encode(child_id),
+            }
 
             async def start(tx: Any) -> str:
                 row, _ = await ops.create_run(tx, run, now)
@@ -472,12 +577,15 @@ class Execution(Context):
             rtype = None
         if entry is None or entry["status"] != "completed":
             async with self._op():
-                row = await self._store.read(lambda tx: ops.get_run(tx, handle.run_id))
+                row = await self._store.read(ops.get_run, handle.run_id)
                 if row["status"] in ops.TERMINAL:
-                    outcome = {"status": row["status"], "output": row["output"], "error_tag": row["error_tag"],
-                               "error_message": row["error_message"]}
-                    entry = {"step_key": key, "kind": "wait_child", "status": "completed",
-                             "output": encode(outcome)}
+                    outcome = {
+                        "status": row["status"],
+                        "output": row["output"],
+                        "error_tag": row["error_tag"],
+                        "error_message": row["error_message"],
+                    }
+                    entry = {"step_key": key, "kind": "wait_child", "status": "completed", "output": encode(outcome)}
                     await self._record(entry)
             if entry is None or entry["status"] != "completed":
                 await self._block(_Wait("child", children=[handle.run_id]))

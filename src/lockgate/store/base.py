@@ -12,11 +12,12 @@ from __future__ import annotations
 
 import abc
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from typing import Any, TypeVar
+from typing import Any, Concatenate, ParamSpec, TypeVar
 
 __all__ = ["Op", "Row", "Store", "Tx"]
 
 T = TypeVar("T")
+P = ParamSpec("P")
 Row = dict[str, Any]
 
 
@@ -42,7 +43,8 @@ class Tx(abc.ABC):
         return None if row is None else next(iter(row.values()))
 
 
-Op = Callable[[Tx], Awaitable[T]]
+Op = Callable[Concatenate[Tx, P], Awaitable[T]]
+"""An operation: an async function whose first argument is the transaction."""
 
 
 class Store(abc.ABC):
@@ -60,16 +62,16 @@ class Store(abc.ABC):
         """Flush queued writes and disconnect."""
 
     @abc.abstractmethod
-    async def write(self, op: Op[T]) -> T:
-        """Run ``op`` in the next group commit; resolves once it is durable."""
+    async def write(self, op: Op[P, T], /, *args: P.args, **kwargs: P.kwargs) -> T:
+        """Run ``op(tx, *args, **kwargs)`` in the next group commit; resolves once it is durable."""
 
     @abc.abstractmethod
-    def write_nowait(self, op: Op[Any]) -> None:
+    def write_nowait(self, op: Op[P, Any], /, *args: P.args, **kwargs: P.kwargs) -> None:
         """Queue ``op`` for the next group commit without waiting (introspection rows)."""
 
     @abc.abstractmethod
-    async def read(self, op: Op[T]) -> T:
-        """Run a read-only ``op`` on committed data."""
+    async def read(self, op: Op[P, T], /, *args: P.args, **kwargs: P.kwargs) -> T:
+        """Run a read-only ``op(tx, *args, **kwargs)`` on committed data."""
 
     def add_listener(self, callback: Callable[[str, str], None]) -> None:  # noqa: B027
         """Be told of wake-ups other processes publish (``channel``, ``payload``)."""

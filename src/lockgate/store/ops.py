@@ -19,7 +19,7 @@ TERMINAL = ("succeeded", "failed", "cancelled")
 LIVE = ("running", "suspended")
 
 
-class Fenced(BaseException):  # noqa: N818 - control flow, not an error
+class Fenced(BaseException):
     """This worker no longer holds the run's lease; its write was refused."""
 
 
@@ -39,15 +39,27 @@ class Fence:
 async def create_run(tx: Tx, run: dict[str, Any], now: float) -> tuple[Row, bool]:
     """Insert ``run`` unless its identity is spent; ``(row, created)``."""
     params = {
-        "parent_id": None, "parent_close": None, "retry_of": None, "ticket": None,
-        "idempotency_key": None, "version": None, "recording": "full", "wake_at": now,
-        **run, "now": now,
+        "parent_id": None,
+        "parent_close": None,
+        "retry_of": None,
+        "ticket": None,
+        "idempotency_key": None,
+        "version": None,
+        "recording": "full",
+        "wake_at": now,
+        **run,
+        "now": now,
     }
     params.setdefault("identity", run["id"])
     inserted = await tx.execute("insert_run", params)
     if inserted:
-        await add_event(tx, run["id"], "run-started", now, {"workflow": run["workflow"], "ticket": params["ticket"],
-                                                            "parent_id": params["parent_id"]})
+        await add_event(
+            tx,
+            run["id"],
+            "run-started",
+            now,
+            {"workflow": run["workflow"], "ticket": params["ticket"], "parent_id": params["parent_id"]},
+        )
         row = await tx.one("get_run", {"id": run["id"]})
         assert row is not None
         return row, True
@@ -67,16 +79,25 @@ async def find_run(tx: Tx, run_id: str) -> Row | None:
     return await tx.one("get_run", {"id": run_id})
 
 
-async def list_runs(tx: Tx, *, workflow: str | None = None, status: str | None = None,
-                    parent_id: str | None = None, limit: int = 50, offset: int = 0) -> list[Row]:
-    return await tx.execute("list_runs", {"workflow": workflow, "status": status, "parent_id": parent_id,
-                                          "limit": limit, "offset": offset})
+async def list_runs(
+    tx: Tx,
+    *,
+    workflow: str | None = None,
+    status: str | None = None,
+    parent_id: str | None = None,
+    limit: int = 50,
+    offset: int = 0,
+) -> list[Row]:
+    return await tx.execute(
+        "list_runs", {"workflow": workflow, "status": status, "parent_id": parent_id, "limit": limit, "offset": offset}
+    )
 
 
-async def claim_runs(tx: Tx, owner: str, now: float, lease_until: float, limit: int,
-                     workflows: list[str]) -> list[Row]:
-    return await tx.execute("claim_runs", {"owner": owner, "now": now, "lease_until": lease_until, "limit": limit,
-                                           "workflows": json.dumps(workflows)})
+async def claim_runs(tx: Tx, owner: str, now: float, lease_until: float, limit: int, workflows: list[str]) -> list[Row]:
+    return await tx.execute(
+        "claim_runs",
+        {"owner": owner, "now": now, "lease_until": lease_until, "limit": limit, "workflows": json.dumps(workflows)},
+    )
 
 
 async def next_wake(tx: Tx) -> float | None:
@@ -102,27 +123,49 @@ async def load_journal(tx: Tx, run_id: str) -> list[Row]:
     return await tx.execute("load_journal", {"run_id": run_id})
 
 
-async def record_entry(tx: Tx, fence: Fence, entry: dict[str, Any], now: float, *,
-                       message: dict[str, Any] | None = None) -> None:
+async def record_entry(
+    tx: Tx, fence: Fence, entry: dict[str, Any], now: float, *, message: dict[str, Any] | None = None
+) -> None:
     """Journal one reached operation for a held run (and settle the message it consumed)."""
     await touch(tx, fence, now)
-    await tx.execute("upsert_journal", {
-        "output": None, "error_tag": None, "error_message": None, "attempts": 0, "due_at": None,
-        "started_at": now, "finished_at": now, **entry, "run_id": fence.run_id,
-    })
+    await tx.execute(
+        "upsert_journal",
+        {
+            "output": None,
+            "error_tag": None,
+            "error_message": None,
+            "attempts": 0,
+            "due_at": None,
+            "started_at": now,
+            "finished_at": now,
+            **entry,
+            "run_id": fence.run_id,
+        },
+    )
     if message is not None:
-        await tx.execute("settle_message", {"step_key": entry["step_key"], "result": None, "error_tag": None,
-                                            "error_message": None, "now": now, **message})
+        await tx.execute(
+            "settle_message",
+            {
+                "step_key": entry["step_key"],
+                "result": None,
+                "error_tag": None,
+                "error_message": None,
+                "now": now,
+                **message,
+            },
+        )
 
 
 async def add_attempt(tx: Tx, attempt: dict[str, Any]) -> None:
-    await tx.execute("insert_attempt", {"input": None, "error_tag": None, "error_message": None,
-                                        "finished_at": None, **attempt})
+    await tx.execute(
+        "insert_attempt", {"input": None, "error_tag": None, "error_message": None, "finished_at": None, **attempt}
+    )
 
 
 async def add_event(tx: Tx, run_id: str, type_: str, now: float, data: dict[str, Any] | None = None) -> None:
-    await tx.execute("insert_event", {"run_id": run_id, "type": type_, "at": now,
-                                      "data": None if data is None else dump_json(data)})
+    await tx.execute(
+        "insert_event", {"run_id": run_id, "type": type_, "at": now, "data": None if data is None else dump_json(data)}
+    )
 
 
 async def list_events(tx: Tx, run_id: str) -> list[Row]:
@@ -136,29 +179,58 @@ async def list_attempts(tx: Tx, run_id: str) -> list[Row]:
 # -- parking, finishing ---------------------------------------------------------------------
 
 
-async def park_run(tx: Tx, fence: Fence, now: float, *, wake_at: float | None, waiting_on: str,
-                   names: list[str], children: list[str], models: dict[str, str] | None = None) -> float | None:
+async def park_run(
+    tx: Tx,
+    fence: Fence,
+    now: float,
+    *,
+    wake_at: float | None,
+    waiting_on: str,
+    names: list[str],
+    children: list[str],
+    models: dict[str, str] | None = None,
+) -> float | None:
     """Release a held run until ``wake_at`` or a message/child it waits for; the wake time set."""
     if names or children:
-        hit = await tx.one("pending_for_waits", {"run_id": fence.run_id, "names": json.dumps(names),
-                                                 "children": json.dumps(children)})
+        hit = await tx.one(
+            "pending_for_waits", {"run_id": fence.run_id, "names": json.dumps(names), "children": json.dumps(children)}
+        )
         if hit is not None:
             wake_at = now
     waiting_for = None
     if names or children:
         waiting_for = dump_json({"names": names, "children": children, "models": models or {}})
-    if not await tx.execute("park_run", {**fence.params(), "now": now, "wake_at": wake_at,
-                                         "waiting_on": waiting_on, "waiting_for": waiting_for}):
+    if not await tx.execute(
+        "park_run",
+        {**fence.params(), "now": now, "wake_at": wake_at, "waiting_on": waiting_on, "waiting_for": waiting_for},
+    ):
         raise Fenced()
     return wake_at
 
 
-async def finish_run(tx: Tx, fence: Fence, now: float, *, status: str, output: str | None = None,
-                     error_tag: str | None = None, error_message: str | None = None,
-                     event: dict[str, Any] | None = None) -> list[str]:
+async def finish_run(
+    tx: Tx,
+    fence: Fence,
+    now: float,
+    *,
+    status: str,
+    output: str | None = None,
+    error_tag: str | None = None,
+    error_message: str | None = None,
+    event: dict[str, Any] | None = None,
+) -> list[str]:
     """End a held run; returns the ids of children closed with it (to stop locally)."""
-    rows = await tx.execute("finish_run", {**fence.params(), "now": now, "status": status, "output": output,
-                                           "error_tag": error_tag, "error_message": error_message})
+    rows = await tx.execute(
+        "finish_run",
+        {
+            **fence.params(),
+            "now": now,
+            "status": status,
+            "output": output,
+            "error_tag": error_tag,
+            "error_message": error_message,
+        },
+    )
     if not rows:
         raise Fenced()
     await add_event(tx, fence.run_id, f"run-{status}", now, event or _error_data(error_tag, error_message))
@@ -183,19 +255,44 @@ async def _closed(tx: Tx, run_id: str, parent_id: str | None, now: float) -> lis
         if policy == "abandon":
             continue
         tag = "Terminated" if policy == "terminate" else "Cancelled"
-        stopped += await _end(tx, child["id"], None, now, status="cancelled", error_tag=tag,
-                              error_message=f"parent {run_id} closed ({policy})",
-                              event={"reason": "parent-closed", "policy": policy, "parent_id": run_id})
+        stopped += await _end(
+            tx,
+            child["id"],
+            None,
+            now,
+            status="cancelled",
+            error_tag=tag,
+            error_message=f"parent {run_id} closed ({policy})",
+            event={"reason": "parent-closed", "policy": policy, "parent_id": run_id},
+        )
     return stopped
 
 
-async def _end(tx: Tx, run_id: str, from_status: str | None, now: float, *, status: str,
-               error_tag: str | None, error_message: str | None, event: dict[str, Any]) -> list[str]:
+async def _end(
+    tx: Tx,
+    run_id: str,
+    from_status: str | None,
+    now: float,
+    *,
+    status: str,
+    error_tag: str | None,
+    error_message: str | None,
+    event: dict[str, Any],
+) -> list[str]:
     row = await get_run(tx, run_id)
     source = from_status or row["status"]
-    changed = await tx.execute("set_status", {"run_id": run_id, "from_status": source, "status": status,
-                                              "error_tag": error_tag, "error_message": error_message,
-                                              "wake_at": None, "now": now})
+    changed = await tx.execute(
+        "set_status",
+        {
+            "run_id": run_id,
+            "from_status": source,
+            "status": status,
+            "error_tag": error_tag,
+            "error_message": error_message,
+            "wake_at": None,
+            "now": now,
+        },
+    )
     if not changed:
         return []
     await add_event(tx, run_id, f"run-{status}", now, event)
@@ -209,18 +306,42 @@ async def cancel_run(tx: Tx, run_id: str, reason: str | None, now: float) -> lis
     row = await get_run(tx, run_id)
     if row["status"] not in LIVE:
         raise RunNotEligible("cancel", run_id, row["status"], "only running or suspended runs can be cancelled")
-    return await _end(tx, run_id, row["status"], now, status="cancelled", error_tag="Cancelled",
-                      error_message=reason or "cancelled", event={"reason": reason})
+    return await _end(
+        tx,
+        run_id,
+        row["status"],
+        now,
+        status="cancelled",
+        error_tag="Cancelled",
+        error_message=reason or "cancelled",
+        event={"reason": reason},
+    )
 
 
-async def suspend_run(tx: Tx, run_id: str, reason: str | None, now: float, *,
-                      error_tag: str | None = None, error_message: str | None = None) -> None:
+async def suspend_run(
+    tx: Tx,
+    run_id: str,
+    reason: str | None,
+    now: float,
+    *,
+    error_tag: str | None = None,
+    error_message: str | None = None,
+) -> None:
     row = await get_run(tx, run_id)
     if row["status"] != "running":
         raise RunNotEligible("suspend", run_id, row["status"], "only a running run can be suspended")
-    await tx.execute("set_status", {"run_id": run_id, "from_status": "running", "status": "suspended",
-                                    "error_tag": error_tag, "error_message": error_message, "wake_at": None,
-                                    "now": now})
+    await tx.execute(
+        "set_status",
+        {
+            "run_id": run_id,
+            "from_status": "running",
+            "status": "suspended",
+            "error_tag": error_tag,
+            "error_message": error_message,
+            "wake_at": None,
+            "now": now,
+        },
+    )
     await add_event(tx, run_id, "run-suspended", now, {"reason": reason, "error_tag": error_tag})
 
 
@@ -235,8 +356,18 @@ async def resume_run(tx: Tx, run_id: str, now: float) -> None:
 
 
 async def _reopen(tx: Tx, run_id: str, from_status: str, now: float) -> None:
-    await tx.execute("set_status", {"run_id": run_id, "from_status": from_status, "status": "running",
-                                    "error_tag": None, "error_message": None, "wake_at": now, "now": now})
+    await tx.execute(
+        "set_status",
+        {
+            "run_id": run_id,
+            "from_status": from_status,
+            "status": "running",
+            "error_tag": None,
+            "error_message": None,
+            "wake_at": now,
+            "now": now,
+        },
+    )
     await tx.execute("clear_failure", {"run_id": run_id})
 
 
@@ -264,8 +395,12 @@ async def resume_from_step(tx: Tx, run_id: str, step: str, now: float) -> None:
     match = next((e for e in journal if e["step_key"] == key), None)
     if match is None:
         known = sorted({e["step_key"].rsplit("#", 1)[0] for e in journal if e["kind"] == "step"})
-        raise RunNotEligible("resume-from-step", run_id, row["status"],
-                             f"no step {step!r} in its journal; steps: {', '.join(known) or '(none)'}")
+        raise RunNotEligible(
+            "resume-from-step",
+            run_id,
+            row["status"],
+            f"no step {step!r} in its journal; steps: {', '.join(known) or '(none)'}",
+        )
     await tx.execute("delete_journal_from", {"run_id": run_id, "seq": match["seq"]})
     await _reopen(tx, run_id, "failed", now)
     await add_event(tx, run_id, "run-redriven", now, {"from_step": key})
@@ -288,8 +423,13 @@ async def send_message(tx: Tx, message: dict[str, Any], now: float) -> Row:
     if row["status"] not in LIVE:
         raise RunNotEligible(verb, row["id"], row["status"], f"a finished run takes no {verb}s")
     await tx.execute("insert_message", {**message, "now": now})
-    await add_event(tx, row["id"], f"{verb}-{'sent' if verb == 'signal' else 'requested'}", now,
-                    {"name": message["name"], "message_id": message["id"]})
+    await add_event(
+        tx,
+        row["id"],
+        f"{verb}-{'sent' if verb == 'signal' else 'requested'}",
+        now,
+        {"name": message["name"], "message_id": message["id"]},
+    )
     await tx.execute("wake_run", {"run_id": row["id"], "now": now, "waiting_on": verb})
     return row
 
@@ -302,12 +442,29 @@ async def get_message(tx: Tx, message_id: str) -> Row | None:
     return await tx.one("get_message", {"id": message_id})
 
 
-async def settle_message(tx: Tx, message_id: str, now: float, *, status: str, result: str | None = None,
-                         error_tag: str | None = None, error_message: str | None = None,
-                         step_key: str | None = None) -> bool:
-    rows = await tx.execute("settle_message", {"id": message_id, "status": status, "result": result,
-                                               "error_tag": error_tag, "error_message": error_message,
-                                               "step_key": step_key, "now": now})
+async def settle_message(
+    tx: Tx,
+    message_id: str,
+    now: float,
+    *,
+    status: str,
+    result: str | None = None,
+    error_tag: str | None = None,
+    error_message: str | None = None,
+    step_key: str | None = None,
+) -> bool:
+    rows = await tx.execute(
+        "settle_message",
+        {
+            "id": message_id,
+            "status": status,
+            "result": result,
+            "error_tag": error_tag,
+            "error_message": error_message,
+            "step_key": step_key,
+            "now": now,
+        },
+    )
     return bool(rows)
 
 

@@ -17,8 +17,8 @@ import logging
 import os
 import sqlite3
 import time
-from collections.abc import Coroutine, Mapping, Sequence
-from typing import Any, TypeVar
+from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
+from typing import Any, ParamSpec, TypeVar
 from urllib.parse import parse_qs, urlsplit
 
 from ..errors import StoreError
@@ -29,6 +29,8 @@ __all__ = ["SQLiteStore"]
 
 log = logging.getLogger("lockgate.store")
 T = TypeVar("T")
+P = ParamSpec("P")
+_Bound = Callable[[Tx], Awaitable[Any]]
 
 
 def _dict_row(cursor: sqlite3.Cursor, row: tuple[Any, ...]) -> Row:
@@ -49,8 +51,18 @@ class _SQLiteTx(Tx):
         self._conn.executemany(self._queries[name], params)
 
 
-def run_sync(coro: Coroutine[Any, Any, T]) -> T:
+def _bind(op: Op[P, Any], /, *args: P.args, **kwargs: P.kwargs) -> _Bound:
+    def bound(tx: Tx) -> Awaitable[Any]:
+        return op(tx, *args, **kwargs)
+
+    return bound
+
+
+def run_sync(awaitable: Awaitable[T]) -> T:
     """Drive a coroutine that never suspends (every SQLite op) to its result, in place."""
+    coro = awaitable if isinstance(awaitable, Coroutine) else None
+    if coro is None:
+        raise TypeError("a store operation must be an async function")
     try:
         coro.send(None)
     except StopIteration as done:
@@ -90,7 +102,7 @@ class SQLiteStore(Store):
             raise ValueError(f"store URL {url!r}: unknown option(s) {', '.join(sorted(query))}")
         self._conn: sqlite3.Connection | None = None
         self._queries = load_queries("sqlite")
-        self._pending: list[tuple[Op[Any], asyncio.Future[Any] | None]] = []
+        self._pending: list[tuple[_Bound, asyncio.Future[Any] | None]] = []
         self._flush_scheduled = False
         self._loop: asyncio.AbstractEventLoop | None = None
         self.commits = 0
@@ -153,18 +165,18 @@ class SQLiteStore(Store):
 
     # -- writes -------------------------------------------------------------------------
 
-    async def write(self, op: Op[T]) -> T:
+    async def write(self, op: Op[P, T], /, *args: P.args, **kwargs: P.kwargs) -> T:
         self._require()
         assert self._loop is not None
         future: asyncio.Future[T] = self._loop.create_future()
-        self._pending.append((op, future))
+        self._pending.append((_bind(op, *args, **kwargs), future))
         self._schedule()
         return await future
 
-    def write_nowait(self, op: Op[Any]) -> None:
+    def write_nowait(self, op: Op[P, Any], /, *args: P.args, **kwargs: P.kwargs) -> None:
         if self._conn is None:
             return
-        self._pending.append((op, None))
+        self._pending.append((_bind(op, *args, **kwargs), None))
         self._schedule()
 
     def _schedule(self) -> None:
@@ -225,10 +237,10 @@ class SQLiteStore(Store):
 
     # -- reads --------------------------------------------------------------------------
 
-    async def read(self, op: Op[T]) -> T:
+    async def read(self, op: Op[P, T], /, *args: P.args, **kwargs: P.kwargs) -> T:
         conn = self._require()
         try:
-            return run_sync(op(_SQLiteTx(conn, self._queries)))
+            return run_sync(op(_SQLiteTx(conn, self._queries), *args, **kwargs))
         except sqlite3.Error as exc:
             raise StoreError(f"SQLite read failed: {exc}") from exc
 

@@ -34,8 +34,7 @@ class Sweep:
         """One tick, if this replica wins the lease; whether it ran."""
         now = engine.clock.now()
         try:
-            won = await engine.store.write(
-                lambda tx: ops.acquire_sweep(tx, self.name, engine.worker_id, now, self.interval * 2))
+            won = await engine.store.write(ops.acquire_sweep, self.name, engine.worker_id, now, self.interval * 2)
             if won:
                 await self.tick(engine)
             return bool(won)

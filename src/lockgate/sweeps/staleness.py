@@ -26,7 +26,7 @@ async def report_stalled(engine: Engine) -> int:
     defs = engine.app.definitions()
     now = engine.clock.now()
     smallest = min([engine.stall_after, *(d.stall_after for d in defs.values() if d.stall_after is not None)])
-    rows = await engine.store.read(lambda tx: ops.stale_candidates(tx, now - smallest, now))
+    rows = await engine.store.read(ops.stale_candidates, now - smallest, now)
     reported = 0
     for row in rows:
         defn = defs.get(row["workflow"])
@@ -40,9 +40,13 @@ async def report_stalled(engine: Engine) -> int:
             reason = "awaiting-signal"
         else:
             reason = "no-progress"
-        data = {"idle_ms": int(idle * 1000), "reason": reason, "last_progress_at": float(row["progress_at"]),
-                "waiting_on": row["waiting_on"]}
-        await engine.store.write(lambda tx, rid=row["id"], d=data: ops.mark_stalled(tx, rid, now, d))
+        data = {
+            "idle_ms": int(idle * 1000),
+            "reason": reason,
+            "last_progress_at": float(row["progress_at"]),
+            "waiting_on": row["waiting_on"],
+        }
+        await engine.store.write(ops.mark_stalled, row["id"], now, data)
         reported += 1
         if defn is not None and defn.on_stalled is not None:
             try:
