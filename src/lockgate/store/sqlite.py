@@ -203,7 +203,7 @@ class SQLiteStore(Store):
                     outcomes.append((True, run_sync(op(tx))))
                     if not single:
                         conn.execute("RELEASE op")
-                except Exception as exc:
+                except BaseException as exc:  # Fenced is a BaseException: a refusal all the same
                     if single:
                         conn.execute("ROLLBACK")
                         raise
@@ -212,7 +212,7 @@ class SQLiteStore(Store):
                     outcomes.append((False, exc))
             conn.execute("COMMIT")
             self.commits += 1
-        except Exception as exc:
+        except BaseException as exc:
             if conn.in_transaction:
                 with contextlib.suppress(sqlite3.Error):
                     conn.execute("ROLLBACK")
