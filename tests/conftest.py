@@ -1,8 +1,9 @@
 """Shared fixtures: every store-backed test runs on SQLite and on PostgreSQL.
 
 PostgreSQL tests use a database of their own per test, copied from a template built
-once per session. Where no server answers they are skipped, except under ``CI=true``,
-where an unreachable database fails the run.
+once per session (``tests/pg.py``). Where no server answers they are skipped, except
+under ``CI=true``, where an unreachable database fails the run. ``LOCKGATE_TEST_STORES``
+(e.g. ``sqlite``) narrows the store kinds for a quick local run.
 """
 
 from __future__ import annotations
@@ -16,16 +17,22 @@ import pytest
 from lockgate import App, Engine
 from lockgate.testing import TestEnv
 
-from .pg import pg_database_url
+from .pg import in_ci, pg_database_url, pg_template
+
+__all__ = ["STORES", "in_ci", "pg_template"]
+
+KNOWN_STORES = ("sqlite", "postgres")
 
 
-def _postgres_store_exists() -> bool:
-    import importlib.util
+def _stores() -> list[str]:
+    wanted = [s.strip() for s in os.environ.get("LOCKGATE_TEST_STORES", ",".join(KNOWN_STORES)).split(",") if s.strip()]
+    unknown = sorted(set(wanted) - set(KNOWN_STORES))
+    if unknown:
+        raise pytest.UsageError(f"LOCKGATE_TEST_STORES: unknown store kind(s) {unknown}; known: {list(KNOWN_STORES)}")
+    return wanted
 
-    return importlib.util.find_spec("lockgate.store.postgres") is not None
 
-
-STORES = ["sqlite", "postgres"] if _postgres_store_exists() else ["sqlite"]
+STORES = _stores()
 
 
 @pytest.fixture(params=STORES)
@@ -62,7 +69,3 @@ async def env_factory(store_url: str) -> AsyncIterator[object]:
         return TestEnv(app, store=store_url, **options)  # type: ignore[arg-type]
 
     yield make
-
-
-def in_ci() -> bool:
-    return os.environ.get("CI", "").lower() in ("1", "true", "yes")

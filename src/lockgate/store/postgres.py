@@ -1,0 +1,458 @@
+"""The PostgreSQL store.
+
+A small pool of connections (psycopg 3, async). Writes are group-committed by one
+writer task: every operation queued while the previous commit was in flight runs in
+the next transaction, each under its own savepoint so one refusal undoes only itself.
+Reads run in autocommit on any pooled connection and see committed data.
+
+A lost connection never loses an acknowledged write and never hangs a caller: while
+COMMIT has not been sent, the batch is re-run on a fresh connection (a few times, with
+backoff); once it has been sent the outcome is unknown, and the writers are told so.
+Wake-ups between processes travel by LISTEN/NOTIFY over a dedicated connection that
+reconnects by itself.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import time
+import uuid
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from typing import Any, ParamSpec, TypeVar
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+
+import psycopg
+from psycopg.rows import DictRow, dict_row
+from psycopg_pool import AsyncConnectionPool, PoolTimeout
+
+from ..errors import StoreError
+from .base import Op, Row, Store, Tx
+from .sql_files import load_queries, migrations
+
+__all__ = ["PostgresStore"]
+
+log = logging.getLogger("lockgate.store")
+T = TypeVar("T")
+P = ParamSpec("P")
+_Bound = Callable[[Tx], Awaitable[Any]]
+_Conn = psycopg.AsyncConnection[DictRow]
+
+CHANNEL = "lockgate"
+"""The one PostgreSQL channel every wake-up travels on (the logical channel is in the payload)."""
+
+_MIGRATION_LOCK = 0x6C6F636B67617465  # "lockgate": serialises the migrations of processes booting together
+_RETRIES = 5  # re-runs of a batch (or read) whose connection failed before COMMIT
+_POOL_TIMEOUT = 5.0  # longest wait for a pooled connection, per attempt
+_CONNECT_TIMEOUT = "5"  # libpq connect_timeout unless the URL sets one
+_NOTIFY_LIMIT = 8000  # PostgreSQL refuses NOTIFY payloads of 8000 bytes or more
+_OPTIONS = frozenset({"pool_size"})  # lockgate's own URL options; every other one goes to libpq
+
+
+class _PgTx(Tx):
+    dialect = "postgres"
+
+    def __init__(self, conn: _Conn, queries: dict[str, str]) -> None:
+        self.conn = conn
+        self._queries = queries
+
+    def _sql(self, name: str) -> str:
+        try:
+            return self._queries[name]
+        except KeyError:
+            raise KeyError(f"no PostgreSQL query named {name!r}") from None
+
+    async def execute(self, name: str, params: Mapping[str, Any] | None = None) -> list[Row]:
+        cursor = await self.conn.execute(self._sql(name), params or {})
+        if cursor.description is None:
+            return []
+        return await cursor.fetchall()
+
+    async def execute_many(self, name: str, params: Sequence[Mapping[str, Any]]) -> None:
+        async with self.conn.cursor() as cursor:
+            await cursor.executemany(self._sql(name), params)
+
+
+def _bind(op: Op[P, Any], /, *args: P.args, **kwargs: P.kwargs) -> _Bound:
+    def bound(tx: Tx) -> Awaitable[Any]:
+        return op(tx, *args, **kwargs)
+
+    return bound
+
+
+async def _noop(tx: Tx) -> None:
+    return None
+
+
+class _Attempt:
+    """How far one attempt at a batch got: past the point of no return once COMMIT is sent."""
+
+    committing = False
+
+
+class PostgresStore(Store):
+    """``postgresql://user@host/db`` (``?pool_size=4``; any other option is passed to libpq)."""
+
+    dialect = "postgres"
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        parts = urlsplit(url)
+        if parts.scheme not in ("postgresql", "postgres"):
+            raise ValueError(f"store URL {_redact(url)!r} is not a postgresql:// URL")
+        options = parse_qsl(parts.query, keep_blank_values=True)
+        mine = {k: v for k, v in options if k in _OPTIONS}
+        libpq = [(k, v) for k, v in options if k not in _OPTIONS]
+        raw_size = mine.get("pool_size", "4")
+        try:
+            self.pool_size = int(raw_size)
+        except ValueError:
+            self.pool_size = 0
+        if self.pool_size < 1:
+            raise ValueError(f"store URL {_redact(url)!r}: pool_size must be a positive integer, not {raw_size!r}")
+        if not any(k == "connect_timeout" for k, _ in libpq):
+            libpq.append(("connect_timeout", _CONNECT_TIMEOUT))
+        self.conninfo = urlunsplit((parts.scheme, parts.netloc, parts.path, urlencode(libpq), parts.fragment))
+        self._where = _redact(urlunsplit((parts.scheme, parts.netloc, parts.path, "", "")))
+        self._queries = load_queries("postgres")
+        self._pool: AsyncConnectionPool[_Conn] | None = None
+        self._queue: list[tuple[_Bound, asyncio.Future[Any] | None]] = []
+        self._work: asyncio.Event | None = None
+        self._writer: asyncio.Task[None] | None = None
+        self._closing = False
+        self._listeners: list[Callable[[str, str], None]] = []
+        self._listener: asyncio.Task[None] | None = None
+        self._origin = uuid.uuid4().hex  # tells our own notifications from other stores'
+        self._down = False
+        self.commits = 0
+
+    # -- lifecycle ----------------------------------------------------------------------
+
+    async def open(self) -> None:
+        if self._pool is not None:
+            return
+        await self._migrate()
+        pool: AsyncConnectionPool[_Conn] = AsyncConnectionPool(
+            self.conninfo,
+            connection_class=psycopg.AsyncConnection[DictRow],
+            kwargs={"autocommit": True, "row_factory": dict_row},
+            min_size=1,
+            max_size=self.pool_size,
+            timeout=_POOL_TIMEOUT,
+            name="lockgate",
+            open=False,
+        )
+        await pool.open()
+        self._pool = pool
+        self._closing = False
+        self._work = asyncio.Event()
+        self._writer = asyncio.create_task(self._write_loop(), name="lockgate-pg-writer")
+        if self._listeners:
+            self._start_listener()
+
+    async def _migrate(self) -> None:
+        """Apply pending migrations in one transaction, one process at a time."""
+        try:
+            conn = await psycopg.AsyncConnection.connect(self.conninfo, autocommit=True, row_factory=dict_row)
+        except psycopg.OperationalError as exc:
+            raise StoreError(f"cannot connect to PostgreSQL at {self._where}: {_first_line(exc)}") from None
+        try:
+            async with conn, conn.transaction():
+                await conn.execute("SELECT pg_advisory_xact_lock(%s)", (_MIGRATION_LOCK,))
+                await conn.execute(
+                    "CREATE TABLE IF NOT EXISTS lockgate_migrations "
+                    "(version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at DOUBLE PRECISION NOT NULL)"
+                )
+                cursor = await conn.execute("SELECT version FROM lockgate_migrations")
+                done = {row["version"] for row in await cursor.fetchall()}
+                for version, name, sql in migrations("postgres"):
+                    if version in done:
+                        continue
+                    await conn.execute(sql)  # several statements: sent without parameters
+                    await conn.execute(
+                        "INSERT INTO lockgate_migrations (version, name, applied_at) VALUES (%s, %s, %s)",
+                        (version, name, time.time()),
+                    )
+                    log.info("applied postgres migration %04d_%s", version, name)
+        except psycopg.Error as exc:
+            raise StoreError(f"migrating PostgreSQL at {self._where} failed: {_first_line(exc)}") from exc
+
+    async def close(self) -> None:
+        if self._pool is None or self._closing:
+            return
+        with contextlib.suppress(Exception):
+            await self._enqueue(_bind(_noop))  # resolves once everything queued before it is committed
+        self._closing = True
+        for task in (self._writer, self._listener):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(BaseException):
+                    await task
+        self._writer = self._listener = None
+        _fail(self._queue, StoreError("the PostgreSQL store was closed before this write was committed"))
+        self._queue = []
+        pool, self._pool = self._pool, None
+        await pool.close()
+
+    def _require(self) -> AsyncConnectionPool[_Conn]:
+        if self._pool is None or self._closing:
+            raise StoreError("the PostgreSQL store is not open (use the engine as 'async with')")
+        return self._pool
+
+    # -- writes -------------------------------------------------------------------------
+
+    async def write(self, op: Op[P, T], /, *args: P.args, **kwargs: P.kwargs) -> T:
+        self._require()
+        return await self._enqueue(_bind(op, *args, **kwargs))  # type: ignore[no-any-return]
+
+    def write_nowait(self, op: Op[P, Any], /, *args: P.args, **kwargs: P.kwargs) -> None:
+        if self._pool is None or self._closing or self._work is None:
+            return
+        self._queue.append((_bind(op, *args, **kwargs), None))
+        self._work.set()
+
+    async def _enqueue(self, bound: _Bound) -> Any:
+        assert self._work is not None
+        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self._queue.append((bound, future))
+        self._work.set()
+        return await future
+
+    async def _write_loop(self) -> None:
+        assert self._work is not None
+        while True:
+            await self._work.wait()
+            self._work.clear()
+            while self._queue:
+                batch, self._queue = self._queue, []
+                try:
+                    await self._commit(batch)
+                except asyncio.CancelledError:
+                    _fail(batch, StoreError("the PostgreSQL store was closed before this write was committed"))
+                    raise
+                except Exception as exc:  # the writer must outlive any one batch
+                    log.exception("PostgreSQL group commit failed")
+                    _fail(batch, StoreError(f"PostgreSQL commit failed: {exc}"))
+
+    async def _commit(self, batch: list[tuple[_Bound, asyncio.Future[Any] | None]]) -> None:
+        """Run ``batch`` in one transaction and settle each future with its op's outcome."""
+        for attempt in range(_RETRIES + 1):
+            state = _Attempt()
+            try:
+                outcomes = await self._run_batch(batch, state)
+            except psycopg.OperationalError as exc:
+                if state.committing:
+                    await self._trouble(exc)
+                    _fail(
+                        batch,
+                        StoreError(
+                            "the PostgreSQL connection failed while committing; the write may or may not "
+                            f"have been applied: {_first_line(exc)}"
+                        ),
+                    )
+                    return
+                await self._trouble(exc)
+                if attempt == _RETRIES:
+                    _fail(batch, StoreError(f"PostgreSQL at {self._where} is unreachable: {_first_line(exc)}"))
+                    return
+                await asyncio.sleep(_backoff(attempt))
+                continue
+            except psycopg.Error as exc:  # BEGIN, SAVEPOINT or COMMIT refused: a retry would not mend it
+                _fail(batch, StoreError(f"PostgreSQL commit failed: {_first_line(exc)}"))
+                return
+            self._reachable()
+            self.commits += 1
+            for (_, future), (ok, value) in zip(batch, outcomes, strict=True):
+                if future is None:
+                    if not ok:
+                        log.warning("introspection write failed: %r", value)
+                elif not future.done():
+                    if ok:
+                        future.set_result(value)
+                    else:
+                        future.set_exception(value)
+            return
+
+    async def _run_batch(
+        self, batch: list[tuple[_Bound, asyncio.Future[Any] | None]], state: _Attempt
+    ) -> list[tuple[bool, Any]]:
+        pool = self._pool
+        if pool is None:
+            raise StoreError("the PostgreSQL store is not open")
+        single = len(batch) == 1  # a lone op needs no savepoint: its refusal rolls back the transaction
+        outcomes: list[tuple[bool, Any]] = []
+        async with pool.connection() as conn:
+            tx = _PgTx(conn, self._queries)
+            await conn.execute("BEGIN")
+            try:
+                for op, _ in batch:
+                    if not single:
+                        await conn.execute("SAVEPOINT op")
+                    try:
+                        value = await op(tx)
+                    except (psycopg.OperationalError, asyncio.CancelledError, KeyboardInterrupt, SystemExit):
+                        raise
+                    except BaseException as exc:  # the op's refusal (Fenced is a BaseException)
+                        if not single:
+                            await conn.execute("ROLLBACK TO SAVEPOINT op; RELEASE SAVEPOINT op")
+                        outcomes.append((False, _refusal(exc)))
+                        continue
+                    if not single:
+                        await conn.execute("RELEASE SAVEPOINT op")
+                    outcomes.append((True, value))
+                if single and not outcomes[0][0]:
+                    await conn.execute("ROLLBACK")
+                    return outcomes
+                state.committing = True
+                await conn.execute("COMMIT")
+            except BaseException:
+                if not state.committing and not conn.closed:
+                    with contextlib.suppress(psycopg.Error):
+                        await conn.execute("ROLLBACK")
+                raise
+        return outcomes
+
+    # -- reads --------------------------------------------------------------------------
+
+    async def read(self, op: Op[P, T], /, *args: P.args, **kwargs: P.kwargs) -> T:
+        pool = self._require()
+        for attempt in range(_RETRIES + 1):
+            try:
+                async with pool.connection() as conn:
+                    value = await op(_PgTx(conn, self._queries), *args, **kwargs)
+            except psycopg.OperationalError as exc:
+                await self._trouble(exc)
+                if attempt == _RETRIES:
+                    raise StoreError(f"PostgreSQL at {self._where} is unreachable: {_first_line(exc)}") from exc
+                await asyncio.sleep(_backoff(attempt))
+                continue
+            except psycopg.Error as exc:
+                raise StoreError(f"PostgreSQL read failed: {_first_line(exc)}") from exc
+            self._reachable()
+            return value
+        raise AssertionError("unreachable")
+
+    # -- outages ------------------------------------------------------------------------
+
+    async def _trouble(self, exc: psycopg.OperationalError) -> None:
+        """A query failed for want of the server: say so once per outage and drop dead connections."""
+        if not _connection_lost(exc):
+            log.info("PostgreSQL transient failure (will retry): %s", _first_line(exc))
+            return
+        if self._down:
+            return
+        self._down = True
+        log.warning("database unreachable at %s: %s (will retry)", self._where, _first_line(exc))
+        if self._pool is not None:
+            with contextlib.suppress(Exception):
+                await self._pool.check()  # discard every idle connection the outage killed, not one per query
+
+    def _reachable(self) -> None:
+        if self._down:
+            self._down = False
+            log.warning("database reachable again at %s", self._where)
+
+    # -- wake-ups -----------------------------------------------------------------------
+
+    @property
+    def cross_process_wakeups(self) -> bool:
+        return True
+
+    async def notify(self, tx: Tx, channel: str, payload: str) -> None:
+        if not isinstance(tx, _PgTx):
+            raise TypeError("notify() takes a transaction of this PostgreSQL store")
+        message = json.dumps([self._origin, channel, payload])
+        size = len(message.encode())
+        if size >= _NOTIFY_LIMIT:
+            raise ValueError(f"wake-up on {channel!r} is {size} bytes; PostgreSQL allows under {_NOTIFY_LIMIT}")
+        await tx.conn.execute("SELECT pg_notify(%s, %s)", (CHANNEL, message))
+
+    def add_listener(self, callback: Callable[[str, str], None]) -> None:
+        self._listeners.append(callback)
+        if self._pool is not None and not self._closing:
+            self._start_listener()
+
+    def _start_listener(self) -> None:
+        if self._listener is None or self._listener.done():
+            self._listener = asyncio.get_running_loop().create_task(self._listen(), name="lockgate-pg-listener")
+
+    async def _listen(self) -> None:
+        """LISTEN on a connection of its own; reconnect when it drops (missed wake-ups are polled)."""
+        delay = 0.1
+        while True:
+            try:
+                conn = await psycopg.AsyncConnection.connect(self.conninfo, autocommit=True)
+                async with conn:
+                    await conn.execute(f"LISTEN {CHANNEL}")
+                    self._reachable()
+                    delay = 0.1
+                    async for note in conn.notifies():
+                        self._deliver(note.payload)
+            except psycopg.OperationalError as exc:
+                await self._trouble(exc)
+            except psycopg.Error as exc:
+                log.warning("PostgreSQL listener failed (will reconnect): %s", _first_line(exc))
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 2.0)
+
+    def _deliver(self, raw: str) -> None:
+        try:
+            origin, channel, payload = json.loads(raw)
+        except (ValueError, TypeError):
+            log.debug("ignored a foreign notification on %s: %r", CHANNEL, raw)
+            return
+        if origin == self._origin:
+            return
+        for callback in list(self._listeners):
+            try:
+                callback(channel, payload)
+            except Exception:
+                log.exception("wake-up listener %r failed", callback)
+
+
+def _refusal(exc: BaseException) -> BaseException:
+    """What the writer of a refused op is told: its own exception, or a ``StoreError`` for SQL errors."""
+    if isinstance(exc, psycopg.Error):
+        error = StoreError(f"PostgreSQL refused the write: {_first_line(exc)}")
+        error.__cause__ = exc
+        return error
+    return exc
+
+
+def _fail(batch: list[tuple[_Bound, asyncio.Future[Any] | None]], error: StoreError) -> None:
+    lost = 0
+    for _, future in batch:
+        if future is None:
+            lost += 1
+        elif not future.done():
+            future.set_exception(error)
+    if lost:
+        log.warning("%d introspection write(s) lost: %s", lost, error)
+
+
+def _connection_lost(exc: psycopg.OperationalError) -> bool:
+    """Whether ``exc`` means the server (or the way to it) is gone, rather than a transient conflict."""
+    if isinstance(exc, PoolTimeout):
+        return True
+    state = exc.sqlstate
+    return state is None or state.startswith("08") or state in ("57P01", "57P02", "57P03")
+
+
+def _backoff(attempt: int) -> float:
+    return float(min(2.0, 0.1 * 2**attempt))
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
+def _redact(url: str) -> str:
+    """``url`` without its password, fit for logs and error messages."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    netloc = parts.netloc.replace(f":{parts.password}@", ":***@", 1)
+    return urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))

@@ -1,0 +1,193 @@
+-- name: pending_by_identity
+SELECT id, ticket FROM lockgate_pending WHERE identity = %(identity)s LIMIT 1;
+
+-- name: run_id_by_identity
+SELECT id FROM lockgate_runs WHERE identity = %(identity)s;
+
+-- name: pause_of
+SELECT scope, reason, until FROM lockgate_pauses
+WHERE scope = %(scope)s AND (until IS NULL OR until > %(now)s);
+
+-- name: key_pauses
+SELECT scope, reason, until FROM lockgate_pauses
+WHERE scope IN (SELECT jsonb_array_elements_text(%(scopes)s::jsonb)) AND (until IS NULL OR until > %(now)s)
+ORDER BY until DESC;
+
+-- name: upsert_pause
+INSERT INTO lockgate_pauses (scope, reason, until, created_at) VALUES (%(scope)s, %(reason)s, %(until)s, %(now)s)
+ON CONFLICT (scope) DO UPDATE SET reason = excluded.reason, until = excluded.until, created_at = excluded.created_at;
+
+-- name: delete_pause
+DELETE FROM lockgate_pauses WHERE scope = %(scope)s RETURNING scope;
+
+-- name: list_pauses
+SELECT * FROM lockgate_pauses WHERE until IS NULL OR until > %(now)s ORDER BY scope;
+
+-- name: window_hits
+SELECT at FROM lockgate_window_hits
+WHERE scope = %(scope)s AND key = %(key)s AND at > %(since)s
+ORDER BY at DESC LIMIT %(limit)s;
+
+-- name: add_window_hit
+INSERT INTO lockgate_window_hits (scope, key, at) VALUES (%(scope)s, %(key)s, %(at)s);
+
+-- name: prune_window
+DELETE FROM lockgate_window_hits WHERE scope = %(scope)s AND key = %(key)s AND at <= %(before)s;
+
+-- name: lock_key
+-- Held until the transaction ends: deciders in other processes queue on the same (scope, key).
+SELECT 1 AS locked FROM (SELECT pg_advisory_xact_lock(hashtextextended(%(lock)s, 0))) AS held;
+
+-- name: open_group
+SELECT * FROM lockgate_pending WHERE group_key = %(group_key)s;
+
+-- name: insert_pending
+INSERT INTO lockgate_pending (id, workflow, ticket, mode, stage, hold_scope, hold_key, group_key, singleton_key,
+    payload, items, keys, identity, idempotency_key, folded, priority, fair_key, on_failure, seq,
+    first_at, last_at, due_at, expires_at)
+VALUES (%(id)s, %(workflow)s, %(ticket)s, %(mode)s, %(stage)s, %(hold_scope)s, %(hold_key)s, %(group_key)s, %(singleton_key)s,
+    %(payload)s, %(items)s, %(keys)s, %(identity)s, %(idempotency_key)s, %(folded)s, %(priority)s, %(fair_key)s, %(on_failure)s, %(seq)s,
+    %(first_at)s, %(last_at)s, %(due_at)s, %(expires_at)s);
+
+-- name: fold_pending
+UPDATE lockgate_pending
+SET payload = %(payload)s, items = %(items)s, identity = %(identity)s, idempotency_key = %(idempotency_key)s,
+    folded = folded + 1, last_at = %(now)s, due_at = %(due_at)s, keys = %(keys)s, priority = %(priority)s, fair_key = %(fair_key)s
+WHERE id = %(id)s;
+
+-- name: repark_pending
+UPDATE lockgate_pending
+SET mode = %(mode)s, stage = %(stage)s, hold_scope = %(hold_scope)s, hold_key = %(hold_key)s, group_key = NULL,
+    payload = %(payload)s, items = %(items)s, keys = %(keys)s, identity = %(identity)s, idempotency_key = %(idempotency_key)s,
+    due_at = %(due_at)s
+WHERE id = %(id)s;
+
+-- name: delete_pending
+DELETE FROM lockgate_pending WHERE id = %(id)s RETURNING id;
+
+-- name: get_pending
+SELECT * FROM lockgate_pending WHERE id = %(id)s;
+
+-- name: waiting_ahead
+SELECT 1 AS ahead FROM lockgate_pending
+WHERE mode = %(mode)s AND hold_scope = %(scope)s AND hold_key = %(key)s LIMIT 1;
+
+-- name: singleton_incumbent
+SELECT id FROM lockgate_runs
+WHERE singleton_key = %(singleton_key)s AND status IN ('running', 'suspended')
+ORDER BY created_at LIMIT 1;
+
+-- name: singleton_pending
+SELECT id, ticket FROM lockgate_pending WHERE singleton_key = %(singleton_key)s AND id <> %(exclude)s LIMIT 1;
+
+-- name: singleton_incumbents
+SELECT id FROM lockgate_runs WHERE singleton_key = %(singleton_key)s AND status IN ('running', 'suspended');
+
+-- name: slots_in_use
+SELECT COUNT(*) AS n FROM lockgate_slots WHERE scope = %(scope)s AND key = %(key)s;
+
+-- name: slots_in_scope
+SELECT COUNT(*) AS n FROM lockgate_slots WHERE scope = %(scope)s;
+
+-- name: take_slot
+INSERT INTO lockgate_slots (run_id, scope, key, workflow, acquired_at, expires_at)
+VALUES (%(run_id)s, %(scope)s, %(key)s, %(workflow)s, %(now)s, %(expires_at)s);
+
+-- name: free_slot
+DELETE FROM lockgate_slots WHERE run_id = %(run_id)s;
+
+-- name: insert_ledger
+INSERT INTO lockgate_ledger (ticket, kind, workflow, control, key, outcome, reason, folded, waited, pending_id,
+    run_id, at)
+VALUES (%(ticket)s, %(kind)s, %(workflow)s, %(control)s, %(key)s, %(outcome)s, %(reason)s, %(folded)s, %(waited)s, %(pending_id)s,
+    %(run_id)s, %(at)s)
+RETURNING id;
+
+-- name: due_pending
+SELECT * FROM lockgate_pending
+WHERE due_at IS NOT NULL AND due_at <= %(now)s AND mode <> 'paused'
+ORDER BY priority DESC, seq LIMIT %(limit)s;
+
+-- name: expired_pending
+SELECT * FROM lockgate_pending WHERE expires_at IS NOT NULL AND expires_at <= %(now)s ORDER BY seq LIMIT %(limit)s;
+
+-- name: waiting_keys
+SELECT hold_scope, hold_key, COUNT(*) AS waiting FROM lockgate_pending
+WHERE mode = 'concurrency' GROUP BY hold_scope, hold_key;
+
+-- name: waiting_for_key
+SELECT * FROM lockgate_pending
+WHERE mode = 'concurrency' AND hold_scope = %(scope)s AND hold_key = %(key)s
+ORDER BY priority DESC, seq LIMIT %(limit)s;
+
+-- name: paused_pending
+SELECT * FROM lockgate_pending WHERE mode = 'paused' AND workflow = %(workflow)s ORDER BY priority DESC, seq;
+
+-- name: pending_workflows
+SELECT DISTINCT workflow FROM lockgate_pending;
+
+-- name: next_pending_due
+SELECT MIN(t) AS at FROM (
+    SELECT MIN(due_at) AS t FROM lockgate_pending WHERE due_at IS NOT NULL AND mode <> 'paused'
+    UNION ALL SELECT MIN(expires_at) AS t FROM lockgate_pending WHERE expires_at IS NOT NULL
+    UNION ALL SELECT MIN(deadline_at) AS t FROM lockgate_runs WHERE deadline_at IS NOT NULL AND status = 'running'
+) AS due;
+
+-- name: overdue_runs
+SELECT id FROM lockgate_runs WHERE deadline_at IS NOT NULL AND deadline_at <= %(now)s AND status = 'running'
+ORDER BY deadline_at LIMIT %(limit)s;
+
+-- name: orphan_slots
+SELECT s.run_id FROM lockgate_slots s LEFT JOIN lockgate_runs r ON r.id = s.run_id
+WHERE r.id IS NULL OR r.status NOT IN ('running', 'suspended') OR (s.expires_at IS NOT NULL AND s.expires_at <= %(now)s)
+LIMIT %(limit)s;
+
+-- name: ledger_for_ticket
+SELECT * FROM lockgate_ledger WHERE ticket = %(ticket)s ORDER BY id;
+
+-- name: ledger_for_pending
+SELECT * FROM lockgate_ledger WHERE pending_id = %(pending_id)s ORDER BY id;
+
+-- name: pending_position
+SELECT COUNT(*) AS n FROM lockgate_pending
+WHERE workflow = %(workflow)s AND mode = %(mode)s AND COALESCE(hold_key, '') = COALESCE(%(hold_key)s, '')
+  AND (priority > %(priority)s OR (priority = %(priority)s AND seq < %(seq)s));
+
+-- name: recent_durations
+SELECT AVG(finished_at - created_at) AS avg FROM (
+    SELECT finished_at, created_at FROM lockgate_runs
+    WHERE workflow = %(workflow)s AND status = 'succeeded' ORDER BY created_at DESC LIMIT 50) AS recent;
+
+-- name: flow_pending
+SELECT workflow, mode, COALESCE(hold_key, '') AS key, COUNT(*) AS queued, MIN(first_at) AS oldest,
+    SUM(folded) AS folded
+FROM lockgate_pending WHERE (%(workflow)s::text IS NULL OR workflow = %(workflow)s::text)
+GROUP BY workflow, mode, COALESCE(hold_key, '');
+
+-- name: flow_slots
+SELECT workflow, key, COUNT(*) AS in_flight FROM lockgate_slots
+WHERE (%(workflow)s::text IS NULL OR workflow = %(workflow)s::text) GROUP BY workflow, key;
+
+-- name: flow_running
+SELECT workflow, COUNT(*) AS in_flight FROM lockgate_runs
+WHERE status = 'running' AND (%(workflow)s::text IS NULL OR workflow = %(workflow)s::text) GROUP BY workflow;
+
+-- name: flow_ledger
+SELECT workflow, COALESCE(key, '') AS key, outcome, COUNT(*) AS n FROM lockgate_ledger
+WHERE at >= %(since)s AND (%(workflow)s::text IS NULL OR workflow = %(workflow)s::text)
+GROUP BY workflow, COALESCE(key, ''), outcome;
+
+-- name: bulk_candidates
+SELECT id, workflow, status FROM lockgate_runs
+WHERE (%(workflow)s::text IS NULL OR workflow = %(workflow)s::text) AND status IN (SELECT jsonb_array_elements_text(%(statuses)s::jsonb))
+  AND (%(include_discarded)s::integer = 1 OR discarded_at IS NULL)
+ORDER BY created_at, id LIMIT %(limit)s;
+
+-- name: cancel_pending_of
+SELECT * FROM lockgate_pending WHERE workflow = %(workflow)s ORDER BY seq LIMIT %(limit)s;
+
+-- name: release_pending
+UPDATE lockgate_pending SET mode = 'released', due_at = %(now)s WHERE id = %(id)s;
+
+-- name: release_key_pending
+UPDATE lockgate_pending SET due_at = %(now)s WHERE mode = 'key-paused' AND hold_key = %(key)s;

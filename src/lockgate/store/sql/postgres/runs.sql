@@ -1,0 +1,128 @@
+-- name: insert_run
+INSERT INTO lockgate_runs (id, workflow, identity, idempotency_key, status, payload, version, patches,
+    parent_id, parent_close, retry_of, ticket, recording, created_at, updated_at, progress_at, wake_at,
+    singleton_key, deadline_at, on_failure, slot_scope, slot_key)
+VALUES (%(id)s, %(workflow)s, %(identity)s, %(idempotency_key)s, 'running', %(payload)s, %(version)s, %(patches)s,
+    %(parent_id)s, %(parent_close)s, %(retry_of)s, %(ticket)s, %(recording)s, %(now)s, %(now)s, %(now)s, %(wake_at)s,
+    %(singleton_key)s, %(deadline_at)s, %(on_failure)s, %(slot_scope)s, %(slot_key)s)
+ON CONFLICT (identity) DO NOTHING
+RETURNING id;
+
+-- name: get_run
+SELECT * FROM lockgate_runs WHERE id = %(id)s;
+
+-- name: get_run_by_identity
+SELECT * FROM lockgate_runs WHERE identity = %(identity)s;
+
+-- name: list_runs
+SELECT * FROM lockgate_runs
+WHERE (%(workflow)s::text IS NULL OR workflow = %(workflow)s::text)
+  AND (%(status)s::text IS NULL OR status = %(status)s::text)
+  AND (%(parent_id)s::text IS NULL OR parent_id = %(parent_id)s::text)
+ORDER BY created_at DESC, id DESC
+LIMIT %(limit)s OFFSET %(offset)s;
+
+-- name: count_runs_by_status
+SELECT workflow, status, COUNT(*) AS n FROM lockgate_runs GROUP BY workflow, status;
+
+-- name: claim_runs
+-- SKIP LOCKED: replicas claiming at once take disjoint runs instead of queueing on each other's rows.
+UPDATE lockgate_runs
+SET owner = %(owner)s, epoch = epoch + 1, lease_until = %(lease_until)s,
+    reclaim_count = CASE WHEN entered_at IS NOT NULL THEN reclaim_count + 1 ELSE 0 END,
+    entered_at = %(now)s, entries = entries + 1, updated_at = %(now)s
+WHERE id IN (
+    SELECT id FROM lockgate_runs
+    WHERE status = 'running' AND wake_at <= %(now)s
+      AND (owner IS NULL OR (lease_until < %(now)s AND owner <> %(owner)s))
+      AND workflow IN (SELECT jsonb_array_elements_text(%(workflows)s::jsonb))
+    ORDER BY wake_at LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED)
+RETURNING *;
+
+-- name: next_wake
+SELECT MIN(CASE WHEN owner IS NULL THEN wake_at WHEN owner = %(owner)s THEN NULL
+    ELSE GREATEST(wake_at, lease_until) END) AS at
+FROM lockgate_runs WHERE status = 'running' AND wake_at IS NOT NULL;
+
+-- name: fence_touch
+UPDATE lockgate_runs SET progress_at = %(now)s, updated_at = %(now)s
+WHERE id = %(run_id)s AND owner = %(owner)s AND epoch = %(epoch)s AND status = 'running'
+RETURNING id;
+
+-- name: renew_leases
+UPDATE lockgate_runs SET lease_until = %(lease_until)s
+WHERE owner = %(owner)s AND status = 'running'
+RETURNING id, epoch;
+
+-- name: park_run
+UPDATE lockgate_runs
+SET owner = NULL, lease_until = NULL, entered_at = NULL, waiting_on = %(waiting_on)s,
+    waiting_for = %(waiting_for)s, wake_at = %(wake_at)s, updated_at = %(now)s
+WHERE id = %(run_id)s AND owner = %(owner)s AND epoch = %(epoch)s AND status = 'running'
+RETURNING id;
+
+-- name: pending_for_waits
+SELECT 1 AS hit FROM lockgate_messages
+WHERE run_id = %(run_id)s AND status = 'pending'
+  AND name IN (SELECT jsonb_array_elements_text(%(names)s::jsonb))
+UNION ALL
+SELECT 1 AS hit FROM lockgate_runs
+WHERE id IN (SELECT jsonb_array_elements_text(%(children)s::jsonb)) AND status IN ('succeeded', 'failed', 'cancelled')
+LIMIT 1;
+
+-- name: finish_run
+UPDATE lockgate_runs
+SET status = %(status)s, output = %(output)s, error_tag = %(error_tag)s, error_message = %(error_message)s,
+    owner = NULL, lease_until = NULL, entered_at = NULL, wake_at = NULL, waiting_on = NULL,
+    waiting_for = NULL,
+    finished_at = CASE WHEN %(status)s::text IN ('succeeded', 'failed', 'cancelled') THEN %(now)s::float8 END,
+    updated_at = %(now)s, progress_at = %(now)s
+WHERE id = %(run_id)s AND owner = %(owner)s AND epoch = %(epoch)s AND status = 'running'
+RETURNING id, workflow, parent_id, payload, slot_scope, on_failure;
+
+-- name: set_status
+UPDATE lockgate_runs
+SET status = %(status)s, error_tag = COALESCE(%(error_tag)s, error_tag),
+    error_message = COALESCE(%(error_message)s, error_message),
+    owner = NULL, lease_until = NULL, entered_at = NULL, wake_at = %(wake_at)s, waiting_on = NULL, waiting_for = NULL,
+    finished_at = CASE WHEN %(status)s::text IN ('succeeded', 'failed', 'cancelled') THEN %(now)s::float8 END,
+    updated_at = %(now)s, progress_at = %(now)s, epoch = epoch + 1,
+    reclaim_count = CASE WHEN %(status)s::text = 'running' THEN 0 ELSE reclaim_count END,
+    stalled_at = NULL
+WHERE id = %(run_id)s AND status = %(from_status)s
+RETURNING id, workflow, parent_id, payload, slot_scope, on_failure;
+
+-- name: clear_failure
+UPDATE lockgate_runs SET error_tag = NULL, error_message = NULL, output = NULL WHERE id = %(run_id)s;
+
+-- name: set_discarded
+UPDATE lockgate_runs SET discarded_at = %(now)s, updated_at = %(now)s
+WHERE id = %(run_id)s AND status = 'failed' AND discarded_at IS NULL
+RETURNING id;
+
+-- name: wake_run
+UPDATE lockgate_runs SET wake_at = %(now)s, updated_at = %(now)s
+WHERE id = %(run_id)s AND status = 'running' AND owner IS NULL AND waiting_on = %(waiting_on)s
+  AND (wake_at IS NULL OR wake_at > %(now)s)
+RETURNING id;
+
+-- name: open_children
+SELECT id, parent_close FROM lockgate_runs
+WHERE parent_id = %(parent_id)s AND status IN ('running', 'suspended');
+
+-- name: stale_candidates
+SELECT id, workflow, status, waiting_on, progress_at, wake_at FROM lockgate_runs
+WHERE status IN ('running', 'suspended') AND progress_at < %(before)s
+  AND (stalled_at IS NULL OR stalled_at < progress_at)
+  AND NOT (status = 'running' AND wake_at IS NOT NULL AND wake_at > %(now)s AND owner IS NULL)
+ORDER BY progress_at LIMIT %(limit)s;
+
+-- name: mark_stalled
+UPDATE lockgate_runs SET stalled_at = %(now)s WHERE id = %(run_id)s;
+
+-- name: release_owner
+UPDATE lockgate_runs SET owner = NULL, lease_until = NULL,
+    entered_at = CASE WHEN %(clean)s::integer = 1 THEN NULL ELSE entered_at END
+WHERE owner = %(owner)s AND status = 'running'
+RETURNING id;

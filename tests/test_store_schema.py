@@ -1,0 +1,151 @@
+"""The SQLite and PostgreSQL stores stay in lockstep: same tables, columns and named queries."""
+
+from __future__ import annotations
+
+import re
+import sqlite3
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from lockgate.store.postgres import PostgresStore
+from lockgate.store.sql_files import load_queries, migrations
+from lockgate.store.sqlite import SQLiteStore
+
+from .pg import pg_database_url
+
+SRC = Path(__file__).resolve().parents[1] / "src" / "lockgate"
+
+# The PostgreSQL types a column of each SQLite declared type is mirrored with.
+SAME_TYPE = {
+    "TEXT": {"text"},
+    "REAL": {"double precision"},
+    "INTEGER": {"integer", "bigint"},
+}
+
+Schema = dict[str, dict[str, str]]  # table -> column -> type
+
+
+@pytest.fixture
+def empty_pg_url(request: pytest.FixtureRequest) -> Iterator[str]:
+    """An empty PostgreSQL database: the migrations, not the test template, build its schema."""
+    yield from pg_database_url(request, migrated=False)
+
+
+async def sqlite_schema(path: Path) -> tuple[Schema, set[str]]:
+    store = SQLiteStore(f"sqlite:///{path}")
+    await store.open()
+    await store.close()
+    conn = sqlite3.connect(path)
+    try:
+        tables = [r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
+        schema = {
+            t: {r[1]: r[2].upper() for r in conn.execute(f'PRAGMA table_info("{t}")')}
+            for t in tables
+            if not t.startswith("sqlite_")
+        }
+        indexes = {
+            r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'index' AND sql IS NOT NULL")
+        }
+    finally:
+        conn.close()
+    return schema, indexes
+
+
+async def postgres_schema(url: str) -> tuple[Schema, set[str]]:
+    import psycopg
+
+    store = PostgresStore(url)
+    await store.open()
+    await store.close()
+    async with await psycopg.AsyncConnection.connect(url) as conn:
+        cursor = await conn.execute(
+            "SELECT table_name, column_name, data_type FROM information_schema.columns "
+            "WHERE table_schema = current_schema()"
+        )
+        schema: Schema = {}
+        for table, column, data_type in await cursor.fetchall():
+            schema.setdefault(table, {})[column] = data_type
+        cursor = await conn.execute(
+            "SELECT i.indexname FROM pg_indexes i WHERE i.schemaname = current_schema() AND NOT EXISTS "
+            "(SELECT 1 FROM pg_constraint c WHERE c.conname = i.indexname)"
+        )
+        indexes = {r[0] for r in await cursor.fetchall()}
+    return schema, indexes
+
+
+async def test_migrations_build_the_same_tables_and_columns(tmp_path: Path, empty_pg_url: str) -> None:
+    lite, lite_indexes = await sqlite_schema(tmp_path / "schema.db")
+    pg, pg_indexes = await postgres_schema(empty_pg_url)
+    assert "lockgate_runs" in lite and "lockgate_migrations" in lite
+    assert sorted(pg) == sorted(lite)
+    for table, columns in lite.items():
+        assert sorted(pg[table]) == sorted(columns), f"columns of {table} differ"
+        for column, declared in columns.items():
+            assert pg[table][column] in SAME_TYPE[declared], (
+                f"{table}.{column} is {declared} on SQLite but {pg[table][column]} on PostgreSQL"
+            )
+    assert pg_indexes == lite_indexes
+
+
+def test_both_dialects_have_the_same_migration_versions() -> None:
+    lite = [(version, name) for version, name, _ in migrations("sqlite")]
+    pg = [(version, name) for version, name, _ in migrations("postgres")]
+    assert lite and pg == lite
+
+
+def test_both_dialects_define_the_same_queries() -> None:
+    lite, pg = load_queries("sqlite"), load_queries("postgres")
+    assert "claim_runs" in lite
+    assert sorted(set(lite) - set(pg)) == [], "queries only SQLite defines"
+    assert sorted(set(pg) - set(lite)) == [], "queries only PostgreSQL defines"
+
+
+def _sqlite_params(sql: str) -> set[str]:
+    return set(re.findall(r"(?<![:\w]):([a-z_][a-z0-9_]*)", sql))
+
+
+def _postgres_params(sql: str) -> set[str]:
+    return set(re.findall(r"%\(([a-z_][a-z0-9_]*)\)s", sql))
+
+
+# Parameters one dialect has no use for (the same dict reaches both; a dialect may ignore a key).
+ONLY_POSTGRES_USES = {"lock_key": {"lock"}}  # SQLite has one writer: nothing to lock
+
+
+def test_each_query_takes_the_same_parameters_in_both_dialects() -> None:
+    lite, pg = load_queries("sqlite"), load_queries("postgres")
+    differing = {
+        name: (sorted(_sqlite_params(lite[name])), sorted(_postgres_params(pg[name])))
+        for name in sorted(set(lite) & set(pg))
+        if _sqlite_params(lite[name]) | ONLY_POSTGRES_USES.get(name, set()) != _postgres_params(pg[name])
+    }
+    assert differing == {}
+    assert _postgres_params(pg["claim_runs"]) >= {"owner", "now", "workflows"}
+
+
+def test_postgres_queries_have_no_stray_percent_signs() -> None:
+    """psycopg reads ``%`` as a placeholder: a literal one must be written ``%%``."""
+    for name, sql in load_queries("postgres").items():
+        stray = re.sub(r"%\([a-z0-9_]+\)s|%%", "", sql)
+        assert "%" not in stray, f"query {name} has a bare %"
+
+
+def referenced_queries() -> dict[str, set[str]]:
+    """Every query name the code runs by name (``tx.execute("name"``, ``tx.one(``, ...), by file."""
+    pattern = re.compile(r"\.(?:execute|execute_many|one|scalar)\(\s*[\"']([a-z0-9_]+)[\"']")
+    found: dict[str, set[str]] = {}
+    for path in sorted(SRC.rglob("*.py")):
+        for name in pattern.findall(path.read_text()):
+            found.setdefault(name, set()).add(str(path.relative_to(SRC)))
+    return found
+
+
+@pytest.mark.parametrize("dialect", ["sqlite", "postgres"])
+def test_every_query_the_code_names_exists(dialect: str) -> None:
+    used = referenced_queries()
+    assert {"get_run", "claim_runs", "upsert_journal"} <= set(used)
+    defined = load_queries(dialect)
+    missing = {name: sorted(files) for name, files in used.items() if name not in defined}
+    assert missing == {}, f"queries named in code but not defined for {dialect}"
