@@ -100,3 +100,80 @@ def pg_database_url(request: pytest.FixtureRequest, *, migrated: bool = True) ->
         yield database_url(name)
     finally:
         admin(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+class PgProxy:
+    """A TCP relay in front of PostgreSQL that a test can cut, restore, or cut at a chosen message.
+
+    ``stop()`` drops every relayed connection and refuses new ones (a server gone away);
+    ``start()`` serves again on the same port (the server is back). ``cut_when(b"COMMIT")``
+    drops the connection whose next client message contains those bytes, instead of
+    forwarding it: the server never sees that message.
+    """
+
+    def __init__(self) -> None:
+        from urllib.parse import urlsplit
+
+        target = urlsplit(PG_ADMIN_URL)
+        self.target = (target.hostname or "127.0.0.1", target.port or 5432)
+        self.port = 0
+        self.cuts = 0
+        self._server: asyncio.Server | None = None
+        self._trigger: bytes | None = None
+        self._links: set[tuple[asyncio.StreamWriter, asyncio.StreamWriter]] = set()
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    def url(self, database_url: str) -> str:
+        """``database_url`` routed through this relay (unencrypted, so messages can be matched)."""
+        name = database_url.rsplit("/", 1)[1].split("?", 1)[0]
+        return f"postgresql://postgres@127.0.0.1:{self.port}/{name}?sslmode=disable"
+
+    async def start(self) -> None:
+        self._server = await asyncio.start_server(self._accept, "127.0.0.1", self.port)
+        self.port = self._server.sockets[0].getsockname()[1]
+
+    async def stop(self) -> None:
+        if self._server is not None:
+            self._server.close()
+            self._server = None
+        for client, upstream in list(self._links):
+            client.transport.abort()
+            upstream.transport.abort()
+        if self._tasks:
+            await asyncio.wait(set(self._tasks))
+
+    def cut_when(self, pattern: bytes) -> None:
+        self._trigger = pattern
+
+    def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.get_running_loop().create_task(self._relay(reader, writer))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _relay(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            up_reader, up_writer = await asyncio.open_connection(*self.target)
+        except OSError:
+            writer.transport.abort()
+            return
+        link = (writer, up_writer)
+        self._links.add(link)
+
+        async def pipe(src: asyncio.StreamReader, dst: asyncio.StreamWriter, from_client: bool) -> None:
+            try:
+                while data := await src.read(65536):
+                    if from_client and self._trigger is not None and self._trigger in data:
+                        self._trigger = None
+                        self.cuts += 1
+                        break
+                    dst.write(data)
+                    await dst.drain()
+            except OSError:
+                pass
+            writer.transport.abort()
+            up_writer.transport.abort()
+
+        try:
+            await asyncio.gather(pipe(reader, up_writer, True), pipe(up_reader, writer, False))
+        finally:
+            self._links.discard(link)

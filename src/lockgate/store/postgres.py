@@ -45,10 +45,9 @@ CHANNEL = "lockgate"
 
 _MIGRATION_LOCK = 0x6C6F636B67617465  # "lockgate": serialises the migrations of processes booting together
 _RETRIES = 5  # re-runs of a batch (or read) whose connection failed before COMMIT
-_POOL_TIMEOUT = 5.0  # longest wait for a pooled connection, per attempt
 _CONNECT_TIMEOUT = "5"  # libpq connect_timeout unless the URL sets one
 _NOTIFY_LIMIT = 8000  # PostgreSQL refuses NOTIFY payloads of 8000 bytes or more
-_OPTIONS = frozenset({"pool_size"})  # lockgate's own URL options; every other one goes to libpq
+_OPTIONS = frozenset({"pool_size", "pool_timeout"})  # lockgate's own URL options; every other one goes to libpq
 
 
 class _PgTx(Tx):
@@ -93,7 +92,11 @@ class _Attempt:
 
 
 class PostgresStore(Store):
-    """``postgresql://user@host/db`` (``?pool_size=4``; any other option is passed to libpq)."""
+    """``postgresql://user@host/db``; any option but these two is passed to libpq.
+
+    ``pool_size`` (default 4) bounds the connections held; ``pool_timeout`` (seconds,
+    default 5) is the longest one attempt waits for a connection while the server is away.
+    """
 
     dialect = "postgres"
 
@@ -105,13 +108,8 @@ class PostgresStore(Store):
         options = parse_qsl(parts.query, keep_blank_values=True)
         mine = {k: v for k, v in options if k in _OPTIONS}
         libpq = [(k, v) for k, v in options if k not in _OPTIONS]
-        raw_size = mine.get("pool_size", "4")
-        try:
-            self.pool_size = int(raw_size)
-        except ValueError:
-            self.pool_size = 0
-        if self.pool_size < 1:
-            raise ValueError(f"store URL {_redact(url)!r}: pool_size must be a positive integer, not {raw_size!r}")
+        self.pool_size = int(_positive(url, "pool_size", mine.get("pool_size", "4"), integer=True))
+        self.pool_timeout = _positive(url, "pool_timeout", mine.get("pool_timeout", "5"), integer=False)
         if not any(k == "connect_timeout" for k, _ in libpq):
             libpq.append(("connect_timeout", _CONNECT_TIMEOUT))
         self.conninfo = urlunsplit((parts.scheme, parts.netloc, parts.path, urlencode(libpq), parts.fragment))
@@ -140,7 +138,10 @@ class PostgresStore(Store):
             kwargs={"autocommit": True, "row_factory": dict_row},
             min_size=1,
             max_size=self.pool_size,
-            timeout=_POOL_TIMEOUT,
+            timeout=self.pool_timeout,
+            # The pool's reconnect backoff doubles until this; kept short, a chain of failed attempts
+            # ends soon and the next request starts a fresh one, so a returning server is found in seconds.
+            reconnect_timeout=max(5.0, self.pool_timeout),
             name="lockgate",
             open=False,
         )
@@ -438,6 +439,17 @@ def _connection_lost(exc: psycopg.OperationalError) -> bool:
         return True
     state = exc.sqlstate
     return state is None or state.startswith("08") or state in ("57P01", "57P02", "57P03")
+
+
+def _positive(url: str, option: str, raw: str, *, integer: bool) -> float:
+    try:
+        value = float(int(raw)) if integer else float(raw)
+    except ValueError:
+        value = 0.0
+    if not value > 0:
+        kind = "a positive integer" if integer else "a positive number of seconds"
+        raise ValueError(f"store URL {_redact(url)!r}: {option} must be {kind}, not {raw!r}")
+    return value
 
 
 def _backoff(attempt: int) -> float:

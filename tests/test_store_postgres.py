@@ -1,0 +1,287 @@
+"""What only the PostgreSQL store does: URL options, concurrent boots, LISTEN/NOTIFY, outages."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator, Callable, Iterator
+from typing import Any
+
+import psycopg
+import pytest
+
+from lockgate.errors import StoreError
+from lockgate.store import Tx, open_store, ops
+from lockgate.store.postgres import PostgresStore
+from lockgate.store.sql_files import migrations
+
+from .pg import PgProxy, pg_database_url
+
+
+@pytest.fixture
+def pg_url(request: pytest.FixtureRequest) -> Iterator[str]:
+    """A migrated PostgreSQL database of this test's own."""
+    yield from pg_database_url(request)
+
+
+@pytest.fixture
+def empty_pg_url(request: pytest.FixtureRequest) -> Iterator[str]:
+    yield from pg_database_url(request, migrated=False)
+
+
+@pytest.fixture
+async def proxy() -> AsyncIterator[PgProxy]:
+    relay = PgProxy()
+    await relay.start()
+    yield relay
+    await relay.stop()
+
+
+@pytest.fixture
+async def opened() -> AsyncIterator[Callable[[str], Any]]:
+    """``await opened(url)``: an open ``PostgresStore``, closed at the end of the test."""
+    stores: list[PostgresStore] = []
+
+    async def make(url: str) -> PostgresStore:
+        store = PostgresStore(url)
+        await store.open()
+        stores.append(store)
+        return store
+
+    yield make
+    for store in stores:
+        await store.close()
+
+
+def run_row(run_id: str) -> dict[str, Any]:
+    return {"id": run_id, "workflow": "w", "payload": "{}", "patches": "[]"}
+
+
+async def count_runs(url: str) -> int:
+    async with await psycopg.AsyncConnection.connect(url) as conn:
+        cursor = await conn.execute("SELECT COUNT(*) FROM lockgate_runs")
+        row = await cursor.fetchone()
+        assert row is not None
+        return int(row[0])
+
+
+async def until(
+    predicate: Callable[[], bool], *, timeout: float = 10.0, every: Callable[[], Any] | None = None
+) -> None:
+    """Wait for ``predicate`` (calling ``every`` between looks), failing after ``timeout``."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while not predicate():
+        if loop.time() > deadline:
+            raise AssertionError(f"condition not met within {timeout}s")
+        if every is not None:
+            outcome = every()
+            if asyncio.iscoroutine(outcome):
+                await outcome
+        await asyncio.sleep(0.02)
+
+
+def outage_lines(caplog: pytest.LogCaptureFixture) -> tuple[int, int]:
+    messages = [r.getMessage() for r in caplog.records if r.name == "lockgate.store"]
+    return (
+        sum("database unreachable" in m and "(will retry)" in m for m in messages),
+        sum("database reachable again" in m for m in messages),
+    )
+
+
+# -- URL and boot ----------------------------------------------------------------------------
+
+
+def test_url_options_are_validated_and_the_rest_go_to_libpq() -> None:
+    store = PostgresStore("postgresql://u@h/db?pool_size=2&pool_timeout=0.5&application_name=x")
+    assert (store.pool_size, store.pool_timeout) == (2, 0.5)
+    assert "pool_size" not in store.conninfo and "pool_timeout" not in store.conninfo
+    assert "application_name=x" in store.conninfo
+    assert isinstance(open_store("postgres://u@h/db"), PostgresStore)
+    with pytest.raises(ValueError, match="pool_size must be a positive integer"):
+        PostgresStore("postgresql://u@h/db?pool_size=0")
+    with pytest.raises(ValueError, match="pool_timeout must be a positive number"):
+        PostgresStore("postgresql://u@h/db?pool_timeout=soon")
+
+
+async def test_unknown_options_reach_the_server(pg_url: str, opened: Any) -> None:
+    store = await opened(f"{pg_url}?application_name=lockgate-probe&pool_size=2")
+    await store.read(ops.list_workers)
+    async with await psycopg.AsyncConnection.connect(pg_url) as conn:
+        cursor = await conn.execute(
+            "SELECT COUNT(*) FROM pg_stat_activity WHERE datname = current_database() "
+            "AND application_name = 'lockgate-probe'"
+        )
+        row = await cursor.fetchone()
+    assert row is not None and row[0] >= 1
+
+
+async def test_an_unreachable_server_is_a_clear_error_without_the_password() -> None:
+    store = PostgresStore("postgresql://lockgate:s3cret@127.0.0.1:1/nowhere")
+    with pytest.raises(StoreError, match="cannot connect to PostgreSQL") as caught:
+        await asyncio.wait_for(store.open(), 30)
+    assert "s3cret" not in str(caught.value)
+    with pytest.raises(StoreError, match="not open"):
+        await store.read(ops.list_workers)
+
+
+async def test_processes_booting_together_migrate_once(empty_pg_url: str) -> None:
+    stores = [PostgresStore(empty_pg_url) for _ in range(3)]
+    await asyncio.gather(*(s.open() for s in stores))
+    try:
+        await stores[0].write(ops.register_worker, "w1", "host", 1, 1.0)
+        async with await psycopg.AsyncConnection.connect(empty_pg_url) as conn:
+            cursor = await conn.execute("SELECT version FROM lockgate_migrations ORDER BY version")
+            versions = [r[0] for r in await cursor.fetchall()]
+    finally:
+        await asyncio.gather(*(s.close() for s in stores))
+    assert versions == [v for v, _, _ in migrations("postgres")]
+
+
+async def test_rows_have_the_python_types_of_sqlite_rows(pg_url: str, opened: Any) -> None:
+    store = await opened(pg_url)
+    row, created = await store.write(ops.create_run, run_row("r1"), 1700000000.5)
+    assert created
+    assert type(row["created_at"]) is float and row["created_at"] == 1700000000.5
+    assert type(row["epoch"]) is int and type(row["entries"]) is int
+    assert type(row["id"]) is str and row["finished_at"] is None
+    assert await store.read(ops.next_wake) == 1700000000.5
+    events = await store.read(ops.list_events, "r1")
+    assert [type(e["id"]) for e in events] == [int]
+
+
+# -- wake-ups ----------------------------------------------------------------------------------
+
+
+async def test_wakeups_reach_other_stores_once_committed(pg_url: str, opened: Any) -> None:
+    sender, receiver = await opened(pg_url), await opened(pg_url)
+    assert sender.cross_process_wakeups
+    heard: list[tuple[str, str]] = []
+    own: list[tuple[str, str]] = []
+    receiver.add_listener(lambda channel, payload: heard.append((channel, payload)))
+    sender.add_listener(lambda channel, payload: own.append((channel, payload)))
+
+    async def publish(tx: Tx, payload: str, refuse: bool = False) -> None:
+        await sender.notify(tx, "runs", payload)
+        if refuse:
+            raise ValueError("refused")
+
+    # The listener connects in the background: publish until one arrives.
+    await until(lambda: bool(heard), every=lambda: sender.write(publish, "hello"))
+    heard.clear()
+    outcomes = await asyncio.gather(
+        sender.write(publish, "rolled-back", True), sender.write(publish, "kept"), return_exceptions=True
+    )
+    assert isinstance(outcomes[0], ValueError) and outcomes[1] is None
+    await until(lambda: ("runs", "kept") in heard)
+    assert ("runs", "rolled-back") not in heard  # NOTIFY in a rolled-back savepoint is never sent
+    assert own == []  # a store does not hear itself
+
+
+async def test_a_wakeup_payload_over_the_server_limit_is_refused(pg_url: str, opened: Any) -> None:
+    store = await opened(pg_url)
+
+    async def publish(tx: Tx) -> None:
+        await store.notify(tx, "runs", "x" * 9000)
+
+    with pytest.raises(ValueError, match="PostgreSQL allows under 8000"):
+        await store.write(publish)
+
+
+async def test_the_listener_reconnects_after_its_connection_drops(
+    pg_url: str, proxy: PgProxy, opened: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="lockgate.store")
+    sender, receiver = await opened(pg_url), await opened(proxy.url(pg_url))
+    heard: list[str] = []
+    receiver.add_listener(lambda _channel, payload: heard.append(payload))
+
+    async def publish(tx: Tx, payload: str) -> None:
+        await sender.notify(tx, "runs", payload)
+
+    await until(lambda: "before" in heard, every=lambda: sender.write(publish, "before"))
+    await proxy.stop()
+    await proxy.start()
+    await until(lambda: "after" in heard, every=lambda: sender.write(publish, "after"))
+    assert outage_lines(caplog) == (1, 1)
+
+
+# -- outages -----------------------------------------------------------------------------------
+
+
+async def test_a_connection_lost_before_commit_is_retried_on_a_fresh_one(
+    pg_url: str, proxy: PgProxy, opened: Any
+) -> None:
+    store = await opened(proxy.url(pg_url))
+    calls = 0
+
+    async def register(tx: Tx) -> str:
+        nonlocal calls
+        calls += 1
+        await ops.register_worker(tx, "w1", "host", 1, 1.0)
+        return "done"
+
+    proxy.cut_when(b"lockgate_workers")  # the op's own statement never reaches the server
+    assert await store.write(register) == "done"
+    assert (proxy.cuts, calls) == (1, 2)
+    assert [w["id"] for w in await store.read(ops.list_workers)] == ["w1"]
+
+
+async def test_a_read_whose_connection_drops_is_retried(pg_url: str, proxy: PgProxy, opened: Any) -> None:
+    store = await opened(proxy.url(pg_url))
+    await store.write(ops.register_worker, "w1", "host", 1, 1.0)
+    proxy.cut_when(b"runs_held")  # the list_workers query
+    assert [w["id"] for w in await store.read(ops.list_workers)] == ["w1"]
+    assert proxy.cuts == 1
+
+
+async def test_a_connection_lost_during_commit_is_reported_not_retried(
+    pg_url: str, proxy: PgProxy, opened: Any
+) -> None:
+    store = await opened(proxy.url(pg_url))
+    calls = 0
+
+    async def create(tx: Tx) -> None:
+        nonlocal calls
+        calls += 1
+        await ops.create_run(tx, run_row("r1"), 1.0)
+
+    proxy.cut_when(b"COMMIT")
+    with pytest.raises(StoreError, match="may or may not have been applied"):
+        await store.write(create)
+    assert calls == 1  # the outcome is unknown: running it again could apply it twice
+    assert await count_runs(pg_url) == 0  # here COMMIT never reached the server
+    await store.write(ops.create_run, run_row("r2"), 2.0)  # and the store carries on
+    assert await count_runs(pg_url) == 1
+
+
+async def test_a_server_restart_loses_no_acknowledged_write(
+    pg_url: str, proxy: PgProxy, opened: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="lockgate.store")
+    store = await opened(proxy.url(pg_url))
+    await store.write(ops.create_run, run_row("r0"), 1.0)
+    await proxy.stop()
+    writes = [asyncio.ensure_future(store.write(ops.create_run, run_row(f"r{i}"), 2.0)) for i in range(1, 21)]
+    await until(lambda: outage_lines(caplog)[0] == 1)  # the writer found the server gone
+    await proxy.start()
+    results = await asyncio.wait_for(asyncio.gather(*writes), 60)
+    assert all(created for _, created in results)
+    assert await count_runs(pg_url) == 21
+    assert [r["id"] for r in await store.read(ops.list_runs, limit=100)][-1] == "r0"
+    assert outage_lines(caplog) == (1, 1)  # once per outage, not once per query
+
+
+@pytest.mark.slow
+async def test_a_lasting_outage_fails_writes_and_reads_instead_of_hanging(
+    pg_url: str, proxy: PgProxy, opened: Any
+) -> None:
+    store = await opened(f"{proxy.url(pg_url)}&pool_timeout=0.2")
+    await store.write(ops.register_worker, "w1", "host", 1, 1.0)
+    await proxy.stop()
+    with pytest.raises(StoreError, match="unreachable"):
+        await asyncio.wait_for(store.write(ops.register_worker, "w2", "host", 1, 2.0), 60)
+    with pytest.raises(StoreError, match="unreachable"):
+        await asyncio.wait_for(store.read(ops.list_workers), 60)
+    await proxy.start()
+    assert len(await asyncio.wait_for(store.read(ops.list_workers), 60)) == 1

@@ -1,0 +1,105 @@
+"""The store seam on every store kind: group commit, per-op refusal, fencing, claiming."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import pytest
+
+from lockgate.store import Store, Tx, open_store, ops
+
+
+@pytest.fixture
+async def stores(store_url: str) -> AsyncIterator[Callable[[], Any]]:
+    """``await stores()``: another open store on the test database, closed afterwards."""
+    opened: list[Store] = []
+
+    async def make() -> Store:
+        store = open_store(store_url)
+        await store.open()
+        opened.append(store)
+        return store
+
+    yield make
+    for store in opened:
+        await store.close()
+
+
+def run_row(run_id: str, workflow: str = "w") -> dict[str, Any]:
+    return {"id": run_id, "workflow": workflow, "payload": "{}", "patches": "[]"}
+
+
+async def run_ids(store: Store) -> list[str]:
+    return sorted(r["id"] for r in await store.read(ops.list_runs, limit=1000))
+
+
+async def test_a_refused_op_rolls_back_only_itself(stores: Any) -> None:
+    store = await stores()
+    before = store.commits
+
+    async def create_then_refuse(tx: Tx) -> None:
+        await ops.create_run(tx, run_row("r2"), 1.0)
+        raise ValueError("refused after writing")
+
+    outcomes = await asyncio.gather(
+        store.write(ops.create_run, run_row("r1"), 1.0),
+        store.write(create_then_refuse),
+        store.write(ops.create_run, run_row("r3"), 1.0),
+        return_exceptions=True,
+    )
+    assert isinstance(outcomes[1], ValueError)
+    assert [o[1] for o in outcomes if isinstance(o, tuple)] == [True, True]
+    assert store.commits == before + 1  # the three went in one transaction
+    assert await run_ids(store) == ["r1", "r3"]
+    assert await store.read(ops.list_events, "r2") == []
+
+
+async def test_a_fenced_write_fails_its_caller_and_the_store_carries_on(stores: Any) -> None:
+    store = await stores()
+    await store.write(ops.create_run, run_row("r1"), 1.0)
+    [claimed] = await store.write(ops.claim_runs, "w1", 2.0, 10.0, 5, ["w"])
+    stale = ops.Fence("r1", "w1", int(claimed["epoch"]) - 1)
+    live = ops.Fence("r1", "w1", int(claimed["epoch"]))
+    with pytest.raises(ops.Fenced):
+        await asyncio.wait_for(store.write(ops.touch, stale, 3.0), 10)
+    outcomes = await asyncio.gather(
+        store.write(ops.touch, stale, 4.0), store.write(ops.touch, live, 4.0), return_exceptions=True
+    )
+    assert isinstance(outcomes[0], ops.Fenced) and outcomes[1] is None
+    assert (await store.read(ops.get_run, "r1"))["progress_at"] == 4.0
+
+
+async def test_write_nowait_joins_the_next_commit_and_close_flushes_it(store_url: str, stores: Any) -> None:
+    store = open_store(store_url)
+    await store.open()
+    await store.write(ops.create_run, run_row("r1"), 1.0)
+    store.write_nowait(ops.add_event, "r1", "first", 2.0, None)
+    await store.write(ops.add_event, "r1", "second", 3.0, None)
+    store.write_nowait(ops.add_event, "r1", "at-close", 4.0, None)
+    await store.close()
+    reader = await stores()
+    events = [e["type"] for e in await reader.read(ops.list_events, "r1")]
+    assert events == ["run-started", "first", "second", "at-close"]
+
+
+async def test_replicas_claiming_at_once_take_disjoint_runs(stores: Any) -> None:
+    first, second = await stores(), await stores()
+
+    async def create_all(tx: Tx) -> None:
+        for i in range(40):
+            await ops.create_run(tx, run_row(f"r{i:02}"), 1.0)
+
+    await first.write(create_all)
+    claims: dict[str, list[str]] = {"a": [], "b": []}
+    for _ in range(5):
+        got = await asyncio.gather(
+            first.write(ops.claim_runs, "a", 2.0, 60.0, 40, ["w"]),
+            second.write(ops.claim_runs, "b", 2.0, 60.0, 40, ["w"]),
+        )
+        claims["a"] += [r["id"] for r in got[0]]
+        claims["b"] += [r["id"] for r in got[1]]
+    assert not set(claims["a"]) & set(claims["b"])
+    assert sorted(claims["a"] + claims["b"]) == await run_ids(first)
+    assert {r["epoch"] for r in await first.read(ops.list_runs, limit=100)} == {1}  # each claimed once
