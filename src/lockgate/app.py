@@ -11,7 +11,7 @@ import inspect
 import typing
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any, TypeVar, overload
 
 from pydantic import BaseModel
 
@@ -50,6 +50,12 @@ class App:
         self.name = name
         self._declared: list[_Declaration] = []
         self._built: dict[str, WorkflowDef] | None = None
+
+    @overload
+    def workflow(self, fn: F, /) -> F: ...
+
+    @overload
+    def workflow(self, fn: None = None, /, *, name: str | None = None, **options: Any) -> Callable[[F], F]: ...
 
     def workflow(self, fn: F | None = None, /, *, name: str | None = None, **options: Any) -> Any:
         """Register an ``async def body(ctx, payload: Model) -> Result`` as a workflow.
