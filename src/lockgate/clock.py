@@ -6,7 +6,7 @@ import asyncio
 import time
 from datetime import UTC, datetime
 
-__all__ = ["Clock", "SystemClock", "to_datetime"]
+__all__ = ["Clock", "SystemClock", "to_datetime", "wait_event"]
 
 
 class Clock:
@@ -38,3 +38,19 @@ class SystemClock(Clock):
 def to_datetime(epoch: float | None) -> datetime | None:
     """Epoch seconds as an aware UTC datetime (``None`` stays ``None``)."""
     return None if epoch is None else datetime.fromtimestamp(epoch, tz=UTC)
+
+
+async def wait_event(event: asyncio.Event, timeout: float) -> bool:
+    """Wait for ``event`` up to ``timeout`` seconds; whether it was set.
+
+    Unlike ``asyncio.wait_for`` on Python 3.11, a cancellation that races the wake-up is
+    never swallowed, so a loop built on this stops when its task is cancelled.
+    """
+    if event.is_set():
+        return True
+    waiter = asyncio.ensure_future(event.wait())
+    try:
+        done, _ = await asyncio.wait({waiter}, timeout=timeout)
+    finally:
+        waiter.cancel()
+    return bool(done)

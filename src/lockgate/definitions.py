@@ -125,6 +125,7 @@ class WorkflowDef:
     signals: dict[str, type[BaseModel]] = field(default_factory=dict)
     updates: dict[str, type[BaseModel]] = field(default_factory=dict)
     options: dict[str, Any] = field(default_factory=dict)
+    gate: Any = None  # the GatePlan, set when the app is validated
 
     def accepts_version(self, version: str | None) -> bool:
         """Whether a run stamped with ``version`` may resume under this definition."""

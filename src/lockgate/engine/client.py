@@ -17,7 +17,7 @@ from typing import Any, Self
 from pydantic import BaseModel
 
 from ..app import App
-from ..clock import Clock, SystemClock
+from ..clock import Clock, SystemClock, wait_event
 from ..definitions import WorkflowDef
 from ..errors import (
     DefinitionError,
@@ -33,6 +33,7 @@ from ..ids import new_id
 from ..records import AttemptInfo, EventInfo, RunInfo, StepInfo
 from ..serde import decode, validate_payload
 from ..store import Store, open_store, ops
+from .operator import OperatorMixin
 
 __all__ = ["Client"]
 
@@ -40,7 +41,7 @@ DEFAULT_STORE = "sqlite:///lockgate.db"
 WorkflowRef = str | Callable[..., Any]
 
 
-class Client:
+class Client(OperatorMixin):
     """Start and manage runs in ``store`` without executing any (``async with`` it)."""
 
     def __init__(
@@ -62,6 +63,8 @@ class Client:
         self._finished: dict[str, asyncio.Event] = {}
         self._settled: dict[str, asyncio.Event] = {}
         self._open = False
+        self._paused_cache: set[str] = set()
+        self._paused_read_at = float("-inf")
 
     # -- lifecycle ----------------------------------------------------------------------
 
@@ -89,19 +92,19 @@ class Client:
     def new_run_row(
         self,
         defn: WorkflowDef,
-        payload: BaseModel,
+        payload: BaseModel | str,
         *,
         run_id: str | None = None,
         identity: str | None = None,
         idempotency_key: str | None = None,
         ticket: str | None = None,
     ) -> dict[str, Any]:
-        """The row a new run of ``defn`` is inserted as."""
+        """The row a new run of ``defn`` is inserted as (``payload``: a model or its JSON)."""
         rid = run_id or new_id("run")
         return {
             "id": rid,
             "workflow": defn.name,
-            "payload": payload.model_dump_json(),
+            "payload": payload if isinstance(payload, str) else payload.model_dump_json(),
             "identity": identity or (f"{defn.name}\x1f{idempotency_key}" if idempotency_key else rid),
             "idempotency_key": idempotency_key,
             "version": defn.version,
@@ -188,9 +191,7 @@ class Client:
             if wait <= 0:
                 raise ResultTimeout(f"run {run_id} did not finish within {timeout}s (status {row['status']})")
             try:
-                await asyncio.wait_for(event.wait(), wait)
-            except TimeoutError:
-                pass
+                await wait_event(event, wait)
             finally:
                 self._finished.pop(run_id, None)
             delay = min(delay * 2, self.poll_interval)
@@ -308,10 +309,7 @@ class Client:
             wait = delay if deadline is None else min(delay, deadline - loop.time())
             if wait <= 0:
                 raise ResultTimeout(f"update {name!r} on run {run_id} was not answered within {timeout}s")
-            try:
-                await asyncio.wait_for(event.wait(), wait)
-            except TimeoutError:
-                pass
+            await wait_event(event, wait)
             delay = min(delay * 2, self.poll_interval)
 
     def _message_model(self, row: dict[str, Any], kind: str, name: str) -> type[BaseModel] | None:

@@ -15,9 +15,12 @@ import socket
 from typing import Any
 
 from ..app import App
-from ..clock import Clock
+from ..clock import Clock, to_datetime, wait_event
+from ..definitions import WorkflowDef, retry_hint
 from ..durations import Duration, to_seconds
 from ..errors import WorkflowCrashLooped, WorkflowVersionIncompatible
+from ..gate.drainer import Drainer
+from ..gate.pipeline import Decision
 from ..ids import new_id
 from ..store import Store, ops
 from ..store.base import Row
@@ -70,9 +73,11 @@ class Engine(Client):
         self.host = socket.gethostname()
         self._executions: dict[str, Execution] = {}
         self._inflight: set[str] = set()
+        self._background: set[asyncio.Future[Any]] = set()
         self._wake = asyncio.Event()
         self._tasks: list[asyncio.Task[Any]] = []
         self._running = False
+        self.drainer = Drainer(self)
 
     # -- lifecycle ----------------------------------------------------------------------
 
@@ -87,6 +92,7 @@ class Engine(Client):
         self._tasks = [
             asyncio.create_task(self._dispatch(), name="lockgate-dispatcher"),
             asyncio.create_task(self._renew(), name="lockgate-leases"),
+            asyncio.create_task(self.drainer.loop(), name="lockgate-drainer"),
             *start_sweeps(self),
         ]
 
@@ -127,11 +133,20 @@ class Engine(Client):
     def wake(self, at: float | None = None) -> None:
         if at is None or at <= self.clock.now() + self.poll_interval:
             self._wake.set()
+            self.drainer.wake()
 
     def after_finish(self, run_id: str, stopped: list[str]) -> None:
         self.notify_finished(run_id)
         self.stopped(stopped, "parent closed")
         self._wake.set()  # a parent may be runnable now
+        self.drainer.wake()  # a slot may have freed
+
+    def after_decision(self, defn: WorkflowDef, decision: Decision) -> None:
+        super().after_decision(defn, decision)
+        if decision.status == "queued" and (
+            decision.due_at is None or decision.due_at <= self.clock.now() + self.poll_interval
+        ):
+            self.drainer.wake()
 
     def stopped(self, run_ids: list[str], reason: str) -> None:
         for rid in run_ids:
@@ -141,7 +156,19 @@ class Engine(Client):
             self.notify_finished(rid)
 
     def on_step_error(self, execution: Execution, step_key: str, error: BaseException) -> None:
-        """Hook for step errors before a retry (the gate reads provider back-pressure here)."""
+        """A step error that carries ``retry_after`` pauses the run's flow-control keys until then."""
+        hint = retry_hint(error)
+        if hint is None or hint <= 0:
+            return
+        row = execution.row
+        keys = [k for k in (row.get("slot_key"), _pool(row.get("slot_scope"))) if k]
+        if not keys:
+            return
+        until = to_datetime(self.clock.now() + hint)
+        for key in keys:
+            task = asyncio.ensure_future(self.pause_key(key, until=until, reason=f"retry-after from {step_key}"))
+            self._background.add(task)
+            task.add_done_callback(self._background.discard)
 
     # -- dispatcher ---------------------------------------------------------------------
 
@@ -153,9 +180,11 @@ class Engine(Client):
                 now = self.clock.now()
                 free = self.max_concurrent_runs - len(self._inflight)
                 claimed: list[Row] = []
+                tried = False
                 if free > 0:
-                    due = await self.store.read(ops.next_wake)
+                    due = await self.store.read(ops.next_wake, self.worker_id)
                     if due is not None and due <= now:
+                        tried = True
                         claimed = await self.store.write(
                             ops.claim_runs, self.worker_id, now, now + self.lease, free, names
                         )
@@ -166,11 +195,15 @@ class Engine(Client):
                 if claimed:
                     await asyncio.sleep(0)
                     continue
-                due = await self.store.read(ops.next_wake)
-                delay = self.poll_interval if due is None else min(self.poll_interval, max(0.0, due - self.clock.now()))
+                due = await self.store.read(ops.next_wake, self.worker_id)
+                if free <= 0 or tried or due is None:
+                    # Full, or what is due is not ours to take (another workflow set, a race):
+                    # wait for a wake-up instead of spinning on it.
+                    delay = self.poll_interval
+                else:
+                    delay = min(self.poll_interval, max(0.0, due - self.clock.now()))
                 if delay > 0:
-                    with contextlib.suppress(TimeoutError):
-                        await asyncio.wait_for(self._wake.wait(), delay)
+                    await wait_event(self._wake, delay)
             except asyncio.CancelledError:
                 raise
             except Exception:
@@ -257,6 +290,11 @@ class Engine(Client):
                     execution.stop("lease lost")
 
     @property
+    def running(self) -> bool:
+        """Whether the engine's loops should keep going (false once ``close`` began)."""
+        return self._running
+
+    @property
     def executing(self) -> list[str]:
         """Ids of the runs this process has claimed and is executing now."""
         return list(self._inflight)
@@ -265,6 +303,10 @@ class Engine(Client):
     def claiming(self) -> bool:
         """Whether a claimed run has not reached its body yet."""
         return len(self._inflight) != len(self._executions)
+
+
+def _pool(scope: str | None) -> str | None:
+    return scope.removeprefix("pool:") if scope and scope.startswith("pool:") else None
 
 
 def _pid_alive(pid: int) -> bool:

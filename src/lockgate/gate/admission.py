@@ -1,18 +1,27 @@
-"""The gate's entry point: one arrival, one decision, one transaction."""
+"""The gate's entry point: turn ``start(...)`` into an offer and decide it in one transaction."""
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from ..handles import RunHandle
+from pydantic import BaseModel
+
+from ..clock import to_datetime
+from ..definitions import WorkflowDef
+from ..errors import BlockingStartRefused, DefinitionError, PayloadError, RateLimited, SingletonHeld
+from ..handles import Deferral, RunHandle
+from ..ids import new_id
 from ..serde import validate_payload
-from ..store import ops
+from ..store import gate_ops, ops
+from ..store.base import Tx
+from .declarations import GatePlan
+from .pipeline import Decision, Offer, offer
 
 if TYPE_CHECKING:
     from ..engine.client import Client, WorkflowRef
 
-__all__ = ["admit"]
+__all__ = ["admit", "control_keys", "handle_for"]
 
 
 async def admit(
@@ -25,19 +34,132 @@ async def admit(
     idempotency_key: str | None,
     flow_control: Any,
 ) -> RunHandle:
-    """Decide one start: validate, resolve its identity, and create the run."""
+    """Decide one start and return its handle; blocking callers get typed refusals."""
     defn = client.app.get(workflow)
-    model = validate_payload(defn.payload_model, payload, what=f"payload of {defn.name!r}")
-    key = client.identity_key(defn, model, idempotency_key)
-    row = client.new_run_row(defn, model, idempotency_key=key)
+    plan: GatePlan = defn.gate
+    if at is not None and (not isinstance(at, datetime) or at.tzinfo is None):
+        raise PayloadError(f"start of {defn.name!r}", "at must be a timezone-aware datetime")
+    if wait:
+        if at is not None:
+            raise BlockingStartRefused(defn.name, "at=", "wait=True")
+        if plan.deferring is not None:
+            raise BlockingStartRefused(defn.name, plan.deferring, "a blocking start (wait=True / run())")
+    item_model = plan.item_model
+    model = validate_payload(
+        item_model or defn.payload_model, payload, what=f"{'item' if item_model else 'payload'} of {defn.name!r}"
+    )
+    if item_model is not None and idempotency_key is not None:
+        raise PayloadError(
+            f"start of {defn.name!r}",
+            "idempotency_key cannot be given for one item: the batch's identity comes from the "
+            "workflow's idempotency_key callback",
+        )
+    key = None if item_model is not None else client.identity_key(defn, model, idempotency_key)
+    ticket = new_id("tkt")
+    run = client.new_run_row(defn, "{}" if item_model is not None else model, idempotency_key=key, ticket=ticket)
     now = client.clock.now()
-    created, fresh = await client.store.write(ops.create_run, row, now)
-    if fresh:
-        client.wake(now)
-    return RunHandle(
-        workflow=defn.name,
-        status="started" if fresh else "existing",
-        ticket=row["ticket"],
+    if plan.bare and at is None and not await client.paused(defn.name):
+        created, fresh = await client.store.write(_admit_bare, run, now)
+        if fresh:
+            client.wake(now)
+        return RunHandle(
+            workflow=defn.name,
+            status="started" if fresh else "existing",
+            ticket=ticket,
+            run_id=created["id"],
+            _client=client,
+        )
+    o = Offer(
+        defn=defn,
+        plan=plan,
+        ticket=ticket,
+        payload=model.model_dump_json(),
+        keys=control_keys(defn, plan, model),
+        priority=_priority(defn, plan, model),
+        fair=_fair(defn, plan, model),
+        identity=run["identity"] if key is not None else None,
+        idempotency_key=key,
+        run=run,
+        at=None if at is None else at.timestamp(),
+    )
+    decision = await client.store.write(offer, o, now)
+    client.after_decision(defn, decision)
+    handle = handle_for(client, defn.name, decision)
+    if wait:
+        if decision.status == "dropped":
+            raise RateLimited(defn.name, handle.retry_after or timedelta(0))
+        if decision.status == "skipped":
+            raise SingletonHeld(defn.name, decision.run_id or decision.reason or "a parked start")
+    return handle
+
+
+async def _admit_bare(tx: Tx, run: dict[str, Any], now: float) -> tuple[dict[str, Any], bool]:
+    created, fresh = await ops.create_run(tx, run, now)
+    await gate_ops.ledger(
+        tx,
+        ticket=run["ticket"],
+        kind="arrival",
+        workflow=run["workflow"],
+        outcome="admitted" if fresh else "existing",
         run_id=created["id"],
+        at=now,
+        control=None if fresh else "identity",
+        reason=None if fresh else "idempotency key already spent",
+    )
+    return created, fresh
+
+
+def handle_for(client: Client, workflow: str, d: Decision) -> RunHandle:
+    deferral = None
+    if d.status == "queued":
+        deferral = Deferral(mode=d.mode or "queued", due_at=to_datetime(d.due_at), key=d.key)
+    return RunHandle(
+        workflow=workflow,
+        status=d.status,  # type: ignore[arg-type]
+        ticket=d.ticket,
+        run_id=d.run_id,
+        deferral=deferral,
+        retry_after=None if d.retry_after is None else timedelta(seconds=d.retry_after),
         _client=client,
     )
+
+
+def _call(defn: WorkflowDef, field: str, fn: Any, model: BaseModel) -> Any:
+    try:
+        value = fn(model)
+    except Exception as exc:
+        raise DefinitionError(defn.name, field, f"callback raised {type(exc).__name__}: {exc}") from None
+    if value is None:
+        raise DefinitionError(defn.name, field, "callback returned None; a key must be a value")
+    return value
+
+
+def control_keys(defn: WorkflowDef, plan: GatePlan, model: BaseModel) -> dict[str, str]:
+    """Each declared control's key for this payload (``""`` for a control without a key)."""
+    keys: dict[str, str] = {}
+    pairs: list[tuple[str, Any]] = []
+    if plan.debounce is not None:
+        pairs.append(("debounce", plan.debounce.key))
+    if plan.batch is not None:
+        pairs.append(("batch", plan.batch.key))
+    if plan.singleton is not None:
+        pairs.append(("singleton", plan.singleton.key))
+    if plan.concurrency is not None:
+        pairs.append(("concurrency", plan.concurrency.key))
+    pairs += [(w.name, w.key) for w in plan.windows]
+    for name, fn in pairs:
+        keys[name] = "" if fn is None else str(_call(defn, f"{name}.key", fn, model))
+    return keys
+
+
+def _priority(defn: WorkflowDef, plan: GatePlan, model: BaseModel) -> int:
+    if plan.priority is None:
+        return 0
+    value = _call(defn, "priority", plan.priority, model)
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise DefinitionError(defn.name, "priority", f"callback returned {value!r}, not an int")
+    return value
+
+
+def _fair(defn: WorkflowDef, plan: GatePlan, model: BaseModel) -> str | None:
+    return None if plan.fair_by is None else str(_call(defn, "fair_by", plan.fair_by, model))

@@ -13,6 +13,7 @@ from typing import Any
 
 from ..errors import RunNotEligible, UnknownRun
 from ..serde import dump_json
+from . import gate_ops
 from .base import Row, Tx
 
 TERMINAL = ("succeeded", "failed", "cancelled")
@@ -47,6 +48,11 @@ async def create_run(tx: Tx, run: dict[str, Any], now: float) -> tuple[Row, bool
         "version": None,
         "recording": "full",
         "wake_at": now,
+        "singleton_key": None,
+        "deadline_at": None,
+        "on_failure": None,
+        "slot_scope": None,
+        "slot_key": None,
         **run,
         "now": now,
     }
@@ -100,8 +106,9 @@ async def claim_runs(tx: Tx, owner: str, now: float, lease_until: float, limit: 
     )
 
 
-async def next_wake(tx: Tx) -> float | None:
-    value = await tx.scalar("next_wake")
+async def next_wake(tx: Tx, owner: str | None = None) -> float | None:
+    """When the next run becomes claimable; ``owner``'s own leases never count (it is alive)."""
+    value = await tx.scalar("next_wake", {"owner": owner})
     return None if value is None else float(value)
 
 
@@ -235,7 +242,7 @@ async def finish_run(
         raise Fenced()
     await add_event(tx, fence.run_id, f"run-{status}", now, event or _error_data(error_tag, error_message))
     if status in TERMINAL:
-        return await _closed(tx, fence.run_id, rows[0]["parent_id"], now)
+        return await _closed(tx, rows[0], now, status, error_tag, error_message)
     return []
 
 
@@ -245,8 +252,17 @@ def _error_data(error_tag: str | None, error_message: str | None) -> dict[str, A
     return {"error_tag": error_tag, "error_message": error_message}
 
 
-async def _closed(tx: Tx, run_id: str, parent_id: str | None, now: float) -> list[str]:
-    """A run reached a terminal status: wake its waiting parent, close its children by policy."""
+async def _closed(tx: Tx, row: Row, now: float, status: str, error_tag: str | None,
+                  error_message: str | None) -> list[str]:
+    """A run reached a terminal status: free its slot, report a failure, wake its parent, close its children."""
+    run_id, parent_id = row["id"], row["parent_id"]
+    if row["slot_scope"] is not None:
+        await gate_ops.free_slot(tx, run_id)
+    if status == "failed" and row["on_failure"]:
+        reason = "finish-timeout" if error_tag == "FinishTimeout" else "failed"
+        report = {"workflow": row["workflow"], "payload": json.loads(row["payload"]), "error_tag": error_tag,
+                  "error_message": error_message, "run_id": run_id, "reason": reason, "failed_at": now}
+        await gate_ops.enqueue_failure_report(tx, row["on_failure"], report, now)
     if parent_id is not None:
         await tx.execute("wake_run", {"run_id": parent_id, "now": now, "waiting_on": "child"})
     stopped: list[str] = []
@@ -255,7 +271,7 @@ async def _closed(tx: Tx, run_id: str, parent_id: str | None, now: float) -> lis
         if policy == "abandon":
             continue
         tag = "Terminated" if policy == "terminate" else "Cancelled"
-        stopped += await _end(
+        stopped += await end_run(
             tx,
             child["id"],
             None,
@@ -268,7 +284,7 @@ async def _closed(tx: Tx, run_id: str, parent_id: str | None, now: float) -> lis
     return stopped
 
 
-async def _end(
+async def end_run(
     tx: Tx,
     run_id: str,
     from_status: str | None,
@@ -296,7 +312,7 @@ async def _end(
     if not changed:
         return []
     await add_event(tx, run_id, f"run-{status}", now, event)
-    return [run_id, *await _closed(tx, run_id, row["parent_id"], now)]
+    return [run_id, *await _closed(tx, changed[0], now, status, error_tag, error_message)]
 
 
 # -- operator verbs ---------------------------------------------------------------------------
@@ -306,7 +322,7 @@ async def cancel_run(tx: Tx, run_id: str, reason: str | None, now: float) -> lis
     row = await get_run(tx, run_id)
     if row["status"] not in LIVE:
         raise RunNotEligible("cancel", run_id, row["status"], "only running or suspended runs can be cancelled")
-    return await _end(
+    return await end_run(
         tx,
         run_id,
         row["status"],

@@ -1,8 +1,10 @@
 -- name: insert_run
 INSERT INTO lockgate_runs (id, workflow, identity, idempotency_key, status, payload, version, patches,
-    parent_id, parent_close, retry_of, ticket, recording, created_at, updated_at, progress_at, wake_at)
+    parent_id, parent_close, retry_of, ticket, recording, created_at, updated_at, progress_at, wake_at,
+    singleton_key, deadline_at, on_failure, slot_scope, slot_key)
 VALUES (:id, :workflow, :identity, :idempotency_key, 'running', :payload, :version, :patches,
-    :parent_id, :parent_close, :retry_of, :ticket, :recording, :now, :now, :now, :wake_at)
+    :parent_id, :parent_close, :retry_of, :ticket, :recording, :now, :now, :now, :wake_at,
+    :singleton_key, :deadline_at, :on_failure, :slot_scope, :slot_key)
 ON CONFLICT (identity) DO NOTHING
 RETURNING id;
 
@@ -30,13 +32,15 @@ SET owner = :owner, epoch = epoch + 1, lease_until = :lease_until,
     entered_at = :now, entries = entries + 1, updated_at = :now
 WHERE id IN (
     SELECT id FROM lockgate_runs
-    WHERE status = 'running' AND wake_at <= :now AND (owner IS NULL OR lease_until < :now)
+    WHERE status = 'running' AND wake_at <= :now
+      AND (owner IS NULL OR (lease_until < :now AND owner <> :owner))
       AND workflow IN (SELECT value FROM json_each(:workflows))
     ORDER BY wake_at LIMIT :limit)
 RETURNING *;
 
 -- name: next_wake
-SELECT MIN(CASE WHEN owner IS NULL THEN wake_at ELSE MAX(wake_at, lease_until) END) AS at
+SELECT MIN(CASE WHEN owner IS NULL THEN wake_at WHEN owner = :owner THEN NULL
+    ELSE MAX(wake_at, lease_until) END) AS at
 FROM lockgate_runs WHERE status = 'running' AND wake_at IS NOT NULL;
 
 -- name: fence_touch
@@ -72,7 +76,7 @@ SET status = :status, output = :output, error_tag = :error_tag, error_message = 
     waiting_for = NULL, finished_at = CASE WHEN :status IN ('succeeded', 'failed', 'cancelled') THEN :now END,
     updated_at = :now, progress_at = :now
 WHERE id = :run_id AND owner = :owner AND epoch = :epoch AND status = 'running'
-RETURNING id, parent_id;
+RETURNING id, workflow, parent_id, payload, slot_scope, on_failure;
 
 -- name: set_status
 UPDATE lockgate_runs
@@ -83,7 +87,7 @@ SET status = :status, error_tag = COALESCE(:error_tag, error_tag), error_message
     reclaim_count = CASE WHEN :status = 'running' THEN 0 ELSE reclaim_count END,
     stalled_at = NULL
 WHERE id = :run_id AND status = :from_status
-RETURNING id, parent_id;
+RETURNING id, workflow, parent_id, payload, slot_scope, on_failure;
 
 -- name: clear_failure
 UPDATE lockgate_runs SET error_tag = NULL, error_message = NULL, output = NULL WHERE id = :run_id;

@@ -1,0 +1,273 @@
+"""The drainer: admits what the gate parked once its time or its slot has come.
+
+One replica drains at a time (a sweep lease). Each tick expires starts past
+``timeouts.start`` and runs past ``timeouts.finish``, frees slots whose run is gone,
+then re-offers due rows and rows waiting for a concurrency slot, in priority order
+(ties by arrival; ``fair_by`` groups take turns). It sleeps until the next due
+instant or a wake-up (a freed slot, an unpause, a new parked row), never polling hot.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from collections import defaultdict
+from typing import TYPE_CHECKING, Any
+
+from ..clock import wait_event
+from ..store import gate_ops, ops
+from ..store.base import Row, Tx
+from .admission import control_keys
+from .declarations import GatePlan
+from .pipeline import Decision, offer, reoffer
+
+if TYPE_CHECKING:
+    from ..engine.engine import Engine
+
+__all__ = ["Drainer"]
+
+log = logging.getLogger("lockgate.drainer")
+BATCH = 1000
+
+
+class Drainer:
+    """Drains the gate's parked rows for one engine."""
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+        self._wake = asyncio.Event()
+        self._lease_until = 0.0
+        self.ticks = 0
+
+    def wake(self) -> None:
+        self._wake.set()
+
+    async def loop(self) -> None:
+        engine = self.engine
+        while engine.running:
+            self._wake.clear()
+            delay = engine.poll_interval
+            try:
+                if await self._hold_lease():
+                    due = await self.tick()
+                    if due is not None:
+                        delay = min(delay, max(0.0, due - engine.clock.now()))
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("drainer tick failed; retrying")
+            if delay > 0:
+                await wait_event(self._wake, delay)
+
+    async def _hold_lease(self) -> bool:
+        """Renew the drain lease when half of it is spent; whether this replica holds it."""
+        engine = self.engine
+        now = engine.clock.now()
+        ttl = max(2.0, engine.lease)
+        if now < self._lease_until - ttl / 2:
+            return True
+        won = await engine.store.write(ops.acquire_sweep, "drainer", engine.worker_id, now, ttl)
+        self._lease_until = now + ttl if won else 0.0
+        return bool(won)
+
+    async def tick(self) -> float | None:
+        """One pass; returns the next instant something parked falls due (``None``: nothing timed)."""
+        engine, store = self.engine, self.engine.store
+        self.ticks += 1
+        now = engine.clock.now()
+        defs = engine.app.definitions()
+        await engine.refresh_pauses()
+        jobs: list[asyncio.Future[Any]] = []
+        for row in await store.read(_expired, now):
+            jobs.append(asyncio.ensure_future(store.write(expire, row, "start-timeout", now)))
+        for run_id in await store.read(_overdue, now):
+            jobs.append(asyncio.ensure_future(self._finish_timeout(run_id, now)))
+        for run_id in await store.read(_orphans, now):
+            jobs.append(asyncio.ensure_future(store.write(_free, run_id)))
+        candidates = await store.read(_due, now)
+        candidates += await self._slot_candidates(defs)
+        seen: set[str] = set()
+        ordered = []
+        for row in _fair_order(candidates):
+            if row["id"] in seen:
+                continue
+            seen.add(row["id"])
+            ordered.append(row)
+        for row in ordered:
+            defn = defs.get(row["workflow"])
+            if defn is None:
+                jobs.append(asyncio.ensure_future(store.write(expire, row, "unregistered", now)))
+                continue
+            jobs.append(asyncio.ensure_future(self._reoffer(defn, row, now)))
+        if jobs:
+            await asyncio.gather(*jobs, return_exceptions=True)
+        return await store.read(_next_due)
+
+    async def _reoffer(self, defn: Any, row: Row, now: float) -> None:
+        engine = self.engine
+        if not row["keys"]:  # a failure report or a row parked before keys existed
+            model = defn.payload_model.model_validate_json(row["payload"])
+            row = {**row, "keys": json.dumps(control_keys(defn, defn.gate, model))}
+        o = reoffer(defn, row, engine.new_run_row(defn, "{}"))
+        try:
+            decision: Decision = await engine.store.write(_reoffer_op, o, now)
+        except Exception as exc:
+            log.warning("re-offer of %s (%s) failed: %s", row["ticket"], row["workflow"], exc)
+            return
+        engine.after_decision(defn, decision)
+
+    async def _slot_candidates(self, defs: dict[str, Any]) -> list[Row]:
+        """Rows waiting for a concurrency slot, as many per key as the key has room for."""
+        store = self.engine.store
+        plans: dict[str, GatePlan] = {}
+        for d in defs.values():
+            if d.gate.concurrency is not None:
+                plans.setdefault(d.gate.concurrency_scope, d.gate)
+        rows: list[Row] = []
+        for waiting in await store.read(_waiting_keys):
+            plan = plans.get(waiting["hold_scope"])
+            if plan is None:
+                continue
+            room = await store.read(_room, plan, waiting["hold_key"])
+            if room > 0:
+                rows += await store.read(_waiting_for, waiting["hold_scope"], waiting["hold_key"], room)
+        return rows
+
+    async def _finish_timeout(self, run_id: str, now: float) -> None:
+        engine = self.engine
+        stopped = await engine.store.write(fail_overdue, run_id, now)
+        engine.stopped(stopped, "finish timeout")
+
+
+def _fair_order(rows: list[Row]) -> list[Row]:
+    """Priority first (higher first); within a priority, ``fair_by`` groups take turns; then arrival."""
+    by_priority: dict[int, list[Row]] = defaultdict(list)
+    for row in rows:
+        by_priority[int(row["priority"])].append(row)
+    ordered: list[Row] = []
+    for priority in sorted(by_priority, reverse=True):
+        group = sorted(by_priority[priority], key=lambda r: int(r["seq"]))
+        turn: dict[Any, int] = defaultdict(int)
+        ranked = []
+        for row in group:
+            fair = row["fair_key"]
+            ranked.append((turn[fair] if fair is not None else 0, int(row["seq"]), row))
+            if fair is not None:
+                turn[fair] += 1
+        ordered += [r for _, _, r in sorted(ranked, key=lambda t: (t[0], t[1]))]
+    return ordered
+
+
+# -- operations ------------------------------------------------------------------------------
+
+
+async def _reoffer_op(tx: Tx, o: Any, now: float) -> Decision:
+    current = await gate_ops.get_pending(tx, o.pending["id"])
+    if current is None:  # decided meanwhile (expired, cancelled, another drain)
+        return Decision("gone", o.ticket)
+    o.pending = current
+    o.payload = current["payload"]
+    return await offer(tx, o, now)
+
+
+async def expire(tx: Tx, row: Row, reason: str, now: float) -> bool:
+    """End a parked row that will never run: ledger ``expired`` and the failure report."""
+    if not await gate_ops.delete_pending(tx, row["id"]):
+        return False
+    waited = now - float(row["first_at"])
+    message = (
+        f"waited {waited:.3f}s at the gate ({row['mode']}) past timeouts.start"
+        if reason == "start-timeout"
+        else f"workflow {row['workflow']!r} is not registered in this process"
+    )
+    await gate_ops.ledger(
+        tx,
+        ticket=row["ticket"],
+        kind="drain",
+        workflow=row["workflow"],
+        control=row["mode"],
+        key=row["hold_key"],
+        outcome="expired",
+        reason=reason,
+        folded=int(row["folded"]),
+        waited=waited,
+        pending_id=row["id"],
+        at=now,
+    )
+    if row["on_failure"]:
+        payload: Any = json.loads(row["payload"])
+        if row["items"] is not None:
+            payload = {"items": [json.loads(i) for i in json.loads(row["items"])]}
+        report = {
+            "workflow": row["workflow"],
+            "payload": payload,
+            "error_tag": "StartTimeout" if reason == "start-timeout" else "Unregistered",
+            "error_message": message,
+            "run_id": None,
+            "reason": reason,
+            "failed_at": now,
+        }
+        await gate_ops.enqueue_failure_report(tx, row["on_failure"], report, now)
+    return True
+
+
+async def fail_overdue(tx: Tx, run_id: str, now: float) -> list[str]:
+    """Fail a run past ``timeouts.finish`` (tag ``FinishTimeout``); the runs that stopped."""
+    row = await ops.find_run(tx, run_id)
+    if row is None or row["status"] != "running" or row["deadline_at"] is None or float(row["deadline_at"]) > now:
+        return []
+    return await ops.end_run(
+        tx,
+        run_id,
+        "running",
+        now,
+        status="failed",
+        error_tag="FinishTimeout",
+        error_message="the run exceeded timeouts.finish",
+        event={"reason": "finish-timeout", "error_tag": "FinishTimeout"},
+    )
+
+
+async def _free(tx: Tx, run_id: str) -> None:
+    await gate_ops.free_slot(tx, run_id)
+
+
+async def _expired(tx: Tx, now: float) -> list[Row]:
+    return await tx.execute("expired_pending", {"now": now, "limit": BATCH})
+
+
+async def _overdue(tx: Tx, now: float) -> list[str]:
+    return [r["id"] for r in await tx.execute("overdue_runs", {"now": now, "limit": BATCH})]
+
+
+async def _orphans(tx: Tx, now: float) -> list[str]:
+    return [r["run_id"] for r in await tx.execute("orphan_slots", {"now": now, "limit": BATCH})]
+
+
+async def _due(tx: Tx, now: float) -> list[Row]:
+    return await tx.execute("due_pending", {"now": now, "limit": BATCH})
+
+
+async def _waiting_keys(tx: Tx) -> list[Row]:
+    return await tx.execute("waiting_keys")
+
+
+async def _waiting_for(tx: Tx, scope: str, key: str, limit: int) -> list[Row]:
+    return await tx.execute("waiting_for_key", {"scope": scope, "key": key, "limit": limit})
+
+
+async def _room(tx: Tx, plan: GatePlan, key: str) -> int:
+    c = plan.concurrency
+    assert c is not None
+    used = await gate_ops.slots_in_use(tx, plan.concurrency_scope, key)
+    ceiling = c.limit if c.burst is None else c.burst
+    room = ceiling - used
+    if c.total is not None:
+        room = min(room, c.total - await gate_ops.slots_in_scope(tx, plan.concurrency_scope))
+    return max(0, room)
+
+
+async def _next_due(tx: Tx) -> float | None:
+    value = await tx.scalar("next_pending_due")
+    return None if value is None else float(value)

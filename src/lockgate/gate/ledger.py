@@ -1,0 +1,186 @@
+"""Reading the gate's decisions: ``flow()`` per workflow and key, ``trace(ticket)`` per arrival."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import asdict, dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+from ..clock import to_datetime
+from ..store import ops
+from ..store.base import Row, Tx
+
+__all__ = ["FlowRow", "Trace", "flow", "trace"]
+
+
+@dataclass(frozen=True)
+class FlowRow:
+    """Pressure on one workflow and key: what waits, what runs, what was folded or dropped."""
+
+    workflow: str
+    key: str
+    queued: int = 0
+    oldest_waiting: float | None = None  # seconds the oldest parked start has waited
+    in_flight: int = 0
+    admitted: int = 0
+    collapsed: int = 0
+    batched: int = 0
+    dropped: int = 0
+    skipped: int = 0
+    expired: int = 0
+    existing: int = 0
+    modes: dict[str, int] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+async def flow(tx: Tx, now: float, *, workflow: str | None = None, since: float = 0.0) -> list[FlowRow]:
+    """One row per (workflow, key) with anything parked, running or decided since ``since``."""
+    rows: dict[tuple[str, str], dict[str, Any]] = defaultdict(lambda: {"modes": {}})
+    for r in await tx.execute("flow_pending", {"workflow": workflow}):
+        entry = rows[(r["workflow"], r["key"])]
+        entry["queued"] = entry.get("queued", 0) + int(r["queued"])
+        entry["modes"][r["mode"]] = int(r["queued"])
+        waited = now - float(r["oldest"])
+        entry["oldest_waiting"] = max(entry.get("oldest_waiting") or 0.0, waited)
+    slotted: set[str] = set()
+    for r in await tx.execute("flow_slots", {"workflow": workflow}):
+        rows[(r["workflow"], r["key"])]["in_flight"] = int(r["in_flight"])
+        slotted.add(r["workflow"])
+    for r in await tx.execute("flow_running", {"workflow": workflow}):
+        if r["workflow"] not in slotted:
+            rows[(r["workflow"], "")]["in_flight"] = int(r["in_flight"])
+    for r in await tx.execute("flow_ledger", {"workflow": workflow, "since": since}):
+        if r["outcome"] in ("admitted", "collapsed", "batched", "dropped", "skipped", "expired", "existing"):
+            entry = rows[(r["workflow"], r["key"])]
+            entry[r["outcome"]] = entry.get(r["outcome"], 0) + int(r["n"])
+    return [FlowRow(workflow=wf, key=key, **values) for (wf, key), values in sorted(rows.items())]
+
+
+@dataclass(frozen=True)
+class Trace:
+    """What became of one arrival: what holds it now, or which run absorbed it and how that ended."""
+
+    ticket: str
+    workflow: str
+    outcome: str  # the arrival's own decision
+    state: str  # parked | running | succeeded | failed | cancelled | suspended | dropped | skipped | expired | ...
+    control: str | None = None
+    key: str | None = None
+    reason: str | None = None
+    position: int | None = None  # 0 = next in its queue
+    estimated_admission: datetime | None = None
+    absorbed_by: str | None = None  # the ticket of the row a collapsed/batched arrival folded into
+    run_id: str | None = None
+    run_status: str | None = None
+    run_error: str | None = None
+    history: list[dict[str, Any]] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        out = asdict(self)
+        if self.estimated_admission is not None:
+            out["estimated_admission"] = self.estimated_admission.isoformat()
+        return out
+
+
+async def trace(tx: Tx, ticket: str, now: float, concurrency_limits: dict[str, int]) -> Trace | None:
+    """Follow ``ticket`` through collapse and batch to its run; ``None`` for an unknown ticket."""
+    own = await tx.execute("ledger_for_ticket", {"ticket": ticket})
+    arrival = next((r for r in own if r["kind"] == "arrival"), None)
+    if arrival is None:
+        return None
+    history = [_entry(r) for r in own]
+    pending_id = arrival["pending_id"]
+    base = {
+        "ticket": ticket,
+        "workflow": arrival["workflow"],
+        "outcome": arrival["outcome"],
+        "control": arrival["control"],
+        "key": arrival["key"],
+        "reason": arrival["reason"],
+    }
+    run_id = arrival["run_id"]
+    absorbed_by = None
+    if pending_id is not None:
+        later = await tx.execute("ledger_for_pending", {"pending_id": pending_id})
+        history = [_entry(r) for r in sorted({r["id"]: r for r in [*own, *later]}.values(), key=lambda r: r["id"])]
+        parked = await tx.one("get_pending", {"id": pending_id})
+        if parked is not None and parked["ticket"] != ticket:
+            absorbed_by = parked["ticket"]
+        elif parked is None:
+            first = next((r for r in later if r["kind"] == "arrival"), None)
+            if first is not None and first["ticket"] != ticket:
+                absorbed_by = first["ticket"]
+        if parked is not None:
+            position = int(
+                await tx.scalar(
+                    "pending_position",
+                    {
+                        "workflow": parked["workflow"],
+                        "mode": parked["mode"],
+                        "hold_key": parked["hold_key"],
+                        "priority": parked["priority"],
+                        "seq": parked["seq"],
+                    },
+                )
+            )
+            eta = await _estimate(tx, parked, position, now, concurrency_limits)
+            return Trace(
+                **{**base, "control": parked["mode"], "key": parked["hold_key"]},
+                state="parked",
+                position=position,
+                estimated_admission=to_datetime(eta),
+                absorbed_by=absorbed_by,
+                history=history,
+            )
+        decided = [r for r in later if r["kind"] == "drain" and r["outcome"] != "queued"]
+        if decided:
+            last = decided[-1]
+            run_id = last["run_id"]
+            if run_id is None:
+                return Trace(
+                    **{**base, "reason": last["reason"]},
+                    state=last["outcome"],
+                    absorbed_by=absorbed_by,
+                    history=history,
+                )
+    if run_id is None:
+        return Trace(**base, state=arrival["outcome"], absorbed_by=absorbed_by, history=history)
+    run = await ops.find_run(tx, run_id)
+    return Trace(
+        **base,
+        state=run["status"] if run else "unknown",
+        absorbed_by=absorbed_by,
+        run_id=run_id,
+        run_status=None if run is None else run["status"],
+        run_error=None if run is None or run["error_tag"] is None else f"{run['error_tag']}: {run['error_message']}",
+        history=history,
+    )
+
+
+async def _estimate(tx: Tx, parked: Row, position: int, now: float, limits: dict[str, int]) -> float | None:
+    if parked["due_at"] is not None:
+        return max(now, float(parked["due_at"]))
+    if parked["mode"] != "concurrency":
+        return None  # paused: until someone unpauses
+    avg = await tx.scalar("recent_durations", {"workflow": parked["workflow"]})
+    if avg is None:
+        return None
+    limit = limits.get(parked["hold_scope"] or "", 1)
+    return now + float(avg) * (position // max(1, limit) + 1)
+
+
+def _entry(row: Row) -> dict[str, Any]:
+    return {
+        "at": to_datetime(row["at"]).isoformat() if row["at"] is not None else None,  # type: ignore[union-attr]
+        "kind": row["kind"],
+        "outcome": row["outcome"],
+        "control": row["control"],
+        "key": row["key"],
+        "reason": row["reason"],
+        "run_id": row["run_id"],
+        "folded": row["folded"],
+        "waited": None if row["waited"] is None else timedelta(seconds=float(row["waited"])).total_seconds(),
+    }

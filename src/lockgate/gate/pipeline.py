@@ -1,0 +1,629 @@
+"""The gate's pipeline: one offer, decided in one transaction, with its ledger row.
+
+An offer is a fresh arrival or a parked row the drainer re-offers; a parked row
+resumes at the stage it stopped at. The stages run in the order DESIGN.md §4 gives:
+identity, pause, delayed, rate limit, debounce, batch, singleton, key pause, throttle,
+concurrency, admit. Each returns a ``Decision`` that ends the offer, or ``None`` to
+pass it on.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..definitions import WorkflowDef
+from ..ids import new_id
+from ..store import gate_ops, ops
+from ..store.base import Row, Tx
+from .declarations import GatePlan
+
+__all__ = ["STAGES", "Decision", "Offer", "offer"]
+
+STAGES = (
+    "identity",
+    "pause",
+    "delayed",
+    "rate_limit",
+    "debounce",
+    "batch",
+    "singleton",
+    "key_pause",
+    "throttle",
+    "concurrency",
+    "admit",
+)
+
+
+@dataclass
+class Offer:
+    """Everything the pipeline needs, computed outside the transaction (keys, priority, identity)."""
+
+    defn: WorkflowDef
+    plan: GatePlan
+    ticket: str
+    payload: str  # the run payload as JSON (for a batch or keep="all" arrival: the item)
+    keys: dict[str, str]
+    priority: int
+    fair: str | None
+    identity: str | None
+    idempotency_key: str | None
+    run: dict[str, Any]  # the run row template (id, version, patches, recording, ...)
+    at: float | None = None
+    pending: Row | None = None  # set when the drainer re-offers a parked row
+
+    @property
+    def workflow(self) -> str:
+        return self.defn.name
+
+
+@dataclass
+class Decision:
+    """What became of one offer."""
+
+    status: str  # started | existing | queued | dropped | skipped | expired
+    ticket: str
+    run_id: str | None = None
+    pending_id: str | None = None
+    mode: str | None = None
+    due_at: float | None = None
+    key: str | None = None
+    retry_after: float | None = None
+    reason: str | None = None
+    stopped: list[str] = field(default_factory=list)  # runs ended by this decision (singleton eviction)
+
+
+Stage = Callable[[Tx, Offer, float], Awaitable[Decision | None]]
+
+
+async def offer(tx: Tx, o: Offer, now: float) -> Decision:
+    """Run the offer through the pipeline from its stage; exactly one decision."""
+    start = STAGES.index(o.pending["stage"]) if o.pending is not None else 0
+    for name in STAGES[start:]:
+        decision = await _STAGES[name](tx, o, now)
+        if decision is not None:
+            return decision
+    raise AssertionError("the admit stage always decides")
+
+
+# -- ledger and parking -------------------------------------------------------------------
+
+
+async def _record(
+    tx: Tx,
+    o: Offer,
+    now: float,
+    *,
+    outcome: str,
+    control: str | None,
+    key: str | None = None,
+    reason: str | None = None,
+    run_id: str | None = None,
+    pending_id: str | None = None,
+) -> int:
+    row = o.pending
+    return await gate_ops.ledger(
+        tx,
+        ticket=o.ticket,
+        kind="arrival" if row is None else "drain",
+        workflow=o.workflow,
+        control=control,
+        key=key,
+        outcome=outcome,
+        reason=reason,
+        folded=1 if row is None else int(row["folded"]),
+        waited=None if row is None else now - float(row["first_at"]),
+        pending_id=pending_id,
+        run_id=run_id,
+        at=now,
+    )
+
+
+async def _park(
+    tx: Tx,
+    o: Offer,
+    now: float,
+    *,
+    mode: str,
+    stage: str,
+    due: float | None,
+    scope: str | None = None,
+    key: str | None = None,
+    reason: str | None = None,
+    group_key: str | None = None,
+    items: list[str] | None = None,
+) -> Decision:
+    row = o.pending
+    if row is None:
+        pending_id = new_id("pnd")
+        seq = await _record(
+            tx,
+            o,
+            now,
+            outcome="batched" if mode == "batch" else "queued",
+            control=mode,
+            key=key,
+            reason=reason,
+            pending_id=pending_id,
+        )
+        timeout = o.plan.start_timeout
+        await gate_ops.insert_pending(
+            tx,
+            {
+                "id": pending_id,
+                "workflow": o.workflow,
+                "ticket": o.ticket,
+                "mode": mode,
+                "stage": stage,
+                "hold_scope": scope,
+                "hold_key": key,
+                "group_key": group_key,
+                "singleton_key": _singleton_key(o),
+                "payload": o.payload,
+                "items": None if items is None else json.dumps(items),
+                "keys": json.dumps(o.keys),
+                "identity": o.identity,
+                "idempotency_key": o.idempotency_key,
+                "priority": o.priority,
+                "fair_key": o.fair,
+                "on_failure": o.plan.on_failure,
+                "seq": seq,
+                "first_at": now,
+                "last_at": now,
+                "due_at": due,
+                "expires_at": None if timeout is None else now + timeout,
+            },
+        )
+    else:
+        pending_id = row["id"]
+        if row["mode"] != mode:
+            await _record(tx, o, now, outcome="queued", control=mode, key=key, reason=reason, pending_id=pending_id)
+        await tx.execute(
+            "repark_pending",
+            {
+                "id": pending_id,
+                "mode": mode,
+                "stage": stage,
+                "hold_scope": scope,
+                "hold_key": key,
+                "payload": o.payload,
+                "items": row["items"],
+                "keys": json.dumps(o.keys),
+                "identity": o.identity,
+                "idempotency_key": o.idempotency_key,
+                "due_at": due,
+            },
+        )
+    return Decision("queued", o.ticket, pending_id=pending_id, mode=mode, due_at=due, key=key, reason=reason)
+
+
+async def _end_parked(tx: Tx, o: Offer) -> None:
+    if o.pending is not None:
+        await gate_ops.delete_pending(tx, o.pending["id"])
+
+
+def primary_key(o: Offer) -> str | None:
+    """The key an offer is counted under in ``flow()``: its concurrency key, else its first window's, ..."""
+    plan = o.plan
+    for name in ("concurrency", *(w.name for w in plan.windows), "singleton", "debounce", "batch"):
+        if name in o.keys:
+            return o.keys[name]
+    return None
+
+
+def _singleton_key(o: Offer) -> str | None:
+    return None if o.plan.singleton is None else f"{o.workflow}\x1f{o.keys.get('singleton', '')}"
+
+
+# -- stages ----------------------------------------------------------------------------------
+
+
+async def _identity(tx: Tx, o: Offer, now: float) -> Decision | None:
+    if o.identity is None:
+        return None
+    run_id = await tx.scalar("run_id_by_identity", {"identity": o.identity})
+    if run_id is not None:
+        await _record(
+            tx, o, now, outcome="existing", control="identity", run_id=run_id, reason="idempotency key already spent"
+        )
+        return Decision("existing", o.ticket, run_id=run_id, reason="idempotency key already spent")
+    parked = await tx.one("pending_by_identity", {"identity": o.identity})
+    if parked is not None:
+        await _record(
+            tx,
+            o,
+            now,
+            outcome="existing",
+            control="identity",
+            pending_id=parked["id"],
+            reason="a parked start holds this idempotency key",
+        )
+        return Decision(
+            "existing", parked["ticket"], pending_id=parked["id"], reason="a parked start holds this idempotency key"
+        )
+    return None
+
+
+async def _pause(tx: Tx, o: Offer, now: float) -> Decision | None:
+    paused = await gate_ops.active_pause(tx, [f"wf:{o.workflow}"], now)
+    if paused is None:
+        return None
+    return await _park(tx, o, now, mode="paused", stage="delayed", due=None, reason=paused["reason"])
+
+
+async def _delayed(tx: Tx, o: Offer, now: float) -> Decision | None:
+    if o.at is None or o.at <= now:
+        return None
+    return await _park(tx, o, now, mode="delayed", stage="rate_limit", due=o.at)
+
+
+async def _window_room(tx: Tx, scope: str, key: str, limit: int, period: float, now: float) -> float | None:
+    """``None`` when the window has room, else the instant a slot in it opens."""
+    await gate_ops.lock_key(tx, scope, key)
+    hits = await gate_ops.window_hits(tx, scope, key, now - period, limit)
+    if len(hits) < limit:
+        return None
+    return hits[limit - 1] + period
+
+
+async def _rate_limit(tx: Tx, o: Offer, now: float) -> Decision | None:
+    windows = o.plan.rate_limits
+    for w in windows:
+        key = o.keys.get(w.name, "")
+        opens = await _window_room(tx, w.scope, key, w.limit, w.period, now)
+        if opens is not None:
+            retry = max(0.0, opens - now)
+            await _record(
+                tx,
+                o,
+                now,
+                outcome="dropped",
+                control="rate_limit",
+                key=key,
+                reason=f"{w.limit} per {w.period:g}s reached; retry after {retry:.3f}s",
+            )
+            await _end_parked(tx, o)
+            return Decision("dropped", o.ticket, retry_after=retry, key=key)
+    for w in windows:
+        await gate_ops.add_window_hit(tx, w.scope, o.keys.get(w.name, ""), now, w.period)
+    return None
+
+
+async def _debounce(tx: Tx, o: Offer, now: float) -> Decision | None:
+    d = o.plan.debounce
+    if d is None or o.pending is not None:
+        return None
+    key = o.keys.get("debounce", "")
+    group = f"debounce:{o.workflow}\x1f{key}"
+    row = await tx.one("open_group", {"group_key": group})
+    cap = o.plan.debounce_timeout
+    if row is None:
+        due = now + o.plan.debounce_period if cap is None else min(now + o.plan.debounce_period, now + cap)
+        return await _park(
+            tx,
+            o,
+            now,
+            mode="debounce",
+            stage="singleton",
+            due=due,
+            scope="debounce",
+            key=key,
+            group_key=group,
+            items=[o.payload] if d.keep == "all" else None,
+        )
+    first_at = float(row["first_at"])
+    due = now + o.plan.debounce_period if cap is None else min(now + o.plan.debounce_period, first_at + cap)
+    payload, identity, idem = o.payload, o.identity, o.idempotency_key
+    items: str | None = row["items"]
+    if d.keep == "first":
+        payload, identity, idem = row["payload"], row["identity"], row["idempotency_key"]
+    elif d.keep == "all":
+        items = json.dumps([*json.loads(items or "[]"), o.payload])
+        payload, identity, idem = row["payload"], row["identity"], row["idempotency_key"]
+    await tx.execute(
+        "fold_pending",
+        {
+            "id": row["id"],
+            "payload": payload,
+            "items": items,
+            "identity": identity,
+            "idempotency_key": idem,
+            "now": now,
+            "due_at": due,
+            "keys": json.dumps(o.keys) if d.keep == "last" else row["keys"],
+            "priority": max(o.priority, int(row["priority"])),
+            "fair_key": row["fair_key"],
+        },
+    )
+    await _record(
+        tx,
+        o,
+        now,
+        outcome="collapsed",
+        control="debounce",
+        key=key,
+        pending_id=row["id"],
+        reason=f"folded into {row['ticket']} ({int(row['folded']) + 1} arrivals)",
+    )
+    return Decision("queued", o.ticket, pending_id=row["id"], mode="debounce", due_at=due, key=key)
+
+
+async def _batch(tx: Tx, o: Offer, now: float) -> Decision | None:
+    b = o.plan.batch
+    if b is None or o.pending is not None:
+        return None
+    key = o.keys.get("batch", "")
+    group = f"batch:{o.workflow}\x1f{key}"
+    row = await tx.one("open_group", {"group_key": group})
+    if row is None:
+        decision = await _park(
+            tx,
+            o,
+            now,
+            mode="batch",
+            stage="singleton",
+            due=now + o.plan.batch_timeout,
+            scope="batch",
+            key=key,
+            group_key=group,
+            items=[o.payload],
+        )
+        if b.max_size > 1:
+            return decision
+        row = await gate_ops.get_pending(tx, decision.pending_id or "")
+        assert row is not None
+    else:
+        items = [*json.loads(row["items"] or "[]"), o.payload]
+        await tx.execute(
+            "fold_pending",
+            {
+                "id": row["id"],
+                "payload": row["payload"],
+                "items": json.dumps(items),
+                "identity": None,
+                "idempotency_key": None,
+                "now": now,
+                "due_at": row["due_at"],
+                "keys": row["keys"],
+                "priority": max(o.priority, int(row["priority"])),
+                "fair_key": row["fair_key"],
+            },
+        )
+        await _record(
+            tx,
+            o,
+            now,
+            outcome="batched",
+            control="batch",
+            key=key,
+            pending_id=row["id"],
+            reason=f"item {len(items)} of batch {row['ticket']}",
+        )
+        if len(items) < b.max_size:
+            return Decision("queued", o.ticket, pending_id=row["id"], mode="batch", due_at=row["due_at"], key=key)
+        row = await gate_ops.get_pending(tx, row["id"])
+        assert row is not None
+    # full: flush now, in this transaction
+    flushed = await offer(tx, reoffer(o.defn, row, o.run), now)
+    if flushed.status == "started":
+        return Decision(
+            "started",
+            o.ticket,
+            run_id=flushed.run_id,
+            pending_id=row["id"],
+            mode="batch",
+            key=key,
+            stopped=flushed.stopped,
+        )
+    return Decision(
+        "queued", o.ticket, pending_id=row["id"], mode=flushed.mode or "batch", due_at=flushed.due_at, key=key
+    )
+
+
+async def _singleton(tx: Tx, o: Offer, now: float) -> Decision | None:
+    s = o.plan.singleton
+    if s is None or s.mode != "skip":
+        return None
+    skey = _singleton_key(o)
+    incumbent = await tx.scalar("singleton_incumbent", {"singleton_key": skey})
+    parked = None
+    if incumbent is None:
+        parked = await tx.one(
+            "singleton_pending", {"singleton_key": skey, "exclude": "" if o.pending is None else o.pending["id"]}
+        )
+        if parked is None:
+            return None
+    key = o.keys.get("singleton", "")
+    held_by = incumbent or (parked or {}).get("ticket")
+    await _record(
+        tx, o, now, outcome="skipped", control="singleton", key=key, run_id=incumbent, reason=f"held by {held_by}"
+    )
+    await _end_parked(tx, o)
+    return Decision("skipped", o.ticket, run_id=incumbent, key=key, reason=f"held by {held_by}")
+
+
+async def _key_pause(tx: Tx, o: Offer, now: float) -> Decision | None:
+    keys = _flow_keys(o)
+    if not keys:
+        return None
+    paused = await gate_ops.active_pause(tx, [f"key:{k}" for k in keys], now)
+    if paused is None:
+        return None
+    key = str(paused["scope"]).removeprefix("key:")
+    due = None if paused["until"] is None else float(paused["until"])
+    return await _park(
+        tx, o, now, mode="key-paused", stage="key_pause", due=due, scope="key", key=key, reason=paused["reason"]
+    )
+
+
+def _flow_keys(o: Offer) -> list[str]:
+    """The flow-control keys an offer competes under (a key pause on any of them holds it)."""
+    keys = []
+    if o.plan.concurrency is not None:
+        keys.append(o.keys.get("concurrency", "") or o.plan.concurrency_scope)
+        if o.plan.concurrency.pool:
+            keys.append(o.plan.concurrency.pool)
+    for w in o.plan.windows:
+        if w.kind == "throttle":
+            keys.append(o.keys.get(w.name, "") or w.scope)
+    return [k for k in dict.fromkeys(keys) if k]
+
+
+async def _throttle(tx: Tx, o: Offer, now: float) -> Decision | None:
+    windows = o.plan.throttles
+    if not windows:
+        return None
+    latest: tuple[float, str, str] | None = None
+    for w in windows:
+        key = o.keys.get(w.name, "")
+        opens = await _window_room(tx, w.scope, key, w.limit, w.period, now)
+        if (
+            opens is None
+            and o.pending is None
+            and await tx.one("waiting_ahead", {"mode": "throttle", "scope": w.scope, "key": key}) is not None
+        ):
+            opens = now  # earlier starts wait for this window: queue behind them
+        if opens is not None and (latest is None or opens > latest[0]):
+            latest = (opens, w.scope, key)
+    if latest is not None:
+        return await _park(tx, o, now, mode="throttle", stage="throttle", due=latest[0], scope=latest[1], key=latest[2])
+    for w in windows:
+        await gate_ops.add_window_hit(tx, w.scope, o.keys.get(w.name, ""), now, w.period)
+    return None
+
+
+async def _concurrency(tx: Tx, o: Offer, now: float) -> Decision | None:
+    c = o.plan.concurrency
+    if c is None:
+        return None
+    scope, key = o.plan.concurrency_scope, o.keys.get("concurrency", "")
+    await gate_ops.lock_key(tx, scope, key)
+    if c.total is not None:
+        await gate_ops.lock_key(tx, scope, "")
+    waiting = (
+        o.pending is None
+        and await tx.one("waiting_ahead", {"mode": "concurrency", "scope": scope, "key": key}) is not None
+    )
+    if not waiting and await has_room(tx, o.plan, key):
+        return None
+    return await _park(tx, o, now, mode="concurrency", stage="concurrency", due=None, scope=scope, key=key)
+
+
+async def has_room(tx: Tx, plan: GatePlan, key: str) -> bool:
+    """Whether one more run of ``key`` fits the concurrency control (limit, total, burst)."""
+    c = plan.concurrency
+    assert c is not None
+    used = await gate_ops.slots_in_use(tx, plan.concurrency_scope, key)
+    if c.total is None:
+        return used < c.limit
+    total = await gate_ops.slots_in_scope(tx, plan.concurrency_scope)
+    if total >= c.total:
+        return False
+    return used < c.limit or (c.burst is not None and used < c.burst)
+
+
+async def _admit(tx: Tx, o: Offer, now: float) -> Decision:
+    plan, row = o.plan, o.pending
+    payload, identity, idem = o.payload, o.identity, o.idempotency_key
+    if (
+        row is not None
+        and row["items"] is not None
+        and (plan.batch is not None or (plan.debounce is not None and plan.debounce.keep == "all"))
+    ):
+        model = o.defn.payload_model.model_validate({"items": [json.loads(i) for i in json.loads(row["items"])]})
+        payload = model.model_dump_json()
+        if o.defn.idempotency_key is not None and identity is None:
+            idem = str(o.defn.idempotency_key(model))
+            identity = f"{o.workflow}\x1f{idem}"
+    run = {
+        **o.run,
+        "payload": payload,
+        "idempotency_key": idem,
+        "ticket": o.ticket,
+        "singleton_key": _singleton_key(o),
+        "on_failure": plan.on_failure,
+    }
+    if identity is not None:
+        run["identity"] = identity
+    if plan.finish_timeout is not None:
+        run["deadline_at"] = now + plan.finish_timeout
+    if plan.concurrency is not None:
+        run.update(slot_scope=plan.concurrency_scope, slot_key=o.keys.get("concurrency", ""))
+    created, fresh = await ops.create_run(tx, run, now)
+    if not fresh:
+        await _record(
+            tx,
+            o,
+            now,
+            outcome="existing",
+            control="identity",
+            run_id=created["id"],
+            pending_id=None if row is None else row["id"],
+            reason="idempotency key already spent",
+        )
+        await _end_parked(tx, o)
+        return Decision("existing", o.ticket, run_id=created["id"])
+    run_id = created["id"]
+    if plan.concurrency is not None:
+        await tx.execute(
+            "take_slot",
+            {
+                "run_id": run_id,
+                "scope": plan.concurrency_scope,
+                "key": o.keys.get("concurrency", ""),
+                "workflow": o.workflow,
+                "now": now,
+                "expires_at": run.get("deadline_at"),
+            },
+        )
+    stopped: list[str] = []
+    if plan.singleton is not None and plan.singleton.mode == "cancel":
+        for incumbent in await tx.execute("singleton_incumbents", {"singleton_key": run["singleton_key"]}):
+            if incumbent["id"] != run_id:
+                stopped += await ops.cancel_run(tx, incumbent["id"], f"singleton: replaced by {run_id}", now)
+    await _record(
+        tx,
+        o,
+        now,
+        outcome="admitted",
+        control=None if row is None else row["mode"],
+        key=primary_key(o) if row is None else row["hold_key"],
+        run_id=run_id,
+        pending_id=None if row is None else row["id"],
+    )
+    await _end_parked(tx, o)
+    return Decision("started", o.ticket, run_id=run_id, stopped=stopped)
+
+
+_STAGES: dict[str, Stage] = {
+    "identity": _identity,
+    "pause": _pause,
+    "delayed": _delayed,
+    "rate_limit": _rate_limit,
+    "debounce": _debounce,
+    "batch": _batch,
+    "singleton": _singleton,
+    "key_pause": _key_pause,
+    "throttle": _throttle,
+    "concurrency": _concurrency,
+    "admit": _admit,
+}
+
+
+def reoffer(defn: WorkflowDef, row: Row, run: dict[str, Any]) -> Offer:
+    """An offer for a parked row (its keys were computed when it arrived)."""
+    return Offer(
+        defn=defn,
+        plan=defn.gate,
+        ticket=row["ticket"],
+        payload=row["payload"],
+        keys=json.loads(row["keys"]) if row["keys"] else {},
+        priority=int(row["priority"]),
+        fair=row["fair_key"],
+        identity=row["identity"],
+        idempotency_key=row["idempotency_key"],
+        run={**run, "id": new_id("run")},
+        pending=row,
+    )

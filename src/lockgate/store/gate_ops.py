@@ -1,0 +1,134 @@
+"""Store operations of the admission gate: pending rows, ledger, slots, windows, pauses."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from ..ids import new_id
+from ..serde import dump_json
+from .base import Row, Tx
+
+LEDGER_DEFAULTS: dict[str, Any] = {
+    "control": None,
+    "key": None,
+    "reason": None,
+    "folded": 1,
+    "waited": None,
+    "pending_id": None,
+    "run_id": None,
+}
+PENDING_DEFAULTS: dict[str, Any] = {
+    "hold_scope": None,
+    "hold_key": None,
+    "group_key": None,
+    "singleton_key": None,
+    "items": None,
+    "keys": None,
+    "identity": None,
+    "idempotency_key": None,
+    "folded": 1,
+    "priority": 0,
+    "fair_key": None,
+    "on_failure": None,
+    "due_at": None,
+    "expires_at": None,
+}
+
+
+async def ledger(tx: Tx, **row: Any) -> int:
+    """Write one decision; returns its id (arrival order)."""
+    return int(await tx.scalar("insert_ledger", {**LEDGER_DEFAULTS, **row}))
+
+
+async def insert_pending(tx: Tx, row: dict[str, Any]) -> None:
+    await tx.execute("insert_pending", {**PENDING_DEFAULTS, **row})
+
+
+async def get_pending(tx: Tx, pending_id: str) -> Row | None:
+    return await tx.one("get_pending", {"id": pending_id})
+
+
+async def delete_pending(tx: Tx, pending_id: str) -> bool:
+    return bool(await tx.execute("delete_pending", {"id": pending_id}))
+
+
+async def window_hits(tx: Tx, scope: str, key: str, since: float, limit: int) -> list[float]:
+    rows = await tx.execute("window_hits", {"scope": scope, "key": key, "since": since, "limit": limit})
+    return [float(r["at"]) for r in rows]
+
+
+async def add_window_hit(tx: Tx, scope: str, key: str, at: float, period: float) -> None:
+    await tx.execute("prune_window", {"scope": scope, "key": key, "before": at - period})
+    await tx.execute("add_window_hit", {"scope": scope, "key": key, "at": at})
+
+
+async def lock_key(tx: Tx, scope: str, key: str) -> None:
+    """Serialise decisions on one (scope, key) across processes (a no-op where the store has one writer)."""
+    await tx.execute("lock_key", {"lock": f"{scope}\x1f{key}"})
+
+
+async def slots_in_use(tx: Tx, scope: str, key: str) -> int:
+    return int(await tx.scalar("slots_in_use", {"scope": scope, "key": key}))
+
+
+async def slots_in_scope(tx: Tx, scope: str) -> int:
+    return int(await tx.scalar("slots_in_scope", {"scope": scope}))
+
+
+async def free_slot(tx: Tx, run_id: str) -> None:
+    await tx.execute("free_slot", {"run_id": run_id})
+
+
+async def pause(tx: Tx, scope: str, reason: str | None, until: float | None, now: float) -> None:
+    await tx.execute("upsert_pause", {"scope": scope, "reason": reason, "until": until, "now": now})
+
+
+async def unpause(tx: Tx, scope: str) -> bool:
+    return bool(await tx.execute("delete_pause", {"scope": scope}))
+
+
+async def list_pauses(tx: Tx, now: float) -> list[Row]:
+    return await tx.execute("list_pauses", {"now": now})
+
+
+async def active_pause(tx: Tx, scopes: list[str], now: float) -> Row | None:
+    if not scopes:
+        return None
+    if len(scopes) == 1:
+        return await tx.one("pause_of", {"scope": scopes[0], "now": now})
+    return await tx.one("key_pauses", {"scopes": json.dumps(scopes), "now": now})
+
+
+async def enqueue_failure_report(tx: Tx, handler: str, report: dict[str, Any], now: float) -> None:
+    """Park a start of the ``on_failure`` handler; the drainer passes it through the handler's gate."""
+    ticket = new_id("tkt")
+    pending_id = new_id("pnd")
+    identity = f"{handler}\x1ffailure:{report['run_id'] or ticket}:{report['reason']}"
+    seq = await ledger(
+        tx,
+        ticket=ticket,
+        kind="arrival",
+        workflow=handler,
+        control="on_failure",
+        outcome="queued",
+        reason=f"failure report for {report['workflow']} ({report['reason']})",
+        pending_id=pending_id,
+        at=now,
+    )
+    await insert_pending(
+        tx,
+        {
+            "id": pending_id,
+            "workflow": handler,
+            "ticket": ticket,
+            "mode": "delayed",
+            "stage": "pause",
+            "payload": dump_json(report),
+            "identity": identity,
+            "seq": seq,
+            "first_at": now,
+            "last_at": now,
+            "due_at": now,
+        },
+    )

@@ -1,0 +1,192 @@
+-- name: pending_by_identity
+SELECT id, ticket FROM lockgate_pending WHERE identity = :identity LIMIT 1;
+
+-- name: run_id_by_identity
+SELECT id FROM lockgate_runs WHERE identity = :identity;
+
+-- name: pause_of
+SELECT scope, reason, until FROM lockgate_pauses
+WHERE scope = :scope AND (until IS NULL OR until > :now);
+
+-- name: key_pauses
+SELECT scope, reason, until FROM lockgate_pauses
+WHERE scope IN (SELECT value FROM json_each(:scopes)) AND (until IS NULL OR until > :now)
+ORDER BY until DESC;
+
+-- name: upsert_pause
+INSERT INTO lockgate_pauses (scope, reason, until, created_at) VALUES (:scope, :reason, :until, :now)
+ON CONFLICT (scope) DO UPDATE SET reason = excluded.reason, until = excluded.until, created_at = excluded.created_at;
+
+-- name: delete_pause
+DELETE FROM lockgate_pauses WHERE scope = :scope RETURNING scope;
+
+-- name: list_pauses
+SELECT * FROM lockgate_pauses WHERE until IS NULL OR until > :now ORDER BY scope;
+
+-- name: window_hits
+SELECT at FROM lockgate_window_hits
+WHERE scope = :scope AND key = :key AND at > :since
+ORDER BY at DESC LIMIT :limit;
+
+-- name: add_window_hit
+INSERT INTO lockgate_window_hits (scope, key, at) VALUES (:scope, :key, :at);
+
+-- name: prune_window
+DELETE FROM lockgate_window_hits WHERE scope = :scope AND key = :key AND at <= :before;
+
+-- name: lock_key
+SELECT 1 AS locked;
+
+-- name: open_group
+SELECT * FROM lockgate_pending WHERE group_key = :group_key;
+
+-- name: insert_pending
+INSERT INTO lockgate_pending (id, workflow, ticket, mode, stage, hold_scope, hold_key, group_key, singleton_key,
+    payload, items, keys, identity, idempotency_key, folded, priority, fair_key, on_failure, seq,
+    first_at, last_at, due_at, expires_at)
+VALUES (:id, :workflow, :ticket, :mode, :stage, :hold_scope, :hold_key, :group_key, :singleton_key,
+    :payload, :items, :keys, :identity, :idempotency_key, :folded, :priority, :fair_key, :on_failure, :seq,
+    :first_at, :last_at, :due_at, :expires_at);
+
+-- name: fold_pending
+UPDATE lockgate_pending
+SET payload = :payload, items = :items, identity = :identity, idempotency_key = :idempotency_key,
+    folded = folded + 1, last_at = :now, due_at = :due_at, keys = :keys, priority = :priority, fair_key = :fair_key
+WHERE id = :id;
+
+-- name: repark_pending
+UPDATE lockgate_pending
+SET mode = :mode, stage = :stage, hold_scope = :hold_scope, hold_key = :hold_key, group_key = NULL,
+    payload = :payload, items = :items, keys = :keys, identity = :identity, idempotency_key = :idempotency_key,
+    due_at = :due_at
+WHERE id = :id;
+
+-- name: delete_pending
+DELETE FROM lockgate_pending WHERE id = :id RETURNING id;
+
+-- name: get_pending
+SELECT * FROM lockgate_pending WHERE id = :id;
+
+-- name: waiting_ahead
+SELECT 1 AS ahead FROM lockgate_pending
+WHERE mode = :mode AND hold_scope = :scope AND hold_key = :key LIMIT 1;
+
+-- name: singleton_incumbent
+SELECT id FROM lockgate_runs
+WHERE singleton_key = :singleton_key AND status IN ('running', 'suspended')
+ORDER BY created_at LIMIT 1;
+
+-- name: singleton_pending
+SELECT id, ticket FROM lockgate_pending WHERE singleton_key = :singleton_key AND id <> :exclude LIMIT 1;
+
+-- name: singleton_incumbents
+SELECT id FROM lockgate_runs WHERE singleton_key = :singleton_key AND status IN ('running', 'suspended');
+
+-- name: slots_in_use
+SELECT COUNT(*) AS n FROM lockgate_slots WHERE scope = :scope AND key = :key;
+
+-- name: slots_in_scope
+SELECT COUNT(*) AS n FROM lockgate_slots WHERE scope = :scope;
+
+-- name: take_slot
+INSERT INTO lockgate_slots (run_id, scope, key, workflow, acquired_at, expires_at)
+VALUES (:run_id, :scope, :key, :workflow, :now, :expires_at);
+
+-- name: free_slot
+DELETE FROM lockgate_slots WHERE run_id = :run_id;
+
+-- name: insert_ledger
+INSERT INTO lockgate_ledger (ticket, kind, workflow, control, key, outcome, reason, folded, waited, pending_id,
+    run_id, at)
+VALUES (:ticket, :kind, :workflow, :control, :key, :outcome, :reason, :folded, :waited, :pending_id,
+    :run_id, :at)
+RETURNING id;
+
+-- name: due_pending
+SELECT * FROM lockgate_pending
+WHERE due_at IS NOT NULL AND due_at <= :now AND mode <> 'paused'
+ORDER BY priority DESC, seq LIMIT :limit;
+
+-- name: expired_pending
+SELECT * FROM lockgate_pending WHERE expires_at IS NOT NULL AND expires_at <= :now ORDER BY seq LIMIT :limit;
+
+-- name: waiting_keys
+SELECT hold_scope, hold_key, COUNT(*) AS waiting FROM lockgate_pending
+WHERE mode = 'concurrency' GROUP BY hold_scope, hold_key;
+
+-- name: waiting_for_key
+SELECT * FROM lockgate_pending
+WHERE mode = 'concurrency' AND hold_scope = :scope AND hold_key = :key
+ORDER BY priority DESC, seq LIMIT :limit;
+
+-- name: paused_pending
+SELECT * FROM lockgate_pending WHERE mode = 'paused' AND workflow = :workflow ORDER BY priority DESC, seq;
+
+-- name: pending_workflows
+SELECT DISTINCT workflow FROM lockgate_pending;
+
+-- name: next_pending_due
+SELECT MIN(t) AS at FROM (
+    SELECT MIN(due_at) AS t FROM lockgate_pending WHERE due_at IS NOT NULL AND mode <> 'paused'
+    UNION ALL SELECT MIN(expires_at) AS t FROM lockgate_pending WHERE expires_at IS NOT NULL
+    UNION ALL SELECT MIN(deadline_at) AS t FROM lockgate_runs WHERE deadline_at IS NOT NULL AND status = 'running'
+);
+
+-- name: overdue_runs
+SELECT id FROM lockgate_runs WHERE deadline_at IS NOT NULL AND deadline_at <= :now AND status = 'running'
+ORDER BY deadline_at LIMIT :limit;
+
+-- name: orphan_slots
+SELECT s.run_id FROM lockgate_slots s LEFT JOIN lockgate_runs r ON r.id = s.run_id
+WHERE r.id IS NULL OR r.status NOT IN ('running', 'suspended') OR (s.expires_at IS NOT NULL AND s.expires_at <= :now)
+LIMIT :limit;
+
+-- name: ledger_for_ticket
+SELECT * FROM lockgate_ledger WHERE ticket = :ticket ORDER BY id;
+
+-- name: ledger_for_pending
+SELECT * FROM lockgate_ledger WHERE pending_id = :pending_id ORDER BY id;
+
+-- name: pending_position
+SELECT COUNT(*) AS n FROM lockgate_pending
+WHERE workflow = :workflow AND mode = :mode AND COALESCE(hold_key, '') = COALESCE(:hold_key, '')
+  AND (priority > :priority OR (priority = :priority AND seq < :seq));
+
+-- name: recent_durations
+SELECT AVG(finished_at - created_at) AS avg FROM (
+    SELECT finished_at, created_at FROM lockgate_runs
+    WHERE workflow = :workflow AND status = 'succeeded' ORDER BY created_at DESC LIMIT 50);
+
+-- name: flow_pending
+SELECT workflow, mode, COALESCE(hold_key, '') AS key, COUNT(*) AS queued, MIN(first_at) AS oldest,
+    SUM(folded) AS folded
+FROM lockgate_pending WHERE (:workflow IS NULL OR workflow = :workflow)
+GROUP BY workflow, mode, COALESCE(hold_key, '');
+
+-- name: flow_slots
+SELECT workflow, key, COUNT(*) AS in_flight FROM lockgate_slots
+WHERE (:workflow IS NULL OR workflow = :workflow) GROUP BY workflow, key;
+
+-- name: flow_running
+SELECT workflow, COUNT(*) AS in_flight FROM lockgate_runs
+WHERE status = 'running' AND (:workflow IS NULL OR workflow = :workflow) GROUP BY workflow;
+
+-- name: flow_ledger
+SELECT workflow, COALESCE(key, '') AS key, outcome, COUNT(*) AS n FROM lockgate_ledger
+WHERE at >= :since AND (:workflow IS NULL OR workflow = :workflow)
+GROUP BY workflow, COALESCE(key, ''), outcome;
+
+-- name: bulk_candidates
+SELECT id, workflow, status FROM lockgate_runs
+WHERE (:workflow IS NULL OR workflow = :workflow) AND status IN (SELECT value FROM json_each(:statuses))
+  AND (:include_discarded = 1 OR discarded_at IS NULL)
+ORDER BY created_at, id LIMIT :limit;
+
+-- name: cancel_pending_of
+SELECT * FROM lockgate_pending WHERE workflow = :workflow ORDER BY seq LIMIT :limit;
+
+-- name: release_pending
+UPDATE lockgate_pending SET mode = 'released', due_at = :now WHERE id = :id;
+
+-- name: release_key_pending
+UPDATE lockgate_pending SET due_at = :now WHERE mode = 'key-paused' AND hold_key = :key;
