@@ -2,8 +2,10 @@
 
 from .app import App
 from .context import ChildHandle, Context
+from .controls import Batch, Concurrency, Debounce, FailureReport, RateLimit, Singleton, Throttle, Timeouts
 from .definitions import Retry
 from .engine import Client, Engine
+from .engine.operator import BulkItem, BulkResult
 from .errors import (
     BlockingStartRefused,
     DefinitionError,
@@ -24,22 +26,31 @@ from .errors import (
     WorkflowCrashLooped,
     WorkflowVersionIncompatible,
 )
+from .gate.ledger import FlowRow, Trace
 from .handles import Deferral, RunHandle
 from .records import AttemptInfo, EventInfo, RunInfo, StepInfo
 
 __all__ = [
     "App",
     "AttemptInfo",
+    "Batch",
     "BlockingStartRefused",
+    "BulkItem",
+    "BulkResult",
     "ChildHandle",
     "Client",
+    "Concurrency",
     "Context",
+    "Debounce",
     "Deferral",
     "DefinitionError",
     "Engine",
     "EventInfo",
+    "FailureReport",
+    "FlowRow",
     "LockgateError",
     "PayloadError",
+    "RateLimit",
     "RateLimited",
     "ResultTimeout",
     "Retry",
@@ -49,10 +60,14 @@ __all__ = [
     "RunHandle",
     "RunInfo",
     "RunNotEligible",
+    "Singleton",
     "SingletonHeld",
     "StepFailed",
     "StepInfo",
     "StoreError",
+    "Throttle",
+    "Timeouts",
+    "Trace",
     "UnknownRun",
     "UnknownWorkflow",
     "UpdateFailed",
