@@ -1,0 +1,5 @@
+"""``python -m lockgate.cli``."""
+
+from . import main
+
+main()

@@ -1,0 +1,206 @@
+"""What every ``lockgate`` command shares: options, argument types, app loading, the async runner.
+
+Option decorators (``store_option``, ``format_option``, ``app_option``) give each command the
+same spelling, environment variables and validation, so a new command module only stacks them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+import json
+import os
+import sys
+from collections.abc import AsyncIterator, Callable, Coroutine
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import click
+
+from ..app import App
+from ..durations import to_seconds
+from ..engine import Client
+from ..engine.client import DEFAULT_STORE
+from ..errors import StoreError
+from ..store import open_store
+
+__all__ = [
+    "APP_ENV",
+    "STORE_ENV",
+    "DurationType",
+    "JsonType",
+    "app_option",
+    "check_store",
+    "format_option",
+    "load_app",
+    "open_client",
+    "run_async",
+    "sqlite_path",
+    "store_option",
+]
+
+STORE_ENV = "LOCKGATE_STORE"
+APP_ENV = "LOCKGATE_APP"
+
+T = TypeVar("T")
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+# -- argument types ----------------------------------------------------------------------
+
+if TYPE_CHECKING:
+    _ParamType = click.ParamType[Any]
+else:  # click < 8.2 has no type parameters at run time
+    _ParamType = click.ParamType
+
+
+class JsonType(_ParamType):
+    """A JSON document given inline, or ``@path`` to read it from a file."""
+
+    name = "JSON"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        if not isinstance(value, str):
+            return value
+        text = value
+        if value.startswith("@"):
+            try:
+                text = Path(value[1:]).read_text()
+            except OSError as exc:
+                self.fail(f"cannot read {value[1:]!r}: {exc.strerror}", param, ctx)
+        try:
+            return json.loads(text)
+        except json.JSONDecodeError as exc:
+            self.fail(f"not valid JSON ({exc.msg} at line {exc.lineno} column {exc.colno}): {value!r}", param, ctx)
+
+
+class DurationType(_ParamType):
+    """A duration: seconds (``2.5``) or text such as ``500ms``, ``15s``, ``1h30m``; converted to seconds."""
+
+    name = "DURATION"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> float:
+        try:
+            return to_seconds(value, what="duration")
+        except ValueError as exc:
+            self.fail(str(exc).removeprefix("duration: "), param, ctx)
+
+
+# -- shared options ------------------------------------------------------------------------
+
+
+def check_store(ctx: click.Context, param: click.Parameter, value: str) -> str:
+    try:
+        open_store(value)  # parses and validates the URL; connects to nothing
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), ctx, param) from None
+    except ImportError:
+        raise click.BadParameter(f"no store is available for {value!r} in this installation", ctx, param) from None
+    return value
+
+
+def store_option(fn: F) -> F:
+    """``--store URL`` (env ``LOCKGATE_STORE``, default ``sqlite:///lockgate.db``)."""
+    return click.option(
+        "--store",
+        envvar=STORE_ENV,
+        default=DEFAULT_STORE,
+        show_default=True,
+        show_envvar=True,
+        callback=check_store,
+        metavar="URL",
+        help="Store URL: sqlite:///path.db or postgresql://...",
+    )(fn)
+
+
+def format_option(fn: F) -> F:
+    """``--format json|table``: one JSON document on stdout, or tables for people."""
+    return click.option(
+        "--format",
+        "fmt",
+        type=click.Choice(["table", "json"]),
+        default="table",
+        show_default=True,
+        help="json: one machine-readable document on stdout.",
+    )(fn)
+
+
+def app_option(*, required: bool) -> Callable[[F], F]:
+    """``--app MODULE:APP`` (env ``LOCKGATE_APP``): the registry a command needs to decode or validate."""
+    why = "required" if required else "optional; gives payload validation against the declared models"
+
+    def decorate(fn: F) -> F:
+        return click.option(
+            "--app",
+            "app_ref",
+            envvar=APP_ENV,
+            show_envvar=True,
+            required=required,
+            metavar="MODULE:APP",
+            help=f"The lockgate App to load ({why}).",
+        )(fn)
+
+    return decorate
+
+
+# -- loading the app -------------------------------------------------------------------------
+
+
+def load_app(ref: str | None, *, param_hint: str = "'--app'") -> App:
+    """The ``App`` named by ``MODULE:ATTR`` (``ATTR`` defaults to ``app``); an empty ``App`` for ``None``.
+
+    The current directory is importable, as it is for ``python -m``.
+    """
+    if ref is None:
+        return App()
+    module_name, _, attr = ref.partition(":")
+    attr = attr or "app"
+    if not module_name or not all(part.isidentifier() for part in [*module_name.split("."), *attr.split(".")]):
+        raise click.BadParameter(
+            f"expected MODULE:APP (e.g. myproject.workflows:app), got {ref!r}", param_hint=param_hint
+        )
+    cwd = os.getcwd()
+    if cwd not in sys.path:
+        sys.path.insert(0, cwd)
+    try:
+        obj: Any = importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        if exc.name is not None and (module_name == exc.name or module_name.startswith(exc.name + ".")):
+            raise click.BadParameter(f"cannot import module {module_name!r}", param_hint=param_hint) from None
+        raise  # the module exists but one of its own imports is missing: show where
+    for part in attr.split("."):
+        try:
+            obj = getattr(obj, part)
+        except AttributeError:
+            raise click.BadParameter(
+                f"module {module_name!r} has no attribute {attr!r}", param_hint=param_hint
+            ) from None
+    if not isinstance(obj, App):
+        raise click.BadParameter(f"{ref!r} is a {type(obj).__name__}, not a lockgate App", param_hint=param_hint)
+    return obj
+
+
+# -- running ---------------------------------------------------------------------------------
+
+
+def run_async(main: Coroutine[Any, Any, T]) -> T:
+    """Run one command's coroutine to completion on a fresh event loop."""
+    return asyncio.run(main)
+
+
+def sqlite_path(url: str) -> str | None:
+    """The database file a ``sqlite:`` URL names (``None`` for other stores and in-memory databases)."""
+    store = open_store(url)
+    path = getattr(store, "path", None) if store.dialect == "sqlite" else None
+    return None if path in (None, ":memory:") else str(path)
+
+
+@asynccontextmanager
+async def open_client(app: App, store: str, *, must_exist: bool = True) -> AsyncIterator[Client]:
+    """An open ``Client``; with ``must_exist``, a SQLite file that is not there is an error, not created."""
+    path = sqlite_path(store)
+    if must_exist and path is not None and not os.path.exists(path):
+        raise StoreError(f"no lockgate database at {path} (check --store or ${STORE_ENV})")
+    async with Client(app, store) as client:
+        yield client

@@ -1,0 +1,266 @@
+"""``lockgate demo``: run the example app (``lockgate.demo_app``) and watch it live.
+
+The demo starts a few runs on an engine in this process, sends the signal and the update
+they wait for, and shows a table of runs until every run has ended. On a terminal the table
+updates in place; otherwise each change is printed as one line, so logs and CI read well.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shlex
+from dataclasses import dataclass, field
+from typing import Any
+
+import click
+from rich.console import Console, Group
+from rich.live import Live
+from rich.table import Table
+from rich.text import Text
+
+from .. import demo_app
+from ..app import App
+from ..engine import Engine
+from ..records import EventInfo
+from ..store import ops
+from .common import DurationType, check_store, open_client, run_async, sqlite_path
+from .groups import EXIT_CODES, cli
+from .output import make_console, short, status_text, when
+from .serve import display_url
+
+__all__ = ["RunRow", "run_demo"]
+
+DEFAULT_DEMO_STORE = "sqlite:///lockgate-demo.db"
+_SQLITE_MAGIC = b"SQLite format 3\x00"
+
+
+@dataclass(frozen=True)
+class RunRow:
+    """One line of the live table."""
+
+    workflow: str
+    run_id: str
+    status: str
+    waiting_on: str | None
+    steps_done: int
+    retries: int
+    last_event: str
+
+    @property
+    def finished(self) -> bool:
+        return self.status in ops.TERMINAL
+
+
+@dataclass
+class Outcome:
+    rows: list[RunRow] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
+
+
+class Board:
+    """The demo's display: a live table on a terminal, one line per change elsewhere."""
+
+    def __init__(self, console: Console) -> None:
+        self.console = console
+        self.live = console.is_terminal
+        self.notes: list[str] = []
+        self._seen: dict[str, tuple[str, str | None, str]] = {}
+        self._view: Live | None = None
+        self._last: list[RunRow] = []
+
+    def __enter__(self) -> Board:
+        if self.live:
+            self._view = Live(console=self.console, refresh_per_second=8, transient=False)
+            self._view.__enter__()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._view is not None:
+            self._view.__exit__(None, None, None)
+        elif self._last:
+            self.console.print(table(self._last))
+
+    def note(self, text: str) -> None:
+        self.notes.append(text)
+        if not self.live:
+            self.console.print(f"  → {text}")
+
+    def show(self, rows: list[RunRow]) -> None:
+        self._last = rows
+        if self._view is not None:
+            notes = [Text(f"→ {n}", style="dim") for n in self.notes[-6:]]
+            self._view.update(Group(table(rows), *notes), refresh=True)
+            return
+        for row in rows:
+            state = (row.status, row.waiting_on, f"{row.retries}{row.last_event}")
+            if self._seen.get(row.run_id) != state:
+                self._seen[row.run_id] = state
+                waiting = f" ({row.waiting_on})" if row.waiting_on and row.status == "running" else ""
+                retries = f"  retries {row.retries}" if row.retries else ""
+                self.console.print(
+                    f"{row.workflow:<14} {row.run_id}  {row.status}{waiting}  steps {row.steps_done}{retries}"
+                    f"  {row.last_event}"
+                )
+
+
+def table(rows: list[RunRow]) -> Table:
+    """The table of the demo's runs."""
+    out = Table(title="lockgate demo", title_justify="left")
+    for column in ("workflow", "run id", "status", "waiting on", "steps done", "retries", "last event"):
+        out.add_column(column, no_wrap=column != "last event")
+    for row in rows:
+        out.add_row(
+            row.workflow,
+            row.run_id,
+            status_text(row.status),
+            row.waiting_on or "",
+            str(row.steps_done),
+            str(row.retries) if row.retries else "",
+            row.last_event,
+        )
+    return out
+
+
+def _describe(event: EventInfo | None) -> str:
+    if event is None:
+        return ""
+    data: dict[str, Any] = event.data if isinstance(event.data, dict) else {}
+    detail = data.get("name") or data.get("step") or data.get("error_tag") or data.get("new_run_id") or ""
+    return f"{when(event.at)[11:]} {event.type} {short(detail, 40)}".rstrip()
+
+
+async def _snapshot(engine: Engine, roots: list[str]) -> list[RunRow]:
+    ids = list(roots)
+    for root in roots:
+        ids += [child.id for child in await engine.list_runs(parent_id=root, limit=100)]
+    rows = []
+    for run_id in ids:
+        run = await engine.get_run(run_id)
+        steps = await engine.steps(run_id)
+        events = await engine.events(run_id)
+        retries = sum(1 for a in await engine.attempts(run_id) if a.status == "failed")
+        done = sum(1 for s in steps if s.kind == "step" and s.status == "completed")
+        last = _describe(events[-1] if events else None)
+        rows.append(RunRow(run.workflow, run.id, run.status, run.waiting_on, done, retries, last))
+    return rows
+
+
+async def run_demo(store: str, board: Board, *, timeout: float, poll: float = 0.2) -> Outcome:
+    """Start the demo's runs, feed them their signal and update, and watch them until they end."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    outcome = Outcome()
+    async with Engine(demo_app.app, store, poll_interval=poll) as engine:
+        starts: list[tuple[Any, dict[str, Any]]] = [
+            (demo_app.checkout, {"order_id": "A-1001", "amount": 4200}),
+            (demo_app.checkout, {"order_id": "A-1002", "amount": 1250}),
+            (demo_app.approval, {"order_id": "A-1003", "amount": 99000}),
+            (demo_app.quote, {"customer": "acme", "items": 3}),
+        ]
+        roots = []
+        for workflow, payload in starts:
+            handle = await engine.start(workflow, payload)
+            assert handle.run_id is not None
+            roots.append(handle.run_id)
+        approval_id, quote_id = roots[2], roots[3]
+        signal_sent = False
+        update: asyncio.Task[Any] | None = None
+        with board:
+            while True:
+                rows = await _snapshot(engine, roots)
+                board.show(rows)
+                waiting = {r.run_id: r.waiting_on for r in rows if r.status == "running"}
+                if not signal_sent and waiting.get(approval_id) == "signal":
+                    await engine.signal(approval_id, "approve", {"approved": True, "by": "ops@example.com"})
+                    signal_sent = True
+                    board.note(f"sent signal 'approve' to {approval_id}")
+                if update is None and waiting.get(quote_id) == "update":
+                    remaining = max(1.0, deadline - loop.time())
+                    update = asyncio.create_task(
+                        engine.update(quote_id, "discount", {"percent": 10}, timeout=remaining)
+                    )
+                    board.note(f"sent update 'discount' (10%) to {quote_id}; waiting for its answer")
+                if all(r.finished for r in rows) and (update is None or update.done()):
+                    break
+                if loop.time() > deadline:
+                    outcome.problems.append(f"not every run finished within {timeout:g}s")
+                    break
+                await asyncio.sleep(poll)
+            if update is not None and update.done() and update.exception() is None:
+                board.note(f"update 'discount' answered: new price {update.result()}")
+            board.show(rows)
+        if update is None:
+            outcome.problems.append("the quote never waited for its update")
+        elif not update.done():
+            update.cancel()
+        elif update.exception() is not None:
+            outcome.problems.append(f"the update failed: {update.exception()}")
+        outcome.rows = rows
+        outcome.problems += [f"{r.workflow} run {r.run_id} ended {r.status}" for r in rows if r.status != "succeeded"]
+    return outcome
+
+
+async def _reset(store: str) -> str | None:
+    """Delete a previous demo database (only one holding demo runs alone); the file's path."""
+    path = sqlite_path(store)
+    if path is None or not os.path.exists(path):
+        return path
+    with open(path, "rb") as f:
+        is_sqlite = f.read(len(_SQLITE_MAGIC)) == _SQLITE_MAGIC
+    refusal = f"refusing to reset {path}: it is not a lockgate demo database; pass --keep to add to it"
+    if not is_sqlite:
+        raise click.ClickException(refusal)
+    async with open_client(App(), store) as client:
+        runs = await client.list_runs(limit=1000)
+    if not runs or any(not r.workflow.startswith("demo.") for r in runs):
+        raise click.ClickException(refusal)
+    for suffix in ("", "-wal", "-shm"):
+        if os.path.exists(path + suffix):
+            os.remove(path + suffix)
+    return path
+
+
+@cli.command(epilog=EXIT_CODES)
+@click.option(
+    "--store",
+    default=DEFAULT_DEMO_STORE,
+    show_default=True,
+    callback=check_store,
+    metavar="URL",
+    help="Where the demo keeps its runs (LOCKGATE_STORE is deliberately not read).",
+)
+@click.option("--keep", is_flag=True, help="Keep the runs of earlier demos instead of starting from an empty database.")
+@click.option(
+    "--timeout", type=DurationType(), default="45s", show_default=True, help="Give up (exit 1) after this long."
+)
+@click.pass_context
+def demo(ctx: click.Context, store: str, keep: bool, timeout: float) -> None:
+    """Run the built-in example app and watch its runs live.
+
+    Checkouts with a flaky payment provider (step retries), a durable sleep that parks the
+    run, a child workflow, an approval waiting for a signal and a quote answering an update.
+    By default a previous demo database is reset first (only one that holds demo runs alone).
+    """
+    console = make_console()
+
+    async def go() -> tuple[str | None, Outcome]:
+        path = sqlite_path(store) if keep else await _reset(store)
+        return path, await run_demo(store, Board(console), timeout=timeout)
+
+    path, outcome = run_async(go())
+    url = f"sqlite:///{path}" if path is not None else store
+    quoted = shlex.quote(url)
+    checkout = next((r.run_id for r in outcome.rows if r.workflow == "demo.checkout"), "RUN_ID")
+    console.print()
+    console.print(f"Database: {path}" if path is not None else f"Store: {display_url(store)}")
+    console.print("Inspect it:")
+    console.print(f"  lockgate workflows list --store {quoted}", soft_wrap=True)
+    console.print(f"  lockgate workflows show {checkout} --store {quoted}", soft_wrap=True)
+    console.print(
+        f"  lockgate serve lockgate.demo_app:app --store {quoted}   # serve the demo app yourself", soft_wrap=True
+    )
+    if outcome.problems:
+        for problem in outcome.problems:
+            click.echo(f"error: {problem}", err=True)
+        ctx.exit(1)

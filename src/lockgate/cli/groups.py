@@ -1,0 +1,36 @@
+"""The command groups. Command modules register on these; ``cli/__init__.py`` imports them all."""
+
+from __future__ import annotations
+
+import click
+
+from .. import __version__
+
+__all__ = ["EXIT_CODES", "cli", "workflows"]
+
+EXIT_CODES = """\b
+Exit codes:
+  0    success
+  1    lockgate refused or failed the request (unknown run or workflow,
+       run not eligible for the verb, payload rejected, run failed, timeout)
+  2    bad usage (unknown option, bad JSON, bad duration, unknown status)
+  130  interrupted"""
+
+
+@click.group(
+    name="lockgate",
+    epilog=EXIT_CODES,
+    context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100},
+)
+@click.version_option(__version__, "--version", prog_name="lockgate")
+def cli() -> None:
+    """Durable workflows whose flow control is decided at the gate.
+
+    Run workers with `lockgate serve`, try it with `lockgate demo`, and inspect or
+    recover runs with `lockgate workflows`.
+    """
+
+
+@cli.group(epilog=EXIT_CODES)
+def workflows() -> None:
+    """List, inspect, start and recover runs (executes nothing; `lockgate serve` runs them)."""

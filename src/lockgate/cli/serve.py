@@ -1,0 +1,145 @@
+"""``lockgate serve MODULE:APP``: run workers and sweeps until SIGINT or SIGTERM.
+
+The engine (dispatcher, lease renewal, sweeps) opens first; then every service from
+``build_services`` runs beside it. On the first SIGINT/SIGTERM the services are cancelled
+and ``Engine.close()`` stops local executions and releases their leases, so another
+worker can take them at once. A second signal interrupts the shutdown itself.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+import sys
+from collections.abc import Callable, Coroutine
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+import click
+
+from ..app import App
+from ..engine import Engine
+from .common import DurationType, load_app, run_async, store_option
+from .groups import EXIT_CODES, cli
+
+__all__ = ["ServeConfig", "Service", "build_services", "display_url", "serve_app"]
+
+log = logging.getLogger("lockgate.serve")
+
+
+@dataclass(frozen=True)
+class ServeConfig:
+    """What ``lockgate serve`` was asked to run."""
+
+    app_ref: str
+    store: str
+    max_concurrent_runs: int
+    lease: float
+
+
+@dataclass(frozen=True)
+class Service:
+    """A long-running coroutine that ``serve`` runs beside the engine (cancelled at shutdown)."""
+
+    name: str
+    run: Callable[[], Coroutine[Any, Any, None]]
+
+
+def build_services(engine: Engine, config: ServeConfig) -> list[Service]:
+    """The services to run beside the engine's own workers and sweeps.
+
+    This is where surfaces that need an open engine join ``serve`` (the HTTP inspect API).
+    A service that ends or fails before shutdown stops the whole process with exit code 1.
+    """
+    return []
+
+
+def display_url(url: str) -> str:
+    """``url`` with any password masked, for logs."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    netloc = parts.netloc.replace(f":{parts.password}@", ":***@", 1)
+    return urlunsplit(parts._replace(netloc=netloc))
+
+
+async def serve_app(app: App, config: ServeConfig) -> int:
+    """Run until a stop signal; the exit code (1 if a service ended on its own)."""
+    engine = Engine(app, config.store, max_concurrent_runs=config.max_concurrent_runs, lease=config.lease)
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    received: list[str] = []
+
+    def on_signal(sig: signal.Signals) -> None:
+        received.append(sig.name)
+        stop.set()
+        for s in (signal.SIGINT, signal.SIGTERM):  # a second signal interrupts a stuck shutdown
+            loop.remove_signal_handler(s)
+
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, on_signal, sig)
+    failed: list[str] = []
+    async with engine:
+        log.info(
+            "lockgate serve: worker %s started (store %s, app %s: %d workflow(s), max %d concurrent runs, lease %gs)",
+            engine.worker_id,
+            display_url(config.store),
+            config.app_ref,
+            len(app.definitions()),
+            config.max_concurrent_runs,
+            config.lease,
+        )
+        tasks: dict[asyncio.Task[Any], Service] = {
+            asyncio.create_task(s.run(), name=f"lockgate-serve-{s.name}"): s for s in build_services(engine, config)
+        }
+        stopper: asyncio.Task[Any] = asyncio.create_task(stop.wait())
+        done, _ = await asyncio.wait({stopper, *tasks}, return_when=asyncio.FIRST_COMPLETED)
+        for task in done:
+            if task in tasks:
+                error = task.exception()
+                failed.append(tasks[task].name)
+                log.error("service %s ended unexpectedly: %r; shutting down", tasks[task].name, error)
+        for task in [stopper, *tasks]:
+            task.cancel()
+        for task in [stopper, *tasks]:
+            with contextlib.suppress(BaseException):
+                await task
+    why = received[0] if received else f"service {failed[0]} ended"
+    log.info("lockgate serve: worker %s stopped (%s)", engine.worker_id, why)
+    return 1 if failed else 0
+
+
+@cli.command(epilog=EXIT_CODES)
+@click.argument("app_ref", metavar="MODULE:APP")
+@store_option
+@click.option(
+    "--max-concurrent-runs",
+    type=click.IntRange(min=1),
+    default=200,
+    show_default=True,
+    help="Most runs this process executes at once.",
+)
+@click.option(
+    "--lease",
+    type=DurationType(),
+    default="15s",
+    show_default=True,
+    help="How long a run held by a dead process waits before another worker takes it (at least 500ms).",
+)
+@click.pass_context
+def serve(ctx: click.Context, app_ref: str, store: str, max_concurrent_runs: int, lease: float) -> None:
+    """Run the workflows of MODULE:APP (workers + sweeps) until SIGINT or SIGTERM.
+
+    MODULE is imported from the current directory or the Python path; APP defaults to
+    `app`. Several `serve` processes may share one store.
+    """
+    if lease < 0.5:
+        raise click.BadParameter("must be at least 500ms", param_hint="'--lease'")
+    app = load_app(app_ref, param_hint="'MODULE:APP'")
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
+    config = ServeConfig(app_ref=app_ref, store=store, max_concurrent_runs=max_concurrent_runs, lease=lease)
+    code = run_async(serve_app(app, config))
+    ctx.exit(code)

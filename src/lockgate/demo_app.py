@@ -1,0 +1,139 @@
+"""The example app behind ``lockgate demo``: a small shop whose workflows use each durable feature.
+
+- ``demo.checkout``: steps, a payment provider that is down twice before it answers (a
+  step retry), a durable sleep long enough to park the run, and a child workflow.
+- ``demo.receipt``: the child; one step.
+- ``demo.approval``: waits for the ``approve`` signal (the demo sends it).
+- ``demo.quote``: serves one ``discount`` update and answers the caller with the new price.
+
+Serve it yourself with ``lockgate serve lockgate.demo_app:app``.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import Counter
+
+from pydantic import BaseModel
+
+from .app import App
+from .context import Context
+from .definitions import Retry
+
+__all__ = [
+    "Approval",
+    "Discount",
+    "FlakyProvider",
+    "Order",
+    "ProviderDown",
+    "Quote",
+    "Receipt",
+    "app",
+    "provider",
+]
+
+app = App("demo")
+
+
+class Order(BaseModel):
+    order_id: str
+    amount: int
+
+
+class Receipt(BaseModel):
+    order_id: str
+    charge_id: str
+
+
+class Approval(BaseModel):
+    approved: bool
+    by: str
+
+
+class Quote(BaseModel):
+    customer: str
+    items: int
+
+
+class Discount(BaseModel):
+    percent: int
+
+
+class ProviderDown(Exception):
+    """The payment provider did not answer."""
+
+
+class FlakyProvider:
+    """A payment provider that fails the first ``failures`` calls for each order, then charges."""
+
+    def __init__(self, failures: int = 2) -> None:
+        self.failures = failures
+        self._calls: Counter[str] = Counter()
+        self._lock = threading.Lock()  # sync steps run in worker threads
+
+    def charge(self, order_id: str, amount: int) -> str:
+        with self._lock:
+            self._calls[order_id] += 1
+            call = self._calls[order_id]
+        if call <= self.failures:
+            raise ProviderDown(f"payment provider unavailable (call {call} for {order_id})")
+        return f"ch_{order_id}_{amount}"
+
+
+provider = FlakyProvider()
+
+CHARGE_RETRY = Retry(max_attempts=5, strategy="fixed", base_delay="300ms", jitter=False, retryable=(ProviderDown,))
+
+
+def reserve_stock(order_id: str) -> str:
+    return f"reserved {order_id}"
+
+
+def email_receipt(order_id: str, charge_id: str) -> str:
+    return f"receipt for {order_id} ({charge_id}) sent"
+
+
+@app.workflow(name="demo.checkout")
+async def checkout(ctx: Context, order: Order) -> str:
+    """Reserve, charge (retrying a flaky provider), wait for settlement, then send a receipt."""
+    await ctx.step("reserve-stock", reserve_stock, order.order_id)
+    charge_id: str = await ctx.step("charge", provider.charge, order.order_id, order.amount, retry=CHARGE_RETRY)
+    await ctx.sleep("settlement", "3s")  # longer than the engine's inline sleep: the run parks, the worker is free
+    child = await ctx.start_child(send_receipt, Receipt(order_id=order.order_id, charge_id=charge_id))
+    sent: str = await ctx.wait_child(child)
+    return f"{charge_id}; {sent}"
+
+
+@app.workflow(name="demo.receipt")
+async def send_receipt(ctx: Context, receipt: Receipt) -> str:
+    """Send the receipt (a child of ``demo.checkout``)."""
+    sent: str = await ctx.step("email", email_receipt, receipt.order_id, receipt.charge_id)
+    return sent
+
+
+@app.workflow(name="demo.approval")
+async def approval(ctx: Context, order: Order) -> str:
+    """Ask for approval and wait durably for the ``approve`` signal."""
+    await ctx.step("request-approval", reserve_stock, order.order_id)
+    decision = await ctx.wait_for_signal("approve", Approval, timeout="5m")
+    if decision is None:
+        return "no decision in time"
+    return f"{'approved' if decision.approved else 'rejected'} by {decision.by}"
+
+
+def list_price(items: int) -> int:
+    return items * 100
+
+
+@app.workflow(name="demo.quote")
+async def quote(ctx: Context, request: Quote) -> int:
+    """Price a quote, then serve one ``discount`` update whose answer is the discounted price."""
+    price: int = await ctx.step("list-price", list_price, request.items)
+
+    def apply(discount: Discount) -> int:
+        if not 0 <= discount.percent <= 50:
+            raise ValueError(f"discount must be 0-50%, got {discount.percent}%")
+        return price * (100 - discount.percent) // 100
+
+    final: int = await ctx.handle_update("discount", Discount, apply)
+    return final
