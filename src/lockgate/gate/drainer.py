@@ -106,12 +106,9 @@ class Drainer:
 
     async def _reoffer(self, defn: Any, row: Row, now: float) -> None:
         engine = self.engine
-        if not row["keys"]:  # a failure report or a row parked before keys existed
-            model = defn.payload_model.model_validate_json(row["payload"])
-            row = {**row, "keys": json.dumps(control_keys(defn, defn.gate, model))}
-        o = reoffer(defn, row, engine.new_run_row(defn, "{}"))
         try:
-            decision: Decision = await engine.store.write(_reoffer_op, o, now)
+            decision: Decision = await engine.store.write(_reoffer_op, defn, row["id"],
+                                                          engine.new_run_row(defn, "{}"), now)
         except Exception as exc:
             log.warning("re-offer of %s (%s) failed: %s", row["ticket"], row["workflow"], exc)
             return
@@ -162,13 +159,17 @@ def _fair_order(rows: list[Row]) -> list[Row]:
 # -- operations ------------------------------------------------------------------------------
 
 
-async def _reoffer_op(tx: Tx, o: Any, now: float) -> Decision:
-    current = await gate_ops.get_pending(tx, o.pending["id"])
+async def _reoffer_op(tx: Tx, defn: Any, pending_id: str, run: dict[str, Any], now: float) -> Decision:
+    """Re-offer a parked row as it is now (a fold may have moved it since it was selected)."""
+    current = await gate_ops.get_pending(tx, pending_id)
     if current is None:  # decided meanwhile (expired, cancelled, another drain)
-        return Decision("gone", o.ticket)
-    o.pending = current
-    o.payload = current["payload"]
-    return await offer(tx, o, now)
+        return Decision("gone", pending_id)
+    if current["due_at"] is not None and float(current["due_at"]) > now:
+        return Decision("not-due", current["ticket"])
+    if not current["keys"]:  # a failure report: its keys are computed by the handler's gate
+        model = defn.payload_model.model_validate_json(current["payload"])
+        current = {**current, "keys": json.dumps(control_keys(defn, defn.gate, model))}
+    return await offer(tx, reoffer(defn, current, run), now)
 
 
 async def expire(tx: Tx, row: Row, reason: str, now: float) -> bool:
