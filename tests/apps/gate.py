@@ -1,0 +1,53 @@
+"""Helpers for tests of the admission gate: drive the drainer under a fake clock, read the ledger."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from lockgate import Client, FlowRow, RunInfo
+from lockgate.durations import Duration
+from lockgate.store.base import Row, Tx
+from lockgate.testing import TestEnv
+
+
+async def advance(env: TestEnv, duration: Duration = 0) -> None:
+    """Move the fake clock, run one drainer pass at the new instant, and let what it admitted settle."""
+    env.clock.advance(duration)
+    await env.engine.drainer.tick()
+    await env.settle()
+
+
+async def ledger(client: Client, ticket: str) -> list[Row]:
+    """The ledger rows written under ``ticket`` (its arrival first), oldest first."""
+
+    async def read(tx: Tx) -> list[Row]:
+        return await tx.execute("ledger_for_ticket", {"ticket": ticket})
+
+    return await client.store.read(read)
+
+
+async def arrival(client: Client, ticket: str) -> Row:
+    """The one arrival row of ``ticket``."""
+    rows = [r for r in await ledger(client, ticket) if r["kind"] == "arrival"]
+    assert len(rows) == 1, rows
+    return rows[0]
+
+
+async def runs(client: Client, workflow: str) -> list[RunInfo]:
+    """Every run of ``workflow``, oldest first."""
+    return list(reversed(await client.list_runs(workflow=workflow, limit=1000)))
+
+
+async def flow_of(client: Client, workflow: str, key: str = "") -> FlowRow:
+    """The ``flow()`` row of one workflow and key (all zeros when there is none)."""
+    rows = [r for r in await client.flow(workflow) if r.key == key]
+    return rows[0] if rows else FlowRow(workflow=workflow, key=key)
+
+
+async def parked(client: Client, workflow: str) -> int:
+    """How many starts of ``workflow`` are parked at the gate."""
+    return sum(r.queued for r in await client.flow(workflow))
+
+
+def payloads(found: list[RunInfo]) -> list[Any]:
+    return [r.payload for r in found]
