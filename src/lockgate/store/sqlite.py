@@ -120,12 +120,17 @@ class SQLiteStore(Store):
         except sqlite3.Error as exc:
             raise StoreError(f"cannot open SQLite database {self.path}: {exc}") from exc
         conn.row_factory = _dict_row
-        conn.execute(f"PRAGMA busy_timeout = {self.busy_timeout_ms}")
-        conn.execute("PRAGMA journal_mode = WAL")
-        conn.execute(f"PRAGMA synchronous = {self.synchronous.upper()}")
-        conn.execute("PRAGMA foreign_keys = OFF")
         self._conn = conn
-        self._migrate()
+        try:  # a file that is not a database fails here, at its first statement
+            conn.execute(f"PRAGMA busy_timeout = {self.busy_timeout_ms}")
+            conn.execute("PRAGMA journal_mode = WAL")
+            conn.execute(f"PRAGMA synchronous = {self.synchronous.upper()}")
+            conn.execute("PRAGMA foreign_keys = OFF")
+            self._migrate()
+        except sqlite3.Error as exc:
+            self._conn = None
+            conn.close()
+            raise StoreError(f"cannot open SQLite database {self.path}: {exc}") from exc
 
     def _migrate(self) -> None:
         conn = self._require()
