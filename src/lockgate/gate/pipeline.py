@@ -407,14 +407,15 @@ async def _batch(tx: Tx, o: Offer, now: float) -> Decision | None:
         assert row is not None
     # full: flush now, in this transaction
     flushed = await offer(tx, reoffer(o.defn, row, o.run), now)
-    if flushed.status == "started":
+    if flushed.status != "queued":  # started, or ended by a later stage (existing, skipped): say so
         return Decision(
-            "started",
+            flushed.status,
             o.ticket,
             run_id=flushed.run_id,
             pending_id=row["id"],
             mode="batch",
             key=key,
+            reason=flushed.reason,
             stopped=flushed.stopped,
         )
     return Decision(
