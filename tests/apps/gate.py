@@ -9,6 +9,8 @@ from lockgate.durations import Duration
 from lockgate.store.base import Row, Tx
 from lockgate.testing import TestEnv
 
+from .waits import eventually
+
 
 async def advance(env: TestEnv, duration: Duration = 0) -> None:
     """Move the fake clock, run one drainer pass at the new instant, and let what it admitted settle."""
@@ -36,6 +38,21 @@ async def arrival(client: Client, ticket: str) -> Row:
 async def runs(client: Client, workflow: str) -> list[RunInfo]:
     """Every run of ``workflow``, oldest first."""
     return list(reversed(await client.list_runs(workflow=workflow, limit=1000)))
+
+
+async def wait_runs(
+    client: Client, workflow: str, count: int = 1, *, status: str | None = "succeeded", timeout: float = 15.0
+) -> list[RunInfo]:
+    """Wait until ``workflow`` has exactly ``count`` runs in ``status`` (``None``: any); those runs, oldest first."""
+
+    async def probe() -> list[RunInfo]:
+        found = [r for r in await runs(client, workflow) if status is None or r.status == status]
+        return found if len(found) == count else []
+
+    found: list[RunInfo] = await eventually(
+        probe, timeout=timeout, what=f"{count} {status or 'any'} run(s) of {workflow!r}"
+    )
+    return found
 
 
 async def flow_of(client: Client, workflow: str, key: str = "") -> FlowRow:
