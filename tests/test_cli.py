@@ -229,6 +229,9 @@ def test_lockgate_errors_exit_1_with_one_line(lg: Lockgate) -> None:
     if lg.store.startswith("sqlite"):
         nothing = lg("workflows", "list", code=1)
         assert nothing.err.startswith("error: no lockgate database at ")
+        (lg.cwd / "notes.txt").write_text("not a database, but long enough to have a header" * 10)
+        foreign = lg("workflows", "list", "--store", "sqlite:///notes.txt", code=1)
+        assert foreign.err.startswith("error: cannot open SQLite database") and "notes.txt" in foreign.err
     lg.start("double", {"n": 1})
     missing = lg("workflows", "show", "run_nope", code=1)
     assert missing.err.strip() == "error: no run with id 'run_nope'"
@@ -323,7 +326,7 @@ def test_serve_runs_work_and_stops_cleanly_on_sigint(lg: Lockgate) -> None:
         assert proc.wait(timeout=DEADLINE) == 0
     log = proc.log.read_text()  # type: ignore[attr-defined]
     assert "Traceback" not in log
-    started = [line for line in log.splitlines() if "lockgate serve: worker" in line]
+    started = [line for line in log.splitlines() if "lockgate.serve: worker" in line]
     assert len(started) == 2 and "started" in started[0] and "stopped (SIGINT)" in started[1]
     (worker,) = workers(lg.store)
     assert worker["id"] in started[0] and worker["stopped_at"] is not None

@@ -7,6 +7,7 @@ one line on stderr and an exit code (0 ok, 1 lockgate error, 2 bad usage, 130 in
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Sequence
 from typing import NoReturn
@@ -39,6 +40,9 @@ def run(argv: Sequence[str] | None = None) -> int:
         return 130
     except LockgateError as exc:
         _fail(str(exc))
+        return 1
+    except BrokenPipeError:  # the reader went away (`| head`): stop quietly
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 1
     return result if isinstance(result, int) else 0
 

@@ -177,7 +177,8 @@ def load_app(ref: str | None, *, param_hint: str = "'--app'") -> App:
                 f"module {module_name!r} has no attribute {attr!r}", param_hint=param_hint
             ) from None
     if not isinstance(obj, App):
-        raise click.BadParameter(f"{ref!r} is a {type(obj).__name__}, not a lockgate App", param_hint=param_hint)
+        kind = "class" if isinstance(obj, type) else type(obj).__name__
+        raise click.BadParameter(f"{ref!r} is a {kind}, not a lockgate App", param_hint=param_hint)
     return obj
 
 

@@ -84,7 +84,7 @@ async def serve_app(app: App, config: ServeConfig) -> int:
     failed: list[str] = []
     async with engine:
         log.info(
-            "lockgate serve: worker %s started (store %s, app %s: %d workflow(s), max %d concurrent runs, lease %gs)",
+            "worker %s started (store %s, app %s: %d workflow(s), max %d concurrent runs, lease %gs)",
             engine.worker_id,
             display_url(config.store),
             config.app_ref,
@@ -108,7 +108,7 @@ async def serve_app(app: App, config: ServeConfig) -> int:
             with contextlib.suppress(BaseException):
                 await task
     why = received[0] if received else f"service {failed[0]} ended"
-    log.info("lockgate serve: worker %s stopped (%s)", engine.worker_id, why)
+    log.info("worker %s stopped (%s)", engine.worker_id, why)
     return 1 if failed else 0
 
 
