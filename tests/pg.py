@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import queue
 import threading
 import uuid
 from collections.abc import Coroutine, Iterator
@@ -61,6 +62,37 @@ def run_in_thread(coro: Coroutine[Any, Any, Any]) -> Any:
     return result[0]
 
 
+class _Dropper:
+    """Drops finished tests' databases on a thread of its own, so the next test need not wait."""
+
+    def __init__(self) -> None:
+        self._names: queue.Queue[str | None] = queue.Queue()
+        self._thread: threading.Thread | None = None
+
+    def drop(self, name: str) -> None:
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._work, name="lockgate-pg-dropper", daemon=True)
+            self._thread.start()
+        self._names.put(name)
+
+    def join(self) -> None:
+        """Wait until every queued database is gone."""
+        if self._thread is not None:
+            self._names.put(None)
+            self._thread.join()
+            self._thread = None
+
+    def _work(self) -> None:
+        while (name := self._names.get()) is not None:
+            try:
+                admin(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+            except Exception as exc:  # a leftover database is no reason to fail a test run
+                print(f"could not drop test database {name}: {exc}")
+
+
+_dropper = _Dropper()
+
+
 async def _migrate(url: str) -> None:
     from lockgate.store.postgres import PostgresStore
 
@@ -85,6 +117,7 @@ def pg_template() -> Iterator[str]:
         run_in_thread(_migrate(database_url(name)))
         yield name
     finally:
+        _dropper.join()
         admin(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
@@ -99,7 +132,7 @@ def pg_database_url(request: pytest.FixtureRequest, *, migrated: bool = True) ->
     try:
         yield database_url(name)
     finally:
-        admin(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        _dropper.drop(name)
 
 
 class PgProxy:

@@ -285,3 +285,18 @@ async def test_a_lasting_outage_fails_writes_and_reads_instead_of_hanging(
         await asyncio.wait_for(store.read(ops.list_workers), 60)
     await proxy.start()
     assert len(await asyncio.wait_for(store.read(ops.list_workers), 60)) == 1
+
+
+async def test_a_migration_by_another_process_does_not_break_prepared_statements(pg_url: str, opened: Any) -> None:
+    store = await opened(f"{pg_url}?pool_size=1")
+    await store.write(ops.create_run, run_row("r1"), 1.0)
+    for _ in range(8):  # past psycopg's threshold: get_run is now prepared on the pooled connection
+        await store.read(ops.get_run, "r1")
+    async with await psycopg.AsyncConnection.connect(pg_url, autocommit=True) as conn:
+        await conn.execute("ALTER TABLE lockgate_runs ADD COLUMN added_later TEXT")
+    assert "added_later" in await store.read(ops.get_run, "r1")
+    for _ in range(8):
+        await store.write(ops.get_run, "r1")
+    async with await psycopg.AsyncConnection.connect(pg_url, autocommit=True) as conn:
+        await conn.execute("ALTER TABLE lockgate_runs ADD COLUMN added_even_later TEXT")
+    assert "added_even_later" in await store.write(ops.get_run, "r1")

@@ -20,7 +20,7 @@ import json
 import logging
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from typing import Any, ParamSpec, TypeVar
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
@@ -243,7 +243,7 @@ class PostgresStore(Store):
             state = _Attempt()
             try:
                 outcomes = await self._run_batch(batch, state)
-            except psycopg.OperationalError as exc:
+            except (psycopg.OperationalError, _StalePlan) as exc:
                 if state.committing:
                     await self._trouble(exc)
                     _fail(
@@ -284,7 +284,7 @@ class PostgresStore(Store):
             raise StoreError("the PostgreSQL store is not open")
         single = len(batch) == 1  # a lone op needs no savepoint: its refusal rolls back the transaction
         outcomes: list[tuple[bool, Any]] = []
-        async with pool.connection() as conn:
+        async with pool.connection() as conn, _discarding_stale_plans(conn):
             tx = _PgTx(conn, self._queries)
             await conn.execute("BEGIN")
             try:
@@ -296,6 +296,8 @@ class PostgresStore(Store):
                     except (psycopg.OperationalError, asyncio.CancelledError, KeyboardInterrupt, SystemExit):
                         raise
                     except BaseException as exc:  # the op's refusal (Fenced is a BaseException)
+                        if _is_stale_plan(exc):
+                            raise
                         if not single:
                             await conn.execute("ROLLBACK TO SAVEPOINT op; RELEASE SAVEPOINT op")
                         outcomes.append((False, _refusal(exc)))
@@ -321,9 +323,9 @@ class PostgresStore(Store):
         pool = self._require()
         for attempt in range(_RETRIES + 1):
             try:
-                async with pool.connection() as conn:
+                async with pool.connection() as conn, _discarding_stale_plans(conn):
                     value = await op(_PgTx(conn, self._queries), *args, **kwargs)
-            except psycopg.OperationalError as exc:
+            except (psycopg.OperationalError, _StalePlan) as exc:
                 await self._trouble(exc)
                 if attempt == _RETRIES:
                     raise StoreError(f"PostgreSQL at {self._where} is unreachable: {_first_line(exc)}") from exc
@@ -337,9 +339,9 @@ class PostgresStore(Store):
 
     # -- outages ------------------------------------------------------------------------
 
-    async def _trouble(self, exc: psycopg.OperationalError) -> None:
+    async def _trouble(self, exc: psycopg.OperationalError | _StalePlan) -> None:
         """A query failed for want of the server: say so once per outage and drop dead connections."""
-        if not _connection_lost(exc):
+        if isinstance(exc, _StalePlan) or not _connection_lost(exc):
             log.info("PostgreSQL transient failure (will retry): %s", _first_line(exc))
             return
         if self._down:
@@ -411,6 +413,27 @@ class PostgresStore(Store):
                 callback(channel, payload)
             except Exception:
                 log.exception("wake-up listener %r failed", callback)
+
+
+class _StalePlan(Exception):
+    """A statement prepared on this connection no longer fits its table (another process migrated)."""
+
+
+def _is_stale_plan(exc: BaseException) -> bool:
+    return isinstance(exc, psycopg.errors.FeatureNotSupported) and "cached plan must not change" in str(exc)
+
+
+@contextlib.asynccontextmanager
+async def _discarding_stale_plans(conn: _Conn) -> AsyncIterator[None]:
+    """Close ``conn`` (the pool then replaces it) when its prepared statements went stale; raise ``_StalePlan``."""
+    try:
+        yield
+    except psycopg.Error as exc:
+        if not _is_stale_plan(exc):
+            raise
+        with contextlib.suppress(psycopg.Error):
+            await conn.close()
+        raise _StalePlan(_first_line(exc)) from exc
 
 
 def _refusal(exc: BaseException) -> BaseException:
