@@ -240,8 +240,9 @@ async def _identity(tx: Tx, o: Offer, now: float) -> Decision | None:
             pending_id=parked["id"],
             reason="a parked start holds this idempotency key",
         )
+        # the handle names this arrival (its own ledger row points at the parked start it deferred to)
         return Decision(
-            "existing", parked["ticket"], pending_id=parked["id"], reason="a parked start holds this idempotency key"
+            "existing", o.ticket, pending_id=parked["id"], reason="a parked start holds this idempotency key"
         )
     return None
 
