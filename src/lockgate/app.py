@@ -127,14 +127,12 @@ def _build(decl: _Declaration) -> WorkflowDef:
     if key_fn is not None and not callable(key_fn):
         raise DefinitionError(name, "idempotency_key", "must be a callable taking the payload model")
     version = opts.get("version")
-    if version is not None and not isinstance(version, str):
-        raise DefinitionError(name, "version", "must be a string")
-    compatible = as_tuple(opts.get("compatible_with"))
+    if version is not None and (not isinstance(version, str) or not version):
+        raise DefinitionError(name, "version", f"must be a non-empty string, got {version!r}")
+    compatible = _strings(name, "compatible_with", opts.get("compatible_with"))
     if compatible and version is None:
         raise DefinitionError(name, ["compatible_with", "version"], "compatible_with needs a version")
-    patches = as_tuple(opts.get("patches"))
-    if any(not isinstance(p, str) or not p for p in patches):
-        raise DefinitionError(name, "patches", "must be non-empty strings")
+    patches = _strings(name, "patches", opts.get("patches"))
     stall_after: float | None = None
     if opts.get("stall_after") is not None:
         try:
@@ -169,3 +167,13 @@ def _build(decl: _Declaration) -> WorkflowDef:
         updates=messages["updates"],
         options=gate_options,
     )
+
+
+def _strings(workflow: str, option: str, value: Any) -> tuple[str, ...]:
+    """A string or a list of strings, as a tuple; anything else is a ``DefinitionError``."""
+    if value is not None and not isinstance(value, str | list | tuple):
+        raise DefinitionError(workflow, option, f"must be a string or a list of strings, got {value!r}")
+    names = as_tuple(value)
+    if any(not isinstance(n, str) or not n for n in names):
+        raise DefinitionError(workflow, option, f"must be non-empty strings, got {value!r}")
+    return names

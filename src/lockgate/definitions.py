@@ -22,7 +22,8 @@ class Retry:
     """How a step retries: how often, how spread out, for how long, and on which errors.
 
     ``max_attempts`` counts every attempt including the first. ``retryable`` is a tuple of
-    exception classes or a predicate; anything else fails the step at once. With
+    exception classes or a predicate; anything else fails the step at once. ``max_delay``
+    caps the growth of the delay (never below ``base_delay``). With
     ``respect_retry_after`` an error carrying ``retry_after`` (seconds) or
     ``retry_after_ms`` sets the next delay instead of the computed backoff.
     """
@@ -76,7 +77,7 @@ class Retry:
         else:
             delay = base * (self.factor ** (attempt - 1))
         if self.max_delay is not None:
-            delay = min(delay, to_seconds(self.max_delay))
+            delay = min(delay, max(base, to_seconds(self.max_delay)))  # caps growth, never the base delay
         if self.jitter:
             delay = (rng or random).uniform(0, delay)
         return delay

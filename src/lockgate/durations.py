@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import re
 from datetime import timedelta
 
@@ -57,7 +58,9 @@ def to_seconds(value: Duration, *, what: str = "duration") -> float:
         seconds = _parse_text(value, what)
     else:
         raise ValueError(f"{what}: expected timedelta, seconds or a string like '15m', got {type(value).__name__}")
-    if seconds < 0 or seconds != seconds:
+    if not math.isfinite(seconds):
+        raise ValueError(f"{what}: must be finite, got {value!r}")
+    if seconds < 0:
         raise ValueError(f"{what}: must not be negative, got {value!r}")
     return seconds
 

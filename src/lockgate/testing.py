@@ -30,7 +30,8 @@ class FakeClock(Clock):
     """A clock that only moves when told to."""
 
     def __init__(self, start: float | None = None) -> None:
-        self._now = time.time() if start is None else start
+        # a whole second by default, so that whole and half-second advances land exactly on timers
+        self._now = float(int(time.time())) if start is None else start
         self._sleepers: list[tuple[float, asyncio.Future[None]]] = []
 
     def now(self) -> float:
@@ -109,7 +110,7 @@ class TestEnv:
             self.engine.wake()
             await asyncio.sleep(0.005)
             busy = len(self.engine.executing)
-            due = await self.engine.store.read(ops.next_wake)
+            due = await self.engine.store.read(ops.next_wake, self.engine.worker_id)
             nothing_due = due is None or due > self.clock.now()
             if nothing_due and busy == self.clock.sleepers and not self.engine.claiming:
                 await asyncio.sleep(0.005)

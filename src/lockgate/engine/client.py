@@ -301,7 +301,8 @@ class Client(OperatorMixin):
                 return None if msg["result"] is None else json.loads(msg["result"])
             if msg["status"] == "failed":
                 if msg["error_tag"] == "PayloadError":
-                    raise PayloadError(f"update {name!r}", msg["error_message"])
+                    errors = json.loads(msg["result"]) if msg["result"] else msg["error_message"]
+                    raise PayloadError(f"update {name!r}", errors)
                 raise UpdateFailed(run_id, name, msg["error_tag"], msg["error_message"])
             run = await self.store.read(ops.get_run, run_id)
             if run["status"] in ops.TERMINAL:

@@ -249,6 +249,9 @@ class Engine(Client):
             raise
         except Exception:
             log.exception("run %s: executor failed; the run will be retried after its lease", run_id)
+            held = ops.Fence(run_id, row["owner"], int(row["epoch"]))
+            with contextlib.suppress(Exception, ops.Fenced):  # else the lease renewal keeps it here forever
+                await self.store.write(ops.release_run, held, self.clock.now() + self.lease)
         finally:
             self._executions.pop(run_id, None)
             self._inflight.discard(run_id)

@@ -30,7 +30,7 @@ from ..definitions import Retry, WorkflowDef
 from ..durations import Duration, to_seconds
 from ..errors import PayloadError, RunCancelled, RunFailed, StepFailed
 from ..ids import new_id
-from ..serde import decode, encode, validate_payload
+from ..serde import decode, dump_json, encode, validate_payload
 from ..store import ops
 from ..store.base import Row
 
@@ -311,7 +311,10 @@ class Execution(Context):
                     self._engine.on_step_error(self, key, exc)
                     await self._clock.sleep_until(self._clock.now() + delay)
                     continue
-                output = encode(result, rtype)
+                try:
+                    output = encode(result, rtype)
+                except Exception as exc:
+                    raise TypeError(f"ctx.step({name!r}): its result cannot be stored as JSON: {exc}") from exc
                 self._attempt(key, attempt, "completed", started, recorded_input, None, None)
                 await self._record(
                     {
@@ -509,8 +512,10 @@ class Execution(Context):
                 except Exception as exc:
                     tag, text = _describe(exc)
                     now = self._clock.now()
+                    # a rejected payload keeps its field errors, so the caller's PayloadError names them
+                    detail = dump_json(exc.errors) if isinstance(exc, PayloadError) else None
                     await self._store.write(
-                        ops.settle_message, mid, now, status="failed", error_tag=tag, error_message=text
+                        ops.settle_message, mid, now, status="failed", result=detail, error_tag=tag, error_message=text
                     )
                     self._event(
                         "update-failed", {"name": name, "message_id": mid, "error_tag": tag, "error_message": text}

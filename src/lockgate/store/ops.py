@@ -123,6 +123,14 @@ async def touch(tx: Tx, fence: Fence, now: float) -> None:
         raise Fenced()
 
 
+async def release_run(tx: Tx, fence: Fence, retry_at: float) -> None:
+    """Let go of a held run after a local failure; any worker may take it again at ``retry_at``.
+
+    Its entry stays marked unfinished, so failures that repeat count toward the crash loop.
+    """
+    await tx.execute("release_run", {**fence.params(), "wake_at": retry_at})
+
+
 # -- journal -------------------------------------------------------------------------------
 
 

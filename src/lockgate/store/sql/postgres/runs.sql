@@ -50,6 +50,11 @@ UPDATE lockgate_runs SET progress_at = %(now)s, updated_at = %(now)s
 WHERE id = %(run_id)s AND owner = %(owner)s AND epoch = %(epoch)s AND status = 'running'
 RETURNING id;
 
+-- name: release_run
+UPDATE lockgate_runs SET owner = NULL, lease_until = NULL, wake_at = %(wake_at)s
+WHERE id = %(run_id)s AND owner = %(owner)s AND epoch = %(epoch)s AND status = 'running'
+RETURNING id;
+
 -- name: renew_leases
 UPDATE lockgate_runs SET lease_until = %(lease_until)s
 WHERE owner = %(owner)s AND status = 'running'

@@ -48,6 +48,11 @@ UPDATE lockgate_runs SET progress_at = :now, updated_at = :now
 WHERE id = :run_id AND owner = :owner AND epoch = :epoch AND status = 'running'
 RETURNING id;
 
+-- name: release_run
+UPDATE lockgate_runs SET owner = NULL, lease_until = NULL, wake_at = :wake_at
+WHERE id = :run_id AND owner = :owner AND epoch = :epoch AND status = 'running'
+RETURNING id;
+
 -- name: renew_leases
 UPDATE lockgate_runs SET lease_until = :lease_until
 WHERE owner = :owner AND status = 'running'
