@@ -12,7 +12,7 @@ import pytest
 
 from lockgate.errors import StoreError
 from lockgate.store import Tx, open_store, ops
-from lockgate.store.postgres import PostgresStore
+from lockgate.store.postgres import PostgresStore, PostgresTx
 from lockgate.store.sql_files import migrations
 
 from .pg import PgProxy, pg_database_url
@@ -105,15 +105,17 @@ def test_url_options_are_validated_and_the_rest_go_to_libpq() -> None:
 
 
 async def test_unknown_options_reach_the_server(pg_url: str, opened: Any) -> None:
-    store = await opened(f"{pg_url}?application_name=lockgate-probe&pool_size=2")
-    await store.read(ops.list_workers)
-    async with await psycopg.AsyncConnection.connect(pg_url) as conn:
-        cursor = await conn.execute(
-            "SELECT COUNT(*) FROM pg_stat_activity WHERE datname = current_database() "
-            "AND application_name = 'lockgate-probe'"
+    options = "options=-c%20statement_timeout%3D4321"  # a space in an option must reach libpq as one
+    store = await opened(f"{pg_url}?application_name=lockgate-probe&pool_size=2&{options}")
+
+    async def probe(tx: Tx) -> Any:
+        assert isinstance(tx, PostgresTx)
+        cursor = await tx.conn.execute(
+            "SELECT current_setting('application_name') AS app, current_setting('statement_timeout') AS timeout"
         )
-        row = await cursor.fetchone()
-    assert row is not None and row[0] >= 1
+        return await cursor.fetchone()
+
+    assert await store.read(probe) == {"app": "lockgate-probe", "timeout": "4321ms"}
 
 
 async def test_an_unreachable_server_is_a_clear_error_without_the_password() -> None:

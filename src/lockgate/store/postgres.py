@@ -22,7 +22,7 @@ import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from typing import Any, ParamSpec, TypeVar
-from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+from urllib.parse import unquote, urlsplit, urlunsplit
 
 import psycopg
 from psycopg.rows import DictRow, dict_row
@@ -32,7 +32,7 @@ from ..errors import StoreError
 from .base import Op, Row, Store, Tx
 from .sql_files import load_queries, migrations
 
-__all__ = ["PostgresStore"]
+__all__ = ["PostgresStore", "PostgresTx"]
 
 log = logging.getLogger("lockgate.store")
 T = TypeVar("T")
@@ -50,7 +50,9 @@ _NOTIFY_LIMIT = 8000  # PostgreSQL refuses NOTIFY payloads of 8000 bytes or more
 _OPTIONS = frozenset({"pool_size", "pool_timeout"})  # lockgate's own URL options; every other one goes to libpq
 
 
-class _PgTx(Tx):
+class PostgresTx(Tx):
+    """A transaction (or, for reads, an autocommit session) on one pooled connection."""
+
     dialect = "postgres"
 
     def __init__(self, conn: _Conn, queries: dict[str, str]) -> None:
@@ -105,14 +107,19 @@ class PostgresStore(Store):
         parts = urlsplit(url)
         if parts.scheme not in ("postgresql", "postgres"):
             raise ValueError(f"store URL {_redact(url)!r} is not a postgresql:// URL")
-        options = parse_qsl(parts.query, keep_blank_values=True)
-        mine = {k: v for k, v in options if k in _OPTIONS}
-        libpq = [(k, v) for k, v in options if k not in _OPTIONS]
+        mine: dict[str, str] = {}
+        libpq: list[str] = []  # kept verbatim: libpq decodes its own URLs ('+' is not a space there)
+        for item in filter(None, parts.query.split("&")):
+            key, _, value = item.partition("=")
+            if unquote(key) in _OPTIONS:
+                mine[unquote(key)] = unquote(value)
+            else:
+                libpq.append(item)
         self.pool_size = int(_positive(url, "pool_size", mine.get("pool_size", "4"), integer=True))
         self.pool_timeout = _positive(url, "pool_timeout", mine.get("pool_timeout", "5"), integer=False)
-        if not any(k == "connect_timeout" for k, _ in libpq):
-            libpq.append(("connect_timeout", _CONNECT_TIMEOUT))
-        self.conninfo = urlunsplit((parts.scheme, parts.netloc, parts.path, urlencode(libpq), parts.fragment))
+        if not any(unquote(item.partition("=")[0]) == "connect_timeout" for item in libpq):
+            libpq.append(f"connect_timeout={_CONNECT_TIMEOUT}")
+        self.conninfo = urlunsplit((parts.scheme, parts.netloc, parts.path, "&".join(libpq), parts.fragment))
         self._where = _redact(urlunsplit((parts.scheme, parts.netloc, parts.path, "", "")))
         self._queries = load_queries("postgres")
         self._pool: AsyncConnectionPool[_Conn] | None = None
@@ -285,7 +292,7 @@ class PostgresStore(Store):
         single = len(batch) == 1  # a lone op needs no savepoint: its refusal rolls back the transaction
         outcomes: list[tuple[bool, Any]] = []
         async with pool.connection() as conn, _discarding_stale_plans(conn):
-            tx = _PgTx(conn, self._queries)
+            tx = PostgresTx(conn, self._queries)
             await conn.execute("BEGIN")
             try:
                 for op, _ in batch:
@@ -324,7 +331,7 @@ class PostgresStore(Store):
         for attempt in range(_RETRIES + 1):
             try:
                 async with pool.connection() as conn, _discarding_stale_plans(conn):
-                    value = await op(_PgTx(conn, self._queries), *args, **kwargs)
+                    value = await op(PostgresTx(conn, self._queries), *args, **kwargs)
             except (psycopg.OperationalError, _StalePlan) as exc:
                 await self._trouble(exc)
                 if attempt == _RETRIES:
@@ -364,7 +371,7 @@ class PostgresStore(Store):
         return True
 
     async def notify(self, tx: Tx, channel: str, payload: str) -> None:
-        if not isinstance(tx, _PgTx):
+        if not isinstance(tx, PostgresTx):
             raise TypeError("notify() takes a transaction of this PostgreSQL store")
         message = json.dumps([self._origin, channel, payload])
         size = len(message.encode())
