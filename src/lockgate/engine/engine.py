@@ -229,7 +229,7 @@ class Engine(Client):
                     f"(compatible_with: {list(defn.compatible_with)})"
                 )
                 now = self.clock.now()
-                await self.store.write(
+                closed = await self.store.write(
                     ops.finish_run,
                     fence,
                     now,
@@ -237,7 +237,7 @@ class Engine(Client):
                     error_tag="WorkflowVersionIncompatible",
                     error_message=str(error),
                 )
-                self.after_finish(run_id, [])
+                self.after_finish(run_id, closed)
                 return
             journal = await self.store.read(ops.load_journal, run_id)
             execution = Execution(self, defn, row, journal)

@@ -85,6 +85,7 @@ class Execution(Context):
         self._occurrences: Counter[str] = Counter()
         self._reached: set[str] = set()
         self._extra: list[str] = []
+        self._confirmed = 0  # how many extras came before a recorded key: inserted into recorded history
         self._busy = 0
         self._waits: list[_Wait] = []
         self._changed = asyncio.Event()
@@ -199,7 +200,9 @@ class Execution(Context):
         self._occurrences[name] = n + 1
         key = f"{name}#{n}"
         self._reached.add(key)
-        if key not in self._journal and any(k not in self._reached for k in self._recorded):
+        if key in self._journal:
+            self._confirmed = len(self._extra)
+        elif any(k not in self._reached for k in self._recorded):
             self._extra.append(key)
         return key
 
@@ -212,14 +215,16 @@ class Execution(Context):
         if not self._recorded:
             return
         unreached = [k for k in self._recorded if k not in self._reached]
+        # new keys past the last recorded one are the body going further than before, as expected
+        extra = self._extra[: self._confirmed]
         if parked:  # a parked body has not run past its wait; only the extras are telling
             unreached = [
                 k
                 for k in unreached
-                if self._journal[k]["status"] == "completed" and self._journal[k]["kind"] == "step" and self._extra
+                if self._journal[k]["status"] == "completed" and self._journal[k]["kind"] == "step" and extra
             ]
-        if unreached or self._extra:
-            data = {"unreached": unreached, "extra": self._extra}
+        if unreached or extra:
+            data = {"unreached": unreached, "extra": extra}
             self._event("nondeterminism-suspected", data)
 
     def _event(self, type_: str, data: dict[str, Any] | None = None) -> None:

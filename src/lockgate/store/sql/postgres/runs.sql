@@ -119,7 +119,7 @@ WHERE parent_id = %(parent_id)s AND status IN ('running', 'suspended');
 -- name: stale_candidates
 SELECT id, workflow, status, waiting_on, progress_at, wake_at FROM lockgate_runs
 WHERE status IN ('running', 'suspended') AND progress_at < %(before)s
-  AND (stalled_at IS NULL OR stalled_at < progress_at)
+  AND (stalled_at IS NULL OR stalled_at <= progress_at)
   AND NOT (status = 'running' AND wake_at IS NOT NULL AND wake_at > %(now)s AND owner IS NULL)
 ORDER BY progress_at LIMIT %(limit)s;
 

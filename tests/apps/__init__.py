@@ -1,0 +1,1 @@
+"""Workflow apps and helpers shared by the engine tests (importable by worker subprocesses)."""

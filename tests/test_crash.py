@@ -1,0 +1,270 @@
+"""Crash safety with real processes: SIGKILL mid-step, dead-worker takeover, crash loops.
+
+Worker processes run ``python -m tests.apps.runner`` over ``tests/apps/crashy.py``; each
+step execution appends a line to a side-effect file, so the counts below are what really
+ran, across processes. Runners hold leases for an hour: a run that moves on within the
+test's deadline was released because its process died, not because a lease ran out.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import socket
+import subprocess
+import sys
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import lockgate as lg
+from lockgate.store import ops
+
+from .apps import crashy
+from .apps.waits import eventually
+
+pytestmark = pytest.mark.slow
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+class Workers:
+    """Worker subprocesses on one store, with a side-effect file and flag directory."""
+
+    def __init__(self, store_url: str, tmp: Path) -> None:
+        self.store_url = store_url
+        self.effects = tmp / "effects.log"
+        self.flags = tmp / "flags"
+        self.flags.mkdir()
+        self.logs = tmp / "workers"
+        self.logs.mkdir()
+        self.procs: list[subprocess.Popen[bytes]] = []
+
+    def spawn(self, *, max_reclaims: int = 3) -> subprocess.Popen[bytes]:
+        env = {
+            **os.environ,
+            "LOCKGATE_TEST_EFFECTS": str(self.effects),
+            "LOCKGATE_TEST_FLAGS": str(self.flags),
+            "PYTHONPATH": os.pathsep.join(p for p in (str(ROOT / "src"), os.environ.get("PYTHONPATH")) if p),
+        }
+        log = (self.logs / f"worker-{len(self.procs)}.log").open("wb")
+        cmd = [sys.executable, "-m", "tests.apps.runner", "--store", self.store_url]
+        cmd += ["--max-reclaims", str(max_reclaims)]
+        proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
+        log.close()
+        self.procs.append(proc)
+        return proc
+
+    def raise_flag(self, name: str) -> None:
+        crashy.flag(name, self.flags).touch()
+
+    def count(self, line: str) -> int:
+        return crashy.count(line, self.effects)
+
+    def output(self) -> str:
+        return "\n".join(f"--- {p.name}\n{p.read_text()}" for p in sorted(self.logs.iterdir()))
+
+    async def until(self, probe: Any, what: str, timeout: float = 60.0) -> Any:
+        try:
+            return await eventually(probe, timeout=timeout, interval=0.05, what=what)
+        except TimeoutError as exc:
+            raise TimeoutError(f"{exc}\nworker output:\n{self.output()}") from None
+
+    async def exited(self, proc: subprocess.Popen[bytes], timeout: float = 60.0) -> int:
+        try:
+            return await asyncio.to_thread(proc.wait, timeout)
+        except subprocess.TimeoutExpired:
+            raise TimeoutError(f"worker {proc.pid} did not exit\n{self.output()}") from None
+
+    def kill(self, proc: subprocess.Popen[bytes]) -> None:
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=30)
+
+    def stop_all(self) -> None:
+        for proc in self.procs:
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+        for proc in self.procs:
+            try:
+                proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                self.kill(proc)
+
+
+@pytest.fixture
+def workers(store_url: str, tmp_path: Path) -> Iterator[Workers]:
+    pool = Workers(store_url, tmp_path)
+    try:
+        yield pool
+    finally:
+        pool.stop_all()
+
+
+@pytest.fixture
+async def client(store_url: str) -> AsyncIterator[lg.Client]:
+    async with lg.Client(crashy.app, store_url, poll_interval=0.05) as c:
+        yield c
+
+
+async def _journal(client: lg.Client, run_id: str) -> list[tuple[str, str]]:
+    return [(s.key, s.status) for s in await client.steps(run_id)]
+
+
+async def _status(client: lg.Client, run_id: str, status: str) -> lg.RunInfo | None:
+    run = await client.get_run(run_id)
+    return run if run.status == status else None
+
+
+def _types(events: list[lg.EventInfo]) -> list[str]:
+    return [e.type for e in events if e.type.startswith("run-")]
+
+
+async def test_sigkill_mid_step_reruns_only_the_interrupted_step(workers: Workers, client: lg.Client) -> None:
+    h = await client.start("crash.steps", {"tag": "r1"})
+    assert h.run_id is not None
+    first = workers.spawn()
+    await workers.until(lambda: workers.count("r1:two") == 1, "step two entered")
+    assert await _journal(client, h.run_id) == [("one#0", "completed")]
+    workers.kill(first)
+
+    held = await client.get_run(h.run_id)
+    assert (held.status, held.entries) == ("running", 1)
+    assert held.owner is not None  # the dead process still holds an hour-long lease
+    workers.raise_flag("r1.release-two")
+    workers.spawn()
+    assert await client.result(h.run_id, timeout=60) == "123"
+
+    assert (workers.count("r1:one"), workers.count("r1:two"), workers.count("r1:three")) == (1, 2, 1)
+    assert workers.count("r1:body") == 2
+    run = await client.get_run(h.run_id)
+    assert (run.entries, run.reclaim_count, run.owner) == (2, 1, None)
+    assert _types(await client.events(h.run_id)) == ["run-started", "run-succeeded"]
+    assert await _journal(client, h.run_id) == [
+        ("one#0", "completed"),
+        ("two#0", "completed"),
+        ("three#0", "completed"),
+    ]
+
+
+async def test_a_step_result_is_durable_before_the_body_continues(workers: Workers, client: lg.Client) -> None:
+    h = await client.start("crash.after_step", {"tag": "d1"})
+    assert h.run_id is not None
+    first = workers.spawn()
+    await workers.until(lambda: workers.count("d1:after-one") == 1, "body past step one")
+    workers.kill(first)  # the body is past step one and nothing else was written
+    assert await _journal(client, h.run_id) == [("one#0", "completed")]
+
+    workers.raise_flag("d1.release-body")
+    workers.spawn()
+    assert await client.result(h.run_id, timeout=60) == "13"
+    assert workers.count("d1:one") == 1  # replayed from the journal, not run again
+    assert workers.count("d1:after-one") == 2
+    assert workers.count("d1:three") == 1
+
+
+async def test_a_dead_local_worker_is_released_at_boot_a_live_one_is_not(
+    env_factory: Any, store_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("LOCKGATE_TEST_EFFECTS", str(tmp_path / "effects.log"))
+    monkeypatch.setenv("LOCKGATE_TEST_FLAGS", str(tmp_path))
+    for tag in ("dead", "alive"):
+        crashy.flag(f"{tag}.release-two", tmp_path).touch()
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait(timeout=30)  # its pid names no process now
+    host = socket.gethostname()
+
+    env = env_factory(crashy.app)
+    async with lg.Client(crashy.app, store_url, clock=env.clock) as setup:
+        run_ids = {}
+        for tag, worker, pid in (("dead", "wkr_dead_here", gone.pid), ("alive", "wkr_alive_here", os.getppid())):
+            h = await setup.start("crash.steps", {"tag": tag})
+            now = env.clock.now()
+            await setup.store.write(ops.register_worker, worker, host, pid, now)
+            [claimed] = await setup.store.write(ops.claim_runs, worker, now, now + 3600, 1, ["crash.steps"])
+            assert claimed["id"] == h.run_id
+            run_ids[tag] = h.run_id
+
+    async with env:
+        assert await env.engine.result(run_ids["dead"], timeout=30) == "123"
+        await env.settle()
+        alive = await env.engine.get_run(run_ids["alive"])
+        assert (alive.status, alive.owner) == ("running", "wkr_alive_here")
+        dead = await env.engine.get_run(run_ids["dead"])
+        assert (dead.entries, dead.reclaim_count) == (2, 1)  # the dead worker's entry counts as unfinished
+        workers = {w["id"]: w for w in await env.engine.store.read(ops.list_workers)}
+        assert workers["wkr_dead_here"]["stopped_at"] is not None
+        assert workers["wkr_alive_here"]["stopped_at"] is None
+    assert crashy.count("alive:one", tmp_path / "effects.log") == 0
+
+
+async def test_a_run_of_a_worker_elsewhere_is_taken_over_after_its_lease(
+    env_factory: Any, store_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("LOCKGATE_TEST_EFFECTS", str(tmp_path / "effects.log"))
+    monkeypatch.setenv("LOCKGATE_TEST_FLAGS", str(tmp_path))
+    crashy.flag("far.release-two", tmp_path).touch()
+    env = env_factory(crashy.app)
+    async with lg.Client(crashy.app, store_url, clock=env.clock) as setup:
+        h = await setup.start("crash.steps", {"tag": "far"})
+        now = env.clock.now()
+        await setup.store.write(ops.register_worker, "wkr_elsewhere", "elsewhere.invalid", os.getpid(), now)
+        [claimed] = await setup.store.write(ops.claim_runs, "wkr_elsewhere", now, now + 60, 1, ["crash.steps"])
+        assert claimed["id"] == h.run_id
+
+    async with env:
+        await env.settle()
+        await env.advance("59s")
+        run = await env.engine.get_run(h.run_id)
+        assert (run.status, run.owner, run.entries) == ("running", "wkr_elsewhere", 1)
+        assert crashy.count("far:body", tmp_path / "effects.log") == 0
+        await env.advance("2s")
+        assert await env.engine.result(h.run_id, timeout=30) == "123"
+        run = await env.engine.get_run(h.run_id)
+        assert (run.entries, run.reclaim_count) == (2, 1)
+    assert crashy.count("far:one", tmp_path / "effects.log") == 1
+
+
+async def test_a_crash_loop_suspends_the_run_and_resume_gives_a_fresh_budget(
+    workers: Workers, client: lg.Client
+) -> None:
+    h = await client.start("crash.loop", {"tag": "L", "die_times": 3})
+    assert h.run_id is not None
+    for n in (1, 2):
+        proc = workers.spawn(max_reclaims=2)
+        assert await workers.exited(proc) == 17
+        assert workers.count("L:boom") == n
+    survivor = workers.spawn(max_reclaims=2)
+    run = await workers.until(lambda: _status(client, h.run_id, "suspended"), "run suspended as crash-looped")
+    assert run.error_tag == "WorkflowCrashLooped"
+    assert "max_reclaims=2" in (run.error_message or "")
+    events = await client.events(h.run_id)
+    [looped] = [e for e in events if e.type == "run-crashlooped"]
+    assert looped.data == {"reclaims": 2}
+    assert _types(events)[-2:] == ["run-crashlooped", "run-suspended"]
+    assert workers.count("L:body") == 2  # the third claim suspended the run instead of entering it
+    assert survivor.poll() is None
+
+    await client.resume(h.run_id)  # a fresh budget: one more crash is tolerated
+    assert await workers.exited(survivor) == 17
+    assert workers.count("L:boom") == 3
+    workers.spawn(max_reclaims=2)
+    assert await client.result(h.run_id, timeout=60) == "boom"
+    assert workers.count("L:body") == 4
+    events = await client.events(h.run_id)
+    assert _types(events).count("run-crashlooped") == 1
+    assert _types(events)[-2:] == ["run-resumed", "run-succeeded"]
+
+
+async def test_a_clean_park_resets_the_crash_count(workers: Workers, client: lg.Client) -> None:
+    h = await client.start("crash.park_between", {"tag": "P", "die_times": 1})
+    assert h.run_id is not None
+    assert await workers.exited(workers.spawn(max_reclaims=2)) == 17  # dies in step a
+    assert await workers.exited(workers.spawn(max_reclaims=2)) == 17  # a passes, parks, dies in step b
+    assert (workers.count("P:a"), workers.count("P:b")) == (2, 1)
+    workers.spawn(max_reclaims=2)  # two deaths in a row without the park would have crash-looped
+    assert await client.result(h.run_id, timeout=60) == "ok"
+    assert (workers.count("P:a"), workers.count("P:b"), workers.count("P:body")) == (2, 2, 4)
+    assert "run-crashlooped" not in _types(await client.events(h.run_id))
