@@ -385,7 +385,13 @@ def test_bad_arguments_exit_2(cli: Lockgate, args: list[str], needle: str) -> No
 
 
 def test_help_documents_exit_codes(cli: Lockgate) -> None:
-    for args in (["--help"], ["workflows", "--help"], ["serve", "--help"]):
+    for args in (
+        ["--help"],
+        ["workflows", "--help"],
+        ["workflows", "start", "--help"],
+        ["serve", "--help"],
+        ["demo", "-h"],
+    ):
         assert "Exit codes:" in cli(*args).out
 
 

@@ -128,7 +128,7 @@ def format_option(fn: F) -> F:
 
 def app_option(*, required: bool) -> Callable[[F], F]:
     """``--app MODULE:APP`` (env ``LOCKGATE_APP``): the registry a command needs to decode or validate."""
-    why = "required" if required else "optional; gives payload validation against the declared models"
+    why = "" if required else " (optional: validates the payload against the declared models)"
 
     def decorate(fn: F) -> F:
         return click.option(
@@ -138,7 +138,7 @@ def app_option(*, required: bool) -> Callable[[F], F]:
             show_envvar=True,
             required=required,
             metavar="MODULE:APP",
-            help=f"The lockgate App to load ({why}).",
+            help=f"The lockgate App to load{why}.",
         )(fn)
 
     return decorate

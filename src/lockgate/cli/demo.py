@@ -25,7 +25,7 @@ from ..engine import Engine
 from ..records import EventInfo
 from ..store import ops
 from .common import DurationType, check_store, open_client, run_async, sqlite_path
-from .groups import EXIT_CODES, cli
+from .groups import cli
 from .output import make_console, short, status_text, when
 from .serve import display_url
 
@@ -221,7 +221,7 @@ async def _reset(store: str) -> str | None:
     return path
 
 
-@cli.command(epilog=EXIT_CODES)
+@cli.command()
 @click.option(
     "--store",
     default=DEFAULT_DEMO_STORE,

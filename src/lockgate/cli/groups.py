@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import click
 
 from .. import __version__
 
-__all__ = ["EXIT_CODES", "cli", "workflows"]
+__all__ = ["EXIT_CODES", "Command", "Group", "cli", "workflows"]
 
 EXIT_CODES = """\b
 Exit codes:
@@ -17,9 +19,28 @@ Exit codes:
   130  interrupted"""
 
 
+class Command(click.Command):
+    """A command whose help ends with the exit codes."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("epilog", EXIT_CODES)
+        super().__init__(*args, **kwargs)
+
+
+class Group(click.Group):
+    """A group whose commands and subgroups are ``Command`` / ``Group``."""
+
+    command_class = Command
+    group_class = type  # subgroups are of this class too
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("epilog", EXIT_CODES)
+        super().__init__(*args, **kwargs)
+
+
 @click.group(
     name="lockgate",
-    epilog=EXIT_CODES,
+    cls=Group,
     context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100},
 )
 @click.version_option(__version__, "--version", prog_name="lockgate")
@@ -31,6 +52,6 @@ def cli() -> None:
     """
 
 
-@cli.group(epilog=EXIT_CODES)
+@cli.group()
 def workflows() -> None:
     """List, inspect, start and recover runs (executes nothing; `lockgate serve` runs them)."""

@@ -23,7 +23,7 @@ import click
 from ..app import App
 from ..engine import Engine
 from .common import DurationType, load_app, run_async, store_option
-from .groups import EXIT_CODES, cli
+from .groups import cli
 
 __all__ = ["ServeConfig", "Service", "build_services", "display_url", "serve_app"]
 
@@ -112,12 +112,13 @@ async def serve_app(app: App, config: ServeConfig) -> int:
     return 1 if failed else 0
 
 
-@cli.command(epilog=EXIT_CODES)
+@cli.command()
 @click.argument("app_ref", metavar="MODULE:APP")
 @store_option
 @click.option(
     "--max-concurrent-runs",
     type=click.IntRange(min=1),
+    metavar="N",
     default=200,
     show_default=True,
     help="Most runs this process executes at once.",
