@@ -39,6 +39,9 @@ class Drainer:
         self._wake = asyncio.Event()
         self._lease_until = 0.0
         self.ticks = 0
+        # Per concurrency queue (scope, key): admissions each fair_by group has had while it waited there.
+        # Round-robin needs to remember whose turn it was; only the lease holder drains, so memory suffices.
+        self._served: dict[tuple[str, str], dict[Any, int]] = {}
 
     def wake(self) -> None:
         self._wake.set()
@@ -112,6 +115,9 @@ class Drainer:
         except Exception as exc:
             log.warning("re-offer of %s (%s) failed: %s", row["ticket"], row["workflow"], exc)
             return
+        served = self._served.get((row["hold_scope"], row["hold_key"]))
+        if decision.status == "started" and served is not None and row["fair_key"] in served:
+            served[row["fair_key"]] += 1
         engine.after_decision(defn, decision)
 
     async def _slot_candidates(self, defs: dict[str, Any]) -> list[Row]:
@@ -127,9 +133,22 @@ class Drainer:
             if plan is None:
                 continue
             room = await store.read(_room, plan, waiting["hold_key"])
-            if room > 0:
-                rows += await store.read(_waiting_for, waiting["hold_scope"], waiting["hold_key"], room)
+            if room <= 0:
+                continue
+            queue = (waiting["hold_scope"], waiting["hold_key"])
+            if plan.fair_by is None:
+                rows += await store.read(_waiting_for, *queue, room)
+            else:
+                rows += self._take_turns(queue, await store.read(_waiting_for, *queue, BATCH), room)
         return rows
+
+    def _take_turns(self, queue: tuple[str, str], waiting: list[Row], room: int) -> list[Row]:
+        """The ``room`` rows whose ``fair_by`` group is next in turn (a group arriving late starts level)."""
+        present = {r["fair_key"] for r in waiting}
+        served = {g: n for g, n in self._served.get(queue, {}).items() if g in present}
+        floor = min(served.values(), default=0)
+        self._served[queue] = {g: served.get(g, floor) for g in present}
+        return _fair_order(waiting, self._served[queue])[:room]
 
     async def _finish_timeout(self, run_id: str, now: float) -> None:
         engine = self.engine
@@ -137,15 +156,18 @@ class Drainer:
         engine.stopped(stopped, "finish timeout")
 
 
-def _fair_order(rows: list[Row]) -> list[Row]:
-    """Priority first (higher first); within a priority, ``fair_by`` groups take turns; then arrival."""
+def _fair_order(rows: list[Row], served: dict[Any, int] | None = None) -> list[Row]:
+    """Priority first (higher first); within a priority, ``fair_by`` groups take turns; then arrival.
+
+    ``served`` says how many turns each group has had already (a group with fewer goes first).
+    """
     by_priority: dict[int, list[Row]] = defaultdict(list)
     for row in rows:
         by_priority[int(row["priority"])].append(row)
     ordered: list[Row] = []
     for priority in sorted(by_priority, reverse=True):
         group = sorted(by_priority[priority], key=lambda r: int(r["seq"]))
-        turn: dict[Any, int] = defaultdict(int)
+        turn: dict[Any, int] = defaultdict(int, served or {})
         ranked = []
         for row in group:
             fair = row["fair_key"]
