@@ -149,3 +149,46 @@ def test_every_query_the_code_names_exists(dialect: str) -> None:
     defined = load_queries(dialect)
     missing = {name: sorted(files) for name, files in used.items() if name not in defined}
     assert missing == {}, f"queries named in code but not defined for {dialect}"
+
+
+@pytest.fixture
+def pg_url(request: pytest.FixtureRequest) -> Iterator[str]:
+    yield from pg_database_url(request)
+
+
+async def test_every_postgres_query_compiles_against_the_schema(pg_url: str) -> None:
+    """The server parses and plans each query (unknown columns, untyped parameters...) without running it."""
+    import psycopg
+
+    failures = {}
+    async with await psycopg.AsyncConnection.connect(pg_url, autocommit=True) as conn:
+        for name, sql in load_queries("postgres").items():
+            numbers: dict[str, int] = {}
+
+            def number(match: re.Match[str], numbers: dict[str, int] = numbers) -> str:
+                return f"${numbers.setdefault(match.group(1), len(numbers) + 1)}"
+
+            statement = re.sub(r"%\(([a-z0-9_]+)\)s", number, sql).replace("%%", "%")
+            try:
+                await conn.execute(f"PREPARE lockgate_probe AS {statement}")
+                await conn.execute("DEALLOCATE lockgate_probe")
+            except psycopg.Error as exc:
+                failures[name] = str(exc).splitlines()[0]
+    assert failures == {}
+
+
+async def test_every_sqlite_query_compiles_against_the_schema(tmp_path: Path) -> None:
+    store = SQLiteStore(f"sqlite:///{tmp_path / 'compile.db'}")
+    await store.open()
+    await store.close()
+    conn = sqlite3.connect(tmp_path / "compile.db")
+    failures = {}
+    try:
+        for name, sql in load_queries("sqlite").items():
+            try:
+                conn.execute(f"EXPLAIN {sql}", dict.fromkeys(_sqlite_params(sql)))
+            except sqlite3.Error as exc:
+                failures[name] = str(exc)
+    finally:
+        conn.close()
+    assert failures == {}
