@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from pydantic import BaseModel
 
 import lockgate as lg
 from lockgate.store import ops
@@ -268,3 +269,75 @@ async def test_a_clean_park_resets_the_crash_count(workers: Workers, client: lg.
     assert await client.result(h.run_id, timeout=60) == "ok"
     assert (workers.count("P:a"), workers.count("P:b"), workers.count("P:body")) == (2, 2, 4)
     assert "run-crashlooped" not in _types(await client.events(h.run_id))
+
+
+class Flaky(BaseModel):
+    tag: str
+
+
+class Reshaped(BaseModel):
+    tag: str
+    region: str  # a field the runs started before it was added do not have
+
+
+class Go(BaseModel):
+    ok: bool = True
+
+
+async def test_a_lease_lapsing_in_engine_time_does_not_reenter_a_running_body(env_factory: Any) -> None:
+    """A retry backoff longer than the lease, under a clock that jumps: one entry, one retry."""
+    calls: list[str] = []
+    app = lg.App()
+
+    def flaky() -> str:
+        calls.append("flaky")
+        if len(calls) == 1:
+            raise RuntimeError("first attempt fails")
+        return "ok"
+
+    @app.workflow(name="crash.backoff")
+    async def backoff(ctx: lg.Context, p: Flaky) -> str:
+        return str(await ctx.step("flaky", flaky, retry=lg.Retry(max_attempts=3, base_delay="10m", jitter=False)))
+
+    async with env_factory(app) as env:  # the default lease, 15s, is far shorter than the backoff
+        h = await env.engine.start("crash.backoff", {"tag": "b"})
+        await env.settle()
+        await env.advance("10m")
+        assert await env.engine.result(h.run_id, timeout=10) == "ok"
+        run = await env.engine.get_run(h.run_id)
+        assert (run.entries, run.reclaim_count) == (1, 0)
+        assert calls == ["flaky", "flaky"]
+        attempts = [(a.attempt, a.status) for a in await env.engine.attempts(h.run_id)]
+        assert attempts == [(1, "failed"), (2, "completed")]
+
+
+async def test_a_run_whose_entry_keeps_failing_ends_crash_looped(env_factory: Any) -> None:
+    """Before its body runs (here: the payload no longer decodes), not forever: it is parked for an operator."""
+
+    def app_with(model: type[BaseModel]) -> lg.App:
+        app = lg.App()
+
+        async def body(ctx: lg.Context, p: Any) -> str:
+            await ctx.wait_for_signal("go", Go)
+            return "done"
+
+        body.__annotations__["p"] = model
+        app.workflow(name="crash.reshaped")(body)
+        return app
+
+    async with env_factory(app_with(Flaky)) as env:
+        h = await env.engine.start("crash.reshaped", {"tag": "r"})
+        await env.settle()
+        assert (await env.engine.get_run(h.run_id)).waiting_on == "signal"
+
+    async with env_factory(app_with(Reshaped), max_reclaims=2) as env:
+        await env.engine.signal(h.run_id, "go", {})
+        await env.settle()
+        run = await env.engine.get_run(h.run_id)
+        assert (run.status, run.owner, run.reclaim_count) == ("running", None, 0)  # released, retried later
+        await env.advance("16s")
+        assert (await env.engine.get_run(h.run_id)).reclaim_count == 1
+        await env.advance("16s")
+        run = await env.engine.get_run(h.run_id)
+        assert (run.status, run.error_tag) == ("suspended", "WorkflowCrashLooped")
+        assert "run-crashlooped" in _types(await env.engine.events(h.run_id))
