@@ -19,6 +19,7 @@ from lockgate.store.base import Tx
 from lockgate.store.sql_files import load_queries
 from lockgate.testing import TestEnv
 
+from .apps.gate import advance
 from .apps.gate_probes import ledger_rows, pending_rows, sql
 
 T0 = 1_800_000_000.0  # a round start instant: window edges are exact
@@ -47,11 +48,6 @@ async def succeeded(env: TestEnv, workflow: str | None = None) -> list[int]:
     return [r.payload["n"] for r in sorted(runs, key=lambda r: (r.created_at, r.id))]
 
 
-async def drain(env: TestEnv) -> None:
-    await env.engine.drainer.tick()
-    await env.settle()
-
-
 # -- throttle: late ----------------------------------------------------------------------------
 
 
@@ -66,18 +62,15 @@ async def test_throttle_queues_the_excess_and_spaces_it_by_the_sliding_window(en
         await env.settle()
         assert await succeeded(env) == [0, 1]
 
-        await env.advance("59s")
-        await drain(env)
+        await advance(env, "59s")
         assert await succeeded(env) == [0, 1]  # the window has not slid yet
 
-        await env.advance("1s")
-        await drain(env)
+        await advance(env, "1s")
         assert await succeeded(env) == [0, 1, 2, 3]
         (left,) = await pending_rows(env.store_url)
         assert (left["ticket"], left["mode"], left["due_at"]) == (handles[4].ticket, "throttle", T0 + 120)
 
-        await env.advance("60s")
-        await drain(env)
+        await advance(env, "60s")
         assert await succeeded(env) == [0, 1, 2, 3, 4]
         assert await pending_rows(env.store_url) == []
         created = [(await env.engine.get_run(r.id)).created_at for r in await env.engine.list_runs(limit=10)]
@@ -100,8 +93,7 @@ async def test_throttle_keys_partition_the_window(env_factory: Any) -> None:
         assert [h.status for h in a + b] == ["started", "queued", "started", "queued"]
         assert a[1].deferral is not None and a[1].deferral.key == "a"
         assert b[1].deferral is not None and b[1].deferral.key == "b"
-        await env.advance("1m")
-        await drain(env)
+        await advance(env, "1m")
         assert sorted(await succeeded(env)) == [0, 1, 10, 11]
 
 
@@ -109,13 +101,12 @@ async def test_a_fresh_arrival_queues_behind_starts_already_waiting_for_the_wind
     app = windowed_app("th", throttle=lg.Throttle(limit=1, period="1m"))
     async with env_factory(app, start=T0) as env:
         first, second = [await env.engine.start("th", {"n": i}) for i in range(2)]
-        await env.advance("1m")  # the window has room again, but `second` waits for it
+        env.clock.advance("1m")  # the window has room again, but `second` waits for it
         late = await env.engine.start("th", {"n": 2})
         assert (first.status, second.status, late.status) == ("started", "queued", "queued")
-        await drain(env)
+        await advance(env)
         assert await succeeded(env) == [0, 1]
-        await env.advance("1m")
-        await drain(env)
+        await advance(env, "1m")
         assert await succeeded(env) == [0, 1, 2]
 
 
@@ -127,16 +118,13 @@ async def test_a_list_of_throttle_windows_enforces_each_of_them(env_factory: Any
         await env.settle()
         seen = [len(await succeeded(env))]
         for _ in range(3):
-            await env.advance("1s")
-            await drain(env)
+            await advance(env, "1s")
             seen.append(len(await succeeded(env)))
         # 2 per second until the minute holds 5, then nothing until the minute slides
         assert seen == [2, 4, 5, 5]
-        await env.advance(timedelta(seconds=56))  # T0 + 59s
-        await drain(env)
+        await advance(env, timedelta(seconds=56))  # T0 + 59s
         assert len(await succeeded(env)) == 5
-        await env.advance("1s")  # T0 + 60s: the two admitted at T0 leave the minute
-        await drain(env)
+        await advance(env, "1s")  # T0 + 60s: the two admitted at T0 leave the minute
         assert await succeeded(env) == list(range(7))
 
 
@@ -148,8 +136,7 @@ async def test_a_throttle_pool_shares_one_window_across_workflows(env_factory: A
             handles.append(await env.engine.start("th.a", {"n": i}))
             handles.append(await env.engine.start("th.b", {"n": 10 + i}))
         assert [h.status for h in handles] == ["started"] * 3 + ["queued"] * 3
-        await env.advance("1m")
-        await drain(env)
+        await advance(env, "1m")
         assert sorted(await succeeded(env)) == [0, 1, 2, 10, 11, 12]
 
 

@@ -15,7 +15,7 @@ from lockgate import Client
 from lockgate.store.base import Row, Tx
 from lockgate.store.sqlite import SQLiteStore
 
-__all__ = ["InFlight", "ledger_rows", "live_gated_runs", "pending_rows", "slot_rows", "sql"]
+__all__ = ["InFlight", "ledger_rows", "pending_rows", "slot_rows", "sql"]
 
 
 async def sql(url: str, query: str, *params: Any) -> list[Row]:
@@ -52,15 +52,6 @@ async def slot_rows(url: str) -> list[Row]:
 async def pending_rows(url: str) -> list[Row]:
     """Every parked start, in arrival order."""
     return await sql(url, "SELECT * FROM lockgate_pending ORDER BY seq")
-
-
-async def live_gated_runs(url: str) -> list[Row]:
-    """Runs admitted under a concurrency control that have not ended (running or suspended)."""
-    return await sql(
-        url,
-        "SELECT id, workflow, status, slot_scope, slot_key FROM lockgate_runs "
-        "WHERE slot_scope IS NOT NULL AND status IN ('running', 'suspended') ORDER BY id",
-    )
 
 
 class InFlight:
