@@ -31,7 +31,9 @@ class Seen(BaseModel):
     lineage: bool
 
 
-def make_app(engine_ref: list[lg.Engine], child_started: asyncio.Event | None = None) -> lg.App:
+def make_app(
+    engine_ref: list[lg.Engine], child_started: asyncio.Event | None = None, broken: set[str] | None = None
+) -> lg.App:
     app = lg.App()
 
     def square(x: int) -> int:
@@ -58,6 +60,20 @@ def make_app(engine_ref: list[lg.Engine], child_started: asyncio.Event | None = 
             raise KeyError(f"no row {p.x}")
 
         return int(await ctx.step("explode", explode))
+
+    def fragile(x: int) -> int:
+        if broken:
+            raise RuntimeError("the child's dependency is down")
+        return x * 10
+
+    @app.workflow(name="child.fragile")
+    async def child_fragile(ctx: lg.Context, p: Num) -> int:
+        return int(await ctx.step("fragile", fragile, p.x))
+
+    @app.workflow(name="parent.of_fragile")
+    async def parent_of_fragile(ctx: lg.Context, p: Num) -> int:
+        h = await ctx.start_child("child.fragile", {"x": p.x})
+        return int(await ctx.wait_child(h)) + 1
 
     @app.workflow(name="child.waits")
     async def child_waits(ctx: lg.Context, p: Num) -> int:
@@ -195,6 +211,27 @@ async def test_an_uncaught_child_failure_fails_the_parent(make_engine: Any) -> N
             await engine.result(h.run_id, timeout=15)
         assert info.value.error_tag == "RunFailed"
         assert "KeyError" in (info.value.error_message or "")
+
+
+async def test_a_parent_redriven_after_its_child_was_fixed_gets_the_childs_result(make_engine: Any) -> None:
+    broken = {"dependency"}
+    async with make_engine(make_app([], broken=broken)) as engine:
+        h = await engine.start("parent.of_fragile", {"x": 4})
+        with pytest.raises(lg.RunFailed):
+            await engine.result(h.run_id, timeout=15)
+        [child] = await _children(engine, h.run_id)
+        wait = [s for s in await engine.steps(h.run_id) if s.kind == "wait_child"]
+        assert [(s.status, s.error_tag) for s in wait] == [("failed", "RuntimeError")]
+        await engine.redrive(h.run_id)
+        with pytest.raises(lg.RunFailed):  # the child is still failed: the parent fails again
+            await engine.result(h.run_id, timeout=15)
+
+        broken.clear()
+        await engine.redrive(child.id)
+        assert await engine.result(child.id, timeout=15) == 40
+        await engine.redrive(h.run_id)
+        assert await engine.result(h.run_id, timeout=15) == 41
+        assert len(await _children(engine, h.run_id)) == 1  # the same child, not a new one
 
 
 async def test_a_replayed_parent_does_not_start_the_child_again(make_engine: Any) -> None:

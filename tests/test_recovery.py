@@ -80,6 +80,12 @@ def make_app(world: World) -> lg.App:
         c = await ctx.step("three", act, "three")
         return f"{a}{b}{c}"
 
+    @app.workflow(name="sleeps")
+    async def sleeps(ctx: lg.Context, p: Job) -> str:
+        await ctx.step("one", act, "one")
+        await ctx.sleep("nap", "7d")
+        return "rested"
+
     @app.workflow(name="waits")
     async def waits(ctx: lg.Context, p: Job) -> str:
         await ctx.step("one", act, "one")
@@ -224,6 +230,20 @@ async def test_a_signal_sent_while_suspended_is_consumed_after_resume(make_engin
         await engine.resume(h.run_id)
         assert await engine.result(h.run_id, timeout=15) == "waited"
         assert world.calls == Counter({"one": 1, "three": 1})
+
+
+async def test_resume_keeps_a_timers_due_time(env_factory: Any) -> None:
+    world = World()
+    async with env_factory(make_app(world)) as env:
+        h = await env.engine.start("sleeps", {"tag": "t"})
+        await env.settle()
+        await env.advance("3d")
+        await env.engine.suspend(h.run_id)
+        await env.advance("5d")  # the timer comes due while the run is suspended: nothing happens
+        assert (await env.engine.get_run(h.run_id)).status == "suspended"
+        await env.engine.resume(h.run_id)  # it fires now, seven days after the sleep began
+        assert await env.engine.result(h.run_id, timeout=10) == "rested"
+        assert world.calls == Counter({"one": 1})
 
 
 @pytest.mark.parametrize("state", ["running", "succeeded", "failed"])

@@ -585,7 +585,7 @@ class Execution(Context):
             rtype = self._engine.app.get(handle.workflow).result_type
         except Exception:
             rtype = None
-        if entry is None or entry["status"] != "completed":
+        if entry is None or entry["status"] not in ("completed", "failed"):
             async with self._op():
                 row = await self._store.read(ops.get_run, handle.run_id)
                 if row["status"] in ops.TERMINAL:
@@ -595,9 +595,18 @@ class Execution(Context):
                         "error_tag": row["error_tag"],
                         "error_message": row["error_message"],
                     }
-                    entry = {"step_key": key, "kind": "wait_child", "status": "completed", "output": encode(outcome)}
+                    # A child that did not succeed is a failed entry: a redrive or resume of this run
+                    # then looks at the child again (it may have been redriven meanwhile).
+                    entry = {
+                        "step_key": key,
+                        "kind": "wait_child",
+                        "status": "completed" if row["status"] == "succeeded" else "failed",
+                        "output": encode(outcome),
+                        "error_tag": row["error_tag"],
+                        "error_message": row["error_message"],
+                    }
                     await self._record(entry)
-            if entry is None or entry["status"] != "completed":
+            if entry is None or entry["status"] not in ("completed", "failed"):
                 await self._block(_Wait("child", children=[handle.run_id]))
         outcome = decode(entry["output"])
         if outcome["status"] == "succeeded":

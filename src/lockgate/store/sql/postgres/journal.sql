@@ -12,7 +12,8 @@ ON CONFLICT (run_id, step_key) DO UPDATE SET
     due_at = excluded.due_at, started_at = excluded.started_at, finished_at = excluded.finished_at;
 
 -- name: delete_failed_journal
-DELETE FROM lockgate_journal WHERE run_id = %(run_id)s AND status <> 'completed';
+-- Pending entries (a timer, a signal's timeout) keep their due times across a resume.
+DELETE FROM lockgate_journal WHERE run_id = %(run_id)s AND status = 'failed';
 
 -- name: delete_journal_from
 DELETE FROM lockgate_journal WHERE run_id = %(run_id)s AND seq >= %(seq)s;
