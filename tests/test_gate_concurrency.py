@@ -440,3 +440,42 @@ async def test_the_real_drainer_shares_a_pool_between_two_workflows(make_engine:
         assert track.peak["openai"] == 3
         assert track.entered["openai"] == 10
         assert await slot_rows(engine.store.url) == []
+
+
+async def test_a_redriven_run_counts_against_its_key_again(env_factory: Any) -> None:
+    """A failed run gave up its slot; redriving it takes one again, so the gate sees it in flight.
+
+    The redrive is an operator's act and is not queued: with the key already full it briefly
+    runs over the limit, and new arrivals wait until the key is back under it.
+    """
+    broken = {"yes": True}
+    app = lg.App()
+
+    def work(n: int) -> int:
+        if broken["yes"]:
+            raise RuntimeError("provider down")
+        return n
+
+    @app.workflow(name="cc", concurrency=lg.Concurrency(limit=1))
+    async def body(ctx: lg.Context, p: Job) -> int:
+        await ctx.step("work", work, p.n, retry=lg.Retry(max_attempts=1))
+        await ctx.wait_for_signal("go", Go)
+        return p.n
+
+    async with env_factory(app) as env:
+        failed = await env.engine.start("cc", {"n": 1})
+        await env.settle()
+        assert (await env.engine.get_run(failed.run_id or "")).status == "failed"
+        broken["yes"] = False
+        second = await env.engine.start("cc", {"n": 2})
+        third = await env.engine.start("cc", {"n": 3})
+        assert (second.status, third.status) == ("started", "queued")
+        await env.engine.redrive(failed.run_id or "")
+        await env.settle()
+        assert sorted(s["run_id"] for s in await slot_rows(env.store_url)) == sorted([failed.run_id, second.run_id])
+        await check_slots(env, 2)
+        await release(env, second.run_id or "")
+        assert (await env.engine.trace(third.ticket)).state == "parked"  # the redriven run still holds the key
+        await release(env, failed.run_id or "")
+        assert (await env.engine.trace(third.ticket)).state == "running"
+        await check_slots(env, 1)

@@ -80,6 +80,23 @@ async def free_slot(tx: Tx, run_id: str) -> None:
     await tx.execute("free_slot", {"run_id": run_id})
 
 
+async def retake_slot(tx: Tx, run: Row, now: float) -> None:
+    """A run re-opened after it ended (redrive) counts against its concurrency key again."""
+    if run["slot_scope"] is None:
+        return
+    await tx.execute(
+        "take_slot",
+        {
+            "run_id": run["id"],
+            "scope": run["slot_scope"],
+            "key": run["slot_key"] or "",
+            "workflow": run["workflow"],
+            "now": now,
+            "expires_at": run["deadline_at"],
+        },
+    )
+
+
 async def pause(tx: Tx, scope: str, reason: str | None, until: float | None, now: float) -> None:
     await tx.execute("upsert_pause", {"scope": scope, "reason": reason, "until": until, "now": now})
 

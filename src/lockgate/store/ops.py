@@ -393,6 +393,8 @@ async def _reopen(tx: Tx, run_id: str, from_status: str, now: float) -> None:
         },
     )
     await tx.execute("clear_failure", {"run_id": run_id})
+    if from_status in TERMINAL:  # its slot was freed when it ended: a live gated run must hold one
+        await gate_ops.retake_slot(tx, await get_run(tx, run_id), now)
 
 
 def _redrivable(verb: str, row: Row) -> None:
