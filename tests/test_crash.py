@@ -44,7 +44,7 @@ class Workers:
         self.logs.mkdir()
         self.procs: list[subprocess.Popen[bytes]] = []
 
-    def spawn(self, *, max_reclaims: int = 3) -> subprocess.Popen[bytes]:
+    def spawn(self, *, max_reclaims: int = 3, lease: str = "1h") -> subprocess.Popen[bytes]:
         env = {
             **os.environ,
             "LOCKGATE_TEST_EFFECTS": str(self.effects),
@@ -53,7 +53,7 @@ class Workers:
         }
         log = (self.logs / f"worker-{len(self.procs)}.log").open("wb")
         cmd = [sys.executable, "-m", "tests.apps.runner", "--store", self.store_url]
-        cmd += ["--max-reclaims", str(max_reclaims)]
+        cmd += ["--max-reclaims", str(max_reclaims), "--lease", lease]
         proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
         log.close()
         self.procs.append(proc)
@@ -164,6 +164,27 @@ async def test_a_step_result_is_durable_before_the_body_continues(workers: Worke
     assert workers.count("d1:one") == 1  # replayed from the journal, not run again
     assert workers.count("d1:after-one") == 2
     assert workers.count("d1:three") == 1
+
+
+async def _live_workers(client: lg.Client, n: int) -> bool:
+    rows = await client.store.read(ops.list_workers)
+    return len([w for w in rows if w["stopped_at"] is None]) == n
+
+
+async def test_a_running_worker_takes_over_when_another_dies(workers: Workers, client: lg.Client) -> None:
+    """Failover without a restart: the survivor claims the run once the dead worker's lease runs out."""
+    h = await client.start("crash.steps", {"tag": "f1"})
+    assert h.run_id is not None
+    first = workers.spawn(lease="2s")
+    await workers.until(lambda: workers.count("f1:two") == 1, "step two entered")
+    workers.spawn(lease="2s")
+    await workers.until(lambda: _live_workers(client, 2), "second worker registered")
+    workers.kill(first)
+    workers.raise_flag("f1.release-two")
+    assert await client.result(h.run_id, timeout=60) == "123"
+    assert (workers.count("f1:one"), workers.count("f1:two"), workers.count("f1:three")) == (1, 2, 1)
+    run = await client.get_run(h.run_id)
+    assert (run.entries, run.reclaim_count) == (2, 1)
 
 
 async def test_a_dead_local_worker_is_released_at_boot_a_live_one_is_not(
