@@ -362,3 +362,9 @@ async def test_a_run_whose_entry_keeps_failing_ends_crash_looped(env_factory: An
         run = await env.engine.get_run(h.run_id)
         assert (run.status, run.error_tag) == ("suspended", "WorkflowCrashLooped")
         assert "run-crashlooped" in _types(await env.engine.events(h.run_id))
+
+
+@pytest.mark.parametrize(("options", "named"), [({"max_reclaims": 0}, "max_reclaims"), ({"lease": "100ms"}, "lease")])
+async def test_bad_crash_safety_options_are_refused(make_engine: Any, options: dict[str, Any], named: str) -> None:
+    with pytest.raises(ValueError, match=named):
+        make_engine(crashy.app, **options)

@@ -228,3 +228,47 @@ async def test_the_real_sweep_reports_a_stalled_run(make_engine: Any, workflow: 
 
 async def _more_ticks(engine: lg.Engine, at_least: int) -> bool:
     return await _ticks(engine) >= at_least
+
+
+async def test_a_run_awaiting_an_update_is_reported_as_awaiting_signal(env_factory: Any) -> None:
+    watch = Watch()
+    app = make_app(watch)
+
+    @app.workflow(name="stale.update", stall_after="10m", on_stalled=watch.on_stalled)
+    async def stale_update(ctx: lg.Context, p: Job) -> str:
+        return str(await ctx.handle_update("rename", Job, lambda j: j.tag))
+
+    async with env_factory(app) as env:
+        run_id = await _start(env.engine, "stale.update")
+        await env.settle()
+        assert (await env.engine.get_run(run_id)).waiting_on == "update"
+        await env.advance("11m")
+        assert await report_stalled(env.engine) == 1
+        [data] = await _stalled(env.engine, run_id)
+        assert (data["reason"], data["waiting_on"]) == ("awaiting-signal", "update")
+
+
+async def _body(ctx: lg.Context, p: Job) -> str:
+    return "ok"
+
+
+@pytest.mark.parametrize(
+    ("options", "field", "problem"),
+    [({"stall_after": "soon"}, "stall_after", "soon"), ({"on_stalled": "page me"}, "on_stalled", "callable")],
+)
+async def test_bad_staleness_options_are_refused_at_boot(
+    make_engine: Any, options: dict[str, Any], field: str, problem: str
+) -> None:
+    app = lg.App()
+    app.workflow(name="stale.bad", **options)(_body)
+    with pytest.raises(lg.DefinitionError) as info:
+        async with make_engine(app):
+            pass
+    assert (info.value.workflow, info.value.fields) == ("stale.bad", [field])
+    assert problem in str(info.value)
+
+
+@pytest.mark.parametrize("value", ["soon", -5])
+async def test_a_bad_engine_stall_after_is_refused(make_engine: Any, value: Any) -> None:
+    with pytest.raises(ValueError, match="stall_after"):
+        make_engine(make_app(Watch()), stall_after=value)

@@ -235,3 +235,27 @@ async def test_a_skipped_recorded_step_on_reentry_is_reported(make_engine: Any) 
         assert _suspected(await engine.events(run_id)) == [{"unreached": ["b#0"], "extra": []}]
         assert (await engine.get_run(run_id)).status == "succeeded"
         assert calls == Counter({"a": 1, "b": 1, "c": 1})
+
+
+async def _body(ctx: lg.Context, p: Job) -> str:
+    return "ok"
+
+
+@pytest.mark.parametrize(
+    ("options", "fields", "problem"),
+    [
+        ({"compatible_with": ["v1"]}, ["compatible_with", "version"], "needs a version"),
+        ({"version": 2}, ["version"], "string"),
+        ({"patches": ["ok", ""]}, ["patches"], "non-empty strings"),
+    ],
+)
+async def test_bad_versioning_options_are_refused_at_boot(
+    make_engine: Any, options: dict[str, Any], fields: list[str], problem: str
+) -> None:
+    app = lg.App()
+    app.workflow(name="versioned.bad", **options)(_body)
+    with pytest.raises(lg.DefinitionError) as info:
+        async with make_engine(app):
+            pass
+    assert (info.value.workflow, info.value.fields) == ("versioned.bad", fields)
+    assert problem in str(info.value)
