@@ -59,6 +59,10 @@ async def admit(
     run = client.new_run_row(defn, "{}" if item_model is not None else model, idempotency_key=key, ticket=ticket)
     now = client.clock.now()
     if plan.bare and at is None and not await client.paused(defn.name):
+        # no control to pass, but the run still carries what happens when it fails or overruns
+        run["on_failure"] = plan.on_failure
+        if plan.finish_timeout is not None:
+            run["deadline_at"] = now + plan.finish_timeout
         created, fresh = await client.store.write(_admit_bare, run, now)
         if fresh:
             client.wake(now)
