@@ -92,7 +92,8 @@ async def trace(tx: Tx, ticket: str, now: float, concurrency_limits: dict[str, i
     if arrival is None:
         return None
     history = [_entry(r) for r in own]
-    pending_id = arrival["pending_id"]
+    # the row that holds it now: a delayed or paused start may have folded into a debounce or batch since
+    pending_id = next((r["pending_id"] for r in reversed(own) if r["pending_id"] is not None), None)
     base = {
         "ticket": ticket,
         "workflow": arrival["workflow"],

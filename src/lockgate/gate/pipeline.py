@@ -188,8 +188,9 @@ async def _park(
                 "stage": stage,
                 "hold_scope": scope,
                 "hold_key": key,
+                "group_key": group_key,
                 "payload": o.payload,
-                "items": row["items"],
+                "items": row["items"] if items is None else json.dumps(items),
                 "keys": json.dumps(o.keys),
                 "identity": o.identity,
                 "idempotency_key": o.idempotency_key,
@@ -293,11 +294,13 @@ async def _rate_limit(tx: Tx, o: Offer, now: float) -> Decision | None:
 
 
 async def _debounce(tx: Tx, o: Offer, now: float) -> Decision | None:
+    # A parked row meets this stage only before it joined a group: a paused or delayed start, now arriving.
     d = o.plan.debounce
-    if d is None or o.pending is not None:
+    if d is None:
         return None
     key = o.keys.get("debounce", "")
     group = f"debounce:{o.workflow}\x1f{key}"
+    await gate_ops.lock_key(tx, "group", group)  # replicas folding into one group queue here, not on its index
     row = await tx.one("open_group", {"group_key": group})
     cap = o.plan.debounce_timeout
     if row is None:
@@ -348,15 +351,17 @@ async def _debounce(tx: Tx, o: Offer, now: float) -> Decision | None:
         pending_id=row["id"],
         reason=f"folded into {row['ticket']} ({int(row['folded']) + 1} arrivals)",
     )
+    await _end_parked(tx, o)
     return Decision("queued", o.ticket, pending_id=row["id"], mode="debounce", due_at=due, key=key)
 
 
 async def _batch(tx: Tx, o: Offer, now: float) -> Decision | None:
-    b = o.plan.batch
-    if b is None or o.pending is not None:
+    b = o.plan.batch  # as for debounce: a parked row here is a paused or delayed item, now arriving
+    if b is None:
         return None
     key = o.keys.get("batch", "")
     group = f"batch:{o.workflow}\x1f{key}"
+    await gate_ops.lock_key(tx, "group", group)
     row = await tx.one("open_group", {"group_key": group})
     if row is None:
         decision = await _park(
@@ -402,6 +407,7 @@ async def _batch(tx: Tx, o: Offer, now: float) -> Decision | None:
             pending_id=row["id"],
             reason=f"item {len(items)} of batch {row['ticket']}",
         )
+        await _end_parked(tx, o)
         if len(items) < b.max_size:
             return Decision("queued", o.ticket, pending_id=row["id"], mode="batch", due_at=row["due_at"], key=key)
         row = await gate_ops.get_pending(tx, row["id"])
@@ -426,9 +432,13 @@ async def _batch(tx: Tx, o: Offer, now: float) -> Decision | None:
 
 async def _singleton(tx: Tx, o: Offer, now: float) -> Decision | None:
     s = o.plan.singleton
-    if s is None or s.mode != "skip":
+    if s is None:
         return None
     skey = _singleton_key(o)
+    # Held until commit, through the admission: replicas deciding for one key take turns (both modes).
+    await gate_ops.lock_key(tx, "singleton", skey or "")
+    if s.mode != "skip":
+        return None
     incumbent = await tx.scalar("singleton_incumbent", {"singleton_key": skey})
     parked = None
     if incumbent is None:

@@ -57,7 +57,7 @@ WHERE id = %(id)s;
 
 -- name: repark_pending
 UPDATE lockgate_pending
-SET mode = %(mode)s, stage = %(stage)s, hold_scope = %(hold_scope)s, hold_key = %(hold_key)s, group_key = NULL,
+SET mode = %(mode)s, stage = %(stage)s, hold_scope = %(hold_scope)s, hold_key = %(hold_key)s, group_key = %(group_key)s,
     payload = %(payload)s, items = %(items)s, keys = %(keys)s, identity = %(identity)s, idempotency_key = %(idempotency_key)s,
     due_at = %(due_at)s
 WHERE id = %(id)s;

@@ -56,7 +56,7 @@ WHERE id = :id;
 
 -- name: repark_pending
 UPDATE lockgate_pending
-SET mode = :mode, stage = :stage, hold_scope = :hold_scope, hold_key = :hold_key, group_key = NULL,
+SET mode = :mode, stage = :stage, hold_scope = :hold_scope, hold_key = :hold_key, group_key = :group_key,
     payload = :payload, items = :items, keys = :keys, identity = :identity, idempotency_key = :idempotency_key,
     due_at = :due_at
 WHERE id = :id;
