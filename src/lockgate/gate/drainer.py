@@ -110,8 +110,9 @@ class Drainer:
     async def _reoffer(self, defn: Any, row: Row, now: float) -> None:
         engine = self.engine
         try:
-            decision: Decision = await engine.store.write(_reoffer_op, defn, row["id"],
-                                                          engine.new_run_row(defn, "{}"), now)
+            decision: Decision = await engine.store.write(
+                _reoffer_op, defn, row["id"], engine.new_run_row(defn, "{}"), now
+            )
         except Exception as exc:
             log.warning("re-offer of %s (%s) failed: %s", row["ticket"], row["workflow"], exc)
             return
@@ -130,7 +131,8 @@ class Drainer:
         rows: list[Row] = []
         for waiting in await store.read(_waiting_keys):
             plan = plans.get(waiting["hold_scope"])
-            if plan is None:
+            if plan is None:  # no registered workflow holds this scope: its rows expire as unregistered
+                rows += await store.read(_waiting_for, waiting["hold_scope"], waiting["hold_key"], BATCH)
                 continue
             room = await store.read(_room, plan, waiting["hold_key"])
             if room <= 0:
