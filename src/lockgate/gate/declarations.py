@@ -281,5 +281,7 @@ def validate_gate(defs: dict[str, WorkflowDef]) -> None:
                 _fail(name, "on_failure", f"names {plan.on_failure!r}, which is not registered")
             if not issubclass(handler.payload_model, FailureReport):
                 _fail(name, "on_failure", f"handler {plan.on_failure!r} must take lg.FailureReport as its payload")
+            if issubclass(defs[name].payload_model, FailureReport):
+                _fail(name, "on_failure", "a failure handler has none: a failing handler is logged, never re-reported")
     for name, plan in plans.items():
         defs[name].gate = plan
