@@ -6,9 +6,10 @@ from typing import Any
 
 from lockgate import Client, FlowRow, RunInfo
 from lockgate.durations import Duration
-from lockgate.store.base import Row, Tx
+from lockgate.store.base import Row
 from lockgate.testing import TestEnv
 
+from .gate_probes import ledger_rows
 from .waits import eventually
 
 
@@ -19,18 +20,9 @@ async def advance(env: TestEnv, duration: Duration = 0) -> None:
     await env.settle()
 
 
-async def ledger(client: Client, ticket: str) -> list[Row]:
-    """The ledger rows written under ``ticket`` (its arrival first), oldest first."""
-
-    async def read(tx: Tx) -> list[Row]:
-        return await tx.execute("ledger_for_ticket", {"ticket": ticket})
-
-    return await client.store.read(read)
-
-
 async def arrival(client: Client, ticket: str) -> Row:
     """The one arrival row of ``ticket``."""
-    rows = [r for r in await ledger(client, ticket) if r["kind"] == "arrival"]
+    rows = [r for r in await ledger_rows(client, ticket) if r["kind"] == "arrival"]
     assert len(rows) == 1, rows
     return rows[0]
 
