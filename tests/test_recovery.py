@@ -11,6 +11,7 @@ import pytest
 from pydantic import BaseModel
 
 import lockgate as lg
+from lockgate.store import ops
 
 from .apps.waits import eventually
 
@@ -79,6 +80,13 @@ def make_app(world: World) -> lg.App:
         b = await ctx.step("held", hold, "held")
         c = await ctx.step("three", act, "three")
         return f"{a}{b}{c}"
+
+    @app.workflow(name="waits.then")
+    async def waits_then(ctx: lg.Context, p: Job) -> str:
+        await ctx.step("one", act, "one")
+        got = await ctx.wait_for_signal("go", Job)
+        await ctx.step("two", act, "two")
+        return got.tag if got else "none"
 
     @app.workflow(name="sleeps")
     async def sleeps(ctx: lg.Context, p: Job) -> str:
@@ -387,6 +395,23 @@ async def test_resume_from_step_reruns_that_step_and_all_after_it(make_engine: A
         [event] = [e for e in await engine.events(run_id) if e.type == "run-redriven"]
         assert event.data == {"from_step": "two#0"}
         assert types(await engine.events(run_id)) == ["run-started", "run-failed", "run-redriven", "run-succeeded"]
+
+
+async def test_resume_from_step_offers_again_the_signals_consumed_after_it(make_engine: Any) -> None:
+    world = World(broken={"two"})
+    async with make_engine(make_app(world)) as engine:
+        run_id = (await engine.start("waits.then", {"tag": "t"})).run_id
+        assert run_id is not None
+        await eventually(lambda: _parked(engine, run_id), what="run parked")
+        await engine.signal(run_id, "go", {"tag": "first"})
+        with pytest.raises(lg.RunFailed):
+            await engine.result(run_id, timeout=15)
+        world.broken.clear()
+        await engine.resume_from_step(run_id, "one")
+        assert await engine.result(run_id, timeout=15) == "first"
+        assert world.calls == Counter({"one": 2, "two": 2})
+        [message] = await engine.store.read(ops.list_messages, run_id)
+        assert (message["status"], message["step_key"]) == ("consumed", "signal:go#0")
 
 
 async def test_resume_from_step_refuses_an_unknown_step_listing_the_known_ones(make_engine: Any) -> None:

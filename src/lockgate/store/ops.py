@@ -427,6 +427,7 @@ async def resume_from_step(tx: Tx, run_id: str, step: str, now: float) -> None:
             row["status"],
             f"no step {step!r} in its journal; steps: {', '.join(known) or '(none)'}",
         )
+    await tx.execute("reoffer_consumed_signals", {"run_id": run_id, "seq": match["seq"]})
     await tx.execute("delete_journal_from", {"run_id": run_id, "seq": match["seq"]})
     await _reopen(tx, run_id, "failed", now)
     await add_event(tx, run_id, "run-redriven", now, {"from_step": key})

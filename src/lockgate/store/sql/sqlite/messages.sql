@@ -19,3 +19,9 @@ RETURNING id;
 
 -- name: list_messages
 SELECT * FROM lockgate_messages WHERE run_id = :run_id ORDER BY created_at, id;
+
+-- name: reoffer_consumed_signals
+-- Signals consumed by journal entries about to be re-run go back to the queue, in their first order.
+UPDATE lockgate_messages SET status = 'pending', step_key = NULL, finished_at = NULL
+WHERE run_id = :run_id AND kind = 'signal' AND status = 'consumed'
+  AND step_key IN (SELECT step_key FROM lockgate_journal WHERE run_id = :run_id AND seq >= :seq);
