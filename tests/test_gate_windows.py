@@ -238,10 +238,12 @@ async def test_a_rate_limit_pool_shares_one_window_across_workflows(env_factory:
 
 
 def test_the_window_query_reads_at_most_limit_rows() -> None:
-    """The query behind every window check is bounded by ``LIMIT`` (the control's ``limit``) on each dialect."""
-    for dialect, placeholder in (("sqlite", ":limit"), ("postgres", "%(limit)s")):
-        query = " ".join(load_queries(dialect)["window_hits"].split())
-        assert query.endswith(f"ORDER BY at DESC LIMIT {placeholder}"), (dialect, query)
+    """The queries behind every window check are bounded by the control's ``limit`` on each dialect."""
+    for dialect, limit, offset in (("sqlite", ":limit", ":offset"), ("postgres", "%(limit)s", "%(offset)s")):
+        count = " ".join(load_queries(dialect)["window_count"].split())
+        nth = " ".join(load_queries(dialect)["window_nth"].split())
+        assert f"LIMIT {limit})" in count, (dialect, count)
+        assert nth.endswith(f"ORDER BY at DESC LIMIT 1 OFFSET {offset}"), (dialect, nth)
 
 
 async def test_a_window_check_returns_at_most_limit_hits_however_many_are_stored(env_factory: Any) -> None:
@@ -256,9 +258,9 @@ async def test_a_window_check_returns_at_most_limit_hits_however_many_are_stored
                 T0 - 100 + i,
             )
 
-        async def probe(tx: Tx) -> list[float]:
-            return await gate_ops.window_hits(tx, "wf:rl:rate_limit[0]", "", T0 - 3600, 3)
+        async def probe(tx: Tx) -> float | None:
+            return await gate_ops.window_opens(tx, "wf:rl:rate_limit[0]", "", T0 - 3600, 3)
 
-        hits = await env.engine.store.read(probe)
-        assert hits == [T0 - 51, T0 - 52, T0 - 53]  # the newest `limit` hits, newest first
+        # full: the third-newest hit is the one whose leaving makes room
+        assert await env.engine.store.read(probe) == T0 - 53
         assert (await env.engine.start("rl", {"n": 1})).status == "dropped"

@@ -264,10 +264,8 @@ async def _delayed(tx: Tx, o: Offer, now: float) -> Decision | None:
 async def _window_room(tx: Tx, scope: str, key: str, limit: int, period: float, now: float) -> float | None:
     """``None`` when the window has room, else the instant a slot in it opens."""
     await gate_ops.lock_key(tx, scope, key)
-    hits = await gate_ops.window_hits(tx, scope, key, now - period, limit)
-    if len(hits) < limit:
-        return None
-    return hits[limit - 1] + period
+    oldest = await gate_ops.window_opens(tx, scope, key, now - period, limit)
+    return None if oldest is None else oldest + period
 
 
 async def _rate_limit(tx: Tx, o: Offer, now: float) -> Decision | None:

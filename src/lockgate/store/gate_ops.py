@@ -53,9 +53,13 @@ async def delete_pending(tx: Tx, pending_id: str) -> bool:
     return bool(await tx.execute("delete_pending", {"id": pending_id}))
 
 
-async def window_hits(tx: Tx, scope: str, key: str, since: float, limit: int) -> list[float]:
-    rows = await tx.execute("window_hits", {"scope": scope, "key": key, "since": since, "limit": limit})
-    return [float(r["at"]) for r in rows]
+async def window_opens(tx: Tx, scope: str, key: str, since: float, limit: int) -> float | None:
+    """``None`` while the window since ``since`` holds fewer than ``limit`` hits, else the ``limit``-th
+    most recent hit (the window has room again once it leaves)."""
+    params = {"scope": scope, "key": key, "since": since}
+    if int(await tx.scalar("window_count", {**params, "limit": limit})) < limit:
+        return None
+    return float(await tx.scalar("window_nth", {**params, "offset": limit - 1}))
 
 
 async def add_window_hit(tx: Tx, scope: str, key: str, at: float, period: float) -> None:

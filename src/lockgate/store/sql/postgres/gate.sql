@@ -23,10 +23,16 @@ DELETE FROM lockgate_pauses WHERE scope = %(scope)s RETURNING scope;
 -- name: list_pauses
 SELECT * FROM lockgate_pauses WHERE until IS NULL OR until > %(now)s ORDER BY scope;
 
--- name: window_hits
+-- name: window_count
+-- Counts at most `limit` index entries, however many hits are stored.
+SELECT COUNT(*) AS n FROM (
+    SELECT 1 FROM lockgate_window_hits WHERE scope = %(scope)s AND key = %(key)s AND at > %(since)s
+    LIMIT %(limit)s) AS bounded;
+
+-- name: window_nth
 SELECT at FROM lockgate_window_hits
 WHERE scope = %(scope)s AND key = %(key)s AND at > %(since)s
-ORDER BY at DESC LIMIT %(limit)s;
+ORDER BY at DESC LIMIT 1 OFFSET %(offset)s;
 
 -- name: add_window_hit
 INSERT INTO lockgate_window_hits (scope, key, at) VALUES (%(scope)s, %(key)s, %(at)s);
