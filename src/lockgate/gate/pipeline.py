@@ -149,6 +149,7 @@ async def _park(
             pending_id=pending_id,
         )
         timeout = o.plan.start_timeout
+        arrives = due if mode == "delayed" and due is not None else now  # a delayed start arrives at ``at``
         await gate_ops.insert_pending(
             tx,
             {
@@ -173,7 +174,7 @@ async def _park(
                 "first_at": now,
                 "last_at": now,
                 "due_at": due,
-                "expires_at": None if timeout is None else now + timeout,
+                "expires_at": None if timeout is None else arrives + timeout,
             },
         )
     else:
