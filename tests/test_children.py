@@ -295,6 +295,20 @@ async def test_closing_the_parent_applies_the_policy(
             assert event.data == {"reason": "parent-closed", "policy": policy, "parent_id": h.run_id}
 
 
+async def test_suspending_the_parent_does_not_close_its_children(make_engine: Any) -> None:
+    async with make_engine(make_app([])) as engine:
+        h = await engine.start("parent.catches", {"x": 9})  # waits on a child that waits for "go"
+        [child] = await eventually(lambda: _children(engine, h.run_id), what="child created")
+        await eventually(lambda: _waiting(engine, h.run_id, "child"), what="parent waiting on its child")
+        await eventually(lambda: _waiting(engine, child.id, "signal"), what="child waiting")
+        await engine.suspend(h.run_id)
+        await engine.signal(child.id, "go", {})
+        assert await engine.result(child.id, timeout=15) == 9  # the child went on and finished
+        assert (await engine.get_run(h.run_id)).status == "suspended"
+        await engine.resume(h.run_id)
+        assert await engine.result(h.run_id, timeout=15) == "succeeded"
+
+
 async def test_closing_the_parent_stops_a_child_executing_here(make_engine: Any) -> None:
     started = asyncio.Event()
     async with make_engine(make_app([], started)) as engine:
