@@ -27,8 +27,8 @@ class Go(BaseModel):
     ok: bool = True
 
 
-class Seen(BaseModel):
-    lineage: bool
+class Other(BaseModel):
+    run_id: str
 
 
 def make_app(
@@ -145,6 +145,11 @@ def make_app(
     @app.workflow(name="parent.unknown_child")
     async def parent_unknown_child(ctx: lg.Context, p: Num) -> str:
         await ctx.start_child("no.such.workflow", {"x": 1})
+        return "unreachable"
+
+    @app.workflow(name="parent.not_mine")
+    async def parent_not_mine(ctx: lg.Context, p: Other) -> str:
+        await ctx.wait_child(lg.ChildHandle(run_id=p.run_id, workflow="child.square"))
         return "unreachable"
 
     @app.workflow(name="parent.bad_payload")
@@ -343,6 +348,20 @@ async def test_unknown_child_workflow_fails_the_parent(make_engine: Any) -> None
         assert "no.such.workflow" in (info.value.error_message or "")
         assert "child.square" in (info.value.error_message or "")  # the registered names are listed
         assert await _children(engine, h.run_id) == []
+
+
+async def test_waiting_on_a_run_that_is_not_a_child_is_refused(make_engine: Any) -> None:
+    async with make_engine(make_app([])) as engine:
+        other = await engine.start("child.square", {"x": 2})
+        h = await engine.start("parent.not_mine", {"run_id": other.run_id})
+        with pytest.raises(lg.RunFailed) as info:
+            await engine.result(h.run_id, timeout=15)
+        assert info.value.error_tag == "ValueError"
+        assert f"run {other.run_id} is not a child of run {h.run_id}" in (info.value.error_message or "")
+        missing = await engine.start("parent.not_mine", {"run_id": "run_nope"})
+        with pytest.raises(lg.RunFailed) as info:
+            await engine.result(missing.run_id, timeout=15)
+        assert info.value.error_tag == "UnknownRun"
 
 
 async def test_bad_child_payload_fails_the_parent(make_engine: Any) -> None:

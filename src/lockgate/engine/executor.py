@@ -588,6 +588,11 @@ class Execution(Context):
         if entry is None or entry["status"] not in ("completed", "failed"):
             async with self._op():
                 row = await self._store.read(ops.get_run, handle.run_id)
+                if row["parent_id"] != self.run_id:  # only a child's end wakes this run
+                    raise ValueError(
+                        f"run {handle.run_id} is not a child of run {self.run_id}; wait for it with a "
+                        "handle from ctx.start_child"
+                    )
                 if row["status"] in ops.TERMINAL:
                     outcome = {
                         "status": row["status"],
