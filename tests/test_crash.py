@@ -150,6 +150,30 @@ async def test_sigkill_mid_step_reruns_only_the_interrupted_step(workers: Worker
     ]
 
 
+async def test_a_clean_shutdown_mid_step_releases_the_run_without_counting_a_crash(
+    workers: Workers, client: lg.Client
+) -> None:
+    h = await client.start("crash.steps", {"tag": "g1"})
+    assert h.run_id is not None
+    first = workers.spawn()
+    await workers.until(lambda: workers.count("g1:two") == 1, "step two entered")
+    first.send_signal(signal.SIGTERM)
+    released = await workers.until(lambda: _unowned(client, h.run_id), "run released by the closing worker")
+    assert released.status == "running"
+    workers.raise_flag("g1.release-two")  # lets the closing worker's step thread end, so the process can exit
+    assert await workers.exited(first) == 0
+    workers.spawn()
+    assert await client.result(h.run_id, timeout=60) == "123"
+    run = await client.get_run(h.run_id)
+    assert (run.entries, run.reclaim_count) == (2, 0)  # a shutdown is not a crash
+    assert (workers.count("g1:one"), workers.count("g1:two"), workers.count("g1:three")) == (1, 2, 1)
+
+
+async def _unowned(client: lg.Client, run_id: str) -> lg.RunInfo | None:
+    run = await client.get_run(run_id)
+    return run if run.owner is None else None
+
+
 async def test_a_step_result_is_durable_before_the_body_continues(workers: Workers, client: lg.Client) -> None:
     h = await client.start("crash.after_step", {"tag": "d1"})
     assert h.run_id is not None
