@@ -224,6 +224,23 @@ async def test_an_extra_step_on_reentry_is_reported(make_engine: Any, new_shape:
         assert sum(calls.values()) == 4  # a, b and c once each; only the extra step ran on re-entry
 
 
+async def test_an_extra_step_is_reported_once_when_the_reentered_body_parks_again(make_engine: Any) -> None:
+    calls: Counter[str] = Counter()
+    async with make_engine(shaped_app(calls, ["a", "b", "go", "c", "go", "d"])) as engine:
+        run_id = await _start_parked(engine, "shaped")
+    async with make_engine(shaped_app(calls, ["a", "a", "b", "go", "c", "go", "d"])) as engine:
+        await engine.signal(run_id, "go", {})
+        await eventually(lambda: _suspected_in(engine, run_id), what="tripwire at the second park")
+        await eventually(lambda: _parked(engine, run_id), what="parked on the second signal")
+        await engine.signal(run_id, "go", {})
+        assert await engine.result(run_id, timeout=15) == "a+a+b+go+c+go+d"
+        assert _suspected(await engine.events(run_id)) == [{"unreached": [], "extra": ["a#1"]}]
+
+
+async def _suspected_in(engine: lg.Engine, run_id: str) -> list[Any]:
+    return _suspected(await engine.events(run_id))
+
+
 async def test_a_skipped_recorded_step_on_reentry_is_reported(make_engine: Any) -> None:
     calls: Counter[str] = Counter()
     async with make_engine(shaped_app(calls, ["a", "b", "go", "c"])) as engine:
