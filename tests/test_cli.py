@@ -97,9 +97,10 @@ class Result:
 class Lockgate:
     """Runs ``python -m lockgate.cli`` with the test app importable and the store in the environment."""
 
-    def __init__(self, store: str, cwd: Path) -> None:
+    def __init__(self, store: str, cwd: Path, app: str = APP) -> None:
         self.store = store
         self.cwd = cwd
+        self.app = app
         self.env = dict(os.environ)
         self.env["PYTHONPATH"] = os.pathsep.join(p for p in (str(cwd), os.environ.get("PYTHONPATH")) if p)
         self.env["LOCKGATE_STORE"] = store
@@ -130,7 +131,7 @@ class Lockgate:
         return run
 
     def start(self, workflow: str, payload: dict[str, Any]) -> str:
-        handle = self.json("workflows", "start", workflow, "--app", APP, "--payload", json.dumps(payload))
+        handle = self.json("workflows", "start", workflow, "--app", self.app, "--payload", json.dumps(payload))
         assert handle["status"] == "started"
         return str(handle["run_id"])
 
@@ -140,7 +141,7 @@ class Lockgate:
         log = self.cwd / f"serve-{time.monotonic_ns()}.log"
         with log.open("w") as err:
             proc = subprocess.Popen(
-                self.argv("serve", APP, *extra), cwd=self.cwd, env=self.env, stderr=err, stdout=err, text=True
+                self.argv("serve", self.app, *extra), cwd=self.cwd, env=self.env, stderr=err, stdout=err, text=True
             )
         try:
             wait_for(lambda: log.read_text(), lambda text: "started" in text or proc.poll() is not None, "serve")

@@ -8,6 +8,7 @@ one line on stderr and an exit code (0 ok, 1 lockgate error, 2 bad usage, 130 in
 from __future__ import annotations
 
 import os
+import re
 import sys
 from collections.abc import Sequence
 from typing import NoReturn
@@ -15,8 +16,11 @@ from typing import NoReturn
 import click
 
 from ..errors import LockgateError
+from . import bulk as bulk
 from . import demo as demo  # each import registers that module's commands on its group
+from . import gate as gate
 from . import serve as serve
+from . import stats as stats
 from . import verbs as verbs
 from . import workflows as workflows
 from .groups import cli
@@ -30,7 +34,8 @@ def run(argv: Sequence[str] | None = None) -> int:
         result = cli.main(args=list(argv) if argv is not None else None, prog_name="lockgate", standalone_mode=False)
     except click.UsageError as exc:
         hint = f" (see '{exc.ctx.command_path} --help')" if exc.ctx is not None else ""
-        _fail(f"{exc.format_message()}{hint}")
+        # one line: click lists the choices of a missing option on lines of their own
+        _fail(re.sub(r"\s*\n\s*", " ", f"{exc.format_message()}{hint}"))
         return exc.exit_code
     except click.ClickException as exc:
         _fail(exc.format_message())

@@ -126,9 +126,11 @@ def format_option(fn: F) -> F:
     )(fn)
 
 
-def app_option(*, required: bool) -> Callable[[F], F]:
-    """``--app MODULE:APP`` (env ``LOCKGATE_APP``): the registry a command needs to decode or validate."""
-    why = "" if required else " (optional: validates the payload against the declared models)"
+def app_option(
+    *, required: bool, purpose: str = "validates the payload against the declared models"
+) -> Callable[[F], F]:
+    """``--app MODULE:APP`` (env ``LOCKGATE_APP``): the registry a command needs; ``purpose`` says why when optional."""
+    why = "" if required else f" (optional: {purpose})"
 
     def decorate(fn: F) -> F:
         return click.option(

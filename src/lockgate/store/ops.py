@@ -99,6 +99,16 @@ async def list_runs(
     )
 
 
+async def count_runs(tx: Tx, workflow: str | None = None) -> tuple[list[Row], list[Row]]:
+    """Runs per workflow and status (``workflow, status, n``) and parked starts per workflow and mode
+    (``workflow, mode, n``), read in one transaction so the two agree."""
+    runs = [r for r in await tx.execute("count_runs_by_status") if workflow is None or r["workflow"] == workflow]
+    parked: dict[tuple[str, str], int] = {}
+    for r in await tx.execute("flow_pending", {"workflow": workflow}):
+        parked[(r["workflow"], r["mode"])] = parked.get((r["workflow"], r["mode"]), 0) + int(r["queued"])
+    return runs, [{"workflow": wf, "mode": mode, "n": n} for (wf, mode), n in sorted(parked.items())]
+
+
 async def claim_runs(tx: Tx, owner: str, now: float, lease_until: float, limit: int, workflows: list[str]) -> list[Row]:
     return await tx.execute(
         "claim_runs",
