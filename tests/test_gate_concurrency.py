@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 from collections import Counter
 from collections.abc import Callable
+from datetime import UTC, datetime
 from typing import Any
 
 from pydantic import BaseModel
@@ -478,4 +479,24 @@ async def test_a_redriven_run_counts_against_its_key_again(env_factory: Any) -> 
         assert (await env.engine.trace(third.ticket)).state == "parked"  # the redriven run still holds the key
         await release(env, failed.run_id or "")
         assert (await env.engine.trace(third.ticket)).state == "running"
+        await check_slots(env, 1)
+
+
+async def test_a_key_pause_holds_starts_already_waiting_for_a_slot(env_factory: Any) -> None:
+    track = InFlight()
+    async with env_factory(gated_app(track, limit=1), start=1_800_000_000.0) as env:
+        first = await env.engine.start("cc", {"key": "k", "n": 1})
+        waiting = await env.engine.start("cc", {"key": "k", "n": 2})
+        await env.settle()
+        until = datetime.fromtimestamp(1_800_000_000 + 3600, UTC)
+        await env.engine.pause_key("k", until=until, reason="provider asked us to back off")
+        await release(env, first.run_id or "")
+        held = await env.engine.trace(waiting.ticket)
+        assert (held.state, held.control, held.key) == ("parked", "key-paused", "k")
+        assert held.estimated_admission == until
+        assert await slot_rows(env.store_url) == []
+        await env.advance("1h")
+        await env.engine.drainer.tick()
+        await env.settle()
+        assert (await env.engine.trace(waiting.ticket)).state == "running"
         await check_slots(env, 1)

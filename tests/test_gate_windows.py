@@ -264,3 +264,32 @@ async def test_a_window_check_returns_at_most_limit_hits_however_many_are_stored
         # full: the third-newest hit is the one whose leaving makes room
         assert await env.engine.store.read(probe) == T0 - 53
         assert (await env.engine.start("rl", {"n": 1})).status == "dropped"
+
+
+async def test_a_throttle_counts_admissions_when_concurrency_holds_starts_back(env_factory: Any) -> None:
+    """A start that passed the throttle but waited for a slot is judged by the window again when admitted."""
+    app = lg.App()
+
+    class Go(BaseModel):
+        ok: bool = True
+
+    @app.workflow(name="th", throttle=lg.Throttle(limit=2, period="60s"), concurrency=lg.Concurrency(limit=1))
+    async def body(ctx: lg.Context, p: Job) -> int:
+        await ctx.wait_for_signal("go", Go)
+        return p.n
+
+    async with env_factory(app, start=T0) as env:
+        handles = [await env.engine.start("th", {"n": i}) for i in range(6)]
+        assert [h.status for h in handles] == ["started"] + ["queued"] * 5
+        for _ in range(40):  # every run ends 10s after it started
+            await advance(env, "10s")
+            for run in await env.engine.list_runs(workflow="th", status="running"):
+                await env.engine.signal(run.id, "go", {})
+            await env.settle()
+            if len(await succeeded(env)) == 6:
+                break
+        assert sorted(await succeeded(env)) == list(range(6))
+        starts = sorted(r.created_at.timestamp() for r in await env.engine.list_runs(workflow="th", limit=10))
+        for now in starts:  # the gate's window: (now - period, now]
+            in_window = [t for t in starts if now - 60 < t <= now]
+            assert len(in_window) <= 2, [t - T0 for t in starts]

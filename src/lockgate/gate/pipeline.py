@@ -500,9 +500,7 @@ async def _throttle(tx: Tx, o: Offer, now: float) -> Decision | None:
             latest = (opens, w.scope, key)
     if latest is not None:
         return await _park(tx, o, now, mode="throttle", stage="throttle", due=latest[0], scope=latest[1], key=latest[2])
-    for w in windows:
-        await gate_ops.add_window_hit(tx, w.scope, o.keys.get(w.name, ""), now, w.period)
-    return None
+    return None  # the hit is counted when the run is admitted (``_admit``), not while a slot is awaited
 
 
 async def _concurrency(tx: Tx, o: Offer, now: float) -> Decision | None:
@@ -519,7 +517,8 @@ async def _concurrency(tx: Tx, o: Offer, now: float) -> Decision | None:
     )
     if not waiting and await has_room(tx, o.plan, key):
         return None
-    return await _park(tx, o, now, mode="concurrency", stage="concurrency", due=None, scope=scope, key=key)
+    # re-offered from the key pause on: a key paused or a throttle window filled meanwhile holds it too
+    return await _park(tx, o, now, mode="concurrency", stage="key_pause", due=None, scope=scope, key=key)
 
 
 async def has_room(tx: Tx, plan: GatePlan, key: str) -> bool:
@@ -577,6 +576,8 @@ async def _admit(tx: Tx, o: Offer, now: float) -> Decision:
         await _end_parked(tx, o)
         return Decision("existing", o.ticket, run_id=created["id"])
     run_id = created["id"]
+    for w in plan.throttles:
+        await gate_ops.add_window_hit(tx, w.scope, o.keys.get(w.name, ""), now, w.period)
     if plan.concurrency is not None:
         await tx.execute(
             "take_slot",
