@@ -143,6 +143,7 @@ class PostgresStore(Store):
             self.conninfo,
             connection_class=psycopg.AsyncConnection[DictRow],
             kwargs={"autocommit": True, "row_factory": dict_row},
+            configure=self._configure,
             min_size=1,
             max_size=self.pool_size,
             timeout=self.pool_timeout,
@@ -159,6 +160,10 @@ class PostgresStore(Store):
         self._writer = asyncio.create_task(self._write_loop(), name="lockgate-pg-writer")
         if self._listeners:
             self._start_listener()
+
+    async def _configure(self, conn: _Conn) -> None:
+        """Tag each session with this store's origin: the database's own wake-ups then name who caused them."""
+        await conn.execute("SELECT set_config('lockgate.origin', %s, false)", (self._origin,))
 
     async def _migrate(self) -> None:
         """Apply pending migrations in one transaction, one process at a time."""

@@ -25,3 +25,6 @@ RETURNING owner;
 
 -- name: list_sweeps
 SELECT * FROM lockgate_sweep_leases ORDER BY name;
+
+-- name: set_worker_lease
+UPDATE lockgate_workers SET lease = :lease WHERE id = :id;

@@ -1,0 +1,91 @@
+"""``lockgate cluster status``: the workers sharing a store, what each holds, which look dead."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import click
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from ..store import cluster_ops
+from .common import format_option, load_app, open_client, run_async, store_option
+from .groups import EXIT_CODES, cli
+from .output import emit
+
+__all__ = ["cluster", "status_document"]
+
+STATE_STYLE = {"live": "green", "stale": "bold red", "stopped": "dim"}
+
+
+@cli.group(epilog=EXIT_CODES)
+def cluster() -> None:
+    """See the worker processes that share a store (executes nothing)."""
+
+
+async def status_document(store: str) -> dict[str, Any]:
+    """The ``cluster status`` snapshot of ``store``: dialect, workers, sweep leases."""
+    async with open_client(load_app(None), store) as client:
+        return await client.store.read(cluster_ops.status, time.time())
+
+
+@cluster.command("status", epilog=EXIT_CODES)
+@click.option("--all", "show_all", is_flag=True, help="Also list workers that stopped cleanly.")
+@store_option
+@format_option
+def status(show_all: bool, store: str, fmt: str) -> None:
+    """Each worker: id, host, pid, heartbeat age, runs held, sweep leases held.
+
+    A worker whose heartbeat is older than its lease is flagged stale: it is dead or cut
+    off, and other workers take its runs over as their leases lapse.
+    """
+    document = run_async(status_document(store))
+    if not show_all:
+        document["workers"] = [w for w in document["workers"] if w["state"] != "stopped"]
+
+    def render(console: Console) -> None:
+        workers = document["workers"]
+        console.print(f"store dialect: {document['dialect']}")
+        if not workers:
+            console.print("no workers" + ("" if show_all else " running (--all lists stopped ones)"))
+        else:
+            console.print(_workers_table(workers))
+        stale = [w for w in workers if w["state"] == "stale"]
+        if stale:
+            console.print(
+                Text(f"{len(stale)} stale worker(s): heartbeat older than the lease; their runs move on", "red")
+            )
+        if document["sweeps"]:
+            console.print(_sweeps_table(document["sweeps"]))
+
+    emit(fmt, document, render)
+
+
+def _workers_table(workers: list[dict[str, Any]]) -> Table:
+    table = Table(title="workers", title_justify="left")
+    for column in ("worker", "host", "pid", "state", "heartbeat", "lease", "runs held", "sweeps"):
+        table.add_column(column, no_wrap=True, justify="right" if column in ("pid", "runs held") else "left")
+    for w in workers:
+        table.add_row(
+            w["id"],
+            w["host"],
+            str(w["pid"]),
+            Text(w["state"], style=STATE_STYLE.get(w["state"], "")),
+            f"{w['heartbeat_age']:.1f}s ago",
+            f"{w['lease']:g}s",
+            str(w["runs_held"]),
+            ", ".join(w["sweeps"]),
+        )
+    return table
+
+
+def _sweeps_table(sweeps: list[dict[str, Any]]) -> Table:
+    table = Table(title="sweep leases", title_justify="left")
+    for column in ("sweep", "held by", "lease left", "ticks"):
+        table.add_column(column, no_wrap=True)
+    for s in sweeps:
+        holder = s["owner"] or Text(f"nobody (last: {s['last_owner']})", style="yellow")
+        table.add_row(s["name"], holder, f"{s['lease_left']:.1f}s", str(s["ticks"]))
+    return table

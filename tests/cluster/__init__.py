@@ -1,0 +1,1 @@
+"""Helpers for the multi-process cluster tests (``tests/test_cluster.py``) and ``bench/failover.py``."""
