@@ -34,6 +34,7 @@ from ..records import AttemptInfo, EventInfo, RunInfo, StepInfo
 from ..serde import decode, validate_payload
 from ..store import Store, open_store, ops
 from .operator import OperatorMixin
+from .results import ResultWaiters
 
 __all__ = ["Client"]
 
@@ -60,7 +61,7 @@ class Client(OperatorMixin):
         self.clock = clock or SystemClock()
         self.poll_interval = poll_interval
         self.recording = recording
-        self._finished: dict[str, asyncio.Event] = {}
+        self._results = ResultWaiters(self.store, lambda: self.poll_interval)
         self._settled: dict[str, asyncio.Event] = {}
         self._open = False
         self._paused_cache: set[str] = set()
@@ -84,6 +85,7 @@ class Client(OperatorMixin):
         self._open = True
 
     async def close(self) -> None:
+        await self._results.close()
         await self.store.close()
         self._open = False
 
@@ -165,12 +167,17 @@ class Client(OperatorMixin):
         timeout: float | None = None,
     ) -> Any:
         """Start and wait: the run's result, or its failure raised."""
-        handle = await self.start(workflow, payload, wait=True, idempotency_key=idempotency_key, timeout=timeout)
+        from ..gate.admission import admit
+
+        # A blocking start (``wait=True`` at the gate), read back once: not via start(), which reads it too.
+        handle = await admit(
+            self, workflow, payload, at=None, wait=True, idempotency_key=idempotency_key, flow_control=None
+        )
         assert handle.run_id is not None
         return await self.result(handle.run_id, timeout=timeout)
 
     def wake(self, at: float | None = None) -> None:
-        """Tell local workers something became runnable (a client has none)."""
+        """Tell local workers a run is runnable from ``at`` (no ``at``: re-read everything). A client has none."""
 
     # -- results ------------------------------------------------------------------------
 
@@ -181,20 +188,24 @@ class Client(OperatorMixin):
         """
         loop = asyncio.get_running_loop()
         deadline = None if timeout is None else loop.time() + timeout
-        delay = 0.01
         while True:
-            row = await self.store.read(ops.get_run, run_id)
-            if row["status"] in ops.TERMINAL:
-                return self._outcome(row)
-            event = self._finished.setdefault(run_id, asyncio.Event())
-            wait = delay if deadline is None else min(delay, deadline - loop.time())
-            if wait <= 0:
-                raise ResultTimeout(f"run {run_id} did not finish within {timeout}s (status {row['status']})")
+            ended = self._results.listen(run_id)  # before the read: a finish during it still wakes us
             try:
-                await wait_event(event, wait)
+                row = await self.store.read(ops.get_run, run_id)
+                if row["status"] in ops.TERMINAL:
+                    return self._outcome(row)
+                wait = None if deadline is None else deadline - loop.time()
+                if wait is not None and wait <= 0:
+                    raise ResultTimeout(f"run {run_id} did not finish within {timeout}s (status {row['status']})")
+                # A run that ends here wakes us at once; the bulk poll is for runs other processes end.
+                self._results.poll(run_id, self.poll_interval if self._finishes_here(row) else 0.01)
+                await asyncio.wait({ended}, timeout=wait)
             finally:
-                self._finished.pop(run_id, None)
-            delay = min(delay * 2, self.poll_interval)
+                self._results.forget(run_id, ended)
+
+    def _finishes_here(self, row: dict[str, Any]) -> bool:
+        """Whether this process will see ``row``'s run end (and wake its waiters): a client never does."""
+        return False
 
     def _outcome(self, row: dict[str, Any]) -> Any:
         if row["status"] == "succeeded":
@@ -208,9 +219,7 @@ class Client(OperatorMixin):
         raise RunFailed(row["id"], row["error_tag"], row["error_message"])
 
     def notify_finished(self, run_id: str) -> None:
-        event = self._finished.get(run_id)
-        if event is not None:
-            event.set()
+        self._results.wake(run_id)
 
     def message_settled(self, message_id: str) -> None:
         event = self._settled.get(message_id)

@@ -77,6 +77,7 @@ class Engine(Client):
         self._wake = asyncio.Event()
         self._tasks: list[asyncio.Task[Any]] = []
         self._running = False
+        self._workflows: frozenset[str] = frozenset()
         self.drainer = Drainer(self)
 
     # -- lifecycle ----------------------------------------------------------------------
@@ -87,6 +88,7 @@ class Engine(Client):
         await self.store.write(ops.register_worker, self.worker_id, self.host, os.getpid(), now)
         await self._release_dead_local_workers()
         self._running = True
+        self._workflows = frozenset(self.app.definitions())
         from ..sweeps import start_sweeps
 
         self._tasks = [
@@ -131,15 +133,22 @@ class Engine(Client):
     # -- wake-ups -----------------------------------------------------------------------
 
     def wake(self, at: float | None = None) -> None:
-        if at is None or at <= self.clock.now() + self.poll_interval:
+        """``wake(at)``: a run is runnable from ``at``; ``wake()``: anything may have changed (the gate too)."""
+        if at is None:
             self._wake.set()
             self.drainer.wake()
+        elif at <= self.clock.now() + self.poll_interval:
+            self._wake.set()  # a start, a park, a signal: the dispatcher's business, not the drainer's
 
     def after_finish(self, run_id: str, stopped: list[str]) -> None:
         self.notify_finished(run_id)
         self.stopped(stopped, "parent closed")
-        self._wake.set()  # a parent may be runnable now
-        self.drainer.wake()  # a slot may have freed
+        execution = self._executions.get(run_id)
+        row = None if execution is None else execution.row
+        if row is None or row["parent_id"] is not None:
+            self._wake.set()  # the parent may be runnable now
+        if row is None or stopped or any(row.get(k) for k in _GATE_HOLDS):
+            self.drainer.wake()  # a slot or a singleton key may have freed, a failure report may be parked
 
     def after_decision(self, defn: WorkflowDef, decision: Decision) -> None:
         super().after_decision(defn, decision)
@@ -147,6 +156,15 @@ class Engine(Client):
             decision.due_at is None or decision.due_at <= self.clock.now() + self.poll_interval
         ):
             self.drainer.wake()
+
+    def _finishes_here(self, row: Row) -> bool:
+        """A run this engine holds, or will claim when it is due, ends here: waiters are woken, not polling.
+
+        Only a run another process holds is polled with a short back-off; the rest are read
+        again every ``poll_interval`` in case another process takes them after all.
+        """
+        owner = row["owner"]
+        return self._running and (owner == self.worker_id or (owner is None and row["workflow"] in self._workflows))
 
     def stopped(self, run_ids: list[str], reason: str) -> None:
         for rid in run_ids:
@@ -177,31 +195,21 @@ class Engine(Client):
         while self._running:
             self._wake.clear()
             try:
-                now = self.clock.now()
+                delay = self.poll_interval  # full, or nothing due is ours: wait for a wake-up, never spin
                 free = self.max_concurrent_runs - len(self._inflight)
-                claimed: list[Row] = []
-                tried = False
                 if free > 0:
+                    # Claim at once: an empty claim costs what the read that would precede it costs.
+                    now = self.clock.now()
+                    claimed = await self.store.write(
+                        ops.claim_runs, self.worker_id, now, now + self.lease, free, names
+                    )
+                    for row in claimed:
+                        self._launch(row)
+                    if len(claimed) == free:
+                        continue  # there may be more; the next turn waits for a free slot
                     due = await self.store.read(ops.next_wake, self.worker_id)
-                    if due is not None and due <= now:
-                        tried = True
-                        claimed = await self.store.write(
-                            ops.claim_runs, self.worker_id, now, now + self.lease, free, names
-                        )
-                for row in claimed:
-                    self._launch(row)
-                if claimed and len(claimed) == free:
-                    continue
-                if claimed:
-                    await asyncio.sleep(0)
-                    continue
-                due = await self.store.read(ops.next_wake, self.worker_id)
-                if free <= 0 or tried or due is None:
-                    # Full, or what is due is not ours to take (another workflow set, a race):
-                    # wait for a wake-up instead of spinning on it.
-                    delay = self.poll_interval
-                else:
-                    delay = min(self.poll_interval, max(0.0, due - self.clock.now()))
+                    if due is not None and due > now:
+                        delay = min(self.poll_interval, max(0.0, due - self.clock.now()))
                 if delay > 0:
                     await wait_event(self._wake, delay)
             except asyncio.CancelledError:
@@ -213,7 +221,11 @@ class Engine(Client):
     def _launch(self, row: Row) -> None:
         self._inflight.add(row["id"])
         execution_task = asyncio.create_task(self._execute(row), name=f"lockgate-run-{row['id']}")
-        execution_task.add_done_callback(lambda _t: self._wake.set())
+        execution_task.add_done_callback(self._slot_freed)
+
+    def _slot_freed(self, _task: asyncio.Task[None]) -> None:
+        if len(self._inflight) == self.max_concurrent_runs - 1:  # the dispatcher was full: it may claim again
+            self._wake.set()
 
     async def _execute(self, row: Row) -> None:
         run_id = row["id"]
@@ -239,7 +251,8 @@ class Engine(Client):
                 )
                 self.after_finish(run_id, closed)
                 return
-            journal = await self.store.read(ops.load_journal, run_id)
+            # Only the run's own held entries write its journal: on its first entry there is none to read.
+            journal = [] if int(row["entries"]) <= 1 else await self.store.read(ops.load_journal, run_id)
             execution = Execution(self, defn, row, journal)
             self._executions[run_id] = execution
             await execution.run()
@@ -310,6 +323,10 @@ class Engine(Client):
 
 def _pool(scope: str | None) -> str | None:
     return scope.removeprefix("pool:") if scope and scope.startswith("pool:") else None
+
+
+# Run columns naming something the gate holds for the run until it ends (a finish wakes the drainer).
+_GATE_HOLDS = ("slot_scope", "singleton_key", "on_failure")
 
 
 def _pid_alive(pid: int) -> bool:

@@ -16,8 +16,9 @@ import logging
 import random as _random
 import typing
 import uuid as _uuid
+import weakref
 from collections import Counter
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -28,7 +29,7 @@ from ..clock import to_datetime
 from ..context import ChildHandle, Context, ParentClose
 from ..definitions import Retry, WorkflowDef
 from ..durations import Duration, to_seconds
-from ..errors import PayloadError, RunCancelled, RunFailed, StepFailed
+from ..errors import PayloadError, RunCancelled, RunFailed, StepFailed, StoreError
 from ..ids import new_id
 from ..serde import decode, dump_json, encode, validate_payload
 from ..store import ops
@@ -57,12 +58,43 @@ class _Parked(BaseException):
     """The body is blocked for good; the executor parks the run."""
 
 
-def _return_type(fn: Callable[..., Any]) -> Any:
+_FACTS: weakref.WeakKeyDictionary[Any, tuple[Any, bool]] = weakref.WeakKeyDictionary()
+
+
+def _callable_facts(fn: Callable[..., Any]) -> tuple[Any, bool]:
+    """``fn``'s return annotation and whether it is async, worked out once per function."""
     target = getattr(fn, "func", fn)  # functools.partial
+    target = getattr(target, "__func__", target)  # a bound method: its function
     try:
-        return typing.get_type_hints(target).get("return")
+        return _FACTS[target]
+    except (KeyError, TypeError):
+        pass
+    try:
+        rtype = typing.get_type_hints(target).get("return")
     except Exception:
-        return None
+        rtype = None
+    facts = (rtype, inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(getattr(fn, "func", None)))
+    with contextlib.suppress(TypeError):  # not weakly referenceable: worked out each time
+        _FACTS[target] = facts
+    return facts
+
+
+class _Busy:
+    """``async with execution._op()``: the body is doing something only it can finish."""
+
+    __slots__ = ("_execution",)
+
+    def __init__(self, execution: Execution) -> None:
+        self._execution = execution
+
+    async def __aenter__(self) -> None:
+        self._execution._busy += 1
+
+    async def __aexit__(self, *exc: object) -> None:
+        execution = self._execution
+        execution._busy -= 1
+        if execution._busy == 0 and execution._waits:
+            execution._poke()
 
 
 class Execution(Context):
@@ -81,15 +113,17 @@ class Execution(Context):
         self._patches = set(decode(row["patches"]) or [])
         self._journal: dict[str, Row] = {e["step_key"]: e for e in journal}
         self._recorded = [e["step_key"] for e in journal]
+        self._unreached = len(self._journal)  # recorded entries this entry has not reached yet
         self._next_seq = max((int(e["seq"]) for e in journal), default=-1) + 1
         self._occurrences: Counter[str] = Counter()
         self._reached: set[str] = set()
         self._extra: list[str] = []
         self._confirmed = 0  # how many extras came before a recorded key: inserted into recorded history
         self._busy = 0
+        self._busy_cm = _Busy(self)
         self._waits: list[_Wait] = []
-        self._changed = asyncio.Event()
-        self._rng = _random.Random()
+        self._attention: asyncio.Future[None] | None = None
+        self._random: _random.Random | None = None
         self.task: asyncio.Task[Any] | None = None
         self.stop_reason: str | None = None
         self._coarse = row["recording"] == "coarse"
@@ -99,14 +133,20 @@ class Execution(Context):
     async def run(self) -> None:
         """Enter the body and see it through to a park, a finish or a stop."""
         payload = self.defn.payload_model.model_validate_json(self.row["payload"])
+        loop = asyncio.get_running_loop()
         self.task = asyncio.ensure_future(self.defn.fn(self, payload))
+        self.task.add_done_callback(self._poke)
         while not self.task.done():
-            waiter = asyncio.ensure_future(self._changed.wait())
-            await asyncio.wait({self.task, waiter}, return_when=asyncio.FIRST_COMPLETED)
-            waiter.cancel()
-            self._changed.clear()
-            if self.task.done() or not self._is_blocked():
-                continue
+            if not self._is_blocked():
+                # Woken only when the body ends or may have become blocked (a wait began, or
+                # the last operation in flight ended beside one), not after every step.
+                self._attention = loop.create_future()
+                try:
+                    await self._attention
+                finally:
+                    self._attention = None
+                if self.task.done() or not self._is_blocked():
+                    continue
             for _ in range(3):  # let synchronous continuations reach their next await
                 await asyncio.sleep(0)
             if self._is_blocked() and not self.task.done():
@@ -116,6 +156,17 @@ class Execution(Context):
 
     def _is_blocked(self) -> bool:
         return self._busy == 0 and bool(self._waits)
+
+    def _poke(self, *_: object) -> None:
+        attention = self._attention
+        if attention is not None and not attention.done():
+            attention.set_result(None)
+
+    @property
+    def _rng(self) -> _random.Random:
+        if self._random is None:  # seeding costs tens of microseconds; most runs never draw
+            self._random = _random.Random()
+        return self._random
 
     async def _park(self) -> None:
         assert self.task is not None
@@ -153,6 +204,8 @@ class Execution(Context):
             value = self.task.result()
         except (asyncio.CancelledError, ops.Fenced, _Parked):
             return  # stopped from outside (cancel, suspend, lost lease, shutdown)
+        except StoreError:
+            raise  # the store failed under the body, not the body: the engine hands the run back
         except Exception as exc:
             await self._fail(exc)
             return
@@ -199,10 +252,11 @@ class Execution(Context):
         n = self._occurrences[name]
         self._occurrences[name] = n + 1
         key = f"{name}#{n}"
-        self._reached.add(key)
+        self._reached.add(key)  # each key is made once per entry: occurrences only count up
         if key in self._journal:
+            self._unreached -= 1
             self._confirmed = len(self._extra)
-        elif any(k not in self._reached for k in self._recorded):
+        elif self._unreached:
             self._extra.append(key)
         return key
 
@@ -231,30 +285,26 @@ class Execution(Context):
         now = self._clock.now()
         self._store.write_nowait(ops.add_event, self.run_id, type_, now, data)
 
-    @contextlib.asynccontextmanager
-    async def _op(self) -> AsyncIterator[None]:
-        self._busy += 1
-        try:
-            yield
-        finally:
-            self._busy -= 1
-            self._changed.set()
+    def _op(self) -> _Busy:
+        return self._busy_cm
 
     async def _block(self, wait: _Wait) -> typing.NoReturn:
         """Wait for something only the outside world ends; the run parks meanwhile."""
         self._waits.append(wait)
-        self._changed.set()
+        self._poke()
         try:
             await asyncio.Future()  # never resolved: the body is cancelled at park
         finally:
             self._waits.remove(wait)
         raise _Parked()
 
-    async def _record(self, entry: dict[str, Any], *, message: dict[str, Any] | None = None) -> None:
+    async def _record(
+        self, entry: dict[str, Any], *, message: dict[str, Any] | None = None, attempt: dict[str, Any] | None = None
+    ) -> None:
         now = self._clock.now()
         entry = {"seq": self._seq(), **entry}
         try:
-            await self._store.write(ops.record_entry, self.fence, entry, now, message=message)
+            await self._store.write(ops.record_entry, self.fence, entry, now, message=message, attempt=attempt)
         except ops.Fenced:
             self.stop("lease lost")
             raise
@@ -274,7 +324,7 @@ class Execution(Context):
         if not callable(fn):
             raise TypeError(f"ctx.step({name!r}, ...): fn must be callable, got {type(fn).__name__}")
         key = self._key(name)
-        rtype = _return_type(fn)
+        rtype, is_async = _callable_facts(fn)
         entry = self._journal.get(key)
         if entry is not None and entry["status"] == "completed":
             return decode(entry["output"], rtype)
@@ -289,12 +339,12 @@ class Execution(Context):
                 attempt += 1
                 started = self._clock.now()
                 try:
-                    result = await _call(fn, args, kwargs)
+                    result = await (fn(*args, **kwargs) if is_async else _call(fn, args, kwargs))
                 except (asyncio.CancelledError, ops.Fenced, _Parked):
                     raise
                 except Exception as exc:
                     tag, message = _describe(exc)
-                    self._attempt(key, attempt, "failed", started, recorded_input, tag, message)
+                    tried = self._attempt(key, attempt, "failed", started, recorded_input, tag, message)
                     give_up = attempt >= policy.max_attempts or not policy.is_retryable(exc)
                     delay = 0.0 if give_up else policy.next_delay(attempt, exc, self._rng)
                     if not give_up and policy.max_elapsed is not None:
@@ -310,9 +360,12 @@ class Execution(Context):
                                 "error_message": message,
                                 "attempts": attempt,
                                 "started_at": first,
-                            }
+                            },
+                            attempt=tried,
                         )
                         raise StepFailed(name, tag, message, attempt) from exc
+                    if tried is not None:  # introspection: the retry does not wait for it
+                        self._store.write_nowait(ops.add_attempt, tried)
                     self._engine.on_step_error(self, key, exc)
                     await self._clock.sleep_until(self._clock.now() + delay)
                     continue
@@ -320,7 +373,6 @@ class Execution(Context):
                     output = encode(result, rtype)
                 except Exception as exc:
                     raise TypeError(f"ctx.step({name!r}): its result cannot be stored as JSON: {exc}") from exc
-                self._attempt(key, attempt, "completed", started, recorded_input, None, None)
                 await self._record(
                     {
                         "step_key": key,
@@ -329,7 +381,8 @@ class Execution(Context):
                         "output": output,
                         "attempts": attempt,
                         "started_at": first,
-                    }
+                    },
+                    attempt=self._attempt(key, attempt, "completed", started, recorded_input, None, None),
                 )
                 return result
 
@@ -342,10 +395,11 @@ class Execution(Context):
         input_: str | None,
         tag: str | None,
         message: str | None,
-    ) -> None:
+    ) -> dict[str, Any] | None:
+        """The attempt's introspection row (``None`` when recording coarsely)."""
         if self._coarse:
-            return
-        row = {
+            return None
+        return {
             "run_id": self.run_id,
             "step_key": key,
             "attempt": attempt,
@@ -356,7 +410,6 @@ class Execution(Context):
             "started_at": started,
             "finished_at": self._clock.now(),
         }
-        self._store.write_nowait(ops.add_attempt, row)
 
     # -- Context: time -------------------------------------------------------------------
 
@@ -499,7 +552,7 @@ class Execution(Context):
     async def handle_update(self, name: str, model: type[M], handler: Callable[[M], Awaitable[T] | T]) -> T:
         key = self._key(f"update:{name}")
         entry = self._journal.get(key)
-        rtype = _return_type(handler)
+        rtype, _ = _callable_facts(handler)
         if entry is not None and entry["status"] == "completed":
             return decode(entry["output"], rtype)  # type: ignore[no-any-return]
         async with self._op():
@@ -622,7 +675,7 @@ class Execution(Context):
 
 
 async def _call(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-    if inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(getattr(fn, "func", None)):
+    if _callable_facts(fn)[1]:
         return await fn(*args, **kwargs)
     result = await asyncio.to_thread(fn, *args, **kwargs)
     if inspect.isawaitable(result):

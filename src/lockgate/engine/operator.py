@@ -104,7 +104,7 @@ class OperatorMixin:
         now = self.clock.now()
         released = await self.store.write(_unpause, name, now)
         await self.refresh_pauses()
-        self.wake(now)
+        self.wake()  # parked starts: the drainer's business too
         return released
 
     async def pause_key(self, key: str, until: datetime | None = None, reason: str | None = None) -> None:
@@ -119,7 +119,7 @@ class OperatorMixin:
     async def unpause_key(self, key: str) -> None:
         now = self.clock.now()
         await self.store.write(_unpause_key, key, now)
-        self.wake(now)
+        self.wake()  # parked starts: the drainer's business too
 
     async def pauses(self) -> list[dict[str, Any]]:
         """Active pauses: workflows (``wf:``) and keys (``key:``)."""

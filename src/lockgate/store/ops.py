@@ -66,9 +66,7 @@ async def create_run(tx: Tx, run: dict[str, Any], now: float) -> tuple[Row, bool
             now,
             {"workflow": run["workflow"], "ticket": params["ticket"], "parent_id": params["parent_id"]},
         )
-        row = await tx.one("get_run", {"id": run["id"]})
-        assert row is not None
-        return row, True
+        return inserted[0], True  # RETURNING *: the row as stored, without reading it back
     existing = await tx.one("get_run_by_identity", {"identity": params["identity"]})
     assert existing is not None
     return existing, False
@@ -83,6 +81,12 @@ async def get_run(tx: Tx, run_id: str) -> Row:
 
 async def find_run(tx: Tx, run_id: str) -> Row | None:
     return await tx.one("get_run", {"id": run_id})
+
+
+async def ended_runs(tx: Tx, run_ids: list[str]) -> list[str]:
+    """Which of ``run_ids`` have ended (one query for any number of awaited runs)."""
+    rows = await tx.execute("ended_runs", {"ids": json.dumps(run_ids)})
+    return [r["id"] for r in rows]
 
 
 async def list_runs(
@@ -149,9 +153,15 @@ async def load_journal(tx: Tx, run_id: str) -> list[Row]:
 
 
 async def record_entry(
-    tx: Tx, fence: Fence, entry: dict[str, Any], now: float, *, message: dict[str, Any] | None = None
+    tx: Tx,
+    fence: Fence,
+    entry: dict[str, Any],
+    now: float,
+    *,
+    message: dict[str, Any] | None = None,
+    attempt: dict[str, Any] | None = None,
 ) -> None:
-    """Journal one reached operation for a held run (and settle the message it consumed)."""
+    """Journal one reached operation for a held run (with the message it consumed, the attempt that ended it)."""
     await touch(tx, fence, now)
     await tx.execute(
         "upsert_journal",
@@ -167,6 +177,8 @@ async def record_entry(
             "run_id": fence.run_id,
         },
     )
+    if attempt is not None:
+        await add_attempt(tx, attempt)
     if message is not None:
         await tx.execute(
             "settle_message",

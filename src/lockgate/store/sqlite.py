@@ -18,6 +18,7 @@ import os
 import sqlite3
 import time
 from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
+from types import CoroutineType
 from typing import Any, ParamSpec, TypeVar
 from urllib.parse import parse_qs, urlsplit
 
@@ -33,10 +34,6 @@ P = ParamSpec("P")
 _Bound = Callable[[Tx], Awaitable[Any]]
 
 
-def _dict_row(cursor: sqlite3.Cursor, row: tuple[Any, ...]) -> Row:
-    return {d[0]: v for d, v in zip(cursor.description, row, strict=True)}
-
-
 class _SQLiteTx(Tx):
     dialect = "sqlite"
 
@@ -45,7 +42,13 @@ class _SQLiteTx(Tx):
         self._queries = queries
 
     async def execute(self, name: str, params: Mapping[str, Any] | None = None) -> list[Row]:
-        return self._conn.execute(self._queries[name], params or {}).fetchall()
+        cursor = self._conn.execute(self._queries[name], params or {})
+        rows = cursor.fetchall()
+        if not rows:
+            return []
+        # Column names once per statement, not once per row (a row factory reads them per row).
+        names = [d[0] for d in cursor.description]
+        return [dict(zip(names, row, strict=True)) for row in rows]
 
     async def execute_many(self, name: str, params: Sequence[Mapping[str, Any]]) -> None:
         self._conn.executemany(self._queries[name], params)
@@ -60,7 +63,7 @@ def _bind(op: Op[P, Any], /, *args: P.args, **kwargs: P.kwargs) -> _Bound:
 
 def run_sync(awaitable: Awaitable[T]) -> T:
     """Drive a coroutine that never suspends (every SQLite op) to its result, in place."""
-    coro = awaitable if isinstance(awaitable, Coroutine) else None
+    coro = awaitable if type(awaitable) is CoroutineType or isinstance(awaitable, Coroutine) else None
     if coro is None:
         raise TypeError("a store operation must be an async function")
     try:
@@ -101,6 +104,7 @@ class SQLiteStore(Store):
         if query:
             raise ValueError(f"store URL {url!r}: unknown option(s) {', '.join(sorted(query))}")
         self._conn: sqlite3.Connection | None = None
+        self._tx: _SQLiteTx | None = None
         self._queries = load_queries("sqlite")
         self._pending: list[tuple[_Bound, asyncio.Future[Any] | None]] = []
         self._flush_scheduled = False
@@ -119,8 +123,8 @@ class SQLiteStore(Store):
             conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
         except sqlite3.Error as exc:
             raise StoreError(f"cannot open SQLite database {self.path}: {exc}") from exc
-        conn.row_factory = _dict_row
         self._conn = conn
+        self._tx = _SQLiteTx(conn, self._queries)
         try:  # a file that is not a database fails here, at its first statement
             conn.execute(f"PRAGMA busy_timeout = {self.busy_timeout_ms}")
             conn.execute("PRAGMA journal_mode = WAL")
@@ -140,7 +144,7 @@ class SQLiteStore(Store):
                 "CREATE TABLE IF NOT EXISTS lockgate_migrations "
                 "(version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at REAL NOT NULL)"
             )
-            done = {r["version"] for r in conn.execute("SELECT version FROM lockgate_migrations").fetchall()}
+            done = {r[0] for r in conn.execute("SELECT version FROM lockgate_migrations").fetchall()}
             for version, name, sql in migrations("sqlite"):
                 if version in done:
                     continue
@@ -195,8 +199,8 @@ class SQLiteStore(Store):
         if not self._pending or self._conn is None:
             return
         batch, self._pending = self._pending, []
-        conn = self._conn
-        tx = _SQLiteTx(conn, self._queries)
+        conn, tx = self._conn, self._tx
+        assert tx is not None
         outcomes: list[tuple[bool, Any]] = []
         single = len(batch) == 1
         try:
@@ -243,9 +247,10 @@ class SQLiteStore(Store):
     # -- reads --------------------------------------------------------------------------
 
     async def read(self, op: Op[P, T], /, *args: P.args, **kwargs: P.kwargs) -> T:
-        conn = self._require()
+        self._require()
+        assert self._tx is not None
         try:
-            return run_sync(op(_SQLiteTx(conn, self._queries), *args, **kwargs))
+            return run_sync(op(self._tx, *args, **kwargs))
         except sqlite3.Error as exc:
             raise StoreError(f"SQLite read failed: {exc}") from exc
 

@@ -6,13 +6,17 @@ VALUES (%(id)s, %(workflow)s, %(identity)s, %(idempotency_key)s, 'running', %(pa
     %(parent_id)s, %(parent_close)s, %(retry_of)s, %(ticket)s, %(recording)s, %(now)s, %(now)s, %(now)s, %(wake_at)s,
     %(singleton_key)s, %(deadline_at)s, %(on_failure)s, %(slot_scope)s, %(slot_key)s)
 ON CONFLICT (identity) DO NOTHING
-RETURNING id;
+RETURNING *;
 
 -- name: get_run
 SELECT * FROM lockgate_runs WHERE id = %(id)s;
 
 -- name: get_run_by_identity
 SELECT * FROM lockgate_runs WHERE identity = %(identity)s;
+
+-- name: ended_runs
+SELECT id FROM lockgate_runs
+WHERE id IN (SELECT jsonb_array_elements_text(%(ids)s::jsonb)) AND status IN ('succeeded', 'failed', 'cancelled');
 
 -- name: list_runs
 SELECT * FROM lockgate_runs

@@ -6,13 +6,17 @@ VALUES (:id, :workflow, :identity, :idempotency_key, 'running', :payload, :versi
     :parent_id, :parent_close, :retry_of, :ticket, :recording, :now, :now, :now, :wake_at,
     :singleton_key, :deadline_at, :on_failure, :slot_scope, :slot_key)
 ON CONFLICT (identity) DO NOTHING
-RETURNING id;
+RETURNING *;
 
 -- name: get_run
 SELECT * FROM lockgate_runs WHERE id = :id;
 
 -- name: get_run_by_identity
 SELECT * FROM lockgate_runs WHERE identity = :identity;
+
+-- name: ended_runs
+SELECT id FROM lockgate_runs
+WHERE id IN (SELECT value FROM json_each(:ids)) AND status IN ('succeeded', 'failed', 'cancelled');
 
 -- name: list_runs
 SELECT * FROM lockgate_runs

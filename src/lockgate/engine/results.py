@@ -1,0 +1,111 @@
+"""Waiting for runs to end: a local finish wakes its waiters at once; the rest are read in bulk.
+
+Every ``result()`` call used to poll its own run. With thousands of callers awaiting
+thousands of runs that cost one read, one timer and one task per caller per poll, and
+the polls crowded out the very work they waited for. Here each awaited run has a poll
+schedule (a back-off per run), and one task reads every run whose poll is due with a
+single query per tick.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+
+from ..clock import wait_event
+from ..store import Store, ops
+
+__all__ = ["ResultWaiters"]
+
+log = logging.getLogger("lockgate.engine")
+
+
+class ResultWaiters:
+    """Futures resolved when their run ends (or may have: a local stop wakes them too)."""
+
+    def __init__(self, store: Store, max_delay: Callable[[], float]) -> None:
+        self._store = store
+        self._max_delay = max_delay
+        self._waiters: dict[str, list[asyncio.Future[None]]] = {}
+        self._polls: dict[str, tuple[float, float]] = {}  # run id -> (next poll at, its back-off)
+        self._changed = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+        self._tick_at = float("inf")  # when the poll task next reads
+
+    def listen(self, run_id: str) -> asyncio.Future[None]:
+        """A future for ``run_id``'s end; take it before reading the run so no finish is missed."""
+        future = asyncio.get_running_loop().create_future()
+        self._waiters.setdefault(run_id, []).append(future)
+        return future
+
+    def poll(self, run_id: str, delay: float) -> None:
+        """Read ``run_id`` back in ``delay`` seconds, then with a doubling back-off."""
+        if run_id not in self._waiters:
+            return
+        loop = asyncio.get_running_loop()
+        at = loop.time() + delay
+        current = self._polls.get(run_id)
+        if current is None or at < current[0]:
+            self._polls[run_id] = (at, delay)
+            if at < self._tick_at:  # else the task wakes in time as it is
+                self._changed.set()
+        if self._task is None or self._task.done():
+            self._tick_at = at
+            self._task = loop.create_task(self._poll_loop(), name="lockgate-results")
+
+    def forget(self, run_id: str, future: asyncio.Future[None]) -> None:
+        """``future``'s caller stopped waiting."""
+        futures = self._waiters.get(run_id)
+        if futures is None:
+            return
+        if future in futures:
+            futures.remove(future)
+        if not futures:
+            del self._waiters[run_id]
+            self._polls.pop(run_id, None)
+
+    def wake(self, run_id: str) -> None:
+        """``run_id`` ended (or stopped) here: its waiters read it now."""
+        for future in self._waiters.get(run_id, ()):
+            if not future.done():
+                future.set_result(None)
+
+    async def close(self) -> None:
+        task, self._task = self._task, None
+        if task is not None:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+
+    async def _poll_loop(self) -> None:
+        try:
+            await self._polling()
+        finally:
+            self._tick_at = float("inf")
+
+    async def _polling(self) -> None:
+        loop = asyncio.get_running_loop()
+        while self._polls:
+            self._changed.clear()
+            now = loop.time()
+            due = [rid for rid, (at, _) in self._polls.items() if at <= now]
+            if due:
+                try:
+                    ended = await self._store.read(ops.ended_runs, due)
+                except Exception as exc:  # the waiters read the run themselves and raise
+                    log.debug("bulk result poll failed: %s", exc)
+                    ended = due
+                for rid in ended:
+                    self.wake(rid)
+                ceiling = self._max_delay()
+                now = loop.time()
+                for rid in due:
+                    if rid in self._polls:
+                        delay = min(self._polls[rid][1] * 2, ceiling)
+                        self._polls[rid] = (now + delay, delay)
+            if not self._polls:
+                break
+            self._tick_at = min(at for at, _ in self._polls.values())
+            wait = self._tick_at - loop.time()
+            if wait > 0:
+                await wait_event(self._changed, wait)
