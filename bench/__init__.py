@@ -1,0 +1,1 @@
+"""Benchmarks: ``python -m bench.core`` and friends (figures in ``docs/performance.md``)."""

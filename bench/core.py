@@ -1,0 +1,402 @@
+"""Core engine figures beside the raw floor of the same database.
+
+    python -m bench.core                          # SQLite, synchronous FULL and NORMAL
+    python -m bench.core --store postgresql://postgres@127.0.0.1:5432/postgres
+    python -m bench.core --json /tmp/core.json --plain
+
+Cases, each on a fresh database and a fresh engine:
+
+(a) one workflow runs ``--steps`` sequential trivial steps: microseconds per step;
+(b) ``--concurrent`` one-step workflows started at once, then all awaited: workflows/s;
+(c) ``--sequential`` start-and-await calls (``engine.run``) one after the other: latency;
+(d) the floor: one-row insert + commit in a loop with the store's own settings.
+
+Ratios divide the time of one unit of work (a step, a workflow, a round trip) by the
+time of one floor commit. See ``docs/performance.md``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import importlib.util
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+from pydantic import BaseModel
+
+import lockgate as lg
+
+from .floor import Floor, postgres_floor, sqlite_floor
+from .report import Cell, machine, print_table, ratio, write_json
+
+__all__ = ["main", "run_mode"]
+
+HERE = Path(__file__).resolve().parent
+
+# Targets on SQLite (see docs/performance.md); keyed by (mode, case).
+TARGETS: dict[tuple[str, str], tuple[str, float]] = {
+    ("full", "a"): ("ratio<=", 1.3),
+    ("full", "b"): ("value>=", 3000.0),
+    ("full", "c"): ("value<=", 1.5),
+    ("normal", "a"): ("value<=", 60.0),
+}
+
+
+class Count(BaseModel):
+    n: int
+
+
+class Item(BaseModel):
+    i: int
+
+
+async def noop(i: int) -> int:
+    """The trivial step: all its cost is the engine's."""
+    return i
+
+
+def build_app(marks: dict[str, float]) -> lg.App:
+    app = lg.App()
+
+    @app.workflow(name="bench.steps")
+    async def steps(ctx: lg.Context, p: Count) -> int:
+        started = time.perf_counter()
+        for i in range(p.n):
+            await ctx.step("s", noop, i)
+        marks["steps"] = time.perf_counter() - started
+        return p.n
+
+    @app.workflow(name="bench.one")
+    async def one(ctx: lg.Context, p: Item) -> int:
+        return int(await ctx.step("s", noop, p.i))
+
+    return app
+
+
+@dataclass
+class Case:
+    """One measured figure."""
+
+    case: str
+    label: str
+    value: float
+    unit: str
+    unit_us: float  # time of one unit of work, for the ratio to the floor
+    extra: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass
+class ModeResult:
+    store: str
+    mode: str
+    floor: Floor
+    cases: list[Case]
+
+
+# -- the cases --------------------------------------------------------------------------------
+
+
+def _engine(app: lg.App, url: str, recording: str) -> lg.Engine:
+    return lg.Engine(app, url, recording=recording)
+
+
+async def case_steps(url: str, n: int, recording: str) -> Case:
+    marks: dict[str, float] = {}
+    async with _engine(build_app(marks), url, recording) as engine:
+        await engine.run("bench.steps", {"n": 10})  # warm-up: imports, caches, statements
+        started, cpu = time.perf_counter(), time.process_time()
+        result = await engine.run("bench.steps", {"n": n}, timeout=600)
+        total, cpu = time.perf_counter() - started, time.process_time() - cpu
+    assert result == n
+    per_step = marks["steps"] / n * 1e6
+    return Case(
+        "a",
+        f"{n:,} sequential steps, one workflow",
+        per_step,
+        "µs/step",
+        per_step,
+        {"total_s": total, "cpu_us_per_unit": cpu / n * 1e6},
+    )
+
+
+async def case_concurrent(url: str, n: int, recording: str) -> Case:
+    async with _engine(build_app({}), url, recording) as engine:
+        await asyncio.gather(*(engine.run("bench.one", {"i": i}) for i in range(20)))  # warm-up
+        started, cpu = time.perf_counter(), time.process_time()
+        handles = await asyncio.gather(*(engine.start("bench.one", {"i": i}) for i in range(n)))
+        admitted = time.perf_counter() - started
+        results = await asyncio.gather(*(h.result(timeout=600) for h in handles))
+        total, cpu = time.perf_counter() - started, time.process_time() - cpu
+    assert results == list(range(n))
+    rate = n / total
+    return Case(
+        "b",
+        f"{n:,} one-step workflows started at once",
+        rate,
+        "workflows/s",
+        total / n * 1e6,
+        {"total_s": total, "starts_per_s": n / admitted, "cpu_us_per_unit": cpu / n * 1e6},
+    )
+
+
+async def case_sequential(url: str, n: int, recording: str) -> Case:
+    latencies: list[float] = []
+    async with _engine(build_app({}), url, recording) as engine:
+        for i in range(20):  # warm-up
+            await engine.run("bench.one", {"i": i})
+        cpu = time.process_time()
+        for i in range(n):
+            started = time.perf_counter()
+            await engine.run("bench.one", {"i": i}, timeout=60)
+            latencies.append(time.perf_counter() - started)
+        cpu = time.process_time() - cpu
+    latencies.sort()
+    mean_ms = statistics.fmean(latencies) * 1e3
+    return Case(
+        "c",
+        f"{n:,} start-and-await in sequence",
+        mean_ms,
+        "ms mean",
+        mean_ms * 1e3,
+        {
+            "p50_ms": _pct(latencies, 50) * 1e3,
+            "p99_ms": _pct(latencies, 99) * 1e3,
+            "max_ms": latencies[-1] * 1e3,
+            "cpu_us_per_unit": cpu / n * 1e6,
+        },
+    )
+
+
+def _pct(sorted_values: list[float], pct: float) -> float:
+    index = min(len(sorted_values) - 1, max(0, round(pct / 100 * len(sorted_values)) - 1))
+    return sorted_values[index]
+
+
+# -- stores -------------------------------------------------------------------------------------
+
+
+class Place:
+    """Where one mode's databases live: files in a folder (SQLite) or scratch databases (Postgres)."""
+
+    def __init__(self, store: str, mode: str, folder: Path | None = None, server_url: str | None = None) -> None:
+        self.store, self.mode, self.folder, self.server_url = store, mode, folder, server_url
+        self._scratch: list[str] = []
+
+    def url(self, name: str) -> str:
+        if self.store == "sqlite":
+            assert self.folder is not None
+            query = "" if self.mode == "full" else f"?synchronous={self.mode}"
+            return f"sqlite:///{self.folder / f'{self.mode}-{name}.db'}{query}"
+        assert self.server_url is not None
+        return _create_database(self.server_url, self._scratch)
+
+    def floor(self, seconds: float) -> Floor:
+        if self.store == "sqlite":
+            assert self.folder is not None
+            return sqlite_floor(str(self.folder / f"{self.mode}-floor.db"), self.mode, seconds=seconds)
+        return postgres_floor(self.url("floor"), seconds=seconds)
+
+    def cleanup(self) -> None:
+        if self.server_url is not None:
+            _drop_databases(self.server_url, self._scratch)
+
+
+def _create_database(server_url: str, created: list[str]) -> str:
+    import psycopg
+
+    name = f"lockgate_bench_{uuid.uuid4().hex[:10]}"
+    with psycopg.connect(server_url, autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{name}"')
+    created.append(name)
+    parts = urlsplit(server_url)
+    return urlunsplit(parts._replace(path=f"/{name}"))
+
+
+def _drop_databases(server_url: str, names: list[str]) -> None:
+    import psycopg
+
+    with psycopg.connect(server_url, autocommit=True) as conn:
+        for name in names:
+            with contextlib.suppress(psycopg.Error):
+                conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    names.clear()
+
+
+@contextlib.contextmanager
+def _folder(given: str | None) -> Iterator[Path]:
+    """A scratch folder on the same disk as the repository (or the one given), removed afterwards."""
+    if given:
+        path = Path(given)
+        path.mkdir(parents=True, exist_ok=True)
+        yield path
+        return
+    path = Path(tempfile.mkdtemp(prefix=".tmp-core-", dir=HERE))
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+# -- running ------------------------------------------------------------------------------------
+
+
+async def run_mode(place: Place, args: argparse.Namespace) -> ModeResult:
+    """The floor, then cases (a), (b), (c), each on a fresh database."""
+    floor = place.floor(args.floor_seconds)
+    cases = [
+        await case_steps(place.url("steps"), args.steps, args.recording),
+        await case_concurrent(place.url("concurrent"), args.concurrent, args.recording),
+        await case_sequential(place.url("sequential"), args.sequential, args.recording),
+    ]
+    return ModeResult(place.store, place.mode, floor, cases)
+
+
+def _target(store: str, mode: str, case: Case, floor: Floor) -> tuple[str | None, bool | None]:
+    if store != "sqlite" or (mode, case.case) not in TARGETS:
+        return None, None
+    kind, bound = TARGETS[(mode, case.case)]
+    if kind == "ratio<=":
+        value = ratio(case.unit_us, floor.us_per_commit)
+        return f"≤ {bound}x floor", value is not None and value <= bound
+    if kind == "value>=":
+        return f"≥ {bound:,.0f}", case.value >= bound
+    return f"≤ {bound:g}", case.value <= bound
+
+
+def _rows(results: list[ModeResult]) -> list[list[Cell]]:
+    rows: list[list[Cell]] = []
+    for r in results:
+        rows.append(
+            [r.mode, "(d) floor: 1-row insert+commit", r.floor.us_per_commit, "µs/commit", None, None, None, None]
+        )
+        rows[-1][4] = f"{r.floor.commits_per_s:,.0f} commits/s"
+        for c in r.cases:
+            target, met = _target(r.store, r.mode, c, r.floor)
+            detail = ", ".join(f"{k.removesuffix('_ms')} {v:.2f}" for k, v in c.extra.items() if k.endswith("_ms"))
+            cpu = c.extra.get("cpu_us_per_unit")
+            if cpu is not None:
+                detail = ", ".join(x for x in (detail, f"cpu {cpu:.0f} µs/unit") if x)
+            rows.append(
+                [
+                    r.mode,
+                    f"({c.case}) {c.label}",
+                    c.value,
+                    c.unit,
+                    detail or None,
+                    ratio(c.unit_us, r.floor.us_per_commit),
+                    target,
+                    None if met is None else ("yes" if met else "NO"),
+                ]
+            )
+    return rows
+
+
+def _document(results: list[ModeResult], args: argparse.Namespace) -> dict[str, Any]:
+    modes: dict[str, Any] = {}
+    for r in results:
+        cases: dict[str, Any] = {}
+        for c in r.cases:
+            target, met = _target(r.store, r.mode, c, r.floor)
+            cases[c.case] = {
+                "label": c.label,
+                "value": c.value,
+                "unit": c.unit,
+                "unit_us": c.unit_us,
+                "ratio_to_floor": ratio(c.unit_us, r.floor.us_per_commit),
+                "target": target,
+                "met": met,
+                **c.extra,
+            }
+        modes[r.mode] = {"floor": r.floor.to_dict(), "cases": cases}
+    return {
+        "bench": "core",
+        "store": results[0].store if results else None,
+        "settings": {
+            "steps": args.steps,
+            "concurrent": args.concurrent,
+            "sequential": args.sequential,
+            "recording": args.recording,
+            "floor_seconds": args.floor_seconds,
+        },
+        "machine": machine(),
+        "modes": modes,
+    }
+
+
+def _parse(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m bench.core", description=__doc__.split("\n\n")[0])
+    parser.add_argument(
+        "--store",
+        default="sqlite",
+        help="'sqlite' (both synchronous modes, scratch files), a sqlite:/// URL (its folder and mode), "
+        "or a postgresql:// URL (scratch databases on that server)",
+    )
+    parser.add_argument("--json", help="where to write the JSON (default bench/results/core-<store>.json)")
+    parser.add_argument("--dir", help="folder for the SQLite files (default: a scratch folder beside this script)")
+    parser.add_argument("--steps", type=int, default=2000, help="case (a): steps in the one workflow")
+    parser.add_argument("--concurrent", type=int, default=2000, help="case (b): workflows started at once")
+    parser.add_argument("--sequential", type=int, default=500, help="case (c): start-and-await calls")
+    parser.add_argument("--recording", choices=("full", "coarse"), default="full", help="the engine's recording")
+    parser.add_argument("--floor-seconds", type=float, default=1.0, help="how long each floor loop runs")
+    parser.add_argument("--plain", action="store_true", help="plain-text table")
+    args = parser.parse_args(argv)
+    for name in ("steps", "concurrent", "sequential"):
+        if getattr(args, name) < 1:
+            parser.error(f"--{name} must be at least 1")
+    return args
+
+
+def _places(args: argparse.Namespace, folder: Path) -> list[Place]:
+    store: str = args.store
+    if store == "sqlite":
+        return [Place("sqlite", "full", folder), Place("sqlite", "normal", folder)]
+    if store.startswith("sqlite:"):
+        from lockgate.store.sqlite import SQLiteStore
+
+        parsed = SQLiteStore(store)
+        return [Place("sqlite", parsed.synchronous, Path(parsed.path).parent)]
+    if store.startswith(("postgresql:", "postgres:")):
+        if importlib.util.find_spec("lockgate.store.postgres") is None:
+            raise SystemExit(
+                "bench.core: the PostgreSQL store (lockgate.store.postgres) is not available in this checkout; "
+                "run with --store sqlite"
+            )
+        return [Place("postgres", "default", server_url=store)]
+    raise SystemExit(f"bench.core: unsupported --store {store!r}: use sqlite, sqlite:///path.db or postgresql://...")
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parse(argv)
+    with _folder(args.dir) as folder:
+        places = _places(args, folder)
+        results: list[ModeResult] = []
+        for place in places:
+            try:
+                results.append(asyncio.run(run_mode(place, args)))
+            finally:
+                place.cleanup()
+    store = results[0].store
+    print_table(
+        f"lockgate core on {store} (recording={args.recording})",
+        ["mode", "case", "value", "unit", "detail", "x floor", "target", "met"],
+        _rows(results),
+        plain=args.plain,
+    )
+    path = write_json(args.json or HERE / "results" / f"core-{store}.json", _document(results, args))
+    print(f"wrote {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
