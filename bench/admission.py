@@ -85,8 +85,13 @@ class Result:
         return self.starts / self.seconds
 
     def to_dict(self) -> dict[str, Any]:
-        return {"case": self.case, "starts": self.starts, "seconds": self.seconds, "per_s": self.per_s,
-                "outcomes": self.outcomes}
+        return {
+            "case": self.case,
+            "starts": self.starts,
+            "seconds": self.seconds,
+            "per_s": self.per_s,
+            "outcomes": self.outcomes,
+        }
 
 
 async def _offer_all(client: lg.Client, workflow: str, n: int, callers: int, keys: int) -> dict[str, int]:
@@ -144,15 +149,25 @@ def _rows(store: str, modes: list[tuple[Place, Floor, list[Result]]]) -> list[li
         for r in results:
             target = TARGETS.get(r.case) if store == "sqlite" and place.mode == "full" else None
             detail = " ".join(f"{k}={v}" for k, v in sorted(r.outcomes.items()))
-            rows.append([place.mode, r.case, r.per_s, "rows/s" if r.case == "drain" else "starts/s", detail,
-                         ratio(r.per_s, floor.commits_per_s), None if target is None else f">= {target:,.0f}"])
+            rows.append(
+                [
+                    place.mode,
+                    r.case,
+                    r.per_s,
+                    "rows/s" if r.case == "drain" else "starts/s",
+                    detail,
+                    ratio(r.per_s, floor.commits_per_s),
+                    None if target is None else f">= {target:,.0f}",
+                ]
+            )
     return rows
 
 
 def _parse(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m bench.admission", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--store", default="sqlite",
-                        help="'sqlite' (both synchronous modes), a sqlite:/// URL, or a postgresql:// URL")
+    parser.add_argument(
+        "--store", default="sqlite", help="'sqlite' (both synchronous modes), a sqlite:/// URL, or a postgresql:// URL"
+    )
     parser.add_argument("--json", help="where to write the JSON (default bench/results/admission-<store>.json)")
     parser.add_argument("--dir", help="folder for the SQLite files (default: a scratch folder beside this script)")
     parser.add_argument("--starts", type=int, default=5000, help="starts per case")
@@ -183,11 +198,16 @@ def main(argv: list[str] | None = None) -> int:
                 place.cleanup()
             modes.append((place, floor, results))
     store = modes[0][0].store
-    print_table(f"lockgate admission on {store} ({args.callers} callers)",
-                ["mode", "case", "value", "unit", "outcomes", "x floor", "target"], _rows(store, modes),
-                plain=args.plain)
+    print_table(
+        f"lockgate admission on {store} ({args.callers} callers)",
+        ["mode", "case", "value", "unit", "outcomes", "x floor", "target"],
+        _rows(store, modes),
+        plain=args.plain,
+    )
     document = {
-        "benchmark": "admission", "store": store, "machine": machine(),
+        "benchmark": "admission",
+        "store": store,
+        "machine": machine(),
         "settings": {"starts": args.starts, "drain": args.drain, "callers": args.callers},
         "modes": [{"mode": p.mode, "floor": f.to_dict(), "cases": [r.to_dict() for r in rs]} for p, f, rs in modes],
     }
