@@ -12,17 +12,18 @@ import contextlib
 import logging
 import os
 import socket
+import time
 from typing import Any
 
 from ..app import App
 from ..clock import Clock, to_datetime, wait_event
 from ..definitions import WorkflowDef, retry_hint
 from ..durations import Duration, to_seconds
-from ..errors import WorkflowCrashLooped, WorkflowVersionIncompatible
+from ..errors import StoreError, WorkflowCrashLooped, WorkflowVersionIncompatible
 from ..gate.drainer import Drainer
 from ..gate.pipeline import Decision
 from ..ids import new_id
-from ..store import Store, ops
+from ..store import Store, cluster_ops, ops
 from ..store.base import Row
 from .client import DEFAULT_STORE, Client
 from .executor import Execution
@@ -77,7 +78,10 @@ class Engine(Client):
         self._wake = asyncio.Event()
         self._tasks: list[asyncio.Task[Any]] = []
         self._running = False
+        self._outage_since: float | None = None  # monotonic time the store was first found unreachable
+        self._handbacks: set[asyncio.Task[None]] = set()
         self._workflows: frozenset[str] = frozenset()
+        self._full = False  # the dispatcher waits for a run to end before it can claim
         self.drainer = Drainer(self)
 
     # -- lifecycle ----------------------------------------------------------------------
@@ -85,7 +89,9 @@ class Engine(Client):
     async def open(self) -> None:
         await super().open()
         now = self.clock.now()
-        await self.store.write(ops.register_worker, self.worker_id, self.host, os.getpid(), now)
+        await self.store.write(cluster_ops.register, self.worker_id, self.host, os.getpid(), now, self.lease)
+        if self.store.cross_process_wakeups:
+            self.store.add_listener(self._on_wakeup)
         await self._release_dead_local_workers()
         self._running = True
         self._workflows = frozenset(self.app.definitions())
@@ -106,6 +112,8 @@ class Engine(Client):
             with contextlib.suppress(BaseException):
                 await task
         self._tasks = []
+        for handback in list(self._handbacks):  # stop_worker below releases those runs anyway
+            handback.cancel()
         executions = list(self._executions.values())
         for execution in executions:
             execution.stop("shutdown")
@@ -139,6 +147,13 @@ class Engine(Client):
             self.drainer.wake()
         elif at <= self.clock.now() + self.poll_interval:
             self._wake.set()  # a start, a park, a signal: the dispatcher's business, not the drainer's
+
+    def _on_wakeup(self, channel: str, payload: str) -> None:
+        """A wake-up the database raised for another process's write (see migration 0003)."""
+        if channel == "runs":  # a run became claimable, or a timer was set: re-read when the next one is due
+            self._wake.set()
+        elif channel == "gate" and self.drainer._lease_until > self.clock.now():
+            self.drainer.wake()  # only the replica holding the drain lease drains; the others would only poll it
 
     def after_finish(self, run_id: str, stopped: list[str]) -> None:
         self.notify_finished(run_id)
@@ -192,11 +207,13 @@ class Engine(Client):
 
     async def _dispatch(self) -> None:
         names = list(self.app.definitions())
+        failures = 0
         while self._running:
             self._wake.clear()
             try:
                 delay = self.poll_interval  # full, or nothing due is ours: wait for a wake-up, never spin
                 free = self.max_concurrent_runs - len(self._inflight)
+                self._full = free <= 0
                 if free > 0:
                     # Claim at once: an empty claim costs what the read that would precede it costs.
                     now = self.clock.now()
@@ -214,9 +231,13 @@ class Engine(Client):
                     await wait_event(self._wake, delay)
             except asyncio.CancelledError:
                 raise
-            except Exception:
-                log.exception("dispatcher tick failed; retrying")
-                await asyncio.sleep(min(1.0, self.poll_interval))
+            except Exception as exc:
+                failures += 1
+                self.store_failed("dispatcher", exc)
+                await asyncio.sleep(_backoff(failures, self.poll_interval))
+            else:
+                failures = 0
+                self.store_recovered()
 
     def _launch(self, row: Row) -> None:
         self._inflight.add(row["id"])
@@ -224,7 +245,8 @@ class Engine(Client):
         execution_task.add_done_callback(self._slot_freed)
 
     def _slot_freed(self, _task: asyncio.Task[None]) -> None:
-        if len(self._inflight) == self.max_concurrent_runs - 1:  # the dispatcher was full: it may claim again
+        if self._full:  # the dispatcher waits for room: it may claim again
+            self._full = False
             self._wake.set()
 
     async def _execute(self, row: Row) -> None:
@@ -256,10 +278,17 @@ class Engine(Client):
             execution = Execution(self, defn, row, journal)
             self._executions[run_id] = execution
             await execution.run()
+            if execution.stop_reason == "lease lost":
+                log.warning("run %s: %s; this execution stopped, its late writes refused", run_id, _LOST)
         except ops.Fenced:
-            pass
+            log.warning("run %s: %s; its late write was refused", run_id, _LOST)
         except asyncio.CancelledError:
             raise
+        except StoreError as exc:
+            # The store went away under the run (or refused a write): the run did not fail. Hand it
+            # back once the store answers; any worker then re-enters it from its journal.
+            self.store_failed(f"run {run_id}", exc)
+            self._hand_back(ops.Fence(run_id, row["owner"], int(row["epoch"])))
         except Exception:
             log.exception("run %s: executor failed; the run will be retried after its lease", run_id)
             held = ops.Fence(run_id, row["owner"], int(row["epoch"]))
@@ -297,13 +326,59 @@ class Engine(Client):
                 held = await self.store.write(ops.renew_leases, self.worker_id, now, now + self.lease)
             except asyncio.CancelledError:
                 raise
-            except Exception:
-                log.exception("lease renewal failed")
+            except Exception as exc:
+                self.store_failed("lease renewal", exc)
                 continue
+            self.store_recovered()
             for rid, execution in list(self._executions.items()):
                 if held.get(rid) != execution.fence.epoch:
-                    log.warning("run %s: lease lost; stopping its local execution", rid)
-                    execution.stop("lease lost")
+                    execution.stop("lease lost")  # logged when the execution ends
+
+    # -- outages ------------------------------------------------------------------------
+
+    def store_failed(self, where: str, exc: BaseException) -> None:
+        """A loop's store call failed: an outage is logged once, when it begins; anything else each time.
+
+        The engine's loops (dispatcher, lease renewal, sweeps, hand-backs) report here, and
+        ``store_recovered`` after their next success, so an outage reads as two log lines.
+        """
+        if not isinstance(exc, StoreError):
+            log.error("%s failed; retrying", where, exc_info=exc)
+            return
+        if self._outage_since is None:
+            self._outage_since = time.monotonic()
+            log.warning("store unavailable (%s: %s); runs are kept and every loop retries with backoff", where, exc)
+        else:
+            log.debug("store still unavailable (%s: %s)", where, exc)
+
+    def store_recovered(self) -> None:
+        """A loop's store call succeeded: if an outage was logged, log its end."""
+        if self._outage_since is not None:
+            log.warning("store available again after %.1fs", time.monotonic() - self._outage_since)
+            self._outage_since = None
+
+    def _hand_back(self, fence: ops.Fence) -> None:
+        """Release a run whose execution broke on the store, retrying until the store answers."""
+
+        async def release() -> None:
+            failures = 0
+            while self._running:
+                try:
+                    await self.store.write(ops.release_run, fence, self.clock.now())
+                except asyncio.CancelledError:
+                    raise
+                except Exception as exc:
+                    failures += 1
+                    self.store_failed(f"hand-back of run {fence.run_id}", exc)
+                    await asyncio.sleep(_backoff(failures, self.poll_interval))
+                else:
+                    self.store_recovered()
+                    self._wake.set()
+                    return
+
+        task = asyncio.create_task(release(), name=f"lockgate-handback-{fence.run_id}")
+        self._handbacks.add(task)
+        task.add_done_callback(self._handbacks.discard)
 
     @property
     def running(self) -> bool:
@@ -319,6 +394,14 @@ class Engine(Client):
     def claiming(self) -> bool:
         """Whether a claimed run has not reached its body yet."""
         return len(self._inflight) != len(self._executions)
+
+
+_LOST = "lease lost (another worker took the run over, or it was ended elsewhere)"
+
+
+def _backoff(failures: int, base: float) -> float:
+    """Seconds to wait after ``failures`` failed tries in a row: doubling from ``base``, at most 5 s."""
+    return float(min(5.0, max(0.05, base) * 2 ** min(failures - 1, 10)))
 
 
 def _pool(scope: str | None) -> str | None:

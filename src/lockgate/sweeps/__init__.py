@@ -37,12 +37,13 @@ class Sweep:
             won = await engine.store.write(ops.acquire_sweep, self.name, engine.worker_id, now, self.interval * 2)
             if won:
                 await self.tick(engine)
-            return bool(won)
         except asyncio.CancelledError:
             raise
-        except Exception:
-            log.exception("sweep %s failed", self.name)
+        except Exception as exc:
+            engine.store_failed(f"sweep {self.name}", exc)  # an outage is logged once, not once per tick
             return False
+        engine.store_recovered()
+        return bool(won)
 
 
 def sweeps_for(engine: Engine) -> list[Sweep]:
