@@ -27,6 +27,7 @@ from pydantic import BaseModel
 
 from ..clock import to_datetime
 from ..context import ChildHandle, Context, ParentClose
+from ..controls import FailureReport
 from ..definitions import Retry, WorkflowDef
 from ..durations import Duration, to_seconds
 from ..errors import PayloadError, RunCancelled, RunFailed, StepFailed, StoreError
@@ -238,6 +239,9 @@ class Execution(Context):
             )
         except ops.Fenced:
             return
+        if status == "failed" and issubclass(self.defn.payload_model, FailureReport):
+            # there is no on_failure for an on_failure: the log is where a failing handler is seen
+            log.error("failure handler %s (run %s) failed: %s: %s", self.defn.name, self.run_id, tag, message)
         self._engine.after_finish(self.run_id, stopped)
 
     def stop(self, reason: str) -> None:
