@@ -128,6 +128,8 @@ async def test_finish_timeout_fails_the_run_and_frees_its_slot(env_factory: Call
         [report] = await reports(engine, 1)
         assert (report.reason, report.run_id, report.error_tag) == ("finish-timeout", slow.run_id, "FinishTimeout")
         assert report.payload == {"name": "slow", "hold": True}
+        await advance(env, "1h")
+        assert len(await runs(engine, "handler")) == 1  # reported once
 
 
 async def test_start_timeout_expires_a_parked_start(env_factory: Callable[..., TestEnv]) -> None:
@@ -150,6 +152,8 @@ async def test_start_timeout_expires_a_parked_start(env_factory: Callable[..., T
         assert (report.workflow, report.reason, report.run_id) == ("job.start", "start-timeout", None)
         assert report.payload == {"name": "stuck", "hold": False}
         assert report.error_tag == "StartTimeout"
+        await advance(env, "1h")
+        assert len(await runs(engine, "handler")) == 1  # reported once
         # the blocker was never affected; finishing it admits nothing (the stuck start is gone)
         assert blocker.run_id is not None
         await engine.signal(blocker.run_id, "go", {})
