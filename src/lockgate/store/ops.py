@@ -38,7 +38,11 @@ class Fence:
 
 
 async def create_run(tx: Tx, run: dict[str, Any], now: float) -> tuple[Row, bool]:
-    """Insert ``run`` unless its identity is spent; ``(row, created)``."""
+    """Insert ``run`` unless its identity is spent; ``(row, created)``.
+
+    A created run comes back as the columns it was inserted with (``RETURNING *`` costs
+    SQLite several times the insert itself); an existing one as stored.
+    """
     params = {
         "parent_id": None,
         "parent_close": None,
@@ -66,7 +70,7 @@ async def create_run(tx: Tx, run: dict[str, Any], now: float) -> tuple[Row, bool
             now,
             {"workflow": run["workflow"], "ticket": params["ticket"], "parent_id": params["parent_id"]},
         )
-        return inserted[0], True  # RETURNING *: the row as stored, without reading it back
+        return {**params, "status": "running", "created_at": now}, True
     existing = await tx.one("get_run_by_identity", {"identity": params["identity"]})
     assert existing is not None
     return existing, False

@@ -6,7 +6,7 @@ VALUES (%(id)s, %(workflow)s, %(identity)s, %(idempotency_key)s, 'running', %(pa
     %(parent_id)s, %(parent_close)s, %(retry_of)s, %(ticket)s, %(recording)s, %(now)s, %(now)s, %(now)s, %(wake_at)s,
     %(singleton_key)s, %(deadline_at)s, %(on_failure)s, %(slot_scope)s, %(slot_key)s)
 ON CONFLICT (identity) DO NOTHING
-RETURNING *;
+RETURNING id;
 
 -- name: get_run
 SELECT * FROM lockgate_runs WHERE id = %(id)s;

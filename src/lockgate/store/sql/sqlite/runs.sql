@@ -6,7 +6,7 @@ VALUES (:id, :workflow, :identity, :idempotency_key, 'running', :payload, :versi
     :parent_id, :parent_close, :retry_of, :ticket, :recording, :now, :now, :now, :wake_at,
     :singleton_key, :deadline_at, :on_failure, :slot_scope, :slot_key)
 ON CONFLICT (identity) DO NOTHING
-RETURNING *;
+RETURNING id;
 
 -- name: get_run
 SELECT * FROM lockgate_runs WHERE id = :id;
