@@ -9,6 +9,7 @@ from .engine.operator import BulkItem, BulkResult
 from .errors import (
     BlockingStartRefused,
     DefinitionError,
+    InvalidArgument,
     LockgateError,
     PayloadError,
     RateLimited,
@@ -48,6 +49,7 @@ __all__ = [
     "EventInfo",
     "FailureReport",
     "FlowRow",
+    "InvalidArgument",
     "LockgateError",
     "PayloadError",
     "RateLimit",

@@ -6,6 +6,7 @@
      ├── DefinitionError            a workflow declaration is wrong (raised at boot)
      ├── PayloadError               a payload does not match its model
      ├── UnknownWorkflow            no workflow is registered under that name
+     ├── InvalidArgument            an argument to an API call is wrong (also a ValueError)
      ├── UnknownRun                 no run has that id
      ├── RunNotEligible             a recovery verb does not apply to the run's state
      ├── RunFailed                  the awaited run failed
@@ -33,6 +34,7 @@ from typing import Any
 __all__ = [
     "BlockingStartRefused",
     "DefinitionError",
+    "InvalidArgument",
     "LockgateError",
     "PayloadError",
     "RateLimited",
@@ -106,6 +108,10 @@ class UnknownWorkflow(LockgateError):
         self.registered = sorted(registered)
         listed = ", ".join(self.registered) or "(none)"
         super().__init__(f"unknown workflow {name!r}; registered: {listed}")
+
+
+class InvalidArgument(LockgateError, ValueError):
+    """An argument to an API call is wrong; the message names it and what is accepted."""
 
 
 class UnknownRun(LockgateError):

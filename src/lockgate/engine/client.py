@@ -21,6 +21,7 @@ from ..clock import Clock, SystemClock, wait_event
 from ..definitions import WorkflowDef
 from ..errors import (
     DefinitionError,
+    InvalidArgument,
     PayloadError,
     ResultTimeout,
     RunCancelled,
@@ -55,7 +56,7 @@ class Client(OperatorMixin):
         recording: str = "full",
     ) -> None:
         if recording not in ("full", "coarse"):
-            raise ValueError(f"recording must be 'full' or 'coarse', not {recording!r}")
+            raise InvalidArgument(f"recording must be 'full' or 'coarse', not {recording!r}")
         self.app = app
         self.store = open_store(store) if isinstance(store, str) else store
         self.clock = clock or SystemClock()
@@ -243,9 +244,9 @@ class Client(OperatorMixin):
     ) -> list[RunInfo]:
         """Runs, newest first."""
         if status is not None and status not in ("running", "suspended", "succeeded", "failed", "cancelled"):
-            raise ValueError(f"unknown status {status!r}: running, suspended, succeeded, failed or cancelled")
+            raise InvalidArgument(f"unknown status {status!r}: running, suspended, succeeded, failed or cancelled")
         if limit < 1 or offset < 0:
-            raise ValueError("limit must be >= 1 and offset >= 0")
+            raise InvalidArgument("limit must be >= 1 and offset >= 0")
         rows = await self.store.read(
             ops.list_runs, workflow=workflow, status=status, parent_id=parent_id, limit=limit, offset=offset
         )

@@ -10,7 +10,7 @@ from typing import Any
 from ..app import App
 from ..clock import Clock
 from ..definitions import WorkflowDef
-from ..errors import LockgateError
+from ..errors import InvalidArgument, LockgateError
 from ..gate.ledger import FlowRow, Trace, flow, trace
 from ..gate.pipeline import Decision
 from ..store import Store, gate_ops
@@ -110,9 +110,9 @@ class OperatorMixin:
     async def pause_key(self, key: str, until: datetime | None = None, reason: str | None = None) -> None:
         """Hold admissions competing under flow-control ``key`` (a concurrency/throttle key or pool) until ``until``."""
         if not key:
-            raise ValueError("pause_key needs a non-empty key")
+            raise InvalidArgument("pause_key needs a non-empty key")
         if until is not None and until.tzinfo is None:
-            raise ValueError("until must be a timezone-aware datetime")
+            raise InvalidArgument("until must be a timezone-aware datetime")
         now = self.clock.now()
         await self.store.write(gate_ops.pause, f"key:{key}", reason, None if until is None else until.timestamp(), now)
 
@@ -159,7 +159,7 @@ class OperatorMixin:
     ) -> BulkResult:
         """Cancel up to ``limit`` running/suspended runs (a dry run unless ``commit``)."""
         if not reason:
-            raise ValueError("cancel_many needs a reason: it lands on every run's run-cancelled event")
+            raise InvalidArgument("cancel_many needs a reason: it lands on every run's run-cancelled event")
         eligible = ("running", "suspended")
         statuses = _statuses(status, eligible, "cancel")
         return await _bulk(
@@ -171,7 +171,7 @@ class OperatorMixin:
     ) -> BulkResult:
         """Redrive (failed) or retry (failed, cancelled) up to ``limit`` runs (a dry run unless ``commit``)."""
         if mode not in ("redrive", "retry"):
-            raise ValueError("mode is required: 'redrive' (failed runs) or 'retry' (failed or cancelled runs)")
+            raise InvalidArgument("mode is required: 'redrive' (failed runs) or 'retry' (failed or cancelled runs)")
         eligible = ("failed",) if mode == "redrive" else ("failed", "cancelled")
         statuses = _statuses(status, eligible, mode)
 
@@ -189,7 +189,7 @@ def _statuses(status: str | None, eligible: tuple[str, ...], verb: str) -> tuple
         return eligible
     known = ("running", "suspended", "succeeded", "failed", "cancelled")
     if status not in known:
-        raise ValueError(f"unknown status {status!r}: {', '.join(known)}")
+        raise InvalidArgument(f"unknown status {status!r}: {', '.join(known)}")
     return (status,)
 
 
@@ -204,7 +204,7 @@ async def _bulk(
     act: Any,
 ) -> BulkResult:
     if not isinstance(limit, int) or limit < 1:
-        raise ValueError("limit is required and must be >= 1: it is the blast radius")
+        raise InvalidArgument("limit is required and must be >= 1: it is the blast radius")
     rows = await client.store.read(_candidates, workflow, statuses, limit + 1, verb == "redrive")
     truncated = len(rows) > limit
     items: list[BulkItem] = []
