@@ -13,6 +13,7 @@ import queue
 import threading
 import uuid
 from collections.abc import Coroutine, Iterator
+from dataclasses import dataclass
 from typing import Any, NoReturn
 
 import pytest
@@ -135,12 +136,20 @@ def pg_database_url(request: pytest.FixtureRequest, *, migrated: bool = True) ->
         _dropper.drop(name)
 
 
+@dataclass
+class _Cut:
+    pattern: bytes
+    deliver: bool
+    then_refuse: bool
+    leave_server_waiting: bool
+
+
 class PgProxy:
     """A TCP relay in front of PostgreSQL that a test can cut, restore, or cut at a chosen message.
 
     ``stop()`` drops every relayed connection and refuses new ones (a server gone away);
     ``start()`` serves again on the same port (the server is back). ``cut_when(b"COMMIT")``
-    drops the connection whose next client message contains those bytes, instead of
+    drops the connection whose next client message contains those bytes instead of
     forwarding it: the server never sees that message.
     """
 
@@ -152,8 +161,8 @@ class PgProxy:
         self.port = 0
         self.cuts = 0
         self._server: asyncio.Server | None = None
-        self._trigger: bytes | None = None
-        self._links: set[tuple[asyncio.StreamWriter, asyncio.StreamWriter]] = set()
+        self._cut: _Cut | None = None
+        self._writers: set[asyncio.StreamWriter] = set()
         self._tasks: set[asyncio.Task[None]] = set()
 
     def url(self, database_url: str) -> str:
@@ -166,17 +175,28 @@ class PgProxy:
         self.port = self._server.sockets[0].getsockname()[1]
 
     async def stop(self) -> None:
-        if self._server is not None:
-            self._server.close()
-            self._server = None
-        for client, upstream in list(self._links):
-            client.transport.abort()
-            upstream.transport.abort()
+        self._refuse()
+        for writer in list(self._writers):
+            writer.transport.abort()
         if self._tasks:
             await asyncio.wait(set(self._tasks))
 
-    def cut_when(self, pattern: bytes) -> None:
-        self._trigger = pattern
+    def cut_when(
+        self, pattern: bytes, *, deliver: bool = False, then_refuse: bool = False, leave_server_waiting: bool = False
+    ) -> None:
+        """Cut the connection that next sends ``pattern``, once.
+
+        ``deliver``: the message reaches the server and its answer is lost instead.
+        ``then_refuse``: from then on no connection is accepted (until ``start()``).
+        ``leave_server_waiting``: only the client's side is cut; the server's session stays
+        open, as in a partition the server has not noticed (``stop()`` ends it).
+        """
+        self._cut = _Cut(pattern, deliver, then_refuse, leave_server_waiting)
+
+    def _refuse(self) -> None:
+        if self._server is not None:
+            self._server.close()
+            self._server = None
 
     def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         task = asyncio.get_running_loop().create_task(self._relay(reader, writer))
@@ -189,24 +209,41 @@ class PgProxy:
         except OSError:
             writer.transport.abort()
             return
-        link = (writer, up_writer)
-        self._links.add(link)
+        self._writers |= {writer, up_writer}
+        drop_reply = False
 
-        async def pipe(src: asyncio.StreamReader, dst: asyncio.StreamWriter, from_client: bool) -> None:
-            try:
-                while data := await src.read(65536):
-                    if from_client and self._trigger is not None and self._trigger in data:
-                        self._trigger = None
-                        self.cuts += 1
+        async def to_server() -> None:
+            nonlocal drop_reply
+            while data := await reader.read(65536):
+                cut = self._cut
+                if cut is not None and cut.pattern in data:
+                    self._cut = None
+                    self.cuts += 1
+                    if cut.then_refuse:
+                        self._refuse()
+                    if cut.deliver:
+                        drop_reply = True
+                    elif cut.leave_server_waiting:
+                        writer.transport.abort()
+                        return
+                    else:
                         break
-                    dst.write(data)
-                    await dst.drain()
-            except OSError:
-                pass
-            writer.transport.abort()
+                up_writer.write(data)
+                await up_writer.drain()
             up_writer.transport.abort()
+            writer.transport.abort()
+
+        async def to_client() -> None:
+            while data := await up_reader.read(65536):
+                if drop_reply:
+                    break
+                if not writer.transport.is_closing():
+                    writer.write(data)
+                    await writer.drain()
+            up_writer.transport.abort()
+            writer.transport.abort()
 
         try:
-            await asyncio.gather(pipe(reader, up_writer, True), pipe(up_reader, writer, False))
+            await asyncio.gather(to_server(), to_client(), return_exceptions=True)
         finally:
-            self._links.discard(link)
+            self._writers -= {writer, up_writer}

@@ -142,8 +142,9 @@ async def test_processes_booting_together_migrate_once(empty_pg_url: str) -> Non
 
 async def test_rows_have_the_python_types_of_sqlite_rows(pg_url: str, opened: Any) -> None:
     store = await opened(pg_url)
-    row, created = await store.write(ops.create_run, run_row("r1"), 1700000000.5)
+    _, created = await store.write(ops.create_run, run_row("r1"), 1700000000.5)
     assert created
+    row = await store.read(ops.get_run, "r1")
     assert type(row["created_at"]) is float and row["created_at"] == 1700000000.5
     assert type(row["epoch"]) is int and type(row["entries"]) is int
     assert type(row["id"]) is str and row["finished_at"] is None
@@ -237,24 +238,58 @@ async def test_a_read_whose_connection_drops_is_retried(pg_url: str, proxy: PgPr
     assert proxy.cuts == 1
 
 
-async def test_a_connection_lost_during_commit_is_reported_not_retried(
+def counting_create(run_id: str) -> tuple[Callable[[Tx], Any], list[int]]:
+    """An op creating run ``run_id``, and the list its calls are counted in."""
+    calls: list[int] = []
+
+    async def create(tx: Tx) -> None:
+        calls.append(1)
+        await ops.create_run(tx, run_row(run_id), 1.0)
+
+    return create, calls
+
+
+async def test_a_commit_that_never_reached_the_server_is_run_again(pg_url: str, proxy: PgProxy, opened: Any) -> None:
+    store = await opened(proxy.url(pg_url))
+    create, calls = counting_create("r1")
+    proxy.cut_when(b"COMMIT")
+    await store.write(create)
+    assert (proxy.cuts, len(calls)) == (1, 2)  # the server said the first try was aborted
+    assert await count_runs(pg_url) == 1
+
+
+async def test_a_commit_whose_answer_was_lost_is_acknowledged_not_run_again(
     pg_url: str, proxy: PgProxy, opened: Any
 ) -> None:
     store = await opened(proxy.url(pg_url))
-    calls = 0
-
-    async def create(tx: Tx) -> None:
-        nonlocal calls
-        calls += 1
-        await ops.create_run(tx, run_row("r1"), 1.0)
-
-    proxy.cut_when(b"COMMIT")
-    with pytest.raises(StoreError, match="may or may not have been applied"):
-        await store.write(create)
-    assert calls == 1  # the outcome is unknown: running it again could apply it twice
-    assert await count_runs(pg_url) == 0  # here COMMIT never reached the server
-    await store.write(ops.create_run, run_row("r2"), 2.0)  # and the store carries on
+    create, calls = counting_create("r1")
+    proxy.cut_when(b"COMMIT", deliver=True)
+    await store.write(create)
+    assert (proxy.cuts, len(calls)) == (1, 1)  # the server said it committed: running it again would double it
     assert await count_runs(pg_url) == 1
+
+
+async def test_a_session_left_holding_the_transaction_is_ended_and_the_batch_run_again(
+    pg_url: str, proxy: PgProxy, opened: Any
+) -> None:
+    store = await opened(proxy.url(pg_url))
+    create, calls = counting_create("r1")
+    proxy.cut_when(b"COMMIT", leave_server_waiting=True)  # the server still holds the transaction open
+    await asyncio.wait_for(store.write(create), 60)
+    assert (proxy.cuts, len(calls)) == (1, 2)
+    assert await count_runs(pg_url) == 1
+
+
+async def test_a_commit_whose_outcome_cannot_be_learnt_is_reported(pg_url: str, proxy: PgProxy, opened: Any) -> None:
+    store = await opened(f"{proxy.url(pg_url)}&pool_timeout=0.2&pool_size=1")
+    create, calls = counting_create("r1")
+    proxy.cut_when(b"COMMIT", then_refuse=True)  # and the server stays away: no connection can ask it
+    with pytest.raises(StoreError, match="may or may not have been applied"):
+        await asyncio.wait_for(store.write(create), 60)
+    assert len(calls) == 1
+    await proxy.start()
+    await store.write(ops.create_run, run_row("r2"), 2.0)  # the store carries on once the server is back
+    assert await count_runs(pg_url) == 1  # here the COMMIT never reached the server
 
 
 async def test_a_server_restart_loses_no_acknowledged_write(

@@ -88,9 +88,13 @@ async def _noop(tx: Tx) -> None:
 
 
 class _Attempt:
-    """How far one attempt at a batch got: past the point of no return once COMMIT is sent."""
+    """How far one attempt at a batch got: once COMMIT is sent, its outcome is the server's to tell."""
 
-    committing = False
+    def __init__(self) -> None:
+        self.committing = False
+        self.xid: str | None = None  # the transaction's id, if it wrote anything
+        self.pid: int | None = None  # the server process that ran it
+        self.outcomes: list[tuple[bool, Any]] = []
 
 
 class PostgresStore(Store):
@@ -256,17 +260,21 @@ class PostgresStore(Store):
             try:
                 outcomes = await self._run_batch(batch, state)
             except (psycopg.OperationalError, _StalePlan) as exc:
-                if state.committing:
-                    await self._trouble(exc)
-                    _fail(
-                        batch,
-                        StoreError(
-                            "the PostgreSQL connection failed while committing; the write may or may not "
-                            f"have been applied: {_first_line(exc)}"
-                        ),
-                    )
-                    return
                 await self._trouble(exc)
+                if state.committing:
+                    committed = await self._committed(state)
+                    if committed is None:
+                        _fail(
+                            batch,
+                            StoreError(
+                                "the PostgreSQL connection failed while committing; the write may or may not "
+                                f"have been applied: {_first_line(exc)}"
+                            ),
+                        )
+                        return
+                    if committed:
+                        self._settle(batch, state.outcomes)
+                        return
                 if attempt == _RETRIES:
                     _fail(batch, StoreError(f"PostgreSQL at {self._where} is unreachable: {_first_line(exc)}"))
                     return
@@ -276,17 +284,56 @@ class PostgresStore(Store):
                 _fail(batch, StoreError(f"PostgreSQL commit failed: {_first_line(exc)}"))
                 return
             self._reachable()
-            self.commits += 1
-            for (_, future), (ok, value) in zip(batch, outcomes, strict=True):
-                if future is None:
-                    if not ok:
-                        log.warning("introspection write failed: %r", value)
-                elif not future.done():
-                    if ok:
-                        future.set_result(value)
-                    else:
-                        future.set_exception(value)
+            self._settle(batch, outcomes)
             return
+
+    def _settle(self, batch: list[tuple[_Bound, asyncio.Future[Any] | None]], outcomes: list[tuple[bool, Any]]) -> None:
+        self.commits += 1
+        for (_, future), (ok, value) in zip(batch, outcomes, strict=True):
+            if future is None:
+                if not ok:
+                    log.warning("introspection write failed: %r", value)
+            elif not future.done():
+                if ok:
+                    future.set_result(value)
+                else:
+                    future.set_exception(value)
+
+    async def _committed(self, state: _Attempt) -> bool | None:
+        """Whether the transaction whose COMMIT got no answer was committed; ``None`` if that cannot be learnt."""
+        if state.xid is None:
+            return True  # it wrote nothing: its results hold whichever way it ended
+        assert self._pool is not None
+        for attempt in range(_RETRIES + 1):
+            try:
+                async with self._pool.connection() as conn:
+                    cursor = await conn.execute("SELECT pg_xact_status(%s::xid8) AS status", (state.xid,))
+                    row = await cursor.fetchone()
+                    status = None if row is None else row["status"]
+                    if status == "in progress":
+                        # Its session outlived our connection and holds the transaction open, waiting for a
+                        # COMMIT that never reached it: end that session (if it is still idle in this very
+                        # transaction; one busy committing is left to finish), then look again.
+                        await conn.execute(
+                            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                            "WHERE pid = %s AND state = 'idle in transaction' "
+                            "AND backend_xid::text = (%s::bigint %% 4294967296)::text",
+                            (state.pid, state.xid),
+                        )
+            except psycopg.OperationalError as exc:
+                await self._trouble(exc)
+                status = "unknown"
+            except psycopg.Error as exc:
+                log.warning("could not learn the outcome of transaction %s: %s", state.xid, _first_line(exc))
+                return None
+            if status == "committed":
+                return True
+            if status == "aborted":
+                return False
+            if status is None:  # too old for the server to remember
+                return None
+            await asyncio.sleep(_backoff(attempt))
+        return None
 
     async def _run_batch(
         self, batch: list[tuple[_Bound, asyncio.Future[Any] | None]], state: _Attempt
@@ -320,6 +367,10 @@ class PostgresStore(Store):
                 if single and not outcomes[0][0]:
                     await conn.execute("ROLLBACK")
                     return outcomes
+                cursor = await conn.execute("SELECT pg_current_xact_id_if_assigned()::text AS xid")
+                row = await cursor.fetchone()
+                state.xid = None if row is None else row["xid"]
+                state.pid, state.outcomes = conn.info.backend_pid, outcomes
                 state.committing = True
                 await conn.execute("COMMIT")
             except BaseException:
