@@ -5,12 +5,13 @@ SQLite file through ``TestEnv``), which would mean one PostgreSQL database per e
 The gate's SQL is shared in shape across dialects and the store-parametrized tests cover
 PostgreSQL.
 
-A sequence mixes arrivals (a concurrency-limited workflow and a debounced one under the
-same limit, random keys and payloads, some idempotency keys), completions (a signal the
-run waits for), cancels and clock moves. After every step:
+A sequence mixes arrivals (a concurrency-limited workflow, a debounced one and a throttled
+one under the same limit, random keys and payloads, some idempotency keys), completions (a
+signal the run waits for), cancels and clock moves. After every step:
 
 - no key has more than ``limit`` runs in flight (slots and run statuses, read together),
   and every live gated run holds exactly one slot;
+- no throttle key admitted more than the throttle's limit in any window;
 - every arrival's ticket has exactly one arrival row in the ledger;
 - every admission names a run that exists, and every started handle's run exists;
 - no payload is admitted twice, and each idempotency key yields at most one run.
@@ -36,6 +37,7 @@ from lockgate.testing import TestEnv
 from .apps.gate_probes import sql
 
 LIMIT = 2
+THROTTLE, THROTTLE_PERIOD = 1, 10
 KEYS = ("a", "b")
 IDEMPOTENCY = ("i0", "i1", "i2", "i3")
 
@@ -62,6 +64,8 @@ def property_app() -> lg.App:
     concurrency = lg.Concurrency(limit=LIMIT, key=by_key)
     app.workflow(name="p.conc", concurrency=concurrency)(held)
     app.workflow(name="p.deb", debounce=lg.Debounce(period="10s", key=by_key), concurrency=concurrency)(held)
+    throttle = lg.Throttle(limit=THROTTLE, period=f"{THROTTLE_PERIOD}s", key=by_key)
+    app.workflow(name="p.th", throttle=throttle, concurrency=concurrency)(held)
     return app
 
 
@@ -89,7 +93,7 @@ class Advance:
 
 arrivals = st.builds(
     Arrive,
-    workflow=st.sampled_from(("p.conc", "p.conc", "p.deb")),
+    workflow=st.sampled_from(("p.conc", "p.conc", "p.deb", "p.th")),
     key=st.sampled_from(KEYS),
     idempotency_key=st.one_of(st.none(), st.none(), st.sampled_from(IDEMPOTENCY)),
 )
@@ -101,6 +105,17 @@ steps = st.lists(
         st.builds(Complete, pick=st.integers(0, 20)),
         st.builds(Cancel, pick=st.integers(0, 20)),
         st.builds(Advance, seconds=st.sampled_from((1, 5, 11))),
+    ),
+    min_size=8,
+    max_size=30,
+)
+
+
+throttled = st.lists(
+    st.one_of(
+        st.builds(Arrive, workflow=st.just("p.th"), key=st.sampled_from(KEYS), idempotency_key=st.none()),
+        st.builds(Complete, pick=st.integers(0, 20)),
+        st.builds(Advance, seconds=st.integers(1, 15)),
     ),
     min_size=8,
     max_size=30,
@@ -164,6 +179,17 @@ class Scenario:
             "WHERE status IN ('running', 'suspended') GROUP BY workflow, slot_key",
         )
         assert all(r["n"] <= LIMIT for r in live), live
+
+        # the throttle counts admissions: never more than its limit in any window (now - period, now]
+        admitted = await sql(url, "SELECT slot_key, created_at FROM lockgate_runs WHERE workflow = 'p.th'")
+        for run in admitted:
+            window = [
+                r
+                for r in admitted
+                if r["slot_key"] == run["slot_key"]
+                and run["created_at"] - THROTTLE_PERIOD < r["created_at"] <= run["created_at"]
+            ]
+            assert len(window) <= THROTTLE, admitted
 
         # one arrival row per ticket, and only for the arrivals made
         arrivals = await sql(
@@ -233,4 +259,11 @@ async def play(sequence: list[Arrive | Complete | Cancel | Advance]) -> None:
 @given(sequence=steps)
 def test_random_arrivals_and_completions_keep_the_gate_invariants(sequence: list[Any]) -> None:
     """SQLite only: every example opens a fresh temporary SQLite store (see the module docstring)."""
+    asyncio.run(play(sequence))
+
+
+@settings(max_examples=25, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow])
+@given(sequence=throttled)
+def test_a_throttle_under_a_concurrency_limit_never_admits_past_its_window(sequence: list[Any]) -> None:
+    """SQLite only, as above: throttled arrivals that may also wait for a slot, completions, clock moves."""
     asyncio.run(play(sequence))
