@@ -505,7 +505,7 @@ async def test_retry_starts_a_fresh_run(make_engine: Any) -> None:
         assert (fresh.retry_of, fresh.payload) == (run_id, {"tag": "t"})
         assert (await engine.get_run(run_id)).status == "failed"
         [event] = [e for e in await engine.events(run_id) if e.type == "run-retried"]
-        assert event.data == {"new_run_id": handle.run_id}
+        assert (event.data["new_run_id"], event.data["ticket"]) == (handle.run_id, handle.ticket)
         assert types(await engine.events(handle.run_id)) == ["run-started", "run-succeeded"]
 
 

@@ -374,10 +374,25 @@ class Client(OperatorMixin):
             raise RunNotEligible("retry", run_id, row["status"], "only failed or cancelled runs can be retried")
         defn = self.app.get(row["workflow"])
         source = row["payload"] if payload_override is None else payload_override
+        now = self.clock.now()
+        if defn.gate.item_model is None:  # through the gate, like any start: limits and windows count it
+            from ..gate.admission import admit
+
+            handle = await admit(
+                self, defn.name, source, at=None, wait=False, idempotency_key=None, flow_control=None, retry_of=run_id
+            )
+            self.store.write_nowait(
+                ops.add_event,
+                run_id,
+                "run-retried",
+                now,
+                {"new_run_id": handle.run_id, "ticket": handle.ticket, "status": handle.status},
+            )
+            return handle
+        # a batch run is retried whole: its payload is the batch, not one item
         model = validate_payload(defn.payload_model, source, what=f"retry of {defn.name!r} payload")
         new_row = self.new_run_row(defn, model)
         new_row["retry_of"] = run_id
-        now = self.clock.now()
 
         async def op(tx: Any) -> dict[str, Any]:
             created, _ = await ops.create_run(tx, new_row, now)

@@ -33,8 +33,13 @@ async def admit(
     wait: bool,
     idempotency_key: str | None,
     flow_control: Any,
+    retry_of: str | None = None,
 ) -> RunHandle:
-    """Decide one start and return its handle; blocking callers get typed refusals."""
+    """Decide one start and return its handle; blocking callers get typed refusals.
+
+    ``retry_of`` marks a fresh run of a failed or cancelled one: it passes the gate like
+    any start (so it counts against limits and windows) under a new identity.
+    """
     defn = client.app.get(workflow)
     plan: GatePlan = defn.gate
     if at is not None and (not isinstance(at, datetime) or at.tzinfo is None):
@@ -54,9 +59,10 @@ async def admit(
             "idempotency_key cannot be given for one item: the batch's identity comes from the "
             "workflow's idempotency_key callback",
         )
-    key = None if item_model is not None else client.identity_key(defn, model, idempotency_key)
+    key = None if item_model is not None or retry_of else client.identity_key(defn, model, idempotency_key)
     ticket = new_id("tkt")
     run = client.new_run_row(defn, "{}" if item_model is not None else model, idempotency_key=key, ticket=ticket)
+    run["retry_of"] = retry_of
     now = client.clock.now()
     if plan.bare and at is None and not await client.paused(defn.name):
         # no control to pass, but the run still carries what happens when it fails or overruns

@@ -170,6 +170,7 @@ async def _park(
                 "priority": o.priority,
                 "fair_key": o.fair,
                 "on_failure": o.plan.on_failure,
+                "retry_of": o.run.get("retry_of"),
                 "seq": seq,
                 "first_at": now,
                 "last_at": now,
@@ -636,6 +637,6 @@ def reoffer(defn: WorkflowDef, row: Row, run: dict[str, Any]) -> Offer:
         fair=row["fair_key"],
         identity=row["identity"],
         idempotency_key=row["idempotency_key"],
-        run={**run, "id": new_id("run")},
+        run={**run, "id": new_id("run"), "retry_of": row["retry_of"]},
         pending=row,
     )

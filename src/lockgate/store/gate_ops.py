@@ -31,6 +31,7 @@ PENDING_DEFAULTS: dict[str, Any] = {
     "priority": 0,
     "fair_key": None,
     "on_failure": None,
+    "retry_of": None,
     "due_at": None,
     "expires_at": None,
 }

@@ -20,6 +20,7 @@ CREATE TABLE lockgate_pending (
     priority        INTEGER NOT NULL DEFAULT 0,
     fair_key        TEXT,
     on_failure      TEXT,
+    retry_of        TEXT,                       -- the failed/cancelled run this start retries
     seq             INTEGER NOT NULL,           -- arrival order (the ledger id of the first arrival)
     first_at        REAL NOT NULL,
     last_at         REAL NOT NULL,

@@ -49,10 +49,11 @@ SELECT * FROM lockgate_pending WHERE group_key = %(group_key)s;
 
 -- name: insert_pending
 INSERT INTO lockgate_pending (id, workflow, ticket, mode, stage, hold_scope, hold_key, group_key, singleton_key,
-    payload, items, keys, identity, idempotency_key, folded, priority, fair_key, on_failure, seq,
+    payload, items, keys, identity, idempotency_key, folded, priority, fair_key, on_failure, retry_of, seq,
     first_at, last_at, due_at, expires_at)
 VALUES (%(id)s, %(workflow)s, %(ticket)s, %(mode)s, %(stage)s, %(hold_scope)s, %(hold_key)s, %(group_key)s, %(singleton_key)s,
-    %(payload)s, %(items)s, %(keys)s, %(identity)s, %(idempotency_key)s, %(folded)s, %(priority)s, %(fair_key)s, %(on_failure)s, %(seq)s,
+    %(payload)s, %(items)s, %(keys)s, %(identity)s, %(idempotency_key)s, %(folded)s, %(priority)s, %(fair_key)s, %(on_failure)s,
+    %(retry_of)s, %(seq)s,
     %(first_at)s, %(last_at)s, %(due_at)s, %(expires_at)s);
 
 -- name: fold_pending

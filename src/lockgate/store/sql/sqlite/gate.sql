@@ -47,10 +47,10 @@ SELECT * FROM lockgate_pending WHERE group_key = :group_key;
 
 -- name: insert_pending
 INSERT INTO lockgate_pending (id, workflow, ticket, mode, stage, hold_scope, hold_key, group_key, singleton_key,
-    payload, items, keys, identity, idempotency_key, folded, priority, fair_key, on_failure, seq,
+    payload, items, keys, identity, idempotency_key, folded, priority, fair_key, on_failure, retry_of, seq,
     first_at, last_at, due_at, expires_at)
 VALUES (:id, :workflow, :ticket, :mode, :stage, :hold_scope, :hold_key, :group_key, :singleton_key,
-    :payload, :items, :keys, :identity, :idempotency_key, :folded, :priority, :fair_key, :on_failure, :seq,
+    :payload, :items, :keys, :identity, :idempotency_key, :folded, :priority, :fair_key, :on_failure, :retry_of, :seq,
     :first_at, :last_at, :due_at, :expires_at);
 
 -- name: fold_pending
