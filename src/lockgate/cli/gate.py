@@ -398,3 +398,26 @@ def _pause_entry(row: dict[str, Any]) -> dict[str, Any]:
 
 def _epoch(value: Any) -> float | None:
     return None if value is None else float(value)
+
+
+@workflows.command("cancel-start")
+@click.argument("ticket")
+@click.option("--reason", required=True, help="Why (written on the ledger row).")
+@store_option
+@format_option
+def cancel_start(ticket: str, reason: str, store: str, fmt: str) -> None:
+    """Cancel the start TICKET parked at the gate (with every arrival folded into it); it will not run."""
+
+    async def go() -> int:
+        from ..app import App
+
+        async with open_client(App(), store) as client:
+            return await client.cancel_start(ticket, reason)
+
+    arrivals = run_async(go())
+    document = {"verb": "cancel-start", "ticket": ticket, "reason": reason, "arrivals": arrivals}
+
+    def render(console: Console) -> None:
+        console.print(f"cancelled parked start {ticket} ({arrivals} arrival(s) folded into it will not run)")
+
+    emit(fmt, document, render)

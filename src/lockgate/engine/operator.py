@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 from dataclasses import asdict, dataclass, field
 from datetime import datetime
@@ -120,6 +121,22 @@ class OperatorMixin:
         now = self.clock.now()
         await self.store.write(_unpause_key, key, now)
         self.wake()  # parked starts: the drainer's business too
+
+    async def cancel_start(self, ticket: str, reason: str) -> int:
+        """Cancel a start parked at the gate (with every arrival folded into it); how many arrivals it held.
+
+        Raises ``InvalidArgument`` when ``reason`` is empty and ``LockgateError`` when the
+        ticket holds no parked start (unknown, already admitted, dropped, ...).
+        """
+        if not reason:
+            raise InvalidArgument("cancel_start needs a reason: it is written on the ledger row")
+        row = await self.store.write(gate_ops.cancel_parked, ticket, reason, self.clock.now())
+        if row is None:
+            state = "unknown ticket"
+            with contextlib.suppress(LockgateError):
+                state = f"its state is {(await self.trace(ticket)).state}"
+            raise LockgateError(f"start {ticket!r} is not parked at the gate ({state})")
+        return int(row["folded"])
 
     async def pauses(self) -> list[dict[str, Any]]:
         """Active pauses: workflows (``wf:``) and keys (``key:``)."""

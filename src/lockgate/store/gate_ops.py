@@ -154,3 +154,30 @@ async def enqueue_failure_report(tx: Tx, handler: str, report: dict[str, Any], n
             "due_at": now,
         },
     )
+
+
+async def cancel_parked(tx: Tx, ticket: str, reason: str, now: float) -> Row | None:
+    """Cancel the parked start ``ticket`` holds (or folded into): ledger ``cancelled``; the row, or ``None``."""
+    arrival = next(
+        (r for r in await tx.execute("ledger_for_ticket", {"ticket": ticket}) if r["kind"] == "arrival"), None
+    )
+    if arrival is None or arrival["pending_id"] is None:
+        return None
+    row = await get_pending(tx, arrival["pending_id"])
+    if row is None or not await delete_pending(tx, row["id"]):
+        return None
+    await ledger(
+        tx,
+        ticket=row["ticket"],
+        kind="drain",
+        workflow=row["workflow"],
+        control=row["mode"],
+        key=row["hold_key"],
+        outcome="cancelled",
+        reason=reason,
+        folded=int(row["folded"]),
+        waited=now - float(row["first_at"]),
+        pending_id=row["id"],
+        at=now,
+    )
+    return row
