@@ -100,7 +100,7 @@ async def run_rounds(url: str, args: argparse.Namespace, logs: Path) -> list[dic
                 await cluster.ready(replacement)
             return rounds
         finally:
-            cluster.close()
+            await cluster.close()
 
 
 def summarise(rounds: list[dict[str, Any]], lease: float) -> dict[str, Any]:

@@ -12,13 +12,14 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import os
 import signal
 import subprocess
 import sys
 import time
 from collections import Counter
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -49,7 +50,7 @@ async def cluster(pg_url: str, tmp_path: Path) -> AsyncIterator[Cluster]:
     try:
         yield group
     finally:
-        group.close()
+        await group.close()
 
 
 @pytest.fixture
@@ -174,6 +175,62 @@ async def _holds_drainer(engine: lg.Engine) -> bool:
 async def _admitted(client: lg.Client, ticket: str) -> str | None:
     trace = await client.trace(ticket)
     return trace.run_id
+
+
+@wake_app.workflow(name="wake.many_steps")
+async def many_steps(ctx: lg.Context, note: Note) -> int:
+    total = 0
+    for i in range(STEPS):
+        total += await ctx.step(f"s{i}", _tick, i)
+    return total
+
+
+STEPS = 150
+
+
+async def _tick(i: int) -> int:
+    await asyncio.sleep(0.01)
+    return i
+
+
+async def test_a_run_whose_write_fails_on_the_store_is_handed_back_not_failed(
+    pg_url: str, proxy: PgProxy, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG, logger="lockgate.engine")
+    store = proxy.url(pg_url) + "&pool_timeout=0.2"  # give up on the server within seconds, not half a minute
+    async with lg.Engine(wake_app, store, poll_interval=0.05, lease="2s") as engine:
+        handle = await engine.start("wake.many_steps", {})
+        run_id = handle.run_id
+        assert run_id is not None
+
+        def engine_said(text: str) -> bool:
+            return any(text in r.getMessage() for r in caplog.records if r.name == "lockgate.engine")
+
+        await until(lambda: _journaled(engine, run_id, 3), what="the run under way")
+        await proxy.stop()  # the server is gone for longer than the store retries a write
+        await until(_async(lambda: engine_said(f"run {run_id}: ")), timeout=60, what="the run's write failed")
+        await proxy.start()
+        assert await engine.result(run_id, timeout=60) == sum(range(STEPS))
+        assert engine_said(f"run {run_id}: handed back")
+        assert (await engine.get_run(run_id)).entries >= 2  # re-entered from its journal
+    events = [e.type for e in await _events(pg_url, run_id)]
+    assert events.count("run-succeeded") == 1 and "run-failed" not in events
+
+
+async def _journaled(engine: lg.Engine, run_id: str, count: int) -> bool:
+    return len(await engine.steps(run_id)) >= count
+
+
+def _async(predicate: Callable[[], bool]) -> Callable[[], Awaitable[bool]]:
+    async def probe() -> bool:
+        return predicate()
+
+    return probe
+
+
+async def _events(url: str, run_id: str) -> list[lg.EventInfo]:
+    async with lg.Client(wake_app, url) as client:
+        return await client.events(run_id)
 
 
 # -- worker processes -------------------------------------------------------------------------

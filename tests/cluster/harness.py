@@ -80,13 +80,18 @@ class Worker:
                 os.kill(self.pid, signal.SIGCONT)
                 self.proc.terminate()  # once: a second SIGTERM interrupts the shutdown itself
 
-    def wait(self, timeout: float = 15.0) -> None:
-        """Wait for the process to end; ``kill -9`` it past ``timeout``."""
-        try:
-            self.proc.wait(timeout)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
+    async def wait(self, timeout: float = 15.0) -> None:
+        """Wait for the process to end; ``kill -9`` it past ``timeout``.
+
+        The event loop keeps turning meanwhile: a relay in the test's loop may carry its last writes.
+        """
+        deadline = time.monotonic() + timeout
+        while self.proc.poll() is None:
+            if time.monotonic() > deadline:
+                self.proc.kill()
+                self.proc.wait()
+                return
+            await asyncio.sleep(0.02)
 
 
 class Cluster:
@@ -128,11 +133,11 @@ class Cluster:
     def by_pid(self, pid: int) -> Worker:
         return next(w for w in self.workers if w.pid == pid)
 
-    def close(self) -> None:
+    async def close(self) -> None:
         for worker in self.workers:  # all at once: each shutdown releases its own runs
             worker.stop()
         for worker in self.workers:
-            worker.wait()
+            await worker.wait()
 
     def logs(self) -> str:
         return "\n".join(f"--- {w.name} (pid {w.pid}) ---\n{w.log()}" for w in self.workers)

@@ -373,6 +373,7 @@ class Engine(Client):
                     await asyncio.sleep(_backoff(failures, self.poll_interval))
                 else:
                     self.store_recovered()
+                    log.info("run %s: handed back after a store failure; re-entered from its journal", fence.run_id)
                     self._wake.set()
                     return
 
