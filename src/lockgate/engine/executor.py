@@ -341,7 +341,7 @@ class Execution(Context):
             recorded_input = None if input is None or self._coarse else encode(input)
             while True:
                 attempt += 1
-                started = self._clock.now()
+                started = first if attempt == 1 else self._clock.now()
                 try:
                     result = await (fn(*args, **kwargs) if is_async else _call(fn, args, kwargs))
                 except (asyncio.CancelledError, ops.Fenced, _Parked):
@@ -386,7 +386,10 @@ class Execution(Context):
                         "attempts": attempt,
                         "started_at": first,
                     },
-                    attempt=self._attempt(key, attempt, "completed", started, recorded_input, None, None),
+                    # A first attempt that completes the step is recorded by the journal entry alone.
+                    attempt=None
+                    if attempt == 1 and recorded_input is None
+                    else self._attempt(key, attempt, "completed", started, recorded_input, None, None),
                 )
                 return result
 

@@ -17,6 +17,7 @@ from . import gate_ops
 from .base import Row, Tx
 
 TERMINAL = ("succeeded", "failed", "cancelled")
+PROGRESS_RESOLUTION = 1.0  # seconds: how stale a held run's progress_at may be left by its journal writes
 LIVE = ("running", "suspended")
 
 
@@ -165,8 +166,16 @@ async def record_entry(
     message: dict[str, Any] | None = None,
     attempt: dict[str, Any] | None = None,
 ) -> None:
-    """Journal one reached operation for a held run (with the message it consumed, the attempt that ended it)."""
-    await touch(tx, fence, now)
+    """Journal one reached operation for a held run (with the message it consumed, the attempt that ended it).
+
+    The run's ``progress_at`` moves at most once a second: a step's commit then writes its
+    journal entry alone, not the run's row as well.
+    """
+    held = await tx.execute("fence_check", fence.params())
+    if not held:
+        raise Fenced()
+    if now - float(held[0]["progress_at"]) >= PROGRESS_RESOLUTION:
+        await touch(tx, fence, now)
     await tx.execute(
         "upsert_journal",
         {
@@ -454,6 +463,7 @@ async def resume_from_step(tx: Tx, run_id: str, step: str, now: float) -> None:
             f"no step {step!r} in its journal; steps: {', '.join(known) or '(none)'}",
         )
     await tx.execute("reoffer_consumed_signals", {"run_id": run_id, "seq": match["seq"]})
+    await tx.execute("keep_attempts_from", {"run_id": run_id, "seq": match["seq"]})
     await tx.execute("delete_journal_from", {"run_id": run_id, "seq": match["seq"]})
     await _reopen(tx, run_id, "failed", now)
     await add_event(tx, run_id, "run-redriven", now, {"from_step": key})

@@ -24,7 +24,33 @@ INSERT INTO lockgate_step_attempts (run_id, step_key, attempt, status, input, er
 VALUES (:run_id, :step_key, :attempt, :status, :input, :error_tag, :error_message, :started_at, :finished_at);
 
 -- name: list_attempts
-SELECT * FROM lockgate_step_attempts WHERE run_id = :run_id ORDER BY id;
+-- A first attempt that completed its step (with no input to record) has no row of its own: the
+-- step's journal entry is its record, so a step never waits on that introspection write.
+SELECT * FROM (
+    SELECT id, run_id, step_key, attempt, status, input, error_tag, error_message, started_at, finished_at
+    FROM lockgate_step_attempts WHERE run_id = :run_id
+    UNION ALL
+    SELECT NULL, j.run_id, j.step_key, 1, 'completed', NULL, NULL, NULL, j.started_at, j.finished_at
+    FROM lockgate_journal j JOIN lockgate_runs r ON r.id = j.run_id AND r.recording = 'full'
+    WHERE j.run_id = :run_id AND j.kind = 'step' AND j.status = 'completed' AND j.attempts = 1
+      AND NOT EXISTS (
+          SELECT 1 FROM lockgate_step_attempts a
+          WHERE a.run_id = j.run_id AND a.step_key = j.step_key AND a.attempt = 1 AND a.status = 'completed'
+            AND a.input IS NOT NULL AND a.started_at = j.started_at)
+) AS attempts
+ORDER BY started_at, attempt, step_key;
+
+-- name: keep_attempts_from
+-- Journal entries from seq on are about to be deleted: their journal-derived attempts become rows.
+INSERT INTO lockgate_step_attempts (run_id, step_key, attempt, status, input, error_tag, error_message,
+    started_at, finished_at)
+SELECT j.run_id, j.step_key, 1, 'completed', NULL, NULL, NULL, j.started_at, j.finished_at
+FROM lockgate_journal j JOIN lockgate_runs r ON r.id = j.run_id AND r.recording = 'full'
+WHERE j.seq >= :seq AND j.run_id = :run_id AND j.kind = 'step' AND j.status = 'completed' AND j.attempts = 1
+      AND NOT EXISTS (
+          SELECT 1 FROM lockgate_step_attempts a
+          WHERE a.run_id = j.run_id AND a.step_key = j.step_key AND a.attempt = 1 AND a.status = 'completed'
+            AND a.input IS NOT NULL AND a.started_at = j.started_at);
 
 -- name: insert_event
 INSERT INTO lockgate_run_events (run_id, type, at, data) VALUES (:run_id, :type, :at, :data);

@@ -1,0 +1,154 @@
+"""The step and finish hot path: what its shortcuts keep of the engine's contract."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from pydantic import BaseModel
+
+import lockgate as lg
+from lockgate.store import ops
+
+
+class Job(BaseModel):
+    n: int = 1
+
+
+class Go(BaseModel):
+    go: bool = True
+
+
+async def double(n: int) -> int:
+    return n * 2
+
+
+def app_with_steps() -> lg.App:
+    app = lg.App()
+
+    @app.workflow(name="steps")
+    async def steps(ctx: lg.Context, p: Job) -> int:
+        total = 0
+        for i in range(p.n):
+            total += await ctx.step("double", double, i)
+        return total
+
+    @app.workflow(name="with-input")
+    async def with_input(ctx: lg.Context, p: Job) -> int:
+        return int(await ctx.step("double", double, p.n, input={"n": p.n}))
+
+    @app.workflow(name="waits")
+    async def waits(ctx: lg.Context, p: Job) -> int:
+        first = await ctx.step("double", double, p.n)
+        await ctx.wait_for_signal("go", Go)
+        second = await ctx.step("double", double, first)
+        await ctx.wait_for_signal("go", Go)
+        return int(first + second)
+
+    return app
+
+
+async def test_a_first_attempt_that_completes_is_listed_once_with_or_without_input(env_factory: Any) -> None:
+    async with env_factory(app_with_steps()) as env:
+        plain = await env.engine.start("steps", {"n": 3})
+        given = await env.engine.start("with-input", {"n": 5})
+        assert await env.engine.result(plain.run_id, timeout=10) == 6
+        assert await env.engine.result(given.run_id, timeout=10) == 10
+        rows = await env.engine.attempts(plain.run_id)
+        assert [(a.step_key, a.attempt, a.status) for a in rows] == [
+            ("double#0", 1, "completed"),
+            ("double#1", 1, "completed"),
+            ("double#2", 1, "completed"),
+        ]
+        steps = {s.key: s for s in await env.engine.steps(plain.run_id)}
+        assert all(a.started_at == steps[a.step_key].started_at for a in rows)
+        assert [(a.step_key, a.attempt) for a in await env.engine.attempts(given.run_id)] == [("double#0", 1)]
+
+
+async def test_coarse_recording_lists_no_attempts(env_factory: Any) -> None:
+    async with env_factory(app_with_steps(), recording="coarse") as env:
+        handle = await env.engine.start("steps", {"n": 2})
+        assert await env.engine.result(handle.run_id, timeout=10) == 2
+        assert await env.engine.attempts(handle.run_id) == []
+        assert len(await env.engine.steps(handle.run_id)) == 2
+
+
+async def test_steps_move_progress_at_no_more_than_once_a_second(env_factory: Any) -> None:
+    async with env_factory(app_with_steps()) as env:
+        handle = await env.engine.start("waits", {"n": 1})
+        await env.settle()
+        created = await env.engine.store.read(ops.get_run, handle.run_id)
+        assert created["waiting_on"] == "signal"
+        # The first step fell within a second of the start: the run's row was not rewritten for it.
+        assert created["progress_at"] == created["created_at"]
+        await env.advance("5s")
+        await env.engine.signal(handle.run_id, "go", {})
+        await env.settle()
+        parked = await env.engine.store.read(ops.get_run, handle.run_id)
+        assert parked["waiting_on"] == "signal"
+        assert parked["progress_at"] == env.clock.now()  # the second step came 5s later: it moved
+
+
+async def test_a_fenced_step_writes_neither_its_entry_nor_its_attempt(make_engine: Any) -> None:
+    gate = asyncio.Event()
+    app = lg.App()
+
+    async def slow(n: int) -> int:
+        await gate.wait()
+        return n
+
+    @app.workflow(name="fenced")
+    async def fenced(ctx: lg.Context, p: Job) -> int:
+        return int(await ctx.step("slow", slow, p.n, input={"n": p.n}))
+
+    async with make_engine(app) as engine:
+        handle = await engine.start("fenced", {"n": 1})
+        for _ in range(500):
+            if handle.run_id in engine.executing:
+                break
+            await asyncio.sleep(0.01)
+        row = await engine.store.read(ops.get_run, handle.run_id)
+        stale = ops.Fence(handle.run_id, row["owner"], int(row["epoch"]))
+        await engine.store.write(ops.release_run, stale, engine.clock.now() + 3600)  # the lease moves on
+        entry = {"step_key": "slow#0", "kind": "step", "status": "completed", "output": "1", "seq": 0}
+        attempt = {"run_id": handle.run_id, "step_key": "slow#0", "attempt": 1, "status": "completed",
+                   "input": "{}", "started_at": 1.0}
+        try:
+            await engine.store.write(ops.record_entry, stale, entry, 2.0, attempt=attempt)
+        except ops.Fenced:
+            pass
+        else:
+            raise AssertionError("a write under a stale fence went through")
+        assert await engine.steps(handle.run_id) == []
+        assert await engine.attempts(handle.run_id) == []
+        gate.set()
+
+
+async def test_many_waiters_get_their_results_from_one_engine(make_engine: Any) -> None:
+    async with make_engine(app_with_steps(), max_concurrent_runs=20) as engine:
+        handles = await asyncio.gather(*(engine.start("steps", {"n": i % 4}) for i in range(200)))
+        results = await asyncio.gather(*(h.result(timeout=30) for h in handles))
+    assert results == [sum(2 * k for k in range(i % 4)) for i in range(200)]
+
+
+async def test_a_client_sees_results_of_runs_another_process_executes(store_url: str, make_engine: Any) -> None:
+    app = app_with_steps()
+    async with make_engine(app) as engine, lg.Client(app, store_url, poll_interval=0.05) as client:
+        handles = [await client.start("steps", {"n": 2}) for _ in range(5)]
+        assert [await client.result(str(h.run_id), timeout=30) for h in handles] == [2] * 5
+        assert engine.executing == []
+
+
+async def test_a_result_wait_that_times_out_leaves_nothing_behind(make_engine: Any) -> None:
+    async with make_engine(app_with_steps()) as engine:
+        handle = await engine.start("waits", {"n": 1})
+        try:
+            await engine.result(handle.run_id, timeout=0.2)
+        except lg.ResultTimeout:
+            pass
+        else:
+            raise AssertionError("the run should still wait for its signal")
+        assert engine._results._waiters == {}
+        await engine.signal(handle.run_id, "go", {})
+        await engine.signal(handle.run_id, "go", {})
+        assert await engine.result(handle.run_id, timeout=10) == 6
