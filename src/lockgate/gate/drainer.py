@@ -46,6 +46,11 @@ class Drainer:
     def wake(self) -> None:
         self._wake.set()
 
+    @property
+    def holds_lease(self) -> bool:
+        """Whether this process drains now (it won the drain lease and it has not run out)."""
+        return self._lease_until > self.engine.clock.now()
+
     async def loop(self) -> None:
         engine = self.engine
         while engine.running:
@@ -56,10 +61,11 @@ class Drainer:
                     due = await self.tick()
                     if due is not None:
                         delay = min(delay, max(0.0, due - engine.clock.now()))
+                engine.store_recovered()
             except asyncio.CancelledError:
                 raise
-            except Exception:
-                log.exception("drainer tick failed; retrying")
+            except Exception as exc:
+                engine.store_failed("drainer", exc)
             if delay > 0:
                 await wait_event(self._wake, delay)
 
