@@ -8,8 +8,11 @@ except under ``CI=true``, where that is a failure.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import os
 import queue
+import re
+import socket
 import threading
 import uuid
 from collections.abc import Coroutine, Iterator
@@ -19,6 +22,12 @@ from typing import Any, NoReturn
 import pytest
 
 PG_ADMIN_URL = os.environ.get("LOCKGATE_TEST_PG", "postgresql://postgres@127.0.0.1:5432/postgres")
+
+# Test databases are named after the session that made them (host and pid), so a later session
+# can drop those of sessions that were killed before cleaning up after themselves.
+_HOST = hashlib.sha1(socket.gethostname().encode()).hexdigest()[:6]
+_SESSION = f"{_HOST}_{os.getpid()}"
+_OURS = re.compile(r"^lockgate_(?:t|tpl)_([0-9a-f]{6})_(\d+)_[0-9a-f]+$")
 
 
 def in_ci() -> bool:
@@ -64,10 +73,14 @@ def run_in_thread(coro: Coroutine[Any, Any, Any]) -> Any:
 
 
 class _Dropper:
-    """Drops finished tests' databases on a thread of its own, so the next test need not wait."""
+    """Drops finished tests' databases on a thread of its own, so the next test need not wait.
+
+    The queue is short: a session killed mid-run leaves few databases behind (and the next
+    session drops those, see ``drop_abandoned``).
+    """
 
     def __init__(self) -> None:
-        self._names: queue.Queue[str | None] = queue.Queue()
+        self._names: queue.Queue[str | None] = queue.Queue(maxsize=2)
         self._thread: threading.Thread | None = None
 
     def drop(self, name: str) -> None:
@@ -94,6 +107,28 @@ class _Dropper:
 _dropper = _Dropper()
 
 
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def drop_abandoned() -> None:
+    """Drop the test databases of sessions on this host whose process is gone."""
+    import psycopg
+
+    with psycopg.connect(PG_ADMIN_URL, autocommit=True, connect_timeout=5) as conn:
+        names = [row[0] for row in conn.execute("SELECT datname FROM pg_database WHERE datname LIKE 'lockgate%'")]
+        for name in names:
+            match = _OURS.match(name)
+            if match and match.group(1) == _HOST and not _alive(int(match.group(2))):
+                conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
 async def _migrate(url: str) -> None:
     from lockgate.store.postgres import PostgresStore
 
@@ -109,8 +144,9 @@ def pg_template() -> Iterator[str]:
         import lockgate.store.postgres  # noqa: F401
     except ImportError as exc:
         unavailable(f"the PostgreSQL store is not importable: {exc}")
-    name = f"lockgate_tpl_{os.getpid()}_{uuid.uuid4().hex[:8]}"
+    name = f"lockgate_tpl_{_SESSION}_{uuid.uuid4().hex[:8]}"
     try:
+        drop_abandoned()
         admin(f'CREATE DATABASE "{name}"')
     except Exception as exc:
         unavailable(f"PostgreSQL at {PG_ADMIN_URL} is unreachable: {exc}")
@@ -125,7 +161,7 @@ def pg_template() -> Iterator[str]:
 def pg_database_url(request: pytest.FixtureRequest, *, migrated: bool = True) -> Iterator[str]:
     """A database of this test's own, dropped afterwards: a copy of the session template, or empty."""
     template = request.getfixturevalue("pg_template")
-    name = f"lockgate_t_{uuid.uuid4().hex[:12]}"
+    name = f"lockgate_t_{_SESSION}_{uuid.uuid4().hex[:12]}"
     try:
         admin(f'CREATE DATABASE "{name}" TEMPLATE "{template}"' if migrated else f'CREATE DATABASE "{name}"')
     except Exception as exc:
