@@ -200,7 +200,12 @@ class Client(OperatorMixin):
                     raise ResultTimeout(f"run {run_id} did not finish within {timeout}s (status {row['status']})")
                 # A run that ends here wakes us at once; the bulk poll is for runs other processes end.
                 self._results.poll(run_id, self.poll_interval if self._finishes_here(row) else 0.01)
-                await asyncio.wait({ended}, timeout=wait)
+                timer = None if wait is None else loop.call_later(wait, _resolve, ended)
+                try:
+                    await ended  # resolved by the run's end, a poll that saw it end, or the timeout
+                finally:
+                    if timer is not None:
+                        timer.cancel()
             finally:
                 self._results.forget(run_id, ended)
 
@@ -414,6 +419,11 @@ class Client(OperatorMixin):
         """Runs ended from outside: stop any local execution and release result waiters."""
         for rid in run_ids:
             self.notify_finished(rid)
+
+
+def _resolve(future: asyncio.Future[None]) -> None:
+    if not future.done():
+        future.set_result(None)
 
 
 def _payload_json(model: type[BaseModel] | None, payload: Any, *, what: str) -> str:

@@ -16,7 +16,7 @@ import time
 from typing import Any
 
 from ..app import App
-from ..clock import Clock, to_datetime, wait_event
+from ..clock import Clock, to_datetime
 from ..definitions import WorkflowDef, retry_hint
 from ..durations import Duration, to_seconds
 from ..errors import StoreError, WorkflowCrashLooped, WorkflowVersionIncompatible
@@ -75,7 +75,7 @@ class Engine(Client):
         self._executions: dict[str, Execution] = {}
         self._inflight: set[str] = set()
         self._background: set[asyncio.Future[Any]] = set()
-        self._wake = asyncio.Event()
+        self._wake = _Wakeup()
         self._tasks: list[asyncio.Task[Any]] = []
         self._running = False
         self._outage_since: float | None = None  # monotonic time the store was first found unreachable
@@ -228,7 +228,7 @@ class Engine(Client):
                     if due is not None and due > now:
                         delay = min(self.poll_interval, max(0.0, due - self.clock.now()))
                 if delay > 0:
-                    await wait_event(self._wake, delay)
+                    await self._wake.wait(delay)
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
@@ -398,6 +398,47 @@ class Engine(Client):
 
 
 _LOST = "lease lost (another worker took the run over, or it was ended elsewhere)"
+
+
+class _Wakeup:
+    """What the dispatcher sleeps on: ``set()`` from anywhere on the loop; ``wait(timeout)``.
+
+    One future and one timer per sleep: lighter than an ``asyncio.Event`` waited on through
+    a task, which the dispatcher would pay for after every start.
+    """
+
+    __slots__ = ("_flag", "_waiter")
+
+    def __init__(self) -> None:
+        self._flag = False
+        self._waiter: asyncio.Future[None] | None = None
+
+    def set(self) -> None:
+        self._flag = True
+        _resolve(self._waiter)
+
+    def clear(self) -> None:
+        self._flag = False
+
+    def is_set(self) -> bool:
+        return self._flag
+
+    async def wait(self, timeout: float) -> None:
+        if self._flag:
+            return
+        loop = asyncio.get_running_loop()
+        waiter = self._waiter = loop.create_future()
+        timer = loop.call_later(timeout, _resolve, waiter)
+        try:
+            await waiter
+        finally:
+            timer.cancel()
+            self._waiter = None
+
+
+def _resolve(future: asyncio.Future[None] | None) -> None:
+    if future is not None and not future.done():
+        future.set_result(None)
 
 
 def _backoff(failures: int, base: float) -> float:
