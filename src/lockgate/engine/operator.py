@@ -59,7 +59,7 @@ class OperatorMixin:
     app: App
     store: Store
     clock: Clock
-    _paused_cache: set[str]
+    _paused_cache: dict[str, Row]
     _paused_read_at: float
 
     def wake(self, at: float | None = None) -> None:
@@ -81,15 +81,19 @@ class OperatorMixin:
 
     async def paused(self, workflow: str) -> bool:
         """Whether ``workflow`` is paused (cached for a second: a pause reaches every process within that)."""
-        now = self.clock.now()
-        if now - self._paused_read_at > PAUSE_CACHE_SECONDS:
+        return gate_ops.pause_in(await self.pause_snapshot(), [f"wf:{workflow}"], self.clock.now()) is not None
+
+    async def pause_snapshot(self) -> dict[str, Row]:
+        """Active pauses by scope (``wf:<name>``, ``key:<key>``) as this process last read them, at most a
+        second ago: the gate decides pauses from this, so a pause reaches every process within a second."""
+        if self.clock.now() - self._paused_read_at > PAUSE_CACHE_SECONDS:
             await self.refresh_pauses()
-        return f"wf:{workflow}" in self._paused_cache
+        return self._paused_cache
 
     async def refresh_pauses(self) -> None:
         now = self.clock.now()
         rows = await self.store.read(gate_ops.list_pauses, now)
-        self._paused_cache = {r["scope"] for r in rows}
+        self._paused_cache = {r["scope"]: r for r in rows}
         self._paused_read_at = now
 
     async def pause(self, workflow: str, reason: str | None = None) -> None:
@@ -116,10 +120,12 @@ class OperatorMixin:
             raise InvalidArgument("until must be a timezone-aware datetime")
         now = self.clock.now()
         await self.store.write(gate_ops.pause, f"key:{key}", reason, None if until is None else until.timestamp(), now)
+        await self.refresh_pauses()
 
     async def unpause_key(self, key: str) -> None:
         now = self.clock.now()
         await self.store.write(_unpause_key, key, now)
+        await self.refresh_pauses()
         self.wake()  # parked starts: the drainer's business too
 
     async def cancel_start(self, ticket: str, reason: str) -> int:

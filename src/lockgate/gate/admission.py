@@ -91,6 +91,7 @@ async def admit(
         idempotency_key=key,
         run=run,
         at=None if at is None else at.timestamp(),
+        pauses=await client.pause_snapshot(),
     )
     decision = await client.store.write(offer, o, now)
     client.after_decision(defn, decision)

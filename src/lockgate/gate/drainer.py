@@ -117,7 +117,7 @@ class Drainer:
         engine = self.engine
         try:
             decision: Decision = await engine.store.write(
-                _reoffer_op, defn, row["id"], engine.new_run_row(defn, "{}"), now
+                _reoffer_op, defn, row["id"], engine.new_run_row(defn, "{}"), now, await engine.pause_snapshot()
             )
         except Exception as exc:
             log.warning("re-offer of %s (%s) failed: %s", row["ticket"], row["workflow"], exc)
@@ -189,7 +189,9 @@ def _fair_order(rows: list[Row], served: dict[Any, int] | None = None) -> list[R
 # -- operations ------------------------------------------------------------------------------
 
 
-async def _reoffer_op(tx: Tx, defn: Any, pending_id: str, run: dict[str, Any], now: float) -> Decision:
+async def _reoffer_op(
+    tx: Tx, defn: Any, pending_id: str, run: dict[str, Any], now: float, pauses: dict[str, Row]
+) -> Decision:
     """Re-offer a parked row as it is now (a fold may have moved it since it was selected)."""
     current = await gate_ops.get_pending(tx, pending_id)
     if current is None:  # decided meanwhile (expired, cancelled, another drain)
@@ -199,7 +201,9 @@ async def _reoffer_op(tx: Tx, defn: Any, pending_id: str, run: dict[str, Any], n
     if not current["keys"]:  # a failure report: its keys are computed by the handler's gate
         model = defn.payload_model.model_validate_json(current["payload"])
         current = {**current, "keys": json.dumps(control_keys(defn, defn.gate, model))}
-    return await offer(tx, reoffer(defn, current, run), now)
+    o = reoffer(defn, current, run)
+    o.pauses = pauses
+    return await offer(tx, o, now)
 
 
 async def expire(tx: Tx, row: Row, reason: str, now: float) -> bool:

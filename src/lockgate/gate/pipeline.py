@@ -53,6 +53,7 @@ class Offer:
     run: dict[str, Any]  # the run row template (id, version, patches, recording, ...)
     at: float | None = None
     pending: Row | None = None  # set when the drainer re-offers a parked row
+    pauses: dict[str, Row] | None = None  # a snapshot of active pauses (None: read them in the transaction)
 
     @property
     def workflow(self) -> str:
@@ -250,8 +251,15 @@ async def _identity(tx: Tx, o: Offer, now: float) -> Decision | None:
     return None
 
 
+async def _paused(tx: Tx, o: Offer, scopes: list[str], now: float) -> Row | None:
+    """The pause holding ``scopes``: from the offer's snapshot of pauses, else read now."""
+    if o.pauses is not None:
+        return gate_ops.pause_in(o.pauses, scopes, now)
+    return await gate_ops.active_pause(tx, scopes, now)
+
+
 async def _pause(tx: Tx, o: Offer, now: float) -> Decision | None:
-    paused = await gate_ops.active_pause(tx, [f"wf:{o.workflow}"], now)
+    paused = await _paused(tx, o, [f"wf:{o.workflow}"], now)
     if paused is None:
         return None
     return await _park(tx, o, now, mode="paused", stage="delayed", due=None, reason=paused["reason"])
@@ -460,7 +468,7 @@ async def _key_pause(tx: Tx, o: Offer, now: float) -> Decision | None:
     keys = _flow_keys(o)
     if not keys:
         return None
-    paused = await gate_ops.active_pause(tx, [f"key:{k}" for k in keys], now)
+    paused = await _paused(tx, o, [f"key:{k}" for k in keys], now)
     if paused is None:
         return None
     key = str(paused["scope"]).removeprefix("key:")

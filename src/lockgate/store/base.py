@@ -25,6 +25,7 @@ class Tx(abc.ABC):
     """One transaction (or a read-only view) on which named queries run."""
 
     dialect: str
+    single_writer = False  # True where the store runs one write transaction at a time (SQLite)
 
     @abc.abstractmethod
     async def execute(self, name: str, params: Mapping[str, Any] | None = None) -> list[Row]:

@@ -70,7 +70,8 @@ async def add_window_hit(tx: Tx, scope: str, key: str, at: float, period: float)
 
 async def lock_key(tx: Tx, scope: str, key: str) -> None:
     """Serialise decisions on one (scope, key) across processes (a no-op where the store has one writer)."""
-    await tx.execute("lock_key", {"lock": f"{scope}\x1f{key}"})
+    if not tx.single_writer:  # one writer already decides one transaction at a time
+        await tx.execute("lock_key", {"lock": f"{scope}\x1f{key}"})
 
 
 async def slots_in_use(tx: Tx, scope: str, key: str) -> int:
@@ -112,6 +113,12 @@ async def unpause(tx: Tx, scope: str) -> bool:
 
 async def list_pauses(tx: Tx, now: float) -> list[Row]:
     return await tx.execute("list_pauses", {"now": now})
+
+
+def pause_in(pauses: dict[str, Row], scopes: list[str], now: float) -> Row | None:
+    """The pause holding any of ``scopes`` in a snapshot of active pauses (an open-ended one first)."""
+    found = [p for s in scopes if (p := pauses.get(s)) is not None and (p["until"] is None or p["until"] > now)]
+    return max(found, key=lambda p: float("inf") if p["until"] is None else float(p["until"]), default=None)
 
 
 async def active_pause(tx: Tx, scopes: list[str], now: float) -> Row | None:

@@ -36,6 +36,7 @@ _Bound = Callable[[Tx], Awaitable[Any]]
 
 class _SQLiteTx(Tx):
     dialect = "sqlite"
+    single_writer = True
 
     def __init__(self, conn: sqlite3.Connection, queries: dict[str, str]) -> None:
         self._conn = conn
