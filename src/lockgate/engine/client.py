@@ -65,7 +65,7 @@ class Client(OperatorMixin):
         self._results = ResultWaiters(self.store, lambda: self.poll_interval)
         self._settled: dict[str, asyncio.Event] = {}
         self._open = False
-        self._paused_cache: set[str] = set()
+        self._paused_cache: dict[str, dict[str, Any]] = {}
         self._paused_read_at = float("-inf")
 
     # -- lifecycle ----------------------------------------------------------------------
