@@ -383,6 +383,7 @@ class Client(OperatorMixin):
         if defn.gate.item_model is None:  # through the gate, like any start: limits and windows count it
             from ..gate.admission import admit
 
+            source = validate_payload(defn.payload_model, source, what=f"retry of {defn.name!r} payload")
             handle = await admit(
                 self, defn.name, source, at=None, wait=False, idempotency_key=None, flow_control=None, retry_of=run_id
             )
