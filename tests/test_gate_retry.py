@@ -56,3 +56,36 @@ async def test_a_retry_waits_for_a_slot_like_any_start(env_factory: Any) -> None
         assert (fresh.retry_of, fresh.status) == (failed.run_id, "running")
         events = [e for e in await engine.events(failed.run_id) if e.type == "run-retried"]
         assert events and events[0].data["ticket"] == retry.ticket
+
+
+async def test_a_redriven_run_gets_its_finish_budget_again(env_factory: Any) -> None:
+    app = lg.App()
+    attempts: list[int] = []
+
+    def flaky() -> int:
+        attempts.append(1)
+        if len(attempts) == 1:
+            raise RuntimeError("provider down")
+        return len(attempts)
+
+    @app.workflow(name="bounded", timeouts=lg.Timeouts(finish="10m"))
+    async def bounded(ctx: lg.Context, p: Go) -> int:
+        value = int(await ctx.step("call", flaky))
+        await ctx.wait_for_signal("go", Go)
+        return value
+
+    async with env_factory(app) as env:
+        engine = env.engine
+        handle = await engine.start("bounded", {})
+        await wait_runs(engine, "bounded", status="failed")
+        await env.advance("1h")  # long past the first deadline
+        await engine.redrive(handle.run_id)
+        await env.advance("5m")
+        await env.engine.drainer.tick()
+        run = await engine.get_run(handle.run_id)
+        assert (run.status, run.waiting_on) == ("running", "signal")  # not failed by the old deadline
+        await env.advance("6m")
+        await env.engine.drainer.tick()
+        await env.settle()
+        run = await engine.get_run(handle.run_id)
+        assert (run.status, run.error_tag) == ("failed", "FinishTimeout")  # the new budget is enforced

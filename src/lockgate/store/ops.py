@@ -427,7 +427,7 @@ async def _reopen(tx: Tx, run_id: str, from_status: str, now: float) -> None:
             "now": now,
         },
     )
-    await tx.execute("clear_failure", {"run_id": run_id})
+    await tx.execute("clear_failure", {"run_id": run_id, "now": now})
     if from_status in TERMINAL:  # its slot was freed when it ended: a live gated run must hold one
         await gate_ops.retake_slot(tx, await get_run(tx, run_id), now)
 

@@ -109,7 +109,11 @@ WHERE id = %(run_id)s AND status = %(from_status)s
 RETURNING id, workflow, parent_id, payload, slot_scope, on_failure;
 
 -- name: clear_failure
-UPDATE lockgate_runs SET error_tag = NULL, error_message = NULL, output = NULL WHERE id = %(run_id)s;
+-- A re-opened run gets its whole timeouts.finish budget again, counted from now.
+UPDATE lockgate_runs
+SET error_tag = NULL, error_message = NULL, output = NULL,
+    deadline_at = CASE WHEN deadline_at IS NOT NULL THEN %(now)s + (deadline_at - created_at) END
+WHERE id = %(run_id)s;
 
 -- name: set_discarded
 UPDATE lockgate_runs SET discarded_at = %(now)s, updated_at = %(now)s

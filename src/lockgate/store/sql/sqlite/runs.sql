@@ -104,7 +104,11 @@ WHERE id = :run_id AND status = :from_status
 RETURNING id, workflow, parent_id, payload, slot_scope, on_failure;
 
 -- name: clear_failure
-UPDATE lockgate_runs SET error_tag = NULL, error_message = NULL, output = NULL WHERE id = :run_id;
+-- A re-opened run gets its whole timeouts.finish budget again, counted from now.
+UPDATE lockgate_runs
+SET error_tag = NULL, error_message = NULL, output = NULL,
+    deadline_at = CASE WHEN deadline_at IS NOT NULL THEN :now + (deadline_at - created_at) END
+WHERE id = :run_id;
 
 -- name: set_discarded
 UPDATE lockgate_runs SET discarded_at = :now, updated_at = :now
