@@ -27,10 +27,10 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 from urllib.parse import urlsplit, urlunsplit
 
 from pydantic import BaseModel
@@ -43,6 +43,7 @@ from .report import Cell, machine, print_table, ratio, write_json
 __all__ = ["main", "run_mode"]
 
 HERE = Path(__file__).resolve().parent
+T = TypeVar("T")
 
 # Targets on SQLite (see docs/performance.md); keyed by (mode, case).
 TARGETS: dict[tuple[str, str], tuple[str, float]] = {
@@ -93,7 +94,7 @@ class Case:
     value: float
     unit: str
     unit_us: float  # time of one unit of work, for the ratio to the floor
-    extra: dict[str, float] = field(default_factory=dict)
+    extra: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass
@@ -102,6 +103,7 @@ class ModeResult:
     mode: str
     floor: Floor
     cases: list[Case]
+    floor_samples: list[float] = field(default_factory=list)  # µs per commit, one per round
 
 
 # -- the cases --------------------------------------------------------------------------------
@@ -252,14 +254,34 @@ def _folder(given: str | None) -> Iterator[Path]:
 
 
 async def run_mode(place: Place, args: argparse.Namespace) -> ModeResult:
-    """The floor, then cases (a), (b), (c), each on a fresh database."""
-    floor = place.floor(args.floor_seconds)
-    cases = [
-        await case_steps(place.url("steps"), args.steps, args.recording),
-        await case_concurrent(place.url("concurrent"), args.concurrent, args.recording),
-        await case_sequential(place.url("sequential"), args.sequential, args.recording),
-    ]
-    return ModeResult(place.store, place.mode, floor, cases)
+    """``--repeat`` rounds of the floor then cases (a), (b), (c), each on a fresh database; the medians.
+
+    Rounds interleave the floor with the cases, so a disk that slows down for a while (other
+    work on the machine) slows both sides of a ratio.
+    """
+    floors: list[Floor] = []
+    rounds: list[list[Case]] = []
+    for r in range(args.repeat):
+        floors.append(place.floor(args.floor_seconds))
+        rounds.append(
+            [
+                await case_steps(place.url(f"steps{r}"), args.steps, args.recording),
+                await case_concurrent(place.url(f"concurrent{r}"), args.concurrent, args.recording),
+                await case_sequential(place.url(f"sequential{r}"), args.sequential, args.recording),
+            ]
+        )
+    floor = _median(floors, lambda f: f.us_per_commit)
+    cases = []
+    for samples in zip(*rounds, strict=True):
+        chosen = _median(list(samples), lambda c: c.value)
+        chosen.extra["samples"] = [c.value for c in samples]
+        cases.append(chosen)
+    return ModeResult(place.store, place.mode, floor, cases, [f.us_per_commit for f in floors])
+
+
+def _median(items: list[T], key: Callable[[T], float]) -> T:
+    """The middle item by ``key`` (the lower middle of an even count)."""
+    return sorted(items, key=key)[(len(items) - 1) // 2]
 
 
 def _target(store: str, mode: str, case: Case, floor: Floor) -> tuple[str | None, bool | None]:
@@ -318,7 +340,7 @@ def _document(results: list[ModeResult], args: argparse.Namespace) -> dict[str, 
                 "met": met,
                 **c.extra,
             }
-        modes[r.mode] = {"floor": r.floor.to_dict(), "cases": cases}
+        modes[r.mode] = {"floor": {**r.floor.to_dict(), "samples_us_per_commit": r.floor_samples}, "cases": cases}
     return {
         "bench": "core",
         "store": results[0].store if results else None,
@@ -328,6 +350,7 @@ def _document(results: list[ModeResult], args: argparse.Namespace) -> dict[str, 
             "sequential": args.sequential,
             "recording": args.recording,
             "floor_seconds": args.floor_seconds,
+            "repeat": args.repeat,
         },
         "machine": machine(),
         "modes": modes,
@@ -349,9 +372,10 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--sequential", type=int, default=500, help="case (c): start-and-await calls")
     parser.add_argument("--recording", choices=("full", "coarse"), default="full", help="the engine's recording")
     parser.add_argument("--floor-seconds", type=float, default=1.0, help="how long each floor loop runs")
+    parser.add_argument("--repeat", type=int, default=3, help="rounds of every case; the median is reported")
     parser.add_argument("--plain", action="store_true", help="plain-text table")
     args = parser.parse_args(argv)
-    for name in ("steps", "concurrent", "sequential"):
+    for name in ("steps", "concurrent", "sequential", "repeat"):
         if getattr(args, name) < 1:
             parser.error(f"--{name} must be at least 1")
     return args

@@ -79,6 +79,7 @@ def machine() -> dict[str, Any]:
         "sqlite": sqlite3.sqlite_version,
         "platform": platform.platform(),
         "cpus": os.cpu_count(),
+        "load_average": list(os.getloadavg()) if hasattr(os, "getloadavg") else None,
         "commit": commit or None,
     }
 

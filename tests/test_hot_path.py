@@ -152,3 +152,50 @@ async def test_a_result_wait_that_times_out_leaves_nothing_behind(make_engine: A
         await engine.signal(handle.run_id, "go", {})
         await engine.signal(handle.run_id, "go", {})
         assert await engine.result(handle.run_id, timeout=10) == 6
+
+
+async def test_a_blocking_start_runs_here_claimed_as_it_is_created(make_engine: Any) -> None:
+    seen: list[tuple[str | None, int]] = []
+    app = app_with_steps()
+
+    @app.workflow(name="looks")
+    async def looks(ctx: lg.Context, p: Job) -> int:
+        row = await engine.store.read(ops.get_run, ctx.run_id)
+        seen.append((row["owner"], int(row["epoch"])))
+        return int(await ctx.step("double", double, p.n))
+
+    async with make_engine(app) as engine:
+        assert await engine.run("looks", {"n": 2}, timeout=10) == 4
+        [run] = await engine.list_runs(workflow="looks")
+        assert (run.status, run.entries, run.reclaim_count) == ("succeeded", 1, 0)
+        assert seen == [(engine.worker_id, 1)]  # claimed once, by this engine, as it was created
+        started = await engine.start("looks", {"n": 3}, wait=True)
+        assert await started.result(timeout=10) == 6
+
+
+async def test_a_blocking_start_without_room_waits_for_the_dispatcher(make_engine: Any) -> None:
+    release = asyncio.Event()
+    app = app_with_steps()
+
+    @app.workflow(name="holder")
+    async def holder(ctx: lg.Context, p: Job) -> int:
+        async def hold() -> int:
+            await release.wait()
+            return p.n
+
+        return int(await ctx.step("hold", hold))
+
+    async with make_engine(app, max_concurrent_runs=1) as engine:
+        held = await engine.start("holder", {"n": 7})
+        for _ in range(500):
+            if held.run_id in engine.executing:
+                break
+            await asyncio.sleep(0.01)
+        waiting = asyncio.ensure_future(engine.run("steps", {"n": 3}, timeout=30))
+        for _ in range(50):
+            await asyncio.sleep(0.01)
+        [queued] = [r for r in await engine.list_runs(workflow="steps")]
+        assert (queued.status, queued.owner) == ("running", None)  # created, not claimed: no room
+        release.set()
+        assert await waiting == 6
+        assert await held.result(timeout=10) == 7

@@ -150,10 +150,8 @@ class Client(OperatorMixin):
         With ``wait=True`` the call returns once the run has ended (its result via
         ``handle.result()``, or raised when it failed).
         """
-        from ..gate.admission import admit  # the gate decides; the client only asks
-
-        handle = await admit(
-            self, workflow, payload, at=at, wait=wait, idempotency_key=idempotency_key, flow_control=flow_control
+        handle = await self._admit(
+            workflow, payload, at=at, wait=wait, idempotency_key=idempotency_key, flow_control=flow_control
         )
         if wait and handle.run_id is not None:
             await self.result(handle.run_id, timeout=timeout)
@@ -168,14 +166,28 @@ class Client(OperatorMixin):
         timeout: float | None = None,
     ) -> Any:
         """Start and wait: the run's result, or its failure raised."""
-        from ..gate.admission import admit
-
         # A blocking start (``wait=True`` at the gate), read back once: not via start(), which reads it too.
-        handle = await admit(
-            self, workflow, payload, at=None, wait=True, idempotency_key=idempotency_key, flow_control=None
+        handle = await self._admit(
+            workflow, payload, at=None, wait=True, idempotency_key=idempotency_key, flow_control=None
         )
         assert handle.run_id is not None
         return await self.result(handle.run_id, timeout=timeout)
+
+    async def _admit(
+        self,
+        workflow: WorkflowRef,
+        payload: Any,
+        *,
+        at: datetime | None,
+        wait: bool,
+        idempotency_key: str | None,
+        flow_control: Any,
+    ) -> RunHandle:
+        from ..gate.admission import admit  # the gate decides; the client only asks
+
+        return await admit(
+            self, workflow, payload, at=at, wait=wait, idempotency_key=idempotency_key, flow_control=flow_control
+        )
 
     def wake(self, at: float | None = None) -> None:
         """Tell local workers a run is runnable from ``at`` (no ``at``: re-read everything). A client has none."""

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import logging
 import os
 import socket
@@ -22,10 +23,11 @@ from ..durations import Duration, to_seconds
 from ..errors import StoreError, WorkflowCrashLooped, WorkflowVersionIncompatible
 from ..gate.drainer import Drainer
 from ..gate.pipeline import Decision
+from ..handles import RunHandle
 from ..ids import new_id
 from ..store import Store, cluster_ops, ops
 from ..store.base import Row
-from .client import DEFAULT_STORE, Client
+from .client import DEFAULT_STORE, Client, WorkflowRef
 from .executor import Execution
 
 __all__ = ["Engine"]
@@ -82,6 +84,7 @@ class Engine(Client):
         self._handbacks: set[asyncio.Task[None]] = set()
         self._workflows: frozenset[str] = frozenset()
         self._full = False  # the dispatcher waits for a run to end before it can claim
+        self._reserved = 0  # slots held for runs blocking starts claim as they create them
         self.drainer = Drainer(self)
 
     # -- lifecycle ----------------------------------------------------------------------
@@ -142,6 +145,9 @@ class Engine(Client):
 
     def wake(self, at: float | None = None) -> None:
         """``wake(at)``: a run is runnable from ``at``; ``wake()``: anything may have changed (the gate too)."""
+        claim = _CLAIM_AT_START.get()
+        if at is not None and claim is not None and claim.run_id is not None:
+            return  # the new run is this blocking start's own: it is launched here, not dispatched
         if at is None:
             self._wake.set()
             self.drainer.wake()
@@ -171,6 +177,60 @@ class Engine(Client):
             decision.due_at is None or decision.due_at <= self.clock.now() + self.poll_interval
         ):
             self.drainer.wake()
+
+    # -- blocking starts ------------------------------------------------------------------
+
+    async def _admit(
+        self,
+        workflow: WorkflowRef,
+        payload: Any,
+        *,
+        at: Any,
+        wait: bool,
+        idempotency_key: str | None,
+        flow_control: Any,
+    ) -> RunHandle:
+        """A blocking start (``run()``, ``start(wait=True)``) is executed here, claimed as it is created.
+
+        Its caller waits in this process anyway; claiming the run in the transaction that
+        creates it saves a commit and a dispatcher round trip. Without room, or if the gate
+        does not start a run, it goes the usual way.
+        """
+        if not wait or not self._running:
+            return await super()._admit(
+                workflow, payload, at=at, wait=wait, idempotency_key=idempotency_key, flow_control=flow_control
+            )
+        claim = _ClaimAtStart()
+        try:
+            token = _CLAIM_AT_START.set(claim)
+            try:
+                handle = await super()._admit(
+                    workflow, payload, at=at, wait=wait, idempotency_key=idempotency_key, flow_control=flow_control
+                )
+            finally:
+                _CLAIM_AT_START.reset(token)
+            if claim.run_id is not None and handle.status == "started" and handle.run_id == claim.run_id:
+                row = await self.store.read(ops.find_run, claim.run_id)
+                if row is not None and row["owner"] == self.worker_id and row["status"] == "running":
+                    if row["id"] not in self._inflight:
+                        self._launch(row)
+            return handle
+        finally:
+            if claim.run_id is not None:  # launched (now in flight) or not created: the slot is free again
+                self._reserved -= 1
+
+    def new_run_row(self, defn: WorkflowDef, payload: Any, **kwargs: Any) -> dict[str, Any]:
+        row = super().new_run_row(defn, payload, **kwargs)
+        claim = _CLAIM_AT_START.get()
+        if claim is not None and claim.run_id is None and self._running and self._room() > 0:
+            now = self.clock.now()  # the columns a claim sets (claim_runs), on the new row
+            row.update(owner=self.worker_id, epoch=1, entries=1, entered_at=now, lease_until=now + self.lease)
+            claim.run_id = row["id"]
+            self._reserved += 1
+        return row
+
+    def _room(self) -> int:
+        return self.max_concurrent_runs - len(self._inflight) - self._reserved
 
     def _finishes_here(self, row: Row) -> bool:
         """A run this engine holds, or will claim when it is due, ends here: waiters are woken, not polling.
@@ -212,7 +272,7 @@ class Engine(Client):
             self._wake.clear()
             try:
                 delay = self.poll_interval  # full, or nothing due is ours: wait for a wake-up, never spin
-                free = self.max_concurrent_runs - len(self._inflight)
+                free = self._room()
                 self._full = free <= 0
                 if free > 0:
                     # Claim at once: an empty claim costs what the read that would precede it costs.
@@ -398,6 +458,20 @@ class Engine(Client):
 
 
 _LOST = "lease lost (another worker took the run over, or it was ended elsewhere)"
+
+
+class _ClaimAtStart:
+    """The run a blocking start claims as it creates it (set by ``new_run_row``)."""
+
+    __slots__ = ("run_id",)
+
+    def __init__(self) -> None:
+        self.run_id: str | None = None
+
+
+_CLAIM_AT_START: contextvars.ContextVar[_ClaimAtStart | None] = contextvars.ContextVar(
+    "lockgate_claim_at_start", default=None
+)
 
 
 class _Wakeup:

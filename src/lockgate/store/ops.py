@@ -58,6 +58,11 @@ async def create_run(tx: Tx, run: dict[str, Any], now: float) -> tuple[Row, bool
         "on_failure": None,
         "slot_scope": None,
         "slot_key": None,
+        "owner": None,  # set (with lease_until .. entries) when the starting engine claims it at once
+        "lease_until": None,
+        "epoch": 0,
+        "entered_at": None,
+        "entries": 0,
         **run,
         "now": now,
     }
