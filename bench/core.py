@@ -95,6 +95,7 @@ class Case:
     unit: str
     unit_us: float  # time of one unit of work, for the ratio to the floor
     extra: dict[str, Any] = field(default_factory=dict)
+    ratio: float | None = None  # unit_us over the floor's µs per commit (the median of the rounds')
 
 
 @dataclass
@@ -256,25 +257,31 @@ def _folder(given: str | None) -> Iterator[Path]:
 async def run_mode(place: Place, args: argparse.Namespace) -> ModeResult:
     """``--repeat`` rounds of the floor then cases (a), (b), (c), each on a fresh database; the medians.
 
-    Rounds interleave the floor with the cases, so a disk that slows down for a while (other
-    work on the machine) slows both sides of a ratio.
+    Each round measures its own floor just before its cases, and each ratio divides by the
+    floor of its round: a disk that slows down for a while (other work on the machine) slows
+    both sides of that ratio. The reported ratio is the median of the rounds' ratios.
     """
     floors: list[Floor] = []
     rounds: list[list[Case]] = []
     for r in range(args.repeat):
-        floors.append(place.floor(args.floor_seconds))
-        rounds.append(
-            [
-                await case_steps(place.url(f"steps{r}"), args.steps, args.recording),
-                await case_concurrent(place.url(f"concurrent{r}"), args.concurrent, args.recording),
-                await case_sequential(place.url(f"sequential{r}"), args.sequential, args.recording),
-            ]
-        )
+        floor = place.floor(args.floor_seconds)
+        floors.append(floor)
+        cases = [
+            await case_steps(place.url(f"steps{r}"), args.steps, args.recording),
+            await case_concurrent(place.url(f"concurrent{r}"), args.concurrent, args.recording),
+            await case_sequential(place.url(f"sequential{r}"), args.sequential, args.recording),
+        ]
+        for case in cases:
+            case.ratio = ratio(case.unit_us, floor.us_per_commit)
+        rounds.append(cases)
     floor = _median(floors, lambda f: f.us_per_commit)
     cases = []
     for samples in zip(*rounds, strict=True):
         chosen = _median(list(samples), lambda c: c.value)
         chosen.extra["samples"] = [c.value for c in samples]
+        ratios = [c.ratio for c in samples if c.ratio is not None]
+        chosen.extra["ratio_samples"] = ratios
+        chosen.ratio = _median(ratios, float) if ratios else None
         cases.append(chosen)
     return ModeResult(place.store, place.mode, floor, cases, [f.us_per_commit for f in floors])
 
@@ -289,7 +296,7 @@ def _target(store: str, mode: str, case: Case, floor: Floor) -> tuple[str | None
         return None, None
     kind, bound = TARGETS[(mode, case.case)]
     if kind == "ratio<=":
-        value = ratio(case.unit_us, floor.us_per_commit)
+        value = case.ratio
         return f"≤ {bound}x floor", value is not None and value <= bound
     if kind == "value>=":
         return f"≥ {bound:,.0f}", case.value >= bound
@@ -316,7 +323,7 @@ def _rows(results: list[ModeResult]) -> list[list[Cell]]:
                     c.value,
                     c.unit,
                     detail or None,
-                    ratio(c.unit_us, r.floor.us_per_commit),
+                    c.ratio,
                     target,
                     None if met is None else ("yes" if met else "NO"),
                 ]
@@ -335,7 +342,7 @@ def _document(results: list[ModeResult], args: argparse.Namespace) -> dict[str, 
                 "value": c.value,
                 "unit": c.unit,
                 "unit_us": c.unit_us,
-                "ratio_to_floor": ratio(c.unit_us, r.floor.us_per_commit),
+                "ratio_to_floor": c.ratio,
                 "target": target,
                 "met": met,
                 **c.extra,

@@ -214,10 +214,12 @@ class Client(OperatorMixin):
                 self._results.poll(run_id, self.poll_interval if self._finishes_here(row) else 0.01)
                 timer = None if wait is None else loop.call_later(wait, _resolve, ended)
                 try:
-                    await ended  # resolved by the run's end, a poll that saw it end, or the timeout
+                    final = await ended  # resolved by the run's end, a poll that saw it end, or the timeout
                 finally:
                     if timer is not None:
                         timer.cancel()
+                if final is not None and final["status"] in ops.TERMINAL:
+                    return self._outcome(final)  # it ended here: its final row is known without a read
             finally:
                 self._results.forget(run_id, ended)
 
@@ -236,8 +238,9 @@ class Client(OperatorMixin):
             raise RunCancelled(row["id"], row["error_message"])
         raise RunFailed(row["id"], row["error_tag"], row["error_message"])
 
-    def notify_finished(self, run_id: str) -> None:
-        self._results.wake(run_id)
+    def notify_finished(self, run_id: str, ended: dict[str, Any] | None = None) -> None:
+        """Wake those waiting for ``run_id``; ``ended`` is its final row if this process ended it."""
+        self._results.wake(run_id, ended)
 
     def message_settled(self, message_id: str) -> None:
         event = self._settled.get(message_id)
@@ -434,7 +437,7 @@ class Client(OperatorMixin):
             self.notify_finished(rid)
 
 
-def _resolve(future: asyncio.Future[None]) -> None:
+def _resolve(future: asyncio.Future[Any]) -> None:
     if not future.done():
         future.set_result(None)
 

@@ -161,8 +161,8 @@ class Engine(Client):
         elif channel == "gate" and self.drainer._lease_until > self.clock.now():
             self.drainer.wake()  # only the replica holding the drain lease drains; the others would only poll it
 
-    def after_finish(self, run_id: str, stopped: list[str]) -> None:
-        self.notify_finished(run_id)
+    def after_finish(self, run_id: str, stopped: list[str], ended: Row | None = None) -> None:
+        self.notify_finished(run_id, ended)
         self.stopped(stopped, "parent closed")
         execution = self._executions.get(run_id)
         row = None if execution is None else execution.row

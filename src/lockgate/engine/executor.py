@@ -216,7 +216,7 @@ class Execution(Context):
             stopped = await self._store.write(ops.finish_run, self.fence, now, status="succeeded", output=output)
         except ops.Fenced:
             return
-        self._engine.after_finish(self.run_id, stopped)
+        self._engine.after_finish(self.run_id, stopped, self._ended("succeeded", output, None, None))
 
     async def _fail(self, exc: Exception) -> None:
         tag, message = _describe(exc)
@@ -242,7 +242,18 @@ class Execution(Context):
         if status == "failed" and issubclass(self.defn.payload_model, FailureReport):
             # there is no on_failure for an on_failure: the log is where a failing handler is seen
             log.error("failure handler %s (run %s) failed: %s: %s", self.defn.name, self.run_id, tag, message)
-        self._engine.after_finish(self.run_id, stopped)
+        self._engine.after_finish(self.run_id, stopped, self._ended(status, None, tag, message))
+
+    def _ended(self, status: str, output: str | None, tag: str | None, message: str | None) -> Row:
+        """The outcome columns of the row ``finish_run`` just wrote (what a result waiter needs)."""
+        return {
+            "id": self.run_id,
+            "workflow": self.workflow,
+            "status": status,
+            "output": output,
+            "error_tag": tag,
+            "error_message": message,
+        }
 
     def stop(self, reason: str) -> None:
         """Stop the body from outside (cancel, suspend, lost lease, shutdown); nothing more is written."""

@@ -15,6 +15,7 @@ from collections.abc import Callable
 
 from ..clock import wait_event
 from ..store import Store, ops
+from ..store.base import Row
 
 __all__ = ["ResultWaiters"]
 
@@ -27,14 +28,17 @@ class ResultWaiters:
     def __init__(self, store: Store, max_delay: Callable[[], float]) -> None:
         self._store = store
         self._max_delay = max_delay
-        self._waiters: dict[str, list[asyncio.Future[None]]] = {}
+        self._waiters: dict[str, list[asyncio.Future[Row | None]]] = {}
         self._polls: dict[str, tuple[float, float]] = {}  # run id -> (next poll at, its back-off)
         self._changed = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._tick_at = float("inf")  # when the poll task next reads
 
-    def listen(self, run_id: str) -> asyncio.Future[None]:
-        """A future for ``run_id``'s end; take it before reading the run so no finish is missed."""
+    def listen(self, run_id: str) -> asyncio.Future[Row | None]:
+        """A future for ``run_id``'s end; take it before reading the run so no finish is missed.
+
+        It resolves to the ended run's row when this process ended it, else to ``None``: read it.
+        """
         future = asyncio.get_running_loop().create_future()
         self._waiters.setdefault(run_id, []).append(future)
         return future
@@ -54,7 +58,7 @@ class ResultWaiters:
             self._tick_at = at
             self._task = loop.create_task(self._poll_loop(), name="lockgate-results")
 
-    def forget(self, run_id: str, future: asyncio.Future[None]) -> None:
+    def forget(self, run_id: str, future: asyncio.Future[Row | None]) -> None:
         """``future``'s caller stopped waiting."""
         futures = self._waiters.get(run_id)
         if futures is None:
@@ -65,11 +69,11 @@ class ResultWaiters:
             del self._waiters[run_id]
             self._polls.pop(run_id, None)
 
-    def wake(self, run_id: str) -> None:
-        """``run_id`` ended (or stopped) here: its waiters read it now."""
+    def wake(self, run_id: str, ended: Row | None = None) -> None:
+        """``run_id`` ended (or stopped) here: its waiters read it now, or take ``ended``, its final row."""
         for future in self._waiters.get(run_id, ()):
             if not future.done():
-                future.set_result(None)
+                future.set_result(ended)
 
     async def close(self) -> None:
         task, self._task = self._task, None
