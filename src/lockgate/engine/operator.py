@@ -267,19 +267,7 @@ async def _unpause(tx: Tx, workflow: str, now: float) -> int:
     parked = await tx.execute("paused_pending", {"workflow": workflow})
     for row in parked:
         await tx.execute("release_pending", {"id": row["id"], "now": now})
-        await gate_ops.ledger(
-            tx,
-            ticket=row["ticket"],
-            kind="drain",
-            workflow=workflow,
-            control="paused",
-            outcome="released",
-            reason="unpaused",
-            folded=int(row["folded"]),
-            waited=now - float(row["first_at"]),
-            pending_id=row["id"],
-            at=now,
-        )
+        await gate_ops.ledger_parked(tx, row, "released", "unpaused", now)
     return len(parked)
 
 

@@ -216,20 +216,7 @@ async def expire(tx: Tx, row: Row, reason: str, now: float) -> bool:
         if reason == "start-timeout"
         else f"workflow {row['workflow']!r} is not registered in this process"
     )
-    await gate_ops.ledger(
-        tx,
-        ticket=row["ticket"],
-        kind="drain",
-        workflow=row["workflow"],
-        control=row["mode"],
-        key=row["hold_key"],
-        outcome="expired",
-        reason=reason,
-        folded=int(row["folded"]),
-        waited=waited,
-        pending_id=row["id"],
-        at=now,
-    )
+    await gate_ops.ledger_parked(tx, row, "expired", reason, now)
     if row["on_failure"]:
         payload: Any = json.loads(row["payload"])
         if row["items"] is not None:

@@ -42,6 +42,24 @@ async def ledger(tx: Tx, **row: Any) -> int:
     return int(await tx.scalar("insert_ledger", {**LEDGER_DEFAULTS, **row}))
 
 
+async def ledger_parked(tx: Tx, row: Row, outcome: str, reason: str | None, now: float) -> int:
+    """Write what became of the parked ``row``: a ``drain`` decision under its first ticket."""
+    return await ledger(
+        tx,
+        ticket=row["ticket"],
+        kind="drain",
+        workflow=row["workflow"],
+        control=row["mode"],
+        key=row["hold_key"],
+        outcome=outcome,
+        reason=reason,
+        folded=int(row["folded"]),
+        waited=now - float(row["first_at"]),
+        pending_id=row["id"],
+        at=now,
+    )
+
+
 async def insert_pending(tx: Tx, row: dict[str, Any]) -> None:
     await tx.execute("insert_pending", {**PENDING_DEFAULTS, **row})
 
@@ -173,18 +191,5 @@ async def cancel_parked(tx: Tx, ticket: str, reason: str, now: float) -> Row | N
     row = await get_pending(tx, arrival["pending_id"])
     if row is None or not await delete_pending(tx, row["id"]):
         return None
-    await ledger(
-        tx,
-        ticket=row["ticket"],
-        kind="drain",
-        workflow=row["workflow"],
-        control=row["mode"],
-        key=row["hold_key"],
-        outcome="cancelled",
-        reason=reason,
-        folded=int(row["folded"]),
-        waited=now - float(row["first_at"]),
-        pending_id=row["id"],
-        at=now,
-    )
+    await ledger_parked(tx, row, "cancelled", reason, now)
     return row
