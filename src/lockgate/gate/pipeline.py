@@ -334,6 +334,43 @@ async def _debounce(tx: Tx, o: Offer, now: float) -> Decision | None:
     elif d.keep == "all":
         items = json.dumps([*json.loads(items or "[]"), o.payload])
         payload, identity, idem = row["payload"], row["identity"], row["idempotency_key"]
+    await _fold(
+        tx,
+        o,
+        row,
+        now,
+        payload=payload,
+        items=items,
+        identity=identity,
+        idem=idem,
+        due=due,
+        keys=json.dumps(o.keys) if d.keep == "last" else row["keys"],
+        outcome="collapsed",
+        control="debounce",
+        key=key,
+        reason=f"folded into {row['ticket']} ({int(row['folded']) + 1} arrivals)",
+    )
+    return Decision("queued", o.ticket, pending_id=row["id"], mode="debounce", due_at=due, key=key)
+
+
+async def _fold(
+    tx: Tx,
+    o: Offer,
+    row: Row,
+    now: float,
+    *,
+    payload: str,
+    items: str | None,
+    identity: str | None,
+    idem: str | None,
+    due: float | None,
+    keys: str | None,
+    outcome: str,
+    control: str,
+    key: str,
+    reason: str,
+) -> None:
+    """Fold the offer into the open group ``row`` (debounce, batch) and record the arrival as folded."""
     await tx.execute(
         "fold_pending",
         {
@@ -344,23 +381,13 @@ async def _debounce(tx: Tx, o: Offer, now: float) -> Decision | None:
             "idempotency_key": idem,
             "now": now,
             "due_at": due,
-            "keys": json.dumps(o.keys) if d.keep == "last" else row["keys"],
+            "keys": keys,
             "priority": max(o.priority, int(row["priority"])),
             "fair_key": row["fair_key"],
         },
     )
-    await _record(
-        tx,
-        o,
-        now,
-        outcome="collapsed",
-        control="debounce",
-        key=key,
-        pending_id=row["id"],
-        reason=f"folded into {row['ticket']} ({int(row['folded']) + 1} arrivals)",
-    )
+    await _record(tx, o, now, outcome=outcome, control=control, key=key, pending_id=row["id"], reason=reason)
     await _end_parked(tx, o)
-    return Decision("queued", o.ticket, pending_id=row["id"], mode="debounce", due_at=due, key=key)
 
 
 async def _batch(tx: Tx, o: Offer, now: float) -> Decision | None:
@@ -390,32 +417,22 @@ async def _batch(tx: Tx, o: Offer, now: float) -> Decision | None:
         assert row is not None
     else:
         items = [*json.loads(row["items"] or "[]"), o.payload]
-        await tx.execute(
-            "fold_pending",
-            {
-                "id": row["id"],
-                "payload": row["payload"],
-                "items": json.dumps(items),
-                "identity": None,
-                "idempotency_key": None,
-                "now": now,
-                "due_at": row["due_at"],
-                "keys": row["keys"],
-                "priority": max(o.priority, int(row["priority"])),
-                "fair_key": row["fair_key"],
-            },
-        )
-        await _record(
+        await _fold(
             tx,
             o,
+            row,
             now,
+            payload=row["payload"],
+            items=json.dumps(items),
+            identity=None,
+            idem=None,
+            due=row["due_at"],
+            keys=row["keys"],
             outcome="batched",
             control="batch",
             key=key,
-            pending_id=row["id"],
             reason=f"item {len(items)} of batch {row['ticket']}",
         )
-        await _end_parked(tx, o)
         if len(items) < b.max_size:
             return Decision("queued", o.ticket, pending_id=row["id"], mode="batch", due_at=row["due_at"], key=key)
         row = await gate_ops.get_pending(tx, row["id"])
