@@ -206,7 +206,9 @@ class SQLiteStore(Store):
         single = len(batch) == 1
         try:
             conn.execute("BEGIN IMMEDIATE")
-            for op, _ in batch:
+            if not single:
+                outcomes = self._optimistic(batch, tx)
+            for op, _ in batch if not outcomes else ():
                 if not single:
                     conn.execute("SAVEPOINT op")
                 try:
@@ -244,6 +246,18 @@ class SQLiteStore(Store):
                 fut.set_result(value)
             else:
                 fut.set_exception(value)
+
+    def _optimistic(self, batch: list[tuple[_Bound, asyncio.Future[Any] | None]], tx: Tx) -> list[tuple[bool, Any]]:
+        """Run every op of a batch without savepoints (the common case: none refuses); ``[]`` when one
+        did, after rolling back to a fresh transaction in which the batch runs again op by op, guarded."""
+        assert self._conn is not None
+        conn = self._conn
+        try:
+            return [(True, run_sync(op(tx))) for op, _ in batch]
+        except BaseException:  # a refusal: nothing of this attempt is kept
+            conn.execute("ROLLBACK")
+            conn.execute("BEGIN IMMEDIATE")
+            return []
 
     # -- reads --------------------------------------------------------------------------
 
