@@ -406,6 +406,9 @@ def test_demo_runs_to_completion(cli: Lockgate, tmp_path: Path) -> None:
     runs = cli.json("workflows", "list", "--store", url)["runs"]
     assert sorted(r["workflow"] for r in runs) == sorted(
         ["demo.checkout", "demo.checkout", "demo.receipt", "demo.receipt", "demo.approval", "demo.quote"]
+        + ["demo.narrate"]
+        + ["demo.label"] * 5
+        + ["demo.sms"] * 3
     )
     assert {r["status"] for r in runs} == {"succeeded"}
     quote = next(r for r in runs if r["workflow"] == "demo.quote")
@@ -417,9 +420,20 @@ def test_demo_runs_to_completion(cli: Lockgate, tmp_path: Path) -> None:
         if "charge" in a["step_key"]
     ]
     assert [a["status"] for a in charges] == ["failed", "failed", "completed"]
+    # the gate: 20 edits debounced into one run with the last, 5 labels admitted, 2 of 5 texts dropped
+    narrate = next(r for r in runs if r["workflow"] == "demo.narrate")
+    assert narrate["payload"] == {"row": "row-7", "text": "draft 20"}
+    flow = {f["workflow"]: f for f in cli.json("workflows", "flow", "--store", url)["flow"]}
+    assert (flow["demo.narrate"]["admitted"], flow["demo.narrate"]["collapsed"]) == (1, 19)
+    assert (flow["demo.label"]["admitted"], flow["demo.label"]["queued"]) == (5, 0)
+    assert (flow["demo.sms"]["admitted"], flow["demo.sms"]["dropped"]) == (3, 2)
+    assert "gate decisions" in result.out and "20 edits, 1 run: 19 collapsed" in result.out
+    why = next(line.split()[3] for line in result.out.splitlines() if "lockgate workflows why" in line)
+    traced = cli.json("workflows", "why", why, "--store", url)
+    assert (traced["outcome"], traced["run_id"]) == ("collapsed", narrate["id"])
 
     cli("demo", "--store", url, "--timeout", "40s")  # a second demo starts from an empty database
-    assert len(cli.json("workflows", "list", "--store", url)["runs"]) == 6
+    assert len(cli.json("workflows", "list", "--store", url)["runs"]) == 15
 
 
 def test_demo_refuses_to_reset_a_database_of_other_runs(cli: Lockgate, tmp_path: Path) -> None:

@@ -6,6 +6,12 @@
 - ``demo.approval``: waits for the ``approve`` signal (the demo sends it).
 - ``demo.quote``: serves one ``discount`` update and answers the caller with the new price.
 
+And three whose flow control the admission gate decides before a run exists:
+
+- ``demo.narrate``: debounced per row; a burst of edits becomes one run with the latest text.
+- ``demo.label``: at most two labels print at once per printer; the rest queue until a slot frees.
+- ``demo.sms``: at most three texts a minute per customer; the excess is dropped.
+
 Serve it yourself with ``lockgate serve lockgate.demo_app:app``.
 """
 
@@ -18,16 +24,20 @@ from pydantic import BaseModel
 
 from .app import App
 from .context import Context
+from .controls import Concurrency, Debounce, RateLimit
 from .definitions import Retry
 
 __all__ = [
     "Approval",
     "Discount",
+    "Edit",
     "FlakyProvider",
+    "Label",
     "Order",
     "ProviderDown",
     "Quote",
     "Receipt",
+    "Text",
     "app",
     "provider",
 ]
@@ -57,6 +67,21 @@ class Quote(BaseModel):
 
 class Discount(BaseModel):
     percent: int
+
+
+class Edit(BaseModel):
+    row: str
+    text: str
+
+
+class Label(BaseModel):
+    printer: str
+    order_id: str
+
+
+class Text(BaseModel):
+    customer: str
+    message: str
 
 
 class ProviderDown(Exception):
@@ -137,3 +162,22 @@ async def quote(ctx: Context, request: Quote) -> int:
 
     final: int = await ctx.handle_update("discount", Discount, apply)
     return final
+
+
+@app.workflow(name="demo.narrate", debounce=Debounce(key=lambda e: e.row, period="1s"))
+async def narrate(ctx: Context, edit: Edit) -> str:
+    """Narrate a row's change once it has been quiet for a second (debounced per row)."""
+    return f"{edit.row} now reads {edit.text!r}"
+
+
+@app.workflow(name="demo.label", concurrency=Concurrency(limit=2, key=lambda label: label.printer))
+async def print_label(ctx: Context, label: Label) -> str:
+    """Print a shipping label; a printer takes two at a time (a concurrency limit per printer)."""
+    await ctx.sleep("printing", "600ms")  # short enough to wait in place: the run holds its slot meanwhile
+    return f"label for {label.order_id} printed on {label.printer}"
+
+
+@app.workflow(name="demo.sms", rate_limit=RateLimit(limit=3, period="1m", key=lambda t: t.customer))
+async def send_sms(ctx: Context, text: Text) -> str:
+    """Text a customer; at most three a minute each (a rate limit: the excess is dropped)."""
+    return f"texted {text.customer}: {text.message}"

@@ -1,7 +1,9 @@
 """``lockgate demo``: run the example app (``lockgate.demo_app``) and watch it live.
 
 The demo starts a few runs on an engine in this process, sends the signal and the update
-they wait for, and shows a table of runs until every run has ended. On a terminal the table
+they wait for, offers bursts of starts to gated workflows (debounce, concurrency, rate
+limit), and shows a table of runs until every run has ended and nothing waits at the gate;
+then a table of the gate's decisions. On a terminal the table
 updates in place; otherwise each change is printed as one line, so logs and CI read well.
 """
 
@@ -10,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import os
 import shlex
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -21,7 +24,9 @@ from rich.text import Text
 
 from .. import demo_app
 from ..app import App
+from ..clock import to_datetime
 from ..engine import Engine
+from ..gate.ledger import FlowRow
 from ..records import EventInfo
 from ..store import ops
 from .common import DurationType, check_store, open_client, run_async, sqlite_path
@@ -56,6 +61,17 @@ class RunRow:
 class Outcome:
     rows: list[RunRow] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
+    flow: list[FlowRow] = field(default_factory=list)  # the gate's decisions on the demo's gated starts
+    collapsed_ticket: str | None = None  # a debounced edit folded into another, for ``workflows why``
+
+
+# The gated workflows and the bursts of starts the demo offers them.
+GATED: list[tuple[Any, list[dict[str, Any]]]] = [
+    (demo_app.narrate, [{"row": "row-7", "text": f"draft {n}"} for n in range(1, 21)]),
+    (demo_app.print_label, [{"printer": "printer-1", "order_id": f"B-{n}"} for n in range(2001, 2006)]),
+    (demo_app.send_sms, [{"customer": "acme", "message": f"order update {n}"} for n in range(1, 6)]),
+]
+GATED_NAMES = tuple(wf.__lockgate_workflow__ for wf, _ in GATED)
 
 
 class Board:
@@ -130,10 +146,13 @@ def _describe(event: EventInfo | None) -> str:
     return f"{when(event.at)[11:]} {event.type} {short(detail, 40)}".rstrip()
 
 
-async def _snapshot(engine: Engine, roots: list[str]) -> list[RunRow]:
+async def _snapshot(engine: Engine, roots: list[str], tickets: set[str]) -> list[RunRow]:
     ids = list(roots)
     for root in roots:
         ids += [child.id for child in await engine.list_runs(parent_id=root, limit=100)]
+    for name in GATED_NAMES:  # gated runs appear once the gate admits them; oldest first
+        runs = await engine.list_runs(workflow=name, limit=100)
+        ids += [r.id for r in reversed(runs) if r.ticket in tickets]
     rows = []
     for run_id in ids:
         run = await engine.get_run(run_id)
@@ -164,11 +183,22 @@ async def run_demo(store: str, board: Board, *, timeout: float, poll: float = 0.
             assert handle.run_id is not None
             roots.append(handle.run_id)
         approval_id, quote_id = roots[2], roots[3]
+        since = to_datetime(engine.clock.now())
+        tickets: set[str] = set()
+        for workflow, payloads in GATED:
+            handles = [await engine.start(workflow, payload) for payload in payloads]
+            tickets.update(h.ticket for h in handles)
+            decided = Counter(h.status + (f" ({h.deferral.mode})" if h.deferral else "") for h in handles)
+            counts = ", ".join(f"{n} {status}" for status, n in decided.items())
+            board.note(f"offered {len(handles)} starts to {handles[0].workflow}: {counts}")
+            if workflow is demo_app.narrate:
+                outcome.collapsed_ticket = handles[-1].ticket
         signal_sent = False
         update: asyncio.Task[Any] | None = None
         with board:
             while True:
-                rows = await _snapshot(engine, roots)
+                rows = await _snapshot(engine, roots, tickets)
+                gate = [f for f in await engine.flow(since=since) if f.workflow in GATED_NAMES]
                 board.show(rows)
                 waiting = {r.run_id: r.waiting_on for r in rows if r.status == "running"}
                 if not signal_sent and waiting.get(approval_id) == "signal":
@@ -181,10 +211,13 @@ async def run_demo(store: str, board: Board, *, timeout: float, poll: float = 0.
                         engine.update(quote_id, "discount", {"percent": 10}, timeout=remaining)
                     )
                     board.note(f"sent update 'discount' (10%) to {quote_id}; waiting for its answer")
-                if all(r.finished for r in rows) and (update is None or update.done()):
+                parked = sum(f.queued for f in gate)
+                if all(r.finished for r in rows) and not parked and (update is None or update.done()):
                     break
                 if loop.time() > deadline:
                     outcome.problems.append(f"not every run finished within {timeout:g}s")
+                    if parked:
+                        outcome.problems.append(f"{parked} start(s) still parked at the gate")
                     break
                 await asyncio.sleep(poll)
             if update is not None and update.done() and update.exception() is None:
@@ -197,8 +230,35 @@ async def run_demo(store: str, board: Board, *, timeout: float, poll: float = 0.
         elif update.exception() is not None:
             outcome.problems.append(f"the update failed: {update.exception()}")
         outcome.rows = rows
+        outcome.flow = gate
         outcome.problems += [f"{r.workflow} run {r.run_id} ended {r.status}" for r in rows if r.status != "succeeded"]
     return outcome
+
+
+def gate_table(rows: list[FlowRow]) -> Table:
+    """The gate's decisions on the demo's gated starts, per workflow and key."""
+    out = Table(title="gate decisions", title_justify="left")
+    for column in ("workflow", "key", "admitted", "queued now", "collapsed", "dropped"):
+        out.add_column(column, no_wrap=True, justify="left" if column in ("workflow", "key") else "right")
+    for row in rows:
+        counts = (row.admitted, row.queued, row.collapsed, row.dropped)
+        out.add_row(row.workflow, row.key or "-", *(str(n) for n in counts))
+    return out
+
+
+def gate_summary(rows: list[FlowRow]) -> str:
+    """One line reading the gate table: what each control did to its burst."""
+    by_name = {r.workflow: r for r in rows}
+    parts = []
+    if (narrate := by_name.get("demo.narrate")) is not None:
+        edits = narrate.admitted + narrate.queued + narrate.collapsed
+        parts.append(f"{edits} edits, {narrate.admitted} run: {narrate.collapsed} collapsed")
+    if (label := by_name.get("demo.label")) is not None:
+        parts.append(f"{label.admitted} labels printed, at most 2 at a time (the rest queued, then admitted)")
+    if (sms := by_name.get("demo.sms")) is not None:
+        texts = sms.admitted + sms.dropped
+        parts.append(f"{texts} texts, {sms.admitted} sent: {sms.dropped} dropped by the rate limit")
+    return "; ".join(parts) + "."
 
 
 async def _reset(store: str) -> str | None:
@@ -240,6 +300,8 @@ def demo(ctx: click.Context, store: str, keep: bool, timeout: float) -> None:
 
     Checkouts with a flaky payment provider (step retries), a durable sleep that parks the
     run, a child workflow, an approval waiting for a signal and a quote answering an update.
+    Then the admission gate: 20 quick edits debounced into one run, 5 labels printed at most 2
+    at a time, 5 texts under a limit of 3 a minute; a table of its decisions closes the demo.
     By default a previous demo database is reset first (only one that holds demo runs alone).
     """
     console = make_console()
@@ -252,11 +314,18 @@ def demo(ctx: click.Context, store: str, keep: bool, timeout: float) -> None:
     url = f"sqlite:///{path}" if path is not None else store
     quoted = shlex.quote(url)
     checkout = next((r.run_id for r in outcome.rows if r.workflow == "demo.checkout"), "RUN_ID")
+    if outcome.flow:
+        console.print()
+        console.print(gate_table(outcome.flow))
+        console.print(gate_summary(outcome.flow))
     console.print()
     console.print(f"Database: {path}" if path is not None else f"Store: {display_url(store)}")
     console.print("Inspect it:")
     console.print(f"  lockgate workflows list --store {quoted}", soft_wrap=True)
     console.print(f"  lockgate workflows show {checkout} --store {quoted}", soft_wrap=True)
+    console.print(f"  lockgate workflows flow --store {quoted}", soft_wrap=True)
+    ticket = outcome.collapsed_ticket or "TICKET"
+    console.print(f"  lockgate workflows why {ticket} --store {quoted}   # a collapsed edit", soft_wrap=True)
     console.print(
         f"  lockgate serve lockgate.demo_app:app --store {quoted}   # serve the demo app yourself", soft_wrap=True
     )
