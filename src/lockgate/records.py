@@ -12,6 +12,11 @@ from .clock import to_datetime
 __all__ = ["AttemptInfo", "EventInfo", "RunInfo", "StepInfo"]
 
 
+def _plain(record: Any, skip: str = "") -> dict[str, Any]:
+    """A record's fields as JSON-ready data (datetimes in ISO 8601), without ``skip``."""
+    return {k: v.isoformat() if isinstance(v, datetime) else v for k, v in record.__dict__.items() if k != skip}
+
+
 def _json(text: str | None) -> Any:
     return None if text is None else json.loads(text)
 
@@ -75,11 +80,7 @@ class RunInfo:
         )
 
     def to_dict(self) -> dict[str, Any]:
-        out = {k: v for k, v in self.__dict__.items() if k != "raw"}
-        for k, v in out.items():
-            if isinstance(v, datetime):
-                out[k] = v.isoformat()
-        return out
+        return _plain(self, skip="raw")
 
 
 def _dt(epoch: float) -> datetime:
@@ -123,7 +124,7 @@ class StepInfo:
         )
 
     def to_dict(self) -> dict[str, Any]:
-        return {k: v.isoformat() if isinstance(v, datetime) else v for k, v in self.__dict__.items()}
+        return _plain(self)
 
 
 @dataclass(frozen=True)
@@ -151,7 +152,7 @@ class AttemptInfo:
         )
 
     def to_dict(self) -> dict[str, Any]:
-        return {k: v.isoformat() if isinstance(v, datetime) else v for k, v in self.__dict__.items()}
+        return _plain(self)
 
 
 @dataclass(frozen=True)
@@ -171,4 +172,4 @@ class EventInfo:
         )
 
     def to_dict(self) -> dict[str, Any]:
-        return {"id": self.id, "run_id": self.run_id, "type": self.type, "at": self.at.isoformat(), "data": self.data}
+        return _plain(self)
