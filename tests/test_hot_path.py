@@ -10,6 +10,8 @@ from pydantic import BaseModel
 import lockgate as lg
 from lockgate.store import ops
 
+from .apps.waits import eventually
+
 
 class Job(BaseModel):
     n: int = 1
@@ -103,16 +105,19 @@ async def test_a_fenced_step_writes_neither_its_entry_nor_its_attempt(make_engin
 
     async with make_engine(app) as engine:
         handle = await engine.start("fenced", {"n": 1})
-        for _ in range(500):
-            if handle.run_id in engine.executing:
-                break
-            await asyncio.sleep(0.01)
+        await eventually(lambda: handle.run_id in engine.executing, what="the run executing")
         row = await engine.store.read(ops.get_run, handle.run_id)
         stale = ops.Fence(handle.run_id, row["owner"], int(row["epoch"]))
         await engine.store.write(ops.release_run, stale, engine.clock.now() + 3600)  # the lease moves on
         entry = {"step_key": "slow#0", "kind": "step", "status": "completed", "output": "1", "seq": 0}
-        attempt = {"run_id": handle.run_id, "step_key": "slow#0", "attempt": 1, "status": "completed",
-                   "input": "{}", "started_at": 1.0}
+        attempt = {
+            "run_id": handle.run_id,
+            "step_key": "slow#0",
+            "attempt": 1,
+            "status": "completed",
+            "input": "{}",
+            "started_at": 1.0,
+        }
         try:
             await engine.store.write(ops.record_entry, stale, entry, 2.0, attempt=attempt)
         except ops.Fenced:
@@ -187,14 +192,9 @@ async def test_a_blocking_start_without_room_waits_for_the_dispatcher(make_engin
 
     async with make_engine(app, max_concurrent_runs=1) as engine:
         held = await engine.start("holder", {"n": 7})
-        for _ in range(500):
-            if held.run_id in engine.executing:
-                break
-            await asyncio.sleep(0.01)
+        await eventually(lambda: held.run_id in engine.executing, what="the holder executing")
         waiting = asyncio.ensure_future(engine.run("steps", {"n": 3}, timeout=30))
-        for _ in range(50):
-            await asyncio.sleep(0.01)
-        [queued] = [r for r in await engine.list_runs(workflow="steps")]
+        [queued] = await eventually(lambda: engine.list_runs(workflow="steps"), what="the blocking start's run")
         assert (queued.status, queued.owner) == ("running", None)  # created, not claimed: no room
         release.set()
         assert await waiting == 6
