@@ -277,3 +277,30 @@ async def test_a_run_whose_payload_no_longer_fits_is_retried_then_parked(env_fac
         await env.advance("10s")
         run = await env.engine.get_run(handle.run_id)
     assert (run.status, run.error_tag) == ("suspended", "WorkflowCrashLooped")
+
+
+async def test_a_burst_of_starts_in_one_commit_keeps_every_identity_and_decision(store_url: str) -> None:
+    """Hundreds of concurrent starts share group commits (written as multi-row statements where the
+    store can): each keeps its own payload, ticket and ledger decision, and a key spent twice in one
+    burst gives one run."""
+    async with lg.Client(make_app([]), store_url) as client:
+        plain = [client.start("tour.plain", {"row_id": f"p{i}", "edited_at": i}) for i in range(300)]
+        keyed = [client.start("tour.narration", {"row_id": f"k{i % 40}", "edited_at": 1}) for i in range(80)]
+        handles = await asyncio.gather(*plain, *keyed)
+        plain_handles, keyed_handles = handles[:300], handles[300:]
+        assert [h.status for h in plain_handles] == ["started"] * 300
+        assert len({h.run_id for h in plain_handles}) == 300
+        for i, h in enumerate(plain_handles):
+            assert h.run_id is not None
+            run = await client.get_run(h.run_id)
+            assert (run.status, run.ticket, run.payload) == ("running", h.ticket, {"row_id": f"p{i}", "edited_at": i})
+        by_key: dict[int, list[lg.RunHandle]] = {}
+        for i, h in enumerate(keyed_handles):
+            by_key.setdefault(i % 40, []).append(h)
+        for pair in by_key.values():
+            assert [h.status for h in pair] == ["started", "existing"]
+            assert pair[0].run_id == pair[1].run_id
+        assert len(await client.list_runs(workflow="tour.narration", limit=100)) == 40
+        for h in handles:
+            trace = await client.trace(h.ticket)
+            assert (trace.outcome, trace.run_id) == (h.status if h.status == "existing" else "admitted", h.run_id)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+import json
 import random
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
@@ -127,6 +129,11 @@ class WorkflowDef:
     updates: dict[str, type[BaseModel]] = field(default_factory=dict)
     options: dict[str, Any] = field(default_factory=dict)
     gate: Any = None  # the GatePlan, set when the app is validated
+
+    @functools.cached_property
+    def patches_json(self) -> str:
+        """``patches`` as the JSON every new run is stamped with."""
+        return json.dumps(list(self.patches))
 
     def accepts_version(self, version: str | None) -> bool:
         """Whether a run stamped with ``version`` may resume under this definition."""

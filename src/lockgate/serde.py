@@ -46,9 +46,12 @@ def decode(text: str | None, tp: Any = None) -> Any:
     return adapter(tp).validate_json(text)
 
 
+_COMPACT = json.JSONEncoder(separators=(",", ":"), default=str)  # one encoder: json.dumps builds one per call
+
+
 def dump_json(value: Any) -> str:
     """Compact JSON for plain data (events, ledger details)."""
-    return json.dumps(value, separators=(",", ":"), default=str)
+    return _COMPACT.encode(value)
 
 
 M = TypeVar("M", bound=BaseModel)

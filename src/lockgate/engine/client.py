@@ -111,7 +111,7 @@ class Client(OperatorMixin):
             "identity": identity or (f"{defn.name}\x1f{idempotency_key}" if idempotency_key else rid),
             "idempotency_key": idempotency_key,
             "version": defn.version,
-            "patches": json.dumps(list(defn.patches)),
+            "patches": defn.patches_json,
             "ticket": ticket or new_id("tkt"),
             "recording": self.recording,
         }

@@ -277,9 +277,7 @@ class Engine(Client):
                 if free > 0:
                     # Claim at once: an empty claim costs what the read that would precede it costs.
                     now = self.clock.now()
-                    claimed = await self.store.write(
-                        ops.claim_runs, self.worker_id, now, now + self.lease, free, names
-                    )
+                    claimed = await self.store.write(ops.claim_runs, self.worker_id, now, now + self.lease, free, names)
                     for row in claimed:
                         self._launch(row)
                     if len(claimed) == free:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -15,6 +16,7 @@ from ..ids import new_id
 from ..serde import validate_payload
 from ..store import gate_ops, ops
 from ..store.base import Tx
+from ..store.coalesce import Call, with_many
 from .declarations import GatePlan
 from .pipeline import Decision, Offer, offer
 
@@ -106,18 +108,34 @@ async def admit(
 
 async def _admit_bare(tx: Tx, run: dict[str, Any], now: float) -> tuple[dict[str, Any], bool]:
     created, fresh = await ops.create_run(tx, run, now)
-    await gate_ops.ledger(
-        tx,
-        ticket=run["ticket"],
-        kind="arrival",
-        workflow=run["workflow"],
-        outcome="admitted" if fresh else "existing",
-        run_id=created["id"],
-        at=now,
-        control=None if fresh else "identity",
-        reason=None if fresh else "idempotency key already spent",
-    )
+    await gate_ops.ledger(tx, **_bare_decision(run, created, fresh, now))
     return created, fresh
+
+
+async def _admit_bare_many(tx: Tx, calls: Sequence[Call]) -> list[Any]:
+    """Many bare starts of one group commit: a multi-row insert per table instead of three rows each."""
+    runs = [(args[0], args[1]) for args, _ in calls]
+    created = await ops.create_runs(tx, runs)
+    await gate_ops.ledgers(
+        tx, [_bare_decision(run, c, fresh, now) for (run, now), (c, fresh) in zip(runs, created, strict=True)]
+    )
+    return created
+
+
+def _bare_decision(run: dict[str, Any], created: dict[str, Any], fresh: bool, now: float) -> dict[str, Any]:
+    return {
+        "ticket": run["ticket"],
+        "kind": "arrival",
+        "workflow": run["workflow"],
+        "outcome": "admitted" if fresh else "existing",
+        "run_id": created["id"],
+        "at": now,
+        "control": None if fresh else "identity",
+        "reason": None if fresh else "idempotency key already spent",
+    }
+
+
+with_many(_admit_bare, _admit_bare_many)
 
 
 def handle_for(client: Client, workflow: str, d: Decision) -> RunHandle:

@@ -35,6 +35,17 @@ class Tx(abc.ABC):
     async def execute_many(self, name: str, params: Sequence[Mapping[str, Any]]) -> None:
         """Run the named statement once per parameter set."""
 
+    async def execute_values(self, name: str, rows: Sequence[Mapping[str, Any]]) -> list[Row]:
+        """Run a one-row ``INSERT ... VALUES`` query for every row of ``rows``, in order.
+
+        Dialects that can send many rows in one statement do (the query's ``VALUES``
+        group is repeated); what ``RETURNING`` gives comes back for all rows together.
+        """
+        out: list[Row] = []
+        for row in rows:
+            out += await self.execute(name, row)
+        return out
+
     async def one(self, name: str, params: Mapping[str, Any] | None = None) -> Row | None:
         rows = await self.execute(name, params)
         return rows[0] if rows else None

@@ -42,6 +42,11 @@ async def ledger(tx: Tx, **row: Any) -> int:
     return int(await tx.scalar("insert_ledger", {**LEDGER_DEFAULTS, **row}))
 
 
+async def ledgers(tx: Tx, rows: list[dict[str, Any]]) -> None:
+    """Write many decisions at once (ids in list order)."""
+    await tx.execute_values("insert_ledger", [{**LEDGER_DEFAULTS, **row} for row in rows])
+
+
 async def ledger_parked(tx: Tx, row: Row, outcome: str, reason: str | None, now: float) -> int:
     """Write what became of the parked ``row``: a ``drain`` decision under its first ticket."""
     return await ledger(

@@ -38,48 +38,73 @@ class Fence:
 # -- runs ----------------------------------------------------------------------------------
 
 
+_RUN_DEFAULTS: dict[str, Any] = {
+    "parent_id": None,
+    "parent_close": None,
+    "retry_of": None,
+    "ticket": None,
+    "idempotency_key": None,
+    "version": None,
+    "recording": "full",
+    "singleton_key": None,
+    "deadline_at": None,
+    "on_failure": None,
+    "slot_scope": None,
+    "slot_key": None,
+    "owner": None,  # set (with lease_until .. entries) when the starting engine claims it at once
+    "lease_until": None,
+    "epoch": 0,
+    "entered_at": None,
+    "entries": 0,
+}
+
+
+def run_params(run: dict[str, Any], now: float) -> dict[str, Any]:
+    """The parameters ``insert_run`` takes for ``run`` (its omitted columns defaulted)."""
+    params = {**_RUN_DEFAULTS, "wake_at": now, **run, "now": now}
+    if "identity" not in run:
+        params["identity"] = run["id"]
+    return params
+
+
+def _started_event(params: dict[str, Any]) -> dict[str, Any]:
+    data = {"workflow": params["workflow"], "ticket": params["ticket"], "parent_id": params["parent_id"]}
+    return {"run_id": params["id"], "type": "run-started", "at": params["now"], "data": dump_json(data)}
+
+
+def _created(params: dict[str, Any]) -> Row:
+    return {**params, "status": "running", "created_at": params["now"]}
+
+
 async def create_run(tx: Tx, run: dict[str, Any], now: float) -> tuple[Row, bool]:
     """Insert ``run`` unless its identity is spent; ``(row, created)``.
 
     A created run comes back as the columns it was inserted with (``RETURNING *`` costs
     SQLite several times the insert itself); an existing one as stored.
     """
-    params = {
-        "parent_id": None,
-        "parent_close": None,
-        "retry_of": None,
-        "ticket": None,
-        "idempotency_key": None,
-        "version": None,
-        "recording": "full",
-        "wake_at": now,
-        "singleton_key": None,
-        "deadline_at": None,
-        "on_failure": None,
-        "slot_scope": None,
-        "slot_key": None,
-        "owner": None,  # set (with lease_until .. entries) when the starting engine claims it at once
-        "lease_until": None,
-        "epoch": 0,
-        "entered_at": None,
-        "entries": 0,
-        **run,
-        "now": now,
-    }
-    params.setdefault("identity", run["id"])
-    inserted = await tx.execute("insert_run", params)
-    if inserted:
-        await add_event(
-            tx,
-            run["id"],
-            "run-started",
-            now,
-            {"workflow": run["workflow"], "ticket": params["ticket"], "parent_id": params["parent_id"]},
-        )
-        return {**params, "status": "running", "created_at": now}, True
+    params = run_params(run, now)
+    if await tx.execute("insert_run", params):
+        await tx.execute("insert_event", _started_event(params))
+        return _created(params), True
     existing = await tx.one("get_run_by_identity", {"identity": params["identity"]})
     assert existing is not None
     return existing, False
+
+
+async def create_runs(tx: Tx, runs: list[tuple[dict[str, Any], float]]) -> list[tuple[Row, bool]]:
+    """``create_run`` for each ``(run, now)`` in order, with one multi-row insert per table."""
+    params = [run_params(run, now) for run, now in runs]
+    inserted = {r["id"] for r in await tx.execute_values("insert_run", params)}
+    await tx.execute_values("insert_event", [_started_event(p) for p in params if p["id"] in inserted])
+    out: list[tuple[Row, bool]] = []
+    for p in params:
+        if p["id"] in inserted:
+            out.append((_created(p), True))
+            continue
+        existing = await tx.one("get_run_by_identity", {"identity": p["identity"]})
+        assert existing is not None
+        out.append((existing, False))
+    return out
 
 
 async def get_run(tx: Tx, run_id: str) -> Row:
@@ -300,16 +325,24 @@ def _error_data(error_tag: str | None, error_message: str | None) -> dict[str, A
     return {"error_tag": error_tag, "error_message": error_message}
 
 
-async def _closed(tx: Tx, row: Row, now: float, status: str, error_tag: str | None,
-                  error_message: str | None) -> list[str]:
+async def _closed(
+    tx: Tx, row: Row, now: float, status: str, error_tag: str | None, error_message: str | None
+) -> list[str]:
     """A run reached a terminal status: free its slot, report a failure, wake its parent, close its children."""
     run_id, parent_id = row["id"], row["parent_id"]
     if row["slot_scope"] is not None:
         await gate_ops.free_slot(tx, run_id)
     if status == "failed" and row["on_failure"]:
         reason = "finish-timeout" if error_tag == "FinishTimeout" else "failed"
-        report = {"workflow": row["workflow"], "payload": json.loads(row["payload"]), "error_tag": error_tag,
-                  "error_message": error_message, "run_id": run_id, "reason": reason, "failed_at": now}
+        report = {
+            "workflow": row["workflow"],
+            "payload": json.loads(row["payload"]),
+            "error_tag": error_tag,
+            "error_message": error_message,
+            "run_id": run_id,
+            "reason": reason,
+            "failed_at": now,
+        }
         await gate_ops.enqueue_failure_report(tx, row["on_failure"], report, now)
     if parent_id is not None:
         await tx.execute("wake_run", {"run_id": parent_id, "now": now, "waiting_on": "child"})

@@ -15,15 +15,17 @@ import asyncio
 import contextlib
 import logging
 import os
+import re
 import sqlite3
 import time
-from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
+from collections.abc import Awaitable, Coroutine, Mapping, Sequence
 from types import CoroutineType
 from typing import Any, ParamSpec, TypeVar
 from urllib.parse import parse_qs, urlsplit
 
 from ..errors import StoreError
 from .base import Op, Row, Store, Tx
+from .coalesce import many_form
 from .sql_files import load_queries, migrations
 
 __all__ = ["SQLiteStore"]
@@ -31,7 +33,6 @@ __all__ = ["SQLiteStore"]
 log = logging.getLogger("lockgate.store")
 T = TypeVar("T")
 P = ParamSpec("P")
-_Bound = Callable[[Tx], Awaitable[Any]]
 
 
 class _SQLiteTx(Tx):
@@ -54,12 +55,87 @@ class _SQLiteTx(Tx):
     async def execute_many(self, name: str, params: Sequence[Mapping[str, Any]]) -> None:
         self._conn.executemany(self._queries[name], params)
 
+    async def execute_values(self, name: str, rows: Sequence[Mapping[str, Any]]) -> list[Row]:
+        if len(rows) < 2:
+            return await self.execute(name, rows[0]) if rows else []
+        form = _values_forms.get(name)
+        if form is None:
+            form = _values_forms[name] = _ValuesForm(name, self._queries[name])
+        out: list[Row] = []
+        start = 0
+        for size in form.chunks(len(rows)):
+            chunk = rows[start : start + size]
+            start += size
+            cursor = self._conn.execute(form.sql(size), [row[n] for row in chunk for n in form.names])
+            fetched = cursor.fetchall()
+            if fetched:
+                names = [d[0] for d in cursor.description]
+                out += [dict(zip(names, r, strict=True)) for r in fetched]
+        return out
 
-def _bind(op: Op[P, Any], /, *args: P.args, **kwargs: P.kwargs) -> _Bound:
-    def bound(tx: Tx) -> Awaitable[Any]:
-        return op(tx, *args, **kwargs)
 
-    return bound
+_MAX_VARIABLES = 32766  # SQLite's default limit of bound parameters per statement (3.32+)
+_PARAM = re.compile(r":([A-Za-z_][A-Za-z0-9_]*)")
+
+
+class _ValuesForm:
+    """A one-row ``INSERT ... VALUES (...)`` query, rewritten to carry many rows per statement.
+
+    Statement sizes are powers of two, so a handful of distinct statements (each prepared
+    once, then cached by the connection) serve any number of rows.
+    """
+
+    def __init__(self, name: str, sql: str) -> None:
+        at = re.search(r"\bVALUES\s*\(", sql, re.IGNORECASE)
+        if at is None:
+            raise ValueError(f"query {name!r} has no VALUES (...) group to repeat")
+        depth, end = 0, at.end() - 1
+        for end in range(at.end() - 1, len(sql)):
+            depth += {"(": 1, ")": -1}.get(sql[end], 0)
+            if depth == 0:
+                break
+        group = sql[at.end() - 1 : end + 1]
+        if _PARAM.search(sql[: at.start()]) or _PARAM.search(sql[end + 1 :]):
+            raise ValueError(f"query {name!r} has parameters outside its VALUES group")
+        self.names = _PARAM.findall(group)
+        self._head = sql[: at.end() - 1]
+        self._group = _PARAM.sub("?", group)
+        self._tail = sql[end + 1 :].rstrip().rstrip(";")
+        most = max(1, min(256, _MAX_VARIABLES // max(1, len(self.names))))
+        self._largest = 1 << (most.bit_length() - 1)
+        self._sql: dict[int, str] = {}
+
+    def chunks(self, n: int) -> list[int]:
+        """``n`` rows as statement sizes, each a power of two."""
+        sizes = []
+        while n:
+            size = min(self._largest, 1 << (n.bit_length() - 1))
+            sizes.append(size)
+            n -= size
+        return sizes
+
+    def sql(self, size: int) -> str:
+        text = self._sql.get(size)
+        if text is None:
+            text = self._sql[size] = self._head + ",".join([self._group] * size) + self._tail
+        return text
+
+
+_values_forms: dict[str, _ValuesForm] = {}
+
+
+class _Call:
+    """One queued write: the operation, its arguments, and who waits for its outcome."""
+
+    __slots__ = ("args", "future", "kwargs", "op")
+
+    def __init__(
+        self, op: Op[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any], future: asyncio.Future[Any] | None
+    ) -> None:
+        self.op, self.args, self.kwargs, self.future = op, args, kwargs, future
+
+    def __call__(self, tx: Tx) -> Awaitable[Any]:
+        return self.op(tx, *self.args, **self.kwargs)
 
 
 def run_sync(awaitable: Awaitable[T]) -> T:
@@ -107,7 +183,7 @@ class SQLiteStore(Store):
         self._conn: sqlite3.Connection | None = None
         self._tx: _SQLiteTx | None = None
         self._queries = load_queries("sqlite")
-        self._pending: list[tuple[_Bound, asyncio.Future[Any] | None]] = []
+        self._pending: list[_Call] = []
         self._flush_scheduled = False
         self._loop: asyncio.AbstractEventLoop | None = None
         self.commits = 0
@@ -179,14 +255,14 @@ class SQLiteStore(Store):
         self._require()
         assert self._loop is not None
         future: asyncio.Future[T] = self._loop.create_future()
-        self._pending.append((_bind(op, *args, **kwargs), future))
+        self._pending.append(_Call(op, args, kwargs, future))
         self._schedule()
         return await future
 
     def write_nowait(self, op: Op[P, Any], /, *args: P.args, **kwargs: P.kwargs) -> None:
         if self._conn is None:
             return
-        self._pending.append((_bind(op, *args, **kwargs), None))
+        self._pending.append(_Call(op, args, kwargs, None))
         self._schedule()
 
     def _schedule(self) -> None:
@@ -208,7 +284,7 @@ class SQLiteStore(Store):
             conn.execute("BEGIN IMMEDIATE")
             if not single:
                 outcomes = self._optimistic(batch, tx)
-            for op, _ in batch if not outcomes else ():
+            for op in batch if not outcomes else ():
                 if not single:
                     conn.execute("SAVEPOINT op")
                 try:
@@ -229,13 +305,15 @@ class SQLiteStore(Store):
                 with contextlib.suppress(sqlite3.Error):
                     conn.execute("ROLLBACK")
             error = exc if single and not isinstance(exc, sqlite3.Error) else StoreError(f"SQLite commit failed: {exc}")
-            for _, fut in batch:
+            for call in batch:
+                fut = call.future
                 if fut is not None and not fut.done():
                     fut.set_exception(error)
                 elif fut is None:
                     log.warning("introspection write lost: %s", exc)
             return
-        for (_, fut), (ok, value) in zip(batch, outcomes, strict=True):
+        for call, (ok, value) in zip(batch, outcomes, strict=True):
+            fut = call.future
             if fut is None:
                 if not ok:
                     log.warning("introspection write failed: %r", value)
@@ -247,13 +325,32 @@ class SQLiteStore(Store):
             else:
                 fut.set_exception(value)
 
-    def _optimistic(self, batch: list[tuple[_Bound, asyncio.Future[Any] | None]], tx: Tx) -> list[tuple[bool, Any]]:
+    def _optimistic(self, batch: list[_Call], tx: Tx) -> list[tuple[bool, Any]]:
         """Run every op of a batch without savepoints (the common case: none refuses); ``[]`` when one
-        did, after rolling back to a fresh transaction in which the batch runs again op by op, guarded."""
+        did, after rolling back to a fresh transaction in which the batch runs again op by op, guarded.
+
+        A run of consecutive calls of an op with a many-at-once form runs as one call of that form.
+        """
         assert self._conn is not None
         conn = self._conn
         try:
-            return [(True, run_sync(op(tx))) for op, _ in batch]
+            outcomes: list[tuple[bool, Any]] = []
+            i, n = 0, len(batch)
+            while i < n:
+                op = batch[i].op
+                j = i + 1
+                many = many_form(op)
+                if many is not None:
+                    while j < n and batch[j].op is op:
+                        j += 1
+                if j - i > 1:
+                    assert many is not None
+                    values = run_sync(many(tx, [(c.args, c.kwargs) for c in batch[i:j]]))
+                    outcomes += [(True, v) for v in values]
+                else:
+                    outcomes.append((True, run_sync(batch[i](tx))))
+                i = j
+            return outcomes
         except BaseException:  # a refusal: nothing of this attempt is kept
             conn.execute("ROLLBACK")
             conn.execute("BEGIN IMMEDIATE")
