@@ -80,10 +80,9 @@ async def delete_pending(tx: Tx, pending_id: str) -> bool:
 async def window_opens(tx: Tx, scope: str, key: str, since: float, limit: int) -> float | None:
     """``None`` while the window since ``since`` holds fewer than ``limit`` hits, else the ``limit``-th
     most recent hit (the window has room again once it leaves)."""
-    params = {"scope": scope, "key": key, "since": since}
-    if int(await tx.scalar("window_count", {**params, "limit": limit})) < limit:
-        return None
-    return float(await tx.scalar("window_nth", {**params, "offset": limit - 1}))
+    # One walk of at most ``limit`` index entries: the limit-th most recent hit exists only when the window is full.
+    nth = await tx.scalar("window_nth", {"scope": scope, "key": key, "since": since, "offset": limit - 1})
+    return None if nth is None else float(nth)
 
 
 async def add_window_hit(tx: Tx, scope: str, key: str, at: float, period: float) -> None:

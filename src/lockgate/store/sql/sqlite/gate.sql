@@ -23,12 +23,8 @@ DELETE FROM lockgate_pauses WHERE scope = :scope RETURNING scope;
 -- name: list_pauses
 SELECT * FROM lockgate_pauses WHERE until IS NULL OR until > :now ORDER BY scope;
 
--- name: window_count
--- Counts at most `limit` index entries, however many hits are stored.
-SELECT COUNT(*) AS n FROM (
-    SELECT 1 FROM lockgate_window_hits WHERE scope = :scope AND key = :key AND at > :since LIMIT :limit);
-
 -- name: window_nth
+-- The limit-th most recent hit inside the window (none while it has room): walks at most `limit` index entries.
 SELECT at FROM lockgate_window_hits
 WHERE scope = :scope AND key = :key AND at > :since
 ORDER BY at DESC LIMIT 1 OFFSET :offset;
