@@ -5,8 +5,10 @@ Everything runs on the fake clock: the window slides only when the test moves ti
 
 from __future__ import annotations
 
+import sqlite3
 from collections import Counter
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -16,7 +18,7 @@ import lockgate as lg
 from lockgate.clock import to_datetime
 from lockgate.store import gate_ops
 from lockgate.store.base import Tx
-from lockgate.store.sql_files import load_queries
+from lockgate.store.sql_files import load_queries, migrations
 from lockgate.testing import TestEnv
 
 from .apps.gate import advance
@@ -237,13 +239,41 @@ async def test_a_rate_limit_pool_shares_one_window_across_workflows(env_factory:
 # -- the cost of a window check ------------------------------------------------------------------
 
 
-def test_the_window_query_reads_at_most_limit_rows() -> None:
-    """The one query behind every window check walks at most ``limit`` index entries on each dialect."""
-    for dialect, offset in (("sqlite", ":offset"), ("postgres", "%(offset)s")):
-        queries = load_queries(dialect)
-        assert "window_count" not in queries
-        nth = " ".join(line for line in queries["window_nth"].splitlines() if not line.startswith("--"))
-        assert " ".join(nth.split()).endswith(f"ORDER BY at DESC LIMIT 1 OFFSET {offset}"), (dialect, nth)
+def test_a_window_check_is_one_lookup_by_rank_whatever_the_limit(tmp_path: Path) -> None:
+    """The limit-th most recent hit is found through the rank index, not by walking ``limit`` entries."""
+    for dialect in ("sqlite", "postgres"):
+        nth = load_queries(dialect)["window_nth"]
+        assert " OFFSET " not in nth.upper() and "MAX(n)" in nth, (dialect, nth)
+    conn = sqlite3.connect(tmp_path / "plan.db")
+    for _, _, script in migrations("sqlite"):
+        conn.executescript(script)
+    plan = conn.execute(
+        "EXPLAIN QUERY PLAN " + load_queries("sqlite")["window_nth"],
+        {"scope": "s", "key": "k", "since": 0.0, "back": 999},
+    ).fetchall()
+    details = " | ".join(str(row[-1]) for row in plan)
+    assert "lockgate_window_hits_rank" in details and "SCAN" not in details, details
+
+
+def test_hits_recorded_before_ranks_existed_are_ranked_by_the_migration(tmp_path: Path) -> None:
+    conn = sqlite3.connect(tmp_path / "old.db")
+    steps = migrations("sqlite")
+    for version, _, script in steps:
+        if version < 4:
+            conn.executescript(script)
+    rows = [("a", "k", 5.0), ("a", "k", 1.0), ("b", "k", 2.0), ("a", "k", 3.0), ("a", "j", 4.0)]
+    conn.executemany("INSERT INTO lockgate_window_hits (scope, key, at) VALUES (?, ?, ?)", rows)
+    for version, _, script in steps:
+        if version == 4:
+            conn.executescript(script)
+    ranked = conn.execute("SELECT scope, key, at, n FROM lockgate_window_hits ORDER BY scope, key, n").fetchall()
+    assert ranked == [
+        ("a", "j", 4.0, 1),
+        ("a", "k", 1.0, 1),
+        ("a", "k", 3.0, 2),
+        ("a", "k", 5.0, 3),
+        ("b", "k", 2.0, 1),
+    ]
 
 
 async def test_a_window_check_returns_at_most_limit_hits_however_many_are_stored(env_factory: Any) -> None:
@@ -252,10 +282,11 @@ async def test_a_window_check_returns_at_most_limit_hits_however_many_are_stored
         for i in range(50):
             await sql(
                 env.store_url,
-                "INSERT INTO lockgate_window_hits (scope, key, at) VALUES (?, ?, ?)",
+                "INSERT INTO lockgate_window_hits (scope, key, at, n) VALUES (?, ?, ?, ?)",
                 "wf:rl:rate_limit[0]",
                 "",
                 T0 - 100 + i,
+                i + 1,
             )
 
         async def probe(tx: Tx) -> float | None:

@@ -80,8 +80,8 @@ async def delete_pending(tx: Tx, pending_id: str) -> bool:
 async def window_opens(tx: Tx, scope: str, key: str, since: float, limit: int) -> float | None:
     """``None`` while the window since ``since`` holds fewer than ``limit`` hits, else the ``limit``-th
     most recent hit (the window has room again once it leaves)."""
-    # One walk of at most ``limit`` index entries: the limit-th most recent hit exists only when the window is full.
-    nth = await tx.scalar("window_nth", {"scope": scope, "key": key, "since": since, "offset": limit - 1})
+    # Hits are ranked 1, 2, 3... per key: the limit-th most recent is the newest rank minus limit - 1.
+    nth = await tx.scalar("window_nth", {"scope": scope, "key": key, "since": since, "back": limit - 1})
     return None if nth is None else float(nth)
 
 

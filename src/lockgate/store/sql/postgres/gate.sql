@@ -24,13 +24,16 @@ DELETE FROM lockgate_pauses WHERE scope = %(scope)s RETURNING scope;
 SELECT * FROM lockgate_pauses WHERE until IS NULL OR until > %(now)s ORDER BY scope;
 
 -- name: window_nth
--- The limit-th most recent hit inside the window (none while it has room): walks at most `limit` index entries.
+-- The limit-th most recent hit inside the window (none while it has room): one lookup by rank.
 SELECT at FROM lockgate_window_hits
 WHERE scope = %(scope)s AND key = %(key)s AND at > %(since)s
-ORDER BY at DESC LIMIT 1 OFFSET %(offset)s;
+    AND n = (SELECT MAX(n) FROM lockgate_window_hits WHERE scope = %(scope)s AND key = %(key)s) - %(back)s;
 
 -- name: add_window_hit
-INSERT INTO lockgate_window_hits (scope, key, at) VALUES (%(scope)s, %(key)s, %(at)s);
+-- Ranked after the key's newest hit (decisions on one key are serialised: one writer, or the key's lock).
+INSERT INTO lockgate_window_hits (scope, key, at, n)
+SELECT %(scope)s, %(key)s, %(at)s, COALESCE(MAX(n), 0) + 1
+FROM lockgate_window_hits WHERE scope = %(scope)s AND key = %(key)s;
 
 -- name: prune_window
 DELETE FROM lockgate_window_hits WHERE scope = %(scope)s AND key = %(key)s AND at <= %(before)s;

@@ -24,13 +24,16 @@ DELETE FROM lockgate_pauses WHERE scope = :scope RETURNING scope;
 SELECT * FROM lockgate_pauses WHERE until IS NULL OR until > :now ORDER BY scope;
 
 -- name: window_nth
--- The limit-th most recent hit inside the window (none while it has room): walks at most `limit` index entries.
+-- The limit-th most recent hit inside the window (none while it has room): one lookup by rank.
 SELECT at FROM lockgate_window_hits
 WHERE scope = :scope AND key = :key AND at > :since
-ORDER BY at DESC LIMIT 1 OFFSET :offset;
+    AND n = (SELECT MAX(n) FROM lockgate_window_hits WHERE scope = :scope AND key = :key) - :back;
 
 -- name: add_window_hit
-INSERT INTO lockgate_window_hits (scope, key, at) VALUES (:scope, :key, :at);
+-- Ranked after the key's newest hit (decisions on one key are serialised: one writer, or the key's lock).
+INSERT INTO lockgate_window_hits (scope, key, at, n)
+SELECT :scope, :key, :at, COALESCE(MAX(n), 0) + 1
+FROM lockgate_window_hits WHERE scope = :scope AND key = :key;
 
 -- name: prune_window
 DELETE FROM lockgate_window_hits WHERE scope = :scope AND key = :key AND at <= :before;
