@@ -15,7 +15,6 @@ import asyncio
 import contextlib
 import logging
 import os
-import re
 import sqlite3
 import time
 from collections.abc import Awaitable, Coroutine, Mapping, Sequence
@@ -26,6 +25,7 @@ from urllib.parse import parse_qs, urlsplit
 from ..errors import StoreError
 from .base import Op, Row, Store, Tx
 from .coalesce import many_form
+from .multirow import MultiRow
 from .sql_files import load_queries, migrations
 
 __all__ = ["SQLiteStore"]
@@ -60,68 +60,15 @@ class _SQLiteTx(Tx):
             return await self.execute(name, rows[0]) if rows else []
         form = _values_forms.get(name)
         if form is None:
-            form = _values_forms[name] = _ValuesForm(name, self._queries[name])
+            form = _values_forms[name] = MultiRow(name, self._queries[name], dialect="sqlite")
         out: list[Row] = []
-        start = 0
-        for size in form.chunks(len(rows)):
-            chunk = rows[start : start + size]
-            start += size
-            cursor = self._conn.execute(form.sql(size), [row[n] for row in chunk for n in form.names])
+        for sql, params in form.statements(rows):
+            cursor = self._conn.execute(sql, params)
             fetched = cursor.fetchall()
             if fetched:
                 names = [d[0] for d in cursor.description]
                 out += [dict(zip(names, r, strict=True)) for r in fetched]
         return out
-
-
-_MAX_VARIABLES = 32766  # SQLite's default limit of bound parameters per statement (3.32+)
-_PARAM = re.compile(r":([A-Za-z_][A-Za-z0-9_]*)")
-
-
-class _ValuesForm:
-    """A one-row ``INSERT ... VALUES (...)`` query, rewritten to carry many rows per statement.
-
-    Statement sizes are powers of two, so a handful of distinct statements (each prepared
-    once, then cached by the connection) serve any number of rows.
-    """
-
-    def __init__(self, name: str, sql: str) -> None:
-        at = re.search(r"\bVALUES\s*\(", sql, re.IGNORECASE)
-        if at is None:
-            raise ValueError(f"query {name!r} has no VALUES (...) group to repeat")
-        depth, end = 0, at.end() - 1
-        for end in range(at.end() - 1, len(sql)):
-            depth += {"(": 1, ")": -1}.get(sql[end], 0)
-            if depth == 0:
-                break
-        group = sql[at.end() - 1 : end + 1]
-        if _PARAM.search(sql[: at.start()]) or _PARAM.search(sql[end + 1 :]):
-            raise ValueError(f"query {name!r} has parameters outside its VALUES group")
-        self.names = _PARAM.findall(group)
-        self._head = sql[: at.end() - 1]
-        self._group = _PARAM.sub("?", group)
-        self._tail = sql[end + 1 :].rstrip().rstrip(";")
-        most = max(1, min(256, _MAX_VARIABLES // max(1, len(self.names))))
-        self._largest = 1 << (most.bit_length() - 1)
-        self._sql: dict[int, str] = {}
-
-    def chunks(self, n: int) -> list[int]:
-        """``n`` rows as statement sizes, each a power of two."""
-        sizes = []
-        while n:
-            size = min(self._largest, 1 << (n.bit_length() - 1))
-            sizes.append(size)
-            n -= size
-        return sizes
-
-    def sql(self, size: int) -> str:
-        text = self._sql.get(size)
-        if text is None:
-            text = self._sql[size] = self._head + ",".join([self._group] * size) + self._tail
-        return text
-
-
-_values_forms: dict[str, _ValuesForm] = {}
 
 
 class _Call:
@@ -149,6 +96,9 @@ def run_sync(awaitable: Awaitable[T]) -> T:
         return done.value  # type: ignore[no-any-return]
     coro.close()
     raise RuntimeError("a SQLite store operation awaited something other than the store")
+
+
+_values_forms: dict[str, MultiRow] = {}
 
 
 class SQLiteStore(Store):
