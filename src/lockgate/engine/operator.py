@@ -264,11 +264,7 @@ async def _candidates(
 
 async def _unpause(tx: Tx, workflow: str, now: float) -> int:
     await gate_ops.unpause(tx, f"wf:{workflow}")
-    parked = await tx.execute("paused_pending", {"workflow": workflow})
-    for row in parked:
-        await tx.execute("release_pending", {"id": row["id"], "now": now})
-        await gate_ops.ledger_parked(tx, row, "released", "unpaused", now)
-    return len(parked)
+    return await gate_ops.release_paused(tx, workflow, now)
 
 
 async def _unpause_key(tx: Tx, key: str, now: float) -> None:

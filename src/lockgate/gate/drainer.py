@@ -16,6 +16,8 @@ from collections import defaultdict
 from typing import TYPE_CHECKING, Any
 
 from ..clock import wait_event
+from ..definitions import WorkflowDef
+from ..ids import new_id
 from ..store import gate_ops, ops
 from ..store.base import Row, Tx
 from .admission import control_keys
@@ -29,6 +31,7 @@ __all__ = ["Drainer"]
 
 log = logging.getLogger("lockgate.drainer")
 BATCH = 1000
+CHUNK = 250  # parked rows re-offered per operation (a refusal sends only its own chunk row by row)
 
 
 class Drainer:
@@ -103,15 +106,47 @@ class Drainer:
                 continue
             seen.add(row["id"])
             ordered.append(row)
+        work: list[tuple[WorkflowDef, Row]] = []
         for row in ordered:
             defn = defs.get(row["workflow"])
             if defn is None:
                 jobs.append(asyncio.ensure_future(store.write(expire, row, "unregistered", now)))
                 continue
-            jobs.append(asyncio.ensure_future(self._reoffer(defn, row, now)))
+            work.append((defn, row))
+        for i in range(0, len(work), CHUNK):
+            jobs.append(asyncio.ensure_future(self._drain(work[i : i + CHUNK], now)))
         if jobs:
             await asyncio.gather(*jobs, return_exceptions=True)
         return await store.read(_next_due)
+
+    async def _drain(self, work: list[tuple[WorkflowDef, Row]], now: float) -> None:
+        """Re-offer a chunk of rows, in order, as one operation (one statement per table for rows that no
+        control holds). If one row's offer refuses, the chunk's operation is undone whole and each row is
+        re-offered on its own, so the others are not held back by it."""
+        engine = self.engine
+        templates: dict[str, dict[str, Any]] = {}
+        for defn, _ in work:
+            if defn.name not in templates:
+                run = engine.new_run_row(defn, "{}")
+                del run["id"], run["identity"]  # each row's run gets its own id, and that id as its identity
+                templates[defn.name] = run
+        pauses = await engine.pause_snapshot()
+        try:
+            decisions = await engine.store.write(
+                drain_op, [(defn, row["id"]) for defn, row in work], templates, now, pauses
+            )
+        except Exception as exc:
+            log.info("re-offering %d parked row(s) one by one: %s", len(work), exc)
+            await asyncio.gather(*(self._reoffer(defn, row, now) for defn, row in work))
+            return
+        for (defn, row), decision in zip(work, decisions, strict=True):
+            self._decided(defn, row, decision)
+
+    def _decided(self, defn: WorkflowDef, row: Row, decision: Decision) -> None:
+        served = self._served.get((row["hold_scope"], row["hold_key"]))
+        if decision.status == "started" and served is not None and row["fair_key"] in served:
+            served[row["fair_key"]] += 1
+        self.engine.after_decision(defn, decision)
 
     async def _reoffer(self, defn: Any, row: Row, now: float) -> None:
         engine = self.engine
@@ -122,10 +157,7 @@ class Drainer:
         except Exception as exc:
             log.warning("re-offer of %s (%s) failed: %s", row["ticket"], row["workflow"], exc)
             return
-        served = self._served.get((row["hold_scope"], row["hold_key"]))
-        if decision.status == "started" and served is not None and row["fair_key"] in served:
-            served[row["fair_key"]] += 1
-        engine.after_decision(defn, decision)
+        self._decided(defn, row, decision)
 
     async def _slot_candidates(self, defs: dict[str, Any]) -> list[Row]:
         """Rows waiting for a concurrency slot, as many per key as the key has room for."""
@@ -189,21 +221,96 @@ def _fair_order(rows: list[Row], served: dict[Any, int] | None = None) -> list[R
 # -- operations ------------------------------------------------------------------------------
 
 
-async def _reoffer_op(
-    tx: Tx, defn: Any, pending_id: str, run: dict[str, Any], now: float, pauses: dict[str, Row]
+async def drain_op(
+    tx: Tx,
+    work: list[tuple[WorkflowDef, str]],
+    templates: dict[str, dict[str, Any]],
+    now: float,
+    pauses: dict[str, Row],
+) -> list[Decision]:
+    """Re-offer parked rows in the order given, as they are now; a decision per row.
+
+    A row no control can hold (its workflow has none, it names no identity and no items)
+    is admitted as the pipeline would, but rows in a run share multi-row statements; any
+    other row passes the pipeline from its stage, after the admissions decided before it,
+    so room, windows and the ledger see the chunk's decisions in order.
+    """
+    current = await gate_ops.pending_by_ids(tx, [pending_id for _, pending_id in work])
+    decisions: list[Decision] = []
+    unheld: list[tuple[Row, dict[str, Any]]] = []
+    for defn, pending_id in work:
+        row = current.get(pending_id)
+        if row is None:  # decided meanwhile (expired, cancelled, another drain)
+            decisions.append(Decision("gone", pending_id))
+            continue
+        if row["due_at"] is not None and float(row["due_at"]) > now:
+            decisions.append(Decision("not-due", row["ticket"]))
+            continue
+        template = templates[defn.name]
+        if _unheld(defn, row):
+            run = _run_for(defn, row, template, now)
+            unheld.append((row, run))
+            decisions.append(Decision("started", row["ticket"], run_id=run["id"]))
+            continue
+        await gate_ops.admit_parked(tx, unheld, now)
+        unheld = []
+        decisions.append(await _reoffer_row(tx, defn, row, template, now, pauses))
+    await gate_ops.admit_parked(tx, unheld, now)
+    return decisions
+
+
+def _unheld(defn: WorkflowDef, row: Row) -> bool:
+    """Whether no stage from the row's own on can hold, fold, drop or merge it: admitting it is an insert."""
+    return (
+        defn.gate.bare
+        and bool(row["keys"])  # a failure report's keys (and payload) are checked by the pipeline
+        and row["identity"] is None
+        and row["items"] is None
+        and row["stage"] not in _ENTRY_STAGES
+    )
+
+
+_ENTRY_STAGES = frozenset(("identity", "pause"))  # re-checked as a row passes them: the pipeline's business
+
+
+def _run_for(defn: WorkflowDef, row: Row, template: dict[str, Any], now: float) -> dict[str, Any]:
+    """The run a parked row becomes (what ``pipeline._admit`` inserts for a start no control holds)."""
+    plan = defn.gate
+    run = {
+        **template,
+        "id": new_id("run"),
+        "retry_of": row["retry_of"],
+        "payload": row["payload"],
+        "idempotency_key": row["idempotency_key"],
+        "ticket": row["ticket"],
+        "on_failure": plan.on_failure,
+    }
+    if plan.finish_timeout is not None:
+        run["deadline_at"] = now + plan.finish_timeout
+    return run
+
+
+async def _reoffer_row(
+    tx: Tx, defn: WorkflowDef, row: Row, run: dict[str, Any], now: float, pauses: dict[str, Row]
 ) -> Decision:
-    """Re-offer a parked row as it is now (a fold may have moved it since it was selected)."""
+    if not row["keys"]:  # a failure report: its keys are computed by the handler's gate
+        model = defn.payload_model.model_validate_json(row["payload"])
+        row = {**row, "keys": json.dumps(control_keys(defn, defn.gate, model))}
+    o = reoffer(defn, row, run)
+    o.pauses = pauses
+    return await offer(tx, o, now)
+
+
+async def _reoffer_op(
+    tx: Tx, defn: WorkflowDef, pending_id: str, run: dict[str, Any], now: float, pauses: dict[str, Row]
+) -> Decision:
+    """Re-offer one parked row as it is now (a fold may have moved it since it was selected)."""
     current = await gate_ops.get_pending(tx, pending_id)
     if current is None:  # decided meanwhile (expired, cancelled, another drain)
         return Decision("gone", pending_id)
     if current["due_at"] is not None and float(current["due_at"]) > now:
         return Decision("not-due", current["ticket"])
-    if not current["keys"]:  # a failure report: its keys are computed by the handler's gate
-        model = defn.payload_model.model_validate_json(current["payload"])
-        current = {**current, "keys": json.dumps(control_keys(defn, defn.gate, model))}
-    o = reoffer(defn, current, run)
-    o.pauses = pauses
-    return await offer(tx, o, now)
+    return await _reoffer_row(tx, defn, current, run, now, pauses)
 
 
 async def expire(tx: Tx, row: Row, reason: str, now: float) -> bool:

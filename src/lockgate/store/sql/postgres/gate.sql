@@ -196,3 +196,31 @@ UPDATE lockgate_pending SET mode = 'released', due_at = %(now)s WHERE id = %(id)
 
 -- name: release_key_pending
 UPDATE lockgate_pending SET due_at = %(now)s WHERE mode = 'key-paused' AND hold_key = %(key)s;
+
+-- name: pending_by_ids
+-- The drainer's chunk, as it is now (a fold, a cancel or an expiry may have moved it since it was selected),
+-- locked until commit so a cancel on another replica waits for the decision instead of racing it.
+SELECT * FROM lockgate_pending WHERE id IN (SELECT jsonb_array_elements_text(%(ids)s::jsonb)) FOR UPDATE;
+
+-- name: release_paused
+UPDATE lockgate_pending SET mode = 'released', due_at = %(now)s WHERE mode = 'paused' AND workflow = %(workflow)s
+RETURNING *;
+
+-- name: insert_admitted_run
+-- A run the drainer admits from a parked row without an identity: its id is its identity, never spent.
+INSERT INTO lockgate_runs (id, workflow, identity, idempotency_key, status, payload, version, patches,
+    parent_id, parent_close, retry_of, ticket, recording, created_at, updated_at, progress_at, wake_at,
+    singleton_key, deadline_at, on_failure, slot_scope, slot_key, owner, lease_until, epoch, entered_at, entries)
+VALUES (%(id)s, %(workflow)s, %(identity)s, %(idempotency_key)s, 'running', %(payload)s, %(version)s, %(patches)s,
+    %(parent_id)s, %(parent_close)s, %(retry_of)s, %(ticket)s, %(recording)s, %(now)s, %(now)s, %(now)s, %(wake_at)s,
+    %(singleton_key)s, %(deadline_at)s, %(on_failure)s, %(slot_scope)s, %(slot_key)s,
+    %(owner)s, %(lease_until)s, %(epoch)s, %(entered_at)s, %(entries)s);
+
+-- name: insert_ledger_rows
+INSERT INTO lockgate_ledger (ticket, kind, workflow, control, key, outcome, reason, folded, waited, pending_id,
+    run_id, at)
+VALUES (%(ticket)s, %(kind)s, %(workflow)s, %(control)s, %(key)s, %(outcome)s, %(reason)s, %(folded)s, %(waited)s, %(pending_id)s,
+    %(run_id)s, %(at)s);
+
+-- name: delete_pending_ids
+DELETE FROM lockgate_pending WHERE id IN (SELECT jsonb_array_elements_text(%(ids)s::jsonb)) RETURNING id;

@@ -194,3 +194,30 @@ UPDATE lockgate_pending SET mode = 'released', due_at = :now WHERE id = :id;
 
 -- name: release_key_pending
 UPDATE lockgate_pending SET due_at = :now WHERE mode = 'key-paused' AND hold_key = :key;
+
+-- name: pending_by_ids
+-- The drainer's chunk, as it is now (a fold, a cancel or an expiry may have moved it since it was selected).
+SELECT * FROM lockgate_pending WHERE id IN (SELECT value FROM json_each(:ids));
+
+-- name: release_paused
+UPDATE lockgate_pending SET mode = 'released', due_at = :now WHERE mode = 'paused' AND workflow = :workflow
+RETURNING *;
+
+-- name: insert_admitted_run
+-- A run the drainer admits from a parked row without an identity: its id is its identity, never spent.
+INSERT INTO lockgate_runs (id, workflow, identity, idempotency_key, status, payload, version, patches,
+    parent_id, parent_close, retry_of, ticket, recording, created_at, updated_at, progress_at, wake_at,
+    singleton_key, deadline_at, on_failure, slot_scope, slot_key, owner, lease_until, epoch, entered_at, entries)
+VALUES (:id, :workflow, :identity, :idempotency_key, 'running', :payload, :version, :patches,
+    :parent_id, :parent_close, :retry_of, :ticket, :recording, :now, :now, :now, :wake_at,
+    :singleton_key, :deadline_at, :on_failure, :slot_scope, :slot_key,
+    :owner, :lease_until, :epoch, :entered_at, :entries);
+
+-- name: insert_ledger_rows
+INSERT INTO lockgate_ledger (ticket, kind, workflow, control, key, outcome, reason, folded, waited, pending_id,
+    run_id, at)
+VALUES (:ticket, :kind, :workflow, :control, :key, :outcome, :reason, :folded, :waited, :pending_id,
+    :run_id, :at);
+
+-- name: delete_pending_ids
+DELETE FROM lockgate_pending WHERE id IN (SELECT value FROM json_each(:ids)) RETURNING id;
