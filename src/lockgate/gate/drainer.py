@@ -17,7 +17,6 @@ from typing import TYPE_CHECKING, Any
 
 from ..clock import wait_event
 from ..definitions import WorkflowDef
-from ..ids import new_id
 from ..store import gate_ops, ops
 from ..store.base import Row, Tx
 from .admission import control_keys
@@ -106,27 +105,21 @@ class Drainer:
                 continue
             seen.add(row["id"])
             ordered.append(row)
-        work: list[tuple[WorkflowDef, Row]] = []
-        for row in ordered:
-            defn = defs.get(row["workflow"])
-            if defn is None:
-                jobs.append(asyncio.ensure_future(store.write(expire, row, "unregistered", now)))
-                continue
-            work.append((defn, row))
+        work = [(defs.get(row["workflow"]), row) for row in ordered]  # no definition: expires as unregistered
         for i in range(0, len(work), CHUNK):
             jobs.append(asyncio.ensure_future(self._drain(work[i : i + CHUNK], now)))
         if jobs:
             await asyncio.gather(*jobs, return_exceptions=True)
         return await store.read(_next_due)
 
-    async def _drain(self, work: list[tuple[WorkflowDef, Row]], now: float) -> None:
+    async def _drain(self, work: list[tuple[WorkflowDef | None, Row]], now: float) -> None:
         """Re-offer a chunk of rows, in order, as one operation (one statement per table for rows that no
         control holds). If one row's offer refuses, the chunk's operation is undone whole and each row is
         re-offered on its own, so the others are not held back by it."""
         engine = self.engine
         templates: dict[str, dict[str, Any]] = {}
         for defn, _ in work:
-            if defn.name not in templates:
+            if defn is not None and defn.name not in templates:
                 run = engine.new_run_row(defn, "{}")
                 del run["id"], run["identity"]  # each row's run gets its own id, and that id as its identity
                 templates[defn.name] = run
@@ -140,7 +133,8 @@ class Drainer:
             await asyncio.gather(*(self._reoffer(defn, row, now) for defn, row in work))
             return
         for (defn, row), decision in zip(work, decisions, strict=True):
-            self._decided(defn, row, decision)
+            if defn is not None:
+                self._decided(defn, row, decision)
 
     def _decided(self, defn: WorkflowDef, row: Row, decision: Decision) -> None:
         served = self._served.get((row["hold_scope"], row["hold_key"]))
@@ -148,10 +142,13 @@ class Drainer:
             served[row["fair_key"]] += 1
         self.engine.after_decision(defn, decision)
 
-    async def _reoffer(self, defn: Any, row: Row, now: float) -> None:
-        engine = self.engine
+    async def _reoffer(self, defn: WorkflowDef | None, row: Row, now: float) -> None:
+        engine, store = self.engine, self.engine.store
         try:
-            decision: Decision = await engine.store.write(
+            if defn is None:
+                await store.write(_expire_op, row["id"], "unregistered", now)
+                return
+            decision: Decision = await store.write(
                 _reoffer_op, defn, row["id"], engine.new_run_row(defn, "{}"), now, await engine.pause_snapshot()
             )
         except Exception as exc:
@@ -223,68 +220,75 @@ def _fair_order(rows: list[Row], served: dict[Any, int] | None = None) -> list[R
 
 async def drain_op(
     tx: Tx,
-    work: list[tuple[WorkflowDef, str]],
+    work: list[tuple[WorkflowDef | None, str]],
     templates: dict[str, dict[str, Any]],
     now: float,
     pauses: dict[str, Row],
 ) -> list[Decision]:
     """Re-offer parked rows in the order given, as they are now; a decision per row.
 
-    A row no control can hold (its workflow has none, it names no identity and no items)
-    is admitted as the pipeline would, but rows in a run share multi-row statements; any
-    other row passes the pipeline from its stage, after the admissions decided before it,
-    so room, windows and the ledger see the chunk's decisions in order.
+    A row no control can hold (see ``_unheld``) is admitted as the pipeline would, but a run
+    of such rows shares one statement per table. Any other row passes the pipeline from its
+    stage after the admissions decided before it, so room, windows and the ledger see the
+    chunk's decisions in order. A row without a definition (``None``) expires as unregistered.
     """
     current = await gate_ops.pending_by_ids(tx, [pending_id for _, pending_id in work])
+    columns: dict[str, list[Any]] = {}
     decisions: list[Decision] = []
-    unheld: list[tuple[Row, dict[str, Any]]] = []
+    unheld: list[tuple[Row, list[Any]]] = []
+    at: list[int] = []  # where each of ``unheld`` stands in ``decisions``
+
+    async def admit_unheld() -> None:
+        for i, run_id in zip(at, await gate_ops.admit_parked(tx, unheld, now), strict=True):
+            decisions[i].run_id = run_id
+        unheld.clear()
+        at.clear()
+
     for defn, pending_id in work:
-        row = current.get(pending_id)
-        if row is None:  # decided meanwhile (expired, cancelled, another drain)
+        state = current.get(pending_id)
+        if state is None:  # decided meanwhile (expired, cancelled, another drain)
             decisions.append(Decision("gone", pending_id))
-            continue
-        if row["due_at"] is not None and float(row["due_at"]) > now:
-            decisions.append(Decision("not-due", row["ticket"]))
-            continue
-        template = templates[defn.name]
-        if _unheld(defn, row):
-            run = _run_for(defn, row, template, now)
-            unheld.append((row, run))
-            decisions.append(Decision("started", row["ticket"], run_id=run["id"]))
-            continue
-        await gate_ops.admit_parked(tx, unheld, now)
-        unheld = []
-        decisions.append(await _reoffer_row(tx, defn, row, template, now, pauses))
-    await gate_ops.admit_parked(tx, unheld, now)
+        elif state["due_at"] is not None and state["due_at"] > now:
+            decisions.append(Decision("not-due", state["ticket"]))
+        elif defn is not None and _unheld(defn, state):
+            shared = columns.get(defn.name)
+            if shared is None:
+                template = _admitted(defn, templates[defn.name], now)
+                shared = columns[defn.name] = gate_ops.run_columns(defn.name, template)
+            unheld.append((state, shared))
+            at.append(len(decisions))
+            decisions.append(Decision("started", state["ticket"]))
+        else:
+            await admit_unheld()
+            row = await gate_ops.get_pending(tx, pending_id)
+            assert row is not None  # selected (and locked) in this transaction
+            if defn is None:
+                await expire(tx, row, "unregistered", now)
+                decisions.append(Decision("expired", row["ticket"], pending_id=pending_id, reason="unregistered"))
+            else:
+                decisions.append(await _reoffer_row(tx, defn, row, templates[defn.name], now, pauses))
+    await admit_unheld()
     return decisions
 
 
-def _unheld(defn: WorkflowDef, row: Row) -> bool:
+def _unheld(defn: WorkflowDef, state: Row) -> bool:
     """Whether no stage from the row's own on can hold, fold, drop or merge it: admitting it is an insert."""
     return (
         defn.gate.bare
-        and bool(row["keys"])  # a failure report's keys (and payload) are checked by the pipeline
-        and row["identity"] is None
-        and row["items"] is None
-        and row["stage"] not in _ENTRY_STAGES
+        and bool(state["keys"])  # a failure report's keys (and payload) are checked by the pipeline
+        and state["identity"] is None
+        and not state["has_items"]
+        and state["stage"] not in _ENTRY_STAGES
     )
 
 
 _ENTRY_STAGES = frozenset(("identity", "pause"))  # re-checked as a row passes them: the pipeline's business
 
 
-def _run_for(defn: WorkflowDef, row: Row, template: dict[str, Any], now: float) -> dict[str, Any]:
-    """The run a parked row becomes (what ``pipeline._admit`` inserts for a start no control holds)."""
+def _admitted(defn: WorkflowDef, template: dict[str, Any], now: float) -> dict[str, Any]:
+    """What ``pipeline._admit`` adds to a run template for a start no control holds."""
     plan = defn.gate
-    run = {
-        **template,
-        "id": new_id("run"),
-        "retry_of": row["retry_of"],
-        "payload": row["payload"],
-        "idempotency_key": row["idempotency_key"],
-        "ticket": row["ticket"],
-        "on_failure": plan.on_failure,
-    }
+    run = {**template, "on_failure": plan.on_failure}
     if plan.finish_timeout is not None:
         run["deadline_at"] = now + plan.finish_timeout
     return run
@@ -311,6 +315,11 @@ async def _reoffer_op(
     if current["due_at"] is not None and float(current["due_at"]) > now:
         return Decision("not-due", current["ticket"])
     return await _reoffer_row(tx, defn, current, run, now, pauses)
+
+
+async def _expire_op(tx: Tx, pending_id: str, reason: str, now: float) -> bool:
+    row = await gate_ops.get_pending(tx, pending_id)
+    return row is not None and await expire(tx, row, reason, now)
 
 
 async def expire(tx: Tx, row: Row, reason: str, now: float) -> bool:
@@ -375,7 +384,7 @@ async def _orphans(tx: Tx, now: float) -> list[str]:
 
 
 async def _due(tx: Tx, now: float) -> list[Row]:
-    return await tx.execute("due_pending", {"now": now, "limit": BATCH})
+    return await tx.execute("due_pending_order", {"now": now, "limit": BATCH})
 
 
 async def _waiting_keys(tx: Tx) -> list[Row]:

@@ -201,94 +201,60 @@ async def cancel_parked(tx: Tx, ticket: str, reason: str, now: float) -> Row | N
 
 # -- the drainer's bulk paths ---------------------------------------------------------------
 
-_RUN_DEFAULTS: dict[str, Any] = {  # the columns ops.create_run defaults, for runs inserted many at a time
-    "parent_id": None,
-    "parent_close": None,
-    "retry_of": None,
-    "ticket": None,
-    "idempotency_key": None,
-    "version": None,
-    "recording": "full",
-    "singleton_key": None,
-    "deadline_at": None,
-    "on_failure": None,
-    "slot_scope": None,
-    "slot_key": None,
-    "owner": None,
-    "lease_until": None,
-    "epoch": 0,
-    "entered_at": None,
-    "entries": 0,
-}
+_compact = json.JSONEncoder(separators=(",", ":"), default=str).encode  # ``dump_json``, its encoder made once
 
 
 async def pending_by_ids(tx: Tx, ids: list[str]) -> dict[str, Row]:
-    """The parked rows among ``ids`` that still exist, by id (locked until commit where the store can)."""
+    """What can still hold each of the parked rows ``ids`` that exist, by id (locked where the store can):
+    ``mode, stage, due_at, keys, identity, has_items``."""
     return {r["id"]: r for r in await tx.execute("pending_by_ids", {"ids": json.dumps(ids)})}
 
 
-async def admit_parked(tx: Tx, admitted: list[tuple[Row, dict[str, Any]]], now: float) -> None:
-    """Admit parked rows that no control holds, each as the run beside it, with multi-row statements.
+def run_columns(defn_name: str, template: dict[str, Any]) -> list[Any]:
+    """What runs of one workflow admitted by ``admit_parked`` share, from their run template."""
+    return [
+        defn_name,
+        template.get("version"),
+        template.get("patches", "[]"),
+        template.get("recording", "full"),
+        template.get("deadline_at"),
+        template.get("on_failure"),
+    ]
 
-    Each run's id is its identity (a fresh id: never spent), so none can meet an existing run;
-    each row gets its ``run-started`` event and its ``drain`` ledger row, as ``pipeline._admit``
-    writes them one at a time. Refuses (and writes nothing) when a row is gone.
+
+async def admit_parked(tx: Tx, admitted: list[tuple[Row, list[Any]]], now: float) -> list[str]:
+    """Admit parked rows no control holds, with one statement per table; their new run ids, in order.
+
+    Each row comes with its workflow's ``run_columns``. It is written as ``pipeline._admit``
+    writes one start: a run (a fresh id as its identity, so no run can already hold it), its
+    ``run-started`` event, the row's ``drain`` ledger row (in the order given), and the row
+    deleted. Refuses when a row is no longer parked.
     """
     if not admitted:
-        return
-    runs, events, decisions = [], [], []
-    for row, run in admitted:
-        runs.append({**_RUN_DEFAULTS, "wake_at": now, **run, "identity": run["id"], "now": now})
-        data = {"workflow": run["workflow"], "ticket": run["ticket"], "parent_id": None}
-        events.append({"run_id": run["id"], "type": "run-started", "at": now, "data": dump_json(data)})
-        decisions.append(
-            {
-                "ticket": row["ticket"],
-                "kind": "drain",
-                "workflow": row["workflow"],
-                "control": row["mode"],
-                "key": row["hold_key"],
-                "outcome": "admitted",
-                "reason": None,
-                "folded": int(row["folded"]),
-                "waited": now - float(row["first_at"]),
-                "pending_id": row["id"],
-                "run_id": run["id"],
-                "at": now,
-            }
-        )
-    deleted = await tx.execute("delete_pending_ids", {"ids": json.dumps([row["id"] for row, _ in admitted])})
-    if len(deleted) != len(admitted):
+        return []
+    run_ids = [new_id("run") for _ in admitted]
+    encoded = json.dumps(
+        [
+            [
+                row["id"],
+                run_id,
+                _compact({"workflow": columns[0], "ticket": row["ticket"], "parent_id": None}),
+                *columns[1:],
+            ]
+            for (row, columns), run_id in zip(admitted, run_ids, strict=True)
+        ]
+    )
+    params = {"admitted": encoded, "now": now}
+    await tx.execute("admit_parked_runs", params)
+    await tx.execute("admit_parked_events", params)
+    await tx.execute("admit_parked_ledger", params)
+    if len(await tx.execute("admit_parked_delete", {"admitted": encoded})) != len(admitted):
         raise RuntimeError("a parked row was decided elsewhere while it was being admitted")
-    await tx.execute_many("insert_admitted_run", runs)
-    await tx.execute_many("insert_event", events)
-    await tx.execute_many("insert_ledger_rows", decisions)
+    return run_ids
 
 
 async def release_paused(tx: Tx, workflow: str, now: float) -> int:
     """Release every start a workflow pause parked (due now), each with its ``released`` ledger row."""
-    released = await tx.execute("release_paused", {"workflow": workflow, "now": now})
-    if not released:
-        return 0
-    released.sort(key=lambda r: (-int(r["priority"]), int(r["seq"])))  # the ledger tells them in drain order
-    await tx.execute_many(
-        "insert_ledger_rows",
-        [
-            {
-                "ticket": r["ticket"],
-                "kind": "drain",
-                "workflow": r["workflow"],
-                "control": "paused",
-                "key": r["hold_key"],
-                "outcome": "released",
-                "reason": "unpaused",
-                "folded": int(r["folded"]),
-                "waited": now - float(r["first_at"]),
-                "pending_id": r["id"],
-                "run_id": None,
-                "at": now,
-            }
-            for r in released
-        ],
-    )
-    return len(released)
+    params = {"workflow": workflow, "now": now}
+    await tx.execute("ledger_release_paused", params)
+    return len(await tx.execute("release_paused", params))

@@ -198,29 +198,59 @@ UPDATE lockgate_pending SET mode = 'released', due_at = %(now)s WHERE id = %(id)
 UPDATE lockgate_pending SET due_at = %(now)s WHERE mode = 'key-paused' AND hold_key = %(key)s;
 
 -- name: pending_by_ids
--- The drainer's chunk, as it is now (a fold, a cancel or an expiry may have moved it since it was selected),
--- locked until commit so a cancel on another replica waits for the decision instead of racing it.
-SELECT * FROM lockgate_pending WHERE id IN (SELECT jsonb_array_elements_text(%(ids)s::jsonb)) FOR UPDATE;
+-- The drainer's chunk as it is now (a fold, a cancel or an expiry may have moved a row since it was selected):
+-- what tells whether a control can still hold a row (the pipeline reads a held row whole). Locked until
+-- commit, so a cancel on another replica waits for the decision instead of racing it.
+SELECT id, ticket, mode, stage, due_at, keys, identity, items IS NOT NULL AS has_items FROM lockgate_pending
+WHERE id IN (SELECT jsonb_array_elements_text(%(ids)s::jsonb)) FOR UPDATE;
+
+-- name: due_pending_order
+-- What the drainer orders due rows by (each chunk reads its rows again, in its transaction).
+SELECT id, workflow, ticket, priority, seq, fair_key, hold_scope, hold_key FROM lockgate_pending
+WHERE due_at IS NOT NULL AND due_at <= %(now)s AND mode <> 'paused'
+ORDER BY priority DESC, seq LIMIT %(limit)s;
+
+-- name: ledger_release_paused
+-- The `released` decision of each start a workflow pause parked, in drain order (before release_paused).
+INSERT INTO lockgate_ledger (ticket, kind, workflow, control, key, outcome, reason, folded, waited, pending_id,
+    run_id, at)
+SELECT ticket, 'drain', workflow, 'paused', hold_key, 'released', 'unpaused', folded,
+    %(now)s::double precision - first_at, id, NULL, %(now)s::double precision
+FROM lockgate_pending WHERE mode = 'paused' AND workflow = %(workflow)s::text ORDER BY priority DESC, seq;
 
 -- name: release_paused
 UPDATE lockgate_pending SET mode = 'released', due_at = %(now)s WHERE mode = 'paused' AND workflow = %(workflow)s
-RETURNING *;
+RETURNING id;
 
--- name: insert_admitted_run
--- A run the drainer admits from a parked row without an identity: its id is its identity, never spent.
+-- name: admit_parked_runs
+-- %(admitted)s is a JSON list of [pending id, run id, run-started data, version, patches, recording, deadline_at,
+-- on_failure], one per parked row no control holds; each becomes a run (its id is its identity, fresh: never spent).
 INSERT INTO lockgate_runs (id, workflow, identity, idempotency_key, status, payload, version, patches,
     parent_id, parent_close, retry_of, ticket, recording, created_at, updated_at, progress_at, wake_at,
     singleton_key, deadline_at, on_failure, slot_scope, slot_key, owner, lease_until, epoch, entered_at, entries)
-VALUES (%(id)s, %(workflow)s, %(identity)s, %(idempotency_key)s, 'running', %(payload)s, %(version)s, %(patches)s,
-    %(parent_id)s, %(parent_close)s, %(retry_of)s, %(ticket)s, %(recording)s, %(now)s, %(now)s, %(now)s, %(wake_at)s,
-    %(singleton_key)s, %(deadline_at)s, %(on_failure)s, %(slot_scope)s, %(slot_key)s,
-    %(owner)s, %(lease_until)s, %(epoch)s, %(entered_at)s, %(entries)s);
+SELECT a.value ->> 1, p.workflow, a.value ->> 1, p.idempotency_key, 'running', p.payload,
+    a.value ->> 3, a.value ->> 4, NULL, NULL, p.retry_of, p.ticket, a.value ->> 5,
+    %(now)s::double precision, %(now)s::double precision, %(now)s::double precision, %(now)s::double precision,
+    NULL, (a.value ->> 6)::double precision, a.value ->> 7, NULL, NULL, NULL, NULL, 0, NULL, 0
+FROM jsonb_array_elements(%(admitted)s::jsonb) WITH ORDINALITY AS a(value, n)
+JOIN lockgate_pending p ON p.id = a.value ->> 0
+ORDER BY a.n;
 
--- name: insert_ledger_rows
+-- name: admit_parked_events
+INSERT INTO lockgate_run_events (run_id, type, at, data)
+SELECT a.value ->> 1, 'run-started', %(now)s::double precision, a.value ->> 2
+FROM jsonb_array_elements(%(admitted)s::jsonb) WITH ORDINALITY AS a(value, n)
+ORDER BY a.n;
+
+-- name: admit_parked_ledger
 INSERT INTO lockgate_ledger (ticket, kind, workflow, control, key, outcome, reason, folded, waited, pending_id,
     run_id, at)
-VALUES (%(ticket)s, %(kind)s, %(workflow)s, %(control)s, %(key)s, %(outcome)s, %(reason)s, %(folded)s, %(waited)s, %(pending_id)s,
-    %(run_id)s, %(at)s);
+SELECT p.ticket, 'drain', p.workflow, p.mode, p.hold_key, 'admitted', NULL, p.folded,
+    %(now)s::double precision - p.first_at, p.id, a.value ->> 1, %(now)s::double precision
+FROM jsonb_array_elements(%(admitted)s::jsonb) WITH ORDINALITY AS a(value, n)
+JOIN lockgate_pending p ON p.id = a.value ->> 0
+ORDER BY a.n;
 
--- name: delete_pending_ids
-DELETE FROM lockgate_pending WHERE id IN (SELECT jsonb_array_elements_text(%(ids)s::jsonb)) RETURNING id;
+-- name: admit_parked_delete
+DELETE FROM lockgate_pending WHERE id IN (SELECT value ->> 0 FROM jsonb_array_elements(%(admitted)s::jsonb))
+RETURNING id;

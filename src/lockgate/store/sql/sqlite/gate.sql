@@ -196,28 +196,55 @@ UPDATE lockgate_pending SET mode = 'released', due_at = :now WHERE id = :id;
 UPDATE lockgate_pending SET due_at = :now WHERE mode = 'key-paused' AND hold_key = :key;
 
 -- name: pending_by_ids
--- The drainer's chunk, as it is now (a fold, a cancel or an expiry may have moved it since it was selected).
-SELECT * FROM lockgate_pending WHERE id IN (SELECT value FROM json_each(:ids));
+-- The drainer's chunk as it is now (a fold, a cancel or an expiry may have moved a row since it was selected):
+-- what tells whether a control can still hold a row (the pipeline reads a held row whole).
+SELECT id, ticket, mode, stage, due_at, keys, identity, items IS NOT NULL AS has_items FROM lockgate_pending
+WHERE id IN (SELECT value FROM json_each(:ids));
+
+-- name: due_pending_order
+-- What the drainer orders due rows by (each chunk reads its rows again, in its transaction).
+SELECT id, workflow, ticket, priority, seq, fair_key, hold_scope, hold_key FROM lockgate_pending
+WHERE due_at IS NOT NULL AND due_at <= :now AND mode <> 'paused'
+ORDER BY priority DESC, seq LIMIT :limit;
+
+-- name: ledger_release_paused
+-- The `released` decision of each start a workflow pause parked, in drain order (before release_paused).
+INSERT INTO lockgate_ledger (ticket, kind, workflow, control, key, outcome, reason, folded, waited, pending_id,
+    run_id, at)
+SELECT ticket, 'drain', workflow, 'paused', hold_key, 'released', 'unpaused', folded, :now - first_at, id,
+    NULL, :now
+FROM lockgate_pending WHERE mode = 'paused' AND workflow = :workflow ORDER BY priority DESC, seq;
 
 -- name: release_paused
 UPDATE lockgate_pending SET mode = 'released', due_at = :now WHERE mode = 'paused' AND workflow = :workflow
-RETURNING *;
+RETURNING id;
 
--- name: insert_admitted_run
--- A run the drainer admits from a parked row without an identity: its id is its identity, never spent.
+-- name: admit_parked_runs
+-- :admitted is a JSON list of [pending id, run id, run-started data, version, patches, recording, deadline_at,
+-- on_failure], one per parked row no control holds; each becomes a run (its id is its identity, fresh: never spent).
 INSERT INTO lockgate_runs (id, workflow, identity, idempotency_key, status, payload, version, patches,
     parent_id, parent_close, retry_of, ticket, recording, created_at, updated_at, progress_at, wake_at,
     singleton_key, deadline_at, on_failure, slot_scope, slot_key, owner, lease_until, epoch, entered_at, entries)
-VALUES (:id, :workflow, :identity, :idempotency_key, 'running', :payload, :version, :patches,
-    :parent_id, :parent_close, :retry_of, :ticket, :recording, :now, :now, :now, :wake_at,
-    :singleton_key, :deadline_at, :on_failure, :slot_scope, :slot_key,
-    :owner, :lease_until, :epoch, :entered_at, :entries);
+SELECT json_extract(a.value, '$[1]'), p.workflow, json_extract(a.value, '$[1]'), p.idempotency_key, 'running',
+    p.payload, json_extract(a.value, '$[3]'), json_extract(a.value, '$[4]'), NULL, NULL, p.retry_of, p.ticket,
+    json_extract(a.value, '$[5]'), :now, :now, :now, :now, NULL, json_extract(a.value, '$[6]'),
+    json_extract(a.value, '$[7]'), NULL, NULL, NULL, NULL, 0, NULL, 0
+FROM json_each(:admitted) a JOIN lockgate_pending p ON p.id = json_extract(a.value, '$[0]')
+ORDER BY a.key;
 
--- name: insert_ledger_rows
+-- name: admit_parked_events
+INSERT INTO lockgate_run_events (run_id, type, at, data)
+SELECT json_extract(value, '$[1]'), 'run-started', :now, json_extract(value, '$[2]') FROM json_each(:admitted)
+ORDER BY key;
+
+-- name: admit_parked_ledger
 INSERT INTO lockgate_ledger (ticket, kind, workflow, control, key, outcome, reason, folded, waited, pending_id,
     run_id, at)
-VALUES (:ticket, :kind, :workflow, :control, :key, :outcome, :reason, :folded, :waited, :pending_id,
-    :run_id, :at);
+SELECT p.ticket, 'drain', p.workflow, p.mode, p.hold_key, 'admitted', NULL, p.folded, :now - p.first_at, p.id,
+    json_extract(a.value, '$[1]'), :now
+FROM json_each(:admitted) a JOIN lockgate_pending p ON p.id = json_extract(a.value, '$[0]')
+ORDER BY a.key;
 
--- name: delete_pending_ids
-DELETE FROM lockgate_pending WHERE id IN (SELECT value FROM json_each(:ids)) RETURNING id;
+-- name: admit_parked_delete
+DELETE FROM lockgate_pending WHERE id IN (SELECT json_extract(value, '$[0]') FROM json_each(:admitted))
+RETURNING id;
