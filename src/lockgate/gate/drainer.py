@@ -233,9 +233,9 @@ async def drain_op(
     chunk's decisions in order. A row without a definition (``None``) expires as unregistered.
     """
     current = await gate_ops.pending_by_ids(tx, [pending_id for _, pending_id in work])
-    columns: dict[str, list[Any]] = {}
+    columns: dict[str, dict[str, Any]] = {}
     decisions: list[Decision] = []
-    unheld: list[tuple[Row, list[Any]]] = []
+    unheld: list[tuple[Row, dict[str, Any]]] = []
     at: list[int] = []  # where each of ``unheld`` stands in ``decisions``
 
     async def admit_unheld() -> None:
@@ -254,7 +254,7 @@ async def drain_op(
             shared = columns.get(defn.name)
             if shared is None:
                 template = _admitted(defn, templates[defn.name], now)
-                shared = columns[defn.name] = gate_ops.run_columns(defn.name, template)
+                shared = columns[defn.name] = gate_ops.run_columns(template)
             unheld.append((state, shared))
             at.append(len(decisions))
             decisions.append(Decision("started", state["ticket"]))

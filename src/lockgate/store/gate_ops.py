@@ -210,19 +210,19 @@ async def pending_by_ids(tx: Tx, ids: list[str]) -> dict[str, Row]:
     return {r["id"]: r for r in await tx.execute("pending_by_ids", {"ids": json.dumps(ids)})}
 
 
-def run_columns(defn_name: str, template: dict[str, Any]) -> list[Any]:
+def run_columns(template: dict[str, Any]) -> dict[str, Any]:
     """What runs of one workflow admitted by ``admit_parked`` share, from their run template."""
-    return [
-        defn_name,
-        template.get("version"),
-        template.get("patches", "[]"),
-        template.get("recording", "full"),
-        template.get("deadline_at"),
-        template.get("on_failure"),
-    ]
+    return {
+        "workflow": template["workflow"],
+        "version": template.get("version"),
+        "patches": template.get("patches", "[]"),
+        "recording": template.get("recording", "full"),
+        "deadline_at": template.get("deadline_at"),
+        "on_failure": template.get("on_failure"),
+    }
 
 
-async def admit_parked(tx: Tx, admitted: list[tuple[Row, list[Any]]], now: float) -> list[str]:
+async def admit_parked(tx: Tx, admitted: list[tuple[Row, dict[str, Any]]], now: float) -> list[str]:
     """Admit parked rows no control holds, with one statement per table; their new run ids, in order.
 
     Each row comes with its workflow's ``run_columns``. It is written as ``pipeline._admit``
@@ -233,19 +233,20 @@ async def admit_parked(tx: Tx, admitted: list[tuple[Row, list[Any]]], now: float
     if not admitted:
         return []
     run_ids = [new_id("run") for _ in admitted]
-    encoded = json.dumps(
-        [
-            [
-                row["id"],
-                run_id,
-                _compact({"workflow": columns[0], "ticket": row["ticket"], "parent_id": None}),
-                *columns[1:],
-            ]
-            for (row, columns), run_id in zip(admitted, run_ids, strict=True)
-        ]
-    )
+    entries: list[list[str]] = []
+    workflows: dict[str, tuple[dict[str, Any], list[list[str]]]] = {}
+    for (row, columns), run_id in zip(admitted, run_ids, strict=True):
+        name = columns["workflow"]
+        # the text dump_json writes for {"workflow": ..., "ticket": ..., "parent_id": None}
+        data = f'{{"workflow":{_compact(name)},"ticket":{_compact(row["ticket"])},"parent_id":null}}'
+        entry = [row["id"], run_id, data]
+        entries.append(entry)
+        workflows.setdefault(name, (columns, []))[1].append(entry)
+    encoded = json.dumps(entries)
+    for columns, own in workflows.values():
+        mine = encoded if len(workflows) == 1 else json.dumps(own)
+        await tx.execute("admit_parked_runs", {**columns, "admitted": mine, "now": now})
     params = {"admitted": encoded, "now": now}
-    await tx.execute("admit_parked_runs", params)
     await tx.execute("admit_parked_events", params)
     await tx.execute("admit_parked_ledger", params)
     if len(await tx.execute("admit_parked_delete", {"admitted": encoded})) != len(admitted):
@@ -255,6 +256,7 @@ async def admit_parked(tx: Tx, admitted: list[tuple[Row, list[Any]]], now: float
 
 async def release_paused(tx: Tx, workflow: str, now: float) -> int:
     """Release every start a workflow pause parked (due now), each with its ``released`` ledger row."""
-    params = {"workflow": workflow, "now": now}
-    await tx.execute("ledger_release_paused", params)
-    return len(await tx.execute("release_paused", params))
+    released = await tx.execute("release_paused", {"workflow": workflow, "now": now})
+    if released:
+        await tx.execute("ledger_released", {"ids": json.dumps([r["id"] for r in released]), "now": now})
+    return len(released)

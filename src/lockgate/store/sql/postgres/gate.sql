@@ -210,33 +210,34 @@ SELECT id, workflow, ticket, priority, seq, fair_key, hold_scope, hold_key FROM 
 WHERE due_at IS NOT NULL AND due_at <= %(now)s AND mode <> 'paused'
 ORDER BY priority DESC, seq LIMIT %(limit)s;
 
--- name: ledger_release_paused
--- The `released` decision of each start a workflow pause parked, in drain order (before release_paused).
-INSERT INTO lockgate_ledger (ticket, kind, workflow, control, key, outcome, reason, folded, waited, pending_id,
-    run_id, at)
-SELECT ticket, 'drain', workflow, 'paused', hold_key, 'released', 'unpaused', folded,
-    %(now)s::double precision - first_at, id, NULL, %(now)s::double precision
-FROM lockgate_pending WHERE mode = 'paused' AND workflow = %(workflow)s::text ORDER BY priority DESC, seq;
-
 -- name: release_paused
 UPDATE lockgate_pending SET mode = 'released', due_at = %(now)s WHERE mode = 'paused' AND workflow = %(workflow)s
 RETURNING id;
 
+-- name: ledger_released
+-- The `released` decision of each start release_paused released (%(ids)s), in drain order.
+INSERT INTO lockgate_ledger (ticket, kind, workflow, control, key, outcome, reason, folded, waited, pending_id,
+    run_id, at)
+SELECT ticket, 'drain', workflow, 'paused', hold_key, 'released', 'unpaused', folded,
+    %(now)s::double precision - first_at, id, NULL, %(now)s::double precision
+FROM lockgate_pending WHERE id IN (SELECT jsonb_array_elements_text(%(ids)s::jsonb)) ORDER BY priority DESC, seq;
+
 -- name: admit_parked_runs
--- %(admitted)s is a JSON list of [pending id, run id, run-started data, version, patches, recording, deadline_at,
--- on_failure], one per parked row no control holds; each becomes a run (its id is its identity, fresh: never spent).
+-- %(admitted)s is a JSON list of [pending id, run id, ...], one per parked row of workflow %(workflow)s no
+-- control holds; each becomes a run (its id is its identity, fresh: never spent) with the workflow's columns.
 INSERT INTO lockgate_runs (id, workflow, identity, idempotency_key, status, payload, version, patches,
     parent_id, parent_close, retry_of, ticket, recording, created_at, updated_at, progress_at, wake_at,
     singleton_key, deadline_at, on_failure, slot_scope, slot_key, owner, lease_until, epoch, entered_at, entries)
-SELECT a.value ->> 1, p.workflow, a.value ->> 1, p.idempotency_key, 'running', p.payload,
-    a.value ->> 3, a.value ->> 4, NULL, NULL, p.retry_of, p.ticket, a.value ->> 5,
+SELECT a.value ->> 1, %(workflow)s::text, a.value ->> 1, p.idempotency_key, 'running', p.payload,
+    %(version)s::text, %(patches)s::text, NULL, NULL, p.retry_of, p.ticket, %(recording)s::text,
     %(now)s::double precision, %(now)s::double precision, %(now)s::double precision, %(now)s::double precision,
-    NULL, (a.value ->> 6)::double precision, a.value ->> 7, NULL, NULL, NULL, NULL, 0, NULL, 0
+    NULL, %(deadline_at)s::double precision, %(on_failure)s::text, NULL, NULL, NULL, NULL, 0, NULL, 0
 FROM jsonb_array_elements(%(admitted)s::jsonb) WITH ORDINALITY AS a(value, n)
 JOIN lockgate_pending p ON p.id = a.value ->> 0
 ORDER BY a.n;
 
 -- name: admit_parked_events
+-- %(admitted)s is a JSON list of [pending id, run id, run-started data], in decision order.
 INSERT INTO lockgate_run_events (run_id, type, at, data)
 SELECT a.value ->> 1, 'run-started', %(now)s::double precision, a.value ->> 2
 FROM jsonb_array_elements(%(admitted)s::jsonb) WITH ORDINALITY AS a(value, n)

@@ -207,32 +207,32 @@ SELECT id, workflow, ticket, priority, seq, fair_key, hold_scope, hold_key FROM 
 WHERE due_at IS NOT NULL AND due_at <= :now AND mode <> 'paused'
 ORDER BY priority DESC, seq LIMIT :limit;
 
--- name: ledger_release_paused
--- The `released` decision of each start a workflow pause parked, in drain order (before release_paused).
-INSERT INTO lockgate_ledger (ticket, kind, workflow, control, key, outcome, reason, folded, waited, pending_id,
-    run_id, at)
-SELECT ticket, 'drain', workflow, 'paused', hold_key, 'released', 'unpaused', folded, :now - first_at, id,
-    NULL, :now
-FROM lockgate_pending WHERE mode = 'paused' AND workflow = :workflow ORDER BY priority DESC, seq;
-
 -- name: release_paused
 UPDATE lockgate_pending SET mode = 'released', due_at = :now WHERE mode = 'paused' AND workflow = :workflow
 RETURNING id;
 
+-- name: ledger_released
+-- The `released` decision of each start release_paused released (:ids), in drain order.
+INSERT INTO lockgate_ledger (ticket, kind, workflow, control, key, outcome, reason, folded, waited, pending_id,
+    run_id, at)
+SELECT ticket, 'drain', workflow, 'paused', hold_key, 'released', 'unpaused', folded, :now - first_at, id,
+    NULL, :now
+FROM lockgate_pending WHERE id IN (SELECT value FROM json_each(:ids)) ORDER BY priority DESC, seq;
+
 -- name: admit_parked_runs
--- :admitted is a JSON list of [pending id, run id, run-started data, version, patches, recording, deadline_at,
--- on_failure], one per parked row no control holds; each becomes a run (its id is its identity, fresh: never spent).
+-- :admitted is a JSON list of [pending id, run id, ...], one per parked row of workflow :workflow no control
+-- holds; each becomes a run (its id is its identity, fresh: never spent) with the workflow's columns.
 INSERT INTO lockgate_runs (id, workflow, identity, idempotency_key, status, payload, version, patches,
     parent_id, parent_close, retry_of, ticket, recording, created_at, updated_at, progress_at, wake_at,
     singleton_key, deadline_at, on_failure, slot_scope, slot_key, owner, lease_until, epoch, entered_at, entries)
-SELECT json_extract(a.value, '$[1]'), p.workflow, json_extract(a.value, '$[1]'), p.idempotency_key, 'running',
-    p.payload, json_extract(a.value, '$[3]'), json_extract(a.value, '$[4]'), NULL, NULL, p.retry_of, p.ticket,
-    json_extract(a.value, '$[5]'), :now, :now, :now, :now, NULL, json_extract(a.value, '$[6]'),
-    json_extract(a.value, '$[7]'), NULL, NULL, NULL, NULL, 0, NULL, 0
+SELECT json_extract(a.value, '$[1]'), :workflow, json_extract(a.value, '$[1]'), p.idempotency_key, 'running',
+    p.payload, :version, :patches, NULL, NULL, p.retry_of, p.ticket, :recording, :now, :now, :now, :now,
+    NULL, :deadline_at, :on_failure, NULL, NULL, NULL, NULL, 0, NULL, 0
 FROM json_each(:admitted) a JOIN lockgate_pending p ON p.id = json_extract(a.value, '$[0]')
 ORDER BY a.key;
 
 -- name: admit_parked_events
+-- :admitted is a JSON list of [pending id, run id, run-started data], in decision order.
 INSERT INTO lockgate_run_events (run_id, type, at, data)
 SELECT json_extract(value, '$[1]'), 'run-started', :now, json_extract(value, '$[2]') FROM json_each(:admitted)
 ORDER BY key;
