@@ -201,8 +201,6 @@ async def cancel_parked(tx: Tx, ticket: str, reason: str, now: float) -> Row | N
 
 # -- the drainer's bulk paths ---------------------------------------------------------------
 
-_compact = json.JSONEncoder(separators=(",", ":"), default=str).encode  # ``dump_json``, its encoder made once
-
 
 async def pending_by_ids(tx: Tx, ids: list[str]) -> dict[str, Row]:
     """What can still hold each of the parked rows ``ids`` that exist, by id (locked where the store can):
@@ -237,8 +235,8 @@ async def admit_parked(tx: Tx, admitted: list[tuple[Row, dict[str, Any]]], now: 
     workflows: dict[str, tuple[dict[str, Any], list[list[str]]]] = {}
     for (row, columns), run_id in zip(admitted, run_ids, strict=True):
         name = columns["workflow"]
-        # the text dump_json writes for {"workflow": ..., "ticket": ..., "parent_id": None}
-        data = f'{{"workflow":{_compact(name)},"ticket":{_compact(row["ticket"])},"parent_id":null}}'
+        # what dump_json writes for {"workflow": ..., "ticket": ..., "parent_id": None}, without a dict per row
+        data = f'{{"workflow":{dump_json(name)},"ticket":{dump_json(row["ticket"])},"parent_id":null}}'
         entry = [row["id"], run_id, data]
         entries.append(entry)
         workflows.setdefault(name, (columns, []))[1].append(entry)

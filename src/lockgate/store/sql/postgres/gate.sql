@@ -232,7 +232,7 @@ SELECT a.value ->> 1, %(workflow)s::text, a.value ->> 1, p.idempotency_key, 'run
     %(version)s::text, %(patches)s::text, NULL, NULL, p.retry_of, p.ticket, %(recording)s::text,
     %(now)s::double precision, %(now)s::double precision, %(now)s::double precision, %(now)s::double precision,
     NULL, %(deadline_at)s::double precision, %(on_failure)s::text, NULL, NULL, NULL, NULL, 0, NULL, 0
-FROM jsonb_array_elements(%(admitted)s::jsonb) WITH ORDINALITY AS a(value, n)
+FROM json_array_elements(%(admitted)s::json) WITH ORDINALITY AS a(value, n)
 JOIN lockgate_pending p ON p.id = a.value ->> 0
 ORDER BY a.n;
 
@@ -240,7 +240,7 @@ ORDER BY a.n;
 -- %(admitted)s is a JSON list of [pending id, run id, run-started data], in decision order.
 INSERT INTO lockgate_run_events (run_id, type, at, data)
 SELECT a.value ->> 1, 'run-started', %(now)s::double precision, a.value ->> 2
-FROM jsonb_array_elements(%(admitted)s::jsonb) WITH ORDINALITY AS a(value, n)
+FROM json_array_elements(%(admitted)s::json) WITH ORDINALITY AS a(value, n)
 ORDER BY a.n;
 
 -- name: admit_parked_ledger
@@ -248,10 +248,10 @@ INSERT INTO lockgate_ledger (ticket, kind, workflow, control, key, outcome, reas
     run_id, at)
 SELECT p.ticket, 'drain', p.workflow, p.mode, p.hold_key, 'admitted', NULL, p.folded,
     %(now)s::double precision - p.first_at, p.id, a.value ->> 1, %(now)s::double precision
-FROM jsonb_array_elements(%(admitted)s::jsonb) WITH ORDINALITY AS a(value, n)
+FROM json_array_elements(%(admitted)s::json) WITH ORDINALITY AS a(value, n)
 JOIN lockgate_pending p ON p.id = a.value ->> 0
 ORDER BY a.n;
 
 -- name: admit_parked_delete
-DELETE FROM lockgate_pending WHERE id IN (SELECT value ->> 0 FROM jsonb_array_elements(%(admitted)s::jsonb))
+DELETE FROM lockgate_pending WHERE id IN (SELECT value ->> 0 FROM json_array_elements(%(admitted)s::json))
 RETURNING id;
