@@ -4,8 +4,8 @@ The engine never writes SQL. It hands the store *operations*: small async functi
 that take a ``Tx`` and run named queries on it (``store/ops.py``). A dialect supplies
 the SQL text for each name (``store/sql/<dialect>/*.sql``) and decides how operations
 are grouped into transactions. Writes are group-committed: every operation submitted
-while the previous commit was in flight goes into the next transaction, each isolated
-by a savepoint so one refusal does not undo its neighbours.
+while the previous commit was in flight goes into the next transaction; one refusal
+does not undo its neighbours (the batch is then run again, each op under a savepoint).
 """
 
 from __future__ import annotations
@@ -45,6 +45,15 @@ class Tx(abc.ABC):
         for row in rows:
             out += await self.execute(name, row)
         return out
+
+    async def require(self, name: str, params: Mapping[str, Any], refusal: Callable[[], BaseException]) -> None:
+        """Run a write that must return a row, else the op is refused with ``refusal()``.
+
+        A store that pipelines its statements may learn the outcome only at commit: it then
+        runs the batch again, guarded, and the op raises here.
+        """
+        if not await self.execute(name, params):
+            raise refusal()
 
     async def one(self, name: str, params: Mapping[str, Any] | None = None) -> Row | None:
         rows = await self.execute(name, params)

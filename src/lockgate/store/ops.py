@@ -168,8 +168,7 @@ async def renew_leases(tx: Tx, owner: str, now: float, lease_until: float) -> di
 
 
 async def touch(tx: Tx, fence: Fence, now: float) -> None:
-    if not await tx.execute("fence_touch", {**fence.params(), "now": now}):
-        raise Fenced()
+    await tx.require("fence_touch", {**fence.params(), "now": now}, Fenced)
 
 
 async def release_run(tx: Tx, fence: Fence, retry_at: float) -> None:
@@ -193,20 +192,19 @@ async def record_entry(
     entry: dict[str, Any],
     now: float,
     *,
+    touch: bool = False,
     message: dict[str, Any] | None = None,
     attempt: dict[str, Any] | None = None,
 ) -> None:
     """Journal one reached operation for a held run (with the message it consumed, the attempt that ended it).
 
-    The run's ``progress_at`` moves at most once a second: a step's commit then writes its
-    journal entry alone, not the run's row as well.
+    The entry is written only while ``fence`` holds (checked by the same statement). The
+    run's ``progress_at`` moves only with ``touch``: its holder asks at most once every
+    ``PROGRESS_RESOLUTION``, so a step's commit mostly writes its journal entry alone.
     """
-    held = await tx.execute("fence_check", fence.params())
-    if not held:
-        raise Fenced()
-    if now - float(held[0]["progress_at"]) >= PROGRESS_RESOLUTION:
-        await touch(tx, fence, now)
-    await tx.execute(
+    if touch:
+        await tx.require("fence_touch", {**fence.params(), "now": now}, Fenced)
+    await tx.require(
         "upsert_journal",
         {
             "output": None,
@@ -217,8 +215,9 @@ async def record_entry(
             "started_at": now,
             "finished_at": now,
             **entry,
-            "run_id": fence.run_id,
+            **fence.params(),
         },
+        Fenced,
     )
     if attempt is not None:
         await add_attempt(tx, attempt)

@@ -1,9 +1,13 @@
 """The PostgreSQL store.
 
-A small pool of connections (psycopg 3, async). Writes are group-committed by one
-writer task: every operation queued while the previous commit was in flight runs in
-the next transaction, each under its own savepoint so one refusal undoes only itself.
-Reads run in autocommit on any pooled connection and see committed data.
+Writes are group-committed by one writer task on a connection of its own: every
+operation queued while the previous commit was in flight runs in the next transaction.
+The batch is pipelined: statements whose rows nobody reads (and the row checks of
+fenced writes, ``Tx.require``) are sent without waiting, so a batch costs a round trip
+for its statements and one for its COMMIT, plus one per statement whose rows an op
+reads. If any op refuses or any statement fails, the attempt is rolled back and the
+batch runs again op by op, each under its own savepoint, so one refusal undoes only
+itself. Reads run in autocommit on a small pool of connections and see committed data.
 
 A lost connection never loses an acknowledged write and never hangs a caller: while
 COMMIT has not been sent, the batch is re-run on a fresh connection (a few times, with
@@ -51,13 +55,28 @@ _OPTIONS = frozenset({"pool_size", "pool_timeout"})  # lockgate's own URL option
 
 
 class PostgresTx(Tx):
-    """A transaction (or, for reads, an autocommit session) on one pooled connection."""
+    """A transaction (or, for reads, an autocommit session) on one connection.
+
+    With a ``pipeline`` (the writer's optimistic attempt), a statement whose rows nobody
+    reads is sent without waiting, and so is a ``require``: its row is checked once the
+    batch's statements are answered (``checks_hold``). Errors surface at that sync.
+    """
 
     dialect = "postgres"
 
-    def __init__(self, conn: _Conn, queries: dict[str, str]) -> None:
+    def __init__(
+        self,
+        conn: _Conn,
+        queries: dict[str, str],
+        pipeline: psycopg.AsyncPipeline | None = None,
+        silent: frozenset[str] = frozenset(),
+    ) -> None:
         self.conn = conn
         self._queries = queries
+        self._pipeline = pipeline
+        self._silent = silent
+        self._sink: psycopg.AsyncCursor[DictRow] | None = None
+        self._checks: list[tuple[psycopg.AsyncCursor[DictRow], Callable[[], BaseException]]] = []
 
     def _sql(self, name: str) -> str:
         try:
@@ -65,15 +84,49 @@ class PostgresTx(Tx):
         except KeyError:
             raise KeyError(f"no PostgreSQL query named {name!r}") from None
 
+    async def send(self, sql: str, params: Mapping[str, Any] | Sequence[Any] | None = None) -> None:
+        """Run ``sql`` for its effect alone (pipelined: without waiting for its answer)."""
+        if self._sink is None:
+            self._sink = self.conn.cursor()
+        await self._sink.execute(sql, params)
+
     async def execute(self, name: str, params: Mapping[str, Any] | None = None) -> list[Row]:
-        cursor = await self.conn.execute(self._sql(name), params or {})
+        sql = self._sql(name)
+        if self._pipeline is not None and name in self._silent:
+            await self.send(sql, params or {})
+            return []
+        cursor = await self.conn.execute(sql, params or {})
+        if self._pipeline is not None:
+            await self._pipeline.sync()  # its rows are read now: one round trip, carrying all queued before it
         if cursor.description is None:
             return []
         return await cursor.fetchall()
 
+    async def require(self, name: str, params: Mapping[str, Any], refusal: Callable[[], BaseException]) -> None:
+        if self._pipeline is None:
+            await super().require(name, params, refusal)
+            return
+        cursor = self.conn.cursor()
+        await cursor.execute(self._sql(name), params)
+        self._checks.append((cursor, refusal))
+
+    def checks_hold(self) -> bool:
+        """Whether every pipelined ``require`` got its row (call once the pipeline is synced)."""
+        return all(cursor.rowcount > 0 for cursor, _ in self._checks)
+
     async def execute_many(self, name: str, params: Sequence[Mapping[str, Any]]) -> None:
-        async with self.conn.cursor() as cursor:
-            await cursor.executemany(self._sql(name), params)
+        await self.conn.cursor().executemany(self._sql(name), params)
+
+
+def _silent(queries: Mapping[str, str]) -> frozenset[str]:
+    """The queries run for their effect alone: writes without ``RETURNING`` (no rows to wait for)."""
+    names = set()
+    for name, sql in queries.items():
+        text = " ".join(line for line in sql.splitlines() if not line.lstrip().startswith("--")).upper()
+        words = text.split(None, 1)
+        if words and words[0] in ("INSERT", "UPDATE", "DELETE") and "RETURNING" not in text:
+            names.add(name)
+    return frozenset(names)
 
 
 def _bind(op: Op[P, Any], /, *args: P.args, **kwargs: P.kwargs) -> _Bound:
@@ -126,6 +179,9 @@ class PostgresStore(Store):
         self.conninfo = urlunsplit((parts.scheme, parts.netloc, parts.path, "&".join(libpq), parts.fragment))
         self._where = _redact(urlunsplit((parts.scheme, parts.netloc, parts.path, "", "")))
         self._queries = load_queries("postgres")
+        self._silent = _silent(self._queries)
+        self._conn: _Conn | None = None  # the writer's own
+        self._writing = False  # whether a batch is using it
         self._pool: AsyncConnectionPool[_Conn] | None = None
         self._queue: list[tuple[_Bound, asyncio.Future[Any] | None]] = []
         self._work: asyncio.Event | None = None
@@ -210,6 +266,7 @@ class PostgresStore(Store):
         self._writer = self._listener = None
         _fail(self._queue, StoreError("the PostgreSQL store was closed before this write was committed"))
         self._queue = []
+        await self._drop_writer_connection()
         pool, self._pool = self._pool, None
         await pool.close()
 
@@ -335,49 +392,137 @@ class PostgresStore(Store):
             await asyncio.sleep(_backoff(attempt))
         return None
 
+    async def _writer_connection(self) -> _Conn:
+        """The writer's connection, connected again when the last one broke."""
+        conn = self._conn
+        if conn is not None and not conn.closed:
+            return conn
+        self._conn = None
+        try:
+            async with asyncio.timeout(self.pool_timeout):
+                conn = await psycopg.AsyncConnection.connect(self.conninfo, autocommit=True, row_factory=dict_row)
+        except TimeoutError:
+            raise psycopg.OperationalError(f"no connection within {self.pool_timeout:g}s") from None
+        try:
+            await self._configure(conn)
+        except BaseException:
+            await conn.close()
+            raise
+        self._conn = conn
+        return conn
+
+    async def _drop_writer_connection(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            with contextlib.suppress(Exception):
+                await conn.close()
+
     async def _run_batch(
         self, batch: list[tuple[_Bound, asyncio.Future[Any] | None]], state: _Attempt
     ) -> list[tuple[bool, Any]]:
-        pool = self._pool
-        if pool is None:
+        if self._pool is None:
             raise StoreError("the PostgreSQL store is not open")
+        conn = await self._writer_connection()
+        self._writing = True
+        try:
+            async with _discarding_stale_plans(conn):
+                outcomes = await self._optimistic(conn, batch, state)
+                if outcomes is None:
+                    outcomes = await self._guarded(conn, batch, state)
+                return outcomes
+        except BaseException:
+            if conn.closed or conn.broken or state.committing:
+                await self._drop_writer_connection()
+            elif conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
+                try:
+                    await conn.execute("ROLLBACK")
+                except BaseException:
+                    await self._drop_writer_connection()
+                    raise
+            raise
+        finally:
+            self._writing = False
+
+    async def _optimistic(
+        self, conn: _Conn, batch: list[tuple[_Bound, asyncio.Future[Any] | None]], state: _Attempt
+    ) -> list[tuple[bool, Any]] | None:
+        """Run the batch pipelined, without savepoints; ``None`` when it must run again guarded.
+
+        A lone op's own refusal is final at once (it is the whole batch); any other refusal,
+        failed statement or unmet ``require`` rolls this attempt back.
+        """
+        refusal: BaseException | None = None
+        async with conn.pipeline() as pipeline:
+            tx = PostgresTx(conn, self._queries, pipeline, self._silent)
+            await tx.send("BEGIN")
+            try:
+                values = [await op(tx) for op, _ in batch]
+                await tx.send("SELECT pg_current_xact_id_if_assigned()::text AS xid")
+                assert tx._sink is not None
+                xid_cursor = tx._sink
+                await pipeline.sync()
+                row = await xid_cursor.fetchone()
+                held = tx.checks_hold()
+            except (psycopg.OperationalError, asyncio.CancelledError, KeyboardInterrupt, SystemExit):
+                raise
+            except BaseException as exc:  # a refusal (Fenced is a BaseException) or a failed statement
+                if _is_stale_plan(exc):
+                    raise
+                refusal, held = exc, False
+            if not held:
+                failed = False
+                try:
+                    await pipeline.sync()  # what is still in flight must be answered before the ROLLBACK
+                except psycopg.OperationalError:
+                    raise
+                except psycopg.Error as exc:
+                    if _is_stale_plan(exc):
+                        raise
+                    failed = True
+                await tx.send("ROLLBACK")  # answered as the pipeline ends
+                if len(batch) == 1 and refusal is not None and not failed and not isinstance(refusal, psycopg.Error):
+                    return [(False, _refusal(refusal))]
+                return None
+            state.xid = None if row is None else row["xid"]
+            state.pid, state.outcomes = conn.info.backend_pid, [(True, value) for value in values]
+            state.committing = True
+            await tx.send("COMMIT")
+        return state.outcomes
+
+    async def _guarded(
+        self, conn: _Conn, batch: list[tuple[_Bound, asyncio.Future[Any] | None]], state: _Attempt
+    ) -> list[tuple[bool, Any]]:
+        """Run the batch op by op, each under a savepoint, waiting for every statement."""
         single = len(batch) == 1  # a lone op needs no savepoint: its refusal rolls back the transaction
         outcomes: list[tuple[bool, Any]] = []
-        async with pool.connection() as conn, _discarding_stale_plans(conn):
-            tx = PostgresTx(conn, self._queries)
-            await conn.execute("BEGIN")
+        tx = PostgresTx(conn, self._queries)
+        await conn.execute("BEGIN")
+        for op, _ in batch:
+            if not single:
+                await conn.execute("SAVEPOINT op")
             try:
-                for op, _ in batch:
-                    if not single:
-                        await conn.execute("SAVEPOINT op")
-                    try:
-                        value = await op(tx)
-                    except (psycopg.OperationalError, asyncio.CancelledError, KeyboardInterrupt, SystemExit):
-                        raise
-                    except BaseException as exc:  # the op's refusal (Fenced is a BaseException)
-                        if _is_stale_plan(exc):
-                            raise
-                        if not single:
-                            await conn.execute("ROLLBACK TO SAVEPOINT op; RELEASE SAVEPOINT op")
-                        outcomes.append((False, _refusal(exc)))
-                        continue
-                    if not single:
-                        await conn.execute("RELEASE SAVEPOINT op")
-                    outcomes.append((True, value))
-                if single and not outcomes[0][0]:
-                    await conn.execute("ROLLBACK")
-                    return outcomes
-                cursor = await conn.execute("SELECT pg_current_xact_id_if_assigned()::text AS xid")
-                row = await cursor.fetchone()
-                state.xid = None if row is None else row["xid"]
-                state.pid, state.outcomes = conn.info.backend_pid, outcomes
-                state.committing = True
-                await conn.execute("COMMIT")
-            except BaseException:
-                if not state.committing and not conn.closed:
-                    with contextlib.suppress(psycopg.Error):
-                        await conn.execute("ROLLBACK")
+                value = await op(tx)
+            except (psycopg.OperationalError, asyncio.CancelledError, KeyboardInterrupt, SystemExit):
                 raise
+            except BaseException as exc:  # the op's refusal (Fenced is a BaseException)
+                if _is_stale_plan(exc):
+                    raise
+                if not single:
+                    await conn.execute("ROLLBACK TO SAVEPOINT op; RELEASE SAVEPOINT op")
+                outcomes.append((False, _refusal(exc)))
+                continue
+            if not single:
+                await conn.execute("RELEASE SAVEPOINT op")
+            outcomes.append((True, value))
+        if single and not outcomes[0][0]:
+            await conn.execute("ROLLBACK")
+            return outcomes
+        cursor = await conn.execute("SELECT pg_current_xact_id_if_assigned()::text AS xid")
+        row = await cursor.fetchone()
+        state.xid = None if row is None else row["xid"]
+        state.pid, state.outcomes = conn.info.backend_pid, outcomes
+        state.committing = True
+        await conn.execute("COMMIT")
         return outcomes
 
     # -- reads --------------------------------------------------------------------------
@@ -411,6 +556,8 @@ class PostgresStore(Store):
             return
         self._down = True
         log.warning("database unreachable at %s: %s (will retry)", self._where, _first_line(exc))
+        if not self._writing:
+            await self._drop_writer_connection()  # likely dead too: found out now, not as a second outage later
         if self._pool is not None:
             with contextlib.suppress(Exception):
                 await self._pool.check()  # discard every idle connection the outage killed, not one per query
@@ -433,7 +580,7 @@ class PostgresStore(Store):
         size = len(message.encode())
         if size >= _NOTIFY_LIMIT:
             raise ValueError(f"wake-up on {channel!r} is {size} bytes; PostgreSQL allows under {_NOTIFY_LIMIT}")
-        await tx.conn.execute("SELECT pg_notify(%s, %s)", (CHANNEL, message))
+        await tx.send("SELECT pg_notify(%s, %s)", (CHANNEL, message))
 
     def add_listener(self, callback: Callable[[str, str], None]) -> None:
         self._listeners.append(callback)

@@ -51,12 +51,6 @@ SELECT MIN(CASE WHEN owner IS NULL THEN wake_at WHEN owner = %(owner)s THEN NULL
     ELSE GREATEST(wake_at, lease_until) END) AS at
 FROM lockgate_runs WHERE status = 'running' AND wake_at IS NOT NULL;
 
--- name: fence_check
--- The lease still held, without writing the row (a step's commit writes only its journal entry).
-SELECT progress_at FROM lockgate_runs
-WHERE id = %(run_id)s AND owner = %(owner)s AND epoch = %(epoch)s AND status = 'running'
-FOR SHARE;
-
 -- name: fence_touch
 UPDATE lockgate_runs SET progress_at = %(now)s, updated_at = %(now)s
 WHERE id = %(run_id)s AND owner = %(owner)s AND epoch = %(epoch)s AND status = 'running'

@@ -49,11 +49,6 @@ SELECT MIN(CASE WHEN owner IS NULL THEN wake_at WHEN owner = :owner THEN NULL
     ELSE MAX(wake_at, lease_until) END) AS at
 FROM lockgate_runs WHERE status = 'running' AND wake_at IS NOT NULL;
 
--- name: fence_check
--- The lease still held, without writing the row (a step's commit writes only its journal entry).
-SELECT progress_at FROM lockgate_runs
-WHERE id = :run_id AND owner = :owner AND epoch = :epoch AND status = 'running';
-
 -- name: fence_touch
 UPDATE lockgate_runs SET progress_at = :now, updated_at = :now
 WHERE id = :run_id AND owner = :owner AND epoch = :epoch AND status = 'running'
