@@ -58,8 +58,7 @@ RETURNING id;
 
 -- name: release_run
 UPDATE lockgate_runs SET owner = NULL, lease_until = NULL, wake_at = %(wake_at)s
-WHERE id = %(run_id)s AND owner = %(owner)s AND epoch = %(epoch)s AND status = 'running'
-RETURNING id;
+WHERE id = %(run_id)s AND owner = %(owner)s AND epoch = %(epoch)s AND status = 'running';
 
 -- name: renew_leases
 UPDATE lockgate_runs SET lease_until = %(lease_until)s
@@ -90,7 +89,9 @@ SET status = %(status)s, output = %(output)s, error_tag = %(error_tag)s, error_m
     finished_at = CASE WHEN %(status)s::text IN ('succeeded', 'failed', 'cancelled') THEN %(now)s::float8 END,
     updated_at = %(now)s, progress_at = %(now)s
 WHERE id = %(run_id)s AND owner = %(owner)s AND epoch = %(epoch)s AND status = 'running'
-RETURNING id, workflow, parent_id, payload, slot_scope, on_failure;
+RETURNING id, workflow, parent_id, payload, slot_scope, on_failure,
+    EXISTS (SELECT 1 FROM lockgate_runs c WHERE c.parent_id = lockgate_runs.id
+            AND c.status IN ('running', 'suspended')) AS open_children;
 
 -- name: set_status
 UPDATE lockgate_runs
@@ -102,7 +103,9 @@ SET status = %(status)s, error_tag = COALESCE(%(error_tag)s, error_tag),
     reclaim_count = CASE WHEN %(status)s::text = 'running' THEN 0 ELSE reclaim_count END,
     stalled_at = NULL
 WHERE id = %(run_id)s AND status = %(from_status)s
-RETURNING id, workflow, parent_id, payload, slot_scope, on_failure;
+RETURNING id, workflow, parent_id, payload, slot_scope, on_failure,
+    EXISTS (SELECT 1 FROM lockgate_runs c WHERE c.parent_id = lockgate_runs.id
+            AND c.status IN ('running', 'suspended')) AS open_children;
 
 -- name: clear_failure
 -- A re-opened run gets its whole timeouts.finish budget again, counted from now.
@@ -119,8 +122,7 @@ RETURNING id;
 -- name: wake_run
 UPDATE lockgate_runs SET wake_at = %(now)s, updated_at = %(now)s
 WHERE id = %(run_id)s AND status = 'running' AND owner IS NULL AND waiting_on = %(waiting_on)s
-  AND (wake_at IS NULL OR wake_at > %(now)s)
-RETURNING id;
+  AND (wake_at IS NULL OR wake_at > %(now)s);
 
 -- name: open_children
 SELECT id, parent_close FROM lockgate_runs

@@ -56,8 +56,7 @@ RETURNING id;
 
 -- name: release_run
 UPDATE lockgate_runs SET owner = NULL, lease_until = NULL, wake_at = :wake_at
-WHERE id = :run_id AND owner = :owner AND epoch = :epoch AND status = 'running'
-RETURNING id;
+WHERE id = :run_id AND owner = :owner AND epoch = :epoch AND status = 'running';
 
 -- name: renew_leases
 UPDATE lockgate_runs SET lease_until = :lease_until
@@ -87,7 +86,9 @@ SET status = :status, output = :output, error_tag = :error_tag, error_message = 
     waiting_for = NULL, finished_at = CASE WHEN :status IN ('succeeded', 'failed', 'cancelled') THEN :now END,
     updated_at = :now, progress_at = :now
 WHERE id = :run_id AND owner = :owner AND epoch = :epoch AND status = 'running'
-RETURNING id, workflow, parent_id, payload, slot_scope, on_failure;
+RETURNING id, workflow, parent_id, payload, slot_scope, on_failure,
+    EXISTS (SELECT 1 FROM lockgate_runs c WHERE c.parent_id = lockgate_runs.id
+            AND c.status IN ('running', 'suspended')) AS open_children;
 
 -- name: set_status
 UPDATE lockgate_runs
@@ -98,7 +99,9 @@ SET status = :status, error_tag = COALESCE(:error_tag, error_tag), error_message
     reclaim_count = CASE WHEN :status = 'running' THEN 0 ELSE reclaim_count END,
     stalled_at = NULL
 WHERE id = :run_id AND status = :from_status
-RETURNING id, workflow, parent_id, payload, slot_scope, on_failure;
+RETURNING id, workflow, parent_id, payload, slot_scope, on_failure,
+    EXISTS (SELECT 1 FROM lockgate_runs c WHERE c.parent_id = lockgate_runs.id
+            AND c.status IN ('running', 'suspended')) AS open_children;
 
 -- name: clear_failure
 -- A re-opened run gets its whole timeouts.finish budget again, counted from now.
@@ -115,8 +118,7 @@ RETURNING id;
 -- name: wake_run
 UPDATE lockgate_runs SET wake_at = :now, updated_at = :now
 WHERE id = :run_id AND status = 'running' AND owner IS NULL AND waiting_on = :waiting_on
-  AND (wake_at IS NULL OR wake_at > :now)
-RETURNING id;
+  AND (wake_at IS NULL OR wake_at > :now);
 
 -- name: open_children
 SELECT id, parent_close FROM lockgate_runs
