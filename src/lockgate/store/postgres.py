@@ -58,8 +58,9 @@ class PostgresTx(Tx):
     """A transaction (or, for reads, an autocommit session) on one connection.
 
     With a ``pipeline`` (the writer's optimistic attempt), a statement whose rows nobody
-    reads is sent without waiting, and so is a ``require``: its row is checked once the
-    batch's statements are answered (``checks_hold``). Errors surface at that sync.
+    reads is sent without waiting, and so is a ``require``: its row is checked at the
+    next sync. A statement whose rows an op reads is a sync; until the transaction's id
+    is known, each sync also asks for it (see ``PostgresStore._optimistic``).
     """
 
     dialect = "postgres"
@@ -76,7 +77,8 @@ class PostgresTx(Tx):
         self._pipeline = pipeline
         self._silent = silent
         self._sink: psycopg.AsyncCursor[DictRow] | None = None
-        self._checks: list[tuple[psycopg.AsyncCursor[DictRow], Callable[[], BaseException]]] = []
+        self._checks: list[psycopg.AsyncCursor[DictRow]] = []  # pipelined requires not yet answered
+        self.xid: str | None = None  # the transaction's id, once it has one and a sync brought it back
 
     def _sql(self, name: str) -> str:
         try:
@@ -97,8 +99,9 @@ class PostgresTx(Tx):
             return []
         cursor = await self.conn.execute(sql, params or {})
         if self._pipeline is not None:
-            await self._pipeline.sync()  # its rows are read now: one round trip, carrying all queued before it
-        if cursor.description is None:
+            await self.sync()  # its rows are read now: one round trip, carrying all queued before it
+        result = cursor.pgresult
+        if result is None or result.status != _TUPLES_OK:
             return []
         return await cursor.fetchall()
 
@@ -108,14 +111,38 @@ class PostgresTx(Tx):
             return
         cursor = self.conn.cursor()
         await cursor.execute(self._sql(name), params)
-        self._checks.append((cursor, refusal))
+        self._checks.append(cursor)
 
-    def checks_hold(self) -> bool:
-        """Whether every pipelined ``require`` got its row (call once the pipeline is synced)."""
-        return all(cursor.rowcount > 0 for cursor, _ in self._checks)
+    async def sync(self) -> None:
+        """Have everything sent so far answered; ``_Unmet`` if a pipelined ``require`` got no row."""
+        assert self._pipeline is not None
+        probe = None
+        if self.xid is None:
+            probe = self.conn.cursor()
+            await probe.execute(_XID)
+        await self._pipeline.sync()
+        if probe is not None:
+            row = await probe.fetchone()
+            self.xid = None if row is None else row["xid"]
+        checks, self._checks = self._checks, []
+        if not all(cursor.rowcount > 0 for cursor in checks):
+            raise _Unmet()
+
+    @property
+    def settled(self) -> bool:
+        """Whether every pipelined ``require`` has been answered (and held)."""
+        return not self._checks
 
     async def execute_many(self, name: str, params: Sequence[Mapping[str, Any]]) -> None:
         await self.conn.cursor().executemany(self._sql(name), params)
+
+
+class _Unmet(Exception):
+    """A pipelined ``require`` got no row: the op would have refused; the batch runs again, guarded."""
+
+
+_XID = "SELECT pg_current_xact_id_if_assigned()::text AS xid"
+_TUPLES_OK = psycopg.pq.ExecStatus.TUPLES_OK
 
 
 def _silent(queries: Mapping[str, str]) -> frozenset[str]:
@@ -448,46 +475,58 @@ class PostgresStore(Store):
     ) -> list[tuple[bool, Any]] | None:
         """Run the batch pipelined, without savepoints; ``None`` when it must run again guarded.
 
-        A lone op's own refusal is final at once (it is the whole batch); any other refusal,
-        failed statement or unmet ``require`` rolls this attempt back.
+        COMMIT is sent only once the transaction's id is known (what resolves a COMMIT whose
+        answer is lost) and every ``require`` held. When an op's own sync brought the id back,
+        COMMIT travels with the batch's last statements: should one of them fail, the server
+        skips it. Else the last statements travel with the question for the id, and COMMIT
+        follows. A lone op's own refusal is final at once (it is the whole batch); any other
+        refusal, failed statement or unmet ``require`` rolls the attempt back.
         """
-        refusal: BaseException | None = None
-        async with conn.pipeline() as pipeline:
-            tx = PostgresTx(conn, self._queries, pipeline, self._silent)
-            await tx.send("BEGIN")
-            try:
-                values = [await op(tx) for op, _ in batch]
-                await tx.send("SELECT pg_current_xact_id_if_assigned()::text AS xid")
-                assert tx._sink is not None
-                xid_cursor = tx._sink
-                await pipeline.sync()
-                row = await xid_cursor.fetchone()
-                held = tx.checks_hold()
-            except (psycopg.OperationalError, asyncio.CancelledError, KeyboardInterrupt, SystemExit):
-                raise
-            except BaseException as exc:  # a refusal (Fenced is a BaseException) or a failed statement
-                if _is_stale_plan(exc):
-                    raise
-                refusal, held = exc, False
-            if not held:
-                failed = False
+        try:
+            async with conn.pipeline() as pipeline:
+                tx = PostgresTx(conn, self._queries, pipeline, self._silent)
+                await tx.send("BEGIN")
                 try:
-                    await pipeline.sync()  # what is still in flight must be answered before the ROLLBACK
-                except psycopg.OperationalError:
+                    values = [await op(tx) for op, _ in batch]
+                    if tx.xid is None or not tx.settled:
+                        await tx.sync()
+                except (psycopg.OperationalError, asyncio.CancelledError, KeyboardInterrupt, SystemExit):
                     raise
-                except psycopg.Error as exc:
+                except BaseException as exc:  # a refusal (Fenced is a BaseException), a failed statement, _Unmet
                     if _is_stale_plan(exc):
                         raise
-                    failed = True
-                await tx.send("ROLLBACK")  # answered as the pipeline ends
-                if len(batch) == 1 and refusal is not None and not failed and not isinstance(refusal, psycopg.Error):
-                    return [(False, _refusal(refusal))]
-                return None
-            state.xid = None if row is None else row["xid"]
-            state.pid, state.outcomes = conn.info.backend_pid, [(True, value) for value in values]
-            state.committing = True
-            await tx.send("COMMIT")
+                    return await self._abandon(pipeline, tx, exc if len(batch) == 1 else None)
+                state.xid, state.pid = tx.xid, conn.info.backend_pid
+                state.outcomes = [(True, value) for value in values]
+                state.committing = True
+                await tx.send("COMMIT")  # answered by the sync that ends the pipeline
+        except psycopg.Error as exc:
+            if not state.committing or conn.closed or conn.broken or _is_stale_plan(exc):
+                raise  # if COMMIT got no answer, whether it committed is learnt from the transaction's id
+            state.committing = False  # the server answered: it did not commit
+            await conn.execute("ROLLBACK")
+            if isinstance(exc, psycopg.OperationalError):
+                raise
+            return None
         return state.outcomes
+
+    async def _abandon(
+        self, pipeline: psycopg.AsyncPipeline, tx: PostgresTx, refusal: BaseException | None
+    ) -> list[tuple[bool, Any]] | None:
+        """Roll the optimistic attempt back: a lone op's refusal is its outcome, else ``None`` (run guarded)."""
+        failed = False
+        try:
+            await pipeline.sync()  # what is still in flight must be answered before the ROLLBACK
+        except psycopg.OperationalError:
+            raise
+        except psycopg.Error as exc:
+            if _is_stale_plan(exc):
+                raise
+            failed = True
+        await tx.send("ROLLBACK")  # answered as the pipeline ends
+        if refusal is None or failed or isinstance(refusal, (psycopg.Error, _Unmet)):
+            return None
+        return [(False, _refusal(refusal))]
 
     async def _guarded(
         self, conn: _Conn, batch: list[tuple[_Bound, asyncio.Future[Any] | None]], state: _Attempt
@@ -517,7 +556,7 @@ class PostgresStore(Store):
         if single and not outcomes[0][0]:
             await conn.execute("ROLLBACK")
             return outcomes
-        cursor = await conn.execute("SELECT pg_current_xact_id_if_assigned()::text AS xid")
+        cursor = await conn.execute(_XID)
         row = await cursor.fetchone()
         state.xid = None if row is None else row["xid"]
         state.pid, state.outcomes = conn.info.backend_pid, outcomes
