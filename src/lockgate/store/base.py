@@ -46,14 +46,15 @@ class Tx(abc.ABC):
             out += await self.execute(name, row)
         return out
 
-    async def require(self, name: str, params: Mapping[str, Any], refusal: Callable[[], BaseException]) -> None:
-        """Run a write that must return a row, else the op is refused with ``refusal()``.
+    async def expect(self, name: str, params: Mapping[str, Any]) -> bool:
+        """Run a write that should return a row; whether it did.
 
-        A store that pipelines its statements may learn the outcome only at commit: it then
-        runs the batch again, guarded, and the op raises here.
+        A store that pipelines its statements may answer ``True`` at once and check at
+        commit: if no row came back after all, it runs the batch again, unpipelined, and
+        here the op learns ``False``. So a write whose ``False`` leads elsewhere (a
+        refusal, a slower path) must change nothing when it returns no row.
         """
-        if not await self.execute(name, params):
-            raise refusal()
+        return bool(await self.execute(name, params))
 
     async def one(self, name: str, params: Mapping[str, Any] | None = None) -> Row | None:
         rows = await self.execute(name, params)

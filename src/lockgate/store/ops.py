@@ -168,7 +168,8 @@ async def renew_leases(tx: Tx, owner: str, now: float, lease_until: float) -> di
 
 
 async def touch(tx: Tx, fence: Fence, now: float) -> None:
-    await tx.require("fence_touch", {**fence.params(), "now": now}, Fenced)
+    if not await tx.expect("fence_touch", {**fence.params(), "now": now}):
+        raise Fenced()
 
 
 async def release_run(tx: Tx, fence: Fence, retry_at: float) -> None:
@@ -202,9 +203,9 @@ async def record_entry(
     run's ``progress_at`` moves only with ``touch``: its holder asks at most once every
     ``PROGRESS_RESOLUTION``, so a step's commit mostly writes its journal entry alone.
     """
-    if touch:
-        await tx.require("fence_touch", {**fence.params(), "now": now}, Fenced)
-    await tx.require(
+    if touch and not await tx.expect("fence_touch", {**fence.params(), "now": now}):
+        raise Fenced()
+    written = await tx.expect(
         "upsert_journal",
         {
             "output": None,
@@ -217,8 +218,9 @@ async def record_entry(
             **entry,
             **fence.params(),
         },
-        Fenced,
     )
+    if not written:
+        raise Fenced()
     if attempt is not None:
         await add_attempt(tx, attempt)
     if message is not None:
@@ -299,20 +301,22 @@ async def finish_run(
     event: dict[str, Any] | None = None,
 ) -> list[str]:
     """End a held run; returns the ids of children closed with it (to stop locally)."""
-    rows = await tx.execute(
-        "finish_run",
-        {
-            **fence.params(),
-            "now": now,
-            "status": status,
-            "output": output,
-            "error_tag": error_tag,
-            "error_message": error_message,
-        },
-    )
+    params = {
+        **fence.params(),
+        "now": now,
+        "status": status,
+        "output": output,
+        "error_tag": error_tag,
+        "error_message": error_message,
+    }
+    data = event or _error_data(error_tag, error_message)
+    if await tx.expect("finish_run_plain", params):  # the common end: nothing else to see to, no rows to read
+        await add_event(tx, fence.run_id, f"run-{status}", now, data)
+        return []
+    rows = await tx.execute("finish_run", params)
     if not rows:
         raise Fenced()
-    await add_event(tx, fence.run_id, f"run-{status}", now, event or _error_data(error_tag, error_message))
+    await add_event(tx, fence.run_id, f"run-{status}", now, data)
     if status in TERMINAL:
         return await _closed(tx, rows[0], now, status, error_tag, error_message)
     return []
