@@ -79,6 +79,7 @@ class PostgresTx(Tx):
         self._sink: psycopg.AsyncCursor[DictRow] | None = None
         self._checks: list[psycopg.AsyncCursor[DictRow]] = []  # pipelined expects not yet answered
         self.xid: str | None = None  # the transaction's id, once it has one and a sync brought it back
+        self.unmet = False  # whether a pipelined expect got no row
 
     def _sql(self, name: str) -> str:
         try:
@@ -126,6 +127,7 @@ class PostgresTx(Tx):
             self.xid = None if row is None else row["xid"]
         checks, self._checks = self._checks, []
         if not all(cursor.rowcount > 0 for cursor in checks):
+            self.unmet = True  # kept: an op catching the exception must not let the attempt commit
             raise _Unmet()
 
     @property
@@ -143,6 +145,8 @@ class _Unmet(Exception):
 
 _XID = "SELECT pg_current_xact_id_if_assigned()::text AS xid"
 _TUPLES_OK = psycopg.pq.ExecStatus.TUPLES_OK
+_IDLE = psycopg.pq.TransactionStatus.IDLE
+_PIPELINE_OFF = psycopg.pq.PipelineStatus.OFF
 
 
 def _silent(queries: Mapping[str, str]) -> frozenset[str]:
@@ -423,7 +427,9 @@ class PostgresStore(Store):
         """The writer's connection, connected again when the last one broke."""
         conn = self._conn
         if conn is not None and not conn.closed:
-            return conn
+            if conn.info.transaction_status == _IDLE and conn.pgconn.pipeline_status == _PIPELINE_OFF:
+                return conn
+            await self._drop_writer_connection()  # left mid-transaction by a failure: start afresh
         self._conn = None
         try:
             async with asyncio.timeout(self.pool_timeout):
@@ -460,7 +466,7 @@ class PostgresStore(Store):
         except BaseException:
             if conn.closed or conn.broken or state.committing:
                 await self._drop_writer_connection()
-            elif conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
+            elif conn.info.transaction_status != _IDLE:
                 try:
                     await conn.execute("ROLLBACK")
                 except BaseException:
@@ -490,6 +496,8 @@ class PostgresStore(Store):
                     values = [await op(tx) for op, _ in batch]
                     if tx.xid is None or not tx.settled:
                         await tx.sync()
+                    if tx.unmet:
+                        raise _Unmet()
                 except (psycopg.OperationalError, asyncio.CancelledError, KeyboardInterrupt, SystemExit):
                     raise
                 except BaseException as exc:  # a refusal (Fenced is a BaseException), a failed statement, _Unmet
