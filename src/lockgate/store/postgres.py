@@ -24,6 +24,7 @@ import json
 import logging
 import time
 import uuid
+import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from typing import Any, ParamSpec, TypeVar
 from urllib.parse import unquote, urlsplit, urlunsplit
@@ -178,6 +179,7 @@ class _Attempt:
         self.committing = False
         self.xid: str | None = None  # the transaction's id, if it wrote anything
         self.pid: int | None = None  # the server process that ran it
+        self.conn: Any = None  # the connection it ran on
         self.outcomes: list[tuple[bool, Any]] = []
 
 
@@ -222,6 +224,8 @@ class PostgresStore(Store):
         self._listener: asyncio.Task[None] | None = None
         self._origin = uuid.uuid4().hex  # tells our own notifications from other stores'
         self._down = False
+        self._outages = 0  # outages logged so far: a connection born before the last one is one of its casualties
+        self._born: weakref.WeakKeyDictionary[Any, int] = weakref.WeakKeyDictionary()
         self.commits = 0
 
     # -- lifecycle ----------------------------------------------------------------------
@@ -254,6 +258,7 @@ class PostgresStore(Store):
 
     async def _configure(self, conn: _Conn) -> None:
         """Tag each session with this store's origin: the database's own wake-ups then name who caused them."""
+        self._born[conn] = self._outages
         await conn.execute("SELECT set_config('lockgate.origin', %s, false)", (self._origin,))
 
     async def _migrate(self) -> None:
@@ -348,7 +353,7 @@ class PostgresStore(Store):
             try:
                 outcomes = await self._run_batch(batch, state)
             except (psycopg.OperationalError, _StalePlan) as exc:
-                await self._trouble(exc)
+                await self._trouble(exc, state.conn)
                 if state.committing:
                     committed = await self._committed(state)
                     if committed is None:
@@ -393,6 +398,7 @@ class PostgresStore(Store):
             return True  # it wrote nothing: its results hold whichever way it ended
         assert self._pool is not None
         for attempt in range(_RETRIES + 1):
+            conn = None
             try:
                 async with self._pool.connection() as conn:
                     cursor = await conn.execute("SELECT pg_xact_status(%s::xid8) AS status", (state.xid,))
@@ -409,7 +415,7 @@ class PostgresStore(Store):
                             (state.pid, state.xid),
                         )
             except psycopg.OperationalError as exc:
-                await self._trouble(exc)
+                await self._trouble(exc, conn)
                 status = "unknown"
             except psycopg.Error as exc:
                 log.warning("could not learn the outcome of transaction %s: %s", state.xid, _first_line(exc))
@@ -456,6 +462,7 @@ class PostgresStore(Store):
         if self._pool is None:
             raise StoreError("the PostgreSQL store is not open")
         conn = await self._writer_connection()
+        state.conn = conn
         self._writing = True
         try:
             async with _discarding_stale_plans(conn):
@@ -577,11 +584,12 @@ class PostgresStore(Store):
     async def read(self, op: Op[P, T], /, *args: P.args, **kwargs: P.kwargs) -> T:
         pool = self._require()
         for attempt in range(_RETRIES + 1):
+            conn = None
             try:
                 async with pool.connection() as conn, _discarding_stale_plans(conn):
                     value = await op(PostgresTx(conn, self._queries), *args, **kwargs)
             except (psycopg.OperationalError, _StalePlan) as exc:
-                await self._trouble(exc)
+                await self._trouble(exc, conn)
                 if attempt == _RETRIES:
                     raise StoreError(f"PostgreSQL at {self._where} is unreachable: {_first_line(exc)}") from exc
                 await asyncio.sleep(_backoff(attempt))
@@ -594,14 +602,19 @@ class PostgresStore(Store):
 
     # -- outages ------------------------------------------------------------------------
 
-    async def _trouble(self, exc: psycopg.OperationalError | _StalePlan) -> None:
-        """A query failed for want of the server: say so once per outage and drop dead connections."""
+    async def _trouble(self, exc: psycopg.OperationalError | _StalePlan, conn: Any = None) -> None:
+        """A query failed for want of the server: say so once per outage and drop dead connections.
+
+        A connection that was open before the last outage began and fails only now (it sat
+        idle, or busy, while the others recovered) is that outage's, not a new one.
+        """
         if isinstance(exc, _StalePlan) or not _connection_lost(exc):
             log.info("PostgreSQL transient failure (will retry): %s", _first_line(exc))
             return
-        if self._down:
+        if self._down or (conn is not None and self._born.get(conn, self._outages) < self._outages):
             return
         self._down = True
+        self._outages += 1
         log.warning("database unreachable at %s: %s (will retry)", self._where, _first_line(exc))
         if not self._writing:
             await self._drop_writer_connection()  # likely dead too: found out now, not as a second outage later
@@ -642,8 +655,10 @@ class PostgresStore(Store):
         """LISTEN on a connection of its own; reconnect when it drops (missed wake-ups are polled)."""
         delay = 0.1
         while True:
+            conn = None
             try:
                 conn = await psycopg.AsyncConnection.connect(self.conninfo, autocommit=True)
+                self._born[conn] = self._outages
                 async with conn:
                     await conn.execute(f"LISTEN {CHANNEL}")
                     self._reachable()
@@ -651,7 +666,7 @@ class PostgresStore(Store):
                     async for note in conn.notifies():
                         self._deliver(note.payload)
             except psycopg.OperationalError as exc:
-                await self._trouble(exc)
+                await self._trouble(exc, conn)
             except psycopg.Error as exc:
                 log.warning("PostgreSQL listener failed (will reconnect): %s", _first_line(exc))
             await asyncio.sleep(delay)
