@@ -35,6 +35,8 @@ from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
 from ..errors import StoreError
 from .base import Op, Row, Store, Tx
+from .coalesce import many_form
+from .multirow import MultiRow
 from .sql_files import load_queries, migrations
 
 __all__ = ["PostgresStore", "PostgresTx"]
@@ -42,7 +44,6 @@ __all__ = ["PostgresStore", "PostgresTx"]
 log = logging.getLogger("lockgate.store")
 T = TypeVar("T")
 P = ParamSpec("P")
-_Bound = Callable[[Tx], Awaitable[Any]]
 _Conn = psycopg.AsyncConnection[DictRow]
 
 CHANNEL = "lockgate"
@@ -139,11 +140,34 @@ class PostgresTx(Tx):
     async def execute_many(self, name: str, params: Sequence[Mapping[str, Any]]) -> None:
         await self.conn.cursor().executemany(self._sql(name), params)
 
+    async def execute_values(self, name: str, rows: Sequence[Mapping[str, Any]]) -> list[Row]:
+        if len(rows) < 2:
+            return await self.execute(name, rows[0]) if rows else []
+        form = _VALUES_FORMS.get(name)
+        if form is None:
+            form = _VALUES_FORMS[name] = MultiRow(name, self._sql(name), dialect="postgres")
+        silent = self._pipeline is not None and name in self._silent
+        cursors = []
+        for sql, params in form.statements(rows):
+            if silent:
+                await self.send(sql, params)
+            else:
+                cursors.append(await self.conn.execute(sql, params))
+        if cursors and self._pipeline is not None:
+            await self.sync()  # every chunk's rows in one round trip
+        out: list[Row] = []
+        for cursor in cursors:
+            result = cursor.pgresult
+            if result is not None and result.status == _TUPLES_OK:
+                out += await cursor.fetchall()
+        return out
+
 
 class _Unmet(Exception):
     """A pipelined ``expect`` got no row: the op would have gone another way; the batch runs again, guarded."""
 
 
+_VALUES_FORMS: dict[str, MultiRow] = {}
 _XID = "SELECT pg_current_xact_id_if_assigned()::text AS xid"
 _TUPLES_OK = psycopg.pq.ExecStatus.TUPLES_OK
 _IDLE = psycopg.pq.TransactionStatus.IDLE
@@ -161,15 +185,47 @@ def _silent(queries: Mapping[str, str]) -> frozenset[str]:
     return frozenset(names)
 
 
-def _bind(op: Op[P, Any], /, *args: P.args, **kwargs: P.kwargs) -> _Bound:
-    def bound(tx: Tx) -> Awaitable[Any]:
-        return op(tx, *args, **kwargs)
+class _Call:
+    """One queued write: the operation and its arguments (a run of alike calls may go as one, see coalesce)."""
 
-    return bound
+    __slots__ = ("args", "kwargs", "op")
+
+    def __init__(self, op: Op[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        self.op, self.args, self.kwargs = op, args, kwargs
+
+    def __call__(self, tx: Tx) -> Awaitable[Any]:
+        return self.op(tx, *self.args, **self.kwargs)
+
+
+def _bind(op: Op[P, Any], /, *args: P.args, **kwargs: P.kwargs) -> _Call:
+    return _Call(op, args, kwargs)
 
 
 async def _noop(tx: Tx) -> None:
     return None
+
+
+async def _run_calls(tx: Tx, calls: list[_Call]) -> list[Any]:
+    """Each call's value, in order; runs of alike calls with a many-at-once form as one call of it."""
+    values: list[Any] = []
+    i, n = 0, len(calls)
+    while i < n:
+        op = calls[i].op
+        many = many_form(op)
+        j = i + 1
+        if many is not None:
+            while j < n and calls[j].op is op:
+                j += 1
+        if j - i > 1:
+            assert many is not None
+            got = await many(tx, [(c.args, c.kwargs) for c in calls[i:j]])
+            if len(got) != j - i:
+                raise RuntimeError(f"the many-at-once form of {op!r} gave {len(got)} results for {j - i} calls")
+            values += got
+        else:
+            values.append(await calls[i](tx))
+        i = j
+    return values
 
 
 class _Attempt:
@@ -216,7 +272,7 @@ class PostgresStore(Store):
         self._conn: _Conn | None = None  # the writer's own
         self._writing = False  # whether a batch is using it
         self._pool: AsyncConnectionPool[_Conn] | None = None
-        self._queue: list[tuple[_Bound, asyncio.Future[Any] | None]] = []
+        self._queue: list[tuple[_Call, asyncio.Future[Any] | None]] = []
         self._work: asyncio.Event | None = None
         self._writer: asyncio.Task[None] | None = None
         self._closing = False
@@ -323,7 +379,7 @@ class PostgresStore(Store):
         self._queue.append((_bind(op, *args, **kwargs), None))
         self._work.set()
 
-    async def _enqueue(self, bound: _Bound) -> Any:
+    async def _enqueue(self, bound: _Call) -> Any:
         assert self._work is not None
         future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         self._queue.append((bound, future))
@@ -346,7 +402,7 @@ class PostgresStore(Store):
                     log.exception("PostgreSQL group commit failed")
                     _fail(batch, StoreError(f"PostgreSQL commit failed: {exc}"))
 
-    async def _commit(self, batch: list[tuple[_Bound, asyncio.Future[Any] | None]]) -> None:
+    async def _commit(self, batch: list[tuple[_Call, asyncio.Future[Any] | None]]) -> None:
         """Run ``batch`` in one transaction and settle each future with its op's outcome."""
         for attempt in range(_RETRIES + 1):
             state = _Attempt()
@@ -380,7 +436,7 @@ class PostgresStore(Store):
             self._settle(batch, outcomes)
             return
 
-    def _settle(self, batch: list[tuple[_Bound, asyncio.Future[Any] | None]], outcomes: list[tuple[bool, Any]]) -> None:
+    def _settle(self, batch: list[tuple[_Call, asyncio.Future[Any] | None]], outcomes: list[tuple[bool, Any]]) -> None:
         self.commits += 1
         for (_, future), (ok, value) in zip(batch, outcomes, strict=True):
             if future is None:
@@ -457,7 +513,7 @@ class PostgresStore(Store):
                 await conn.close()
 
     async def _run_batch(
-        self, batch: list[tuple[_Bound, asyncio.Future[Any] | None]], state: _Attempt
+        self, batch: list[tuple[_Call, asyncio.Future[Any] | None]], state: _Attempt
     ) -> list[tuple[bool, Any]]:
         if self._pool is None:
             raise StoreError("the PostgreSQL store is not open")
@@ -484,7 +540,7 @@ class PostgresStore(Store):
             self._writing = False
 
     async def _optimistic(
-        self, conn: _Conn, batch: list[tuple[_Bound, asyncio.Future[Any] | None]], state: _Attempt
+        self, conn: _Conn, batch: list[tuple[_Call, asyncio.Future[Any] | None]], state: _Attempt
     ) -> list[tuple[bool, Any]] | None:
         """Run the batch pipelined, without savepoints; ``None`` when it must run again guarded.
 
@@ -493,14 +549,15 @@ class PostgresStore(Store):
         COMMIT travels with the batch's last statements: should one of them fail, the server
         skips it. Else the last statements travel with the question for the id, and COMMIT
         follows. A lone op's own refusal is final at once (it is the whole batch); any other
-        refusal, failed statement or unmet ``expect`` rolls the attempt back.
+        refusal, failed statement or unmet ``expect`` rolls the attempt back. A run of
+        consecutive calls of an op with a many-at-once form runs as one call of that form.
         """
         try:
             async with conn.pipeline() as pipeline:
                 tx = PostgresTx(conn, self._queries, pipeline, self._silent)
                 await tx.send("BEGIN")
                 try:
-                    values = [await op(tx) for op, _ in batch]
+                    values = await _run_calls(tx, [call for call, _ in batch])
                     if tx.xid is None or not tx.settled:
                         await tx.sync()
                     if tx.unmet:
@@ -544,7 +601,7 @@ class PostgresStore(Store):
         return [(False, _refusal(refusal))]
 
     async def _guarded(
-        self, conn: _Conn, batch: list[tuple[_Bound, asyncio.Future[Any] | None]], state: _Attempt
+        self, conn: _Conn, batch: list[tuple[_Call, asyncio.Future[Any] | None]], state: _Attempt
     ) -> list[tuple[bool, Any]]:
         """Run the batch op by op, each under a savepoint, waiting for every statement."""
         single = len(batch) == 1  # a lone op needs no savepoint: its refusal rolls back the transaction
@@ -717,7 +774,7 @@ def _refusal(exc: BaseException) -> BaseException:
     return exc
 
 
-def _fail(batch: list[tuple[_Bound, asyncio.Future[Any] | None]], error: StoreError) -> None:
+def _fail(batch: list[tuple[_Call, asyncio.Future[Any] | None]], error: StoreError) -> None:
     lost = 0
     for _, future in batch:
         if future is None:
