@@ -47,12 +47,13 @@ class Tx(abc.ABC):
         return out
 
     async def expect(self, name: str, params: Mapping[str, Any]) -> bool:
-        """Run a write that should return a row; whether it did.
+        """Run a write that should change a row; whether it did (here: whether it returned one).
 
-        A store that pipelines its statements may answer ``True`` at once and check at
-        commit: if no row came back after all, it runs the batch again, unpipelined, and
-        here the op learns ``False``. So a write whose ``False`` leads elsewhere (a
-        refusal, a slower path) must change nothing when it returns no row.
+        Stores count the rows the write changed where they can, so the query needs no
+        ``RETURNING``. A store that pipelines its statements may answer ``True`` at once
+        and check at commit: if no row changed after all, it runs the batch again,
+        unpipelined, and here the op learns ``False``. So a write whose ``False`` leads
+        elsewhere (a refusal, a slower path) must change nothing when it changes no row.
         """
         return bool(await self.execute(name, params))
 

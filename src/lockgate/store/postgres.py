@@ -109,10 +109,10 @@ class PostgresTx(Tx):
         return await cursor.fetchall()
 
     async def expect(self, name: str, params: Mapping[str, Any]) -> bool:
-        if self._pipeline is None:
-            return await super().expect(name, params)
         cursor = self.conn.cursor()
         await cursor.execute(self._sql(name), params)
+        if self._pipeline is None:
+            return cursor.rowcount > 0
         self._checks.append(cursor)
         return True
 

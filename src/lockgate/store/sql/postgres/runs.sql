@@ -95,7 +95,7 @@ RETURNING id, workflow, parent_id, payload, slot_scope, on_failure,
 
 -- name: finish_run_plain
 -- finish_run for a run whose end asks nothing more (no slot to free, no parent to wake, no open child to
--- close, no failure report); such a run is most runs. No row back: nothing changed, finish_run it is.
+-- close, no failure report); such a run is most runs. No row changed: finish_run it is.
 UPDATE lockgate_runs
 SET status = %(status)s, output = %(output)s, error_tag = %(error_tag)s, error_message = %(error_message)s,
     owner = NULL, lease_until = NULL, entered_at = NULL, wake_at = NULL, waiting_on = NULL,
@@ -105,8 +105,7 @@ SET status = %(status)s, output = %(output)s, error_tag = %(error_tag)s, error_m
 WHERE id = %(run_id)s AND owner = %(owner)s AND epoch = %(epoch)s AND status = 'running'
   AND slot_scope IS NULL AND parent_id IS NULL AND (on_failure IS NULL OR %(status)s::text <> 'failed')
   AND NOT EXISTS (SELECT 1 FROM lockgate_runs c WHERE c.parent_id = lockgate_runs.id
-                  AND c.status IN ('running', 'suspended'))
-RETURNING id;
+                  AND c.status IN ('running', 'suspended'));
 
 -- name: set_status
 UPDATE lockgate_runs

@@ -3,7 +3,7 @@ SELECT * FROM lockgate_journal WHERE run_id = :run_id ORDER BY seq;
 
 -- name: upsert_journal
 -- Written only while the run is held (owner and epoch), which is checked in the same statement: no row
--- back means the lease moved on.
+-- written means the lease moved on.
 INSERT INTO lockgate_journal (run_id, step_key, seq, kind, status, output, error_tag, error_message,
     attempts, due_at, started_at, finished_at)
 SELECT id, :step_key, :seq, :kind, :status, :output, :error_tag, :error_message,
@@ -13,8 +13,7 @@ WHERE id = :run_id AND owner = :owner AND epoch = :epoch AND status = 'running'
 ON CONFLICT (run_id, step_key) DO UPDATE SET
     seq = excluded.seq, kind = excluded.kind, status = excluded.status, output = excluded.output,
     error_tag = excluded.error_tag, error_message = excluded.error_message, attempts = excluded.attempts,
-    due_at = excluded.due_at, started_at = excluded.started_at, finished_at = excluded.finished_at
-RETURNING seq;
+    due_at = excluded.due_at, started_at = excluded.started_at, finished_at = excluded.finished_at;
 
 -- name: delete_failed_journal
 -- Pending entries (a timer, a signal's timeout) keep their due times across a resume.
