@@ -2,8 +2,8 @@
 
 Writes are group-committed by one writer task on a connection of its own: every
 operation queued while the previous commit was in flight runs in the next transaction.
-The batch is pipelined: statements whose rows nobody reads (and the row checks of
-fenced writes, ``Tx.expect``) are sent without waiting, so a batch costs a round trip
+The batch is pipelined: statements whose rows nobody reads (and fenced writes,
+``Tx.expect``, whose changed rows are counted later) are sent without waiting, so a batch costs a round trip
 for its statements and one for its COMMIT, plus one per statement whose rows an op
 reads. If any op refuses or any statement fails, the attempt is rolled back and the
 batch runs again op by op, each under its own savepoint, so one refusal undoes only
@@ -60,8 +60,8 @@ class PostgresTx(Tx):
     """A transaction (or, for reads, an autocommit session) on one connection.
 
     With a ``pipeline`` (the writer's optimistic attempt), a statement whose rows nobody
-    reads is sent without waiting, and so is an ``expect``: its row is checked at the
-    next sync. A statement whose rows an op reads is a sync; until the transaction's id
+    reads is sent without waiting, and so is an ``expect``: whether it changed a row is
+    checked at the next sync. A statement whose rows an op reads is a sync; until the transaction's id
     is known, each sync also asks for it (see ``PostgresStore._optimistic``).
     """
 
@@ -81,7 +81,7 @@ class PostgresTx(Tx):
         self._sink: psycopg.AsyncCursor[DictRow] | None = None
         self._checks: list[psycopg.AsyncCursor[DictRow]] = []  # pipelined expects not yet answered
         self.xid: str | None = None  # the transaction's id, once it has one and a sync brought it back
-        self.unmet = False  # whether a pipelined expect got no row
+        self.unmet = False  # whether a pipelined expect changed no row
 
     def _sql(self, name: str) -> str:
         try:
@@ -117,7 +117,7 @@ class PostgresTx(Tx):
         return True
 
     async def sync(self) -> None:
-        """Have everything sent so far answered; ``_Unmet`` if a pipelined ``expect`` got no row."""
+        """Have everything sent so far answered; ``_Unmet`` if a pipelined ``expect`` changed no row."""
         assert self._pipeline is not None
         probe = None
         if self.xid is None:
@@ -134,7 +134,7 @@ class PostgresTx(Tx):
 
     @property
     def settled(self) -> bool:
-        """Whether every pipelined ``expect`` has been answered (and got its row)."""
+        """Whether every pipelined ``expect`` has been answered (and changed its row)."""
         return not self._checks
 
     async def execute_many(self, name: str, params: Sequence[Mapping[str, Any]]) -> None:
@@ -164,7 +164,7 @@ class PostgresTx(Tx):
 
 
 class _Unmet(Exception):
-    """A pipelined ``expect`` got no row: the op would have gone another way; the batch runs again, guarded."""
+    """A pipelined ``expect`` changed no row: the op would have gone another way; the batch runs again, guarded."""
 
 
 _VALUES_FORMS: dict[str, MultiRow] = {}
@@ -545,7 +545,7 @@ class PostgresStore(Store):
         """Run the batch pipelined, without savepoints; ``None`` when it must run again guarded.
 
         COMMIT is sent only once the transaction's id is known (what resolves a COMMIT whose
-        answer is lost) and every ``expect`` got its row. When an op's own sync brought the id back,
+        answer is lost) and every ``expect`` changed its row. When an op's own sync brought the id back,
         COMMIT travels with the batch's last statements: should one of them fail, the server
         skips it. Else the last statements travel with the question for the id, and COMMIT
         follows. A lone op's own refusal is final at once (it is the whole batch); any other
