@@ -172,6 +172,7 @@ _XID = "SELECT pg_current_xact_id_if_assigned()::text AS xid"
 _TUPLES_OK = psycopg.pq.ExecStatus.TUPLES_OK
 _IDLE = psycopg.pq.TransactionStatus.IDLE
 _PIPELINE_OFF = psycopg.pq.PipelineStatus.OFF
+_PIPELINES = psycopg.AsyncPipeline.is_supported()  # libpq 14 or later; else every batch runs guarded
 
 
 def _silent(queries: Mapping[str, str]) -> frozenset[str]:
@@ -522,7 +523,7 @@ class PostgresStore(Store):
         self._writing = True
         try:
             async with _discarding_stale_plans(conn):
-                outcomes = await self._optimistic(conn, batch, state)
+                outcomes = await self._optimistic(conn, batch, state) if _PIPELINES else None
                 if outcomes is None:
                     outcomes = await self._guarded(conn, batch, state)
                 return outcomes
