@@ -223,7 +223,8 @@ class PgProxy:
         """Cut the connection that next sends ``pattern``, once.
 
         ``deliver``: the message reaches the server and its answer is lost instead.
-        ``then_refuse``: from then on no connection is accepted (until ``start()``).
+        ``then_refuse``: the server is away from then on: every relayed connection drops and no
+        new one is accepted (until ``start()``).
         ``leave_server_waiting``: only the client's side is cut; the server's session stays
         open, as in a partition the server has not noticed (``stop()`` ends it).
         """
@@ -257,6 +258,8 @@ class PgProxy:
                     self.cuts += 1
                     if cut.then_refuse:
                         self._refuse()
+                        for other in list(self._writers):
+                            other.transport.abort()
                     if cut.deliver:
                         drop_reply = True
                     elif cut.leave_server_waiting:

@@ -239,7 +239,11 @@ async def test_a_read_whose_connection_drops_is_retried(pg_url: str, proxy: PgPr
 
 
 def counting_create(run_id: str) -> tuple[Callable[[Tx], Any], list[int]]:
-    """An op creating run ``run_id``, and the list its calls are counted in."""
+    """An op creating run ``run_id``, and the list its calls are counted in.
+
+    Its insert returns a row, so the transaction's id is known before COMMIT is sent, and
+    COMMIT travels with the op's last statement.
+    """
     calls: list[int] = []
 
     async def create(tx: Tx) -> None:
@@ -247,6 +251,48 @@ def counting_create(run_id: str) -> tuple[Callable[[Tx], Any], list[int]]:
         await ops.create_run(tx, run_row(run_id), 1.0)
 
     return create, calls
+
+
+def counting_events(run_id: str) -> tuple[Callable[[Tx], Any], list[int]]:
+    """An op whose statements are all sent without waiting (COMMIT follows a sync that learns the id)."""
+    calls: list[int] = []
+
+    async def add(tx: Tx) -> None:
+        calls.append(1)
+        for n in range(3):
+            await ops.add_event(tx, run_id, f"e{n}", 1.0, None)
+
+    return add, calls
+
+
+async def count_events(url: str) -> int:
+    async with await psycopg.AsyncConnection.connect(url) as conn:
+        cursor = await conn.execute("SELECT COUNT(*) FROM lockgate_run_events")
+        row = await cursor.fetchone()
+        assert row is not None
+        return int(row[0])
+
+
+async def test_a_pipelined_commit_that_never_reached_the_server_is_run_again(
+    pg_url: str, proxy: PgProxy, opened: Any
+) -> None:
+    store = await opened(proxy.url(pg_url))
+    add, calls = counting_events("r1")
+    proxy.cut_when(b"COMMIT")
+    await store.write(add)
+    assert (proxy.cuts, len(calls)) == (1, 2)
+    assert await count_events(pg_url) == 3
+
+
+async def test_a_pipelined_commit_whose_answer_was_lost_is_acknowledged_not_run_again(
+    pg_url: str, proxy: PgProxy, opened: Any
+) -> None:
+    store = await opened(proxy.url(pg_url))
+    add, calls = counting_events("r1")
+    proxy.cut_when(b"COMMIT", deliver=True)
+    await store.write(add)
+    assert (proxy.cuts, len(calls)) == (1, 1)
+    assert await count_events(pg_url) == 3
 
 
 async def test_a_commit_that_never_reached_the_server_is_run_again(pg_url: str, proxy: PgProxy, opened: Any) -> None:

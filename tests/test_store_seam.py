@@ -71,6 +71,49 @@ async def test_a_fenced_write_fails_its_caller_and_the_store_carries_on(stores: 
     assert (await store.read(ops.get_run, "r1"))["progress_at"] == 4.0
 
 
+async def test_a_fenced_journal_write_in_a_batch_is_refused_alone(stores: Any) -> None:
+    store = await stores()
+    for run_id in ("r1", "r2"):
+        await store.write(ops.create_run, run_row(run_id), 1.0)
+    claimed = {r["id"]: r for r in await store.write(ops.claim_runs, "w1", 2.0, 10.0, 5, ["w"])}
+    live = ops.Fence("r1", "w1", int(claimed["r1"]["epoch"]))
+    stale = ops.Fence("r2", "w1", int(claimed["r2"]["epoch"]) - 1)
+
+    def entry(key: str) -> dict[str, Any]:
+        return {"step_key": key, "kind": "step", "status": "completed", "output": "1", "seq": 0}
+
+    before = store.commits
+    outcomes = await asyncio.gather(
+        store.write(ops.record_entry, live, entry("a#0"), 3.0),
+        store.write(ops.record_entry, stale, entry("b#0"), 3.0, touch=True),
+        store.write(ops.record_entry, live, entry("c#0"), 3.0, touch=True),
+        return_exceptions=True,
+    )
+    assert outcomes[0] is None and isinstance(outcomes[1], ops.Fenced) and outcomes[2] is None
+    assert store.commits == before + 1
+    assert [e["step_key"] for e in await store.read(ops.load_journal, "r1")] == ["a#0", "c#0"]
+    assert await store.read(ops.load_journal, "r2") == []
+    assert (await store.read(ops.get_run, "r1"))["progress_at"] == 3.0  # touched with its entry
+    assert (await store.read(ops.get_run, "r2"))["progress_at"] == 1.0
+
+
+async def test_a_failing_statement_fails_only_its_op(stores: Any) -> None:
+    store = await stores()
+    await store.write(ops.create_run, run_row("r1"), 1.0)
+    message = {"id": "m1", "run_id": "r1", "kind": "signal", "name": "go", "payload": "{}"}
+    await store.write(ops.send_message, message, 2.0)
+    outcomes = await asyncio.gather(
+        store.write(ops.add_event, "r1", "before", 3.0, None),
+        store.write(ops.send_message, message, 3.0),  # the same message id again: the insert fails
+        store.write(ops.add_event, "r1", "after", 3.0, None),
+        return_exceptions=True,
+    )
+    assert outcomes[0] is None and outcomes[2] is None
+    assert isinstance(outcomes[1], Exception)
+    types = [e["type"] for e in await store.read(ops.list_events, "r1")]
+    assert types == ["run-started", "signal-sent", "before", "after"]
+
+
 async def test_write_nowait_joins_the_next_commit_and_close_flushes_it(store_url: str, stores: Any) -> None:
     store = open_store(store_url)
     await store.open()

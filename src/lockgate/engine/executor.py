@@ -128,6 +128,7 @@ class Execution(Context):
         self.task: asyncio.Task[Any] | None = None
         self.stop_reason: str | None = None
         self._coarse = row["recording"] == "coarse"
+        self._progress_at = float(row["progress_at"])  # the run's stored progress_at: only its holder moves it
 
     # -- running the body ----------------------------------------------------------------
 
@@ -318,12 +319,21 @@ class Execution(Context):
     ) -> None:
         now = self._clock.now()
         entry = {"seq": self._seq(), **entry}
+        touch = self._touch_due(now)
         try:
-            await self._store.write(ops.record_entry, self.fence, entry, now, message=message, attempt=attempt)
+            await self._store.write(
+                ops.record_entry, self.fence, entry, now, touch=touch, message=message, attempt=attempt
+            )
         except ops.Fenced:
             self.stop("lease lost")
             raise
+        if touch:
+            self._progress_at = now
         self._journal[entry["step_key"]] = entry
+
+    def _touch_due(self, now: float) -> bool:
+        """Whether a journal write should move the run's ``progress_at`` too (at most once a resolution)."""
+        return now - self._progress_at >= ops.PROGRESS_RESOLUTION
 
     # -- Context: steps ------------------------------------------------------------------
 
@@ -634,10 +644,12 @@ class Execution(Context):
                 "output": encode(child_id),
             }
 
+            touch = self._touch_due(now)
+
             async def start(tx: Any) -> str:
                 row, _ = await ops.create_run(tx, run, now)
                 entry_row["output"] = encode(row["id"])
-                await ops.record_entry(tx, self.fence, entry_row, now)
+                await ops.record_entry(tx, self.fence, entry_row, now, touch=touch)
                 return str(row["id"])
 
             try:
@@ -645,6 +657,8 @@ class Execution(Context):
             except ops.Fenced:
                 self.stop("lease lost")
                 raise
+            if touch:
+                self._progress_at = now
             self._journal[key] = entry_row
             self._engine.wake(now)
             return ChildHandle(run_id=child_id, workflow=child_def.name)

@@ -4,8 +4,8 @@ The engine never writes SQL. It hands the store *operations*: small async functi
 that take a ``Tx`` and run named queries on it (``store/ops.py``). A dialect supplies
 the SQL text for each name (``store/sql/<dialect>/*.sql``) and decides how operations
 are grouped into transactions. Writes are group-committed: every operation submitted
-while the previous commit was in flight goes into the next transaction, each isolated
-by a savepoint so one refusal does not undo its neighbours.
+while the previous commit was in flight goes into the next transaction; one refusal
+does not undo its neighbours (the batch is then run again, each op under a savepoint).
 """
 
 from __future__ import annotations
@@ -45,6 +45,17 @@ class Tx(abc.ABC):
         for row in rows:
             out += await self.execute(name, row)
         return out
+
+    async def expect(self, name: str, params: Mapping[str, Any]) -> bool:
+        """Run a write that should change a row; whether it did (here: whether it returned one).
+
+        Stores count the rows the write changed where they can, so the query needs no
+        ``RETURNING``. A store that pipelines its statements may answer ``True`` at once
+        and check at commit: if no row changed after all, it runs the batch again,
+        unpipelined, and here the op learns ``False``. So a write whose ``False`` leads
+        elsewhere (a refusal, a slower path) must change nothing when it changes no row.
+        """
+        return bool(await self.execute(name, params))
 
     async def one(self, name: str, params: Mapping[str, Any] | None = None) -> Row | None:
         rows = await self.execute(name, params)

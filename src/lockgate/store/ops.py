@@ -168,7 +168,7 @@ async def renew_leases(tx: Tx, owner: str, now: float, lease_until: float) -> di
 
 
 async def touch(tx: Tx, fence: Fence, now: float) -> None:
-    if not await tx.execute("fence_touch", {**fence.params(), "now": now}):
+    if not await tx.expect("fence_touch", {**fence.params(), "now": now}):
         raise Fenced()
 
 
@@ -193,20 +193,19 @@ async def record_entry(
     entry: dict[str, Any],
     now: float,
     *,
+    touch: bool = False,
     message: dict[str, Any] | None = None,
     attempt: dict[str, Any] | None = None,
 ) -> None:
     """Journal one reached operation for a held run (with the message it consumed, the attempt that ended it).
 
-    The run's ``progress_at`` moves at most once a second: a step's commit then writes its
-    journal entry alone, not the run's row as well.
+    The entry is written only while ``fence`` holds (checked by the same statement). The
+    run's ``progress_at`` moves only with ``touch``: its holder asks at most once every
+    ``PROGRESS_RESOLUTION``, so a step's commit mostly writes its journal entry alone.
     """
-    held = await tx.execute("fence_check", fence.params())
-    if not held:
+    if touch and not await tx.expect("fence_touch", {**fence.params(), "now": now}):
         raise Fenced()
-    if now - float(held[0]["progress_at"]) >= PROGRESS_RESOLUTION:
-        await touch(tx, fence, now)
-    await tx.execute(
+    written = await tx.expect(
         "upsert_journal",
         {
             "output": None,
@@ -217,9 +216,11 @@ async def record_entry(
             "started_at": now,
             "finished_at": now,
             **entry,
-            "run_id": fence.run_id,
+            **fence.params(),
         },
     )
+    if not written:
+        raise Fenced()
     if attempt is not None:
         await add_attempt(tx, attempt)
     if message is not None:
@@ -300,20 +301,22 @@ async def finish_run(
     event: dict[str, Any] | None = None,
 ) -> list[str]:
     """End a held run; returns the ids of children closed with it (to stop locally)."""
-    rows = await tx.execute(
-        "finish_run",
-        {
-            **fence.params(),
-            "now": now,
-            "status": status,
-            "output": output,
-            "error_tag": error_tag,
-            "error_message": error_message,
-        },
-    )
+    params = {
+        **fence.params(),
+        "now": now,
+        "status": status,
+        "output": output,
+        "error_tag": error_tag,
+        "error_message": error_message,
+    }
+    data = event or _error_data(error_tag, error_message)
+    if await tx.expect("finish_run_plain", params):  # the common end: nothing else to see to, no rows to read
+        await add_event(tx, fence.run_id, f"run-{status}", now, data)
+        return []
+    rows = await tx.execute("finish_run", params)
     if not rows:
         raise Fenced()
-    await add_event(tx, fence.run_id, f"run-{status}", now, event or _error_data(error_tag, error_message))
+    await add_event(tx, fence.run_id, f"run-{status}", now, data)
     if status in TERMINAL:
         return await _closed(tx, rows[0], now, status, error_tag, error_message)
     return []
@@ -346,6 +349,8 @@ async def _closed(
         await gate_ops.enqueue_failure_report(tx, row["on_failure"], report, now)
     if parent_id is not None:
         await tx.execute("wake_run", {"run_id": parent_id, "now": now, "waiting_on": "child"})
+    if not row["open_children"]:  # told by the statement that ended the run: no query for the common case
+        return []
     stopped: list[str] = []
     for child in await tx.execute("open_children", {"parent_id": run_id}):
         policy = child["parent_close"] or "cancel"

@@ -1,9 +1,13 @@
 """The PostgreSQL store.
 
-A small pool of connections (psycopg 3, async). Writes are group-committed by one
-writer task: every operation queued while the previous commit was in flight runs in
-the next transaction, each under its own savepoint so one refusal undoes only itself.
-Reads run in autocommit on any pooled connection and see committed data.
+Writes are group-committed by one writer task on a connection of its own: every
+operation queued while the previous commit was in flight runs in the next transaction.
+The batch is pipelined: statements whose rows nobody reads (and fenced writes,
+``Tx.expect``, whose changed rows are counted later) are sent without waiting, so a batch costs a round trip
+for its statements and one for its COMMIT, plus one per statement whose rows an op
+reads. If any op refuses or any statement fails, the attempt is rolled back and the
+batch runs again op by op, each under its own savepoint, so one refusal undoes only
+itself. Reads run in autocommit on a small pool of connections and see committed data.
 
 A lost connection never loses an acknowledged write and never hangs a caller: while
 COMMIT has not been sent, the batch is re-run on a fresh connection (a few times, with
@@ -20,6 +24,7 @@ import json
 import logging
 import time
 import uuid
+import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from typing import Any, ParamSpec, TypeVar
 from urllib.parse import unquote, urlsplit, urlunsplit
@@ -30,6 +35,8 @@ from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
 from ..errors import StoreError
 from .base import Op, Row, Store, Tx
+from .coalesce import many_form
+from .multirow import MultiRow
 from .sql_files import load_queries, migrations
 
 __all__ = ["PostgresStore", "PostgresTx"]
@@ -37,7 +44,6 @@ __all__ = ["PostgresStore", "PostgresTx"]
 log = logging.getLogger("lockgate.store")
 T = TypeVar("T")
 P = ParamSpec("P")
-_Bound = Callable[[Tx], Awaitable[Any]]
 _Conn = psycopg.AsyncConnection[DictRow]
 
 CHANNEL = "lockgate"
@@ -51,13 +57,31 @@ _OPTIONS = frozenset({"pool_size", "pool_timeout"})  # lockgate's own URL option
 
 
 class PostgresTx(Tx):
-    """A transaction (or, for reads, an autocommit session) on one pooled connection."""
+    """A transaction (or, for reads, an autocommit session) on one connection.
+
+    With a ``pipeline`` (the writer's optimistic attempt), a statement whose rows nobody
+    reads is sent without waiting, and so is an ``expect``: whether it changed a row is
+    checked at the next sync. A statement whose rows an op reads is a sync; until the transaction's id
+    is known, each sync also asks for it (see ``PostgresStore._optimistic``).
+    """
 
     dialect = "postgres"
 
-    def __init__(self, conn: _Conn, queries: dict[str, str]) -> None:
+    def __init__(
+        self,
+        conn: _Conn,
+        queries: dict[str, str],
+        pipeline: psycopg.AsyncPipeline | None = None,
+        silent: frozenset[str] = frozenset(),
+    ) -> None:
         self.conn = conn
         self._queries = queries
+        self._pipeline = pipeline
+        self._silent = silent
+        self._sink: psycopg.AsyncCursor[DictRow] | None = None
+        self._checks: list[psycopg.AsyncCursor[DictRow]] = []  # pipelined expects not yet answered
+        self.xid: str | None = None  # the transaction's id, once it has one and a sync brought it back
+        self.unmet = False  # whether a pipelined expect changed no row
 
     def _sql(self, name: str) -> str:
         try:
@@ -65,26 +89,144 @@ class PostgresTx(Tx):
         except KeyError:
             raise KeyError(f"no PostgreSQL query named {name!r}") from None
 
+    async def send(self, sql: str, params: Mapping[str, Any] | Sequence[Any] | None = None) -> None:
+        """Run ``sql`` for its effect alone (pipelined: without waiting for its answer)."""
+        if self._sink is None:
+            self._sink = self.conn.cursor()
+        await self._sink.execute(sql, params)
+
     async def execute(self, name: str, params: Mapping[str, Any] | None = None) -> list[Row]:
-        cursor = await self.conn.execute(self._sql(name), params or {})
-        if cursor.description is None:
+        sql = self._sql(name)
+        if self._pipeline is not None and name in self._silent:
+            await self.send(sql, params or {})
+            return []
+        cursor = await self.conn.execute(sql, params or {})
+        if self._pipeline is not None:
+            await self.sync()  # its rows are read now: one round trip, carrying all queued before it
+        result = cursor.pgresult
+        if result is None or result.status != _TUPLES_OK:
             return []
         return await cursor.fetchall()
 
+    async def expect(self, name: str, params: Mapping[str, Any]) -> bool:
+        cursor = self.conn.cursor()
+        await cursor.execute(self._sql(name), params)
+        if self._pipeline is None:
+            return cursor.rowcount > 0
+        self._checks.append(cursor)
+        return True
+
+    async def sync(self) -> None:
+        """Have everything sent so far answered; ``_Unmet`` if a pipelined ``expect`` changed no row."""
+        assert self._pipeline is not None
+        probe = None
+        if self.xid is None:
+            probe = self.conn.cursor()
+            await probe.execute(_XID)
+        await self._pipeline.sync()
+        if probe is not None:
+            row = await probe.fetchone()
+            self.xid = None if row is None else row["xid"]
+        checks, self._checks = self._checks, []
+        if not all(cursor.rowcount > 0 for cursor in checks):
+            self.unmet = True  # kept: an op catching the exception must not let the attempt commit
+            raise _Unmet()
+
+    @property
+    def settled(self) -> bool:
+        """Whether every pipelined ``expect`` has been answered (and changed its row)."""
+        return not self._checks
+
     async def execute_many(self, name: str, params: Sequence[Mapping[str, Any]]) -> None:
-        async with self.conn.cursor() as cursor:
-            await cursor.executemany(self._sql(name), params)
+        await self.conn.cursor().executemany(self._sql(name), params)
+
+    async def execute_values(self, name: str, rows: Sequence[Mapping[str, Any]]) -> list[Row]:
+        if len(rows) < 2:
+            return await self.execute(name, rows[0]) if rows else []
+        form = _VALUES_FORMS.get(name)
+        if form is None:
+            form = _VALUES_FORMS[name] = MultiRow(name, self._sql(name), dialect="postgres")
+        silent = self._pipeline is not None and name in self._silent
+        cursors = []
+        for sql, params in form.statements(rows):
+            if silent:
+                await self.send(sql, params)
+            else:
+                cursors.append(await self.conn.execute(sql, params))
+        if cursors and self._pipeline is not None:
+            await self.sync()  # every chunk's rows in one round trip
+        out: list[Row] = []
+        for cursor in cursors:
+            result = cursor.pgresult
+            if result is not None and result.status == _TUPLES_OK:
+                out += await cursor.fetchall()
+        return out
 
 
-def _bind(op: Op[P, Any], /, *args: P.args, **kwargs: P.kwargs) -> _Bound:
-    def bound(tx: Tx) -> Awaitable[Any]:
-        return op(tx, *args, **kwargs)
+class _Unmet(Exception):
+    """A pipelined ``expect`` changed no row: the op would have gone another way; the batch runs again, guarded."""
 
-    return bound
+
+_VALUES_FORMS: dict[str, MultiRow] = {}
+_XID = "SELECT pg_current_xact_id_if_assigned()::text AS xid"
+_TUPLES_OK = psycopg.pq.ExecStatus.TUPLES_OK
+_IDLE = psycopg.pq.TransactionStatus.IDLE
+_PIPELINE_OFF = psycopg.pq.PipelineStatus.OFF
+_PIPELINES = psycopg.AsyncPipeline.is_supported()  # libpq 14 or later; else every batch runs guarded
+
+
+def _silent(queries: Mapping[str, str]) -> frozenset[str]:
+    """The queries run for their effect alone: writes without ``RETURNING`` (no rows to wait for)."""
+    names = set()
+    for name, sql in queries.items():
+        text = " ".join(line for line in sql.splitlines() if not line.lstrip().startswith("--")).upper()
+        words = text.split(None, 1)
+        if words and words[0] in ("INSERT", "UPDATE", "DELETE") and "RETURNING" not in text:
+            names.add(name)
+    return frozenset(names)
+
+
+class _Call:
+    """One queued write: the operation and its arguments (a run of alike calls may go as one, see coalesce)."""
+
+    __slots__ = ("args", "kwargs", "op")
+
+    def __init__(self, op: Op[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        self.op, self.args, self.kwargs = op, args, kwargs
+
+    def __call__(self, tx: Tx) -> Awaitable[Any]:
+        return self.op(tx, *self.args, **self.kwargs)
+
+
+def _bind(op: Op[P, Any], /, *args: P.args, **kwargs: P.kwargs) -> _Call:
+    return _Call(op, args, kwargs)
 
 
 async def _noop(tx: Tx) -> None:
     return None
+
+
+async def _run_calls(tx: Tx, calls: list[_Call]) -> list[Any]:
+    """Each call's value, in order; runs of alike calls with a many-at-once form as one call of it."""
+    values: list[Any] = []
+    i, n = 0, len(calls)
+    while i < n:
+        op = calls[i].op
+        many = many_form(op)
+        j = i + 1
+        if many is not None:
+            while j < n and calls[j].op is op:
+                j += 1
+        if j - i > 1:
+            assert many is not None
+            got = await many(tx, [(c.args, c.kwargs) for c in calls[i:j]])
+            if len(got) != j - i:
+                raise RuntimeError(f"the many-at-once form of {op!r} gave {len(got)} results for {j - i} calls")
+            values += got
+        else:
+            values.append(await calls[i](tx))
+        i = j
+    return values
 
 
 class _Attempt:
@@ -94,6 +236,7 @@ class _Attempt:
         self.committing = False
         self.xid: str | None = None  # the transaction's id, if it wrote anything
         self.pid: int | None = None  # the server process that ran it
+        self.conn: Any = None  # the connection it ran on
         self.outcomes: list[tuple[bool, Any]] = []
 
 
@@ -126,8 +269,11 @@ class PostgresStore(Store):
         self.conninfo = urlunsplit((parts.scheme, parts.netloc, parts.path, "&".join(libpq), parts.fragment))
         self._where = _redact(urlunsplit((parts.scheme, parts.netloc, parts.path, "", "")))
         self._queries = load_queries("postgres")
+        self._silent = _silent(self._queries)
+        self._conn: _Conn | None = None  # the writer's own
+        self._writing = False  # whether a batch is using it
         self._pool: AsyncConnectionPool[_Conn] | None = None
-        self._queue: list[tuple[_Bound, asyncio.Future[Any] | None]] = []
+        self._queue: list[tuple[_Call, asyncio.Future[Any] | None]] = []
         self._work: asyncio.Event | None = None
         self._writer: asyncio.Task[None] | None = None
         self._closing = False
@@ -135,6 +281,8 @@ class PostgresStore(Store):
         self._listener: asyncio.Task[None] | None = None
         self._origin = uuid.uuid4().hex  # tells our own notifications from other stores'
         self._down = False
+        self._outages = 0  # outages logged so far: a connection born before the last one is one of its casualties
+        self._born: weakref.WeakKeyDictionary[Any, int] = weakref.WeakKeyDictionary()
         self.commits = 0
 
     # -- lifecycle ----------------------------------------------------------------------
@@ -167,6 +315,7 @@ class PostgresStore(Store):
 
     async def _configure(self, conn: _Conn) -> None:
         """Tag each session with this store's origin: the database's own wake-ups then name who caused them."""
+        self._born[conn] = self._outages
         await conn.execute("SELECT set_config('lockgate.origin', %s, false)", (self._origin,))
 
     async def _migrate(self) -> None:
@@ -210,6 +359,7 @@ class PostgresStore(Store):
         self._writer = self._listener = None
         _fail(self._queue, StoreError("the PostgreSQL store was closed before this write was committed"))
         self._queue = []
+        await self._drop_writer_connection()
         pool, self._pool = self._pool, None
         await pool.close()
 
@@ -230,7 +380,7 @@ class PostgresStore(Store):
         self._queue.append((_bind(op, *args, **kwargs), None))
         self._work.set()
 
-    async def _enqueue(self, bound: _Bound) -> Any:
+    async def _enqueue(self, bound: _Call) -> Any:
         assert self._work is not None
         future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         self._queue.append((bound, future))
@@ -253,14 +403,14 @@ class PostgresStore(Store):
                     log.exception("PostgreSQL group commit failed")
                     _fail(batch, StoreError(f"PostgreSQL commit failed: {exc}"))
 
-    async def _commit(self, batch: list[tuple[_Bound, asyncio.Future[Any] | None]]) -> None:
+    async def _commit(self, batch: list[tuple[_Call, asyncio.Future[Any] | None]]) -> None:
         """Run ``batch`` in one transaction and settle each future with its op's outcome."""
         for attempt in range(_RETRIES + 1):
             state = _Attempt()
             try:
                 outcomes = await self._run_batch(batch, state)
             except (psycopg.OperationalError, _StalePlan) as exc:
-                await self._trouble(exc)
+                await self._trouble(exc, state.conn)
                 if state.committing:
                     committed = await self._committed(state)
                     if committed is None:
@@ -287,7 +437,7 @@ class PostgresStore(Store):
             self._settle(batch, outcomes)
             return
 
-    def _settle(self, batch: list[tuple[_Bound, asyncio.Future[Any] | None]], outcomes: list[tuple[bool, Any]]) -> None:
+    def _settle(self, batch: list[tuple[_Call, asyncio.Future[Any] | None]], outcomes: list[tuple[bool, Any]]) -> None:
         self.commits += 1
         for (_, future), (ok, value) in zip(batch, outcomes, strict=True):
             if future is None:
@@ -305,6 +455,7 @@ class PostgresStore(Store):
             return True  # it wrote nothing: its results hold whichever way it ended
         assert self._pool is not None
         for attempt in range(_RETRIES + 1):
+            conn = None
             try:
                 async with self._pool.connection() as conn:
                     cursor = await conn.execute("SELECT pg_xact_status(%s::xid8) AS status", (state.xid,))
@@ -321,7 +472,7 @@ class PostgresStore(Store):
                             (state.pid, state.xid),
                         )
             except psycopg.OperationalError as exc:
-                await self._trouble(exc)
+                await self._trouble(exc, conn)
                 status = "unknown"
             except psycopg.Error as exc:
                 log.warning("could not learn the outcome of transaction %s: %s", state.xid, _first_line(exc))
@@ -335,49 +486,155 @@ class PostgresStore(Store):
             await asyncio.sleep(_backoff(attempt))
         return None
 
+    async def _writer_connection(self) -> _Conn:
+        """The writer's connection, connected again when the last one broke."""
+        conn = self._conn
+        if conn is not None and not conn.closed:
+            if conn.info.transaction_status == _IDLE and conn.pgconn.pipeline_status == _PIPELINE_OFF:
+                return conn
+            await self._drop_writer_connection()  # left mid-transaction by a failure: start afresh
+        self._conn = None
+        try:
+            async with asyncio.timeout(self.pool_timeout):
+                conn = await psycopg.AsyncConnection.connect(self.conninfo, autocommit=True, row_factory=dict_row)
+        except TimeoutError:
+            raise psycopg.OperationalError(f"no connection within {self.pool_timeout:g}s") from None
+        try:
+            await self._configure(conn)
+        except BaseException:
+            await conn.close()
+            raise
+        self._conn = conn
+        return conn
+
+    async def _drop_writer_connection(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            with contextlib.suppress(Exception):
+                await conn.close()
+
     async def _run_batch(
-        self, batch: list[tuple[_Bound, asyncio.Future[Any] | None]], state: _Attempt
+        self, batch: list[tuple[_Call, asyncio.Future[Any] | None]], state: _Attempt
     ) -> list[tuple[bool, Any]]:
-        pool = self._pool
-        if pool is None:
+        if self._pool is None:
             raise StoreError("the PostgreSQL store is not open")
+        conn = await self._writer_connection()
+        state.conn = conn
+        self._writing = True
+        try:
+            async with _discarding_stale_plans(conn):
+                outcomes = await self._optimistic(conn, batch, state) if _PIPELINES else None
+                if outcomes is None:
+                    outcomes = await self._guarded(conn, batch, state)
+                return outcomes
+        except BaseException:
+            if conn.closed or conn.broken or state.committing:
+                await self._drop_writer_connection()
+            elif conn.info.transaction_status != _IDLE:
+                try:
+                    await conn.execute("ROLLBACK")
+                except BaseException:
+                    await self._drop_writer_connection()
+                    raise
+            raise
+        finally:
+            self._writing = False
+
+    async def _optimistic(
+        self, conn: _Conn, batch: list[tuple[_Call, asyncio.Future[Any] | None]], state: _Attempt
+    ) -> list[tuple[bool, Any]] | None:
+        """Run the batch pipelined, without savepoints; ``None`` when it must run again guarded.
+
+        COMMIT is sent only once the transaction's id is known (what resolves a COMMIT whose
+        answer is lost) and every ``expect`` changed its row. When an op's own sync brought the id back,
+        COMMIT travels with the batch's last statements: should one of them fail, the server
+        skips it. Else the last statements travel with the question for the id, and COMMIT
+        follows. A lone op's own refusal is final at once (it is the whole batch); any other
+        refusal, failed statement or unmet ``expect`` rolls the attempt back. A run of
+        consecutive calls of an op with a many-at-once form runs as one call of that form.
+        """
+        try:
+            async with conn.pipeline() as pipeline:
+                tx = PostgresTx(conn, self._queries, pipeline, self._silent)
+                await tx.send("BEGIN")
+                try:
+                    values = await _run_calls(tx, [call for call, _ in batch])
+                    if tx.xid is None or not tx.settled:
+                        await tx.sync()
+                    if tx.unmet:
+                        raise _Unmet()
+                except (psycopg.OperationalError, asyncio.CancelledError, KeyboardInterrupt, SystemExit):
+                    raise
+                except BaseException as exc:  # a refusal (Fenced is a BaseException), a failed statement, _Unmet
+                    if _is_stale_plan(exc):
+                        raise
+                    return await self._abandon(pipeline, tx, exc if len(batch) == 1 else None)
+                state.xid, state.pid = tx.xid, conn.info.backend_pid
+                state.outcomes = [(True, value) for value in values]
+                state.committing = True
+                await tx.send("COMMIT")  # answered by the sync that ends the pipeline
+        except psycopg.Error as exc:
+            if not state.committing or conn.closed or conn.broken or _is_stale_plan(exc):
+                raise  # if COMMIT got no answer, whether it committed is learnt from the transaction's id
+            state.committing = False  # the server answered: it did not commit
+            await conn.execute("ROLLBACK")
+            if isinstance(exc, psycopg.OperationalError):
+                raise
+            return None
+        return state.outcomes
+
+    async def _abandon(
+        self, pipeline: psycopg.AsyncPipeline, tx: PostgresTx, refusal: BaseException | None
+    ) -> list[tuple[bool, Any]] | None:
+        """Roll the optimistic attempt back: a lone op's refusal is its outcome, else ``None`` (run guarded)."""
+        failed = False
+        try:
+            await pipeline.sync()  # what is still in flight must be answered before the ROLLBACK
+        except psycopg.OperationalError:
+            raise
+        except psycopg.Error as exc:
+            if _is_stale_plan(exc):
+                raise
+            failed = True
+        await tx.send("ROLLBACK")  # answered as the pipeline ends
+        if refusal is None or failed or isinstance(refusal, (psycopg.Error, _Unmet)):
+            return None
+        return [(False, _refusal(refusal))]
+
+    async def _guarded(
+        self, conn: _Conn, batch: list[tuple[_Call, asyncio.Future[Any] | None]], state: _Attempt
+    ) -> list[tuple[bool, Any]]:
+        """Run the batch op by op, each under a savepoint, waiting for every statement."""
         single = len(batch) == 1  # a lone op needs no savepoint: its refusal rolls back the transaction
         outcomes: list[tuple[bool, Any]] = []
-        async with pool.connection() as conn, _discarding_stale_plans(conn):
-            tx = PostgresTx(conn, self._queries)
-            await conn.execute("BEGIN")
+        tx = PostgresTx(conn, self._queries)
+        await conn.execute("BEGIN")
+        for op, _ in batch:
+            if not single:
+                await conn.execute("SAVEPOINT op")
             try:
-                for op, _ in batch:
-                    if not single:
-                        await conn.execute("SAVEPOINT op")
-                    try:
-                        value = await op(tx)
-                    except (psycopg.OperationalError, asyncio.CancelledError, KeyboardInterrupt, SystemExit):
-                        raise
-                    except BaseException as exc:  # the op's refusal (Fenced is a BaseException)
-                        if _is_stale_plan(exc):
-                            raise
-                        if not single:
-                            await conn.execute("ROLLBACK TO SAVEPOINT op; RELEASE SAVEPOINT op")
-                        outcomes.append((False, _refusal(exc)))
-                        continue
-                    if not single:
-                        await conn.execute("RELEASE SAVEPOINT op")
-                    outcomes.append((True, value))
-                if single and not outcomes[0][0]:
-                    await conn.execute("ROLLBACK")
-                    return outcomes
-                cursor = await conn.execute("SELECT pg_current_xact_id_if_assigned()::text AS xid")
-                row = await cursor.fetchone()
-                state.xid = None if row is None else row["xid"]
-                state.pid, state.outcomes = conn.info.backend_pid, outcomes
-                state.committing = True
-                await conn.execute("COMMIT")
-            except BaseException:
-                if not state.committing and not conn.closed:
-                    with contextlib.suppress(psycopg.Error):
-                        await conn.execute("ROLLBACK")
+                value = await op(tx)
+            except (psycopg.OperationalError, asyncio.CancelledError, KeyboardInterrupt, SystemExit):
                 raise
+            except BaseException as exc:  # the op's refusal (Fenced is a BaseException)
+                if _is_stale_plan(exc):
+                    raise
+                if not single:
+                    await conn.execute("ROLLBACK TO SAVEPOINT op; RELEASE SAVEPOINT op")
+                outcomes.append((False, _refusal(exc)))
+                continue
+            if not single:
+                await conn.execute("RELEASE SAVEPOINT op")
+            outcomes.append((True, value))
+        if single and not outcomes[0][0]:
+            await conn.execute("ROLLBACK")
+            return outcomes
+        cursor = await conn.execute(_XID)
+        row = await cursor.fetchone()
+        state.xid = None if row is None else row["xid"]
+        state.pid, state.outcomes = conn.info.backend_pid, outcomes
+        state.committing = True
+        await conn.execute("COMMIT")
         return outcomes
 
     # -- reads --------------------------------------------------------------------------
@@ -385,11 +642,12 @@ class PostgresStore(Store):
     async def read(self, op: Op[P, T], /, *args: P.args, **kwargs: P.kwargs) -> T:
         pool = self._require()
         for attempt in range(_RETRIES + 1):
+            conn = None
             try:
                 async with pool.connection() as conn, _discarding_stale_plans(conn):
                     value = await op(PostgresTx(conn, self._queries), *args, **kwargs)
             except (psycopg.OperationalError, _StalePlan) as exc:
-                await self._trouble(exc)
+                await self._trouble(exc, conn)
                 if attempt == _RETRIES:
                     raise StoreError(f"PostgreSQL at {self._where} is unreachable: {_first_line(exc)}") from exc
                 await asyncio.sleep(_backoff(attempt))
@@ -402,15 +660,22 @@ class PostgresStore(Store):
 
     # -- outages ------------------------------------------------------------------------
 
-    async def _trouble(self, exc: psycopg.OperationalError | _StalePlan) -> None:
-        """A query failed for want of the server: say so once per outage and drop dead connections."""
+    async def _trouble(self, exc: psycopg.OperationalError | _StalePlan, conn: Any = None) -> None:
+        """A query failed for want of the server: say so once per outage and drop dead connections.
+
+        A connection that was open before the last outage began and fails only now (it sat
+        idle, or busy, while the others recovered) is that outage's, not a new one.
+        """
         if isinstance(exc, _StalePlan) or not _connection_lost(exc):
             log.info("PostgreSQL transient failure (will retry): %s", _first_line(exc))
             return
-        if self._down:
+        if self._down or (conn is not None and self._born.get(conn, self._outages) < self._outages):
             return
         self._down = True
+        self._outages += 1
         log.warning("database unreachable at %s: %s (will retry)", self._where, _first_line(exc))
+        if not self._writing:
+            await self._drop_writer_connection()  # likely dead too: found out now, not as a second outage later
         if self._pool is not None:
             with contextlib.suppress(Exception):
                 await self._pool.check()  # discard every idle connection the outage killed, not one per query
@@ -433,7 +698,7 @@ class PostgresStore(Store):
         size = len(message.encode())
         if size >= _NOTIFY_LIMIT:
             raise ValueError(f"wake-up on {channel!r} is {size} bytes; PostgreSQL allows under {_NOTIFY_LIMIT}")
-        await tx.conn.execute("SELECT pg_notify(%s, %s)", (CHANNEL, message))
+        await tx.send("SELECT pg_notify(%s, %s)", (CHANNEL, message))
 
     def add_listener(self, callback: Callable[[str, str], None]) -> None:
         self._listeners.append(callback)
@@ -448,8 +713,10 @@ class PostgresStore(Store):
         """LISTEN on a connection of its own; reconnect when it drops (missed wake-ups are polled)."""
         delay = 0.1
         while True:
+            conn = None
             try:
                 conn = await psycopg.AsyncConnection.connect(self.conninfo, autocommit=True)
+                self._born[conn] = self._outages
                 async with conn:
                     await conn.execute(f"LISTEN {CHANNEL}")
                     self._reachable()
@@ -457,7 +724,7 @@ class PostgresStore(Store):
                     async for note in conn.notifies():
                         self._deliver(note.payload)
             except psycopg.OperationalError as exc:
-                await self._trouble(exc)
+                await self._trouble(exc, conn)
             except psycopg.Error as exc:
                 log.warning("PostgreSQL listener failed (will reconnect): %s", _first_line(exc))
             await asyncio.sleep(delay)
@@ -508,7 +775,7 @@ def _refusal(exc: BaseException) -> BaseException:
     return exc
 
 
-def _fail(batch: list[tuple[_Bound, asyncio.Future[Any] | None]], error: StoreError) -> None:
+def _fail(batch: list[tuple[_Call, asyncio.Future[Any] | None]], error: StoreError) -> None:
     lost = 0
     for _, future in batch:
         if future is None:

@@ -55,6 +55,11 @@ class _SQLiteTx(Tx):
     async def execute_many(self, name: str, params: Sequence[Mapping[str, Any]]) -> None:
         self._conn.executemany(self._queries[name], params)
 
+    async def expect(self, name: str, params: Mapping[str, Any]) -> bool:
+        # The rows changed, not rows returned: RETURNING costs SQLite more than the fenced write itself.
+        cursor = self._conn.execute(self._queries[name], params)
+        return bool(cursor.fetchall()) or cursor.rowcount > 0  # rowcount counts RETURNING rows once fetched
+
     async def execute_values(self, name: str, rows: Sequence[Mapping[str, Any]]) -> list[Row]:
         if len(rows) < 2:
             return await self.execute(name, rows[0]) if rows else []

@@ -2,10 +2,19 @@
 SELECT * FROM lockgate_journal WHERE run_id = %(run_id)s ORDER BY seq;
 
 -- name: upsert_journal
+-- Written only while the run is held (owner and epoch), which is checked in the same statement: no row
+-- written means the lease moved on. FOR SHARE keeps a claim from taking the run over before this commits.
+WITH held AS (
+    SELECT id FROM lockgate_runs
+    WHERE id = %(run_id)s AND owner = %(owner)s AND epoch = %(epoch)s AND status = 'running'
+    FOR SHARE
+)
 INSERT INTO lockgate_journal (run_id, step_key, seq, kind, status, output, error_tag, error_message,
     attempts, due_at, started_at, finished_at)
-VALUES (%(run_id)s, %(step_key)s, %(seq)s, %(kind)s, %(status)s, %(output)s, %(error_tag)s, %(error_message)s,
-    %(attempts)s, %(due_at)s, %(started_at)s, %(finished_at)s)
+SELECT held.id, %(step_key)s::text, %(seq)s::integer, %(kind)s::text, %(status)s::text, %(output)s::text,
+    %(error_tag)s::text, %(error_message)s::text, %(attempts)s::integer, %(due_at)s::float8,
+    %(started_at)s::float8, %(finished_at)s::float8
+FROM held
 ON CONFLICT (run_id, step_key) DO UPDATE SET
     seq = excluded.seq, kind = excluded.kind, status = excluded.status, output = excluded.output,
     error_tag = excluded.error_tag, error_message = excluded.error_message, attempts = excluded.attempts,

@@ -51,12 +51,6 @@ SELECT MIN(CASE WHEN owner IS NULL THEN wake_at WHEN owner = %(owner)s THEN NULL
     ELSE GREATEST(wake_at, lease_until) END) AS at
 FROM lockgate_runs WHERE status = 'running' AND wake_at IS NOT NULL;
 
--- name: fence_check
--- The lease still held, without writing the row (a step's commit writes only its journal entry).
-SELECT progress_at FROM lockgate_runs
-WHERE id = %(run_id)s AND owner = %(owner)s AND epoch = %(epoch)s AND status = 'running'
-FOR SHARE;
-
 -- name: fence_touch
 UPDATE lockgate_runs SET progress_at = %(now)s, updated_at = %(now)s
 WHERE id = %(run_id)s AND owner = %(owner)s AND epoch = %(epoch)s AND status = 'running'
@@ -64,8 +58,7 @@ RETURNING id;
 
 -- name: release_run
 UPDATE lockgate_runs SET owner = NULL, lease_until = NULL, wake_at = %(wake_at)s
-WHERE id = %(run_id)s AND owner = %(owner)s AND epoch = %(epoch)s AND status = 'running'
-RETURNING id;
+WHERE id = %(run_id)s AND owner = %(owner)s AND epoch = %(epoch)s AND status = 'running';
 
 -- name: renew_leases
 UPDATE lockgate_runs SET lease_until = %(lease_until)s
@@ -96,7 +89,23 @@ SET status = %(status)s, output = %(output)s, error_tag = %(error_tag)s, error_m
     finished_at = CASE WHEN %(status)s::text IN ('succeeded', 'failed', 'cancelled') THEN %(now)s::float8 END,
     updated_at = %(now)s, progress_at = %(now)s
 WHERE id = %(run_id)s AND owner = %(owner)s AND epoch = %(epoch)s AND status = 'running'
-RETURNING id, workflow, parent_id, payload, slot_scope, on_failure;
+RETURNING id, workflow, parent_id, payload, slot_scope, on_failure,
+    EXISTS (SELECT 1 FROM lockgate_runs c WHERE c.parent_id = lockgate_runs.id
+            AND c.status IN ('running', 'suspended')) AS open_children;
+
+-- name: finish_run_plain
+-- finish_run for a run whose end asks nothing more (no slot to free, no parent to wake, no open child to
+-- close, no failure report); such a run is most runs. No row changed: finish_run it is.
+UPDATE lockgate_runs
+SET status = %(status)s, output = %(output)s, error_tag = %(error_tag)s, error_message = %(error_message)s,
+    owner = NULL, lease_until = NULL, entered_at = NULL, wake_at = NULL, waiting_on = NULL,
+    waiting_for = NULL,
+    finished_at = CASE WHEN %(status)s::text IN ('succeeded', 'failed', 'cancelled') THEN %(now)s::float8 END,
+    updated_at = %(now)s, progress_at = %(now)s
+WHERE id = %(run_id)s AND owner = %(owner)s AND epoch = %(epoch)s AND status = 'running'
+  AND slot_scope IS NULL AND parent_id IS NULL AND (on_failure IS NULL OR %(status)s::text <> 'failed')
+  AND NOT EXISTS (SELECT 1 FROM lockgate_runs c WHERE c.parent_id = lockgate_runs.id
+                  AND c.status IN ('running', 'suspended'));
 
 -- name: set_status
 UPDATE lockgate_runs
@@ -108,7 +117,9 @@ SET status = %(status)s, error_tag = COALESCE(%(error_tag)s, error_tag),
     reclaim_count = CASE WHEN %(status)s::text = 'running' THEN 0 ELSE reclaim_count END,
     stalled_at = NULL
 WHERE id = %(run_id)s AND status = %(from_status)s
-RETURNING id, workflow, parent_id, payload, slot_scope, on_failure;
+RETURNING id, workflow, parent_id, payload, slot_scope, on_failure,
+    EXISTS (SELECT 1 FROM lockgate_runs c WHERE c.parent_id = lockgate_runs.id
+            AND c.status IN ('running', 'suspended')) AS open_children;
 
 -- name: clear_failure
 -- A re-opened run gets its whole timeouts.finish budget again, counted from now.
@@ -125,8 +136,7 @@ RETURNING id;
 -- name: wake_run
 UPDATE lockgate_runs SET wake_at = %(now)s, updated_at = %(now)s
 WHERE id = %(run_id)s AND status = 'running' AND owner IS NULL AND waiting_on = %(waiting_on)s
-  AND (wake_at IS NULL OR wake_at > %(now)s)
-RETURNING id;
+  AND (wake_at IS NULL OR wake_at > %(now)s);
 
 -- name: open_children
 SELECT id, parent_close FROM lockgate_runs

@@ -2,10 +2,14 @@
 SELECT * FROM lockgate_journal WHERE run_id = :run_id ORDER BY seq;
 
 -- name: upsert_journal
+-- Written only while the run is held (owner and epoch), which is checked in the same statement: no row
+-- written means the lease moved on.
 INSERT INTO lockgate_journal (run_id, step_key, seq, kind, status, output, error_tag, error_message,
     attempts, due_at, started_at, finished_at)
-VALUES (:run_id, :step_key, :seq, :kind, :status, :output, :error_tag, :error_message,
-    :attempts, :due_at, :started_at, :finished_at)
+SELECT id, :step_key, :seq, :kind, :status, :output, :error_tag, :error_message,
+    :attempts, :due_at, :started_at, :finished_at
+FROM lockgate_runs
+WHERE id = :run_id AND owner = :owner AND epoch = :epoch AND status = 'running'
 ON CONFLICT (run_id, step_key) DO UPDATE SET
     seq = excluded.seq, kind = excluded.kind, status = excluded.status, output = excluded.output,
     error_tag = excluded.error_tag, error_message = excluded.error_message, attempts = excluded.attempts,

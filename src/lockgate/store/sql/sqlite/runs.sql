@@ -49,11 +49,6 @@ SELECT MIN(CASE WHEN owner IS NULL THEN wake_at WHEN owner = :owner THEN NULL
     ELSE MAX(wake_at, lease_until) END) AS at
 FROM lockgate_runs WHERE status = 'running' AND wake_at IS NOT NULL;
 
--- name: fence_check
--- The lease still held, without writing the row (a step's commit writes only its journal entry).
-SELECT progress_at FROM lockgate_runs
-WHERE id = :run_id AND owner = :owner AND epoch = :epoch AND status = 'running';
-
 -- name: fence_touch
 UPDATE lockgate_runs SET progress_at = :now, updated_at = :now
 WHERE id = :run_id AND owner = :owner AND epoch = :epoch AND status = 'running'
@@ -61,8 +56,7 @@ RETURNING id;
 
 -- name: release_run
 UPDATE lockgate_runs SET owner = NULL, lease_until = NULL, wake_at = :wake_at
-WHERE id = :run_id AND owner = :owner AND epoch = :epoch AND status = 'running'
-RETURNING id;
+WHERE id = :run_id AND owner = :owner AND epoch = :epoch AND status = 'running';
 
 -- name: renew_leases
 UPDATE lockgate_runs SET lease_until = :lease_until
@@ -92,7 +86,22 @@ SET status = :status, output = :output, error_tag = :error_tag, error_message = 
     waiting_for = NULL, finished_at = CASE WHEN :status IN ('succeeded', 'failed', 'cancelled') THEN :now END,
     updated_at = :now, progress_at = :now
 WHERE id = :run_id AND owner = :owner AND epoch = :epoch AND status = 'running'
-RETURNING id, workflow, parent_id, payload, slot_scope, on_failure;
+RETURNING id, workflow, parent_id, payload, slot_scope, on_failure,
+    EXISTS (SELECT 1 FROM lockgate_runs c WHERE c.parent_id = lockgate_runs.id
+            AND c.status IN ('running', 'suspended')) AS open_children;
+
+-- name: finish_run_plain
+-- finish_run for a run whose end asks nothing more (no slot to free, no parent to wake, no open child to
+-- close, no failure report); such a run is most runs. No row changed: finish_run it is.
+UPDATE lockgate_runs
+SET status = :status, output = :output, error_tag = :error_tag, error_message = :error_message,
+    owner = NULL, lease_until = NULL, entered_at = NULL, wake_at = NULL, waiting_on = NULL,
+    waiting_for = NULL, finished_at = CASE WHEN :status IN ('succeeded', 'failed', 'cancelled') THEN :now END,
+    updated_at = :now, progress_at = :now
+WHERE id = :run_id AND owner = :owner AND epoch = :epoch AND status = 'running'
+  AND slot_scope IS NULL AND parent_id IS NULL AND (on_failure IS NULL OR :status <> 'failed')
+  AND NOT EXISTS (SELECT 1 FROM lockgate_runs c WHERE c.parent_id = lockgate_runs.id
+                  AND c.status IN ('running', 'suspended'));
 
 -- name: set_status
 UPDATE lockgate_runs
@@ -103,7 +112,9 @@ SET status = :status, error_tag = COALESCE(:error_tag, error_tag), error_message
     reclaim_count = CASE WHEN :status = 'running' THEN 0 ELSE reclaim_count END,
     stalled_at = NULL
 WHERE id = :run_id AND status = :from_status
-RETURNING id, workflow, parent_id, payload, slot_scope, on_failure;
+RETURNING id, workflow, parent_id, payload, slot_scope, on_failure,
+    EXISTS (SELECT 1 FROM lockgate_runs c WHERE c.parent_id = lockgate_runs.id
+            AND c.status IN ('running', 'suspended')) AS open_children;
 
 -- name: clear_failure
 -- A re-opened run gets its whole timeouts.finish budget again, counted from now.
@@ -120,8 +131,7 @@ RETURNING id;
 -- name: wake_run
 UPDATE lockgate_runs SET wake_at = :now, updated_at = :now
 WHERE id = :run_id AND status = 'running' AND owner IS NULL AND waiting_on = :waiting_on
-  AND (wake_at IS NULL OR wake_at > :now)
-RETURNING id;
+  AND (wake_at IS NULL OR wake_at > :now);
 
 -- name: open_children
 SELECT id, parent_close FROM lockgate_runs
