@@ -60,7 +60,8 @@ async def test_an_unpaused_backlog_larger_than_a_chunk_is_admitted_whole(env_fac
         for h, decision in zip(handles, started, strict=True):
             run = await e.store.read(_run, decision["run_id"])
             # what the pipeline's own admission writes: the arrival's ticket, payload and finish deadline
-            assert (run["ticket"], run["identity"], run["status"]) == (h.ticket, run["id"], "running")
+            assert (run["ticket"], run["identity"]) == (h.ticket, run["id"])
+            assert run["status"] in ("running", "succeeded")  # the engine may already have run it
             assert run["deadline_at"] == run["created_at"] + 3600
             assert (await e.store.read(_events, run["id"]))[0]["type"] == "run-started"
         payloads = [json.loads(r["payload"])["n"] for r in await sql(env.store_url, _PAYLOADS)]
