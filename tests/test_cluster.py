@@ -415,7 +415,11 @@ async def test_a_database_outage_longer_than_the_lease_loses_nothing(
 def status_cli(store: str, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "lockgate.cli", "cluster", "status", "--store", store, *args],
-        cwd=ROOT, capture_output=True, text=True, timeout=60, env={**os.environ, "COLUMNS": "200"},
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "COLUMNS": "200"},
     )
 
 

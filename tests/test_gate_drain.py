@@ -10,6 +10,7 @@ from pydantic import BaseModel
 
 import lockgate as lg
 from lockgate.gate.drainer import CHUNK
+from lockgate.store import ops
 from lockgate.testing import TestEnv
 
 from .apps.gate import parked, runs
@@ -58,12 +59,12 @@ async def test_an_unpaused_backlog_larger_than_a_chunk_is_admitted_whole(env_fac
         found = {r.id for r in await runs(e, "plain")}
         assert sorted(found) == sorted(r["run_id"] for r in started)
         for h, decision in zip(handles, started, strict=True):
-            run = await e.store.read(_run, decision["run_id"])
+            run = await e.store.read(ops.get_run, decision["run_id"])
             # what the pipeline's own admission writes: the arrival's ticket, payload and finish deadline
             assert (run["ticket"], run["identity"]) == (h.ticket, run["id"])
             assert run["status"] in ("running", "succeeded")  # the engine may already have run it
             assert run["deadline_at"] == run["created_at"] + 3600
-            assert (await e.store.read(_events, run["id"]))[0]["type"] == "run-started"
+            assert (await e.store.read(ops.list_events, run["id"]))[0]["type"] == "run-started"
         payloads = [json.loads(r["payload"])["n"] for r in await sql(env.store_url, _PAYLOADS)]
         assert payloads == list(range(len(handles)))
         await env.settle()
@@ -71,16 +72,6 @@ async def test_an_unpaused_backlog_larger_than_a_chunk_is_admitted_whole(env_fac
 
 
 _PAYLOADS = "SELECT payload FROM lockgate_runs WHERE workflow = 'plain' ORDER BY id"
-
-
-async def _run(tx: Any, run_id: str) -> dict[str, Any]:
-    row = await tx.one("get_run", {"id": run_id})
-    assert row is not None
-    return row
-
-
-async def _events(tx: Any, run_id: str) -> list[dict[str, Any]]:
-    return list(await tx.execute("list_events", {"run_id": run_id}))
 
 
 async def test_a_chunk_with_a_refusing_row_still_admits_the_others(env_factory: Any) -> None:

@@ -273,46 +273,37 @@ async def count_events(url: str) -> int:
         return int(row[0])
 
 
-async def test_a_pipelined_commit_that_never_reached_the_server_is_run_again(
-    pg_url: str, proxy: PgProxy, opened: Any
+# Both ways COMMIT leaves: with the op's last statement (its insert returned a row, so the
+# transaction's id was known), or after a sync that learns the id (every statement was pipelined).
+COMMIT_PATHS = [
+    pytest.param(counting_create, count_runs, 1, id="commit-with-last-statement"),
+    pytest.param(counting_events, count_events, 3, id="commit-after-sync"),
+]
+Counting = Callable[[str], tuple[Callable[[Tx], Any], list[int]]]
+
+
+@pytest.mark.parametrize(("counting", "count", "rows"), COMMIT_PATHS)
+async def test_a_commit_that_never_reached_the_server_is_run_again(
+    pg_url: str, proxy: PgProxy, opened: Any, counting: Counting, count: Callable[[str], Any], rows: int
 ) -> None:
     store = await opened(proxy.url(pg_url))
-    add, calls = counting_events("r1")
+    op, calls = counting("r1")
     proxy.cut_when(b"COMMIT")
-    await store.write(add)
-    assert (proxy.cuts, len(calls)) == (1, 2)
-    assert await count_events(pg_url) == 3
-
-
-async def test_a_pipelined_commit_whose_answer_was_lost_is_acknowledged_not_run_again(
-    pg_url: str, proxy: PgProxy, opened: Any
-) -> None:
-    store = await opened(proxy.url(pg_url))
-    add, calls = counting_events("r1")
-    proxy.cut_when(b"COMMIT", deliver=True)
-    await store.write(add)
-    assert (proxy.cuts, len(calls)) == (1, 1)
-    assert await count_events(pg_url) == 3
-
-
-async def test_a_commit_that_never_reached_the_server_is_run_again(pg_url: str, proxy: PgProxy, opened: Any) -> None:
-    store = await opened(proxy.url(pg_url))
-    create, calls = counting_create("r1")
-    proxy.cut_when(b"COMMIT")
-    await store.write(create)
+    await store.write(op)
     assert (proxy.cuts, len(calls)) == (1, 2)  # the server said the first try was aborted
-    assert await count_runs(pg_url) == 1
+    assert await count(pg_url) == rows
 
 
+@pytest.mark.parametrize(("counting", "count", "rows"), COMMIT_PATHS)
 async def test_a_commit_whose_answer_was_lost_is_acknowledged_not_run_again(
-    pg_url: str, proxy: PgProxy, opened: Any
+    pg_url: str, proxy: PgProxy, opened: Any, counting: Counting, count: Callable[[str], Any], rows: int
 ) -> None:
     store = await opened(proxy.url(pg_url))
-    create, calls = counting_create("r1")
+    op, calls = counting("r1")
     proxy.cut_when(b"COMMIT", deliver=True)
-    await store.write(create)
+    await store.write(op)
     assert (proxy.cuts, len(calls)) == (1, 1)  # the server said it committed: running it again would double it
-    assert await count_runs(pg_url) == 1
+    assert await count(pg_url) == rows
 
 
 async def test_a_session_left_holding_the_transaction_is_ended_and_the_batch_run_again(

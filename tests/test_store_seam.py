@@ -85,8 +85,8 @@ async def test_a_fenced_journal_write_in_a_batch_is_refused_alone(stores: Any) -
     before = store.commits
     outcomes = await asyncio.gather(
         store.write(ops.record_entry, live, entry("a#0"), 3.0),
-        store.write(ops.record_entry, stale, entry("b#0"), 3.0, touch=True),
-        store.write(ops.record_entry, live, entry("c#0"), 3.0, touch=True),
+        store.write(ops.record_entry, stale, entry("b#0"), 3.0, progress=True),
+        store.write(ops.record_entry, live, entry("c#0"), 3.0, progress=True),
         return_exceptions=True,
     )
     assert outcomes[0] is None and isinstance(outcomes[1], ops.Fenced) and outcomes[2] is None

@@ -49,7 +49,10 @@ async def effect(run_id: str, step: str) -> int:
     """Record that ``step`` of ``run_id`` ran in this process; this process's pid."""
     await sql(
         "INSERT INTO cluster_effects (run_id, step, pid, at) VALUES (%s, %s, %s, %s)",
-        run_id, step, os.getpid(), time.time(),
+        run_id,
+        step,
+        os.getpid(),
+        time.time(),
     )
     return os.getpid()
 

@@ -51,9 +51,24 @@ class Worker:
         env = {**os.environ, DB_ENV: url, "PYTHONUNBUFFERED": "1"}
         with self.log_path.open("wb") as log:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "lockgate.cli", "serve", APP_REF, "--store", self.url,
-                 "--lease", lease, "--max-concurrent-runs", str(max_runs)],
-                cwd=ROOT, env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                [
+                    sys.executable,
+                    "-m",
+                    "lockgate.cli",
+                    "serve",
+                    APP_REF,
+                    "--store",
+                    self.url,
+                    "--lease",
+                    lease,
+                    "--max-concurrent-runs",
+                    str(max_runs),
+                ],
+                cwd=ROOT,
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
             )
         self.pid = self.proc.pid
 
@@ -109,8 +124,12 @@ class Cluster:
         """Start ``count`` workers; ``store`` is the URL lockgate uses (default: the database itself)."""
         started = [
             Worker(
-                f"w{len(self.workers) + i + 1}", self.url, self.log_dir,
-                lease=lease, max_runs=max_runs, store=store or self.url,
+                f"w{len(self.workers) + i + 1}",
+                self.url,
+                self.log_dir,
+                lease=lease,
+                max_runs=max_runs,
+                store=store or self.url,
             )
             for i in range(count)
         ]

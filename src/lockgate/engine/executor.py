@@ -322,7 +322,7 @@ class Execution(Context):
         touch = self._touch_due(now)
         try:
             await self._store.write(
-                ops.record_entry, self.fence, entry, now, touch=touch, message=message, attempt=attempt
+                ops.record_entry, self.fence, entry, now, progress=touch, message=message, attempt=attempt
             )
         except ops.Fenced:
             self.stop("lease lost")
@@ -649,7 +649,7 @@ class Execution(Context):
             async def start(tx: Any) -> str:
                 row, _ = await ops.create_run(tx, run, now)
                 entry_row["output"] = encode(row["id"])
-                await ops.record_entry(tx, self.fence, entry_row, now, touch=touch)
+                await ops.record_entry(tx, self.fence, entry_row, now, progress=touch)
                 return str(row["id"])
 
             try:

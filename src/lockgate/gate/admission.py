@@ -16,7 +16,7 @@ from ..ids import new_id
 from ..serde import validate_payload
 from ..store import gate_ops, ops
 from ..store.base import Tx
-from ..store.coalesce import Call, with_many
+from ..store.coalesce import Args, with_many
 from .declarations import GatePlan
 from .pipeline import Decision, Offer, offer
 
@@ -112,7 +112,7 @@ async def _admit_bare(tx: Tx, run: dict[str, Any], now: float) -> tuple[dict[str
     return created, fresh
 
 
-async def _admit_bare_many(tx: Tx, calls: Sequence[Call]) -> list[Any]:
+async def _admit_bare_many(tx: Tx, calls: Sequence[Args]) -> list[Any]:
     """Many bare starts of one group commit: a multi-row insert per table instead of three rows each."""
     runs = [(args[0], args[1]) for args, _ in calls]
     created = await ops.create_runs(tx, runs)

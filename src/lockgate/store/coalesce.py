@@ -1,10 +1,10 @@
-"""Operations with a many-at-once form, for group commits that carry many alike.
+"""Queued write calls, and operations with a many-at-once form for group commits that carry many alike.
 
 A group commit often holds hundreds of calls of one operation (a burst of starts). A
-store may run a run of consecutive calls of such an operation as one call of its
-*many* form, which writes all their rows with a few multi-row statements instead of a
-few statements per call. The many form must leave the store exactly as the calls made
-one after the other would, and return their results in order; if it raises, the store
+store runs a run of consecutive calls of such an operation as one call of its *many*
+form, which writes all their rows with a few multi-row statements instead of a few
+statements per call. The many form must leave the store exactly as the calls made one
+after the other would, and return their results in order; if it raises, the store
 falls back to the calls one by one.
 """
 
@@ -15,14 +15,26 @@ from typing import Any
 
 from .base import Tx
 
-__all__ = ["Call", "Many", "many_form", "with_many"]
+__all__ = ["Call", "Many", "run_calls", "with_many"]
 
-Call = tuple[tuple[Any, ...], dict[str, Any]]
+Args = tuple[tuple[Any, ...], dict[str, Any]]
 """One call's arguments after the transaction: ``(args, kwargs)``."""
 
-Many = Callable[[Tx, Sequence[Call]], Awaitable[list[Any]]]
+Many = Callable[[Tx, Sequence[Args]], Awaitable[list[Any]]]
 
 _MANY: dict[Callable[..., Any], Many] = {}
+
+
+class Call:
+    """One queued write: an operation and its arguments after the transaction."""
+
+    __slots__ = ("args", "kwargs", "op")
+
+    def __init__(self, op: Callable[..., Awaitable[Any]], args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        self.op, self.args, self.kwargs = op, args, kwargs
+
+    def __call__(self, tx: Tx) -> Awaitable[Any]:
+        return self.op(tx, *self.args, **self.kwargs)
 
 
 def with_many(op: Callable[..., Any], many: Many) -> None:
@@ -30,6 +42,23 @@ def with_many(op: Callable[..., Any], many: Many) -> None:
     _MANY[op] = many
 
 
-def many_form(op: Callable[..., Any]) -> Many | None:
-    """``op``'s many-at-once form, if it has one."""
-    return _MANY.get(op)
+async def run_calls(tx: Tx, calls: Sequence[Call]) -> list[Any]:
+    """Each call's value, in order; a run of alike calls whose op has a many-at-once form as one call of it."""
+    values: list[Any] = []
+    i, n = 0, len(calls)
+    while i < n:
+        op = calls[i].op
+        many = _MANY.get(op)
+        j = i + 1
+        while many is not None and j < n and calls[j].op is op:
+            j += 1
+        if j - i == 1:
+            values.append(await calls[i](tx))
+        else:
+            assert many is not None
+            got = await many(tx, [(c.args, c.kwargs) for c in calls[i:j]])
+            if len(got) != j - i:
+                raise RuntimeError(f"the many-at-once form of {op!r} gave {len(got)} results for {j - i} calls")
+            values += got
+        i = j
+    return values

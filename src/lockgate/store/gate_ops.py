@@ -228,6 +228,8 @@ async def admit_parked(tx: Tx, admitted: list[tuple[Row, dict[str, Any]]], now: 
     ``run-started`` event, the row's ``drain`` ledger row (in the order given), and the row
     deleted. Refuses when a row is no longer parked.
     """
+    from .ops import started_data  # ops imports this module: a module-level import would be circular
+
     if not admitted:
         return []
     run_ids = [new_id("run") for _ in admitted]
@@ -235,9 +237,7 @@ async def admit_parked(tx: Tx, admitted: list[tuple[Row, dict[str, Any]]], now: 
     workflows: dict[str, tuple[dict[str, Any], list[list[str]]]] = {}
     for (row, columns), run_id in zip(admitted, run_ids, strict=True):
         name = columns["workflow"]
-        # what dump_json writes for {"workflow": ..., "ticket": ..., "parent_id": None}, without a dict per row
-        data = f'{{"workflow":{dump_json(name)},"ticket":{dump_json(row["ticket"])},"parent_id":null}}'
-        entry = [row["id"], run_id, data]
+        entry = [row["id"], run_id, started_data(name, row["ticket"], None)]
         entries.append(entry)
         workflows.setdefault(name, (columns, []))[1].append(entry)
     encoded = json.dumps(entries)

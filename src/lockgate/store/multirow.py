@@ -8,11 +8,12 @@ statements (each prepared once, then cached) serve any number of rows.
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-__all__ = ["MultiRow"]
+__all__ = ["MultiRow", "multirow"]
 
 # Per dialect: how a named parameter is written, its positional placeholder, the most parameters a statement takes.
 _DIALECTS = {
@@ -27,22 +28,21 @@ class MultiRow:
 
     def __init__(self, name: str, sql: str, *, dialect: str) -> None:
         param, self._placeholder, most_params = _DIALECTS[dialect]
-        body = "\n".join(line for line in sql.splitlines() if not line.lstrip().startswith("--"))
-        at = re.search(r"\bVALUES\s*\(", body, re.IGNORECASE)
+        at = re.search(r"\bVALUES\s*\(", sql, re.IGNORECASE)
         if at is None:
             raise ValueError(f"query {name!r} has no VALUES (...) group to repeat")
         depth, end = 0, at.end() - 1
-        for end in range(at.end() - 1, len(body)):
-            depth += {"(": 1, ")": -1}.get(body[end], 0)
+        for end in range(at.end() - 1, len(sql)):
+            depth += {"(": 1, ")": -1}.get(sql[end], 0)
             if depth == 0:
                 break
-        group = body[at.end() - 1 : end + 1]
-        if param.search(body[: at.start()]) or param.search(body[end + 1 :]):
+        group = sql[at.end() - 1 : end + 1]
+        if param.search(sql[: at.start()]) or param.search(sql[end + 1 :]):
             raise ValueError(f"query {name!r} has parameters outside its VALUES group")
         self.names: list[str] = param.findall(group)
-        self._head = body[: at.end() - 1]
+        self._head = sql[: at.end() - 1]
         self._group = param.sub(lambda _: self._placeholder, group)
-        self._tail = body[end + 1 :].rstrip().rstrip(";")
+        self._tail = sql[end + 1 :].rstrip().rstrip(";")
         most = max(1, min(_LARGEST, most_params // max(1, len(self.names))))
         self._largest = 1 << (most.bit_length() - 1)
         self._sql: dict[int, str] = {}
@@ -65,3 +65,9 @@ class MultiRow:
         if text is None:
             text = self._sql[size] = self._head + ",".join([self._group] * size) + self._tail
         return text
+
+
+@functools.cache
+def multirow(name: str, sql: str, dialect: str) -> MultiRow:
+    """The many-row form of the named query ``name``, built once."""
+    return MultiRow(name, sql, dialect=dialect)

@@ -67,9 +67,14 @@ def run_params(run: dict[str, Any], now: float) -> dict[str, Any]:
     return params
 
 
+def started_data(workflow: str, ticket: str | None, parent_id: str | None) -> str:
+    """The data of a run's ``run-started`` event."""
+    return dump_json({"workflow": workflow, "ticket": ticket, "parent_id": parent_id})
+
+
 def _started_event(params: dict[str, Any]) -> dict[str, Any]:
-    data = {"workflow": params["workflow"], "ticket": params["ticket"], "parent_id": params["parent_id"]}
-    return {"run_id": params["id"], "type": "run-started", "at": params["now"], "data": dump_json(data)}
+    data = started_data(params["workflow"], params["ticket"], params["parent_id"])
+    return {"run_id": params["id"], "type": "run-started", "at": params["now"], "data": data}
 
 
 def _created(params: dict[str, Any]) -> Row:
@@ -193,18 +198,18 @@ async def record_entry(
     entry: dict[str, Any],
     now: float,
     *,
-    touch: bool = False,
+    progress: bool = False,
     message: dict[str, Any] | None = None,
     attempt: dict[str, Any] | None = None,
 ) -> None:
     """Journal one reached operation for a held run (with the message it consumed, the attempt that ended it).
 
     The entry is written only while ``fence`` holds (checked by the same statement). The
-    run's ``progress_at`` moves only with ``touch``: its holder asks at most once every
+    run's ``progress_at`` moves only with ``progress``: its holder asks at most once every
     ``PROGRESS_RESOLUTION``, so a step's commit mostly writes its journal entry alone.
     """
-    if touch and not await tx.expect("fence_touch", {**fence.params(), "now": now}):
-        raise Fenced()
+    if progress:
+        await touch(tx, fence, now)
     written = await tx.expect(
         "upsert_journal",
         {

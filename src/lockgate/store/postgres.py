@@ -25,7 +25,7 @@ import logging
 import time
 import uuid
 import weakref
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from typing import Any, ParamSpec, TypeVar
 from urllib.parse import unquote, urlsplit, urlunsplit
 
@@ -35,8 +35,8 @@ from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
 from ..errors import StoreError
 from .base import Op, Row, Store, Tx
-from .coalesce import many_form
-from .multirow import MultiRow
+from .coalesce import Call, run_calls
+from .multirow import multirow
 from .sql_files import load_queries, migrations
 
 __all__ = ["PostgresStore", "PostgresTx"]
@@ -143,9 +143,7 @@ class PostgresTx(Tx):
     async def execute_values(self, name: str, rows: Sequence[Mapping[str, Any]]) -> list[Row]:
         if len(rows) < 2:
             return await self.execute(name, rows[0]) if rows else []
-        form = _VALUES_FORMS.get(name)
-        if form is None:
-            form = _VALUES_FORMS[name] = MultiRow(name, self._sql(name), dialect="postgres")
+        form = multirow(name, self._sql(name), "postgres")
         silent = self._pipeline is not None and name in self._silent
         cursors = []
         for sql, params in form.statements(rows):
@@ -167,7 +165,6 @@ class _Unmet(Exception):
     """A pipelined ``expect`` changed no row: the op would have gone another way; the batch runs again, guarded."""
 
 
-_VALUES_FORMS: dict[str, MultiRow] = {}
 _XID = "SELECT pg_current_xact_id_if_assigned()::text AS xid"
 _TUPLES_OK = psycopg.pq.ExecStatus.TUPLES_OK
 _IDLE = psycopg.pq.TransactionStatus.IDLE
@@ -179,54 +176,15 @@ def _silent(queries: Mapping[str, str]) -> frozenset[str]:
     """The queries run for their effect alone: writes without ``RETURNING`` (no rows to wait for)."""
     names = set()
     for name, sql in queries.items():
-        text = " ".join(line for line in sql.splitlines() if not line.lstrip().startswith("--")).upper()
+        text = sql.upper()
         words = text.split(None, 1)
         if words and words[0] in ("INSERT", "UPDATE", "DELETE") and "RETURNING" not in text:
             names.add(name)
     return frozenset(names)
 
 
-class _Call:
-    """One queued write: the operation and its arguments (a run of alike calls may go as one, see coalesce)."""
-
-    __slots__ = ("args", "kwargs", "op")
-
-    def __init__(self, op: Op[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
-        self.op, self.args, self.kwargs = op, args, kwargs
-
-    def __call__(self, tx: Tx) -> Awaitable[Any]:
-        return self.op(tx, *self.args, **self.kwargs)
-
-
-def _bind(op: Op[P, Any], /, *args: P.args, **kwargs: P.kwargs) -> _Call:
-    return _Call(op, args, kwargs)
-
-
 async def _noop(tx: Tx) -> None:
     return None
-
-
-async def _run_calls(tx: Tx, calls: list[_Call]) -> list[Any]:
-    """Each call's value, in order; runs of alike calls with a many-at-once form as one call of it."""
-    values: list[Any] = []
-    i, n = 0, len(calls)
-    while i < n:
-        op = calls[i].op
-        many = many_form(op)
-        j = i + 1
-        if many is not None:
-            while j < n and calls[j].op is op:
-                j += 1
-        if j - i > 1:
-            assert many is not None
-            got = await many(tx, [(c.args, c.kwargs) for c in calls[i:j]])
-            if len(got) != j - i:
-                raise RuntimeError(f"the many-at-once form of {op!r} gave {len(got)} results for {j - i} calls")
-            values += got
-        else:
-            values.append(await calls[i](tx))
-        i = j
-    return values
 
 
 class _Attempt:
@@ -273,7 +231,7 @@ class PostgresStore(Store):
         self._conn: _Conn | None = None  # the writer's own
         self._writing = False  # whether a batch is using it
         self._pool: AsyncConnectionPool[_Conn] | None = None
-        self._queue: list[tuple[_Call, asyncio.Future[Any] | None]] = []
+        self._queue: list[tuple[Call, asyncio.Future[Any] | None]] = []
         self._work: asyncio.Event | None = None
         self._writer: asyncio.Task[None] | None = None
         self._closing = False
@@ -349,7 +307,7 @@ class PostgresStore(Store):
         if self._pool is None or self._closing:
             return
         with contextlib.suppress(Exception):
-            await self._enqueue(_bind(_noop))  # resolves once everything queued before it is committed
+            await self._enqueue(Call(_noop, (), {}))  # resolves once everything queued before it is committed
         self._closing = True
         for task in (self._writer, self._listener):
             if task is not None:
@@ -372,15 +330,15 @@ class PostgresStore(Store):
 
     async def write(self, op: Op[P, T], /, *args: P.args, **kwargs: P.kwargs) -> T:
         self._require()
-        return await self._enqueue(_bind(op, *args, **kwargs))  # type: ignore[no-any-return]
+        return await self._enqueue(Call(op, args, kwargs))  # type: ignore[no-any-return]
 
     def write_nowait(self, op: Op[P, Any], /, *args: P.args, **kwargs: P.kwargs) -> None:
         if self._pool is None or self._closing or self._work is None:
             return
-        self._queue.append((_bind(op, *args, **kwargs), None))
+        self._queue.append((Call(op, args, kwargs), None))
         self._work.set()
 
-    async def _enqueue(self, bound: _Call) -> Any:
+    async def _enqueue(self, bound: Call) -> Any:
         assert self._work is not None
         future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         self._queue.append((bound, future))
@@ -403,7 +361,7 @@ class PostgresStore(Store):
                     log.exception("PostgreSQL group commit failed")
                     _fail(batch, StoreError(f"PostgreSQL commit failed: {exc}"))
 
-    async def _commit(self, batch: list[tuple[_Call, asyncio.Future[Any] | None]]) -> None:
+    async def _commit(self, batch: list[tuple[Call, asyncio.Future[Any] | None]]) -> None:
         """Run ``batch`` in one transaction and settle each future with its op's outcome."""
         for attempt in range(_RETRIES + 1):
             state = _Attempt()
@@ -437,7 +395,7 @@ class PostgresStore(Store):
             self._settle(batch, outcomes)
             return
 
-    def _settle(self, batch: list[tuple[_Call, asyncio.Future[Any] | None]], outcomes: list[tuple[bool, Any]]) -> None:
+    def _settle(self, batch: list[tuple[Call, asyncio.Future[Any] | None]], outcomes: list[tuple[bool, Any]]) -> None:
         self.commits += 1
         for (_, future), (ok, value) in zip(batch, outcomes, strict=True):
             if future is None:
@@ -514,7 +472,7 @@ class PostgresStore(Store):
                 await conn.close()
 
     async def _run_batch(
-        self, batch: list[tuple[_Call, asyncio.Future[Any] | None]], state: _Attempt
+        self, batch: list[tuple[Call, asyncio.Future[Any] | None]], state: _Attempt
     ) -> list[tuple[bool, Any]]:
         if self._pool is None:
             raise StoreError("the PostgreSQL store is not open")
@@ -541,7 +499,7 @@ class PostgresStore(Store):
             self._writing = False
 
     async def _optimistic(
-        self, conn: _Conn, batch: list[tuple[_Call, asyncio.Future[Any] | None]], state: _Attempt
+        self, conn: _Conn, batch: list[tuple[Call, asyncio.Future[Any] | None]], state: _Attempt
     ) -> list[tuple[bool, Any]] | None:
         """Run the batch pipelined, without savepoints; ``None`` when it must run again guarded.
 
@@ -558,7 +516,7 @@ class PostgresStore(Store):
                 tx = PostgresTx(conn, self._queries, pipeline, self._silent)
                 await tx.send("BEGIN")
                 try:
-                    values = await _run_calls(tx, [call for call, _ in batch])
+                    values = await run_calls(tx, [call for call, _ in batch])
                     if tx.xid is None or not tx.settled:
                         await tx.sync()
                     if tx.unmet:
@@ -602,7 +560,7 @@ class PostgresStore(Store):
         return [(False, _refusal(refusal))]
 
     async def _guarded(
-        self, conn: _Conn, batch: list[tuple[_Call, asyncio.Future[Any] | None]], state: _Attempt
+        self, conn: _Conn, batch: list[tuple[Call, asyncio.Future[Any] | None]], state: _Attempt
     ) -> list[tuple[bool, Any]]:
         """Run the batch op by op, each under a savepoint, waiting for every statement."""
         single = len(batch) == 1  # a lone op needs no savepoint: its refusal rolls back the transaction
@@ -775,7 +733,7 @@ def _refusal(exc: BaseException) -> BaseException:
     return exc
 
 
-def _fail(batch: list[tuple[_Call, asyncio.Future[Any] | None]], error: StoreError) -> None:
+def _fail(batch: list[tuple[Call, asyncio.Future[Any] | None]], error: StoreError) -> None:
     lost = 0
     for _, future in batch:
         if future is None:

@@ -24,7 +24,9 @@ def load_queries(dialect: str) -> dict[str, str]:
         for name, body in zip(parts[1::2], parts[2::2], strict=True):
             if name in queries:
                 raise RuntimeError(f"query {name!r} is defined twice for {dialect}")
-            queries[name] = body.strip().rstrip(";")
+            # Whole-line comments document the file; the query text the stores send and inspect is SQL alone.
+            sql = "\n".join(line for line in body.splitlines() if not line.lstrip().startswith("--"))
+            queries[name] = sql.strip().rstrip(";")
     return queries
 
 

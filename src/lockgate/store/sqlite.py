@@ -24,8 +24,8 @@ from urllib.parse import parse_qs, urlsplit
 
 from ..errors import StoreError
 from .base import Op, Row, Store, Tx
-from .coalesce import many_form
-from .multirow import MultiRow
+from .coalesce import Call, run_calls
+from .multirow import multirow
 from .sql_files import load_queries, migrations
 
 __all__ = ["SQLiteStore"]
@@ -63,31 +63,14 @@ class _SQLiteTx(Tx):
     async def execute_values(self, name: str, rows: Sequence[Mapping[str, Any]]) -> list[Row]:
         if len(rows) < 2:
             return await self.execute(name, rows[0]) if rows else []
-        form = _values_forms.get(name)
-        if form is None:
-            form = _values_forms[name] = MultiRow(name, self._queries[name], dialect="sqlite")
         out: list[Row] = []
-        for sql, params in form.statements(rows):
+        for sql, params in multirow(name, self._queries[name], "sqlite").statements(rows):
             cursor = self._conn.execute(sql, params)
             fetched = cursor.fetchall()
             if fetched:
                 names = [d[0] for d in cursor.description]
                 out += [dict(zip(names, r, strict=True)) for r in fetched]
         return out
-
-
-class _Call:
-    """One queued write: the operation, its arguments, and who waits for its outcome."""
-
-    __slots__ = ("args", "future", "kwargs", "op")
-
-    def __init__(
-        self, op: Op[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any], future: asyncio.Future[Any] | None
-    ) -> None:
-        self.op, self.args, self.kwargs, self.future = op, args, kwargs, future
-
-    def __call__(self, tx: Tx) -> Awaitable[Any]:
-        return self.op(tx, *self.args, **self.kwargs)
 
 
 def run_sync(awaitable: Awaitable[T]) -> T:
@@ -101,9 +84,6 @@ def run_sync(awaitable: Awaitable[T]) -> T:
         return done.value  # type: ignore[no-any-return]
     coro.close()
     raise RuntimeError("a SQLite store operation awaited something other than the store")
-
-
-_values_forms: dict[str, MultiRow] = {}
 
 
 class SQLiteStore(Store):
@@ -138,7 +118,7 @@ class SQLiteStore(Store):
         self._conn: sqlite3.Connection | None = None
         self._tx: _SQLiteTx | None = None
         self._queries = load_queries("sqlite")
-        self._pending: list[_Call] = []
+        self._pending: list[tuple[Call, asyncio.Future[Any] | None]] = []
         self._flush_scheduled = False
         self._loop: asyncio.AbstractEventLoop | None = None
         self.commits = 0
@@ -210,14 +190,14 @@ class SQLiteStore(Store):
         self._require()
         assert self._loop is not None
         future: asyncio.Future[T] = self._loop.create_future()
-        self._pending.append(_Call(op, args, kwargs, future))
+        self._pending.append((Call(op, args, kwargs), future))
         self._schedule()
         return await future
 
     def write_nowait(self, op: Op[P, Any], /, *args: P.args, **kwargs: P.kwargs) -> None:
         if self._conn is None:
             return
-        self._pending.append(_Call(op, args, kwargs, None))
+        self._pending.append((Call(op, args, kwargs), None))
         self._schedule()
 
     def _schedule(self) -> None:
@@ -239,7 +219,7 @@ class SQLiteStore(Store):
             conn.execute("BEGIN IMMEDIATE")
             if not single:
                 outcomes = self._optimistic(batch, tx)
-            for op in batch if not outcomes else ():
+            for op, _ in batch if not outcomes else ():
                 if not single:
                     conn.execute("SAVEPOINT op")
                 try:
@@ -260,15 +240,13 @@ class SQLiteStore(Store):
                 with contextlib.suppress(sqlite3.Error):
                     conn.execute("ROLLBACK")
             error = exc if single and not isinstance(exc, sqlite3.Error) else StoreError(f"SQLite commit failed: {exc}")
-            for call in batch:
-                fut = call.future
+            for _, fut in batch:
                 if fut is not None and not fut.done():
                     fut.set_exception(error)
                 elif fut is None:
                     log.warning("introspection write lost: %s", exc)
             return
-        for call, (ok, value) in zip(batch, outcomes, strict=True):
-            fut = call.future
+        for (_, fut), (ok, value) in zip(batch, outcomes, strict=True):
             if fut is None:
                 if not ok:
                     log.warning("introspection write failed: %r", value)
@@ -280,7 +258,7 @@ class SQLiteStore(Store):
             else:
                 fut.set_exception(value)
 
-    def _optimistic(self, batch: list[_Call], tx: Tx) -> list[tuple[bool, Any]]:
+    def _optimistic(self, batch: list[tuple[Call, asyncio.Future[Any] | None]], tx: Tx) -> list[tuple[bool, Any]]:
         """Run every op of a batch without savepoints (the common case: none refuses); ``[]`` when one
         did, after rolling back to a fresh transaction in which the batch runs again op by op, guarded.
 
@@ -289,23 +267,7 @@ class SQLiteStore(Store):
         assert self._conn is not None
         conn = self._conn
         try:
-            outcomes: list[tuple[bool, Any]] = []
-            i, n = 0, len(batch)
-            while i < n:
-                op = batch[i].op
-                j = i + 1
-                many = many_form(op)
-                if many is not None:
-                    while j < n and batch[j].op is op:
-                        j += 1
-                if j - i > 1:
-                    assert many is not None
-                    values = run_sync(many(tx, [(c.args, c.kwargs) for c in batch[i:j]]))
-                    outcomes += [(True, v) for v in values]
-                else:
-                    outcomes.append((True, run_sync(batch[i](tx))))
-                i = j
-            return outcomes
+            return [(True, value) for value in run_sync(run_calls(tx, [call for call, _ in batch]))]
         except BaseException:  # a refusal: nothing of this attempt is kept
             conn.execute("ROLLBACK")
             conn.execute("BEGIN IMMEDIATE")
