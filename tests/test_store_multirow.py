@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import sqlite3
 
 import pytest
@@ -40,7 +41,15 @@ def test_postgres_placeholders_and_the_parameter_ceiling() -> None:
     statements = form.statements([{f"c{i}": i for i in range(300)}] * 500)
     assert max(len(params) for _, params in statements) <= 65535
     assert sum(len(params) for _, params in statements) == 300 * 500
-    assert "%(" not in statements[0][0] and statements[0][0].count("%s") == len(statements[0][1])
+    sql, params = statements[0]
+    numbers = [int(n) for n in re.findall(r"\$(\d+)", sql)]
+    assert "%(" not in sql and numbers == list(range(1, len(params) + 1))  # the server's own numbered form
+
+
+def test_postgres_literal_percent_is_sent_as_one() -> None:
+    form = MultiRow("q", "INSERT INTO t (a, b) VALUES (%(a)s, 'x%%' || %(b)s)", dialect="postgres")
+    [(sql, params)] = form.statements([{"a": 1, "b": "p"}, {"a": 2, "b": "q"}])
+    assert sql == "INSERT INTO t (a, b) VALUES ($1, 'x%' || $2),($3, 'x%' || $4)" and params == [1, "p", 2, "q"]
 
 
 def test_queries_it_cannot_rewrite_are_refused_by_name() -> None:

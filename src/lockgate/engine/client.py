@@ -204,14 +204,19 @@ class Client(OperatorMixin):
         while True:
             ended = self._results.listen(run_id)  # before the read: a finish during it still wakes us
             try:
-                row = await self.store.read(ops.get_run, run_id)
-                if row["status"] in ops.TERMINAL:
+                # A run that succeeded here moments ago is known without a read; one running here wakes us.
+                row = self._results.succeeded(run_id)
+                if row is None and not self._running_here(run_id):
+                    row = await self._results.look(run_id)
+                if row is not None and row["status"] in ops.TERMINAL:
                     return self._outcome(row)
                 wait = None if deadline is None else deadline - loop.time()
                 if wait is not None and wait <= 0:
-                    raise ResultTimeout(f"run {run_id} did not finish within {timeout}s (status {row['status']})")
+                    status = "running" if row is None else row["status"]
+                    raise ResultTimeout(f"run {run_id} did not finish within {timeout}s (status {status})")
                 # A run that ends here wakes us at once; the bulk poll is for runs other processes end.
-                self._results.poll(run_id, self.poll_interval if self._finishes_here(row) else 0.01)
+                here = row is None or self._finishes_here(row)
+                self._results.poll(run_id, self.poll_interval if here else 0.01)
                 timer = None if wait is None else loop.call_later(wait, _resolve, ended)
                 try:
                     final = await ended  # resolved by the run's end, a poll that saw it end, or the timeout
@@ -225,6 +230,10 @@ class Client(OperatorMixin):
 
     def _finishes_here(self, row: dict[str, Any]) -> bool:
         """Whether this process will see ``row``'s run end (and wake its waiters): a client never does."""
+        return False
+
+    def _running_here(self, run_id: str) -> bool:
+        """Whether this process is executing ``run_id`` now (its end then wakes the waiters): a client never is."""
         return False
 
     def _outcome(self, row: dict[str, Any]) -> Any:

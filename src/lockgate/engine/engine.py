@@ -241,6 +241,9 @@ class Engine(Client):
         owner = row["owner"]
         return self._running and (owner == self.worker_id or (owner is None and row["workflow"] in self._workflows))
 
+    def _running_here(self, run_id: str) -> bool:
+        return run_id in self._inflight
+
     def stopped(self, run_ids: list[str], reason: str) -> None:
         for rid in run_ids:
             execution = self._executions.get(rid)

@@ -11,15 +11,19 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections import OrderedDict
 from collections.abc import Callable
 
 from ..clock import wait_event
+from ..errors import UnknownRun
 from ..store import Store, ops
 from ..store.base import Row
 
 __all__ = ["ResultWaiters"]
 
 log = logging.getLogger("lockgate.engine")
+
+_KEPT = 4096  # final rows of recent successes kept: a burst's waiters mostly arrive after their runs ended
 
 
 class ResultWaiters:
@@ -33,6 +37,9 @@ class ResultWaiters:
         self._changed = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._tick_at = float("inf")  # when the poll task next reads
+        self._looks: dict[str, list[asyncio.Future[Row]]] = {}  # run id -> callers of look() not yet answered
+        self._looking: asyncio.Task[None] | None = None
+        self._succeeded: OrderedDict[str, Row] = OrderedDict()  # final rows of runs that succeeded here, newest last
 
     def listen(self, run_id: str) -> asyncio.Future[Row | None]:
         """A future for ``run_id``'s end; take it before reading the run so no finish is missed.
@@ -42,6 +49,43 @@ class ResultWaiters:
         future = asyncio.get_running_loop().create_future()
         self._waiters.setdefault(run_id, []).append(future)
         return future
+
+    def succeeded(self, run_id: str) -> Row | None:
+        """The final row of ``run_id`` if it succeeded here lately (a waiter arriving after the end needs no read)."""
+        return self._succeeded.get(run_id)
+
+    async def look(self, run_id: str) -> Row:
+        """``run_id``'s row, read with those of every other look asked meanwhile (``UnknownRun`` if none).
+
+        A burst of waiters (a thousand ``result()`` calls after a thousand starts) costs a few
+        reads, not one each: the looks asked while a read is in flight go in the next one.
+        """
+        future: asyncio.Future[Row] = asyncio.get_running_loop().create_future()
+        self._looks.setdefault(run_id, []).append(future)
+        if self._looking is None or self._looking.done():
+            self._looking = asyncio.get_running_loop().create_task(self._look_all(), name="lockgate-looks")
+        return await future
+
+    async def _look_all(self) -> None:
+        while self._looks:
+            looks, self._looks = self._looks, {}
+            try:
+                rows = await self._store.read(ops.get_runs, list(looks))
+            except Exception as exc:
+                for futures in looks.values():
+                    for future in futures:
+                        if not future.done():
+                            future.set_exception(exc)
+                continue
+            for run_id, futures in looks.items():
+                row = rows.get(run_id)
+                for future in futures:
+                    if future.done():
+                        continue
+                    if row is None:
+                        future.set_exception(UnknownRun(run_id))
+                    else:
+                        future.set_result(row)
 
     def poll(self, run_id: str, delay: float) -> None:
         """Read ``run_id`` back in ``delay`` seconds, then with a doubling back-off."""
@@ -71,15 +115,20 @@ class ResultWaiters:
 
     def wake(self, run_id: str, ended: Row | None = None) -> None:
         """``run_id`` ended (or stopped) here: its waiters read it now, or take ``ended``, its final row."""
+        if ended is not None and ended["status"] == "succeeded":  # final for good: no replay reopens a success
+            self._succeeded[run_id] = ended
+            if len(self._succeeded) > _KEPT:
+                self._succeeded.popitem(last=False)
         for future in self._waiters.get(run_id, ()):
             if not future.done():
                 future.set_result(ended)
 
     async def close(self) -> None:
-        task, self._task = self._task, None
-        if task is not None:
+        tasks = [t for t in (self._task, self._looking) if t is not None]
+        self._task = self._looking = None
+        for task in tasks:
             task.cancel()
-            await asyncio.gather(task, return_exceptions=True)
+        await asyncio.gather(*tasks, return_exceptions=True)
 
     async def _poll_loop(self) -> None:
         try:

@@ -11,18 +11,20 @@ falls back to the calls one by one.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 from .base import Tx
 
-__all__ = ["Call", "Many", "run_calls", "with_many"]
+__all__ = ["Call", "Many", "lone", "run_calls", "runs_lone", "with_many"]
 
 Args = tuple[tuple[Any, ...], dict[str, Any]]
 """One call's arguments after the transaction: ``(args, kwargs)``."""
 
 Many = Callable[[Tx, Sequence[Args]], Awaitable[list[Any]]]
+F = TypeVar("F", bound=Callable[..., Any])
 
 _MANY: dict[Callable[..., Any], Many] = {}
+_LONE: set[Callable[..., Any]] = set()
 
 
 class Call:
@@ -40,6 +42,22 @@ class Call:
 def with_many(op: Callable[..., Any], many: Many) -> None:
     """Declare ``many`` as ``op``'s many-at-once form."""
     _MANY[op] = many
+
+
+def lone(op: F) -> F:
+    """Mark ``op`` as mostly writing one repeatable statement (a step's journal entry).
+
+    Committed on its own, such a write needs no transaction around it: a store may run it
+    in autocommit, its single round trip, and fall back to a transaction when the op asks
+    for more. Only marked ops are tried so: the others never run twice for one attempt.
+    """
+    _LONE.add(op)
+    return op
+
+
+def runs_lone(op: Callable[..., Any]) -> bool:
+    """Whether ``op`` was marked with ``lone``."""
+    return op in _LONE
 
 
 async def run_calls(tx: Tx, calls: Sequence[Call]) -> list[Any]:

@@ -15,10 +15,12 @@ from typing import Any
 
 __all__ = ["MultiRow", "multirow"]
 
-# Per dialect: how a named parameter is written, its positional placeholder, the most parameters a statement takes.
+# Per dialect: how a named parameter is written, its positional placeholder ("$" numbers them), the most
+# parameters a statement takes. PostgreSQL statements are written in the server's own numbered form, to be
+# sent as they are (psycopg's raw cursor): the driver would otherwise parse the whole long text on every run.
 _DIALECTS = {
     "sqlite": (re.compile(r":([A-Za-z_][A-Za-z0-9_]*)"), "?", 32766),
-    "postgres": (re.compile(r"%\(([A-Za-z_][A-Za-z0-9_]*)\)s"), "%s", 65535),
+    "postgres": (re.compile(r"%\(([A-Za-z_][A-Za-z0-9_]*)\)s"), "$", 65535),
 }
 _LARGEST = 256  # rows per statement at most: beyond this the statement text costs more than it saves
 
@@ -40,9 +42,12 @@ class MultiRow:
         if param.search(sql[: at.start()]) or param.search(sql[end + 1 :]):
             raise ValueError(f"query {name!r} has parameters outside its VALUES group")
         self.names: list[str] = param.findall(group)
+        self._literals: list[str] = param.split(group)[::2]  # the group's text around its parameters
         self._head = sql[: at.end() - 1]
-        self._group = param.sub(lambda _: self._placeholder, group)
         self._tail = sql[end + 1 :].rstrip().rstrip(";")
+        if self._placeholder == "$":  # sent as is: the driver's escape for a literal % is not undone
+            self._head, self._tail = self._head.replace("%%", "%"), self._tail.replace("%%", "%")
+            self._literals = [part.replace("%%", "%") for part in self._literals]
         most = max(1, min(_LARGEST, most_params // max(1, len(self.names))))
         self._largest = 1 << (most.bit_length() - 1)
         self._sql: dict[int, str] = {}
@@ -63,8 +68,21 @@ class MultiRow:
     def _text(self, size: int) -> str:
         text = self._sql.get(size)
         if text is None:
-            text = self._sql[size] = self._head + ",".join([self._group] * size) + self._tail
+            text = self._sql[size] = self._head + ",".join(self._groups(size)) + self._tail
         return text
+
+    def _groups(self, size: int) -> list[str]:
+        literals, width = self._literals, len(self.names)
+        if self._placeholder != "$":
+            group = self._placeholder.join(literals)
+            return [group] * size
+        groups = []
+        for row in range(size):
+            parts = [literals[0]]
+            for i, literal in enumerate(literals[1:]):
+                parts += (f"${row * width + i + 1}", literal)
+            groups.append("".join(parts))
+        return groups
 
 
 @functools.cache

@@ -15,6 +15,7 @@ from ..errors import RunNotEligible, UnknownRun
 from ..serde import dump_json
 from . import gate_ops
 from .base import Row, Tx
+from .coalesce import lone
 
 TERMINAL = ("succeeded", "failed", "cancelled")
 PROGRESS_RESOLUTION = 1.0  # seconds: how stale a held run's progress_at may be left by its journal writes
@@ -119,6 +120,11 @@ async def get_run(tx: Tx, run_id: str) -> Row:
     return row
 
 
+async def get_runs(tx: Tx, run_ids: list[str]) -> dict[str, Row]:
+    """The rows of those of ``run_ids`` that exist, by id (one query for any number)."""
+    return {row["id"]: row for row in await tx.execute("get_runs", {"ids": json.dumps(run_ids)})}
+
+
 async def find_run(tx: Tx, run_id: str) -> Row | None:
     return await tx.one("get_run", {"id": run_id})
 
@@ -192,6 +198,7 @@ async def load_journal(tx: Tx, run_id: str) -> list[Row]:
     return await tx.execute("load_journal", {"run_id": run_id})
 
 
+@lone
 async def record_entry(
     tx: Tx,
     fence: Fence,

@@ -7,7 +7,9 @@ The batch is pipelined: statements whose rows nobody reads (and fenced writes,
 for its statements and one for its COMMIT, plus one per statement whose rows an op
 reads. If any op refuses or any statement fails, the attempt is rolled back and the
 batch runs again op by op, each under its own savepoint, so one refusal undoes only
-itself. Reads run in autocommit on a small pool of connections and see committed data.
+itself. A batch of one op marked ``lone`` whose one write is a repeatable statement (a
+step's journal entry) skips the transaction: the statement runs in autocommit, in one
+round trip. Reads run in autocommit on a small pool of connections and see committed data.
 
 A lost connection never loses an acknowledged write and never hangs a caller: while
 COMMIT has not been sent, the batch is re-run on a fresh connection (a few times, with
@@ -35,9 +37,9 @@ from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
 from ..errors import StoreError
 from .base import Op, Row, Store, Tx
-from .coalesce import Call, run_calls
+from .coalesce import Call, run_calls, runs_lone
 from .multirow import multirow
-from .sql_files import load_queries, migrations
+from .sql_files import load_queries, migrations, repeatable_queries
 
 __all__ = ["PostgresStore", "PostgresTx"]
 
@@ -145,12 +147,12 @@ class PostgresTx(Tx):
             return await self.execute(name, rows[0]) if rows else []
         form = multirow(name, self._sql(name), "postgres")
         silent = self._pipeline is not None and name in self._silent
-        cursors = []
-        for sql, params in form.statements(rows):
-            if silent:
-                await self.send(sql, params)
-            else:
-                cursors.append(await self.conn.execute(sql, params))
+        cursors: list[psycopg.AsyncRawCursor[DictRow]] = []
+        for sql, params in form.statements(rows):  # in the server's numbered form: sent unparsed
+            cursor = psycopg.AsyncRawCursor(self.conn)
+            await cursor.execute(sql, params)
+            if not silent:
+                cursors.append(cursor)
         if cursors and self._pipeline is not None:
             await self.sync()  # every chunk's rows in one round trip
         out: list[Row] = []
@@ -159,6 +161,49 @@ class PostgresTx(Tx):
             if result is not None and result.status == _TUPLES_OK:
                 out += await cursor.fetchall()
         return out
+
+
+class _LoneTx(PostgresTx):
+    """A lone op's transaction, held back: an op whose one write is a repeatable statement runs it in autocommit.
+
+    Such a write is its own transaction: one round trip, as a bare INSERT costs. Should its
+    answer be lost, the statement is run again (it is repeatable), so no transaction id is
+    needed to learn its outcome. Anything else the op asks (a second statement, rows to
+    read, a wake-up) raises ``_NotLone`` before a byte is sent, and the batch goes the usual way.
+    """
+
+    def __init__(self, conn: _Conn, queries: dict[str, str], writes: frozenset[str]) -> None:
+        super().__init__(conn, queries)
+        self._writes = writes
+        self.held: tuple[str, Mapping[str, Any], bool] | None = None  # (sql, params, whether it is an expect)
+
+    def _hold(self, name: str, params: Mapping[str, Any], expect: bool) -> None:
+        if self.held is not None or name not in self._writes:
+            raise _NotLone()
+        self.held = (self._sql(name), params, expect)
+
+    async def send(self, sql: str, params: Mapping[str, Any] | Sequence[Any] | None = None) -> None:
+        raise _NotLone()
+
+    async def execute(self, name: str, params: Mapping[str, Any] | None = None) -> list[Row]:
+        self._hold(name, params or {}, False)
+        return []
+
+    async def expect(self, name: str, params: Mapping[str, Any]) -> bool:
+        self._hold(name, params, True)
+        return True  # checked once it has run: if it changed no row, the op runs again, guarded
+
+    async def execute_many(self, name: str, params: Sequence[Mapping[str, Any]]) -> None:
+        raise _NotLone()
+
+    async def execute_values(self, name: str, rows: Sequence[Mapping[str, Any]]) -> list[Row]:
+        if len(rows) != 1:
+            raise _NotLone()
+        return await self.execute(name, rows[0])
+
+
+class _NotLone(BaseException):  # a signal between the store and its own Tx, never an error
+    """The op asked more of its transaction than one repeatable write: it runs in a transaction after all."""
 
 
 class _Unmet(Exception):
@@ -228,6 +273,9 @@ class PostgresStore(Store):
         self._where = _redact(urlunsplit((parts.scheme, parts.netloc, parts.path, "", "")))
         self._queries = load_queries("postgres")
         self._silent = _silent(self._queries)
+        self._lone_writes = frozenset(
+            name for name in repeatable_queries("postgres") if "RETURNING" not in self._queries[name].upper()
+        )
         self._conn: _Conn | None = None  # the writer's own
         self._writing = False  # whether a batch is using it
         self._pool: AsyncConnectionPool[_Conn] | None = None
@@ -481,7 +529,14 @@ class PostgresStore(Store):
         self._writing = True
         try:
             async with _discarding_stale_plans(conn):
-                outcomes = await self._optimistic(conn, batch, state) if _PIPELINES else None
+                outcomes = None
+                try:
+                    if len(batch) == 1 and runs_lone(batch[0][0].op):
+                        outcomes = await self._lone(conn, batch[0][0])
+                    if outcomes is None and _PIPELINES:
+                        outcomes = await self._optimistic(conn, batch, state)
+                except _Unmet:
+                    outcomes = None
                 if outcomes is None:
                     outcomes = await self._guarded(conn, batch, state)
                 return outcomes
@@ -497,6 +552,34 @@ class PostgresStore(Store):
             raise
         finally:
             self._writing = False
+
+    async def _lone(self, conn: _Conn, call: Call) -> list[tuple[bool, Any]] | None:
+        """Run a lone call whose one write is repeatable in autocommit; ``None`` when it must run in a transaction.
+
+        ``_Unmet`` when its ``expect`` changed no row (so nothing was written): the op runs
+        again, guarded, and learns ``False``. A lost answer leaves the attempt uncommitted in
+        the writer's eyes, so the batch runs again; the write being repeatable, that is safe.
+        """
+        tx = _LoneTx(conn, self._queries, self._lone_writes)
+        try:
+            value = await call(tx)
+        except (asyncio.CancelledError, KeyboardInterrupt, SystemExit):
+            raise
+        except BaseException:  # not lone, or refused before writing (Fenced is a BaseException): the usual way decides
+            return None
+        if tx.held is not None:
+            sql, params, expect = tx.held
+            try:
+                cursor = await conn.execute(sql, params)
+            except psycopg.OperationalError:
+                raise
+            except psycopg.Error as exc:
+                if _is_stale_plan(exc):
+                    raise
+                return None  # refused by the server, in its own transaction: nothing was written
+            if expect and cursor.rowcount < 1:
+                raise _Unmet()
+        return [(True, value)]
 
     async def _optimistic(
         self, conn: _Conn, batch: list[tuple[Call, asyncio.Future[Any] | None]], state: _Attempt

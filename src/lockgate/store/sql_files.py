@@ -6,28 +6,46 @@ import functools
 import re
 from importlib import resources
 
-__all__ = ["load_queries", "migrations"]
+__all__ = ["load_queries", "migrations", "repeatable_queries"]
 
 _HEADER = re.compile(r"^--\s*name:\s*([a-z0-9_]+)\s*$", re.MULTILINE)
+_REPEATABLE = re.compile(r"^--\s*repeatable:", re.MULTILINE)
+
+
+@functools.cache
+def _sections(dialect: str) -> dict[str, str]:
+    """Each named query's text under its header, comments included."""
+    sections: dict[str, str] = {}
+    folder = resources.files("lockgate.store") / "sql" / dialect
+    for entry in sorted(folder.iterdir(), key=lambda e: e.name):
+        if not entry.name.endswith(".sql"):
+            continue
+        parts = _HEADER.split(entry.read_text())
+        for name, body in zip(parts[1::2], parts[2::2], strict=True):
+            if name in sections:
+                raise RuntimeError(f"query {name!r} is defined twice for {dialect}")
+            sections[name] = body
+    return sections
 
 
 @functools.cache
 def load_queries(dialect: str) -> dict[str, str]:
     """Every named query of ``dialect``, read once."""
     queries: dict[str, str] = {}
-    folder = resources.files("lockgate.store") / "sql" / dialect
-    for entry in sorted(folder.iterdir(), key=lambda e: e.name):
-        if not entry.name.endswith(".sql"):
-            continue
-        text = entry.read_text()
-        parts = _HEADER.split(text)
-        for name, body in zip(parts[1::2], parts[2::2], strict=True):
-            if name in queries:
-                raise RuntimeError(f"query {name!r} is defined twice for {dialect}")
-            # Whole-line comments document the file; the query text the stores send and inspect is SQL alone.
-            sql = "\n".join(line for line in body.splitlines() if not line.lstrip().startswith("--"))
-            queries[name] = sql.strip().rstrip(";")
+    for name, body in _sections(dialect).items():
+        # Whole-line comments document the file; the query text the stores send and inspect is SQL alone.
+        sql = "\n".join(line for line in body.splitlines() if not line.lstrip().startswith("--"))
+        queries[name] = sql.strip().rstrip(";")
     return queries
+
+
+@functools.cache
+def repeatable_queries(dialect: str) -> frozenset[str]:
+    """The queries marked ``-- repeatable: <why>``: run twice with the same parameters, they leave what once does.
+
+    A store may run such a write again when it cannot learn whether the first run committed.
+    """
+    return frozenset(name for name, body in _sections(dialect).items() if _REPEATABLE.search(body))
 
 
 def migrations(dialect: str) -> list[tuple[int, str, str]]:

@@ -2,6 +2,7 @@
 SELECT * FROM lockgate_journal WHERE run_id = %(run_id)s ORDER BY seq;
 
 -- name: upsert_journal
+-- repeatable: the entry is keyed by (run, step) and takes the given values whether or not it exists.
 -- Written only while the run is held (owner and epoch), which is checked in the same statement: no row
 -- written means the lease moved on. FOR SHARE keeps a claim from taking the run over before this commits.
 WITH held AS (

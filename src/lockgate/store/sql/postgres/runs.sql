@@ -13,6 +13,9 @@ RETURNING id;
 -- name: get_run
 SELECT * FROM lockgate_runs WHERE id = %(id)s;
 
+-- name: get_runs
+SELECT * FROM lockgate_runs WHERE id IN (SELECT jsonb_array_elements_text(%(ids)s::jsonb));
+
 -- name: get_run_by_identity
 SELECT * FROM lockgate_runs WHERE identity = %(identity)s;
 

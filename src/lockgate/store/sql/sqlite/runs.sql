@@ -13,6 +13,9 @@ RETURNING id;
 -- name: get_run
 SELECT * FROM lockgate_runs WHERE id = :id;
 
+-- name: get_runs
+SELECT * FROM lockgate_runs WHERE id IN (SELECT value FROM json_each(:ids));
+
 -- name: get_run_by_identity
 SELECT * FROM lockgate_runs WHERE identity = :identity;
 
