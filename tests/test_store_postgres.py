@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any
 
@@ -13,7 +14,7 @@ import pytest
 from lockgate.errors import StoreError
 from lockgate.store import Tx, open_store, ops
 from lockgate.store.postgres import PostgresStore, PostgresTx
-from lockgate.store.sql_files import migrations
+from lockgate.store.sql_files import load_queries, migrations, repeatable_queries
 
 from .pg import PgProxy, pg_database_url
 
@@ -374,3 +375,103 @@ async def test_a_migration_by_another_process_does_not_break_prepared_statements
     async with await psycopg.AsyncConnection.connect(pg_url, autocommit=True) as conn:
         await conn.execute("ALTER TABLE lockgate_runs ADD COLUMN added_even_later TEXT")
     assert "added_even_later" in await store.write(ops.get_run, "r1")
+
+
+# -- a step's journal entry: one statement, committed alone ---------------------------------------
+
+ENTRY = {"step_key": "s#1", "seq": 1, "kind": "step", "status": "completed", "output": "1", "attempts": 1}
+
+
+async def held_run(store: PostgresStore, run_id: str = "r1") -> ops.Fence:
+    """A running run held by worker ``w1`` (epoch 1), and the fence its writes carry."""
+    await store.write(ops.create_run, {**run_row(run_id), "owner": "w1", "epoch": 1, "lease_until": 1e12}, 1.0)
+    return ops.Fence(run_id, "w1", 1)
+
+
+async def journal(url: str) -> list[tuple[Any, ...]]:
+    async with await psycopg.AsyncConnection.connect(url) as conn:
+        cursor = await conn.execute("SELECT run_id, step_key, status, output FROM lockgate_journal ORDER BY step_key")
+        return await cursor.fetchall()
+
+
+async def test_a_step_entry_commits_without_a_transaction_around_it(pg_url: str, proxy: PgProxy, opened: Any) -> None:
+    store = await opened(proxy.url(pg_url))
+    fence = await held_run(store)
+    proxy.cut_when(b"BEGIN")  # any transaction the writer opens from here is cut
+    await store.write(ops.record_entry, fence, ENTRY, 2.0)
+    assert proxy.cuts == 0
+    assert await journal(pg_url) == [("r1", "s#1", "completed", "1")]
+
+
+async def test_a_step_entry_with_more_to_write_goes_in_a_transaction(pg_url: str, opened: Any) -> None:
+    store = await opened(pg_url)
+    fence = await held_run(store)
+    await store.write(ops.record_entry, fence, ENTRY, 5.0, progress=True)  # and the run's progress_at
+    row = await store.read(ops.get_run, "r1")
+    assert row["progress_at"] == 5.0
+    assert await journal(pg_url) == [("r1", "s#1", "completed", "1")]
+
+
+@pytest.mark.parametrize("deliver", [False, True], ids=["never-reached", "answer-lost"])
+async def test_a_step_entry_whose_connection_drops_is_written_once(
+    pg_url: str, proxy: PgProxy, opened: Any, deliver: bool
+) -> None:
+    store = await opened(proxy.url(pg_url))
+    fence = await held_run(store)
+    proxy.cut_when(b"lockgate_journal", deliver=deliver)  # with deliver, it committed: running it again is harmless
+    await store.write(ops.record_entry, fence, ENTRY, 2.0)
+    assert proxy.cuts == 1
+    assert await journal(pg_url) == [("r1", "s#1", "completed", "1")]
+
+
+async def test_a_step_entry_of_a_run_held_elsewhere_is_fenced(pg_url: str, opened: Any) -> None:
+    store = await opened(pg_url)
+    await held_run(store)
+    with pytest.raises(ops.Fenced):
+        await store.write(ops.record_entry, ops.Fence("r1", "w2", 1), ENTRY, 2.0)
+    with pytest.raises(ops.Fenced):
+        await store.write(ops.record_entry, ops.Fence("r1", "w1", 2), ENTRY, 2.0)
+    assert await journal(pg_url) == []
+
+
+async def test_a_runs_own_writes_find_it_by_id_however_many_runs_are_in_flight(pg_url: str) -> None:
+    """A plan a session caches while the table is small reaches the run by its id, whatever index it takes.
+
+    Through an index on its status or its owner alone, each write of a run would walk every
+    running run (or every run of its worker): cost growing with the runs in flight.
+    """
+    queries = load_queries("postgres")
+    async with await psycopg.AsyncConnection.connect(pg_url, autocommit=True) as conn:
+        await conn.execute("SET plan_cache_mode = force_generic_plan")
+        for name in ("upsert_journal", "finish_run_plain", "finish_run", "fence_touch", "release_run"):
+            names: list[str] = []
+
+            def number(match: re.Match[str], names: list[str] = names) -> str:
+                if match[1] not in names:
+                    names.append(match[1])
+                return f"${names.index(match[1]) + 1}"
+
+            sql = re.sub(r"%\((\w+)\)s", number, queries[name])
+            await conn.execute(f"PREPARE p_{name} AS {sql}")
+            cursor = await conn.execute(f"EXPLAIN (FORMAT JSON) EXECUTE p_{name}({', '.join(['NULL'] * len(names))})")
+            row = await cursor.fetchone()
+            assert row is not None
+            by_id = f"(id = ${names.index('run_id') + 1})"
+            nodes = _plan_nodes(row[0][0]["Plan"])
+            scans = [n for n in nodes if n.get("Alias") == "lockgate_runs" and n["Node Type"].endswith("Scan")]
+            assert scans, name
+            for scan in scans:
+                assert by_id in scan.get("Index Cond", ""), (name, scan)
+
+
+def _plan_nodes(node: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    yield node
+    for child in node.get("Plans", []):
+        yield from _plan_nodes(child)
+
+
+def test_repeatable_queries_are_marked_writes_without_rows_to_read() -> None:
+    queries, marked = load_queries("postgres"), repeatable_queries("postgres")
+    assert "upsert_journal" in marked
+    for name in marked:
+        assert "RETURNING" not in queries[name].upper(), name

@@ -1,0 +1,84 @@
+"""Waiting for results: what a waiter reads, and how many reads a burst of waiters costs."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from pydantic import BaseModel
+
+import lockgate as lg
+from lockgate.errors import RunFailed, UnknownRun
+
+
+class Item(BaseModel):
+    i: int
+
+
+def build_app() -> lg.App:
+    app = lg.App()
+
+    @app.workflow(name="double")
+    async def double(ctx: lg.Context, p: Item) -> int:
+        return int(await ctx.step("twice", lambda: p.i * 2))
+
+    @app.workflow(name="broken")
+    async def broken(ctx: lg.Context, p: Item) -> int:
+        raise ValueError(f"no {p.i}")
+
+    return app
+
+
+def count_reads(client: lg.Client) -> list[str]:
+    """The names of the ops ``client`` reads from here on (the store itself answers them)."""
+    names: list[str] = []
+    read = client.store.read
+
+    async def counted(op: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
+        names.append(op.__name__)
+        return await read(op, *args, **kwargs)
+
+    client.store.read = counted  # type: ignore[method-assign]
+    return names
+
+
+async def test_a_burst_of_waiters_reads_its_runs_together(make_engine: Any, store_url: str) -> None:
+    app = build_app()
+    async with make_engine(app) as engine:
+        handles = [await engine.start("double", {"i": i}) for i in range(60)]
+        assert await asyncio.gather(*(h.result(timeout=30) for h in handles)) == [2 * i for i in range(60)]
+    async with lg.Client(app, store_url) as client:  # knows nothing of these runs: it must read them
+        reads = count_reads(client)
+        results = await asyncio.gather(*(client.result(h.run_id, timeout=30) for h in handles))
+    assert results == [2 * i for i in range(60)]
+    assert reads.count("get_runs") <= 2 and "get_run" not in reads  # one read for all, not one each
+
+
+async def test_a_waiter_for_an_unknown_run_is_told_so(make_engine: Any) -> None:
+    async with make_engine(build_app()) as engine:
+        looks = [engine.result("no-such-run", timeout=5), engine.result("nor-this", timeout=5)]
+        outcomes = await asyncio.gather(*looks, return_exceptions=True)
+    assert [type(o) for o in outcomes] == [UnknownRun, UnknownRun]
+    assert "no-such-run" in str(outcomes[0]) and "nor-this" in str(outcomes[1])
+
+
+async def test_a_run_that_succeeded_here_is_answered_without_a_read(make_engine: Any) -> None:
+    async with make_engine(build_app()) as engine:
+        handle = await engine.start("double", {"i": 21})
+        assert await handle.result(timeout=30) == 42
+        reads = count_reads(engine)
+        assert await engine.result(handle.run_id, timeout=5) == 42
+        assert reads == []
+
+
+async def test_a_failed_run_is_read_again_for_it_may_be_retried(make_engine: Any) -> None:
+    async with make_engine(build_app()) as engine:
+        handle = await engine.start("broken", {"i": 7})
+        with pytest.raises(RunFailed, match="no 7"):
+            await handle.result(timeout=30)
+        reads = count_reads(engine)
+        with pytest.raises(RunFailed, match="no 7"):
+            await engine.result(handle.run_id, timeout=5)
+        assert reads == ["get_runs"]  # a retry reopens a failed run: its end is not kept
