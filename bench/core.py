@@ -37,7 +37,7 @@ from pydantic import BaseModel
 
 import lockgate as lg
 
-from .floor import Floor, postgres_floor, sqlite_floor
+from .floor import Floor, postgres_floor, postgres_floor_async, sqlite_floor
 from .report import Cell, machine, print_table, ratio, write_json
 
 __all__ = ["main", "run_mode"]
@@ -45,12 +45,15 @@ __all__ = ["main", "run_mode"]
 HERE = Path(__file__).resolve().parent
 T = TypeVar("T")
 
-# Targets on SQLite (see docs/performance.md); keyed by (mode, case).
-TARGETS: dict[tuple[str, str], tuple[str, float]] = {
-    ("full", "a"): ("ratio<=", 1.3),
-    ("full", "b"): ("value>=", 3000.0),
-    ("full", "c"): ("value<=", 1.5),
-    ("normal", "a"): ("value<=", 60.0),
+# Targets (see docs/performance.md); keyed by (store, mode, case).
+TARGETS: dict[tuple[str, str, str], tuple[str, float]] = {
+    ("sqlite", "full", "a"): ("ratio<=", 1.3),
+    ("sqlite", "full", "b"): ("value>=", 3000.0),
+    ("sqlite", "full", "c"): ("value<=", 1.5),
+    ("sqlite", "normal", "a"): ("value<=", 60.0),
+    ("postgres", "default", "a"): ("ratio<=", 1.3),
+    ("postgres", "default", "b"): ("value>=", 2000.0),
+    ("postgres", "default", "c"): ("value<=", 3.0),
 }
 
 
@@ -105,6 +108,7 @@ class ModeResult:
     floor: Floor
     cases: list[Case]
     floor_samples: list[float] = field(default_factory=list)  # µs per commit, one per round
+    floor_async: Floor | None = None  # PostgreSQL: the same loop through the asyncio driver (a reference)
 
 
 # -- the cases --------------------------------------------------------------------------------
@@ -210,6 +214,12 @@ class Place:
             return sqlite_floor(str(self.folder / f"{self.mode}-floor.db"), self.mode, seconds=seconds)
         return postgres_floor(self.url("floor"), seconds=seconds)
 
+    async def floor_async(self, seconds: float) -> Floor | None:
+        """The floor through the asyncio driver (PostgreSQL only): a round trip before any engine work."""
+        if self.store == "sqlite":
+            return None
+        return await postgres_floor_async(self.url("floor-async"), seconds=seconds)
+
     def cleanup(self) -> None:
         if self.server_url is not None:
             _drop_databases(self.server_url, self._scratch)
@@ -262,10 +272,14 @@ async def run_mode(place: Place, args: argparse.Namespace) -> ModeResult:
     both sides of that ratio. The reported ratio is the median of the rounds' ratios.
     """
     floors: list[Floor] = []
+    async_floors: list[Floor] = []
     rounds: list[list[Case]] = []
     for r in range(args.repeat):
         floor = place.floor(args.floor_seconds)
         floors.append(floor)
+        async_floor = await place.floor_async(args.floor_seconds)
+        if async_floor is not None:
+            async_floors.append(async_floor)
         cases = [
             await case_steps(place.url(f"steps{r}"), args.steps, args.recording),
             await case_concurrent(place.url(f"concurrent{r}"), args.concurrent, args.recording),
@@ -273,6 +287,8 @@ async def run_mode(place: Place, args: argparse.Namespace) -> ModeResult:
         ]
         for case in cases:
             case.ratio = ratio(case.unit_us, floor.us_per_commit)
+            if async_floor is not None:
+                case.extra["ratio_to_async_floor"] = ratio(case.unit_us, async_floor.us_per_commit)
         rounds.append(cases)
     floor = _median(floors, lambda f: f.us_per_commit)
     cases = []
@@ -283,7 +299,8 @@ async def run_mode(place: Place, args: argparse.Namespace) -> ModeResult:
         chosen.extra["ratio_samples"] = ratios
         chosen.ratio = _median(ratios, float) if ratios else None
         cases.append(chosen)
-    return ModeResult(place.store, place.mode, floor, cases, [f.us_per_commit for f in floors])
+    floor_async = _median(async_floors, lambda f: f.us_per_commit) if async_floors else None
+    return ModeResult(place.store, place.mode, floor, cases, [f.us_per_commit for f in floors], floor_async)
 
 
 def _median(items: list[T], key: Callable[[T], float]) -> T:
@@ -292,9 +309,9 @@ def _median(items: list[T], key: Callable[[T], float]) -> T:
 
 
 def _target(store: str, mode: str, case: Case, floor: Floor) -> tuple[str | None, bool | None]:
-    if store != "sqlite" or (mode, case.case) not in TARGETS:
+    if (store, mode, case.case) not in TARGETS:
         return None, None
-    kind, bound = TARGETS[(mode, case.case)]
+    kind, bound = TARGETS[(store, mode, case.case)]
     if kind == "ratio<=":
         value = case.ratio
         return f"≤ {bound}x floor", value is not None and value <= bound
@@ -310,12 +327,20 @@ def _rows(results: list[ModeResult]) -> list[list[Cell]]:
             [r.mode, "(d) floor: 1-row insert+commit", r.floor.us_per_commit, "µs/commit", None, None, None, None]
         )
         rows[-1][4] = f"{r.floor.commits_per_s:,.0f} commits/s"
+        if r.floor_async is not None:
+            async_floor = r.floor_async
+            rows.append([r.mode, "    the same, asyncio driver", async_floor.us_per_commit, "µs/commit", None, None])
+            rows[-1] += [None, None]
+            rows[-1][4] = f"{async_floor.commits_per_s:,.0f} commits/s"
         for c in r.cases:
             target, met = _target(r.store, r.mode, c, r.floor)
             detail = ", ".join(f"{k.removesuffix('_ms')} {v:.2f}" for k, v in c.extra.items() if k.endswith("_ms"))
             cpu = c.extra.get("cpu_us_per_unit")
             if cpu is not None:
                 detail = ", ".join(x for x in (detail, f"cpu {cpu:.0f} µs/unit") if x)
+            beside_async = c.extra.get("ratio_to_async_floor")
+            if c.case == "a" and beside_async is not None:
+                detail = ", ".join(x for x in (detail, f"{beside_async:.2f}x asyncio floor") if x)
             rows.append(
                 [
                     r.mode,
@@ -348,6 +373,8 @@ def _document(results: list[ModeResult], args: argparse.Namespace) -> dict[str, 
                 **c.extra,
             }
         modes[r.mode] = {"floor": {**r.floor.to_dict(), "samples_us_per_commit": r.floor_samples}, "cases": cases}
+        if r.floor_async is not None:
+            modes[r.mode]["floor_asyncio_driver"] = r.floor_async.to_dict()
     return {
         "bench": "core",
         "store": results[0].store if results else None,

@@ -3,7 +3,9 @@
 Every lockgate figure is read against this: a step cannot be durable faster than one
 commit of the store it lives in. The SQLite floor uses the store's own pragmas (WAL,
 the same ``synchronous`` level, the same busy timeout) on a file on the same disk;
-the Postgres floor inserts one row per transaction on the same server.
+the Postgres floor inserts one row per transaction on the same server. Beside it,
+``postgres_floor_async`` runs the same loop through psycopg's asyncio connection, the
+driver an asyncio engine talks through: what one round trip costs before any engine work.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ import time
 from dataclasses import asdict, dataclass
 from typing import Any
 
-__all__ = ["Floor", "postgres_floor", "sqlite_floor"]
+__all__ = ["Floor", "postgres_floor", "postgres_floor_async", "sqlite_floor"]
 
 
 @dataclass(frozen=True)
@@ -95,3 +97,33 @@ def postgres_floor(url: str, *, seconds: float = 1.0, max_commits: int = 50_000)
         finally:
             conn.execute("DROP TABLE IF EXISTS lockgate_bench_floor")
     return Floor("postgres", "default", commits, elapsed)
+
+
+async def postgres_floor_async(url: str, *, seconds: float = 1.0, max_commits: int = 50_000) -> Floor:
+    """``postgres_floor`` through psycopg's asyncio connection (the floor of any asyncio caller)."""
+    import psycopg
+
+    conn = await psycopg.AsyncConnection.connect(url, autocommit=True)
+    try:
+        await conn.execute("DROP TABLE IF EXISTS lockgate_bench_floor_async")
+        await conn.execute(
+            "CREATE TABLE lockgate_bench_floor_async "
+            "(id BIGSERIAL PRIMARY KEY, at DOUBLE PRECISION NOT NULL, data TEXT)"
+        )
+        sql = "INSERT INTO lockgate_bench_floor_async (at, data) VALUES (%s, %s)"
+        data = "x" * 64
+        for _ in range(50):
+            await conn.execute(sql, (time.time(), data))
+        commits = 0
+        start = time.perf_counter()
+        deadline = start + seconds
+        while commits < max_commits:
+            await conn.execute(sql, (time.time(), data))
+            commits += 1
+            if commits % 64 == 0 and time.perf_counter() >= deadline:
+                break
+        elapsed = time.perf_counter() - start
+        await conn.execute("DROP TABLE IF EXISTS lockgate_bench_floor_async")
+    finally:
+        await conn.close()
+    return Floor("postgres", "asyncio", commits, elapsed)
