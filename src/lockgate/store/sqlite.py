@@ -72,6 +72,14 @@ class _SQLiteTx(Tx):
         names = [d[0] for d in cursor.description]
         return [dict(zip(names, row, strict=True)) for row in rows]
 
+    async def insert(self, name: str, params: Mapping[str, Any]) -> int:
+        if name in self._ledger_writers:
+            self.ledger_grew = True
+        row_id = self._conn.execute(self._queries[name], params).lastrowid
+        if row_id is None:
+            raise RuntimeError(f"query {name!r} inserted no row")
+        return row_id
+
     async def execute_many(self, name: str, params: Sequence[Mapping[str, Any]]) -> None:
         if name in self._ledger_writers:
             self.ledger_grew = True

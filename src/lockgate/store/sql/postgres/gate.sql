@@ -201,15 +201,17 @@ WHERE at >= %(since)s AND (%(workflow)s::text IS NULL OR workflow = %(workflow)s
 GROUP BY workflow, COALESCE(key, ''), outcome;
 
 -- name: ledger_unfolded
--- Nothing is left unfolded: the trigger of migration 0005 counts ledger rows as they are written.
+-- The SQLite store folds ledger rows into lockgate_flow_counts at commit with this query and the next two.
+-- Here the trigger of migration 0005 counts them as they are written: nothing is left to fold, and the
+-- PostgreSQL store runs none of the three.
 SELECT 0 AS n;
 
 -- name: count_ledger
--- Nothing to fold (see ledger_unfolded).
+-- See ledger_unfolded.
 SELECT 0 AS counted;
 
 -- name: ledger_counted
--- No mark to move (see count_ledger).
+-- See ledger_unfolded.
 SELECT 0 AS counted;
 
 -- name: bulk_candidates

@@ -100,11 +100,11 @@ VALUES (:run_id, :scope, :key, :workflow, :now, :expires_at);
 DELETE FROM lockgate_slots WHERE run_id = :run_id;
 
 -- name: insert_ledger
+-- Its id (arrival order) is the connection's lastrowid (Tx.insert): RETURNING would cost more than the row.
 INSERT INTO lockgate_ledger (ticket, kind, workflow, control, key, outcome, reason, folded, waited, pending_id,
     run_id, at)
 VALUES (:ticket, :kind, :workflow, :control, :key, :outcome, :reason, :folded, :waited, :pending_id,
-    :run_id, :at)
-RETURNING id;
+    :run_id, :at);
 
 -- name: due_pending
 SELECT * FROM lockgate_pending
