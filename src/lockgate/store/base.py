@@ -58,7 +58,7 @@ class Tx(abc.ABC):
         return bool(await self.execute(name, params))
 
     async def insert(self, name: str, params: Mapping[str, Any]) -> int:
-        """Run a one-row ``INSERT`` and give the id of the row it added.
+        """Run a one-row ``INSERT`` that always adds its row, and give that row's id.
 
         Here the query's ``RETURNING id`` gives it. A store that knows the id of the row it
         just inserted (SQLite's ``lastrowid``) reads it there instead, and its query need not

@@ -6,7 +6,8 @@ carries every operation queued since the last commit (group commit), so a thousa
 concurrent runs finishing steps pay for one fsync, not a thousand. Reads run on the
 same connection between flushes and see committed data only. Other processes may
 open the same file (WAL lets their readers run beside our writer); cross-process
-wake-ups are polled.
+wake-ups are polled. A commit that wrote ledger rows folds them into the counts
+``flow()`` reads once ``FOLD_AT`` or more are left out (``_SQLiteTx.count_ledger``).
 """
 
 from __future__ import annotations
@@ -75,10 +76,10 @@ class _SQLiteTx(Tx):
     async def insert(self, name: str, params: Mapping[str, Any]) -> int:
         if name in self._ledger_writers:
             self.ledger_grew = True
-        row_id = self._conn.execute(self._queries[name], params).lastrowid
-        if row_id is None:
-            raise RuntimeError(f"query {name!r} inserted no row")
-        return row_id
+        cursor = self._conn.execute(self._queries[name], params)
+        if cursor.rowcount != 1 or cursor.lastrowid is None:  # lastrowid alone would name an older row
+            raise RuntimeError(f"query {name!r} inserted {cursor.rowcount} rows, not one")
+        return cursor.lastrowid
 
     async def execute_many(self, name: str, params: Sequence[Mapping[str, Any]]) -> None:
         if name in self._ledger_writers:
@@ -86,9 +87,9 @@ class _SQLiteTx(Tx):
         self._conn.executemany(self._queries[name], params)
 
     async def expect(self, name: str, params: Mapping[str, Any]) -> bool:
-        # The rows changed, not rows returned: RETURNING costs SQLite more than the fenced write itself.
         if name in self._ledger_writers:
             self.ledger_grew = True
+        # The rows changed, not rows returned: RETURNING costs SQLite more than the fenced write itself.
         cursor = self._conn.execute(self._queries[name], params)
         return bool(cursor.fetchall()) or cursor.rowcount > 0  # rowcount counts RETURNING rows once fetched
 
