@@ -134,7 +134,7 @@ def test_postgres_queries_have_no_stray_percent_signs() -> None:
 
 def referenced_queries() -> dict[str, set[str]]:
     """Every query name the code runs by name (``tx.execute("name"``, ``tx.one(``, ``tx.expect(``, ...), by file."""
-    pattern = re.compile(r"\.(?:execute|execute_many|one|scalar|expect)\(\s*[\"']([a-z0-9_]+)[\"']")
+    pattern = re.compile(r"\.(?:execute(?:_many|_values)?|insert|one|scalar|expect)\(\s*[\"']([a-z0-9_]+)[\"']")
     found: dict[str, set[str]] = {}
     for path in sorted(SRC.rglob("*.py")):
         for name in pattern.findall(path.read_text()):

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from lockgate.store import Store, Tx, open_store, ops
+from lockgate.store import Store, Tx, gate_ops, open_store, ops
 
 
 @pytest.fixture
@@ -112,6 +112,31 @@ async def test_a_failing_statement_fails_only_its_op(stores: Any) -> None:
     assert isinstance(outcomes[1], Exception)
     types = [e["type"] for e in await store.read(ops.list_events, "r1")]
     assert types == ["run-started", "signal-sent", "before", "after"]
+
+
+async def test_insert_gives_the_id_of_the_row_it_added(stores: Any) -> None:
+    """``Tx.insert`` (the ledger's arrival order): each op's own row, in one group commit or across several."""
+    store = await stores()
+
+    async def decide(tx: Tx, ticket: str) -> int:
+        return await gate_ops.ledger(tx, ticket=ticket, kind="arrival", workflow="w", outcome="admitted", at=1.0)
+
+    async def decide_then_refuse(tx: Tx) -> int:
+        await decide(tx, "refused")
+        raise ValueError("refused after writing")
+
+    ids = await asyncio.gather(
+        store.write(decide, "a"),
+        store.write(decide_then_refuse),
+        store.write(decide, "b"),
+        return_exceptions=True,
+    )
+    later = await store.write(decide, "c")
+    assert isinstance(ids[1], ValueError)
+    for ticket, got in (("a", ids[0]), ("b", ids[2]), ("c", later)):
+        (row,) = await store.read(lambda tx, t=ticket: tx.execute("ledger_for_ticket", {"ticket": t}))
+        assert row["id"] == got
+    assert ids[0] < ids[2] < later
 
 
 async def test_write_nowait_joins_the_next_commit_and_close_flushes_it(store_url: str, stores: Any) -> None:

@@ -153,7 +153,7 @@ class OperatorMixin:
     async def flow(self, workflow: str | None = None, *, since: datetime | None = None) -> list[FlowRow]:
         """Per workflow and key: queued, oldest waiting, in flight, admitted, collapsed, dropped, ..."""
         return await self.store.read(
-            flow, self.clock.now(), workflow=workflow, since=0.0 if since is None else since.timestamp()
+            flow, self.clock.now(), workflow=workflow, since=None if since is None else since.timestamp()
         )
 
     async def trace(self, ticket: str) -> Trace:

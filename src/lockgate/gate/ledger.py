@@ -36,8 +36,11 @@ class FlowRow:
         return asdict(self)
 
 
-async def flow(tx: Tx, now: float, *, workflow: str | None = None, since: float = 0.0) -> list[FlowRow]:
-    """One row per (workflow, key) with anything parked, running or decided since ``since``."""
+async def flow(tx: Tx, now: float, *, workflow: str | None = None, since: float | None = None) -> list[FlowRow]:
+    """One row per (workflow, key) with anything parked, running or decided since ``since`` (``None``: ever).
+
+    Every read is bounded by what is parked or running now and by the (workflow, key, outcome)
+    groups; only a read ``since`` a time walks the ledger rows of that period."""
     rows: dict[tuple[str, str], dict[str, Any]] = defaultdict(lambda: {"modes": {}})
     for r in await tx.execute("flow_pending", {"workflow": workflow}):
         entry = rows[(r["workflow"], r["key"])]
@@ -52,7 +55,11 @@ async def flow(tx: Tx, now: float, *, workflow: str | None = None, since: float 
     for r in await tx.execute("flow_running", {"workflow": workflow}):
         if r["workflow"] not in slotted:
             rows[(r["workflow"], "")]["in_flight"] = int(r["in_flight"])
-    for r in await tx.execute("flow_ledger", {"workflow": workflow, "since": since}):
+    if since is None:
+        decided = await tx.execute("flow_counts", {"workflow": workflow})
+    else:
+        decided = await tx.execute("flow_ledger", {"workflow": workflow, "since": since})
+    for r in decided:
         if r["outcome"] in ("admitted", "collapsed", "batched", "dropped", "skipped", "expired", "existing"):
             entry = rows[(r["workflow"], r["key"])]
             entry[r["outcome"]] = entry.get(r["outcome"], 0) + int(r["n"])

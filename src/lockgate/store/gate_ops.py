@@ -39,7 +39,7 @@ PENDING_DEFAULTS: dict[str, Any] = {
 
 async def ledger(tx: Tx, **row: Any) -> int:
     """Write one decision; returns its id (arrival order)."""
-    return int(await tx.scalar("insert_ledger", {**LEDGER_DEFAULTS, **row}))
+    return await tx.insert("insert_ledger", {**LEDGER_DEFAULTS, **row})
 
 
 async def ledgers(tx: Tx, rows: list[dict[str, Any]]) -> None:

@@ -6,7 +6,8 @@ carries every operation queued since the last commit (group commit), so a thousa
 concurrent runs finishing steps pay for one fsync, not a thousand. Reads run on the
 same connection between flushes and see committed data only. Other processes may
 open the same file (WAL lets their readers run beside our writer); cross-process
-wake-ups are polled.
+wake-ups are polled. A commit that wrote ledger rows folds them into the counts
+``flow()`` reads once ``FOLD_AT`` or more are left out (``_SQLiteTx.count_ledger``).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import asyncio
 import contextlib
 import logging
 import os
+import re
 import sqlite3
 import time
 from collections.abc import Awaitable, Coroutine, Mapping, Sequence
@@ -35,6 +37,11 @@ T = TypeVar("T")
 P = ParamSpec("P")
 
 
+FOLD_AT = 1000
+"""Ledger rows left out of flow()'s counts at most after a commit (a read adds them up itself)."""
+_LEDGER_INSERT = re.compile(r"\bINSERT\s+INTO\s+lockgate_ledger\b", re.IGNORECASE)
+
+
 class _SQLiteTx(Tx):
     dialect = "sqlite"
     single_writer = True
@@ -42,8 +49,22 @@ class _SQLiteTx(Tx):
     def __init__(self, conn: sqlite3.Connection, queries: dict[str, str]) -> None:
         self._conn = conn
         self._queries = queries
+        # The queries that add ledger rows: a commit after one of them may fold the rows into flow()'s counts.
+        self._ledger_writers = frozenset(name for name, sql in queries.items() if _LEDGER_INSERT.search(sql))
+        self.ledger_grew = False
+
+    def count_ledger(self) -> None:
+        """Fold the ledger rows past the mark into flow()'s counts once they are ``FOLD_AT`` or more:
+        one aggregate for many commits' rows, not a counter update per row."""
+        self.ledger_grew = False
+        (unfolded,) = self._conn.execute(self._queries["ledger_unfolded"]).fetchone()
+        if unfolded >= FOLD_AT:
+            self._conn.execute(self._queries["count_ledger"])
+            self._conn.execute(self._queries["ledger_counted"])
 
     async def execute(self, name: str, params: Mapping[str, Any] | None = None) -> list[Row]:
+        if name in self._ledger_writers:
+            self.ledger_grew = True
         cursor = self._conn.execute(self._queries[name], params or {})
         rows = cursor.fetchall()
         if not rows:
@@ -52,10 +73,22 @@ class _SQLiteTx(Tx):
         names = [d[0] for d in cursor.description]
         return [dict(zip(names, row, strict=True)) for row in rows]
 
+    async def insert(self, name: str, params: Mapping[str, Any]) -> int:
+        if name in self._ledger_writers:
+            self.ledger_grew = True
+        cursor = self._conn.execute(self._queries[name], params)
+        if cursor.rowcount != 1 or cursor.lastrowid is None:  # lastrowid alone would name an older row
+            raise RuntimeError(f"query {name!r} inserted {cursor.rowcount} rows, not one")
+        return cursor.lastrowid
+
     async def execute_many(self, name: str, params: Sequence[Mapping[str, Any]]) -> None:
+        if name in self._ledger_writers:
+            self.ledger_grew = True
         self._conn.executemany(self._queries[name], params)
 
     async def expect(self, name: str, params: Mapping[str, Any]) -> bool:
+        if name in self._ledger_writers:
+            self.ledger_grew = True
         # The rows changed, not rows returned: RETURNING costs SQLite more than the fenced write itself.
         cursor = self._conn.execute(self._queries[name], params)
         return bool(cursor.fetchall()) or cursor.rowcount > 0  # rowcount counts RETURNING rows once fetched
@@ -63,6 +96,8 @@ class _SQLiteTx(Tx):
     async def execute_values(self, name: str, rows: Sequence[Mapping[str, Any]]) -> list[Row]:
         if len(rows) < 2:
             return await self.execute(name, rows[0]) if rows else []
+        if name in self._ledger_writers:
+            self.ledger_grew = True
         out: list[Row] = []
         for sql, params in multirow(name, self._queries[name], "sqlite").statements(rows):
             cursor = self._conn.execute(sql, params)
@@ -215,6 +250,7 @@ class SQLiteStore(Store):
         assert tx is not None
         outcomes: list[tuple[bool, Any]] = []
         single = len(batch) == 1
+        tx.ledger_grew = False
         try:
             conn.execute("BEGIN IMMEDIATE")
             if not single:
@@ -233,6 +269,8 @@ class SQLiteStore(Store):
                     conn.execute("ROLLBACK TO op")
                     conn.execute("RELEASE op")
                     outcomes.append((False, exc))
+            if tx.ledger_grew:
+                tx.count_ledger()
             conn.execute("COMMIT")
             self.commits += 1
         except BaseException as exc:

@@ -164,9 +164,14 @@ SELECT AVG(finished_at - created_at) AS avg FROM (
     WHERE workflow = %(workflow)s AND status = 'succeeded' ORDER BY created_at DESC LIMIT 50) AS recent;
 
 -- name: flow_pending
-SELECT workflow, mode, COALESCE(hold_key, '') AS key, COUNT(*) AS queued, MIN(first_at) AS oldest,
-    SUM(folded) AS folded
-FROM lockgate_pending WHERE (%(workflow)s::text IS NULL OR workflow = %(workflow)s::text)
+-- Parked rows per workflow, mode and key: one workflow's (found through lockgate_pending_workflow), or
+-- (no :workflow) every workflow's. As many rows to read as are parked: none once they have drained.
+SELECT workflow, mode, COALESCE(hold_key, '') AS key, COUNT(*) AS queued, MIN(first_at) AS oldest
+FROM lockgate_pending WHERE workflow = %(workflow)s::text
+GROUP BY workflow, mode, COALESCE(hold_key, '')
+UNION ALL
+SELECT workflow, mode, COALESCE(hold_key, '') AS key, COUNT(*) AS queued, MIN(first_at) AS oldest
+FROM lockgate_pending WHERE %(workflow)s::text IS NULL
 GROUP BY workflow, mode, COALESCE(hold_key, '');
 
 -- name: flow_slots
@@ -174,13 +179,40 @@ SELECT workflow, key, COUNT(*) AS in_flight FROM lockgate_slots
 WHERE (%(workflow)s::text IS NULL OR workflow = %(workflow)s::text) GROUP BY workflow, key;
 
 -- name: flow_running
+-- One workflow's running runs from lockgate_runs_workflow alone, or (no :workflow) every workflow's.
 SELECT workflow, COUNT(*) AS in_flight FROM lockgate_runs
-WHERE status = 'running' AND (%(workflow)s::text IS NULL OR workflow = %(workflow)s::text) GROUP BY workflow;
+WHERE workflow = %(workflow)s::text AND status = 'running' GROUP BY workflow
+UNION ALL
+SELECT workflow, COUNT(*) AS in_flight FROM lockgate_runs
+WHERE %(workflow)s::text IS NULL AND status = 'running' GROUP BY workflow;
+
+-- name: flow_counts
+-- Every decision per workflow, key and outcome: the trigger's counts, summed over the writers' parts.
+SELECT workflow, key, outcome, SUM(n) AS n FROM lockgate_flow_counts WHERE workflow = %(workflow)s::text
+GROUP BY workflow, key, outcome
+UNION ALL
+SELECT workflow, key, outcome, SUM(n) AS n FROM lockgate_flow_counts WHERE %(workflow)s::text IS NULL
+GROUP BY workflow, key, outcome;
 
 -- name: flow_ledger
+-- The decisions since :since per workflow, key and outcome (as many ledger rows as that period holds).
 SELECT workflow, COALESCE(key, '') AS key, outcome, COUNT(*) AS n FROM lockgate_ledger
 WHERE at >= %(since)s AND (%(workflow)s::text IS NULL OR workflow = %(workflow)s::text)
 GROUP BY workflow, COALESCE(key, ''), outcome;
+
+-- name: ledger_unfolded
+-- The SQLite store folds ledger rows into lockgate_flow_counts at commit with this query and the next two.
+-- Here the trigger of migration 0005 counts them as they are written: nothing is left to fold, and the
+-- PostgreSQL store runs none of the three.
+SELECT 0 AS n;
+
+-- name: count_ledger
+-- See ledger_unfolded.
+SELECT 0 AS counted;
+
+-- name: ledger_counted
+-- See ledger_unfolded.
+SELECT 0 AS counted;
 
 -- name: bulk_candidates
 SELECT id, workflow, status FROM lockgate_runs

@@ -100,11 +100,11 @@ VALUES (:run_id, :scope, :key, :workflow, :now, :expires_at);
 DELETE FROM lockgate_slots WHERE run_id = :run_id;
 
 -- name: insert_ledger
+-- Its id (arrival order) is the connection's lastrowid (Tx.insert): RETURNING would cost more than the row.
 INSERT INTO lockgate_ledger (ticket, kind, workflow, control, key, outcome, reason, folded, waited, pending_id,
     run_id, at)
 VALUES (:ticket, :kind, :workflow, :control, :key, :outcome, :reason, :folded, :waited, :pending_id,
-    :run_id, :at)
-RETURNING id;
+    :run_id, :at);
 
 -- name: due_pending
 SELECT * FROM lockgate_pending
@@ -162,9 +162,14 @@ SELECT AVG(finished_at - created_at) AS avg FROM (
     WHERE workflow = :workflow AND status = 'succeeded' ORDER BY created_at DESC LIMIT 50);
 
 -- name: flow_pending
-SELECT workflow, mode, COALESCE(hold_key, '') AS key, COUNT(*) AS queued, MIN(first_at) AS oldest,
-    SUM(folded) AS folded
-FROM lockgate_pending WHERE (:workflow IS NULL OR workflow = :workflow)
+-- Parked rows per workflow, mode and key: one workflow's (found through lockgate_pending_workflow), or
+-- (no :workflow) every workflow's. As many rows to read as are parked: none once they have drained.
+SELECT workflow, mode, COALESCE(hold_key, '') AS key, COUNT(*) AS queued, MIN(first_at) AS oldest
+FROM lockgate_pending WHERE workflow = :workflow
+GROUP BY workflow, mode, COALESCE(hold_key, '')
+UNION ALL
+SELECT workflow, mode, COALESCE(hold_key, '') AS key, COUNT(*) AS queued, MIN(first_at) AS oldest
+FROM lockgate_pending WHERE :workflow IS NULL
 GROUP BY workflow, mode, COALESCE(hold_key, '');
 
 -- name: flow_slots
@@ -172,13 +177,46 @@ SELECT workflow, key, COUNT(*) AS in_flight FROM lockgate_slots
 WHERE (:workflow IS NULL OR workflow = :workflow) GROUP BY workflow, key;
 
 -- name: flow_running
+-- One workflow's running runs from lockgate_runs_workflow alone, or (no :workflow) every workflow's.
 SELECT workflow, COUNT(*) AS in_flight FROM lockgate_runs
-WHERE status = 'running' AND (:workflow IS NULL OR workflow = :workflow) GROUP BY workflow;
+WHERE workflow = :workflow AND status = 'running' GROUP BY workflow
+UNION ALL
+SELECT workflow, COUNT(*) AS in_flight FROM lockgate_runs
+WHERE :workflow IS NULL AND status = 'running' GROUP BY workflow;
+
+-- name: flow_counts
+-- Every decision per workflow, key and outcome: the folded counts and the ledger rows past the fold.
+SELECT workflow, key, outcome, SUM(n) AS n FROM (
+    SELECT workflow, key, outcome, n FROM lockgate_flow_counts WHERE workflow = :workflow
+    UNION ALL
+    SELECT workflow, key, outcome, n FROM lockgate_flow_counts WHERE :workflow IS NULL
+    UNION ALL
+    SELECT workflow, COALESCE(key, ''), outcome, 1 FROM lockgate_ledger
+    WHERE id > (SELECT upto FROM lockgate_flow_counted) AND (:workflow IS NULL OR workflow = :workflow))
+GROUP BY workflow, key, outcome;
 
 -- name: flow_ledger
+-- The decisions since :since per workflow, key and outcome (as many ledger rows as that period holds).
 SELECT workflow, COALESCE(key, '') AS key, outcome, COUNT(*) AS n FROM lockgate_ledger
 WHERE at >= :since AND (:workflow IS NULL OR workflow = :workflow)
 GROUP BY workflow, COALESCE(key, ''), outcome;
+
+-- name: ledger_unfolded
+-- How many ledger rows lie past the mark (the store folds them once they are enough).
+SELECT (SELECT COALESCE(MAX(id), 0) FROM lockgate_ledger) - upto AS n FROM lockgate_flow_counted;
+
+-- name: count_ledger
+-- Fold the ledger rows past the mark into the counts (the store runs it before a commit).
+INSERT INTO lockgate_flow_counts (workflow, key, outcome, part, n)
+SELECT workflow, COALESCE(key, ''), outcome, 0, COUNT(*) FROM lockgate_ledger
+WHERE id > (SELECT upto FROM lockgate_flow_counted)
+GROUP BY workflow, COALESCE(key, ''), outcome
+ON CONFLICT (workflow, key, outcome, part) DO UPDATE SET n = n + excluded.n;
+
+-- name: ledger_counted
+-- Move the mark past the rows count_ledger just folded.
+UPDATE lockgate_flow_counted SET upto = (SELECT MAX(id) FROM lockgate_ledger)
+WHERE upto < (SELECT MAX(id) FROM lockgate_ledger);
 
 -- name: bulk_candidates
 SELECT id, workflow, status FROM lockgate_runs
