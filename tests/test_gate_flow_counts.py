@@ -213,15 +213,20 @@ OLD_COUNTS = [
 INSERT_OLD = "INSERT INTO lockgate_ledger (ticket, kind, workflow, key, outcome, at) VALUES (?, ?, ?, ?, ?, ?)"
 
 
+def _version(steps: list[tuple[int, str, str]], name: str) -> int:
+    return next(version for version, named, _ in steps if named == name)
+
+
 def test_the_sqlite_migration_counts_the_ledger_it_finds(tmp_path: Path) -> None:
     conn = sqlite3.connect(tmp_path / "old.db")
     steps = migrations("sqlite")
+    counting = _version(steps, "flow_counts")
     for version, _, script in steps:
-        if version < 5:
+        if version < counting:
             conn.executescript(script)
     conn.executemany(INSERT_OLD, OLD_LEDGER)
     for version, _, script in steps:
-        if version == 5:
+        if version == counting:
             conn.executescript(script)
     counts = conn.execute("SELECT workflow, key, outcome, n FROM lockgate_flow_counts ORDER BY 1, 2, 3").fetchall()
     assert counts == OLD_COUNTS
@@ -238,13 +243,14 @@ async def test_the_postgres_migration_counts_the_ledger_it_finds(empty_pg_url: s
 
     async with await psycopg.AsyncConnection.connect(empty_pg_url, autocommit=True) as conn:
         steps = migrations("postgres")
+        counting = _version(steps, "flow_counts")
         for version, _, script in steps:
-            if version < 5:
+            if version < counting:
                 await conn.execute(script)  # type: ignore[arg-type]
         async with conn.cursor() as cursor:
             await cursor.executemany(INSERT_OLD.replace("?", "%s"), OLD_LEDGER)
         for version, _, script in steps:
-            if version == 5:
+            if version == counting:
                 await conn.execute(script)  # type: ignore[arg-type]
         cursor = await conn.execute("SELECT workflow, key, outcome, n FROM lockgate_flow_counts ORDER BY 1, 2, 3")
         assert await cursor.fetchall() == OLD_COUNTS

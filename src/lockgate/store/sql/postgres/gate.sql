@@ -202,7 +202,7 @@ GROUP BY workflow, COALESCE(key, ''), outcome;
 
 -- name: ledger_unfolded
 -- The SQLite store folds ledger rows into lockgate_flow_counts at commit with this query and the next two.
--- Here the trigger of migration 0005 counts them as they are written: nothing is left to fold, and the
+-- Here the trigger of migration 0006 counts them as they are written: nothing is left to fold, and the
 -- PostgreSQL store runs none of the three.
 SELECT 0 AS n;
 

@@ -1,5 +1,5 @@
 -- flow() read its counts by aggregating the whole ledger on every call; they are kept here instead,
--- per workflow, key and outcome. Table for table the same as migrations/postgres/0005_flow_counts.sql,
+-- per workflow, key and outcome. Table for table the same as migrations/postgres/0006_flow_counts.sql,
 -- which counts by trigger: here the store folds the ledger rows each group commit wrote, once per
 -- commit (store/sqlite.py), up to the ledger id in lockgate_flow_counted; a read adds the rows past
 -- it, so the counts stay exact whoever wrote the ledger.

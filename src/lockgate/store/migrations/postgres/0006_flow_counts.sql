@@ -1,5 +1,5 @@
 -- flow() read its counts by aggregating the whole ledger on every call; they are kept here instead,
--- per workflow, key and outcome. Table for table the same as migrations/sqlite/0005_flow_counts.sql,
+-- per workflow, key and outcome. Table for table the same as migrations/sqlite/0006_flow_counts.sql,
 -- where the store folds each group commit's ledger rows at commit (lockgate_flow_counted marks how
 -- far); here a trigger counts each statement's rows as they are written and leaves that mark alone.
 CREATE TABLE lockgate_flow_counts (
