@@ -9,7 +9,10 @@ Cases, each on a fresh database and a fresh engine:
 (a) one workflow runs ``--steps`` sequential trivial steps: microseconds per step;
 (b) ``--concurrent`` one-step workflows started at once, then all awaited: workflows/s;
 (c) ``--sequential`` start-and-await calls (``engine.run``) one after the other: latency;
-(d) the floor: one-row insert + commit in a loop with the store's own settings.
+(d) the floor: one-row insert + commit in a loop with the store's own settings;
+(e) PostgreSQL only: the workflows of (b) executed by ``--workers`` ``lockgate serve bench.core:app``
+    processes sharing one database, started and awaited from this process by an ``lg.Client``
+    (which executes nothing): workflows/s, beside (b) of the same round.
 
 Ratios divide the time of one unit of work (a step, a workflow, a round trip) by the
 time of one floor commit. See ``docs/performance.md``.
@@ -21,7 +24,9 @@ import argparse
 import asyncio
 import contextlib
 import importlib.util
+import os
 import shutil
+import signal
 import statistics
 import sys
 import tempfile
@@ -40,7 +45,7 @@ import lockgate as lg
 from .floor import Floor, postgres_floor, postgres_floor_async, sqlite_floor
 from .report import Cell, machine, print_table, ratio, write_json
 
-__all__ = ["main", "run_mode"]
+__all__ = ["app", "main", "run_mode"]
 
 HERE = Path(__file__).resolve().parent
 T = TypeVar("T")
@@ -86,6 +91,11 @@ def build_app(marks: dict[str, float]) -> lg.App:
         return int(await ctx.step("s", noop, p.i))
 
     return app
+
+
+app = build_app({})
+"""What case (e)'s worker processes serve (``lockgate serve bench.core:app``)."""
+WORKER_APP = "bench.core:app"
 
 
 @dataclass
@@ -185,6 +195,111 @@ async def case_sequential(url: str, n: int, recording: str) -> Case:
     )
 
 
+# Case (e) records which worker claims each run: the store clears a run's owner when it ends.
+# An unlogged table and a row trigger that fires on claims only: one small insert per claim.
+_CLAIMS = """
+CREATE UNLOGGED TABLE bench_claims (run_id TEXT NOT NULL, owner TEXT NOT NULL);
+CREATE FUNCTION bench_claimed() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    INSERT INTO bench_claims (run_id, owner) VALUES (NEW.id, NEW.owner);
+    RETURN NULL;
+END
+$$;
+CREATE TRIGGER bench_claimed AFTER UPDATE OF owner ON lockgate_runs FOR EACH ROW
+    WHEN (NEW.owner IS NOT NULL AND NEW.owner IS DISTINCT FROM OLD.owner)
+    EXECUTE FUNCTION bench_claimed();
+"""
+_CLAIMS_BY_WORKER = """
+SELECT w.pid, COUNT(DISTINCT c.run_id), COUNT(*) FROM bench_claims c JOIN lockgate_workers w ON w.id = c.owner
+GROUP BY w.pid
+"""
+_RESULT_POLL = 0.05  # the client's longest wait between two reads of the runs it awaits (its default: 0.5s)
+
+
+async def case_workers(url: str, n: int, recording: str, workers: int) -> Case:
+    """(e): ``workers`` worker processes execute what (b) executes in one; this process starts and awaits.
+
+    The workers are ``lockgate serve`` processes with the engine's defaults (200 runs at
+    once, lease 15s), started by the cluster tests' harness. Each has executed warm-up runs
+    before the clock starts. Time runs from the first start to the last result the client
+    sees; ``last_finish_s`` is the same span to the last run's end as the database has it
+    (without the client's polling).
+    """
+    from tests.cluster.harness import Cluster  # importable from the repository root, as ``bench`` is
+
+    with tempfile.TemporaryDirectory(prefix="lockgate-core-workers-") as logs, _sigterm_cancels():
+        async with lg.Client(app, url, recording=recording, poll_interval=_RESULT_POLL) as client:  # migrates
+            cluster = Cluster(url, Path(logs))
+            await cluster.execute(_CLAIMS)
+            try:
+                cluster.spawn(workers, lease="15s", max_runs=200, app=WORKER_APP)
+                await cluster.ready()
+                pids = {w.pid: w.name for w in cluster.workers}
+
+                deadline = time.monotonic() + 60
+                while len(await cluster.fetch(_CLAIMS_BY_WORKER)) < workers:  # warm-up: every worker ran some
+                    if time.monotonic() > deadline:
+                        raise TimeoutError(f"warm-up: not every worker took a run within 60s\n{cluster.logs()}")
+                    handles = await asyncio.gather(*(client.start("bench.one", {"i": i}) for i in range(20 * workers)))
+                    await cluster.guard(asyncio.gather(*(h.result(timeout=60) for h in handles)))
+                await cluster.execute("TRUNCATE bench_claims")
+                cpu0 = [_cpu_s(pid) for pid in pids]
+                wall = time.time()
+                started, cpu = time.perf_counter(), time.process_time()
+                handles = await asyncio.gather(*(client.start("bench.one", {"i": i}) for i in range(n)))
+                admitted = time.perf_counter() - started
+                results = await cluster.guard(asyncio.gather(*(h.result(timeout=600) for h in handles)))
+                total, cpu = time.perf_counter() - started, time.process_time() - cpu
+                cpu += sum(_cpu_s(pid) - before for pid, before in zip(pids, cpu0, strict=True))
+                ids = [h.run_id for h in handles]
+                [(last_finish,)] = await cluster.fetch(
+                    "SELECT MAX(finished_at) FROM lockgate_runs WHERE id = ANY(%s)", ids
+                )
+                claims = await cluster.fetch(_CLAIMS_BY_WORKER)
+            finally:
+                await cluster.close()
+    assert results == list(range(n))
+    spread = {pids[pid]: runs for pid, runs, _ in claims}
+    return Case(
+        "e",
+        f"{n:,} one-step workflows, {workers} worker processes",
+        n / total,
+        "workflows/s",
+        total / n * 1e6,
+        {
+            "total_s": total,
+            "starts_per_s": n / admitted,
+            "last_finish_s": float(last_finish) - wall,
+            "finished_per_s": n / (float(last_finish) - wall),
+            "cpu_us_per_unit": cpu / n * 1e6,  # this process and the workers together
+            "runs_per_worker": {name: spread.get(name, 0) for name in pids.values()},
+            "reclaims": sum(c for _, _, c in claims) - sum(r for _, r, _ in claims),
+        },
+    )
+
+
+@contextlib.contextmanager
+def _sigterm_cancels() -> Iterator[None]:
+    """Within: SIGTERM cancels the current task as Ctrl-C does, so its cleanup runs (the workers are stopped)."""
+    loop = asyncio.get_running_loop()
+    task = asyncio.current_task()
+    assert task is not None
+    loop.add_signal_handler(signal.SIGTERM, task.cancel)
+    try:
+        yield
+    finally:
+        loop.remove_signal_handler(signal.SIGTERM)
+
+
+def _cpu_s(pid: int) -> float:
+    """CPU seconds (user + system) process ``pid`` has used so far (Linux ``/proc``; 0 elsewhere)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def _pct(sorted_values: list[float], pct: float) -> float:
     index = min(len(sorted_values) - 1, max(0, round(pct / 100 * len(sorted_values)) - 1))
     return sorted_values[index]
@@ -265,11 +380,12 @@ def _folder(given: str | None) -> Iterator[Path]:
 
 
 async def run_mode(place: Place, args: argparse.Namespace) -> ModeResult:
-    """``--repeat`` rounds of the floor then cases (a), (b), (c), each on a fresh database; the medians.
+    """``--repeat`` rounds of the floor then cases (a), (b), (c) (and (e)), each on a fresh database; the medians.
 
     Each round measures its own floor just before its cases, and each ratio divides by the
     floor of its round: a disk that slows down for a while (other work on the machine) slows
-    both sides of that ratio. The reported ratio is the median of the rounds' ratios.
+    both sides of that ratio. The reported ratio is the median of the rounds' ratios; so is
+    (e)'s ratio to (b), taken within each round.
     """
     floors: list[Floor] = []
     async_floors: list[Floor] = []
@@ -285,6 +401,10 @@ async def run_mode(place: Place, args: argparse.Namespace) -> ModeResult:
             await case_concurrent(place.url(f"concurrent{r}"), args.concurrent, args.recording),
             await case_sequential(place.url(f"sequential{r}"), args.sequential, args.recording),
         ]
+        if place.store == "postgres" and args.workers:
+            workers = await case_workers(place.url(f"workers{r}"), args.concurrent, args.recording, args.workers)
+            workers.extra["vs_b"] = workers.value / next(c.value for c in cases if c.case == "b")
+            cases.append(workers)
         for case in cases:
             case.ratio = ratio(case.unit_us, floor.us_per_commit)
             if async_floor is not None:
@@ -298,6 +418,9 @@ async def run_mode(place: Place, args: argparse.Namespace) -> ModeResult:
         ratios = [c.ratio for c in samples if c.ratio is not None]
         chosen.extra["ratio_samples"] = ratios
         chosen.ratio = _median(ratios, float) if ratios else None
+        if "vs_b" in chosen.extra:
+            chosen.extra["vs_b_samples"] = [c.extra["vs_b"] for c in samples]
+            chosen.extra["vs_b"] = _median(chosen.extra["vs_b_samples"], float)
         cases.append(chosen)
     floor_async = _median(async_floors, lambda f: f.us_per_commit) if async_floors else None
     return ModeResult(place.store, place.mode, floor, cases, [f.us_per_commit for f in floors], floor_async)
@@ -341,6 +464,10 @@ def _rows(results: list[ModeResult]) -> list[list[Cell]]:
             beside_async = c.extra.get("ratio_to_async_floor")
             if c.case == "a" and beside_async is not None:
                 detail = ", ".join(x for x in (detail, f"{beside_async:.2f}x asyncio floor") if x)
+            if c.case == "e":
+                spread = "/".join(str(v) for v in c.extra["runs_per_worker"].values())
+                ended = f"{c.extra['finished_per_s']:,.0f}/s by finished_at"
+                detail = ", ".join((f"{c.extra['vs_b']:.2f}x (b)", f"runs per worker {spread}", ended, detail))
             rows.append(
                 [
                     r.mode,
@@ -382,6 +509,7 @@ def _document(results: list[ModeResult], args: argparse.Namespace) -> dict[str, 
             "steps": args.steps,
             "concurrent": args.concurrent,
             "sequential": args.sequential,
+            "workers": args.workers,
             "recording": args.recording,
             "floor_seconds": args.floor_seconds,
             "repeat": args.repeat,
@@ -402,8 +530,11 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--json", help="where to write the JSON (default bench/results/core-<store>.json)")
     parser.add_argument("--dir", help="folder for the SQLite files (default: a scratch folder beside this script)")
     parser.add_argument("--steps", type=int, default=2000, help="case (a): steps in the one workflow")
-    parser.add_argument("--concurrent", type=int, default=2000, help="case (b): workflows started at once")
+    parser.add_argument("--concurrent", type=int, default=2000, help="cases (b), (e): workflows started at once")
     parser.add_argument("--sequential", type=int, default=500, help="case (c): start-and-await calls")
+    parser.add_argument(
+        "--workers", type=int, default=3, help="case (e), PostgreSQL only: worker processes (0 skips the case)"
+    )
     parser.add_argument("--recording", choices=("full", "coarse"), default="full", help="the engine's recording")
     parser.add_argument("--floor-seconds", type=float, default=1.0, help="how long each floor loop runs")
     parser.add_argument("--repeat", type=int, default=3, help="rounds of every case; the median is reported")
@@ -412,6 +543,8 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     for name in ("steps", "concurrent", "sequential", "repeat"):
         if getattr(args, name) < 1:
             parser.error(f"--{name} must be at least 1")
+    if args.workers < 0:
+        parser.error("--workers must be at least 0")
     return args
 
 

@@ -1,5 +1,7 @@
 """Worker processes for the cluster tests: ``lockgate serve tests.cluster.app:app`` on one database.
 
+The benchmarks start their workers here too (``bench.failover``, and ``bench.core`` with an app of its own).
+
 Each worker gets the store URL with an ``application_name`` of its own, so a test can tell
 its PostgreSQL sessions from the others' (``pg_stat_activity``).
 """
@@ -43,7 +45,9 @@ async def until(probe: Callable[[], Awaitable[T | None]], *, timeout: float = 20
 class Worker:
     """One ``lockgate serve`` process; its stderr goes to a file the test can read."""
 
-    def __init__(self, name: str, url: str, log_dir: Path, *, lease: str, max_runs: int, store: str) -> None:
+    def __init__(
+        self, name: str, url: str, log_dir: Path, *, lease: str, max_runs: int, store: str, app: str = APP_REF
+    ) -> None:
         self.name = name
         self.log_path = log_dir / f"{name}.log"
         sep = "&" if "?" in store else "?"
@@ -56,7 +60,7 @@ class Worker:
                     "-m",
                     "lockgate.cli",
                     "serve",
-                    APP_REF,
+                    app,
                     "--store",
                     self.url,
                     "--lease",
@@ -120,8 +124,10 @@ class Cluster:
     async def setup(self) -> None:
         await self.execute(SCHEMA)
 
-    def spawn(self, count: int, *, lease: str = "2s", max_runs: int = 10, store: str | None = None) -> list[Worker]:
-        """Start ``count`` workers; ``store`` is the URL lockgate uses (default: the database itself)."""
+    def spawn(
+        self, count: int, *, lease: str = "2s", max_runs: int = 10, store: str | None = None, app: str = APP_REF
+    ) -> list[Worker]:
+        """Start ``count`` workers serving ``app``; ``store``: the URL lockgate uses (default: the database)."""
         started = [
             Worker(
                 f"w{len(self.workers) + i + 1}",
@@ -130,6 +136,7 @@ class Cluster:
                 lease=lease,
                 max_runs=max_runs,
                 store=store or self.url,
+                app=app,
             )
             for i in range(count)
         ]
@@ -149,14 +156,34 @@ class Cluster:
 
         await until(registered, timeout=timeout, what="workers registered")
 
+    async def guard(self, work: Awaitable[T], *, every: float = 0.1) -> T:
+        """Await ``work`` unless a worker exits first: then ``AssertionError`` with the logs (no long timeout)."""
+        task = asyncio.ensure_future(work)
+        try:
+            while not (await asyncio.wait({task}, timeout=every))[0]:
+                dead = [w.name for w in self.workers if not w.alive()]
+                if dead:
+                    raise AssertionError(f"worker(s) {', '.join(dead)} exited:\n{self.logs()}")
+            return task.result()
+        finally:
+            if not task.done():
+                task.cancel()
+                await asyncio.wait({task})
+
     def by_pid(self, pid: int) -> Worker:
         return next(w for w in self.workers if w.pid == pid)
 
     async def close(self) -> None:
-        for worker in self.workers:  # all at once: each shutdown releases its own runs
-            worker.stop()
-        for worker in self.workers:
-            await worker.wait()
+        """Stop every worker; whatever still runs when this is itself interrupted is killed (no stray process)."""
+        try:
+            for worker in self.workers:  # all at once: each shutdown releases its own runs
+                worker.stop()
+            for worker in self.workers:
+                await worker.wait()
+        finally:
+            for worker in self.workers:
+                if worker.alive():
+                    worker.kill()
 
     def logs(self) -> str:
         return "\n".join(f"--- {w.name} (pid {w.pid}) ---\n{w.log()}" for w in self.workers)
