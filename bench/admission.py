@@ -66,14 +66,17 @@ async def noop_batch(ctx: lg.Context, p: Jobs) -> int:
 
 def build_app() -> lg.App:
     app = lg.App()
-    key = lambda p: p.key  # noqa: E731 - one key function for every control
-    app.workflow(noop, name="none")
-    app.workflow(noop, name="concurrency", concurrency=lg.Concurrency(limit=10, key=key))
-    app.workflow(noop, name="debounce", debounce=lg.Debounce(period="1h", key=key))
-    app.workflow(noop, name="throttle", throttle=lg.Throttle(limit=1000, period="1h"))
-    app.workflow(noop, name="rate_limit", rate_limit=lg.RateLimit(limit=1000, period="1h"))
-    app.workflow(noop_batch, name="batch", batch=lg.Batch(item=Job, max_size=100, timeout="1h", key=key))
-    app.workflow(noop, name="drain")
+
+    def key(p: Job) -> str:  # one key function for every control
+        return p.key
+
+    app.workflow(name="none")(noop)
+    app.workflow(name="concurrency", concurrency=lg.Concurrency(limit=10, key=key))(noop)
+    app.workflow(name="debounce", debounce=lg.Debounce(period="1h", key=key))(noop)
+    app.workflow(name="throttle", throttle=lg.Throttle(limit=1000, period="1h"))(noop)
+    app.workflow(name="rate_limit", rate_limit=lg.RateLimit(limit=1000, period="1h"))(noop)
+    app.workflow(name="batch", batch=lg.Batch(item=Job, max_size=100, timeout="1h", key=key))(noop_batch)
+    app.workflow(name="drain")(noop)
     return app
 
 

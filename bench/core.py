@@ -26,7 +26,6 @@ import contextlib
 import importlib.util
 import os
 import shutil
-import signal
 import statistics
 import sys
 import tempfile
@@ -44,6 +43,7 @@ import lockgate as lg
 
 from .floor import Floor, postgres_floor, postgres_floor_async, sqlite_floor
 from .report import Cell, machine, print_table, ratio, write_json
+from .signals import sigterm_cancels
 
 __all__ = ["app", "main", "run_mode"]
 
@@ -227,7 +227,7 @@ async def case_workers(url: str, n: int, recording: str, workers: int) -> Case:
     """
     from tests.cluster.harness import Cluster  # importable from the repository root, as ``bench`` is
 
-    with tempfile.TemporaryDirectory(prefix="lockgate-core-workers-") as logs, _sigterm_cancels():
+    with tempfile.TemporaryDirectory(prefix="lockgate-core-workers-") as logs, sigterm_cancels():
         async with lg.Client(app, url, recording=recording, poll_interval=_RESULT_POLL) as client:  # migrates
             cluster = Cluster(url, Path(logs))
             await cluster.execute(_CLAIMS)
@@ -276,19 +276,6 @@ async def case_workers(url: str, n: int, recording: str, workers: int) -> Case:
             "reclaims": sum(c for _, _, c in claims) - sum(r for _, r, _ in claims),
         },
     )
-
-
-@contextlib.contextmanager
-def _sigterm_cancels() -> Iterator[None]:
-    """Within: SIGTERM cancels the current task as Ctrl-C does, so its cleanup runs (the workers are stopped)."""
-    loop = asyncio.get_running_loop()
-    task = asyncio.current_task()
-    assert task is not None
-    loop.add_signal_handler(signal.SIGTERM, task.cancel)
-    try:
-        yield
-    finally:
-        loop.remove_signal_handler(signal.SIGTERM)
 
 
 def _cpu_s(pid: int) -> float:

@@ -31,6 +31,7 @@ from lockgate.durations import to_seconds
 
 from .core import HERE, _create_database, _drop_databases
 from .report import Cell, machine, print_table, write_json
+from .signals import sigterm_cancels
 
 __all__ = ["main"]
 
@@ -47,60 +48,63 @@ async def run_rounds(url: str, args: argparse.Namespace, logs: Path) -> list[dic
         cluster = Cluster(url, logs)
         await cluster.setup()
         cluster.spawn(args.workers, lease=args.lease)
-        try:
-            await cluster.ready()
-            rounds = []
-            for n in range(args.kills):
-                await cluster.execute("DELETE FROM cluster_flags")
-                handle = await client.start("cluster.gated", Job(n=n))
-                run_id = handle.run_id
-                assert run_id is not None
+        with sigterm_cancels():  # a SIGTERM stops the workers too, as Ctrl-C does
+            try:
+                await cluster.ready()
+                rounds = []
+                for n in range(args.kills):
+                    await cluster.execute("DELETE FROM cluster_flags")
+                    handle = await client.start("cluster.gated", Job(n=n))
+                    run_id = handle.run_id
+                    assert run_id is not None
 
-                async def started(rid: str = run_id) -> list[tuple[Any, ...]]:
-                    return await cluster.fetch(
-                        "SELECT e.pid, r.epoch FROM cluster_effects e JOIN lockgate_runs r ON r.id = e.run_id "
-                        "WHERE e.run_id = %s AND e.step = 'work-start'",
-                        rid,
+                    async def started(rid: str = run_id) -> list[tuple[Any, ...]]:
+                        return await cluster.fetch(
+                            "SELECT e.pid, r.epoch FROM cluster_effects e JOIN lockgate_runs r ON r.id = e.run_id "
+                            "WHERE e.run_id = %s AND e.step = 'work-start'",
+                            rid,
+                        )
+
+                    [(pid, epoch)] = await until(started, timeout=30, what="the run's step started")
+                    victim = cluster.by_pid(pid)
+                    killed_at = victim.kill()
+
+                    async def resumed(
+                        rid: str = run_id, old: int = epoch, dead: int = victim.pid
+                    ) -> list[tuple[Any, ...]]:
+                        return await cluster.fetch(
+                            "SELECT r.entered_at, e.at, e.pid FROM lockgate_runs r JOIN cluster_effects e "
+                            "ON e.run_id = r.id AND e.step = 'work-start' AND e.pid <> %s "
+                            "WHERE r.id = %s AND r.epoch > %s",
+                            dead,
+                            rid,
+                            old,
+                        )
+
+                    [(claimed_at, resumed_at, survivor)] = await until(
+                        resumed, timeout=args.lease_s * 4 + 30, what="the run resumed on another worker"
                     )
-
-                [(pid, epoch)] = await until(started, timeout=30, what="the run's step started")
-                victim = cluster.by_pid(pid)
-                killed_at = victim.kill()
-
-                async def resumed(rid: str = run_id, old: int = epoch, dead: int = victim.pid) -> list[tuple[Any, ...]]:
-                    return await cluster.fetch(
-                        "SELECT r.entered_at, e.at, e.pid FROM lockgate_runs r JOIN cluster_effects e "
-                        "ON e.run_id = r.id AND e.step = 'work-start' AND e.pid <> %s "
-                        "WHERE r.id = %s AND r.epoch > %s",
-                        dead,
-                        rid,
-                        old,
+                    await cluster.execute("INSERT INTO cluster_flags (name) VALUES ('release')")
+                    await client.result(run_id, timeout=60)
+                    rounds.append(
+                        {
+                            "round": n + 1,
+                            "killed_pid": victim.pid,
+                            "survivor_pid": int(survivor),
+                            "claimed_s": float(claimed_at) - killed_at,
+                            "resumed_s": float(resumed_at) - killed_at,
+                        }
                     )
-
-                [(claimed_at, resumed_at, survivor)] = await until(
-                    resumed, timeout=args.lease_s * 4 + 30, what="the run resumed on another worker"
-                )
-                await cluster.execute("INSERT INTO cluster_flags (name) VALUES ('release')")
-                await client.result(run_id, timeout=60)
-                rounds.append(
-                    {
-                        "round": n + 1,
-                        "killed_pid": victim.pid,
-                        "survivor_pid": int(survivor),
-                        "claimed_s": float(claimed_at) - killed_at,
-                        "resumed_s": float(resumed_at) - killed_at,
-                    }
-                )
-                print(
-                    f"round {n + 1}: killed {victim.pid}, claimed after {rounds[-1]['claimed_s']:.3f}s, "
-                    f"resumed on {survivor} after {rounds[-1]['resumed_s']:.3f}s",
-                    flush=True,
-                )
-                replacement = cluster.spawn(1, lease=args.lease)
-                await cluster.ready(replacement)
-            return rounds
-        finally:
-            await cluster.close()
+                    print(
+                        f"round {n + 1}: killed {victim.pid}, claimed after {rounds[-1]['claimed_s']:.3f}s, "
+                        f"resumed on {survivor} after {rounds[-1]['resumed_s']:.3f}s",
+                        flush=True,
+                    )
+                    replacement = cluster.spawn(1, lease=args.lease)
+                    await cluster.ready(replacement)
+                return rounds
+            finally:
+                await cluster.close()
 
 
 def summarise(rounds: list[dict[str, Any]], lease: float) -> dict[str, Any]:
