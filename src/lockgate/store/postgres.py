@@ -191,7 +191,7 @@ class _LoneTx(PostgresTx):
 
     async def expect(self, name: str, params: Mapping[str, Any]) -> bool:
         self._hold(name, params, True)
-        return True  # checked once it has run: if it changed no row, the op runs again, guarded
+        return True  # checked once it has run: if it changed no row, the op runs again in a transaction
 
     async def execute_many(self, name: str, params: Sequence[Mapping[str, Any]]) -> None:
         raise _NotLone()
@@ -530,13 +530,10 @@ class PostgresStore(Store):
         try:
             async with _discarding_stale_plans(conn):
                 outcomes = None
-                try:
-                    if len(batch) == 1 and runs_lone(batch[0][0].op):
-                        outcomes = await self._lone(conn, batch[0][0])
-                    if outcomes is None and _PIPELINES:
-                        outcomes = await self._optimistic(conn, batch, state)
-                except _Unmet:
-                    outcomes = None
+                if len(batch) == 1 and runs_lone(batch[0][0].op):
+                    outcomes = await self._lone(conn, batch[0][0])
+                if outcomes is None and _PIPELINES:
+                    outcomes = await self._optimistic(conn, batch, state)
                 if outcomes is None:
                     outcomes = await self._guarded(conn, batch, state)
                 return outcomes
@@ -556,9 +553,9 @@ class PostgresStore(Store):
     async def _lone(self, conn: _Conn, call: Call) -> list[tuple[bool, Any]] | None:
         """Run a lone call whose one write is repeatable in autocommit; ``None`` when it must run in a transaction.
 
-        ``_Unmet`` when its ``expect`` changed no row (so nothing was written): the op runs
-        again, guarded, and learns ``False``. A lost answer leaves the attempt uncommitted in
-        the writer's eyes, so the batch runs again; the write being repeatable, that is safe.
+        That includes an ``expect`` that changed no row (nothing was written): in a transaction
+        the op learns ``False``. A lost answer leaves the attempt uncommitted in the writer's
+        eyes, so the batch runs again; the write being repeatable, that is safe.
         """
         tx = _LoneTx(conn, self._queries, self._lone_writes)
         try:
@@ -578,7 +575,7 @@ class PostgresStore(Store):
                     raise
                 return None  # refused by the server, in its own transaction: nothing was written
             if expect and cursor.rowcount < 1:
-                raise _Unmet()
+                return None
         return [(True, value)]
 
     async def _optimistic(
