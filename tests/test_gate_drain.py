@@ -132,9 +132,16 @@ async def test_held_and_unheld_rows_in_one_chunk_are_decided_in_order(env_factor
         assert outcomes == expected
 
 
-async def test_a_row_cancelled_before_its_chunk_is_not_admitted(env_factory: Any) -> None:
+async def test_a_row_cancelled_before_its_chunk_is_not_admitted(env_factory: Any, monkeypatch: Any) -> None:
     async with env_factory(make_app()) as env:
         e = env.engine
+
+        async def held_elsewhere() -> bool:
+            return False
+
+        # Only the tick below drains: woken by the unpause, the background drainer could otherwise
+        # admit the backlog before the cancellation is written (as if another replica held the lease).
+        monkeypatch.setattr(e.drainer, "_hold_lease", held_elsewhere)
         await e.pause("plain")
         handles = [await e.start("plain", {"n": i}) for i in range(5)]
         await e.unpause("plain")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import re
 from collections.abc import AsyncIterator, Callable, Iterator
@@ -413,14 +414,136 @@ async def test_a_step_entry_with_more_to_write_goes_in_a_transaction(pg_url: str
 
 
 @pytest.mark.parametrize("deliver", [False, True], ids=["never-reached", "answer-lost"])
+@pytest.mark.parametrize("earlier", [0, 3], ids=["first-on-its-connection", "prepared"])
 async def test_a_step_entry_whose_connection_drops_is_written_once(
-    pg_url: str, proxy: PgProxy, opened: Any, deliver: bool
+    pg_url: str, proxy: PgProxy, opened: Any, deliver: bool, earlier: int
 ) -> None:
     store = await opened(proxy.url(pg_url))
     fence = await held_run(store)
-    proxy.cut_when(b"lockgate_journal", deliver=deliver)  # with deliver, it committed: running it again is harmless
+    for i in range(earlier):  # from its second run on a connection, the statement goes by its prepared name
+        await store.write(ops.record_entry, fence, {**ENTRY, "step_key": f"e#{i}", "seq": i + 2}, 2.0)
+    # With deliver, it committed: running it again is harmless.
+    proxy.cut_when(b"lockgate_direct" if earlier else b"lockgate_journal", deliver=deliver)
     await store.write(ops.record_entry, fence, ENTRY, 2.0)
     assert proxy.cuts == 1
+    assert ("r1", "s#1", "completed", "1") in await journal(pg_url)
+    assert len(await journal(pg_url)) == earlier + 1
+
+
+async def test_a_step_entry_keeps_every_value_exactly(pg_url: str, opened: Any) -> None:
+    """Sent in text form through libpq, each value reads back as psycopg would have written it."""
+    store = await opened(pg_url)
+    fence = await held_run(store)
+    odd = "quote ' double \" backslash \\ percent %% %(x)s $1 tab\t newline\n é 漢字 🙂"
+    entries = [
+        {**ENTRY, "step_key": f"v#{i}", "seq": i, "output": output, "error_message": message, "due_at": due}
+        for i, (output, message, due) in enumerate(
+            [
+                (odd, None, 1e300),
+                ("", "", -0.0),
+                (None, odd, 0.1 + 0.2),
+                ('{"a": [1, 2.5, null]}', "x" * 10_000, float("inf")),
+                ("last", None, 1733212345.123456),
+            ]
+        )
+    ]
+    for entry in entries:
+        await store.write(ops.record_entry, fence, entry, 2.0)
+    rows = {r["step_key"]: r for r in await store.read(ops.load_journal, "r1")}
+    for entry in entries:
+        row = rows[entry["step_key"]]
+        assert (row["output"], row["error_message"], row["due_at"], row["seq"]) == (
+            entry["output"],
+            entry["error_message"],
+            entry["due_at"],
+            entry["seq"],
+        )
+
+
+async def test_a_step_entry_with_a_nul_is_refused_and_nothing_is_written(pg_url: str, opened: Any) -> None:
+    store = await opened(pg_url)
+    fence = await held_run(store)
+    for _ in range(3):  # on a first run and on a prepared one alike
+        with pytest.raises(StoreError, match="NUL"):
+            await store.write(ops.record_entry, fence, {**ENTRY, "error_message": "a\x00b"}, 2.0)
+    assert await journal(pg_url) == []
+    await store.write(ops.record_entry, fence, ENTRY, 2.0)
+    assert await journal(pg_url) == [("r1", "s#1", "completed", "1")]
+
+
+@contextlib.asynccontextmanager
+async def run_row_locked(url: str, run_id: str = "r1") -> AsyncIterator[None]:
+    """Hold ``run_id``'s row locked from another session: a journal write for it waits until the block ends."""
+    async with await psycopg.AsyncConnection.connect(url) as conn:
+        await conn.execute("SELECT 1 FROM lockgate_runs WHERE id = %s FOR UPDATE", (run_id,))
+        yield
+        await conn.rollback()
+
+
+async def waiting_on_a_lock(url: str) -> bool:
+    async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
+        cursor = await conn.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'"
+        )
+        row = await cursor.fetchone()
+        return row is not None and row[0] > 0
+
+
+async def wait_until_blocked(url: str) -> None:
+    for _ in range(500):
+        if await waiting_on_a_lock(url):
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError("the journal write never reached the server")
+
+
+async def test_writes_queued_behind_a_step_entry_in_flight_are_committed_together_after_it(
+    pg_url: str, opened: Any
+) -> None:
+    store = await opened(pg_url)
+    fence = await held_run(store)
+    before = store.commits
+    async with run_row_locked(pg_url):
+        entry = asyncio.ensure_future(store.write(ops.record_entry, fence, ENTRY, 2.0))
+        await wait_until_blocked(pg_url)
+        queued = asyncio.gather(*(store.write(ops.create_run, run_row(f"q{i}"), 1.0) for i in range(3)))
+        await asyncio.sleep(0.05)
+        assert not entry.done() and not queued.done()
+    await asyncio.wait_for(asyncio.gather(entry, queued), 10)
+    assert store.commits == before + 2  # the entry alone, then the three in one transaction
+    assert await count_runs(pg_url) == 4
+    assert await journal(pg_url) == [("r1", "s#1", "completed", "1")]
+
+
+async def test_a_step_entry_whose_caller_is_cancelled_leaves_the_writer_sound(pg_url: str, opened: Any) -> None:
+    store = await opened(pg_url)
+    fence = await held_run(store)
+    async with run_row_locked(pg_url):
+        entry = asyncio.ensure_future(store.write(ops.record_entry, fence, ENTRY, 2.0))
+        await wait_until_blocked(pg_url)
+        entry.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await entry
+        later = asyncio.ensure_future(store.write(ops.create_run, run_row("r2"), 1.0))
+        await asyncio.sleep(0.05)
+        assert not later.done()  # the connection still owes the cancelled statement's answer
+    await asyncio.wait_for(later, 10)
+    await store.write(ops.record_entry, fence, {**ENTRY, "step_key": "s#2", "seq": 2}, 3.0)
+    # The statement was out when its caller left: it committed, as a queued write would have.
+    assert [key for _, key, _, _ in await journal(pg_url)] == ["s#1", "s#2"]
+    assert await count_runs(pg_url) == 2
+
+
+async def test_closing_waits_for_a_step_entry_in_flight(pg_url: str, opened: Any) -> None:
+    store = await opened(pg_url)
+    fence = await held_run(store)
+    async with run_row_locked(pg_url):
+        entry = asyncio.ensure_future(store.write(ops.record_entry, fence, ENTRY, 2.0))
+        await wait_until_blocked(pg_url)
+        closing = asyncio.ensure_future(store.close())
+        await asyncio.sleep(0.05)
+        assert not closing.done()
+    await asyncio.wait_for(asyncio.gather(entry, closing), 10)
     assert await journal(pg_url) == [("r1", "s#1", "completed", "1")]
 
 

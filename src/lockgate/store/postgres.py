@@ -9,7 +9,9 @@ reads. If any op refuses or any statement fails, the attempt is rolled back and 
 batch runs again op by op, each under its own savepoint, so one refusal undoes only
 itself. A batch of one op marked ``lone`` whose one write is a repeatable statement (a
 step's journal entry) skips the transaction: the statement runs in autocommit, in one
-round trip. Reads run in autocommit on a small pool of connections and see committed data.
+round trip, straight through libpq (``store/direct.py``). When nothing is queued and the
+writer is idle, its caller runs it so itself, without waking the writer task. Reads run
+in autocommit on a small pool of connections and see committed data.
 
 A lost connection never loses an acknowledged write and never hangs a caller: while
 COMMIT has not been sent, the batch is re-run on a fresh connection (a few times, with
@@ -38,6 +40,7 @@ from psycopg_pool import AsyncConnectionPool, PoolTimeout
 from ..errors import StoreError
 from .base import Op, Row, Store, Tx
 from .coalesce import Call, run_calls, runs_lone
+from .direct import DirectStatement, Unsupported
 from .multirow import multirow
 from .sql_files import load_queries, migrations, repeatable_queries
 
@@ -172,15 +175,15 @@ class _LoneTx(PostgresTx):
     read, a wake-up) raises ``_NotLone`` before a byte is sent, and the batch goes the usual way.
     """
 
-    def __init__(self, conn: _Conn, queries: dict[str, str], writes: frozenset[str]) -> None:
+    def __init__(self, conn: _Conn, queries: dict[str, str], writes: Mapping[str, DirectStatement]) -> None:
         super().__init__(conn, queries)
         self._writes = writes
-        self.held: tuple[str, Mapping[str, Any], bool] | None = None  # (sql, params, whether it is an expect)
+        self.held: tuple[str, Mapping[str, Any], bool] | None = None  # (query, params, whether it is an expect)
 
     def _hold(self, name: str, params: Mapping[str, Any], expect: bool) -> None:
         if self.held is not None or name not in self._writes:
             raise _NotLone()
-        self.held = (self._sql(name), params, expect)
+        self.held = (name, params, expect)
 
     async def send(self, sql: str, params: Mapping[str, Any] | Sequence[Any] | None = None) -> None:
         raise _NotLone()
@@ -215,6 +218,12 @@ _TUPLES_OK = psycopg.pq.ExecStatus.TUPLES_OK
 _IDLE = psycopg.pq.TransactionStatus.IDLE
 _PIPELINE_OFF = psycopg.pq.PipelineStatus.OFF
 _PIPELINES = psycopg.AsyncPipeline.is_supported()  # libpq 14 or later; else every batch runs guarded
+
+
+def _idle(conn: _Conn) -> bool:
+    """Whether ``conn`` is open, out of any transaction and statement, and out of pipeline mode."""
+    pgconn = conn.pgconn
+    return not conn.closed and pgconn.transaction_status == _IDLE and pgconn.pipeline_status == _PIPELINE_OFF
 
 
 def _silent(queries: Mapping[str, str]) -> frozenset[str]:
@@ -273,11 +282,18 @@ class PostgresStore(Store):
         self._where = _redact(urlunsplit((parts.scheme, parts.netloc, parts.path, "", "")))
         self._queries = load_queries("postgres")
         self._silent = _silent(self._queries)
-        self._lone_writes = frozenset(
-            name for name in repeatable_queries("postgres") if "RETURNING" not in self._queries[name].upper()
-        )
+        self._lone_writes = {
+            name: DirectStatement(name, self._queries[name])
+            for name in repeatable_queries("postgres")
+            if "RETURNING" not in self._queries[name].upper()
+        }
         self._conn: _Conn | None = None  # the writer's own
         self._writing = False  # whether a batch is using it
+        self._held = False  # whether it is spoken for: a batch is being committed, or a lone write runs on it
+        self._crowded = False  # whether writes queued up while the last commit was in flight
+        self._finisher: asyncio.Task[None] | None = None  # reads a cancelled lone write's answer
+        self._lone_done = asyncio.Event()  # clear while a caller runs a lone write on it
+        self._lone_done.set()
         self._pool: AsyncConnectionPool[_Conn] | None = None
         self._queue: list[tuple[Call, asyncio.Future[Any] | None]] = []
         self._work: asyncio.Event | None = None
@@ -357,6 +373,7 @@ class PostgresStore(Store):
         with contextlib.suppress(Exception):
             await self._enqueue(Call(_noop, (), {}))  # resolves once everything queued before it is committed
         self._closing = True
+        await self._lone_done.wait()  # a lone write its caller started after the last queued one
         for task in (self._writer, self._listener):
             if task is not None:
                 task.cancel()
@@ -378,7 +395,57 @@ class PostgresStore(Store):
 
     async def write(self, op: Op[P, T], /, *args: P.args, **kwargs: P.kwargs) -> T:
         self._require()
-        return await self._enqueue(Call(op, args, kwargs))  # type: ignore[no-any-return]
+        call = Call(op, args, kwargs)
+        if not self._queue and not self._held and not self._crowded and runs_lone(op):
+            conn = self._conn
+            if conn is not None and not self._down and _idle(conn):
+                outcome = await self._lone_here(conn, call)
+                if outcome is not None:
+                    return outcome[1]  # type: ignore[no-any-return]
+        return await self._enqueue(call)  # type: ignore[no-any-return]
+
+    async def _lone_here(self, conn: _Conn, call: Call) -> tuple[bool, Any] | None:
+        """Run a lone call on the idle writer's connection from its caller's own task; ``None``: queue it.
+
+        The writer would take it alone anyway (nothing is queued), and this saves two hops
+        through the event loop. Not while writes crowd in (some queued up during the last
+        commit): the writer, woken a moment later, would have taken more than this one.
+        Whatever goes wrong here, the call is queued and the writer, with its reconnection
+        and retries, decides: a lone write is repeatable.
+        """
+        self._held = self._writing = True
+        self._lone_done.clear()
+        try:
+            outcomes = await self._lone(conn, call)
+        except asyncio.CancelledError:
+            # The caller is gone with the statement out: its answer is read before anyone else uses the connection.
+            self._finisher = asyncio.get_running_loop().create_task(self._finish_lone(conn))
+            raise
+        except Exception as exc:
+            if isinstance(exc, psycopg.OperationalError) or not _idle(conn):
+                await self._drop_writer_connection()
+            outcomes = None
+        self._release_lone()
+        if outcomes is None:
+            return None
+        self.commits += 1
+        return outcomes[0]
+
+    async def _finish_lone(self, conn: _Conn) -> None:
+        try:
+            if not _idle(conn):
+                await DirectStatement.finish(conn)
+        except Exception:
+            await self._drop_writer_connection()
+        finally:
+            self._release_lone()
+
+    def _release_lone(self) -> None:
+        self._held = self._writing = False
+        self._crowded = bool(self._queue)
+        self._lone_done.set()
+        if self._queue and self._work is not None:
+            self._work.set()
 
     def write_nowait(self, op: Op[P, Any], /, *args: P.args, **kwargs: P.kwargs) -> None:
         if self._pool is None or self._closing or self._work is None:
@@ -398,8 +465,9 @@ class PostgresStore(Store):
         while True:
             await self._work.wait()
             self._work.clear()
-            while self._queue:
+            while self._queue and not self._held:  # a lone write running inline sets the event when it is done
                 batch, self._queue = self._queue, []
+                self._held = True
                 try:
                     await self._commit(batch)
                 except asyncio.CancelledError:
@@ -408,6 +476,9 @@ class PostgresStore(Store):
                 except Exception as exc:  # the writer must outlive any one batch
                     log.exception("PostgreSQL group commit failed")
                     _fail(batch, StoreError(f"PostgreSQL commit failed: {exc}"))
+                finally:
+                    self._held = False
+                    self._crowded = bool(self._queue)
 
     async def _commit(self, batch: list[tuple[Call, asyncio.Future[Any] | None]]) -> None:
         """Run ``batch`` in one transaction and settle each future with its op's outcome."""
@@ -496,7 +567,7 @@ class PostgresStore(Store):
         """The writer's connection, connected again when the last one broke."""
         conn = self._conn
         if conn is not None and not conn.closed:
-            if conn.info.transaction_status == _IDLE and conn.pgconn.pipeline_status == _PIPELINE_OFF:
+            if _idle(conn):
                 return conn
             await self._drop_writer_connection()  # left mid-transaction by a failure: start afresh
         self._conn = None
@@ -565,16 +636,20 @@ class PostgresStore(Store):
         except BaseException:  # not lone, or refused before writing (Fenced is a BaseException): the usual way decides
             return None
         if tx.held is not None:
-            sql, params, expect = tx.held
+            name, params, expect = tx.held
+            statement = self._lone_writes[name]
             try:
-                cursor = await conn.execute(sql, params)
+                try:
+                    changed = await statement.run(conn, params)
+                except Unsupported:
+                    changed = (await conn.execute(self._queries[name], params)).rowcount
             except psycopg.OperationalError:
                 raise
             except psycopg.Error as exc:
                 if _is_stale_plan(exc):
                     raise
                 return None  # refused by the server, in its own transaction: nothing was written
-            if expect and cursor.rowcount < 1:
+            if expect and changed < 1:
                 return None
         return [(True, value)]
 

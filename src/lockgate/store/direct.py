@@ -1,0 +1,151 @@
+"""One PostgreSQL statement run straight through libpq: a repeatable write in one round trip.
+
+A step's journal entry is one statement committed on its own, as often as the workflow
+has steps, so the client's work around that round trip is most of what a step costs
+beyond the server's. psycopg's asyncio cursor spends about twice the CPU of its blocking
+loop on each such statement (a cursor, a transformer, the query's conversion, two waits
+with their timers). This path sends the statement through psycopg's own libpq binding
+(``psycopg.pq``) on a connection it does not otherwise touch while the statement runs,
+prepared once per connection, with parameters in text form, and waits for one answer
+with a single reader on the event loop.
+
+It takes only what it can send exactly as psycopg would: ``None``, ``str`` (without NUL,
+which libpq cannot carry in text form), ``int`` and ``float``. Anything else is refused
+with ``Unsupported`` before a byte is sent, and the caller goes through psycopg.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import weakref
+from collections.abc import Mapping
+from typing import Any
+
+import psycopg
+from psycopg import pq
+
+__all__ = ["DirectStatement", "Unsupported", "numbered"]
+
+_NAMED = re.compile(r"%\(([A-Za-z_][A-Za-z0-9_]*)\)s")
+_DONE = (pq.ExecStatus.COMMAND_OK, pq.ExecStatus.TUPLES_OK)
+
+
+def numbered(sql: str) -> tuple[str, list[str]]:
+    """``sql`` with its ``%(name)s`` parameters as the server's ``$n``, and the names in that order.
+
+    A name used twice is one parameter; psycopg's escape for a literal ``%`` is undone.
+    """
+    names: list[str] = []
+
+    def number(match: re.Match[str]) -> str:
+        if match[1] not in names:
+            names.append(match[1])
+        return f"${names.index(match[1]) + 1}"
+
+    return _NAMED.sub(number, sql).replace("%%", "%"), names
+
+
+class Unsupported(Exception):
+    """A parameter the direct path does not send (its type, or a NUL in text): go through psycopg."""
+
+
+class DirectStatement:
+    """The named query ``name`` ready to run through libpq on any connection.
+
+    On a connection it first runs as an unnamed statement (one round trip, as psycopg's
+    first runs are); from its second run there it is prepared under its own name, which
+    psycopg's own prepared statements (``_pg3_*``) never take.
+    """
+
+    def __init__(self, name: str, sql: str) -> None:
+        text, self.names = numbered(sql)
+        self._text = text.encode()
+        self._name = f"lockgate_direct_{name}".encode()
+        # Per connection: [whether the statement is prepared there, the connection's Python encoding].
+        self._seen: weakref.WeakKeyDictionary[Any, list[Any]] = weakref.WeakKeyDictionary()
+
+    def _values(self, params: Mapping[str, Any], encoding: str) -> list[bytes | None]:
+        out: list[bytes | None] = []
+        for name in self.names:
+            value = params[name]
+            if value is None:
+                out.append(None)
+            elif type(value) is str:
+                if "\x00" in value:
+                    raise Unsupported(name)
+                out.append(value.encode(encoding))
+            elif type(value) is int or type(value) is float:  # not bool: psycopg sends that as a boolean
+                out.append(repr(value).encode())
+            else:
+                raise Unsupported(name)
+        return out
+
+    async def run(self, conn: psycopg.AsyncConnection[Any], params: Mapping[str, Any]) -> int:
+        """Run on ``conn`` (idle, in autocommit, used by no one else meanwhile); the rows it changed.
+
+        ``Unsupported`` for a parameter this path does not carry, before anything is sent. A
+        refusal by the server raises its psycopg error, after which the connection is idle
+        again; a failure of the connection raises ``psycopg.OperationalError``. Cancelled
+        while the statement is out, the connection is left with an answer to read: call
+        ``finish`` before anything else uses it.
+        """
+        pgconn = conn.pgconn
+        seen = self._seen.get(conn)
+        if seen is None:
+            encoding = conn.info.encoding
+            values = self._values(params, encoding)
+            self._seen[conn] = [False, encoding]
+            pgconn.send_query_params(self._text, values)
+            return await self.finish(conn)
+        values = self._values(params, seen[1])
+        if not seen[0]:
+            seen[0] = True  # so even if its caller is cancelled, and the answer read by ``finish``
+            pgconn.send_prepare(self._name, self._text)
+            try:
+                await self.finish(conn)
+            except psycopg.Error:
+                seen[0] = False
+                raise
+        pgconn.send_query_prepared(self._name, values)
+        return await self.finish(conn)
+
+    @staticmethod
+    async def finish(conn: psycopg.AsyncConnection[Any]) -> int:
+        """Send what is left of the statement and read its answer; the rows it changed."""
+        pgconn = conn.pgconn
+        loop = asyncio.get_running_loop()
+        fileno = pgconn.socket
+        while pgconn.flush():  # a few bytes: nearly always sent at once
+            await _ready(loop.add_writer, loop.remove_writer, fileno)
+        while True:
+            pgconn.consume_input()
+            if not pgconn.is_busy():
+                break
+            await _ready(loop.add_reader, loop.remove_reader, fileno)
+        result = pgconn.get_result()
+        while pgconn.get_result() is not None:  # the end of this statement's answers
+            pass
+        if result is None:
+            raise psycopg.OperationalError("the server sent no answer to the statement")
+        if result.status not in _DONE:
+            encoding = conn.info.encoding
+            if pgconn.status == pq.ConnStatus.BAD:
+                raise psycopg.OperationalError(result.get_error_message(encoding))
+            raise psycopg.errors.error_from_result(result, encoding=encoding)
+        return int(result.command_tuples or 0)
+
+
+async def _ready(add: Any, remove: Any, fileno: int) -> None:
+    """Wait until ``fileno`` is ready (``add``/``remove``: the loop's reader or writer calls)."""
+    future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+    add(fileno, _wake, future)
+    try:
+        await future
+    finally:
+        remove(fileno)
+
+
+def _wake(future: asyncio.Future[None]) -> None:
+    if not future.done():
+        future.set_result(None)
