@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import re
 from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any
 
@@ -14,6 +13,7 @@ import pytest
 
 from lockgate.errors import StoreError
 from lockgate.store import Tx, open_store, ops
+from lockgate.store.direct import numbered
 from lockgate.store.postgres import PostgresStore, PostgresTx
 from lockgate.store.sql_files import load_queries, migrations, repeatable_queries
 
@@ -567,14 +567,7 @@ async def test_a_runs_own_writes_find_it_by_id_however_many_runs_are_in_flight(p
     async with await psycopg.AsyncConnection.connect(pg_url, autocommit=True) as conn:
         await conn.execute("SET plan_cache_mode = force_generic_plan")
         for name in ("upsert_journal", "finish_run_plain", "finish_run", "fence_touch", "release_run"):
-            names: list[str] = []
-
-            def number(match: re.Match[str], names: list[str] = names) -> str:
-                if match[1] not in names:
-                    names.append(match[1])
-                return f"${names.index(match[1]) + 1}"
-
-            sql = re.sub(r"%\((\w+)\)s", number, queries[name])
+            sql, names = numbered(queries[name])
             await conn.execute(f"PREPARE p_{name} AS {sql}")
             cursor = await conn.execute(f"EXPLAIN (FORMAT JSON) EXECUTE p_{name}({', '.join(['NULL'] * len(names))})")
             row = await cursor.fetchone()
