@@ -515,6 +515,16 @@ async def test_writes_queued_behind_a_step_entry_in_flight_are_committed_togethe
     assert await journal(pg_url) == [("r1", "s#1", "completed", "1")]
 
 
+async def test_a_burst_of_step_entries_shares_its_commits(pg_url: str, opened: Any) -> None:
+    store = await opened(pg_url)
+    fences = [await held_run(store, f"r{i}") for i in range(10)]
+    before = store.commits
+    await asyncio.gather(*(store.write(ops.record_entry, fence, ENTRY, 2.0) for fence in fences))
+    # The first may go at once on its own; the others queue behind it and share one transaction.
+    assert store.commits - before <= 2
+    assert len(await journal(pg_url)) == 10
+
+
 async def test_a_step_entry_whose_caller_is_cancelled_leaves_the_writer_sound(pg_url: str, opened: Any) -> None:
     store = await opened(pg_url)
     fence = await held_run(store)
