@@ -150,3 +150,26 @@ async def test_a_row_cancelled_before_its_chunk_is_not_admitted(env_factory: Any
         assert len(await runs(e, "plain")) == 4
         outcomes = [r["outcome"] for r in await ledger_rows(e, handles[2].ticket)]
         assert outcomes == ["queued", "released", "cancelled"]
+
+
+async def test_rows_waiting_for_a_slot_take_freed_slots_in_arrival_order(env_factory: Any) -> None:
+    """Freed slots go to the rows waiting for them, first come first served, each with its slot row."""
+    async with env_factory(make_app()) as env:
+        e = env.engine
+        handles = [await e.start("conc", {"n": i, "hold": True}) for i in range(8)]
+        await env.settle()
+        assert [h.status for h in handles] == ["started"] * 3 + ["queued"] * 5
+        for h in handles[:2]:
+            assert h.run_id is not None
+            await e.signal(h.run_id, "go", {})
+        await env.settle()
+        await e.drainer.tick()
+        await env.settle()
+        admitted = [r for r in await _drain_rows(env) if r["outcome"] == "admitted"]
+        assert [r["ticket"] for r in admitted] == [h.ticket for h in handles[3:5]]
+        live = {r.id for r in await runs(e, "conc") if r.status == "running"}
+        assert len(live) == 3
+        slots = await sql(env.store_url, "SELECT run_id, scope, key FROM lockgate_slots ORDER BY run_id")
+        assert {s["run_id"] for s in slots} == live
+        assert {(s["scope"], s["key"]) for s in slots} == {("wf:conc", "")}
+        assert [r["mode"] for r in await pending_rows(env.store_url)] == ["concurrency"] * 3

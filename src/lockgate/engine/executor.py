@@ -214,7 +214,9 @@ class Execution(Context):
         self._tripwire(parked=False)
         output = encode(value, self.defn.result_type)
         try:
-            stopped = await self._store.write(ops.finish_run, self.fence, now, status="succeeded", output=output)
+            stopped = await self._store.write(
+                ops.finish_run, self.fence, now, status="succeeded", output=output, plain=self._plain("succeeded")
+            )
         except ops.Fenced:
             return
         self._engine.after_finish(self.run_id, stopped, self._ended("succeeded", output, None, None))
@@ -237,6 +239,7 @@ class Execution(Context):
                     "error_message": message,
                     "reason": "failure" if status == "suspended" else None,
                 },
+                plain=self._plain(status),
             )
         except ops.Fenced:
             return
@@ -244,6 +247,10 @@ class Execution(Context):
             # there is no on_failure for an on_failure: the log is where a failing handler is seen
             log.error("failure handler %s (run %s) failed: %s: %s", self.defn.name, self.run_id, tag, message)
         self._engine.after_finish(self.run_id, stopped, self._ended(status, None, tag, message))
+
+    def _plain(self, status: str) -> bool:
+        children = any(entry.get("kind") == "child" for entry in self._journal.values())
+        return ops.ends_plainly(self.row, status, started_children=children)
 
     def _ended(self, status: str, output: str | None, tag: str | None, message: str | None) -> Row:
         """The outcome columns of the row ``finish_run`` just wrote (what a result waiter needs)."""

@@ -496,16 +496,20 @@ async def _key_pause(tx: Tx, o: Offer, now: float) -> Decision | None:
 
 
 def _flow_keys(o: Offer) -> list[str]:
-    """The flow-control keys an offer competes under (a key pause on any of them holds it)."""
-    keys = []
-    if o.plan.concurrency is not None:
-        keys.append(o.keys.get("concurrency", "") or o.plan.concurrency_scope)
-        if o.plan.concurrency.pool:
-            keys.append(o.plan.concurrency.pool)
-    for w in o.plan.windows:
+    return flow_keys(o.plan, o.keys)
+
+
+def flow_keys(plan: GatePlan, keys: dict[str, str]) -> list[str]:
+    """The flow-control keys a start with control ``keys`` competes under (a key pause on any of them holds it)."""
+    found = []
+    if plan.concurrency is not None:
+        found.append(keys.get("concurrency", "") or plan.concurrency_scope)
+        if plan.concurrency.pool:
+            found.append(plan.concurrency.pool)
+    for w in plan.windows:
         if w.kind == "throttle":
-            keys.append(o.keys.get(w.name, "") or w.scope)
-    return [k for k in dict.fromkeys(keys) if k]
+            found.append(keys.get(w.name, "") or w.scope)
+    return [k for k in dict.fromkeys(found) if k]
 
 
 async def _throttle(tx: Tx, o: Offer, now: float) -> Decision | None:

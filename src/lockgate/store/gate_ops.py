@@ -220,13 +220,18 @@ def run_columns(template: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-async def admit_parked(tx: Tx, admitted: list[tuple[Row, dict[str, Any]]], now: float) -> list[str]:
-    """Admit parked rows no control holds, with one statement per table; their new run ids, in order.
+Slot = tuple[str, str]
+"""A concurrency slot's ``(scope, key)``."""
 
-    Each row comes with its workflow's ``run_columns``. It is written as ``pipeline._admit``
-    writes one start: a run (a fresh id as its identity, so no run can already hold it), its
-    ``run-started`` event, the row's ``drain`` ledger row (in the order given), and the row
-    deleted. Refuses when a row is no longer parked.
+
+async def admit_parked(tx: Tx, admitted: list[tuple[Row, dict[str, Any], Slot | None]], now: float) -> list[str]:
+    """Admit parked rows no control holds (but a slot, checked to have room), with one statement per table.
+
+    Each row comes with its workflow's ``run_columns`` and the slot its run takes, if any.
+    It is written as ``pipeline._admit`` writes one start: a run (a fresh id as its identity,
+    so no run can already hold it) with its slot, its ``run-started`` event, the row's
+    ``drain`` ledger row (in the order given), and the row deleted. Returns the new run ids,
+    in order; refuses when a row is no longer parked.
     """
     from .ops import started_data  # ops imports this module: a module-level import would be circular
 
@@ -235,9 +240,13 @@ async def admit_parked(tx: Tx, admitted: list[tuple[Row, dict[str, Any]]], now: 
     run_ids = [new_id("run") for _ in admitted]
     entries: list[list[str]] = []
     workflows: dict[str, tuple[dict[str, Any], list[list[str]]]] = {}
-    for (row, columns), run_id in zip(admitted, run_ids, strict=True):
+    slots = False
+    for (row, columns, slot), run_id in zip(admitted, run_ids, strict=True):
         name = columns["workflow"]
         entry = [row["id"], run_id, started_data(name, row["ticket"], None)]
+        if slot is not None:
+            entry += slot
+            slots = True
         entries.append(entry)
         workflows.setdefault(name, (columns, []))[1].append(entry)
     encoded = json.dumps(entries)
@@ -245,6 +254,8 @@ async def admit_parked(tx: Tx, admitted: list[tuple[Row, dict[str, Any]]], now: 
         mine = encoded if len(workflows) == 1 else json.dumps(own)
         await tx.execute("admit_parked_runs", {**columns, "admitted": mine, "now": now})
     params = {"admitted": encoded, "now": now}
+    if slots:
+        await tx.execute("admit_parked_slots", params)
     await tx.execute("admit_parked_events", params)
     await tx.execute("admit_parked_ledger", params)
     if len(await tx.execute("admit_parked_delete", {"admitted": encoded})) != len(admitted):

@@ -311,8 +311,13 @@ async def finish_run(
     error_tag: str | None = None,
     error_message: str | None = None,
     event: dict[str, Any] | None = None,
+    plain: bool = True,
 ) -> list[str]:
-    """End a held run; returns the ids of children closed with it (to stop locally)."""
+    """End a held run; returns the ids of children closed with it (to stop locally).
+
+    ``plain=False`` when the caller knows the end asks more (see ``ends_plainly``): the
+    plain attempt, which would change no row, is skipped.
+    """
     params = {
         **fence.params(),
         "now": now,
@@ -322,7 +327,7 @@ async def finish_run(
         "error_message": error_message,
     }
     data = event or _error_data(error_tag, error_message)
-    if await tx.expect("finish_run_plain", params):  # the common end: nothing else to see to, no rows to read
+    if plain and await tx.expect("finish_run_plain", params):  # the common end: nothing else, no rows to read
         await add_event(tx, fence.run_id, f"run-{status}", now, data)
         return []
     rows = await tx.execute("finish_run", params)
@@ -332,6 +337,21 @@ async def finish_run(
     if status in TERMINAL:
         return await _closed(tx, rows[0], now, status, error_tag, error_message)
     return []
+
+
+def ends_plainly(row: Row, status: str, *, started_children: bool) -> bool:
+    """Whether ending the claimed ``row`` with ``status`` asks nothing more (``finish_run_plain``'s terms).
+
+    No slot to free, no parent to wake, no failure report, and no child started (one that
+    is still open would be closed with it). A wrong guess costs time, not correctness: a
+    plain attempt that changes no row goes the full way.
+    """
+    return (
+        row.get("slot_scope") is None
+        and row.get("parent_id") is None
+        and not (status == "failed" and row.get("on_failure"))
+        and not started_children
+    )
 
 
 def _error_data(error_tag: str | None, error_message: str | None) -> dict[str, Any] | None:

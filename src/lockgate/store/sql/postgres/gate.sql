@@ -255,15 +255,17 @@ SELECT ticket, 'drain', workflow, 'paused', hold_key, 'released', 'unpaused', fo
 FROM lockgate_pending WHERE id IN (SELECT jsonb_array_elements_text(%(ids)s::jsonb)) ORDER BY priority DESC, seq;
 
 -- name: admit_parked_runs
--- %(admitted)s is a JSON list of [pending id, run id, ...], one per parked row of workflow %(workflow)s no
--- control holds; each becomes a run (its id is its identity, fresh: never spent) with the workflow's columns.
+-- %(admitted)s is a JSON list of [pending id, run id, data, slot scope, slot key], one per parked row of
+-- workflow %(workflow)s no control holds but a concurrency slot it has room for (scope and key, else absent);
+-- each becomes a run (its id is its identity, fresh: never spent) with the workflow's columns.
 INSERT INTO lockgate_runs (id, workflow, identity, idempotency_key, status, payload, version, patches,
     parent_id, parent_close, retry_of, ticket, recording, created_at, updated_at, progress_at, wake_at,
     singleton_key, deadline_at, on_failure, slot_scope, slot_key, owner, lease_until, epoch, entered_at, entries)
 SELECT a.value ->> 1, %(workflow)s::text, a.value ->> 1, p.idempotency_key, 'running', p.payload,
     %(version)s::text, %(patches)s::text, NULL, NULL, p.retry_of, p.ticket, %(recording)s::text,
     %(now)s::double precision, %(now)s::double precision, %(now)s::double precision, %(now)s::double precision,
-    NULL, %(deadline_at)s::double precision, %(on_failure)s::text, NULL, NULL, NULL, NULL, 0, NULL, 0
+    NULL, %(deadline_at)s::double precision, %(on_failure)s::text, a.value ->> 3, a.value ->> 4, NULL, NULL, 0,
+    NULL, 0
 FROM json_array_elements(%(admitted)s::json) WITH ORDINALITY AS a(value, n)
 JOIN lockgate_pending p ON p.id = a.value ->> 0
 ORDER BY a.n;
@@ -273,6 +275,15 @@ ORDER BY a.n;
 INSERT INTO lockgate_run_events (run_id, type, at, data)
 SELECT a.value ->> 1, 'run-started', %(now)s::double precision, a.value ->> 2
 FROM json_array_elements(%(admitted)s::json) WITH ORDINALITY AS a(value, n)
+ORDER BY a.n;
+
+-- name: admit_parked_slots
+-- The slots the runs admitted with a slot scope and key take, as take_slot would.
+INSERT INTO lockgate_slots (run_id, scope, key, workflow, acquired_at, expires_at)
+SELECT r.id, a.value ->> 3, a.value ->> 4, r.workflow, %(now)s::double precision, r.deadline_at
+FROM json_array_elements(%(admitted)s::json) WITH ORDINALITY AS a(value, n)
+JOIN lockgate_runs r ON r.id = a.value ->> 1
+WHERE a.value ->> 3 IS NOT NULL
 ORDER BY a.n;
 
 -- name: admit_parked_ledger

@@ -258,14 +258,16 @@ SELECT ticket, 'drain', workflow, 'paused', hold_key, 'released', 'unpaused', fo
 FROM lockgate_pending WHERE id IN (SELECT value FROM json_each(:ids)) ORDER BY priority DESC, seq;
 
 -- name: admit_parked_runs
--- :admitted is a JSON list of [pending id, run id, ...], one per parked row of workflow :workflow no control
--- holds; each becomes a run (its id is its identity, fresh: never spent) with the workflow's columns.
+-- :admitted is a JSON list of [pending id, run id, data, slot scope, slot key], one per parked row of workflow
+-- :workflow no control holds but a concurrency slot it has room for (scope and key, else absent); each becomes
+-- a run (its id is its identity, fresh: never spent) with the workflow's columns.
 INSERT INTO lockgate_runs (id, workflow, identity, idempotency_key, status, payload, version, patches,
     parent_id, parent_close, retry_of, ticket, recording, created_at, updated_at, progress_at, wake_at,
     singleton_key, deadline_at, on_failure, slot_scope, slot_key, owner, lease_until, epoch, entered_at, entries)
 SELECT json_extract(a.value, '$[1]'), :workflow, json_extract(a.value, '$[1]'), p.idempotency_key, 'running',
     p.payload, :version, :patches, NULL, NULL, p.retry_of, p.ticket, :recording, :now, :now, :now, :now,
-    NULL, :deadline_at, :on_failure, NULL, NULL, NULL, NULL, 0, NULL, 0
+    NULL, :deadline_at, :on_failure, json_extract(a.value, '$[3]'), json_extract(a.value, '$[4]'), NULL, NULL, 0,
+    NULL, 0
 FROM json_each(:admitted) a JOIN lockgate_pending p ON p.id = json_extract(a.value, '$[0]')
 ORDER BY a.key;
 
@@ -274,6 +276,14 @@ ORDER BY a.key;
 INSERT INTO lockgate_run_events (run_id, type, at, data)
 SELECT json_extract(value, '$[1]'), 'run-started', :now, json_extract(value, '$[2]') FROM json_each(:admitted)
 ORDER BY key;
+
+-- name: admit_parked_slots
+-- The slots the runs admitted with a slot scope and key take, as take_slot would.
+INSERT INTO lockgate_slots (run_id, scope, key, workflow, acquired_at, expires_at)
+SELECT r.id, json_extract(a.value, '$[3]'), json_extract(a.value, '$[4]'), r.workflow, :now, r.deadline_at
+FROM json_each(:admitted) a JOIN lockgate_runs r ON r.id = json_extract(a.value, '$[1]')
+WHERE json_extract(a.value, '$[3]') IS NOT NULL
+ORDER BY a.key;
 
 -- name: admit_parked_ledger
 INSERT INTO lockgate_ledger (ticket, kind, workflow, control, key, outcome, reason, folded, waited, pending_id,
