@@ -489,10 +489,12 @@ async def waiting_on_a_lock(url: str) -> bool:
         return row is not None and row[0] > 0
 
 
-async def wait_until_blocked(url: str) -> None:
+async def blocked_entry(store: PostgresStore, fence: ops.Fence, url: str) -> asyncio.Future[None]:
+    """``ENTRY`` written for ``fence``'s run, once it waits at the server (inside ``run_row_locked``)."""
+    entry = asyncio.ensure_future(store.write(ops.record_entry, fence, ENTRY, 2.0))
     for _ in range(500):
         if await waiting_on_a_lock(url):
-            return
+            return entry
         await asyncio.sleep(0.01)
     raise AssertionError("the journal write never reached the server")
 
@@ -504,8 +506,7 @@ async def test_writes_queued_behind_a_step_entry_in_flight_are_committed_togethe
     fence = await held_run(store)
     before = store.commits
     async with run_row_locked(pg_url):
-        entry = asyncio.ensure_future(store.write(ops.record_entry, fence, ENTRY, 2.0))
-        await wait_until_blocked(pg_url)
+        entry = await blocked_entry(store, fence, pg_url)
         queued = asyncio.gather(*(store.write(ops.create_run, run_row(f"q{i}"), 1.0) for i in range(3)))
         await asyncio.sleep(0.05)
         assert not entry.done() and not queued.done()
@@ -529,8 +530,7 @@ async def test_a_step_entry_whose_caller_is_cancelled_leaves_the_writer_sound(pg
     store = await opened(pg_url)
     fence = await held_run(store)
     async with run_row_locked(pg_url):
-        entry = asyncio.ensure_future(store.write(ops.record_entry, fence, ENTRY, 2.0))
-        await wait_until_blocked(pg_url)
+        entry = await blocked_entry(store, fence, pg_url)
         entry.cancel()
         with pytest.raises(asyncio.CancelledError):
             await entry
@@ -548,8 +548,7 @@ async def test_closing_waits_for_a_step_entry_in_flight(pg_url: str, opened: Any
     store = await opened(pg_url)
     fence = await held_run(store)
     async with run_row_locked(pg_url):
-        entry = asyncio.ensure_future(store.write(ops.record_entry, fence, ENTRY, 2.0))
-        await wait_until_blocked(pg_url)
+        entry = await blocked_entry(store, fence, pg_url)
         closing = asyncio.ensure_future(store.close())
         await asyncio.sleep(0.05)
         assert not closing.done()

@@ -247,7 +247,7 @@ async def drain_op(
     decisions: list[Decision] = []
     unheld: list[tuple[Row, dict[str, Any], gate_ops.Slot | None]] = []
     at: list[int] = []  # where each of ``unheld`` stands in ``decisions``
-    room: dict[gate_ops.Slot, int] = {}  # slots left per key, read once (until a row takes the pipeline)
+    used: dict[gate_ops.Slot, int] = {}  # slots taken per key, read once (until a row takes the pipeline)
 
     async def admit_unheld() -> None:
         for i, run_id in zip(at, await gate_ops.admit_parked(tx, unheld, now), strict=True):
@@ -255,14 +255,16 @@ async def drain_op(
         unheld.clear()
         at.clear()
 
-    async def has_slot(defn: WorkflowDef, slot: gate_ops.Slot) -> bool:
-        left = room.get(slot)
-        if left is None:
+    async def take_slot(defn: WorkflowDef, slot: gate_ops.Slot) -> bool:
+        taken = used.get(slot)
+        if taken is None:
             await gate_ops.lock_key(tx, *slot)
-            assert defn.gate.concurrency is not None
-            left = defn.gate.concurrency.limit - await gate_ops.slots_in_use(tx, *slot)
-        room[slot] = left - 1
-        return left > 0
+            taken = used[slot] = await gate_ops.slots_in_use(tx, *slot)
+        assert defn.gate.concurrency is not None
+        if taken >= defn.gate.concurrency.limit:
+            return False
+        used[slot] = taken + 1
+        return True
 
     for defn, pending_id in work:
         state = current.get(pending_id)
@@ -271,7 +273,7 @@ async def drain_op(
             decisions.append(Decision("gone", pending_id))
         elif state["due_at"] is not None and state["due_at"] > now:
             decisions.append(Decision("not-due", state["ticket"]))
-        elif defn is not None and (_unheld(defn, state) or (slot is not None and await has_slot(defn, slot))):
+        elif defn is not None and (_unheld(defn, state) or (slot is not None and await take_slot(defn, slot))):
             shared = columns.get(defn.name)
             if shared is None:
                 template = _admitted(defn, templates[defn.name], now)
@@ -281,7 +283,7 @@ async def drain_op(
             decisions.append(Decision("started", state["ticket"]))
         else:
             await admit_unheld()
-            room.clear()  # the pipeline may take a slot: read the room again
+            used.clear()  # the pipeline may take a slot: count them again
             row = await gate_ops.get_pending(tx, pending_id)
             assert row is not None  # selected (and locked) in this transaction
             if defn is None:
