@@ -297,9 +297,13 @@ async def drain_op(
 
 def _unheld(defn: WorkflowDef, state: Row) -> bool:
     """Whether no stage from the row's own on can hold, fold, drop or merge it: admitting it is an insert."""
+    return defn.gate.bare and _plain_row(state)
+
+
+def _plain_row(state: Row) -> bool:
+    """Whether the row itself asks nothing of the pipeline: no identity to check, no items to merge, past entry."""
     return (
-        defn.gate.bare
-        and bool(state["keys"])  # a failure report's keys (and payload) are checked by the pipeline
+        bool(state["keys"])  # a failure report's keys (and payload) are checked by the pipeline
         and state["identity"] is None
         and not state["has_items"]
         and state["stage"] not in _ENTRY_STAGES
@@ -318,18 +322,8 @@ def _slot_only(defn: WorkflowDef, state: Row, pauses: dict[str, Row], now: float
     """
     plan = defn.gate
     c = plan.concurrency
-    if (
-        c is None
-        or c.total is not None
-        or plan.debounce
-        or plan.batch
-        or plan.singleton
-        or plan.windows
-        or not state["keys"]
-        or state["identity"] is not None
-        or state["has_items"]
-        or state["stage"] in _ENTRY_STAGES
-    ):
+    others = plan.debounce or plan.batch or plan.singleton or plan.windows
+    if c is None or c.total is not None or others or not _plain_row(state):
         return None
     keys = json.loads(state["keys"])
     if gate_ops.pause_in(pauses, [f"key:{k}" for k in flow_keys(plan, keys)], now) is not None:

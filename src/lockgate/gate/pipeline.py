@@ -482,7 +482,7 @@ async def _singleton(tx: Tx, o: Offer, now: float) -> Decision | None:
 
 
 async def _key_pause(tx: Tx, o: Offer, now: float) -> Decision | None:
-    keys = _flow_keys(o)
+    keys = flow_keys(o.plan, o.keys)
     if not keys:
         return None
     paused = await _paused(tx, o, [f"key:{k}" for k in keys], now)
@@ -493,10 +493,6 @@ async def _key_pause(tx: Tx, o: Offer, now: float) -> Decision | None:
     return await _park(
         tx, o, now, mode="key-paused", stage="key_pause", due=due, scope="key", key=key, reason=paused["reason"]
     )
-
-
-def _flow_keys(o: Offer) -> list[str]:
-    return flow_keys(o.plan, o.keys)
 
 
 def flow_keys(plan: GatePlan, keys: dict[str, str]) -> list[str]:

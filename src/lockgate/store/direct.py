@@ -25,9 +25,10 @@ from typing import Any
 import psycopg
 from psycopg import pq
 
+from .multirow import POSTGRES_PARAM
+
 __all__ = ["DirectStatement", "Unsupported", "numbered"]
 
-_NAMED = re.compile(r"%\(([A-Za-z_][A-Za-z0-9_]*)\)s")
 _DONE = (pq.ExecStatus.COMMAND_OK, pq.ExecStatus.TUPLES_OK)
 
 
@@ -43,7 +44,7 @@ def numbered(sql: str) -> tuple[str, list[str]]:
             names.append(match[1])
         return f"${names.index(match[1]) + 1}"
 
-    return _NAMED.sub(number, sql).replace("%%", "%"), names
+    return POSTGRES_PARAM.sub(number, sql).replace("%%", "%"), names
 
 
 class Unsupported(Exception):

@@ -13,14 +13,17 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-__all__ = ["MultiRow", "multirow"]
+__all__ = ["POSTGRES_PARAM", "MultiRow", "multirow"]
+
+POSTGRES_PARAM = re.compile(r"%\(([A-Za-z_][A-Za-z0-9_]*)\)s")
+"""A named parameter in a PostgreSQL query file (psycopg's ``%(name)s``)."""
 
 # Per dialect: how a named parameter is written, its positional placeholder ("$" numbers them), the most
 # parameters a statement takes. PostgreSQL statements are written in the server's own numbered form, to be
 # sent as they are (psycopg's raw cursor): the driver would otherwise parse the whole long text on every run.
 _DIALECTS = {
     "sqlite": (re.compile(r":([A-Za-z_][A-Za-z0-9_]*)"), "?", 32766),
-    "postgres": (re.compile(r"%\(([A-Za-z_][A-Za-z0-9_]*)\)s"), "$", 65535),
+    "postgres": (POSTGRES_PARAM, "$", 65535),
 }
 _LARGEST = 256  # rows per statement at most: beyond this the statement text costs more than it saves
 

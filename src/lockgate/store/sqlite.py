@@ -62,9 +62,12 @@ class _SQLiteTx(Tx):
             self._conn.execute(self._queries["count_ledger"])
             self._conn.execute(self._queries["ledger_counted"])
 
-    async def execute(self, name: str, params: Mapping[str, Any] | None = None) -> list[Row]:
+    def _note(self, name: str) -> None:
         if name in self._ledger_writers:
             self.ledger_grew = True
+
+    async def execute(self, name: str, params: Mapping[str, Any] | None = None) -> list[Row]:
+        self._note(name)
         cursor = self._conn.execute(self._queries[name], params or {})
         rows = cursor.fetchall()
         if not rows:
@@ -74,21 +77,18 @@ class _SQLiteTx(Tx):
         return [dict(zip(names, row, strict=True)) for row in rows]
 
     async def insert(self, name: str, params: Mapping[str, Any]) -> int:
-        if name in self._ledger_writers:
-            self.ledger_grew = True
+        self._note(name)
         cursor = self._conn.execute(self._queries[name], params)
         if cursor.rowcount != 1 or cursor.lastrowid is None:  # lastrowid alone would name an older row
             raise RuntimeError(f"query {name!r} inserted {cursor.rowcount} rows, not one")
         return cursor.lastrowid
 
     async def execute_many(self, name: str, params: Sequence[Mapping[str, Any]]) -> None:
-        if name in self._ledger_writers:
-            self.ledger_grew = True
+        self._note(name)
         self._conn.executemany(self._queries[name], params)
 
     async def expect(self, name: str, params: Mapping[str, Any]) -> bool:
-        if name in self._ledger_writers:
-            self.ledger_grew = True
+        self._note(name)
         # The rows changed, not rows returned: RETURNING costs SQLite more than the fenced write itself.
         cursor = self._conn.execute(self._queries[name], params)
         return bool(cursor.fetchall()) or cursor.rowcount > 0  # rowcount counts RETURNING rows once fetched
@@ -96,8 +96,7 @@ class _SQLiteTx(Tx):
     async def execute_values(self, name: str, rows: Sequence[Mapping[str, Any]]) -> list[Row]:
         if len(rows) < 2:
             return await self.execute(name, rows[0]) if rows else []
-        if name in self._ledger_writers:
-            self.ledger_grew = True
+        self._note(name)
         out: list[Row] = []
         for sql, params in multirow(name, self._queries[name], "sqlite").statements(rows):
             cursor = self._conn.execute(sql, params)
