@@ -22,10 +22,11 @@ from ..definitions import WorkflowDef, retry_hint
 from ..durations import Duration, to_seconds
 from ..errors import StoreError, WorkflowCrashLooped, WorkflowVersionIncompatible
 from ..gate.drainer import Drainer
+from ..gate.handoff import HandOff, Passed, hand_off_for
 from ..gate.pipeline import Decision
 from ..handles import RunHandle
 from ..ids import new_id
-from ..store import Store, cluster_ops, ops
+from ..store import Store, cluster_ops, gate_ops, ops
 from ..store.base import Row
 from .client import DEFAULT_STORE, Client, WorkflowRef
 from .executor import Execution
@@ -75,6 +76,8 @@ class Engine(Client):
         self.worker_id = worker_id or new_id("wkr")
         self.host = socket.gethostname()
         self._executions: dict[str, Execution] = {}
+        self._handoff_columns: dict[str, dict[str, Any]] = {}  # per workflow: what its handed-off runs share
+        self._live_workers = 1  # workers alive in the cluster, this one included (read at each lease renewal)
         self._inflight: set[str] = set()
         self._background: set[asyncio.Future[Any]] = set()
         self._wake = _Wakeup()
@@ -96,6 +99,7 @@ class Engine(Client):
         if self.store.cross_process_wakeups:
             self.store.add_listener(self._on_wakeup)
         await self._release_dead_local_workers()
+        self._live_workers = await self.store.read(ops.live_workers, self.clock.now(), self.lease)
         self._running = True
         self._workflows = frozenset(self.app.definitions())
         from ..sweeps import start_sweeps
@@ -161,15 +165,48 @@ class Engine(Client):
         elif channel == "gate" and self.drainer._lease_until > self.clock.now():
             self.drainer.wake()  # only the replica holding the drain lease drains; the others would only poll it
 
-    def after_finish(self, run_id: str, stopped: list[str], ended: Row | None = None) -> None:
+    def after_finish(self, run_id: str, stopped: list[str], ended: Row | None = None, *, settled: bool = False) -> None:
+        """``settled``: the run's slot passed on in its end's transaction, and nothing is left to drain for it."""
         self.notify_finished(run_id, ended)
         self.stopped(stopped, "parent closed")
         execution = self._executions.get(run_id)
         row = None if execution is None else execution.row
         if row is None or row["parent_id"] is not None:
             self._wake.set()  # the parent may be runnable now
-        if row is None or stopped or any(row.get(k) for k in _GATE_HOLDS):
+        if row is None or stopped or (not settled and any(row.get(k) for k in _GATE_HOLDS)):
             self.drainer.wake()  # a slot or a singleton key may have freed, a failure report may be parked
+
+    async def hand_off(self, defn: WorkflowDef, row: Row, status: str) -> HandOff | None:
+        """Where the slot of the run ``row`` goes as it ends with ``status``, when that is decided as it ends
+        (``gate/handoff.py``); ``None``: the run ends the usual way and the drainer admits who is next."""
+        if defn.gate.concurrency is None or not self._running:
+            return None
+        now = self.clock.now()
+        target = hand_off_for(defn, row, status, await self.pause_snapshot(), now)
+        if target is None:
+            return None
+        columns = self._handoff_columns.get(defn.name)
+        if columns is None:
+            template = {**self.new_run_row(defn, "{}"), "on_failure": defn.gate.on_failure}
+            columns = self._handoff_columns[defn.name] = gate_ops.run_columns(template)
+        scope, key, limit = target
+        # The next start is claimed here while this worker holds no more than its share of the key's slots:
+        # past it, the run is left to whichever worker claims it first, so one key's work spreads over replicas.
+        share = -(-limit // max(1, self._live_workers))
+        mine = sum(
+            1
+            for rid, other in self._executions.items()
+            if rid != row["id"] and other.row.get("slot_scope") == scope and (other.row.get("slot_key") or "") == key
+        )
+        owner = self.worker_id if mine < share else None
+        return HandOff(scope, key, limit, columns, defn.gate.finish_timeout, owner, self.lease)
+
+    def passed(self, passed: Passed) -> None:
+        """A run's end passed its slot on: execute the run claimed for this worker; wake others for the rest."""
+        if passed.claimed is not None and self._running:  # else closing: stopping the worker releases it
+            self._launch(passed.claimed)
+        if passed.unclaimed:
+            self._wake.set()  # this dispatcher (or another) claims them
 
     def after_decision(self, defn: WorkflowDef, decision: Decision) -> None:
         super().after_decision(defn, decision)
@@ -394,6 +431,8 @@ class Engine(Client):
             for rid, execution in list(self._executions.items()):
                 if held.get(rid) != execution.fence.epoch:
                     execution.stop("lease lost")  # logged when the execution ends
+            with contextlib.suppress(Exception):  # a count a second old does as well: kept until the next renewal
+                self._live_workers = await self.store.read(ops.live_workers, now, self.lease)
 
     # -- outages ------------------------------------------------------------------------
 

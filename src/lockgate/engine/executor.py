@@ -31,6 +31,7 @@ from ..controls import FailureReport
 from ..definitions import Retry, WorkflowDef
 from ..durations import Duration, to_seconds
 from ..errors import PayloadError, RunCancelled, RunFailed, StepFailed, StoreError
+from ..gate.handoff import finish_passing
 from ..ids import new_id
 from ..serde import decode, dump_json, encode, validate_payload
 from ..store import ops
@@ -213,44 +214,50 @@ class Execution(Context):
             return
         self._tripwire(parked=False)
         output = encode(value, self.defn.result_type)
-        try:
-            stopped = await self._store.write(
-                ops.finish_run, self.fence, now, status="succeeded", output=output, plain=self._plain("succeeded")
-            )
-        except ops.Fenced:
-            return
-        self._engine.after_finish(self.run_id, stopped, self._ended("succeeded", output, None, None))
+        await self._end(now, "succeeded", output=output)
 
     async def _fail(self, exc: Exception) -> None:
         tag, message = _describe(exc)
         self._tripwire(parked=False)
         now = self._clock.now()
         status = "suspended" if self.defn.suspend_on_failure else "failed"
-        try:
-            stopped = await self._store.write(
-                ops.finish_run,
-                self.fence,
-                now,
-                status=status,
-                error_tag=tag,
-                error_message=message,
-                event={
-                    "error_tag": tag,
-                    "error_message": message,
-                    "reason": "failure" if status == "suspended" else None,
-                },
-                plain=self._plain(status),
-            )
-        except ops.Fenced:
+        event = {"error_tag": tag, "error_message": message, "reason": "failure" if status == "suspended" else None}
+        if not await self._end(now, status, tag=tag, message=message, event=event):
             return
         if status == "failed" and issubclass(self.defn.payload_model, FailureReport):
             # there is no on_failure for an on_failure: the log is where a failing handler is seen
             log.error("failure handler %s (run %s) failed: %s: %s", self.defn.name, self.run_id, tag, message)
-        self._engine.after_finish(self.run_id, stopped, self._ended(status, None, tag, message))
 
-    def _plain(self, status: str) -> bool:
+    async def _end(
+        self,
+        now: float,
+        status: str,
+        *,
+        output: str | None = None,
+        tag: str | None = None,
+        message: str | None = None,
+        event: dict[str, Any] | None = None,
+    ) -> bool:
+        """Write the run's end (passing its concurrency slot on where it can); ``False``: the lease was lost."""
         children = any(entry.get("kind") == "child" for entry in self._journal.values())
-        return ops.ends_plainly(self.row, status, started_children=children)
+        handoff = None if children else await self._engine.hand_off(self.defn, self.row, status)
+        end: dict[str, Any] = {"status": status, "output": output, "error_tag": tag, "error_message": message}
+        try:
+            if handoff is None:
+                plain = ops.ends_plainly(self.row, status, started_children=children)
+                stopped = await self._store.write(ops.finish_run, self.fence, now, event=event, plain=plain, **end)
+            else:
+                passed = await self._store.write(finish_passing, self.fence, now, handoff, event=event, **end)
+                stopped = passed.stopped
+        except ops.Fenced:
+            return False
+        ended = self._ended(status, output, tag, message)
+        if handoff is None:
+            self._engine.after_finish(self.run_id, stopped, ended)
+        else:
+            self._engine.after_finish(self.run_id, stopped, ended, settled=passed.settled)
+            self._engine.passed(passed)
+        return True
 
     def _ended(self, status: str, output: str | None, tag: str | None, message: str | None) -> Row:
         """The outcome columns of the row ``finish_run`` just wrote (what a result waiter needs)."""

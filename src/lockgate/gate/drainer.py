@@ -21,7 +21,7 @@ from ..store import gate_ops, ops
 from ..store.base import Row, Tx
 from .admission import control_keys
 from .declarations import GatePlan
-from .pipeline import Decision, flow_keys, offer, reoffer
+from .pipeline import Decision, flow_keys, offer, plain_row, reoffer, slot_only
 
 if TYPE_CHECKING:
     from ..engine.engine import Engine
@@ -297,20 +297,7 @@ async def drain_op(
 
 def _unheld(defn: WorkflowDef, state: Row) -> bool:
     """Whether no stage from the row's own on can hold, fold, drop or merge it: admitting it is an insert."""
-    return defn.gate.bare and _plain_row(state)
-
-
-def _plain_row(state: Row) -> bool:
-    """Whether the row itself asks nothing of the pipeline: no identity to check, no items to merge, past entry."""
-    return (
-        bool(state["keys"])  # a failure report's keys (and payload) are checked by the pipeline
-        and state["identity"] is None
-        and not state["has_items"]
-        and state["stage"] not in _ENTRY_STAGES
-    )
-
-
-_ENTRY_STAGES = frozenset(("identity", "pause"))  # re-checked as a row passes them: the pipeline's business
+    return defn.gate.bare and plain_row(state)
 
 
 def _slot_only(defn: WorkflowDef, state: Row, pauses: dict[str, Row], now: float) -> gate_ops.Slot | None:
@@ -321,9 +308,7 @@ def _slot_only(defn: WorkflowDef, state: Row, pauses: dict[str, Row], now: float
     and its slot.
     """
     plan = defn.gate
-    c = plan.concurrency
-    others = plan.debounce or plan.batch or plan.singleton or plan.windows
-    if c is None or c.total is not None or others or not _plain_row(state):
+    if not slot_only(plan) or not plain_row(state):
         return None
     keys = json.loads(state["keys"])
     if gate_ops.pause_in(pauses, [f"key:{k}" for k in flow_keys(plan, keys)], now) is not None:

@@ -20,7 +20,7 @@ from ..store import gate_ops, ops
 from ..store.base import Row, Tx
 from .declarations import GatePlan
 
-__all__ = ["STAGES", "Decision", "Offer", "offer"]
+__all__ = ["STAGES", "Decision", "Offer", "flow_keys", "offer", "plain_row", "slot_only"]
 
 STAGES = (
     "identity",
@@ -493,6 +493,26 @@ async def _key_pause(tx: Tx, o: Offer, now: float) -> Decision | None:
     return await _park(
         tx, o, now, mode="key-paused", stage="key_pause", due=due, scope="key", key=key, reason=paused["reason"]
     )
+
+
+def slot_only(plan: GatePlan) -> bool:
+    """Whether the plan's one control is a per-key concurrency limit (no total, no other control)."""
+    c = plan.concurrency
+    return c is not None and c.total is None and not (plan.debounce or plan.batch or plan.singleton or plan.windows)
+
+
+def plain_row(state: Row) -> bool:
+    """Whether a parked row itself asks nothing of the pipeline: no identity to check, no items to merge,
+    past entry (``pending_by_ids``'s columns)."""
+    return (
+        bool(state["keys"])  # a failure report's keys (and payload) are checked by the pipeline
+        and state["identity"] is None
+        and not state["has_items"]
+        and state["stage"] not in _ENTRY_STAGES
+    )
+
+
+_ENTRY_STAGES = frozenset(("identity", "pause"))  # re-checked as a row passes them: the pipeline's business
 
 
 def flow_keys(plan: GatePlan, keys: dict[str, str]) -> list[str]:

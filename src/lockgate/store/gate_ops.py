@@ -108,6 +108,14 @@ async def free_slot(tx: Tx, run_id: str) -> None:
     await tx.execute("free_slot", {"run_id": run_id})
 
 
+async def free_slots(tx: Tx, run_ids: list[str]) -> None:
+    """``free_slot`` for many runs, in one statement."""
+    if len(run_ids) == 1:
+        await free_slot(tx, run_ids[0])
+    elif run_ids:
+        await tx.execute("free_slots", {"ids": json.dumps(run_ids)})
+
+
 async def retake_slot(tx: Tx, run: Row, now: float) -> None:
     """A run re-opened after it ended (redrive) counts against its concurrency key again."""
     if run["slot_scope"] is None:
@@ -224,14 +232,20 @@ Slot = tuple[str, str]
 """A concurrency slot's ``(scope, key)``."""
 
 
-async def admit_parked(tx: Tx, admitted: list[tuple[Row, dict[str, Any], Slot | None]], now: float) -> list[str]:
+async def admit_parked(
+    tx: Tx,
+    admitted: list[tuple[Row, dict[str, Any], Slot | None]],
+    now: float,
+    claim: tuple[str, float, int] | None = None,
+) -> list[str]:
     """Admit parked rows no control holds (but a slot, checked to have room), with one statement per table.
 
     Each row comes with its workflow's ``run_columns`` and the slot its run takes, if any.
     It is written as ``pipeline._admit`` writes one start: a run (a fresh id as its identity,
     so no run can already hold it) with its slot, its ``run-started`` event, the row's
-    ``drain`` ledger row (in the order given), and the row deleted. Returns the new run ids,
-    in order; refuses when a row is no longer parked.
+    ``drain`` ledger row (in the order given), and the row deleted. With ``claim``, ``(owner,
+    lease_until, n)``, the first ``n`` runs (all of one workflow) are created claimed by
+    ``owner``. Returns the new run ids, in order; refuses when a row is no longer parked.
     """
     from .ops import started_data  # ops imports this module: a module-level import would be circular
 
@@ -250,9 +264,13 @@ async def admit_parked(tx: Tx, admitted: list[tuple[Row, dict[str, Any], Slot | 
         entries.append(entry)
         workflows.setdefault(name, (columns, []))[1].append(entry)
     encoded = json.dumps(entries)
+    owner, lease_until, claims = claim or (None, None, 0)
+    if claims and len(workflows) > 1:
+        raise ValueError("admit_parked claims runs of one workflow only")
+    claimed = {"owner": owner, "lease_until": lease_until, "claims": claims}
     for columns, own in workflows.values():
         mine = encoded if len(workflows) == 1 else json.dumps(own)
-        await tx.execute("admit_parked_runs", {**columns, "admitted": mine, "now": now})
+        await tx.execute("admit_parked_runs", {**columns, **claimed, "admitted": mine, "now": now})
     params = {"admitted": encoded, "now": now}
     if slots:
         await tx.execute("admit_parked_slots", params)

@@ -82,6 +82,12 @@ def _created(params: dict[str, Any]) -> Row:
     return {**params, "status": "running", "created_at": params["now"]}
 
 
+def claimed_row(run: dict[str, Any], owner: str, lease_until: float, now: float) -> Row:
+    """The row of ``run`` as created claimed by ``owner`` at ``now`` (what executing it reads), unread."""
+    claim = {"owner": owner, "lease_until": lease_until, "epoch": 1, "entered_at": now, "entries": 1}
+    return {**_created(run_params({**run, **claim}, now)), "reclaim_count": 0, "updated_at": now, "progress_at": now}
+
+
 async def create_run(tx: Tx, run: dict[str, Any], now: float) -> tuple[Row, bool]:
     """Insert ``run`` unless its identity is spent; ``(row, created)``.
 
@@ -256,9 +262,12 @@ async def add_attempt(tx: Tx, attempt: dict[str, Any]) -> None:
 
 
 async def add_event(tx: Tx, run_id: str, type_: str, now: float, data: dict[str, Any] | None = None) -> None:
-    await tx.execute(
-        "insert_event", {"run_id": run_id, "type": type_, "at": now, "data": None if data is None else dump_json(data)}
-    )
+    await tx.execute("insert_event", event_row(run_id, type_, now, data))
+
+
+def event_row(run_id: str, type_: str, now: float, data: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The parameters of ``insert_event`` for one event."""
+    return {"run_id": run_id, "type": type_, "at": now, "data": None if data is None else dump_json(data)}
 
 
 async def list_events(tx: Tx, run_id: str) -> list[Row]:
@@ -326,7 +335,7 @@ async def finish_run(
         "error_tag": error_tag,
         "error_message": error_message,
     }
-    data = event or _error_data(error_tag, error_message)
+    data = event or error_data(error_tag, error_message)
     if plain and await tx.expect("finish_run_plain", params):  # the common end: nothing else, no rows to read
         await add_event(tx, fence.run_id, f"run-{status}", now, data)
         return []
@@ -354,7 +363,8 @@ def ends_plainly(row: Row, status: str, *, started_children: bool) -> bool:
     )
 
 
-def _error_data(error_tag: str | None, error_message: str | None) -> dict[str, Any] | None:
+def error_data(error_tag: str | None, error_message: str | None) -> dict[str, Any] | None:
+    """A run end's event data for an error (``None`` without one)."""
     if error_tag is None and error_message is None:
         return None
     return {"error_tag": error_tag, "error_message": error_message}
@@ -630,6 +640,11 @@ async def list_workers(tx: Tx) -> list[Row]:
 
 async def live_workers_on_host(tx: Tx, host: str, me: str) -> list[Row]:
     return await tx.execute("live_workers_on_host", {"host": host, "id": me})
+
+
+async def live_workers(tx: Tx, now: float, lease: float) -> int:
+    """How many workers are alive now (not stopped, heartbeat within their lease; ``lease`` if none is known)."""
+    return int(await tx.scalar("live_workers", {"now": now, "lease": lease}))
 
 
 async def acquire_sweep(tx: Tx, name: str, owner: str, now: float, ttl: float) -> bool:

@@ -234,6 +234,7 @@ def _silent(queries: Mapping[str, str]) -> frozenset[str]:
         words = text.split(None, 1)
         if words and words[0] in ("INSERT", "UPDATE", "DELETE") and "RETURNING" not in text:
             names.add(name)
+    names.add("lock_key")  # an advisory lock: what the pipeline sends after it waits on the server, not here
     return frozenset(names)
 
 

@@ -101,6 +101,10 @@ VALUES (%(run_id)s, %(scope)s, %(key)s, %(workflow)s, %(now)s, %(expires_at)s);
 -- name: free_slot
 DELETE FROM lockgate_slots WHERE run_id = %(run_id)s;
 
+-- name: free_slots
+-- free_slot for each of %(ids)s (a JSON list of run ids).
+DELETE FROM lockgate_slots WHERE run_id = ANY (ARRAY(SELECT jsonb_array_elements_text(%(ids)s::jsonb)));
+
 -- name: insert_ledger
 INSERT INTO lockgate_ledger (ticket, kind, workflow, control, key, outcome, reason, folded, waited, pending_id,
     run_id, at)
@@ -124,6 +128,20 @@ WHERE mode = 'concurrency' GROUP BY hold_scope, hold_key;
 SELECT * FROM lockgate_pending
 WHERE mode = 'concurrency' AND hold_scope = %(scope)s AND hold_key = %(key)s
 ORDER BY priority DESC, seq LIMIT %(limit)s;
+
+-- name: handoff_rows
+-- The starts next in line for a concurrency key, as many as it has room for (read under the key's lock), with
+-- what tells whether a control can still hold them (pending_by_ids). Rows another decider has locked are its own.
+SELECT p.id, p.ticket, p.mode, p.stage, p.due_at, p.expires_at, p.keys, p.identity, p.items IS NOT NULL AS has_items,
+    p.payload, p.idempotency_key, p.retry_of
+FROM lockgate_pending p
+WHERE p.id = ANY (ARRAY(
+    SELECT id FROM lockgate_pending
+    WHERE mode = 'concurrency' AND hold_scope = %(scope)s AND hold_key = %(key)s
+    ORDER BY priority DESC, seq
+    LIMIT GREATEST(0, %(limit)s - (SELECT COUNT(*) FROM lockgate_slots WHERE scope = %(scope)s AND key = %(key)s))))
+ORDER BY p.priority DESC, p.seq
+FOR UPDATE OF p SKIP LOCKED;
 
 -- name: paused_pending
 SELECT * FROM lockgate_pending WHERE mode = 'paused' AND workflow = %(workflow)s ORDER BY priority DESC, seq;
@@ -234,7 +252,7 @@ UPDATE lockgate_pending SET due_at = %(now)s WHERE mode = 'key-paused' AND hold_
 -- what tells whether a control can still hold a row (the pipeline reads a held row whole). Locked until
 -- commit, so a cancel on another replica waits for the decision instead of racing it.
 SELECT id, ticket, mode, stage, due_at, keys, identity, items IS NOT NULL AS has_items FROM lockgate_pending
-WHERE id IN (SELECT jsonb_array_elements_text(%(ids)s::jsonb)) FOR UPDATE;
+WHERE id = ANY (ARRAY(SELECT jsonb_array_elements_text(%(ids)s::jsonb))) FOR UPDATE;
 
 -- name: due_pending_order
 -- What the drainer orders due rows by (each chunk reads its rows again, in its transaction).
@@ -252,22 +270,26 @@ INSERT INTO lockgate_ledger (ticket, kind, workflow, control, key, outcome, reas
     run_id, at)
 SELECT ticket, 'drain', workflow, 'paused', hold_key, 'released', 'unpaused', folded,
     %(now)s::double precision - first_at, id, NULL, %(now)s::double precision
-FROM lockgate_pending WHERE id IN (SELECT jsonb_array_elements_text(%(ids)s::jsonb)) ORDER BY priority DESC, seq;
+FROM lockgate_pending WHERE id = ANY (ARRAY(SELECT jsonb_array_elements_text(%(ids)s::jsonb))) ORDER BY priority DESC, seq;
 
 -- name: admit_parked_runs
 -- %(admitted)s is a JSON list of [pending id, run id, data, slot scope, slot key], one per parked row of
 -- workflow %(workflow)s no control holds but a concurrency slot it has room for (scope and key, else absent);
--- each becomes a run (its id is its identity, fresh: never spent) with the workflow's columns.
+-- each becomes a run (its id is its identity, fresh: never spent) with the workflow's columns. With an
+-- %(owner)s, the first %(claims)s are claimed for it (the columns claim_runs sets) as they are created.
 INSERT INTO lockgate_runs (id, workflow, identity, idempotency_key, status, payload, version, patches,
     parent_id, parent_close, retry_of, ticket, recording, created_at, updated_at, progress_at, wake_at,
     singleton_key, deadline_at, on_failure, slot_scope, slot_key, owner, lease_until, epoch, entered_at, entries)
 SELECT a.value ->> 1, %(workflow)s::text, a.value ->> 1, p.idempotency_key, 'running', p.payload,
     %(version)s::text, %(patches)s::text, NULL, NULL, p.retry_of, p.ticket, %(recording)s::text,
     %(now)s::double precision, %(now)s::double precision, %(now)s::double precision, %(now)s::double precision,
-    NULL, %(deadline_at)s::double precision, %(on_failure)s::text, a.value ->> 3, a.value ->> 4, NULL, NULL, 0,
-    NULL, 0
+    NULL, %(deadline_at)s::double precision, %(on_failure)s::text, a.value ->> 3, a.value ->> 4,
+    CASE WHEN a.n <= %(claims)s THEN %(owner)s::text END,
+    CASE WHEN a.n <= %(claims)s THEN %(lease_until)s::double precision END,
+    CASE WHEN a.n <= %(claims)s THEN 1 ELSE 0 END, CASE WHEN a.n <= %(claims)s THEN %(now)s::double precision END,
+    CASE WHEN a.n <= %(claims)s THEN 1 ELSE 0 END
 FROM json_array_elements(%(admitted)s::json) WITH ORDINALITY AS a(value, n)
-JOIN lockgate_pending p ON p.id = a.value ->> 0
+CROSS JOIN LATERAL (SELECT * FROM lockgate_pending WHERE id = a.value ->> 0 LIMIT 1) p
 ORDER BY a.n;
 
 -- name: admit_parked_events
@@ -282,7 +304,7 @@ ORDER BY a.n;
 INSERT INTO lockgate_slots (run_id, scope, key, workflow, acquired_at, expires_at)
 SELECT r.id, a.value ->> 3, a.value ->> 4, r.workflow, %(now)s::double precision, r.deadline_at
 FROM json_array_elements(%(admitted)s::json) WITH ORDINALITY AS a(value, n)
-JOIN lockgate_runs r ON r.id = a.value ->> 1
+CROSS JOIN LATERAL (SELECT * FROM lockgate_runs WHERE id = a.value ->> 1 LIMIT 1) r
 WHERE a.value ->> 3 IS NOT NULL
 ORDER BY a.n;
 
@@ -292,9 +314,9 @@ INSERT INTO lockgate_ledger (ticket, kind, workflow, control, key, outcome, reas
 SELECT p.ticket, 'drain', p.workflow, p.mode, p.hold_key, 'admitted', NULL, p.folded,
     %(now)s::double precision - p.first_at, p.id, a.value ->> 1, %(now)s::double precision
 FROM json_array_elements(%(admitted)s::json) WITH ORDINALITY AS a(value, n)
-JOIN lockgate_pending p ON p.id = a.value ->> 0
+CROSS JOIN LATERAL (SELECT * FROM lockgate_pending WHERE id = a.value ->> 0 LIMIT 1) p
 ORDER BY a.n;
 
 -- name: admit_parked_delete
-DELETE FROM lockgate_pending WHERE id IN (SELECT value ->> 0 FROM json_array_elements(%(admitted)s::json))
+DELETE FROM lockgate_pending WHERE id = ANY (ARRAY(SELECT value ->> 0 FROM json_array_elements(%(admitted)s::json)))
 RETURNING id;

@@ -14,14 +14,14 @@ RETURNING id;
 SELECT * FROM lockgate_runs WHERE id = %(id)s;
 
 -- name: get_runs
-SELECT * FROM lockgate_runs WHERE id IN (SELECT jsonb_array_elements_text(%(ids)s::jsonb));
+SELECT * FROM lockgate_runs WHERE id = ANY (ARRAY(SELECT jsonb_array_elements_text(%(ids)s::jsonb)));
 
 -- name: get_run_by_identity
 SELECT * FROM lockgate_runs WHERE identity = %(identity)s;
 
 -- name: ended_runs
 SELECT id FROM lockgate_runs
-WHERE id IN (SELECT jsonb_array_elements_text(%(ids)s::jsonb)) AND status IN ('succeeded', 'failed', 'cancelled');
+WHERE id = ANY (ARRAY(SELECT jsonb_array_elements_text(%(ids)s::jsonb))) AND status IN ('succeeded', 'failed', 'cancelled');
 
 -- name: list_runs
 SELECT * FROM lockgate_runs
@@ -81,7 +81,7 @@ WHERE run_id = %(run_id)s AND status = 'pending'
   AND name IN (SELECT jsonb_array_elements_text(%(names)s::jsonb))
 UNION ALL
 SELECT 1 AS hit FROM lockgate_runs
-WHERE id IN (SELECT jsonb_array_elements_text(%(children)s::jsonb)) AND status IN ('succeeded', 'failed', 'cancelled')
+WHERE id = ANY (ARRAY(SELECT jsonb_array_elements_text(%(children)s::jsonb))) AND status IN ('succeeded', 'failed', 'cancelled')
 LIMIT 1;
 
 -- name: finish_run
@@ -107,6 +107,20 @@ SET status = %(status)s, output = %(output)s, error_tag = %(error_tag)s, error_m
     updated_at = %(now)s, progress_at = %(now)s
 WHERE id = %(run_id)s AND owner = %(owner)s AND epoch = %(epoch)s AND status = 'running'
   AND slot_scope IS NULL AND parent_id IS NULL AND (on_failure IS NULL OR %(status)s::text <> 'failed')
+  AND NOT EXISTS (SELECT 1 FROM lockgate_runs c WHERE c.parent_id = lockgate_runs.id
+                  AND c.status IN ('running', 'suspended'));
+
+-- name: finish_run_slotted
+-- finish_run for a run whose end asks nothing more than freeing its concurrency slot (the statement after
+-- it); the slot then passes to the next start in line (gate/handoff.py). No row changed: finish_run it is.
+UPDATE lockgate_runs
+SET status = %(status)s, output = %(output)s, error_tag = %(error_tag)s, error_message = %(error_message)s,
+    owner = NULL, lease_until = NULL, entered_at = NULL, wake_at = NULL, waiting_on = NULL,
+    waiting_for = NULL,
+    finished_at = CASE WHEN %(status)s::text IN ('succeeded', 'failed', 'cancelled') THEN %(now)s::float8 END,
+    updated_at = %(now)s, progress_at = %(now)s
+WHERE id = %(run_id)s AND owner = %(owner)s AND epoch = %(epoch)s AND status = 'running'
+  AND slot_scope IS NOT NULL AND parent_id IS NULL AND (on_failure IS NULL OR %(status)s::text <> 'failed')
   AND NOT EXISTS (SELECT 1 FROM lockgate_runs c WHERE c.parent_id = lockgate_runs.id
                   AND c.status IN ('running', 'suspended'));
 

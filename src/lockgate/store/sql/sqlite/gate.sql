@@ -99,6 +99,10 @@ VALUES (:run_id, :scope, :key, :workflow, :now, :expires_at);
 -- name: free_slot
 DELETE FROM lockgate_slots WHERE run_id = :run_id;
 
+-- name: free_slots
+-- free_slot for each of :ids (a JSON list of run ids).
+DELETE FROM lockgate_slots WHERE run_id IN (SELECT value FROM json_each(:ids));
+
 -- name: insert_ledger
 -- Its id (arrival order) is the connection's lastrowid (Tx.insert): RETURNING would cost more than the row.
 INSERT INTO lockgate_ledger (ticket, kind, workflow, control, key, outcome, reason, folded, waited, pending_id,
@@ -122,6 +126,16 @@ WHERE mode = 'concurrency' GROUP BY hold_scope, hold_key;
 SELECT * FROM lockgate_pending
 WHERE mode = 'concurrency' AND hold_scope = :scope AND hold_key = :key
 ORDER BY priority DESC, seq LIMIT :limit;
+
+-- name: handoff_rows
+-- The starts next in line for a concurrency key, as many as it has room for, with what tells whether a
+-- control can still hold them (pending_by_ids).
+SELECT id, ticket, mode, stage, due_at, expires_at, keys, identity, items IS NOT NULL AS has_items,
+    payload, idempotency_key, retry_of
+FROM lockgate_pending
+WHERE mode = 'concurrency' AND hold_scope = :scope AND hold_key = :key
+ORDER BY priority DESC, seq
+LIMIT MAX(0, :limit - (SELECT COUNT(*) FROM lockgate_slots WHERE scope = :scope AND key = :key));
 
 -- name: paused_pending
 SELECT * FROM lockgate_pending WHERE mode = 'paused' AND workflow = :workflow ORDER BY priority DESC, seq;
@@ -260,14 +274,17 @@ FROM lockgate_pending WHERE id IN (SELECT value FROM json_each(:ids)) ORDER BY p
 -- name: admit_parked_runs
 -- :admitted is a JSON list of [pending id, run id, data, slot scope, slot key], one per parked row of workflow
 -- :workflow no control holds but a concurrency slot it has room for (scope and key, else absent); each becomes
--- a run (its id is its identity, fresh: never spent) with the workflow's columns.
+-- a run (its id is its identity, fresh: never spent) with the workflow's columns. With an :owner, the
+-- first :claims are claimed for it (the columns claim_runs sets) as they are created.
 INSERT INTO lockgate_runs (id, workflow, identity, idempotency_key, status, payload, version, patches,
     parent_id, parent_close, retry_of, ticket, recording, created_at, updated_at, progress_at, wake_at,
     singleton_key, deadline_at, on_failure, slot_scope, slot_key, owner, lease_until, epoch, entered_at, entries)
 SELECT json_extract(a.value, '$[1]'), :workflow, json_extract(a.value, '$[1]'), p.idempotency_key, 'running',
     p.payload, :version, :patches, NULL, NULL, p.retry_of, p.ticket, :recording, :now, :now, :now, :now,
-    NULL, :deadline_at, :on_failure, json_extract(a.value, '$[3]'), json_extract(a.value, '$[4]'), NULL, NULL, 0,
-    NULL, 0
+    NULL, :deadline_at, :on_failure, json_extract(a.value, '$[3]'), json_extract(a.value, '$[4]'),
+    CASE WHEN a.key < :claims THEN :owner END, CASE WHEN a.key < :claims THEN :lease_until END,
+    CASE WHEN a.key < :claims THEN 1 ELSE 0 END, CASE WHEN a.key < :claims THEN :now END,
+    CASE WHEN a.key < :claims THEN 1 ELSE 0 END
 FROM json_each(:admitted) a JOIN lockgate_pending p ON p.id = json_extract(a.value, '$[0]')
 ORDER BY a.key;
 

@@ -106,6 +106,19 @@ WHERE id = :run_id AND owner = :owner AND epoch = :epoch AND status = 'running'
   AND NOT EXISTS (SELECT 1 FROM lockgate_runs c WHERE c.parent_id = lockgate_runs.id
                   AND c.status IN ('running', 'suspended'));
 
+-- name: finish_run_slotted
+-- finish_run for a run whose end asks nothing more than freeing its concurrency slot (the statement after
+-- it); the slot then passes to the next start in line (gate/handoff.py). No row changed: finish_run it is.
+UPDATE lockgate_runs
+SET status = :status, output = :output, error_tag = :error_tag, error_message = :error_message,
+    owner = NULL, lease_until = NULL, entered_at = NULL, wake_at = NULL, waiting_on = NULL,
+    waiting_for = NULL, finished_at = CASE WHEN :status IN ('succeeded', 'failed', 'cancelled') THEN :now END,
+    updated_at = :now, progress_at = :now
+WHERE id = :run_id AND owner = :owner AND epoch = :epoch AND status = 'running'
+  AND slot_scope IS NOT NULL AND parent_id IS NULL AND (on_failure IS NULL OR :status <> 'failed')
+  AND NOT EXISTS (SELECT 1 FROM lockgate_runs c WHERE c.parent_id = lockgate_runs.id
+                  AND c.status IN ('running', 'suspended'));
+
 -- name: set_status
 UPDATE lockgate_runs
 SET status = :status, error_tag = COALESCE(:error_tag, error_tag), error_message = COALESCE(:error_message, error_message),

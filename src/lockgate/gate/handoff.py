@@ -1,0 +1,188 @@
+"""A freed concurrency slot passes straight to the next start in line, in the transaction that frees it.
+
+A run of a workflow whose one control is a per-key concurrency limit ends; its slot is
+freed and, under the key's lock, the starts waiting for that key are admitted into the
+room it left (as the drainer would admit them: in priority, then arrival, order, each
+with its ``drain`` ledger row). The worker that ended the run claims the first of them
+in the same statement while it holds no more than its share of the key's slots (the
+limit over the live workers); otherwise, and for any further room, the runs are left for
+whichever worker claims them first. No drainer pass, no separate claim: one commit per
+turn of a slot. Runs of one key ending in one group commit pass their slots on together.
+
+Whatever this path cannot decide as the drainer would (a row with an idempotency key or
+items, a row past its start timeout, a key pause, a pool shared with other workflows)
+stops it; it then says so and the drainer decides, as it does for every other workflow.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from ..definitions import WorkflowDef
+from ..store import gate_ops, ops
+from ..store.base import Row, Tx
+from ..store.coalesce import Args, with_many
+from .pipeline import flow_keys, plain_row, slot_only
+
+__all__ = ["HandOff", "Passed", "finish_passing", "hand_off_for"]
+
+
+@dataclass(frozen=True)
+class HandOff:
+    """Where a run's slot goes when it ends: its key, the key's limit, and who claims the next run."""
+
+    scope: str
+    key: str
+    limit: int
+    columns: dict[str, Any]  # gate_ops.run_columns of the workflow's admitted runs, but the deadline
+    finish_timeout: float | None
+    owner: str | None  # the worker ending the run, if it claims a run admitted into the room it left
+    lease: float
+
+
+@dataclass
+class Passed:
+    """What ending a run with ``finish_passing`` did beyond ending it."""
+
+    stopped: list[str]  # children closed with the run (``finish_run``'s result)
+    claimed: Row | None = None  # a run admitted into the key's room, claimed for the caller
+    unclaimed: int = 0  # runs admitted into the key's room besides those claimed: any worker's to claim
+    settled: bool = False  # nothing is left for the drainer to decide on this key
+
+
+def hand_off_for(
+    defn: WorkflowDef, row: Row, status: str, pauses: dict[str, Row], now: float
+) -> tuple[str, str, int] | None:
+    """``(scope, key, limit)`` when ending ``row`` with ``status`` may pass its slot on here, else ``None``.
+
+    So: the run ends for good (``succeeded``, or ``failed`` without a failure handler) and
+    asks nothing else of its end (no parent); its workflow's one control is a per-key
+    concurrency limit (no pool, total, burst, ``fair_by``, window, debounce, batch or
+    singleton); and no pause holds its key.
+    """
+    if status not in ("succeeded", "failed") or (status == "failed" and row.get("on_failure")):
+        return None
+    plan = defn.gate
+    c = plan.concurrency
+    if (
+        c is None
+        or not slot_only(plan)
+        or c.burst is not None
+        or c.pool  # a pool's queue holds other workflows' starts: the drainer admits those
+        or plan.fair_by is not None
+        or row.get("slot_scope") != plan.concurrency_scope
+        or row.get("parent_id") is not None
+    ):
+        return None
+    key = row.get("slot_key") or ""
+    if gate_ops.pause_in(pauses, [f"key:{k}" for k in flow_keys(plan, {"concurrency": key})], now) is not None:
+        return None
+    return plan.concurrency_scope, key, c.limit
+
+
+async def finish_passing(
+    tx: Tx,
+    fence: ops.Fence,
+    now: float,
+    handoff: HandOff,
+    *,
+    status: str,
+    output: str | None = None,
+    error_tag: str | None = None,
+    error_message: str | None = None,
+    event: dict[str, Any] | None = None,
+) -> Passed:
+    """End a held run (``succeeded`` or ``failed``) and pass its slot to the starts next in line."""
+    end = {"status": status, "output": output, "error_tag": error_tag, "error_message": error_message, "event": event}
+    return (await _finish_passing_many(tx, [((fence, now, handoff), end)]))[0]
+
+
+_ENDS: dict[str, Any] = {"output": None, "error_tag": None, "error_message": None, "event": None}
+
+
+async def _finish_passing_many(tx: Tx, calls: Sequence[Args]) -> list[Passed]:
+    """``finish_passing`` for many runs at once: the slots of one key pass on with one read and one admission.
+
+    Ended one after the other, each run would admit the start next in line into the room
+    it left; ended together, their key's room is read once all their slots are free and
+    the same starts are admitted, in the same order, the first of them claimed one per
+    run ended (in the order the runs ended).
+    """
+    out: list[Passed] = []
+    freed: dict[tuple[str, str], list[tuple[Passed, HandOff, float]]] = {}
+    events: list[dict[str, Any]] = []
+    ended: list[str] = []
+    for (fence, now, handoff), given in calls:
+        end = {**_ENDS, **given}  # the many form gets each call's keywords as given
+        status = end["status"]
+        assert status in ("succeeded", "failed")
+        params = {**fence.params(), "now": now, **{k: v for k, v in end.items() if k != "event"}}
+        if not await tx.expect("finish_run_slotted", params):  # asks more after all (a child opened): the full way
+            out.append(Passed(await ops.finish_run(tx, fence, now, plain=False, **end)))
+            continue
+        data = end["event"] or ops.error_data(end["error_tag"], end["error_message"])
+        events.append(ops.event_row(fence.run_id, f"run-{status}", now, data))
+        ended.append(fence.run_id)
+        passed = Passed([])
+        out.append(passed)
+        freed.setdefault((handoff.scope, handoff.key), []).append((passed, handoff, now))
+    await tx.execute_values("insert_event", events)
+    await gate_ops.free_slots(tx, ended)
+    for slot in sorted(freed):  # keys locked in one order: no two processes wait on each other
+        await _pass_on(tx, slot, freed[slot])
+    return out
+
+
+async def _pass_on(tx: Tx, slot: gate_ops.Slot, ended: list[tuple[Passed, HandOff, float]]) -> None:
+    """Admit the starts next in line for ``slot`` into its room; claim one for each run in ``ended``."""
+    handoff, now = ended[-1][1], max(at for _, _, at in ended)
+    await gate_ops.lock_key(tx, *slot)
+    rows = await tx.execute("handoff_rows", {"scope": slot[0], "key": slot[1], "limit": handoff.limit})
+    ready = []
+    for row in rows:
+        if not _admissible(row, now):
+            break
+        ready.append(row)
+    settled = len(ready) == len(rows)
+    for passed, _, _ in ended:
+        passed.settled = settled
+    if not ready:
+        return
+    columns = {**handoff.columns}
+    if handoff.finish_timeout is not None:
+        columns["deadline_at"] = now + handoff.finish_timeout
+    lease_until = now + handoff.lease
+    claimers = [(passed, h.owner) for passed, h, _ in ended if h.owner is not None]
+    claims = min(len(ready), len(claimers))
+    owner = claimers[0][1] if claimers else None
+    run_ids = await gate_ops.admit_parked(
+        tx, [(row, columns, slot) for row in ready], now, claim=None if owner is None else (owner, lease_until, claims)
+    )
+    for (passed, claimer), row, run_id in zip(claimers[:claims], ready, run_ids, strict=False):
+        claimed = {
+            **columns,
+            "id": run_id,
+            "payload": row["payload"],
+            "idempotency_key": row["idempotency_key"],
+            "retry_of": row["retry_of"],
+            "ticket": row["ticket"],
+            "slot_scope": slot[0],
+            "slot_key": slot[1],
+        }
+        passed.claimed = ops.claimed_row(claimed, claimer, lease_until, now)
+    ended[0][0].unclaimed = len(run_ids) - claims
+
+
+with_many(finish_passing, _finish_passing_many)
+
+
+def _admissible(row: Row, now: float) -> bool:
+    """Whether the drainer would admit the waiting ``row`` as it stands, given room (``drainer._slot_only``)."""
+    expires = row["expires_at"]
+    return (
+        plain_row(row)
+        and row["due_at"] is None
+        and (expires is None or float(expires) > now)
+    )
