@@ -62,7 +62,7 @@ def test_queries_it_cannot_rewrite_are_refused_by_name() -> None:
 @pytest.mark.parametrize("dialect", ["sqlite", "postgres"])
 def test_the_queries_bursts_use_can_be_rewritten(dialect: str) -> None:
     queries = load_queries(dialect)
-    for name in ("insert_run", "insert_event", "insert_ledger"):
+    for name in ("insert_run", "insert_event", "insert_ledger", "insert_ledger_rows", "insert_pending_rows"):
         assert MultiRow(name, queries[name], dialect=dialect).names
 
 

@@ -14,8 +14,8 @@ import pytest
 from lockgate.errors import StoreError
 from lockgate.store import Tx, open_store, ops
 from lockgate.store.direct import numbered
-from lockgate.store.postgres import PostgresStore, PostgresTx
-from lockgate.store.sql_files import load_queries, migrations, repeatable_queries
+from lockgate.store.postgres import PostgresStore, PostgresTx, _silent
+from lockgate.store.sql_files import load_queries, migrations, repeatable_queries, silent_queries
 
 from .pg import PgProxy, pg_database_url
 
@@ -600,3 +600,12 @@ def test_repeatable_queries_are_marked_writes_without_rows_to_read() -> None:
     assert "upsert_journal" in marked
     for name in marked:
         assert "RETURNING" not in queries[name].upper(), name
+
+
+def test_a_keys_lock_and_a_bursts_parked_rows_are_sent_without_waiting() -> None:
+    """Pipelined, the writer waits only for rows an op reads: a key's lock returns a row nobody reads."""
+    queries = load_queries("postgres")
+    sent = _silent(queries)
+    assert silent_queries("postgres") == {"lock_key"} and "lock_key" in sent
+    assert {"insert_ledger_rows", "insert_pending_rows"} <= sent
+    assert not {"insert_ledger", "slot_queues", "waiting_ahead"} & sent  # their rows are read

@@ -97,6 +97,15 @@ class GatePlan:
         """No control at all: a start is an insert."""
         return not (self.debounce or self.batch or self.singleton or self.windows or self.concurrency)
 
+    @property
+    def slot_only(self) -> bool:
+        """One control, a per-key concurrency limit: a start waits for nothing but a slot of its key.
+
+        No total, so no burst either (a burst needs a total): the key's room is its limit alone.
+        """
+        c = self.concurrency
+        return c is not None and c.total is None and not (self.debounce or self.batch or self.singleton or self.windows)
+
 
 def _fail(wf: str, fields: str | list[str], problem: str) -> typing.NoReturn:
     raise DefinitionError(wf, fields, problem)

@@ -21,7 +21,7 @@ from ..store import gate_ops, ops
 from ..store.base import Row, Tx
 from .admission import control_keys
 from .declarations import GatePlan
-from .pipeline import Decision, flow_keys, offer, plain_row, reoffer, slot_only
+from .pipeline import Decision, key_pause_scopes, offer, plain_row, reoffer, slot_of
 
 if TYPE_CHECKING:
     from ..engine.engine import Engine
@@ -303,17 +303,17 @@ def _unheld(defn: WorkflowDef, state: Row) -> bool:
 def _slot_only(defn: WorkflowDef, state: Row, pauses: dict[str, Row], now: float) -> gate_ops.Slot | None:
     """The slot a row waits for when that is all that can hold it, else ``None`` (the pipeline decides).
 
-    So: a workflow whose one control is a per-key concurrency limit (no total), and no key
-    pause holding the row. With room for it, admitting it is the inserts ``_unheld`` rows get,
-    and its slot.
+    So: a workflow whose one control is a per-key concurrency limit (``GatePlan.slot_only``),
+    and no key pause holding the row. With room for it, admitting it is the inserts
+    ``_unheld`` rows get, and its slot.
     """
     plan = defn.gate
-    if not slot_only(plan) or not plain_row(state):
+    if not plan.slot_only or not plain_row(state):
         return None
     keys = json.loads(state["keys"])
-    if gate_ops.pause_in(pauses, [f"key:{k}" for k in flow_keys(plan, keys)], now) is not None:
+    if gate_ops.pause_in(pauses, key_pause_scopes(plan, keys), now) is not None:
         return None
-    return (plan.concurrency_scope, keys.get("concurrency", ""))
+    return slot_of(plan, keys)
 
 
 def _admitted(defn: WorkflowDef, template: dict[str, Any], now: float) -> dict[str, Any]:

@@ -24,7 +24,7 @@ from ..definitions import WorkflowDef
 from ..store import gate_ops, ops
 from ..store.base import Row, Tx
 from ..store.coalesce import Args, with_many
-from .pipeline import flow_keys, plain_row, slot_only
+from .pipeline import key_pause_scopes, plain_row
 
 __all__ = ["HandOff", "Passed", "finish_passing", "hand_off_for"]
 
@@ -59,8 +59,8 @@ def hand_off_for(
 
     So: the run ends for good (``succeeded``, or ``failed`` without a failure handler) and
     asks nothing else of its end (no parent); its workflow's one control is a per-key
-    concurrency limit (no pool, total, burst, ``fair_by``, window, debounce, batch or
-    singleton); and no pause holds its key.
+    concurrency limit (``GatePlan.slot_only``, and no pool or ``fair_by``); and no pause
+    holds its key.
     """
     if status not in ("succeeded", "failed") or (status == "failed" and row.get("on_failure")):
         return None
@@ -68,8 +68,7 @@ def hand_off_for(
     c = plan.concurrency
     if (
         c is None
-        or not slot_only(plan)
-        or c.burst is not None
+        or not plan.slot_only
         or c.pool  # a pool's queue holds other workflows' starts: the drainer admits those
         or plan.fair_by is not None
         or row.get("slot_scope") != plan.concurrency_scope
@@ -77,7 +76,7 @@ def hand_off_for(
     ):
         return None
     key = row.get("slot_key") or ""
-    if gate_ops.pause_in(pauses, [f"key:{k}" for k in flow_keys(plan, {"concurrency": key})], now) is not None:
+    if gate_ops.pause_in(pauses, key_pause_scopes(plan, {"concurrency": key}), now) is not None:
         return None
     return plan.concurrency_scope, key, c.limit
 

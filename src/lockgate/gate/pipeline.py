@@ -4,13 +4,14 @@ An offer is a fresh arrival or a parked row the drainer re-offers; a parked row
 resumes at the stage it stopped at. The stages run in the order DESIGN.md §4 gives:
 identity, pause, delayed, rate limit, debounce, batch, singleton, key pause, throttle,
 concurrency, admit. Each returns a ``Decision`` that ends the offer, or ``None`` to
-pass it on.
+pass it on. A group commit's run of offers is decided by ``offer_many``: fresh arrivals
+that wait for nothing but a concurrency slot together, every other offer as ``offer``.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -18,9 +19,10 @@ from ..definitions import WorkflowDef
 from ..ids import new_id
 from ..store import gate_ops, ops
 from ..store.base import Row, Tx
+from ..store.coalesce import Args, with_many
 from .declarations import GatePlan
 
-__all__ = ["STAGES", "Decision", "Offer", "flow_keys", "offer", "plain_row", "slot_only"]
+__all__ = ["STAGES", "Decision", "Offer", "flow_keys", "offer", "offer_many", "plain_row"]
 
 STAGES = (
     "identity",
@@ -104,22 +106,41 @@ async def _record(
     run_id: str | None = None,
     pending_id: str | None = None,
 ) -> int:
-    row = o.pending
     return await gate_ops.ledger(
         tx,
-        ticket=o.ticket,
-        kind="arrival" if row is None else "drain",
-        workflow=o.workflow,
-        control=control,
-        key=key,
-        outcome=outcome,
-        reason=reason,
-        folded=1 if row is None else int(row["folded"]),
-        waited=None if row is None else now - float(row["first_at"]),
-        pending_id=pending_id,
-        run_id=run_id,
-        at=now,
+        **_ledger_row(
+            o, now, outcome=outcome, control=control, key=key, reason=reason, run_id=run_id, pending_id=pending_id
+        ),
     )
+
+
+def _ledger_row(
+    o: Offer,
+    now: float,
+    *,
+    outcome: str,
+    control: str | None,
+    key: str | None,
+    reason: str | None,
+    run_id: str | None,
+    pending_id: str | None,
+) -> Row:
+    """The ledger row of one decision on ``o``: its arrival's, or a drain's for a parked row."""
+    row = o.pending
+    return {
+        "ticket": o.ticket,
+        "kind": "arrival" if row is None else "drain",
+        "workflow": o.workflow,
+        "control": control,
+        "key": key,
+        "outcome": outcome,
+        "reason": reason,
+        "folded": 1 if row is None else int(row["folded"]),
+        "waited": None if row is None else now - float(row["first_at"]),
+        "pending_id": pending_id,
+        "run_id": run_id,
+        "at": now,
+    }
 
 
 async def _park(
@@ -138,47 +159,20 @@ async def _park(
 ) -> Decision:
     row = o.pending
     if row is None:
-        pending_id = new_id("pnd")
-        seq = await _record(
-            tx,
+        ledger, pending = _arrival_rows(
             o,
             now,
-            outcome="batched" if mode == "batch" else "queued",
-            control=mode,
+            mode=mode,
+            stage=stage,
+            due=due,
+            scope=scope,
             key=key,
             reason=reason,
-            pending_id=pending_id,
+            group_key=group_key,
+            items=items,
         )
-        timeout = o.plan.start_timeout
-        arrives = due if mode == "delayed" and due is not None else now  # a delayed start arrives at ``at``
-        await gate_ops.insert_pending(
-            tx,
-            {
-                "id": pending_id,
-                "workflow": o.workflow,
-                "ticket": o.ticket,
-                "mode": mode,
-                "stage": stage,
-                "hold_scope": scope,
-                "hold_key": key,
-                "group_key": group_key,
-                "singleton_key": _singleton_key(o),
-                "payload": o.payload,
-                "items": None if items is None else json.dumps(items),
-                "keys": json.dumps(o.keys),
-                "identity": o.identity,
-                "idempotency_key": o.idempotency_key,
-                "priority": o.priority,
-                "fair_key": o.fair,
-                "on_failure": o.plan.on_failure,
-                "retry_of": o.run.get("retry_of"),
-                "seq": seq,
-                "first_at": now,
-                "last_at": now,
-                "due_at": due,
-                "expires_at": None if timeout is None else arrives + timeout,
-            },
-        )
+        await gate_ops.insert_pending(tx, {**pending, "seq": await gate_ops.ledger(tx, **ledger)})
+        pending_id = pending["id"]
     else:
         pending_id = row["id"]
         if row["mode"] != mode:
@@ -201,6 +195,60 @@ async def _park(
             },
         )
     return Decision("queued", o.ticket, pending_id=pending_id, mode=mode, due_at=due, key=key, reason=reason)
+
+
+def _arrival_rows(
+    o: Offer,
+    now: float,
+    *,
+    mode: str,
+    stage: str,
+    due: float | None,
+    scope: str | None = None,
+    key: str | None = None,
+    reason: str | None = None,
+    group_key: str | None = None,
+    items: list[str] | None = None,
+) -> tuple[Row, Row]:
+    """A fresh arrival parked: its ledger row and its pending row, whose ``seq`` is to be the ledger row's id."""
+    pending_id = new_id("pnd")
+    ledger = _ledger_row(
+        o,
+        now,
+        outcome="batched" if mode == "batch" else "queued",
+        control=mode,
+        key=key,
+        reason=reason,
+        run_id=None,
+        pending_id=pending_id,
+    )
+    timeout = o.plan.start_timeout
+    arrives = due if mode == "delayed" and due is not None else now  # a delayed start arrives at ``at``
+    pending = {
+        "id": pending_id,
+        "workflow": o.workflow,
+        "ticket": o.ticket,
+        "mode": mode,
+        "stage": stage,
+        "hold_scope": scope,
+        "hold_key": key,
+        "group_key": group_key,
+        "singleton_key": _singleton_key(o),
+        "payload": o.payload,
+        "items": None if items is None else json.dumps(items),
+        "keys": json.dumps(o.keys),
+        "identity": o.identity,
+        "idempotency_key": o.idempotency_key,
+        "priority": o.priority,
+        "fair_key": o.fair,
+        "on_failure": o.plan.on_failure,
+        "retry_of": o.run.get("retry_of"),
+        "first_at": now,
+        "last_at": now,
+        "due_at": due,
+        "expires_at": None if timeout is None else arrives + timeout,
+    }
+    return ledger, pending
 
 
 async def _end_parked(tx: Tx, o: Offer) -> None:
@@ -482,10 +530,10 @@ async def _singleton(tx: Tx, o: Offer, now: float) -> Decision | None:
 
 
 async def _key_pause(tx: Tx, o: Offer, now: float) -> Decision | None:
-    keys = flow_keys(o.plan, o.keys)
-    if not keys:
+    scopes = key_pause_scopes(o.plan, o.keys)
+    if not scopes:
         return None
-    paused = await _paused(tx, o, [f"key:{k}" for k in keys], now)
+    paused = await _paused(tx, o, scopes, now)
     if paused is None:
         return None
     key = str(paused["scope"]).removeprefix("key:")
@@ -493,12 +541,6 @@ async def _key_pause(tx: Tx, o: Offer, now: float) -> Decision | None:
     return await _park(
         tx, o, now, mode="key-paused", stage="key_pause", due=due, scope="key", key=key, reason=paused["reason"]
     )
-
-
-def slot_only(plan: GatePlan) -> bool:
-    """Whether the plan's one control is a per-key concurrency limit (no total, no other control)."""
-    c = plan.concurrency
-    return c is not None and c.total is None and not (plan.debounce or plan.batch or plan.singleton or plan.windows)
 
 
 def plain_row(state: Row) -> bool:
@@ -528,6 +570,16 @@ def flow_keys(plan: GatePlan, keys: dict[str, str]) -> list[str]:
     return [k for k in dict.fromkeys(found) if k]
 
 
+def key_pause_scopes(plan: GatePlan, keys: dict[str, str]) -> list[str]:
+    """The pause scopes (``key:<k>``) of which any holds a start with control ``keys``."""
+    return [f"key:{k}" for k in flow_keys(plan, keys)]
+
+
+def slot_of(plan: GatePlan, keys: dict[str, str]) -> gate_ops.Slot:
+    """The concurrency slot ``(scope, key)`` a start with control ``keys`` takes."""
+    return plan.concurrency_scope, keys.get("concurrency", "")
+
+
 async def _throttle(tx: Tx, o: Offer, now: float) -> Decision | None:
     windows = o.plan.throttles
     if not windows:
@@ -553,7 +605,7 @@ async def _concurrency(tx: Tx, o: Offer, now: float) -> Decision | None:
     c = o.plan.concurrency
     if c is None:
         return None
-    scope, key = o.plan.concurrency_scope, o.keys.get("concurrency", "")
+    scope, key = slot_of(o.plan, o.keys)
     await gate_ops.lock_key(tx, scope, key)
     if c.total is not None:
         await gate_ops.lock_key(tx, scope, "")
@@ -685,3 +737,92 @@ def reoffer(defn: WorkflowDef, row: Row, run: dict[str, Any]) -> Offer:
         run={**run, "id": new_id("run"), "retry_of": row["retry_of"]},
         pending=row,
     )
+
+
+# -- many arrivals at once -------------------------------------------------------------------
+
+
+async def offer_many(tx: Tx, calls: Sequence[Args]) -> list[Decision]:
+    """``offer`` for each of a group commit's calls, in order; slot-only arrivals decided together.
+
+    A run of consecutive slot-only arrivals (``_slot_only_arrival``) costs a few statements
+    in all: each key is locked and read once (whether a start waits there for a slot, the
+    slots in use), the arrivals are walked in order as ``_concurrency`` would decide them,
+    and the parked ones' ledger and pending rows are written together. An admission goes
+    through ``_admit`` and any other offer through ``offer``, each once the rows decided
+    before it are written, so ledger ids keep the order of the decisions.
+    """
+    decisions: list[Decision] = []
+    locked: set[gate_ops.Slot] = set()  # advisory locks are held until commit: one take per key is enough
+    run: list[tuple[Offer, float, gate_ops.Slot]] = []
+    for args, kwargs in calls:
+        o, now = _offer_args(args, kwargs)
+        slot = _slot_only_arrival(o, now)
+        if slot is not None:
+            run.append((o, now, slot))
+            continue
+        decisions += await _arrive(tx, run, locked)
+        run = []
+        decisions.append(await offer(tx, o, now))
+    decisions += await _arrive(tx, run, locked)
+    return decisions
+
+
+def _offer_args(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Offer, float]:
+    bound = {**dict(zip(("o", "now"), args, strict=False)), **kwargs}
+    return bound["o"], bound["now"]
+
+
+def _slot_only_arrival(o: Offer, now: float) -> gate_ops.Slot | None:
+    """The slot a fresh arrival waits for when that is all that can hold it, else ``None`` (``offer`` decides).
+
+    So: no identity to check, not delayed, no pause on its workflow or its keys in its
+    snapshot, and a workflow whose one control is a per-key concurrency limit
+    (``GatePlan.slot_only``): every stage before ``_concurrency`` would pass it on untouched.
+    """
+    plan = o.plan
+    if o.pending is not None or o.identity is not None or o.pauses is None or not plan.slot_only:
+        return None
+    if o.at is not None and o.at > now:
+        return None
+    if gate_ops.pause_in(o.pauses, [f"wf:{o.workflow}", *key_pause_scopes(plan, o.keys)], now) is not None:
+        return None
+    return slot_of(plan, o.keys)
+
+
+async def _arrive(tx: Tx, run: list[tuple[Offer, float, gate_ops.Slot]], locked: set[gate_ops.Slot]) -> list[Decision]:
+    """Decide slot-only arrivals in order, as ``_concurrency`` then ``_admit`` would one after the other."""
+    if not run:
+        return []
+    slots = sorted({slot for _, _, slot in run})  # one order: two processes' bursts never wait on each other in a cycle
+    for slot in slots:
+        if slot not in locked:
+            await gate_ops.lock_key(tx, *slot)
+            locked.add(slot)
+    queues = await gate_ops.slot_queues(tx, slots)  # read after the locks: no other process decides these keys now
+    decisions: list[Decision] = []
+    parked: list[tuple[Row, Row]] = []
+    for o, now, slot in run:
+        ahead, used = queues[slot]
+        c = o.plan.concurrency
+        assert c is not None
+        if not ahead and used < c.limit:
+            await gate_ops.park_arrivals(tx, parked)
+            parked = []
+            decision = await _admit(tx, o, now)
+            if decision.status == "started":
+                queues[slot] = (ahead, used + 1)
+        else:
+            scope, key = slot
+            ledger, pending = _arrival_rows(
+                o, now, mode="concurrency", stage="key_pause", due=None, scope=scope, key=key
+            )
+            parked.append((ledger, pending))
+            queues[slot] = (True, used)  # every later arrival on this key waits behind this one
+            decision = Decision("queued", o.ticket, pending_id=pending["id"], mode="concurrency", key=key)
+        decisions.append(decision)
+    await gate_ops.park_arrivals(tx, parked)
+    return decisions
+
+
+with_many(offer, offer_many)

@@ -9,6 +9,9 @@ from ..ids import new_id
 from ..serde import dump_json
 from .base import Row, Tx
 
+Slot = tuple[str, str]
+"""A concurrency slot's ``(scope, key)``."""
+
 LEDGER_DEFAULTS: dict[str, Any] = {
     "control": None,
     "key": None,
@@ -43,8 +46,8 @@ async def ledger(tx: Tx, **row: Any) -> int:
 
 
 async def ledgers(tx: Tx, rows: list[dict[str, Any]]) -> None:
-    """Write many decisions at once (ids in list order)."""
-    await tx.execute_values("insert_ledger", [{**LEDGER_DEFAULTS, **row} for row in rows])
+    """Write many decisions at once (ids in list order), without waiting for their ids."""
+    await tx.execute_values("insert_ledger_rows", [{**LEDGER_DEFAULTS, **row} for row in rows])
 
 
 async def ledger_parked(tx: Tx, row: Row, outcome: str, reason: str | None, now: float) -> int:
@@ -67,6 +70,16 @@ async def ledger_parked(tx: Tx, row: Row, outcome: str, reason: str | None, now:
 
 async def insert_pending(tx: Tx, row: dict[str, Any]) -> None:
     await tx.execute("insert_pending", {**PENDING_DEFAULTS, **row})
+
+
+async def park_arrivals(tx: Tx, parked: list[tuple[Row, Row]]) -> None:
+    """Write many parked arrivals, each a ledger row and a pending row, as ``ledger`` then ``insert_pending``
+    would one after the other: ledger ids in list order, each pending row's ``seq`` its ledger row's id
+    (found by the server). Multi-row statements whose answers nobody waits for."""
+    if not parked:
+        return
+    await ledgers(tx, [row for row, _ in parked])
+    await tx.execute_values("insert_pending_rows", [{**PENDING_DEFAULTS, **row} for _, row in parked])
 
 
 async def get_pending(tx: Tx, pending_id: str) -> Row | None:
@@ -98,6 +111,13 @@ async def lock_key(tx: Tx, scope: str, key: str) -> None:
 
 async def slots_in_use(tx: Tx, scope: str, key: str) -> int:
     return int(await tx.scalar("slots_in_use", {"scope": scope, "key": key}))
+
+
+async def slot_queues(tx: Tx, slots: list[Slot]) -> dict[Slot, tuple[bool, int]]:
+    """For each slot ``(scope, key)``: whether a start waits there for a slot (``waiting_ahead``), and
+    the slots in use (``slots_in_use``); one query for any number."""
+    rows = await tx.execute("slot_queues", {"slots": json.dumps(slots)})
+    return {(r["scope"], r["key"]): (bool(r["ahead"]), int(r["used"])) for r in rows}
 
 
 async def slots_in_scope(tx: Tx, scope: str) -> int:
@@ -226,10 +246,6 @@ def run_columns(template: dict[str, Any]) -> dict[str, Any]:
         "deadline_at": template.get("deadline_at"),
         "on_failure": template.get("on_failure"),
     }
-
-
-Slot = tuple[str, str]
-"""A concurrency slot's ``(scope, key)``."""
 
 
 async def admit_parked(

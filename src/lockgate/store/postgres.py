@@ -42,7 +42,7 @@ from .base import Op, Row, Store, Tx
 from .coalesce import Call, run_calls, runs_lone
 from .direct import DirectStatement, Unsupported
 from .multirow import multirow
-from .sql_files import load_queries, migrations, repeatable_queries
+from .sql_files import load_queries, migrations, repeatable_queries, silent_queries
 
 __all__ = ["PostgresStore", "PostgresTx"]
 
@@ -227,14 +227,14 @@ def _idle(conn: _Conn) -> bool:
 
 
 def _silent(queries: Mapping[str, str]) -> frozenset[str]:
-    """The queries run for their effect alone: writes without ``RETURNING`` (no rows to wait for)."""
-    names = set()
+    """The queries run for their effect alone: writes without ``RETURNING`` (no rows to wait for), and
+    queries marked ``-- silent:`` (a key's lock: its row is never read)."""
+    names = set(silent_queries("postgres"))
     for name, sql in queries.items():
         text = sql.upper()
         words = text.split(None, 1)
         if words and words[0] in ("INSERT", "UPDATE", "DELETE") and "RETURNING" not in text:
             names.add(name)
-    names.add("lock_key")  # an advisory lock: what the pipeline sends after it waits on the server, not here
     return frozenset(names)
 
 

@@ -6,10 +6,11 @@ import functools
 import re
 from importlib import resources
 
-__all__ = ["load_queries", "migrations", "repeatable_queries"]
+__all__ = ["load_queries", "migrations", "repeatable_queries", "silent_queries"]
 
 _HEADER = re.compile(r"^--\s*name:\s*([a-z0-9_]+)\s*$", re.MULTILINE)
 _REPEATABLE = re.compile(r"^--\s*repeatable:", re.MULTILINE)
+_SILENT = re.compile(r"^--\s*silent:", re.MULTILINE)
 
 
 @functools.cache
@@ -46,6 +47,15 @@ def repeatable_queries(dialect: str) -> frozenset[str]:
     A store may run such a write again when it cannot learn whether the first run committed.
     """
     return frozenset(name for name, body in _sections(dialect).items() if _REPEATABLE.search(body))
+
+
+@functools.cache
+def silent_queries(dialect: str) -> frozenset[str]:
+    """The queries marked ``-- silent: <why>``: run for their effect alone, though they return rows.
+
+    Nobody reads those rows, so a store may send such a query without waiting for its answer.
+    """
+    return frozenset(name for name, body in _sections(dialect).items() if _SILENT.search(body))
 
 
 def migrations(dialect: str) -> list[tuple[int, str, str]]:

@@ -40,6 +40,7 @@ DELETE FROM lockgate_window_hits WHERE scope = %(scope)s AND key = %(key)s AND a
 
 -- name: lock_key
 -- Held until the transaction ends: deciders in other processes queue on the same (scope, key).
+-- silent: the lock is taken when the server runs it, before anything sent after it; its row is never read.
 SELECT 1 AS locked FROM (SELECT pg_advisory_xact_lock(hashtextextended(%(lock)s, 0))) AS held;
 
 -- name: open_group
@@ -94,6 +95,15 @@ SELECT COUNT(*) AS n FROM lockgate_slots WHERE scope = %(scope)s AND key = %(key
 -- name: slots_in_scope
 SELECT COUNT(*) AS n FROM lockgate_slots WHERE scope = %(scope)s;
 
+-- name: slot_queues
+-- For each [scope, key] of the JSON list %(slots)s: whether a start waits there for a slot (waiting_ahead
+-- with mode 'concurrency') and the slots in use there (slots_in_use).
+SELECT s.value ->> 0 AS scope, s.value ->> 1 AS key,
+    EXISTS (SELECT 1 FROM lockgate_pending p
+            WHERE p.mode = 'concurrency' AND p.hold_scope = s.value ->> 0 AND p.hold_key = s.value ->> 1) AS ahead,
+    (SELECT COUNT(*) FROM lockgate_slots t WHERE t.scope = s.value ->> 0 AND t.key = s.value ->> 1) AS used
+FROM json_array_elements(%(slots)s::json) AS s(value);
+
 -- name: take_slot
 INSERT INTO lockgate_slots (run_id, scope, key, workflow, acquired_at, expires_at)
 VALUES (%(run_id)s, %(scope)s, %(key)s, %(workflow)s, %(now)s, %(expires_at)s);
@@ -111,6 +121,24 @@ INSERT INTO lockgate_ledger (ticket, kind, workflow, control, key, outcome, reas
 VALUES (%(ticket)s, %(kind)s, %(workflow)s, %(control)s, %(key)s, %(outcome)s, %(reason)s, %(folded)s, %(waited)s, %(pending_id)s,
     %(run_id)s, %(at)s)
 RETURNING id;
+
+-- name: insert_ledger_rows
+-- insert_ledger without the id back (nobody waits for it): many rows at once (Tx.execute_values), ids in row order.
+INSERT INTO lockgate_ledger (ticket, kind, workflow, control, key, outcome, reason, folded, waited, pending_id,
+    run_id, at)
+VALUES (%(ticket)s, %(kind)s, %(workflow)s, %(control)s, %(key)s, %(outcome)s, %(reason)s, %(folded)s, %(waited)s, %(pending_id)s,
+    %(run_id)s, %(at)s);
+
+-- name: insert_pending_rows
+-- insert_pending whose seq is the id of the ledger row naming the start (its arrival's, written before it):
+-- many rows at once (Tx.execute_values), without waiting for the ids.
+INSERT INTO lockgate_pending (id, workflow, ticket, mode, stage, hold_scope, hold_key, group_key, singleton_key,
+    payload, items, keys, identity, idempotency_key, folded, priority, fair_key, on_failure, retry_of, seq,
+    first_at, last_at, due_at, expires_at)
+VALUES (%(id)s, %(workflow)s, %(ticket)s, %(mode)s, %(stage)s, %(hold_scope)s, %(hold_key)s, %(group_key)s, %(singleton_key)s,
+    %(payload)s, %(items)s, %(keys)s, %(identity)s, %(idempotency_key)s, %(folded)s, %(priority)s, %(fair_key)s, %(on_failure)s,
+    %(retry_of)s, (SELECT l.id FROM lockgate_ledger l WHERE l.pending_id = %(id)s),
+    %(first_at)s, %(last_at)s, %(due_at)s, %(expires_at)s);
 
 -- name: due_pending
 SELECT * FROM lockgate_pending

@@ -92,6 +92,17 @@ SELECT COUNT(*) AS n FROM lockgate_slots WHERE scope = :scope AND key = :key;
 -- name: slots_in_scope
 SELECT COUNT(*) AS n FROM lockgate_slots WHERE scope = :scope;
 
+-- name: slot_queues
+-- For each [scope, key] of the JSON list :slots: whether a start waits there for a slot (waiting_ahead
+-- with mode 'concurrency') and the slots in use there (slots_in_use).
+SELECT json_extract(s.value, '$[0]') AS scope, json_extract(s.value, '$[1]') AS key,
+    EXISTS (SELECT 1 FROM lockgate_pending p
+            WHERE p.mode = 'concurrency' AND p.hold_scope = json_extract(s.value, '$[0]')
+                AND p.hold_key = json_extract(s.value, '$[1]')) AS ahead,
+    (SELECT COUNT(*) FROM lockgate_slots t
+     WHERE t.scope = json_extract(s.value, '$[0]') AND t.key = json_extract(s.value, '$[1]')) AS used
+FROM json_each(:slots) s;
+
 -- name: take_slot
 INSERT INTO lockgate_slots (run_id, scope, key, workflow, acquired_at, expires_at)
 VALUES (:run_id, :scope, :key, :workflow, :now, :expires_at);
@@ -109,6 +120,24 @@ INSERT INTO lockgate_ledger (ticket, kind, workflow, control, key, outcome, reas
     run_id, at)
 VALUES (:ticket, :kind, :workflow, :control, :key, :outcome, :reason, :folded, :waited, :pending_id,
     :run_id, :at);
+
+-- name: insert_ledger_rows
+-- insert_ledger without the id back (nobody waits for it): many rows at once (Tx.execute_values), ids in row order.
+INSERT INTO lockgate_ledger (ticket, kind, workflow, control, key, outcome, reason, folded, waited, pending_id,
+    run_id, at)
+VALUES (:ticket, :kind, :workflow, :control, :key, :outcome, :reason, :folded, :waited, :pending_id,
+    :run_id, :at);
+
+-- name: insert_pending_rows
+-- insert_pending whose seq is the id of the ledger row naming the start (its arrival's, written before it):
+-- many rows at once (Tx.execute_values), without waiting for the ids.
+INSERT INTO lockgate_pending (id, workflow, ticket, mode, stage, hold_scope, hold_key, group_key, singleton_key,
+    payload, items, keys, identity, idempotency_key, folded, priority, fair_key, on_failure, retry_of, seq,
+    first_at, last_at, due_at, expires_at)
+VALUES (:id, :workflow, :ticket, :mode, :stage, :hold_scope, :hold_key, :group_key, :singleton_key,
+    :payload, :items, :keys, :identity, :idempotency_key, :folded, :priority, :fair_key, :on_failure, :retry_of,
+    (SELECT l.id FROM lockgate_ledger l WHERE l.pending_id = :id),
+    :first_at, :last_at, :due_at, :expires_at);
 
 -- name: due_pending
 SELECT * FROM lockgate_pending

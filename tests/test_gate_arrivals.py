@@ -1,0 +1,408 @@
+"""A burst of arrivals in one group commit: slot-only arrivals are decided together, exactly as one by one.
+
+``offer_many`` (the many-at-once form of ``pipeline.offer``) decides a run of fresh
+arrivals whose one control is a per-key concurrency limit with a few statements for the
+whole run, and passes every other offer through ``offer``. The tests here give the same
+offers to two fresh stores of one kind, one by one in one transaction on one and through
+the many form on the other, and compare what each decided and wrote; others drive a real
+burst of ``start`` calls through the store's group commit.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pydantic import BaseModel
+
+import lockgate as lg
+from lockgate.gate.admission import control_keys
+from lockgate.gate.pipeline import Decision, Offer, offer, offer_many
+from lockgate.store import coalesce, gate_ops
+from lockgate.store.base import Row, Tx
+from lockgate.testing import TestEnv
+
+from .apps.gate_probes import pending_rows, sql
+from .pg import pg_database_url
+
+NOW = 1_800_000_000.0
+
+
+class Job(BaseModel):
+    key: str = "k"
+    n: int = 0
+
+
+class Go(BaseModel):
+    ok: bool = True
+
+
+def make_app() -> lg.App:
+    app = lg.App()
+
+    async def body(ctx: lg.Context, p: Job) -> int:
+        await ctx.wait_for_signal("go", Go)
+        return p.n
+
+    def key(p: Job) -> str:
+        return p.key
+
+    app.workflow(
+        name="cc", concurrency=lg.Concurrency(limit=2, key=key), timeouts=lg.Timeouts(start="1h", finish="2h")
+    )(body)
+    app.workflow(name="pooled", concurrency=lg.Concurrency(limit=2, key=key, pool="shared"))(body)
+    app.workflow(name="win", throttle=lg.Throttle(limit=1, period="1h"), concurrency=lg.Concurrency(limit=5))(body)
+    return app
+
+
+@pytest.fixture
+def twin_url(store_kind: str, tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[str]:
+    """A second fresh store of the test's store kind."""
+    if store_kind == "sqlite":
+        yield f"sqlite:///{tmp_path}/twin.db"
+    else:
+        yield from pg_database_url(request)
+
+
+@pytest.fixture
+def many_runs(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """How many offers each call of the many form was given (the store's group commits use it)."""
+    sizes: list[int] = []
+
+    async def counted(tx: Tx, calls: Any) -> list[Any]:
+        sizes.append(len(calls))
+        return await offer_many(tx, calls)
+
+    monkeypatch.setitem(coalesce._MANY, offer, counted)
+    return sizes
+
+
+@pytest.fixture
+def set_reads(monkeypatch: pytest.MonkeyPatch) -> list[list[gate_ops.Slot]]:
+    """The slots each set-based read of the many form asked about."""
+    asked: list[list[gate_ops.Slot]] = []
+    read = gate_ops.slot_queues
+
+    async def counted(tx: Tx, slots: list[gate_ops.Slot]) -> dict[gate_ops.Slot, tuple[bool, int]]:
+        asked.append(list(slots))
+        return await read(tx, slots)
+
+    monkeypatch.setattr(gate_ops, "slot_queues", counted)
+    return asked
+
+
+# -- offers built as admission builds them, with ids of our own -------------------------------
+
+
+class Maker:
+    """Offers of one app with fixed tickets and run ids, so two stores can be given the very same ones."""
+
+    def __init__(self, client: lg.Client, pauses: dict[str, Row] | None = None) -> None:
+        self.client = client
+        self.pauses = pauses if pauses is not None else {}
+        self.made = 0
+
+    def __call__(
+        self, workflow: str, key: str, *, idem: str | None = None, at: float | None = None, dt: float = 0.001
+    ) -> tuple[Offer, float]:
+        self.made += 1
+        i = self.made
+        defn = self.client.app.get(workflow)
+        model = Job(key=key, n=i)
+        ticket = f"tkt_{i:04d}"
+        run = self.client.new_run_row(defn, model, run_id=f"run_{i:04d}", idempotency_key=idem, ticket=ticket)
+        run["retry_of"] = None
+        o = Offer(
+            defn=defn,
+            plan=defn.gate,
+            ticket=ticket,
+            payload=model.model_dump_json(),
+            keys=control_keys(defn, defn.gate, model),
+            priority=i % 3,
+            fair=None,
+            identity=run["identity"] if idem is not None else None,
+            idempotency_key=idem,
+            run=run,
+            at=at,
+            pauses=self.pauses,
+        )
+        return o, NOW + i * dt
+
+
+async def _one_by_one(tx: Tx, offers: list[tuple[Offer, float]]) -> list[Decision]:
+    return [await offer(tx, o, now) for o, now in offers]
+
+
+async def _together(tx: Tx, offers: list[tuple[Offer, float]]) -> list[Decision]:
+    return await offer_many(tx, [((o, now), {}) for o, now in offers])
+
+
+async def _free(tx: Tx, run_id: str) -> None:
+    await gate_ops.free_slot(tx, run_id)
+
+
+async def _state(url: str) -> dict[str, Any]:
+    """Everything the gate wrote, with generated pending ids named by their ticket and seqs by ledger rank."""
+    ledger = await sql(url, "SELECT * FROM lockgate_ledger ORDER BY id")
+    pending = await sql(url, "SELECT * FROM lockgate_pending ORDER BY seq")
+    rank = {r["id"]: i for i, r in enumerate(ledger)}
+    names = {r["id"]: r["ticket"] for r in pending}
+    return {
+        "ledger": [
+            {**r, "id": rank[r["id"]], "pending_id": names.get(r["pending_id"], r["pending_id"])} for r in ledger
+        ],
+        "pending": [{**r, "id": names[r["id"]], "seq": rank[r["seq"]]} for r in pending],
+        "runs": await sql(url, "SELECT * FROM lockgate_runs ORDER BY id"),
+        "events": await sql(url, "SELECT run_id, type, at, data FROM lockgate_run_events ORDER BY id"),
+        "slots": await sql(url, "SELECT * FROM lockgate_slots ORDER BY run_id"),
+        "hits": await sql(url, "SELECT scope, key, at, n FROM lockgate_window_hits ORDER BY id"),
+        "names": names,
+    }
+
+
+def _named(decisions: list[Decision], names: dict[str, str]) -> list[dict[str, Any]]:
+    out = []
+    for d in decisions:
+        row = dataclasses.asdict(d)
+        row["pending_id"] = names.get(d.pending_id or "", d.pending_id)
+        out.append(row)
+    return out
+
+
+async def _both(
+    url: str, twin: str, before: list[tuple[Offer, float]], burst: list[tuple[Offer, float]], *, free: list[str] = ()
+) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """Give ``before`` one by one to both stores (then free ``free``'s slots), then ``burst``: one by one on
+    ``twin``, through the many form on ``url``. Checks both decided and wrote the same; the decisions."""
+    app = make_app()
+    decided = []
+    for where, op in ((twin, _one_by_one), (url, _together)):
+        async with lg.Client(app, where) as client:
+            await client.store.write(_one_by_one, before)
+            for run_id in free:
+                await client.store.write(_free, run_id)
+            decided.append(await client.store.write(op, burst))
+    alone, together = await _state(twin), await _state(url)
+    assert together["ledger"] == alone["ledger"]
+    assert together["pending"] == alone["pending"]
+    for table in ("runs", "events", "slots", "hits"):
+        assert together[table] == alone[table], table
+    named = _named(decided[1], together["names"])
+    assert named == _named(decided[0], alone["names"])
+    return named, together
+
+
+# -- the many form decides as one by one ------------------------------------------------------
+
+
+async def test_a_mixed_burst_is_decided_and_written_as_one_by_one(
+    store_url: str, twin_url: str, set_reads: list[list[gate_ops.Slot]]
+) -> None:
+    async with lg.Client(make_app(), store_url) as client:
+        make = Maker(client)
+    # Before: key c full; key d full with one start waiting, then a slot freed (room, but a start waits ahead).
+    before = [make("cc", "c"), make("cc", "c"), make("cc", "d"), make("cc", "d"), make("cc", "d")]
+    burst = [
+        make("cc", "a"),
+        make("cc", "b"),
+        make("cc", "a"),
+        make("cc", "c"),  # full: parked
+        make("cc", "d"),  # room, but one waits ahead: parked
+        make("cc", "a"),  # a's third: parked
+        make("cc", "e"),
+        make("cc", "e", idem="once"),  # an identity: one by one, and it takes e's second slot
+        make("cc", "e"),  # e is full now: parked (the keys are read again after the offer above)
+        make("cc", "e", idem="once"),  # spent: existing
+        make("win", "x"),  # a throttle window: one by one
+        make("win", "x"),  # the window is full: parked for the throttle
+        make("cc", "b", at=NOW - 60),  # an at= already past: decided with the others
+        make("cc", "b", at=NOW + 3600),  # an at= to come: delayed, one by one
+        make("pooled", "p"),
+        make("pooled", "p"),
+        make("pooled", "p"),  # a pool's key holds two: parked
+        make("cc", "a"),
+    ]
+    decided, state = await _both(store_url, twin_url, before, burst, free=["run_0003"])
+    statuses = [d["status"] for d in decided]
+    assert statuses == [
+        "started",
+        "started",
+        "started",
+        "queued",
+        "queued",
+        "queued",
+        "started",
+        "started",
+        "queued",
+        "existing",
+        "started",
+        "queued",
+        "started",
+        "queued",
+        "started",
+        "started",
+        "queued",
+        "queued",
+    ]
+    assert [d["mode"] for d in decided if d["status"] == "queued"] == [
+        "concurrency",
+        "concurrency",
+        "concurrency",
+        "concurrency",
+        "throttle",
+        "delayed",
+        "concurrency",
+        "concurrency",
+    ]
+    arrivals = [r for r in state["ledger"] if r["kind"] == "arrival"]
+    assert [r["ticket"] for r in arrivals[len(before) :]] == [o.ticket for o, _ in burst]  # decision order
+    # The many form read the keys of each run of slot-only arrivals once, in sorted order.
+    assert set_reads == [
+        [("wf:cc", "a"), ("wf:cc", "b"), ("wf:cc", "c"), ("wf:cc", "d"), ("wf:cc", "e")],
+        [("wf:cc", "e")],
+        [("wf:cc", "b")],
+        [("pool:shared", "p"), ("wf:cc", "a")],
+    ]
+
+
+async def test_parked_arrivals_keep_their_order_per_key_and_the_limit(
+    store_url: str, twin_url: str, set_reads: list[list[gate_ops.Slot]]
+) -> None:
+    async with lg.Client(make_app(), store_url) as client:
+        make = Maker(client)
+    burst = [make("cc", "ab"[i % 3 % 2]) for i in range(60)]
+    decided, state = await _both(store_url, twin_url, [], burst)
+    assert len(set_reads) == 1
+    for key in "ab":
+        mine = [
+            (o.ticket, d["status"]) for (o, _), d in zip(burst, decided, strict=True) if o.keys["concurrency"] == key
+        ]
+        assert [status for _, status in mine] == ["started"] * 2 + ["queued"] * (len(mine) - 2)  # the first in order
+        parked = [r for r in state["pending"] if r["hold_key"] == key]
+        assert [r["id"] for r in parked] == [ticket for ticket, status in mine if status == "queued"]  # seq order
+        assert {(r["mode"], r["stage"], r["hold_scope"], r["due_at"]) for r in parked} == {
+            ("concurrency", "key_pause", "wf:cc", None)
+        }
+        assert all(r["expires_at"] == r["first_at"] + 3600 for r in parked)  # timeouts.start
+    assert Counter(r["key"] for r in state["slots"]) == {"a": 2, "b": 2}
+    arrivals = [r for r in state["ledger"] if r["kind"] == "arrival"]
+    assert [r["ticket"] for r in arrivals] == [o.ticket for o, _ in burst]
+    queued = [r for r in arrivals if r["outcome"] == "queued"]
+    assert {(r["control"], r["reason"], r["run_id"], r["folded"], r["waited"]) for r in queued} == {
+        ("concurrency", None, None, 1, None)
+    }
+    assert [r["pending_id"] for r in queued] == [r["ticket"] for r in queued]  # each names its own parked row
+
+
+async def test_a_paused_workflow_parks_every_arrival_one_by_one(
+    store_url: str, twin_url: str, set_reads: list[list[gate_ops.Slot]]
+) -> None:
+    async with lg.Client(make_app(), store_url) as client:
+        make = Maker(client, {"wf:cc": {"scope": "wf:cc", "reason": "maintenance", "until": None}})
+    burst = [make("cc", "ab"[i % 2]) for i in range(6)] + [make("pooled", "p")]
+    decided, state = await _both(store_url, twin_url, [], burst)
+    assert [(d["status"], d["mode"], d["reason"]) for d in decided[:6]] == [("queued", "paused", "maintenance")] * 6
+    assert decided[6]["status"] == "started"
+    assert set_reads == [[("pool:shared", "p")]]  # only the start of the workflow no pause holds
+    assert [r["mode"] for r in state["pending"]] == ["paused"] * 6
+
+
+async def test_a_paused_key_parks_its_arrivals_and_not_the_others(
+    store_url: str, twin_url: str, set_reads: list[list[gate_ops.Slot]]
+) -> None:
+    pauses = {
+        "key:a": {"scope": "key:a", "reason": "a is down", "until": NOW + 600},
+        "key:b": {"scope": "key:b", "reason": "over", "until": NOW - 1},  # ended before the burst
+    }
+    async with lg.Client(make_app(), store_url) as client:
+        make = Maker(client, pauses)
+    burst = [make("cc", "abb"[i % 3]) for i in range(9)]
+    decided, state = await _both(store_url, twin_url, [], burst)
+    assert [(d["status"], d["mode"]) for d in decided] == [
+        ("queued", "key-paused"),
+        ("started", None),
+        ("started", None),
+        ("queued", "key-paused"),
+        ("queued", "concurrency"),
+        ("queued", "concurrency"),
+        ("queued", "key-paused"),
+        ("queued", "concurrency"),
+        ("queued", "concurrency"),
+    ]
+    assert all(d["due_at"] == NOW + 600 for d in decided if d["mode"] == "key-paused")
+    # Each run of b's arrivals between a's was read on its own (a's go one by one, and may change anything).
+    assert set_reads == [[("wf:cc", "b")]] * 3
+    assert [r["hold_key"] for r in state["pending"]] == ["a", "a", "b", "b", "a", "b", "b"]
+
+
+# -- a real burst through the store's group commit --------------------------------------------
+
+
+async def test_a_burst_of_starts_is_admitted_in_arrival_order_within_the_limit(
+    env_factory: Any, many_runs: list[int]
+) -> None:
+    async with env_factory(make_app()) as env:
+        assert isinstance(env, TestEnv)
+        e = env.engine
+        await e.pause_snapshot()  # read now: no start waits for it, so they reach the store in the order given
+        starts = [("cc", {"key": "ab"[i % 2], "n": i}, None) for i in range(30)]
+        starts.insert(9, ("cc", {"key": "a", "n": 100}, "idem-1"))  # one by one, amid the others
+        starts.insert(17, ("win", {"key": "x", "n": 101}, None))
+        handles = await asyncio.gather(*(e.start(w, p, idempotency_key=k) for w, p, k in starts))
+        assert max(many_runs) > 1  # the burst shared a group commit and went through the many form
+        arrivals = await sql(env.store_url, "SELECT ticket FROM lockgate_ledger WHERE kind = 'arrival' ORDER BY id")
+        assert [r["ticket"] for r in arrivals] == [h.ticket for h in handles]
+        for key in "ab":
+            mine = [h for (w, p, _), h in zip(starts, handles, strict=True) if w == "cc" and p["key"] == key]
+            assert [h.status for h in mine] == ["started"] * 2 + ["queued"] * (len(mine) - 2)
+            parked = [r["ticket"] for r in await pending_rows(env.store_url) if r["hold_key"] == key]
+            assert parked == [h.ticket for h in mine if h.status == "queued"]
+        assert handles[17].status == "started"
+        slots = await sql(env.store_url, "SELECT key, COUNT(*) AS n FROM lockgate_slots GROUP BY key ORDER BY key")
+        assert [(r["key"], r["n"]) for r in slots] == [("", 1), ("a", 2), ("b", 2)]
+        # Freed slots go to the parked starts of that key in arrival order.
+        await env.settle()
+        first = [h for h in handles if h.status == "started" and h.workflow == "cc"]
+        for h in first:
+            assert h.run_id is not None
+            await e.signal(h.run_id, "go", {})
+        await env.settle()
+        await e.drainer.tick()
+        await env.settle()
+        admitted = await sql(
+            env.store_url,
+            "SELECT ticket FROM lockgate_ledger WHERE kind = 'drain' AND outcome = 'admitted' ORDER BY id",
+        )
+        queued = {
+            key: [
+                h.ticket
+                for (w, p, _), h in zip(starts, handles, strict=True)
+                if w == "cc" and p["key"] == key and h.status == "queued"
+            ]
+            for key in "ab"
+        }
+        assert sorted(r["ticket"] for r in admitted) == sorted(queued["a"][:2] + queued["b"][:2])
+
+
+async def test_bursts_from_two_writers_share_each_keys_limit(store_url: str, many_runs: list[int]) -> None:
+    """Two clients (two writers, as two processes have) burst on the same keys at once: each key's
+    slots are its limit, not twice it, and every start is decided once, parked ones in the ledger's order."""
+    app = make_app()
+    async with lg.Client(app, store_url) as one, lg.Client(app, store_url) as two:
+        await one.pause_snapshot()
+        await two.pause_snapshot()
+        bursts = [[c.start("cc", {"key": "cba"[i % 3], "n": i}) for i in range(45)] for c in (one, two)]
+        handles = await asyncio.gather(*bursts[0], *bursts[1])
+        assert max(many_runs) > 1
+        assert Counter(h.status for h in handles) == {"started": 6, "queued": 84}
+        slots = await sql(store_url, "SELECT key, COUNT(*) AS n FROM lockgate_slots GROUP BY key ORDER BY key")
+        assert [(r["key"], r["n"]) for r in slots] == [("a", 2), ("b", 2), ("c", 2)]
+        arrivals = await sql(store_url, "SELECT ticket, pending_id FROM lockgate_ledger ORDER BY id")
+        assert sorted(r["ticket"] for r in arrivals) == sorted(h.ticket for h in handles)
+        in_ledger_order = [r["pending_id"] for r in arrivals if r["pending_id"] is not None]
+        assert [r["id"] for r in await pending_rows(store_url)] == in_ledger_order
