@@ -14,8 +14,9 @@ import pytest
 from pydantic import BaseModel
 
 import lockgate as lg
+from lockgate.gate import handoff as handoff_module
 from lockgate.gate.handoff import HandOff, Passed, finish_passing
-from lockgate.store import gate_ops, ops
+from lockgate.store import coalesce, gate_ops, ops
 from lockgate.store.base import Tx
 from lockgate.store.coalesce import Call, run_calls
 from lockgate.testing import TestEnv
@@ -325,3 +326,35 @@ async def test_a_worker_past_its_share_of_a_key_leaves_the_next_run_to_any_worke
         for n in (1, 2, 3):
             release[n].set()
         assert await e.result(run_id, timeout=10) == 3  # claimed by the dispatcher (the only worker here)
+
+
+async def test_runs_ending_together_with_one_lease_lost_end_one_by_one(
+    store_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One stale fence among runs ending in one group commit: the others end and pass their slots on, in
+    order; the stale one is refused and keeps its slot."""
+    tried: list[int] = []
+    together = handoff_module._finish_passing_many
+
+    async def spy(tx: Tx, calls: Any) -> list[Passed]:
+        tried.append(len(calls))
+        return await together(tx, calls)
+
+    monkeypatch.setattr(handoff_module, "_finish_passing_many", spy)
+    monkeypatch.setitem(coalesce._MANY, finish_passing, spy)
+    async with lg.Client(make_app(limit=3), store_url) as client:
+        fences = await _held(client, "a", 3)
+        parked = [await client.start("conc", {"n": 10 + i, "key": "a"}) for i in range(3)]
+        stale = ops.Fence(fences[1].run_id, fences[1].owner, fences[1].epoch + 1)
+        now = client.clock.now()
+        handoff = _hand_off(client, "a")
+        ends = [Call(finish_passing, (f, now, handoff), {"status": "succeeded"}) for f in (fences[0], stale, fences[2])]
+        futures = [client.store.write(call.op, *call.args, **call.kwargs) for call in ends]
+        outcomes = await asyncio.gather(*futures, return_exceptions=True)
+        assert isinstance(outcomes[1], ops.Fenced)
+        claimed = [o.claimed["ticket"] for o in outcomes if isinstance(o, Passed) and o.claimed]
+        assert claimed == [h.ticket for h in parked[:2]]
+        assert [r["ticket"] for r in await pending_rows(store_url)] == [parked[2].ticket]
+        slots = {s["run_id"] for s in await slot_rows(store_url)}
+        assert fences[1].run_id in slots and fences[0].run_id not in slots and len(slots) == 3
+        assert tried[0] == 3  # they were tried together first, then one by one

@@ -110,7 +110,7 @@ async def _finish_passing_many(tx: Tx, calls: Sequence[Args]) -> list[Passed]:
     run ended (in the order the runs ended).
     """
     out: list[Passed] = []
-    freed: dict[tuple[str, str], list[tuple[Passed, HandOff, float]]] = {}
+    freed: dict[gate_ops.Slot, list[tuple[Passed, HandOff, float]]] = {}
     events: list[dict[str, Any]] = []
     ended: list[str] = []
     for (fence, now, handoff), given in calls:
@@ -118,7 +118,8 @@ async def _finish_passing_many(tx: Tx, calls: Sequence[Args]) -> list[Passed]:
         status = end["status"]
         assert status in ("succeeded", "failed")
         params = {**fence.params(), "now": now, **{k: v for k, v in end.items() if k != "event"}}
-        if not await tx.expect("finish_run_slotted", params):  # asks more after all (a child opened): the full way
+        # one statement per run: a multi-row form costs the server more to plan than these cost to run
+        if not await tx.expect("finish_run_slotted", params):  # asks more after all (a child opened)
             out.append(Passed(await ops.finish_run(tx, fence, now, plain=False, **end)))
             continue
         data = end["event"] or ops.error_data(end["error_tag"], end["error_message"])
@@ -157,7 +158,11 @@ async def _pass_on(tx: Tx, slot: gate_ops.Slot, ended: list[tuple[Passed, HandOf
     claims = min(len(ready), len(claimers))
     owner = claimers[0][1] if claimers else None
     run_ids = await gate_ops.admit_parked(
-        tx, [(row, columns, slot) for row in ready], now, claim=None if owner is None else (owner, lease_until, claims)
+        tx,
+        [(row, columns, slot) for row in ready],
+        now,
+        claim=None if owner is None else (owner, lease_until, claims),
+        locked=True,
     )
     for (passed, claimer), row, run_id in zip(claimers[:claims], ready, run_ids, strict=False):
         claimed = {
@@ -174,7 +179,7 @@ async def _pass_on(tx: Tx, slot: gate_ops.Slot, ended: list[tuple[Passed, HandOf
     ended[0][0].unclaimed = len(run_ids) - claims
 
 
-with_many(finish_passing, _finish_passing_many)
+with_many(finish_passing, _finish_passing_many, gather=True)
 
 
 def _admissible(row: Row, now: float) -> bool:

@@ -24,6 +24,7 @@ Many = Callable[[Tx, Sequence[Args]], Awaitable[list[Any]]]
 F = TypeVar("F", bound=Callable[..., Any])
 
 _MANY: dict[Callable[..., Any], Many] = {}
+_GATHER: set[Callable[..., Any]] = set()
 _LONE: set[Callable[..., Any]] = set()
 
 
@@ -39,9 +40,18 @@ class Call:
         return self.op(tx, *self.args, **self.kwargs)
 
 
-def with_many(op: Callable[..., Any], many: Many) -> None:
-    """Declare ``many`` as ``op``'s many-at-once form."""
+def with_many(op: Callable[..., Any], many: Many, *, gather: bool = False) -> None:
+    """Declare ``many`` as ``op``'s many-at-once form.
+
+    ``gather``: the calls of ``op`` in a group commit run together where the last of them
+    stands, not only when they are consecutive. Any order of a group commit's calls is
+    one their callers could have seen (none waits for another's result within it), and
+    moving a call later keeps each caller's own calls in order; the calls of ``op`` must
+    not read what a call queued beside them writes, other than through the order chosen.
+    """
     _MANY[op] = many
+    if gather:
+        _GATHER.add(op)
 
 
 def lone(op: F) -> F:
@@ -61,22 +71,36 @@ def runs_lone(op: Callable[..., Any]) -> bool:
 
 
 async def run_calls(tx: Tx, calls: Sequence[Call]) -> list[Any]:
-    """Each call's value, in order; a run of alike calls whose op has a many-at-once form as one call of it."""
-    values: list[Any] = []
+    """Each call's value, in order; a run of alike calls whose op has a many-at-once form as one call of it
+    (for a ``gather`` op: all its calls, where the last of them stands)."""
+    last: dict[Callable[..., Any], int] = {}
+    for i, call in enumerate(calls):
+        if call.op in _GATHER:
+            last[call.op] = i
+    values: list[Any] = [None] * len(calls)
     i, n = 0, len(calls)
     while i < n:
         op = calls[i].op
+        if op in last:
+            if i == last[op]:
+                at = [k for k in range(i + 1) if calls[k].op is op]
+                for k, value in zip(at, await _run_many(tx, op, [calls[k] for k in at]), strict=True):
+                    values[k] = value
+            i += 1
+            continue
         many = _MANY.get(op)
         j = i + 1
         while many is not None and j < n and calls[j].op is op:
             j += 1
-        if j - i == 1:
-            values.append(await calls[i](tx))
-        else:
-            assert many is not None
-            got = await many(tx, [(c.args, c.kwargs) for c in calls[i:j]])
-            if len(got) != j - i:
-                raise RuntimeError(f"the many-at-once form of {op!r} gave {len(got)} results for {j - i} calls")
-            values += got
+        values[i:j] = await _run_many(tx, op, calls[i:j])
         i = j
     return values
+
+
+async def _run_many(tx: Tx, op: Callable[..., Any], calls: Sequence[Call]) -> list[Any]:
+    if len(calls) == 1:
+        return [await calls[0](tx)]
+    got = await _MANY[op](tx, [(c.args, c.kwargs) for c in calls])
+    if len(got) != len(calls):
+        raise RuntimeError(f"the many-at-once form of {op!r} gave {len(got)} results for {len(calls)} calls")
+    return got

@@ -253,6 +253,8 @@ async def admit_parked(
     admitted: list[tuple[Row, dict[str, Any], Slot | None]],
     now: float,
     claim: tuple[str, float, int] | None = None,
+    *,
+    locked: bool = False,
 ) -> list[str]:
     """Admit parked rows no control holds (but a slot, checked to have room), with one statement per table.
 
@@ -261,7 +263,8 @@ async def admit_parked(
     so no run can already hold it) with its slot, its ``run-started`` event, the row's
     ``drain`` ledger row (in the order given), and the row deleted. With ``claim``, ``(owner,
     lease_until, n)``, the first ``n`` runs (all of one workflow) are created claimed by
-    ``owner``. Returns the new run ids, in order; refuses when a row is no longer parked.
+    ``owner``. Returns the new run ids, in order; refuses when a row is no longer parked
+    (``locked``: the caller holds the rows' locks, and the check does not wait for its answer).
     """
     from .ops import started_data  # ops imports this module: a module-level import would be circular
 
@@ -292,7 +295,9 @@ async def admit_parked(
         await tx.execute("admit_parked_slots", params)
     await tx.execute("admit_parked_events", params)
     await tx.execute("admit_parked_ledger", params)
-    if len(await tx.execute("admit_parked_delete", {"admitted": encoded})) != len(admitted):
+    if locked:  # nobody else can have decided them: not worth a wait for the answer
+        await tx.expect("admit_parked_delete", {"admitted": encoded})
+    elif len(await tx.execute("admit_parked_delete", {"admitted": encoded})) != len(admitted):
         raise RuntimeError("a parked row was decided elsewhere while it was being admitted")
     return run_ids
 
