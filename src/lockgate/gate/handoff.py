@@ -154,7 +154,7 @@ async def _pass_on(tx: Tx, slot: gate_ops.Slot, ended: list[tuple[Passed, HandOf
     if handoff.finish_timeout is not None:
         columns["deadline_at"] = now + handoff.finish_timeout
     lease_until = now + handoff.lease
-    claimers = [(passed, h.owner) for passed, h, _ in ended if h.owner is not None]
+    claimers = [(passed, who) for passed, h, _ in ended if (who := h.owner) is not None]
     claims = min(len(ready), len(claimers))
     owner = claimers[0][1] if claimers else None
     run_ids = await gate_ops.admit_parked(
@@ -185,8 +185,4 @@ with_many(finish_passing, _finish_passing_many, gather=True)
 def _admissible(row: Row, now: float) -> bool:
     """Whether the drainer would admit the waiting ``row`` as it stands, given room (``drainer._slot_only``)."""
     expires = row["expires_at"]
-    return (
-        plain_row(row)
-        and row["due_at"] is None
-        and (expires is None or float(expires) > now)
-    )
+    return plain_row(row) and row["due_at"] is None and (expires is None or float(expires) > now)
