@@ -282,6 +282,30 @@ async def test_unpause_key_releases_at_once(env_factory: Callable[..., TestEnv])
         assert run.output == "a1"
 
 
+async def test_a_start_released_by_an_unpause_is_admitted_even_by_a_stale_view_of_the_pauses(
+    env_factory: Callable[..., TestEnv], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A drain deciding with pauses read before the unpause must not park the start again until the lifted
+    pause's end (a day here): a pause the snapshot shows is checked in the deciding transaction."""
+    async with env_factory(make_app()) as env:
+        engine = env.engine
+        await engine.pause_key("acme", until=datetime.fromtimestamp(env.clock.now(), tz=UTC) + timedelta(days=1))
+        held = await engine.start("call.provider", {"order": "a1", "tenant": "acme"})
+        assert held.status == "queued"
+        stale = dict(await engine.pause_snapshot())
+        assert "key:acme" in stale
+
+        async def keep_stale() -> None:
+            engine._paused_cache = stale
+
+        monkeypatch.setattr(engine, "refresh_pauses", keep_stale)
+        await engine.unpause_key("acme")  # lifted in the database; this process still sees it
+        await engine.drainer.tick()
+        [run] = await wait_runs(engine, "call.provider")
+        assert run.output == "a1"
+        assert [r["outcome"] for r in await ledger_rows(engine, held.ticket)] == ["queued", "admitted"]
+
+
 async def test_pause_key_refuses_bad_input(env_factory: Callable[..., TestEnv]) -> None:
     async with env_factory(make_app()) as env:
         with pytest.raises(ValueError, match="non-empty key"):

@@ -67,6 +67,7 @@ class Client(OperatorMixin):
         self._open = False
         self._paused_cache: dict[str, dict[str, Any]] = {}
         self._paused_read_at = float("-inf")
+        self._pause_reads = self._pause_read_kept = 0
 
     # -- lifecycle ----------------------------------------------------------------------
 

@@ -61,6 +61,8 @@ class OperatorMixin:
     clock: Clock
     _paused_cache: dict[str, Row]
     _paused_read_at: float
+    _pause_reads: int  # reads of the pauses begun so far
+    _pause_read_kept: int  # the latest begun of those whose answer is the cache
 
     def wake(self, at: float | None = None) -> None:
         raise NotImplementedError
@@ -92,9 +94,14 @@ class OperatorMixin:
 
     async def refresh_pauses(self) -> None:
         now = self.clock.now()
+        self._pause_reads += 1
+        mine = self._pause_reads
         rows = await self.store.read(gate_ops.list_pauses, now)
+        if mine < self._pause_read_kept:
+            return  # a read begun after this one has answered already: this one may be older
         self._paused_cache = {r["scope"]: r for r in rows}
         self._paused_read_at = now
+        self._pause_read_kept = mine
 
     async def pause(self, workflow: str, reason: str | None = None) -> None:
         """Park every new start of ``workflow`` (nothing is discarded) until ``unpause``."""

@@ -300,9 +300,15 @@ async def _identity(tx: Tx, o: Offer, now: float) -> Decision | None:
 
 
 async def _paused(tx: Tx, o: Offer, scopes: list[str], now: float) -> Row | None:
-    """The pause holding ``scopes``: from the offer's snapshot of pauses, else read now."""
-    if o.pauses is not None:
-        return gate_ops.pause_in(o.pauses, scopes, now)
+    """The pause holding ``scopes``, as it stands in this transaction.
+
+    With a snapshot of pauses, a start none holds passes at once (a pause begun since reaches
+    every process within a second). One the snapshot shows held is checked in the transaction:
+    the pause may have been lifted since, and a start parked by a lifted pause would wait for
+    a release that already happened.
+    """
+    if o.pauses is not None and gate_ops.pause_in(o.pauses, scopes, now) is None:
+        return None
     return await gate_ops.active_pause(tx, scopes, now)
 
 
