@@ -175,10 +175,17 @@ def _named(decisions: list[Decision], names: dict[str, str]) -> list[dict[str, A
 
 
 async def _both(
-    url: str, twin: str, before: list[tuple[Offer, float]], burst: list[tuple[Offer, float]], *, free: list[str] = ()
+    url: str,
+    twin: str,
+    before: list[tuple[Offer, float]],
+    burst: list[tuple[Offer, float]],
+    *,
+    free: list[str] = (),
+    pauses: dict[str, Row] | None = None,
 ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
-    """Give ``before`` one by one to both stores (then free ``free``'s slots), then ``burst``: one by one on
-    ``twin``, through the many form on ``url``. Checks both decided and wrote the same; the decisions."""
+    """Give ``before`` one by one to both stores (then free ``free``'s slots, and write ``pauses``, the offers'
+    snapshot), then ``burst``: one by one on ``twin``, through the many form on ``url``. Checks both decided
+    and wrote the same; the decisions."""
     app = make_app()
     decided = []
     for where, op in ((twin, _one_by_one), (url, _together)):
@@ -186,6 +193,8 @@ async def _both(
             await client.store.write(_one_by_one, before)
             for run_id in free:
                 await client.store.write(_free, run_id)
+            for p in (pauses or {}).values():
+                await client.store.write(gate_ops.pause, p["scope"], p["reason"], p["until"], NOW - 60)
             decided.append(await client.store.write(op, burst))
     alone, together = await _state(twin), await _state(url)
     assert together["ledger"] == alone["ledger"]
@@ -302,10 +311,11 @@ async def test_parked_arrivals_keep_their_order_per_key_and_the_limit(
 async def test_a_paused_workflow_parks_every_arrival_one_by_one(
     store_url: str, twin_url: str, set_reads: list[list[gate_ops.Slot]]
 ) -> None:
+    pauses = {"wf:cc": {"scope": "wf:cc", "reason": "maintenance", "until": None}}
     async with lg.Client(make_app(), store_url) as client:
-        make = Maker(client, {"wf:cc": {"scope": "wf:cc", "reason": "maintenance", "until": None}})
+        make = Maker(client, pauses)
     burst = [make("cc", "ab"[i % 2]) for i in range(6)] + [make("pooled", "p")]
-    decided, state = await _both(store_url, twin_url, [], burst)
+    decided, state = await _both(store_url, twin_url, [], burst, pauses=pauses)
     assert [(d["status"], d["mode"], d["reason"]) for d in decided[:6]] == [("queued", "paused", "maintenance")] * 6
     assert decided[6]["status"] == "started"
     assert set_reads == [[("pool:shared", "p")]]  # only the start of the workflow no pause holds
@@ -322,7 +332,7 @@ async def test_a_paused_key_parks_its_arrivals_and_not_the_others(
     async with lg.Client(make_app(), store_url) as client:
         make = Maker(client, pauses)
     burst = [make("cc", "abb"[i % 3]) for i in range(9)]
-    decided, state = await _both(store_url, twin_url, [], burst)
+    decided, state = await _both(store_url, twin_url, [], burst, pauses=pauses)
     assert [(d["status"], d["mode"]) for d in decided] == [
         ("queued", "key-paused"),
         ("started", None),

@@ -16,7 +16,7 @@ from pydantic import BaseModel
 import lockgate as lg
 from lockgate.gate import handoff as handoff_module
 from lockgate.gate.handoff import HandOff, Passed, finish_passing
-from lockgate.store import coalesce, gate_ops, ops
+from lockgate.store import cluster_ops, coalesce, gate_ops, ops
 from lockgate.store.base import Tx
 from lockgate.store.coalesce import Call, run_calls
 from lockgate.testing import TestEnv
@@ -314,7 +314,9 @@ async def test_a_worker_past_its_share_of_a_key_leaves_the_next_run_to_any_worke
         e = env.engine
         stop_drainer(env, monkeypatch)
         seen = watch_passes(env, monkeypatch)
-        e._live_workers = 3  # as the last lease renewal counted them
+        now = env.clock.now()
+        for other in ("wkr_other_1", "wkr_other_2"):  # two more workers alive: this one's share is one slot
+            await e.store.write(cluster_ops.register, other, "elsewhere", 1, now, 15.0)
         handles = [await e.start("conc", {"n": n}) for n in range(4)]
         assert [h.status for h in handles] == ["started"] * 3 + ["queued"]
         await eventually(lambda: len(e.executing) == 3, what="three runs executing")

@@ -77,7 +77,6 @@ class Engine(Client):
         self.host = socket.gethostname()
         self._executions: dict[str, Execution] = {}
         self._handoff_columns: dict[str, dict[str, Any]] = {}  # per workflow: what its handed-off runs share
-        self._live_workers = 1  # workers alive in the cluster, this one included (read at each lease renewal)
         self._inflight: set[str] = set()
         self._background: set[asyncio.Future[Any]] = set()
         self._wake = _Wakeup()
@@ -99,7 +98,6 @@ class Engine(Client):
         if self.store.cross_process_wakeups:
             self.store.add_listener(self._on_wakeup)
         await self._release_dead_local_workers()
-        self._live_workers = await self.store.read(ops.live_workers, self.clock.now(), self.lease)
         self._running = True
         self._workflows = frozenset(self.app.definitions())
         from ..sweeps import start_sweeps
@@ -190,16 +188,12 @@ class Engine(Client):
             template = {**self.new_run_row(defn, "{}"), "on_failure": defn.gate.on_failure}
             columns = self._handoff_columns[defn.name] = gate_ops.run_columns(template)
         scope, key, limit = target
-        # The next start is claimed here while this worker holds no more than its share of the key's slots:
-        # past it, the run is left to whichever worker claims it first, so one key's work spreads over replicas.
-        share = -(-limit // max(1, self._live_workers))
-        mine = sum(
+        held = sum(  # what decides whether this worker claims the next run (``HandOff.held``)
             1
             for rid, other in self._executions.items()
             if rid != row["id"] and other.row.get("slot_scope") == scope and (other.row.get("slot_key") or "") == key
         )
-        owner = self.worker_id if mine < share else None
-        return HandOff(scope, key, limit, columns, defn.gate.finish_timeout, owner, self.lease)
+        return HandOff(scope, key, limit, columns, defn.gate.finish_timeout, self.worker_id, self.lease, held)
 
     def passed(self, passed: Passed) -> None:
         """A run's end passed its slot on: execute the run claimed for this worker; wake others for the rest."""
@@ -431,8 +425,6 @@ class Engine(Client):
             for rid, execution in list(self._executions.items()):
                 if held.get(rid) != execution.fence.epoch:
                     execution.stop("lease lost")  # logged when the execution ends
-            with contextlib.suppress(Exception):  # a count a second old does as well: kept until the next renewal
-                self._live_workers = await self.store.read(ops.live_workers, now, self.lease)
 
     # -- outages ------------------------------------------------------------------------
 

@@ -38,8 +38,9 @@ class HandOff:
     limit: int
     columns: dict[str, Any]  # gate_ops.run_columns of the workflow's admitted runs, but the deadline
     finish_timeout: float | None
-    owner: str | None  # the worker ending the run, if it claims a run admitted into the room it left
+    owner: str  # the worker ending the run
     lease: float
+    held: int = 0  # the owner's other runs of this key in execution: it claims while that is below its share
 
 
 @dataclass
@@ -139,7 +140,10 @@ async def _pass_on(tx: Tx, slot: gate_ops.Slot, ended: list[tuple[Passed, HandOf
     """Admit the starts next in line for ``slot`` into its room; claim one for each run in ``ended``."""
     handoff, now = ended[-1][1], max(at for _, _, at in ended)
     await gate_ops.lock_key(tx, *slot)
-    rows = await tx.execute("handoff_rows", {"scope": slot[0], "key": slot[1], "limit": handoff.limit})
+    rows = await tx.execute(
+        "handoff_rows",
+        {"scope": slot[0], "key": slot[1], "limit": handoff.limit, "now": now, "lease": handoff.lease},
+    )
     ready = []
     for row in rows:
         if not _admissible(row, now):
@@ -154,7 +158,10 @@ async def _pass_on(tx: Tx, slot: gate_ops.Slot, ended: list[tuple[Passed, HandOf
     if handoff.finish_timeout is not None:
         columns["deadline_at"] = now + handoff.finish_timeout
     lease_until = now + handoff.lease
-    claimers = [(passed, who) for passed, h, _ in ended if (who := h.owner) is not None]
+    # A worker claims while it executes fewer of the key's runs than its share (the limit over the live
+    # workers): past that, runs are left to whichever worker claims first, so a key's work spreads.
+    share = -(-handoff.limit // max(1, int(rows[0]["live"])))
+    claimers = [(passed, h.owner) for passed, h, _ in ended if h.held < share]
     claims = min(len(ready), len(claimers))
     owner = claimers[0][1] if claimers else None
     run_ids = await gate_ops.admit_parked(

@@ -642,11 +642,6 @@ async def live_workers_on_host(tx: Tx, host: str, me: str) -> list[Row]:
     return await tx.execute("live_workers_on_host", {"host": host, "id": me})
 
 
-async def live_workers(tx: Tx, now: float, lease: float) -> int:
-    """How many workers are alive now (not stopped, heartbeat within their lease; ``lease`` if none is known)."""
-    return int(await tx.scalar("live_workers", {"now": now, "lease": lease}))
-
-
 async def acquire_sweep(tx: Tx, name: str, owner: str, now: float, ttl: float) -> bool:
     rows = await tx.execute("acquire_sweep", {"name": name, "owner": owner, "now": now, "lease_until": now + ttl})
     return bool(rows)

@@ -160,8 +160,11 @@ ORDER BY priority DESC, seq LIMIT %(limit)s;
 -- name: handoff_rows
 -- The starts next in line for a concurrency key, as many as it has room for (read under the key's lock), with
 -- what tells whether a control can still hold them (pending_by_ids). Rows another decider has locked are its own.
+-- live: the workers alive now (not stopped, heartbeat within their lease; %(lease)s for those without).
 SELECT p.id, p.ticket, p.mode, p.stage, p.due_at, p.expires_at, p.keys, p.identity, p.items IS NOT NULL AS has_items,
-    p.payload, p.idempotency_key, p.retry_of
+    p.payload, p.idempotency_key, p.retry_of,
+    (SELECT COUNT(*) FROM lockgate_workers WHERE stopped_at IS NULL
+       AND heartbeat_at + COALESCE(lease, %(lease)s) >= %(now)s) AS live
 FROM lockgate_pending p
 WHERE p.id = ANY (ARRAY(
     SELECT id FROM lockgate_pending

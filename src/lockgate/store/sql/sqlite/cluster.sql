@@ -16,10 +16,6 @@ FROM lockgate_workers w ORDER BY w.started_at;
 -- name: live_workers_on_host
 SELECT id, pid FROM lockgate_workers WHERE host = :host AND stopped_at IS NULL AND id <> :id;
 
--- name: live_workers
--- Workers that have not stopped and whose heartbeat is younger than their lease (:lease for those without).
-SELECT COUNT(*) AS n FROM lockgate_workers WHERE stopped_at IS NULL AND heartbeat_at + COALESCE(lease, :lease) >= :now;
-
 -- name: acquire_sweep
 INSERT INTO lockgate_sweep_leases (name, owner, lease_until, ticks) VALUES (:name, :owner, :lease_until, 1)
 ON CONFLICT (name) DO UPDATE SET owner = excluded.owner, lease_until = excluded.lease_until,

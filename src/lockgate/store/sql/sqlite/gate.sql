@@ -158,9 +158,12 @@ ORDER BY priority DESC, seq LIMIT :limit;
 
 -- name: handoff_rows
 -- The starts next in line for a concurrency key, as many as it has room for, with what tells whether a
--- control can still hold them (pending_by_ids).
+-- control can still hold them (pending_by_ids). live: the workers alive now (not stopped, heartbeat within
+-- their lease; :lease for those without).
 SELECT id, ticket, mode, stage, due_at, expires_at, keys, identity, items IS NOT NULL AS has_items,
-    payload, idempotency_key, retry_of
+    payload, idempotency_key, retry_of,
+    (SELECT COUNT(*) FROM lockgate_workers WHERE stopped_at IS NULL
+       AND heartbeat_at + COALESCE(lease, :lease) >= :now) AS live
 FROM lockgate_pending
 WHERE mode = 'concurrency' AND hold_scope = :scope AND hold_key = :key
 ORDER BY priority DESC, seq
