@@ -16,7 +16,7 @@ from pydantic import BaseModel
 import lockgate as lg
 from lockgate.gate import handoff as handoff_module
 from lockgate.gate.handoff import HandOff, Passed, finish_passing
-from lockgate.store import cluster_ops, coalesce, gate_ops, ops
+from lockgate.store import cluster_ops, coalesce, ops
 from lockgate.store.base import Tx
 from lockgate.store.coalesce import Call, run_calls
 from lockgate.testing import TestEnv
@@ -160,8 +160,7 @@ async def _held(client: lg.Client, key: str, n: int) -> list[ops.Fence]:
 
 def _hand_off(client: lg.Client, key: str) -> HandOff:
     defn = client.app.get("conc")
-    columns = gate_ops.run_columns({**client.new_run_row(defn, "{}"), "on_failure": None})
-    return HandOff("wf:conc", key, 3, columns, None, "w-test", 3600.0)
+    return HandOff("wf:conc", key, 3, defn.gate, client.new_run_row(defn, "{}"), "w-test", 3600.0)
 
 
 async def test_runs_ending_in_one_commit_pass_their_slots_as_if_one_by_one(store_url: str) -> None:

@@ -26,7 +26,7 @@ from ..gate.handoff import HandOff, Passed, hand_off_for
 from ..gate.pipeline import Decision
 from ..handles import RunHandle
 from ..ids import new_id
-from ..store import Store, cluster_ops, gate_ops, ops
+from ..store import Store, cluster_ops, ops
 from ..store.base import Row
 from .client import DEFAULT_STORE, Client, WorkflowRef
 from .executor import Execution
@@ -76,7 +76,6 @@ class Engine(Client):
         self.worker_id = worker_id or new_id("wkr")
         self.host = socket.gethostname()
         self._executions: dict[str, Execution] = {}
-        self._handoff_columns: dict[str, dict[str, Any]] = {}  # per workflow: what its handed-off runs share
         self._inflight: set[str] = set()
         self._background: set[asyncio.Future[Any]] = set()
         self._wake = _Wakeup()
@@ -183,17 +182,14 @@ class Engine(Client):
         target = hand_off_for(defn, row, status, await self.pause_snapshot(), now)
         if target is None:
             return None
-        columns = self._handoff_columns.get(defn.name)
-        if columns is None:
-            template = {**self.new_run_row(defn, "{}"), "on_failure": defn.gate.on_failure}
-            columns = self._handoff_columns[defn.name] = gate_ops.run_columns(template)
         scope, key, limit = target
         held = sum(  # what decides whether this worker claims the next run (``HandOff.held``)
             1
             for rid, other in self._executions.items()
             if rid != row["id"] and other.row.get("slot_scope") == scope and (other.row.get("slot_key") or "") == key
         )
-        return HandOff(scope, key, limit, columns, defn.gate.finish_timeout, self.worker_id, self.lease, held)
+        template = self.new_run_row(defn, "{}")
+        return HandOff(scope, key, limit, defn.gate, template, self.worker_id, self.lease, held)
 
     def passed(self, passed: Passed) -> None:
         """A run's end passed its slot on: execute the run claimed for this worker; wake others for the rest."""

@@ -242,6 +242,7 @@ class Execution(Context):
         children = any(entry.get("kind") == "child" for entry in self._journal.values())
         handoff = None if children else await self._engine.hand_off(self.defn, self.row, status)
         end: dict[str, Any] = {"status": status, "output": output, "error_tag": tag, "error_message": message}
+        passed = None
         try:
             if handoff is None:
                 plain = ops.ends_plainly(self.row, status, started_children=children)
@@ -252,10 +253,8 @@ class Execution(Context):
         except ops.Fenced:
             return False
         ended = self._ended(status, output, tag, message)
-        if handoff is None:
-            self._engine.after_finish(self.run_id, stopped, ended)
-        else:
-            self._engine.after_finish(self.run_id, stopped, ended, settled=passed.settled)
+        self._engine.after_finish(self.run_id, stopped, ended, settled=passed is not None and passed.settled)
+        if passed is not None:
             self._engine.passed(passed)
         return True
 

@@ -21,7 +21,7 @@ from ..store import gate_ops, ops
 from ..store.base import Row, Tx
 from .admission import control_keys
 from .declarations import GatePlan
-from .pipeline import Decision, key_pause_scopes, offer, plain_row, reoffer, slot_of
+from .pipeline import Decision, admitted, key_pause_scopes, offer, plain_row, reoffer, slot_of
 
 if TYPE_CHECKING:
     from ..engine.engine import Engine
@@ -276,7 +276,7 @@ async def drain_op(
         elif defn is not None and (_unheld(defn, state) or (slot is not None and await take_slot(defn, slot))):
             shared = columns.get(defn.name)
             if shared is None:
-                template = _admitted(defn, templates[defn.name], now)
+                template = admitted(defn.gate, templates[defn.name], now)
                 shared = columns[defn.name] = gate_ops.run_columns(template)
             unheld.append((state, shared, slot))
             at.append(len(decisions))
@@ -314,15 +314,6 @@ def _slot_only(defn: WorkflowDef, state: Row, pauses: dict[str, Row], now: float
     if gate_ops.pause_in(pauses, key_pause_scopes(plan, keys), now) is not None:
         return None
     return slot_of(plan, keys)
-
-
-def _admitted(defn: WorkflowDef, template: dict[str, Any], now: float) -> dict[str, Any]:
-    """What ``pipeline._admit`` adds to a run template for a start no control holds."""
-    plan = defn.gate
-    run = {**template, "on_failure": plan.on_failure}
-    if plan.finish_timeout is not None:
-        run["deadline_at"] = now + plan.finish_timeout
-    return run
 
 
 async def _reoffer_row(

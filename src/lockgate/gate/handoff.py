@@ -24,7 +24,8 @@ from ..definitions import WorkflowDef
 from ..store import gate_ops, ops
 from ..store.base import Row, Tx
 from ..store.coalesce import Args, with_many
-from .pipeline import key_pause_scopes, plain_row
+from .declarations import GatePlan
+from .pipeline import admitted, key_pause_scopes, plain_row
 
 __all__ = ["HandOff", "Passed", "finish_passing", "hand_off_for"]
 
@@ -36,8 +37,8 @@ class HandOff:
     scope: str
     key: str
     limit: int
-    columns: dict[str, Any]  # gate_ops.run_columns of the workflow's admitted runs, but the deadline
-    finish_timeout: float | None
+    plan: GatePlan
+    template: dict[str, Any]  # the row a run of the workflow starts from (``Client.new_run_row``)
     owner: str  # the worker ending the run
     lease: float
     held: int = 0  # the owner's other runs of this key in execution: it claims while that is below its share
@@ -118,9 +119,9 @@ async def _finish_passing_many(tx: Tx, calls: Sequence[Args]) -> list[Passed]:
         end = {**_ENDS, **given}  # the many form gets each call's keywords as given
         status = end["status"]
         assert status in ("succeeded", "failed")
-        params = {**fence.params(), "now": now, **{k: v for k, v in end.items() if k != "event"}}
+        params = {**fence.params(), "now": now, "slotted": True, **{k: v for k, v in end.items() if k != "event"}}
         # one statement per run: a multi-row form costs the server more to plan than these cost to run
-        if not await tx.expect("finish_run_slotted", params):  # asks more after all (a child opened)
+        if not await tx.expect("finish_run_plain", params):  # asks more after all (a child opened)
             out.append(Passed(await ops.finish_run(tx, fence, now, plain=False, **end)))
             continue
         data = end["event"] or ops.error_data(end["error_tag"], end["error_message"])
@@ -154,9 +155,7 @@ async def _pass_on(tx: Tx, slot: gate_ops.Slot, ended: list[tuple[Passed, HandOf
         passed.settled = settled
     if not ready:
         return
-    columns = {**handoff.columns}
-    if handoff.finish_timeout is not None:
-        columns["deadline_at"] = now + handoff.finish_timeout
+    columns = gate_ops.run_columns(admitted(handoff.plan, handoff.template, now))
     lease_until = now + handoff.lease
     # A worker claims while it executes fewer of the key's runs than its share (the limit over the live
     # workers): past that, runs are left to whichever worker claims first, so a key's work spreads.

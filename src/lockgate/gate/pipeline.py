@@ -22,7 +22,7 @@ from ..store.base import Row, Tx
 from ..store.coalesce import Args, with_many
 from .declarations import GatePlan
 
-__all__ = ["STAGES", "Decision", "Offer", "flow_keys", "offer", "offer_many", "plain_row"]
+__all__ = ["STAGES", "Decision", "Offer", "admitted", "flow_keys", "offer", "offer_many", "plain_row"]
 
 STAGES = (
     "identity",
@@ -651,18 +651,13 @@ async def _admit(tx: Tx, o: Offer, now: float) -> Decision:
         if o.defn.idempotency_key is not None and identity is None:
             idem = str(o.defn.idempotency_key(model))
             identity = f"{o.workflow}\x1f{idem}"
-    run = {
-        **o.run,
-        "payload": payload,
-        "idempotency_key": idem,
-        "ticket": o.ticket,
-        "singleton_key": _singleton_key(o),
-        "on_failure": plan.on_failure,
-    }
+    run = admitted(
+        plan,
+        {**o.run, "payload": payload, "idempotency_key": idem, "ticket": o.ticket, "singleton_key": _singleton_key(o)},
+        now,
+    )
     if identity is not None:
         run["identity"] = identity
-    if plan.finish_timeout is not None:
-        run["deadline_at"] = now + plan.finish_timeout
     if plan.concurrency is not None:
         run.update(slot_scope=plan.concurrency_scope, slot_key=o.keys.get("concurrency", ""))
     created, fresh = await ops.create_run(tx, run, now)
@@ -726,6 +721,14 @@ _STAGES: dict[str, Stage] = {
     "concurrency": _concurrency,
     "admit": _admit,
 }
+
+
+def admitted(plan: GatePlan, run: dict[str, Any], now: float) -> dict[str, Any]:
+    """What admission adds to a run row: its failure handler, and its deadline (``timeouts.finish``)."""
+    run = {**run, "on_failure": plan.on_failure}
+    if plan.finish_timeout is not None:
+        run["deadline_at"] = now + plan.finish_timeout
+    return run
 
 
 def reoffer(defn: WorkflowDef, row: Row, run: dict[str, Any]) -> Offer:

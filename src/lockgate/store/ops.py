@@ -336,7 +336,7 @@ async def finish_run(
         "error_message": error_message,
     }
     data = event or error_data(error_tag, error_message)
-    if plain and await tx.expect("finish_run_plain", params):  # the common end: nothing else, no rows to read
+    if plain and await tx.expect("finish_run_plain", {**params, "slotted": False}):  # the common end: no rows to read
         await add_event(tx, fence.run_id, f"run-{status}", now, data)
         return []
     rows = await tx.execute("finish_run", params)

@@ -97,8 +97,9 @@ RETURNING id, workflow, parent_id, payload, slot_scope, on_failure,
             AND c.status IN ('running', 'suspended')) AS open_children;
 
 -- name: finish_run_plain
--- finish_run for a run whose end asks nothing more (no slot to free, no parent to wake, no open child to
--- close, no failure report); such a run is most runs. No row changed: finish_run it is.
+-- finish_run for a run whose end asks nothing more (no parent to wake, no open child to close, no failure
+-- report); such a run is most runs. With %(slotted)s, a run holding a concurrency slot, freed by the statement
+-- after it (gate/handoff.py passes it on); else a run without one. No row changed: finish_run it is.
 UPDATE lockgate_runs
 SET status = %(status)s, output = %(output)s, error_tag = %(error_tag)s, error_message = %(error_message)s,
     owner = NULL, lease_until = NULL, entered_at = NULL, wake_at = NULL, waiting_on = NULL,
@@ -106,21 +107,8 @@ SET status = %(status)s, output = %(output)s, error_tag = %(error_tag)s, error_m
     finished_at = CASE WHEN %(status)s::text IN ('succeeded', 'failed', 'cancelled') THEN %(now)s::float8 END,
     updated_at = %(now)s, progress_at = %(now)s
 WHERE id = %(run_id)s AND owner = %(owner)s AND epoch = %(epoch)s AND status = 'running'
-  AND slot_scope IS NULL AND parent_id IS NULL AND (on_failure IS NULL OR %(status)s::text <> 'failed')
-  AND NOT EXISTS (SELECT 1 FROM lockgate_runs c WHERE c.parent_id = lockgate_runs.id
-                  AND c.status IN ('running', 'suspended'));
-
--- name: finish_run_slotted
--- finish_run for a run whose end asks nothing more than freeing its concurrency slot (the statement after
--- it); the slot then passes to the next start in line (gate/handoff.py). No row changed: finish_run it is.
-UPDATE lockgate_runs
-SET status = %(status)s, output = %(output)s, error_tag = %(error_tag)s, error_message = %(error_message)s,
-    owner = NULL, lease_until = NULL, entered_at = NULL, wake_at = NULL, waiting_on = NULL,
-    waiting_for = NULL,
-    finished_at = CASE WHEN %(status)s::text IN ('succeeded', 'failed', 'cancelled') THEN %(now)s::float8 END,
-    updated_at = %(now)s, progress_at = %(now)s
-WHERE id = %(run_id)s AND owner = %(owner)s AND epoch = %(epoch)s AND status = 'running'
-  AND slot_scope IS NOT NULL AND parent_id IS NULL AND (on_failure IS NULL OR %(status)s::text <> 'failed')
+  AND (slot_scope IS NOT NULL) = %(slotted)s::boolean AND parent_id IS NULL
+  AND (on_failure IS NULL OR %(status)s::text <> 'failed')
   AND NOT EXISTS (SELECT 1 FROM lockgate_runs c WHERE c.parent_id = lockgate_runs.id
                   AND c.status IN ('running', 'suspended'));
 

@@ -94,28 +94,16 @@ RETURNING id, workflow, parent_id, payload, slot_scope, on_failure,
             AND c.status IN ('running', 'suspended')) AS open_children;
 
 -- name: finish_run_plain
--- finish_run for a run whose end asks nothing more (no slot to free, no parent to wake, no open child to
--- close, no failure report); such a run is most runs. No row changed: finish_run it is.
+-- finish_run for a run whose end asks nothing more (no parent to wake, no open child to close, no failure
+-- report); such a run is most runs. With :slotted, a run holding a concurrency slot, freed by the statement
+-- after it (gate/handoff.py passes it on); else a run without one. No row changed: finish_run it is.
 UPDATE lockgate_runs
 SET status = :status, output = :output, error_tag = :error_tag, error_message = :error_message,
     owner = NULL, lease_until = NULL, entered_at = NULL, wake_at = NULL, waiting_on = NULL,
     waiting_for = NULL, finished_at = CASE WHEN :status IN ('succeeded', 'failed', 'cancelled') THEN :now END,
     updated_at = :now, progress_at = :now
 WHERE id = :run_id AND owner = :owner AND epoch = :epoch AND status = 'running'
-  AND slot_scope IS NULL AND parent_id IS NULL AND (on_failure IS NULL OR :status <> 'failed')
-  AND NOT EXISTS (SELECT 1 FROM lockgate_runs c WHERE c.parent_id = lockgate_runs.id
-                  AND c.status IN ('running', 'suspended'));
-
--- name: finish_run_slotted
--- finish_run for a run whose end asks nothing more than freeing its concurrency slot (the statement after
--- it); the slot then passes to the next start in line (gate/handoff.py). No row changed: finish_run it is.
-UPDATE lockgate_runs
-SET status = :status, output = :output, error_tag = :error_tag, error_message = :error_message,
-    owner = NULL, lease_until = NULL, entered_at = NULL, wake_at = NULL, waiting_on = NULL,
-    waiting_for = NULL, finished_at = CASE WHEN :status IN ('succeeded', 'failed', 'cancelled') THEN :now END,
-    updated_at = :now, progress_at = :now
-WHERE id = :run_id AND owner = :owner AND epoch = :epoch AND status = 'running'
-  AND slot_scope IS NOT NULL AND parent_id IS NULL AND (on_failure IS NULL OR :status <> 'failed')
+  AND (slot_scope IS NOT NULL) = :slotted AND parent_id IS NULL AND (on_failure IS NULL OR :status <> 'failed')
   AND NOT EXISTS (SELECT 1 FROM lockgate_runs c WHERE c.parent_id = lockgate_runs.id
                   AND c.status IN ('running', 'suspended'));
 
