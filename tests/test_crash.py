@@ -174,13 +174,19 @@ async def _unowned(client: lg.Client, run_id: str) -> lg.RunInfo | None:
     return run if run.owner is None else None
 
 
-async def test_a_step_result_is_durable_before_the_body_continues(workers: Workers, client: lg.Client) -> None:
+async def test_a_step_result_is_written_while_the_body_waits_on_something_else(
+    workers: Workers, client: lg.Client
+) -> None:
+    """A completed step's entry waits for the run's next write to carry it, but not longer than ``HOLD``:
+    a body that goes on to wait for something outside the engine does not leave its step undone."""
     h = await client.start("crash.after_step", {"tag": "d1"})
     assert h.run_id is not None
     first = workers.spawn()
     await workers.until(lambda: workers.count("d1:after-one") == 1, "body past step one")
+    await workers.until(
+        lambda: _journal_is(client, h.run_id, [("one#0", "completed")]), "step one's entry written alone"
+    )
     workers.kill(first)  # the body is past step one and nothing else was written
-    assert await _journal(client, h.run_id) == [("one#0", "completed")]
 
     workers.raise_flag("d1.release-body")
     workers.spawn()
@@ -188,6 +194,10 @@ async def test_a_step_result_is_durable_before_the_body_continues(workers: Worke
     assert workers.count("d1:one") == 1  # replayed from the journal, not run again
     assert workers.count("d1:after-one") == 2
     assert workers.count("d1:three") == 1
+
+
+async def _journal_is(client: lg.Client, run_id: str, expected: list[tuple[str, str]]) -> bool:
+    return await _journal(client, run_id) == expected
 
 
 async def _live_workers(client: lg.Client, n: int) -> bool:

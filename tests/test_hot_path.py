@@ -199,3 +199,14 @@ async def test_a_blocking_start_without_room_waits_for_the_dispatcher(make_engin
         release.set()
         assert await waiting == 6
         assert await held.result(timeout=10) == 7
+
+
+async def test_a_step_the_body_ends_after_is_journaled_by_the_end_commit(make_engine: Any) -> None:
+    """A step's entry rides with the run's next write: a one-step run takes its start's commit and its end's."""
+    async with make_engine(app_with_steps()) as engine:
+        assert await engine.run("steps", {"n": 1}, timeout=10) == 0  # the first run warms the engine's caches
+        before = engine.store.commits
+        assert await engine.run("steps", {"n": 1}, timeout=10) == 0
+        assert engine.store.commits - before == 2
+        for run in await engine.list_runs(workflow="steps"):
+            assert [(s.key, s.status) for s in await engine.steps(run.id)] == [("double#0", "completed")]

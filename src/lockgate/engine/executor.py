@@ -45,6 +45,8 @@ T = TypeVar("T")
 M = TypeVar("M", bound=BaseModel)
 
 _NO_RETRY = Retry(max_attempts=1, jitter=False)
+HOLD = 0.05
+"""Seconds a completed step's journal entry waits for the run's next write to carry it before it is written alone."""
 
 
 @dataclass
@@ -90,7 +92,14 @@ class _Busy:
         self._execution = execution
 
     async def __aenter__(self) -> None:
-        self._execution._busy += 1
+        execution = self._execution
+        execution._busy += 1
+        if execution._held or execution._flushing is not None:
+            try:
+                await execution._flush()
+            except BaseException:
+                execution._busy -= 1
+                raise
 
     async def __aexit__(self, *exc: object) -> None:
         execution = self._execution
@@ -130,6 +139,10 @@ class Execution(Context):
         self.stop_reason: str | None = None
         self._coarse = row["recording"] == "coarse"
         self._progress_at = float(row["progress_at"])  # the run's stored progress_at: only its holder moves it
+        self._held: list[ops.Entry] = []  # completed steps' entries not written yet (see ``_settle``)
+        self._held_since = 0.0  # the event loop's time when the oldest held entry was held
+        self._hold_timer: asyncio.TimerHandle | None = None
+        self._flushing: asyncio.Future[None] | None = None  # held entries written alone, not yet durable
 
     # -- running the body ----------------------------------------------------------------
 
@@ -186,6 +199,7 @@ class Execution(Context):
         models = {k: v for w in waits for k, v in w.models.items()}
         self._tripwire(parked=True)
         try:
+            await self._flushed()
             woke = await self._store.write(
                 ops.park_run,
                 self.fence,
@@ -195,6 +209,7 @@ class Execution(Context):
                 names=names,
                 children=children,
                 models=models,
+                entries=self._take_held(),
             )
         except ops.Fenced:
             return
@@ -208,6 +223,7 @@ class Execution(Context):
         except (asyncio.CancelledError, ops.Fenced, _Parked):
             return  # stopped from outside (cancel, suspend, lost lease, shutdown)
         except StoreError:
+            self._take_held()  # whoever takes the run next runs those steps again
             raise  # the store failed under the body, not the body: the engine hands the run back
         except Exception as exc:
             await self._fail(exc)
@@ -244,6 +260,8 @@ class Execution(Context):
         end: dict[str, Any] = {"status": status, "output": output, "error_tag": tag, "error_message": message}
         passed = None
         try:
+            await self._flushed()
+            end["entries"] = self._take_held()
             if handoff is None:
                 plain = ops.ends_plainly(self.row, status, started_children=children)
                 stopped = await self._store.write(ops.finish_run, self.fence, now, event=event, plain=plain, **end)
@@ -272,6 +290,9 @@ class Execution(Context):
     def stop(self, reason: str) -> None:
         """Stop the body from outside (cancel, suspend, lost lease, shutdown); nothing more is written."""
         self.stop_reason = reason
+        held = self._take_held()
+        if held and reason == "shutdown":  # the run is handed back: its completed steps stay done
+            self._store.write_nowait(ops.record_entries, self.fence, held)
         if self.task is not None and not self.task.done():
             self.task.cancel()
 
@@ -348,6 +369,71 @@ class Execution(Context):
         """Whether a journal write should move the run's ``progress_at`` too (at most once a resolution)."""
         return now - self._progress_at >= ops.PROGRESS_RESOLUTION
 
+    async def _settle(self, entry: dict[str, Any], attempt: dict[str, Any] | None) -> None:
+        """Journal a step's outcome; when nothing else of the body is in flight, with the run's next write.
+
+        The entry is then held back, and written by whatever the run writes next: its end or
+        its park in the same commit, or before the next operation begins (which may act on
+        the world, so it must know this step done), or alone after ``HOLD`` seconds. A
+        one-step run thus ends in one commit. A crash before then runs the step again, as a
+        crash just before its entry's commit would: steps run at least once either way.
+        """
+        if self._busy > 1:  # another step of the body is running: this one must stay done whatever happens to it
+            await self._record(entry, attempt=attempt)
+            return
+        entry = {"seq": self._seq(), **entry}
+        if not self._held:
+            self._held_since = asyncio.get_running_loop().time()
+            if self._hold_timer is None:  # one timer for many holds: a run of steps does not arm one each
+                self._hold_timer = asyncio.get_running_loop().call_later(HOLD, self._hold_expired)
+        self._held.append(ops.Entry(entry, self._clock.now(), attempt))
+        self._journal[entry["step_key"]] = entry
+
+    def _take_held(self) -> list[ops.Entry]:
+        held, self._held = self._held, []
+        return held
+
+    def _hold_expired(self) -> None:
+        self._hold_timer = None
+        if not self._held or self._flushing is not None:
+            return
+        loop = asyncio.get_running_loop()
+        left = self._held_since + HOLD - loop.time()
+        if left > 0:  # held since the timer was armed for an earlier hold
+            self._hold_timer = loop.call_later(left, self._hold_expired)
+            return
+        self._flushing = asyncio.ensure_future(self._write_held())
+        self._flushing.add_done_callback(_seen)  # its failure reaches whoever waits for it next, if anyone
+
+    async def _write_held(self) -> None:
+        now = self._clock.now()
+        touch = self._touch_due(now)
+        await self._store.write(ops.record_entries, self.fence, self._take_held(), progress=now if touch else None)
+        if touch:
+            self._progress_at = now
+
+    async def _flushed(self) -> None:
+        """Wait for held entries already being written alone (``Fenced`` if the lease was lost)."""
+        flushing = self._flushing
+        if flushing is None:
+            return
+        try:
+            await asyncio.shield(flushing)
+        finally:
+            if flushing.done() and self._flushing is flushing:
+                self._flushing = None
+
+    async def _flush(self) -> None:
+        """Have every held entry durable: an operation that may act on the world is about to begin."""
+        try:
+            if self._flushing is not None:
+                await self._flushed()
+            if self._held:
+                await self._write_held()
+        except ops.Fenced:
+            self.stop("lease lost")
+            raise
+
     # -- Context: steps ------------------------------------------------------------------
 
     async def step(
@@ -389,7 +475,7 @@ class Execution(Context):
                         budget = to_seconds(policy.max_elapsed)
                         give_up = self._clock.now() + delay - first > budget
                     if give_up:
-                        await self._record(
+                        await self._settle(
                             {
                                 "step_key": key,
                                 "kind": "step",
@@ -399,7 +485,7 @@ class Execution(Context):
                                 "attempts": attempt,
                                 "started_at": first,
                             },
-                            attempt=tried,
+                            tried,
                         )
                         raise StepFailed(name, tag, message, attempt) from exc
                     if tried is not None:  # introspection: the retry does not wait for it
@@ -411,7 +497,7 @@ class Execution(Context):
                     output = encode(result, rtype)
                 except Exception as exc:
                     raise TypeError(f"ctx.step({name!r}): its result cannot be stored as JSON: {exc}") from exc
-                await self._record(
+                await self._settle(
                     {
                         "step_key": key,
                         "kind": "step",
@@ -421,7 +507,7 @@ class Execution(Context):
                         "started_at": first,
                     },
                     # A first attempt that completes the step is recorded by the journal entry alone.
-                    attempt=None
+                    None
                     if attempt == 1 and recorded_input is None
                     else self._attempt(key, attempt, "completed", started, recorded_input, None, None),
                 )
@@ -717,6 +803,11 @@ class Execution(Context):
         if outcome["status"] == "cancelled":
             raise RunCancelled(handle.run_id, outcome["error_message"])
         raise RunFailed(handle.run_id, outcome["error_tag"], outcome["error_message"])
+
+
+def _seen(future: asyncio.Future[Any]) -> None:
+    if not future.cancelled():
+        future.exception()
 
 
 async def _call(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:

@@ -94,13 +94,24 @@ async def finish_passing(
     error_tag: str | None = None,
     error_message: str | None = None,
     event: dict[str, Any] | None = None,
+    entries: Sequence[ops.Entry] = (),
 ) -> Passed:
-    """End a held run (``succeeded`` or ``failed``) and pass its slot to the starts next in line."""
-    end = {"status": status, "output": output, "error_tag": error_tag, "error_message": error_message, "event": event}
+    """End a held run (``succeeded`` or ``failed``) and pass its slot to the starts next in line.
+
+    ``entries``: journal entries held back for this write, written first.
+    """
+    end = {
+        "status": status,
+        "output": output,
+        "error_tag": error_tag,
+        "error_message": error_message,
+        "event": event,
+        "entries": entries,
+    }
     return (await _finish_passing_many(tx, [((fence, now, handoff), end)]))[0]
 
 
-_ENDS: dict[str, Any] = {"output": None, "error_tag": None, "error_message": None, "event": None}
+_ENDS: dict[str, Any] = {"output": None, "error_tag": None, "error_message": None, "event": None, "entries": ()}
 
 
 async def _finish_passing_many(tx: Tx, calls: Sequence[Args]) -> list[Passed]:
@@ -117,6 +128,7 @@ async def _finish_passing_many(tx: Tx, calls: Sequence[Args]) -> list[Passed]:
     ended: list[str] = []
     for (fence, now, handoff), given in calls:
         end = {**_ENDS, **given}  # the many form gets each call's keywords as given
+        await ops.record_entries(tx, fence, end.pop("entries"))
         status = end["status"]
         assert status in ("succeeded", "failed")
         params = {**fence.params(), "now": now, "slotted": True, **{k: v for k, v in end.items() if k != "event"}}

@@ -8,8 +8,9 @@ lease moved on, the write changes nothing and raises ``Fenced``.
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from ..errors import RunNotEligible, UnknownRun
 from ..serde import dump_json
@@ -255,6 +256,23 @@ async def record_entry(
         )
 
 
+class Entry(NamedTuple):
+    """A completed operation's journal entry held back to ride with the run's next write (``record_entries``)."""
+
+    entry: dict[str, Any]
+    at: float
+    attempt: dict[str, Any] | None = None
+
+
+@lone
+async def record_entries(tx: Tx, fence: Fence, entries: Sequence[Entry], *, progress: float | None = None) -> None:
+    """Journal held-back entries of a held run, in order; with ``progress``, move its ``progress_at`` too."""
+    if progress is not None:
+        await touch(tx, fence, progress)
+    for held in entries:
+        await record_entry(tx, fence, held.entry, held.at, attempt=held.attempt)
+
+
 async def add_attempt(tx: Tx, attempt: dict[str, Any]) -> None:
     await tx.execute(
         "insert_attempt", {"input": None, "error_tag": None, "error_message": None, "finished_at": None, **attempt}
@@ -291,8 +309,13 @@ async def park_run(
     names: list[str],
     children: list[str],
     models: dict[str, str] | None = None,
+    entries: Sequence[Entry] = (),
 ) -> float | None:
-    """Release a held run until ``wake_at`` or a message/child it waits for; the wake time set."""
+    """Release a held run until ``wake_at`` or a message/child it waits for; the wake time set.
+
+    ``entries``: journal entries held back for this write, written first.
+    """
+    await record_entries(tx, fence, entries)
     if names or children:
         hit = await tx.one(
             "pending_for_waits", {"run_id": fence.run_id, "names": json.dumps(names), "children": json.dumps(children)}
@@ -321,12 +344,15 @@ async def finish_run(
     error_message: str | None = None,
     event: dict[str, Any] | None = None,
     plain: bool = True,
+    entries: Sequence[Entry] = (),
 ) -> list[str]:
     """End a held run; returns the ids of children closed with it (to stop locally).
 
     ``plain=False`` when the caller knows the end asks more (see ``ends_plainly``): the
-    plain attempt, which would change no row, is skipped.
+    plain attempt, which would change no row, is skipped. ``entries``: journal entries
+    held back for this write, written first.
     """
+    await record_entries(tx, fence, entries)
     params = {
         **fence.params(),
         "now": now,
