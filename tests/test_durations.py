@@ -9,7 +9,7 @@ import pytest
 from pydantic import BaseModel
 
 import lockgate as lg
-from lockgate.durations import parse_duration, to_seconds
+from lockgate.durations import format_seconds, parse_duration, to_seconds
 
 
 class Empty(BaseModel):
@@ -113,3 +113,8 @@ async def test_body_duration_is_refused_naming_the_call(env_factory: Any) -> Non
             await env.engine.run("naps", {}, timeout=10)
     assert info.value.error_tag == "ValueError"
     assert "ctx.sleep('nap')" in (info.value.error_message or "")
+
+
+@pytest.mark.parametrize("seconds", [0.5, 1, 15, 90, 5400, 86400, 30 * 86400, 90061.5])
+def test_format_seconds_reads_back(seconds: float) -> None:
+    assert to_seconds(format_seconds(seconds)) == seconds

@@ -6,7 +6,7 @@ import math
 import re
 from datetime import timedelta
 
-__all__ = ["Duration", "parse_duration", "to_seconds"]
+__all__ = ["Duration", "format_seconds", "parse_duration", "to_seconds"]
 
 Duration = timedelta | float | int | str
 
@@ -82,3 +82,19 @@ def _parse_text(text: str, what: str) -> float:
         total += float(match.group(1)) * _UNITS[match.group(2).lower()]
         pos = match.end()
     return total
+
+
+def format_seconds(seconds: float) -> str:
+    """``seconds`` as text ``to_seconds`` reads back: ``30d``, ``1h30m``, ``15s``, ``500ms``."""
+    if seconds < 1:
+        return f"{seconds * 1000:g}ms"
+    parts: list[str] = []
+    rest = seconds
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        whole = int(rest // size)
+        if whole:
+            parts.append(f"{whole}{unit}")
+            rest -= whole * size
+    if rest or not parts:
+        parts.append(f"{rest:g}s")
+    return "".join(parts)

@@ -21,7 +21,9 @@ from urllib.parse import urlsplit, urlunsplit
 import click
 
 from ..app import App
+from ..durations import format_seconds
 from ..engine import Engine
+from ..engine.engine import MIN_RETENTION
 from .common import DurationType, load_app, run_async, store_option
 from .groups import cli
 
@@ -38,6 +40,7 @@ class ServeConfig:
     store: str
     max_concurrent_runs: int
     lease: float
+    retention: float | None = 30 * 86400.0
 
 
 @dataclass(frozen=True)
@@ -57,6 +60,20 @@ def build_services(engine: Engine, config: ServeConfig) -> list[Service]:
     return []
 
 
+class RetentionType(DurationType):
+    """A retention period (``30d``, ``12h``), at least a minute, or ``never`` (``None``)."""
+
+    name = "DURATION|never"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> float | None:  # type: ignore[override]
+        if value is None or (isinstance(value, str) and value.strip().lower() == "never"):
+            return None
+        seconds = super().convert(value, param, ctx)
+        if seconds < MIN_RETENTION:
+            self.fail(f"must be at least 1m or 'never', got {value!r}", param, ctx)
+        return seconds
+
+
 def display_url(url: str) -> str:
     """``url`` with any password masked, for logs."""
     parts = urlsplit(url)
@@ -68,7 +85,13 @@ def display_url(url: str) -> str:
 
 async def serve_app(app: App, config: ServeConfig) -> int:
     """Run until a stop signal; the exit code (1 if a service ended on its own)."""
-    engine = Engine(app, config.store, max_concurrent_runs=config.max_concurrent_runs, lease=config.lease)
+    engine = Engine(
+        app,
+        config.store,
+        max_concurrent_runs=config.max_concurrent_runs,
+        lease=config.lease,
+        retention=config.retention,
+    )
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
     received: list[str] = []
@@ -84,13 +107,14 @@ async def serve_app(app: App, config: ServeConfig) -> int:
     failed: list[str] = []
     async with engine:
         log.info(
-            "worker %s started (store %s, app %s: %d workflow(s), max %d concurrent runs, lease %gs)",
+            "worker %s started (store %s, app %s: %d workflow(s), max %d concurrent runs, lease %gs, retention %s)",
             engine.worker_id,
             display_url(config.store),
             config.app_ref,
             len(app.definitions()),
             config.max_concurrent_runs,
             config.lease,
+            "never" if config.retention is None else format_seconds(config.retention),
         )
         tasks: dict[asyncio.Task[Any], Service] = {
             asyncio.create_task(s.run(), name=f"lockgate-serve-{s.name}"): s for s in build_services(engine, config)
@@ -130,8 +154,18 @@ async def serve_app(app: App, config: ServeConfig) -> int:
     show_default=True,
     help="How long a run held by a dead process waits before another worker takes it (at least 500ms).",
 )
+@click.option(
+    "--retention",
+    type=RetentionType(),
+    default="30d",
+    show_default=True,
+    help="Delete runs that ended longer ago than this, with their records, and ledger rows as old "
+    "(at least 1m; 'never' keeps everything).",
+)
 @click.pass_context
-def serve(ctx: click.Context, app_ref: str, store: str, max_concurrent_runs: int, lease: float) -> None:
+def serve(
+    ctx: click.Context, app_ref: str, store: str, max_concurrent_runs: int, lease: float, retention: float | None
+) -> None:
     """Run the workflows of MODULE:APP (workers + sweeps) until SIGINT or SIGTERM.
 
     MODULE is imported from the current directory or the Python path; APP defaults to
@@ -141,6 +175,8 @@ def serve(ctx: click.Context, app_ref: str, store: str, max_concurrent_runs: int
         raise click.BadParameter("must be at least 500ms", param_hint="'--lease'")
     app = load_app(app_ref, param_hint="'MODULE:APP'")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
-    config = ServeConfig(app_ref=app_ref, store=store, max_concurrent_runs=max_concurrent_runs, lease=lease)
+    config = ServeConfig(
+        app_ref=app_ref, store=store, max_concurrent_runs=max_concurrent_runs, lease=lease, retention=retention
+    )
     code = run_async(serve_app(app, config))
     ctx.exit(code)

@@ -35,6 +35,9 @@ __all__ = ["Engine"]
 
 log = logging.getLogger("lockgate.engine")
 
+MIN_RETENTION = 60.0
+"""Seconds: a shorter retention would delete runs before their callers have read their results."""
+
 
 class Engine(Client):
     """Runs workflows from ``store``: ``async with Engine(app) as engine: ...``.
@@ -42,6 +45,8 @@ class Engine(Client):
     ``lease`` bounds how long a run held by a dead process waits before another takes
     it; ``inline_sleep`` is the longest timer a body waits for in place instead of
     parking; ``stall_after`` is the staleness threshold (per workflow: ``stall_after=``).
+    ``retention``: runs that ended longer ago are deleted with their records, and so are
+    ledger rows that old (``flow()``'s counts stay); ``None`` keeps everything.
     """
 
     def __init__(
@@ -54,6 +59,7 @@ class Engine(Client):
         poll_interval: Duration = "500ms",
         inline_sleep: Duration = "1s",
         stall_after: Duration = "30m",
+        retention: Duration | None = "30d",
         max_reclaims: int = 3,
         recording: str = "full",
         clock: Clock | None = None,
@@ -72,6 +78,9 @@ class Engine(Client):
             raise ValueError("lease must be at least 500ms")
         self.inline_sleep = to_seconds(inline_sleep, what="inline_sleep")
         self.stall_after = to_seconds(stall_after, what="stall_after")
+        self.retention = None if retention is None else to_seconds(retention, what="retention")
+        if self.retention is not None and self.retention < MIN_RETENTION:
+            raise ValueError(f"retention must be at least 1m (or None to keep everything), got {retention!r}")
         self.max_reclaims = max_reclaims
         self.worker_id = worker_id or new_id("wkr")
         self.host = socket.gethostname()

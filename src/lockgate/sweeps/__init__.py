@@ -47,9 +47,10 @@ class Sweep:
 
 
 def sweeps_for(engine: Engine) -> list[Sweep]:
+    from .retention import retention_sweep
     from .staleness import staleness_sweep
 
-    return [staleness_sweep(engine)]
+    return [s for s in (staleness_sweep(engine), retention_sweep(engine)) if s is not None]
 
 
 def start_sweeps(engine: Engine) -> list[asyncio.Task[Any]]:

@@ -1,0 +1,51 @@
+"""Store operations for retention: forgetting what ended long ago.
+
+A run that ended before the cutoff goes with everything recorded about it (journal,
+attempts, events, messages), unless its parent is still live and may yet wait for it.
+Ledger rows older than the cutoff go too; ``flow()``'s counts, kept apart, do not change.
+Each call deletes at most ``limit`` rows of its kind, so one commit stays short.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Awaitable, Callable
+
+from .base import Tx
+
+__all__ = ["RUN_RECORDS", "Forget", "forget_ended_runs", "forget_ledger", "forget_stale"]
+
+Forget = Callable[[Tx, float, int], Awaitable[int]]
+"""An op deleting up to ``limit`` rows older than ``cutoff``: ``op(tx, cutoff, limit)``, how many it deleted."""
+
+RUN_RECORDS = ("forget_journal", "forget_attempts", "forget_events", "forget_messages", "forget_runs")
+"""The statements that delete a run's records, given its id (the run's own row last)."""
+
+
+async def forget_ended_runs(tx: Tx, cutoff: float, limit: int) -> int:
+    """Delete up to ``limit`` runs that ended before ``cutoff``, with their records; how many."""
+    rows = await tx.execute("ended_before", {"cutoff": cutoff, "limit": limit})
+    if not rows:
+        return 0
+    ids = json.dumps([row["id"] for row in rows])
+    for name in RUN_RECORDS:
+        await tx.execute(name, {"ids": ids})
+    return len(rows)
+
+
+async def forget_ledger(tx: Tx, cutoff: float, limit: int) -> int:
+    """Delete up to ``limit`` ledger rows written before ``cutoff``; how many.
+
+    The rows not yet folded into ``flow()``'s counts are folded first (where the store folds
+    them at commit; a trigger counts them as they are written elsewhere), so the counts keep them.
+    """
+    await tx.execute("count_ledger")
+    await tx.execute("ledger_counted")
+    return len(await tx.execute("forget_ledger", {"cutoff": cutoff, "limit": limit}))
+
+
+async def forget_stale(tx: Tx, cutoff: float, me: str) -> tuple[int, int]:
+    """Delete workers not heard from since ``cutoff`` (never ``me``) and pauses that ended before it; how many."""
+    workers = await tx.execute("forget_workers", {"cutoff": cutoff, "me": me})
+    pauses = await tx.execute("forget_pauses", {"cutoff": cutoff})
+    return len(workers), len(pauses)

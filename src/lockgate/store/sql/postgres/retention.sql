@@ -1,0 +1,46 @@
+-- What the retention sweep forgets (sweeps/retention.py): runs ended before a cutoff with everything
+-- recorded about them, ledger rows older than it, workers and pauses long gone. Kept in lockstep with
+-- sql/sqlite/retention.sql.
+
+-- name: ended_before
+-- Up to %(limit)s runs that ended before %(cutoff)s, except those whose parent is still live (it may yet
+-- wait for its child). A run that ended before the cutoff was created before it: the by-status index finds
+-- them.
+SELECT r.id FROM lockgate_runs r
+WHERE r.status IN ('succeeded', 'failed', 'cancelled') AND r.created_at < %(cutoff)s
+  AND r.finished_at < %(cutoff)s
+  AND NOT EXISTS (
+      SELECT 1 FROM lockgate_runs p
+      WHERE p.id = r.parent_id AND p.status NOT IN ('succeeded', 'failed', 'cancelled')
+  )
+LIMIT %(limit)s;
+
+-- name: forget_journal
+DELETE FROM lockgate_journal WHERE run_id = ANY (ARRAY(SELECT jsonb_array_elements_text(%(ids)s::jsonb)));
+
+-- name: forget_attempts
+DELETE FROM lockgate_step_attempts WHERE run_id = ANY (ARRAY(SELECT jsonb_array_elements_text(%(ids)s::jsonb)));
+
+-- name: forget_events
+DELETE FROM lockgate_run_events WHERE run_id = ANY (ARRAY(SELECT jsonb_array_elements_text(%(ids)s::jsonb)));
+
+-- name: forget_messages
+DELETE FROM lockgate_messages WHERE run_id = ANY (ARRAY(SELECT jsonb_array_elements_text(%(ids)s::jsonb)));
+
+-- name: forget_runs
+DELETE FROM lockgate_runs WHERE id = ANY (ARRAY(SELECT jsonb_array_elements_text(%(ids)s::jsonb)));
+
+-- name: forget_ledger
+-- flow()'s counts were kept as the rows were inserted (a trigger): they stay as they are.
+DELETE FROM lockgate_ledger WHERE id = ANY (ARRAY(
+    SELECT id FROM lockgate_ledger WHERE at < %(cutoff)s LIMIT %(limit)s
+))
+RETURNING id;
+
+-- name: forget_workers
+-- Workers not heard from since the cutoff, but the one asking: stopped, or dead long ago (their runs were
+-- taken over).
+DELETE FROM lockgate_workers WHERE heartbeat_at < %(cutoff)s AND id <> %(me)s RETURNING id;
+
+-- name: forget_pauses
+DELETE FROM lockgate_pauses WHERE until IS NOT NULL AND until < %(cutoff)s RETURNING scope;
