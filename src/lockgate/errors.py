@@ -16,6 +16,7 @@
      ├── WorkflowVersionIncompatible
      ├── WorkflowCrashLooped
      ├── StepFailed                 a step exhausted its retry policy
+     ├── StartNotAdmitted           a parked start ended without a run
      ├── RateLimited                a start was dropped by a rate limit
      ├── SingletonHeld              a singleton start found an incumbent
      ├── BlockingStartRefused       a blocking start on a deferring workflow
@@ -44,6 +45,7 @@ __all__ = [
     "RunFailed",
     "RunNotEligible",
     "SingletonHeld",
+    "StartNotAdmitted",
     "StepFailed",
     "StoreError",
     "UnknownRun",
@@ -193,6 +195,17 @@ class RateLimited(LockgateError):
         self.workflow = workflow
         self.retry_after = retry_after
         super().__init__(f"workflow {workflow!r} is rate limited; retry after {retry_after.total_seconds():.3f}s")
+
+
+class StartNotAdmitted(LockgateError):
+    """A parked start ended without a run: expired past its start timeout, cancelled, or dropped when re-offered."""
+
+    def __init__(self, ticket: str, outcome: str, reason: str | None) -> None:
+        self.ticket = ticket
+        self.outcome = outcome
+        self.reason = reason
+        why = f": {reason}" if reason else ""
+        super().__init__(f"start {ticket} ended without a run ({outcome}{why})")
 
 
 class SingletonHeld(LockgateError):

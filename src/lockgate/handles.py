@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Literal
@@ -40,10 +41,27 @@ class RunHandle:
     _client: Client | None = None
 
     async def result(self, timeout: float | None = None) -> Any:
-        """Wait for the run's result (raises if the start made no run)."""
-        if self._client is None or self.run_id is None:
+        """Wait for the run's result; a start the gate parked is first waited for until it is admitted.
+
+        Raises ``StartNotAdmitted`` if a parked start ends without a run, ``ValueError`` for a
+        start that made none (``dropped``), ``ResultTimeout`` past ``timeout`` (both waits in all).
+        """
+        client = self._client
+        if client is None:
+            raise ValueError(f"start {self.ticket} has no engine to wait with")
+        loop = asyncio.get_running_loop()
+        deadline = None if timeout is None else loop.time() + timeout
+        run_id = await self.admitted(timeout)
+        left = None if deadline is None else max(0.0, deadline - loop.time())
+        return await client.result(run_id, timeout=left)
+
+    async def admitted(self, timeout: float | None = None) -> str:
+        """The id of the run this start made or joined; for a parked start, once the gate admits it."""
+        if self.run_id is not None:
+            return self.run_id
+        if self._client is None or self.status != "queued":
             raise ValueError(f"start {self.ticket} has no run to wait for (status {self.status})")
-        return await self._client.result(self.run_id, timeout=timeout)
+        return await self._client.admitted_run(self.ticket, timeout)
 
     def to_dict(self) -> dict[str, Any]:
         return {

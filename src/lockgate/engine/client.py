@@ -34,6 +34,7 @@ from ..ids import new_id
 from ..records import AttemptInfo, EventInfo, RunInfo, StepInfo
 from ..serde import decode, validate_payload
 from ..store import Store, open_store, ops
+from .admissions import Admissions
 from .operator import OperatorMixin
 from .results import ResultWaiters
 
@@ -63,6 +64,7 @@ class Client(OperatorMixin):
         self.poll_interval = poll_interval
         self.recording = recording
         self._results = ResultWaiters(self.store, lambda: self.poll_interval)
+        self._admissions = Admissions(self)
         self._settled: dict[str, asyncio.Event] = {}
         self._open = False
         self._paused_cache: dict[str, dict[str, Any]] = {}
@@ -87,6 +89,7 @@ class Client(OperatorMixin):
         self._open = True
 
     async def close(self) -> None:
+        await self._admissions.close()
         await self._results.close()
         await self.store.close()
         self._open = False
@@ -194,6 +197,15 @@ class Client(OperatorMixin):
         """Tell local workers a run is runnable from ``at`` (no ``at``: re-read everything). A client has none."""
 
     # -- results ------------------------------------------------------------------------
+
+    async def admitted_run(self, ticket: str, timeout: float | None = None) -> str:
+        """The id of the run the start ``ticket`` made or joined, once the gate admits it.
+
+        For a start the gate parked this waits (up to ``timeout``: ``ResultTimeout``) until
+        it is admitted; ``StartNotAdmitted`` if it ends without a run (expired, cancelled,
+        dropped when re-offered). ``RunHandle.result()`` of a parked start waits here first.
+        """
+        return await self._admissions.wait(ticket, timeout)
 
     async def result(self, run_id: str, timeout: float | None = None) -> Any:
         """The run's result once it ends; ``RunFailed`` / ``RunCancelled`` if it did not succeed.

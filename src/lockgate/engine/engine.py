@@ -168,6 +168,7 @@ class Engine(Client):
         """A wake-up the database raised for another process's write (see migration 0003)."""
         if channel == "runs":  # a run became claimable, or a timer was set: re-read when the next one is due
             self._wake.set()
+            self._admissions.poke()  # it may be a parked start another process admitted
         elif channel == "gate" and self.drainer._lease_until > self.clock.now():
             self.drainer.wake()  # only the replica holding the drain lease drains; the others would only poll it
 
@@ -206,6 +207,8 @@ class Engine(Client):
             self._launch(passed.claimed)
         if passed.unclaimed:
             self._wake.set()  # this dispatcher (or another) claims them
+        if passed.claimed is not None or passed.unclaimed:
+            self._admissions.poke()
 
     def after_decision(self, defn: WorkflowDef, decision: Decision) -> None:
         super().after_decision(defn, decision)

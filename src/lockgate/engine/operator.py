@@ -6,7 +6,7 @@ import contextlib
 import json
 from dataclasses import asdict, dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..app import App
 from ..clock import Clock
@@ -16,6 +16,9 @@ from ..gate.ledger import FlowRow, Trace, flow, trace
 from ..gate.pipeline import Decision
 from ..store import Store, gate_ops
 from ..store.base import Row, Tx
+
+if TYPE_CHECKING:
+    from .admissions import Admissions
 
 __all__ = ["BulkItem", "BulkResult", "OperatorMixin"]
 
@@ -63,6 +66,7 @@ class OperatorMixin:
     _paused_read_at: float
     _pause_reads: int  # reads of the pauses begun so far
     _pause_read_kept: int  # the latest begun of those whose answer is the cache
+    _admissions: Admissions
 
     def wake(self, at: float | None = None) -> None:
         raise NotImplementedError
@@ -181,6 +185,8 @@ class OperatorMixin:
             self.stopped(decision.stopped, "singleton eviction")
         if decision.status == "started":
             self.wake()
+        if decision.status != "queued":
+            self._admissions.poke()  # a parked start may be what was just decided
 
     # -- bulk -----------------------------------------------------------------------------
 

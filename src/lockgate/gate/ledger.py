@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections import defaultdict
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timedelta
@@ -11,7 +12,7 @@ from ..clock import to_datetime
 from ..store import ops
 from ..store.base import Row, Tx
 
-__all__ = ["FlowRow", "Trace", "flow", "trace"]
+__all__ = ["Admission", "FlowRow", "Trace", "admissions", "flow", "trace"]
 
 
 @dataclass(frozen=True)
@@ -192,3 +193,51 @@ def _entry(row: Row) -> dict[str, Any]:
         "folded": row["folded"],
         "waited": None if row["waited"] is None else timedelta(seconds=float(row["waited"])).total_seconds(),
     }
+
+
+FINAL = ("admitted", "existing", "skipped", "dropped", "expired", "cancelled")
+"""The decisions that settle a parked row for good (``queued``, ``released``: it is still parked)."""
+
+
+@dataclass(frozen=True)
+class Admission:
+    """How the gate settled an arrival for good: the run it made or joined, else the outcome that made none."""
+
+    run_id: str | None
+    outcome: str | None  # None (and no run): no arrival has that ticket
+    reason: str | None = None
+
+
+async def admissions(tx: Tx, tickets: list[str]) -> dict[str, Admission]:
+    """The arrivals among ``tickets`` the gate has settled for good; the others are still parked.
+
+    Followed as ``trace`` follows them: the arrival's row, then the last decision on the
+    parked row that holds it now (a collapsed or batched arrival's is its group's).
+    """
+    own = await tx.execute("ledger_for_tickets", {"tickets": json.dumps(tickets)})
+    by_ticket: dict[str, list[Row]] = {}
+    for row in own:
+        by_ticket.setdefault(row["ticket"], []).append(row)
+    holder = {
+        t: next((r["pending_id"] for r in reversed(rows) if r["pending_id"] is not None), None)
+        for t, rows in by_ticket.items()
+    }
+    held = sorted({p for p in holder.values() if p is not None})
+    later = await tx.execute("ledger_for_pendings", {"ids": json.dumps(held)}) if held else []
+    decided: dict[str, Row] = {}
+    for row in later:
+        if row["kind"] == "drain" and row["outcome"] in FINAL:
+            decided[row["pending_id"]] = row  # the last one stands
+    out: dict[str, Admission] = {}
+    for ticket in tickets:
+        arrival = next((r for r in by_ticket.get(ticket, []) if r["kind"] == "arrival"), None)
+        if arrival is None:
+            out[ticket] = Admission(None, None)
+            continue
+        pending_id = holder[ticket]
+        if pending_id is None:  # decided as it arrived
+            out[ticket] = Admission(arrival["run_id"], arrival["outcome"], arrival["reason"])
+        elif pending_id in decided:
+            last = decided[pending_id]
+            out[ticket] = Admission(last["run_id"], last["outcome"], last["reason"])
+    return out

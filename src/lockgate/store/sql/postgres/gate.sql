@@ -202,6 +202,14 @@ SELECT * FROM lockgate_ledger WHERE ticket = %(ticket)s ORDER BY id;
 -- name: ledger_for_pending
 SELECT * FROM lockgate_ledger WHERE pending_id = %(pending_id)s ORDER BY id;
 
+-- name: ledger_for_tickets
+-- The rows of the arrivals in %(tickets)s (a JSON list of tickets), in order: what settles a parked start.
+SELECT id, ticket, kind, outcome, reason, run_id, pending_id FROM lockgate_ledger WHERE ticket = ANY (ARRAY(SELECT jsonb_array_elements_text(%(tickets)s::jsonb))) ORDER BY id;
+
+-- name: ledger_for_pendings
+-- The rows of the parked rows in %(ids)s (a JSON list of pending ids), in order.
+SELECT id, ticket, kind, outcome, reason, run_id, pending_id FROM lockgate_ledger WHERE pending_id = ANY (ARRAY(SELECT jsonb_array_elements_text(%(ids)s::jsonb))) ORDER BY id;
+
 -- name: pending_position
 SELECT COUNT(*) AS n FROM lockgate_pending
 WHERE workflow = %(workflow)s AND mode = %(mode)s AND COALESCE(hold_key, '') = COALESCE(%(hold_key)s, '')

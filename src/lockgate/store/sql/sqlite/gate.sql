@@ -197,6 +197,14 @@ SELECT * FROM lockgate_ledger WHERE ticket = :ticket ORDER BY id;
 -- name: ledger_for_pending
 SELECT * FROM lockgate_ledger WHERE pending_id = :pending_id ORDER BY id;
 
+-- name: ledger_for_tickets
+-- The rows of the arrivals in :tickets (a JSON list of tickets), in order: what settles a parked start.
+SELECT id, ticket, kind, outcome, reason, run_id, pending_id FROM lockgate_ledger WHERE ticket IN (SELECT value FROM json_each(:tickets)) ORDER BY id;
+
+-- name: ledger_for_pendings
+-- The rows of the parked rows in :ids (a JSON list of pending ids), in order.
+SELECT id, ticket, kind, outcome, reason, run_id, pending_id FROM lockgate_ledger WHERE pending_id IN (SELECT value FROM json_each(:ids)) ORDER BY id;
+
 -- name: pending_position
 SELECT COUNT(*) AS n FROM lockgate_pending
 WHERE workflow = :workflow AND mode = :mode AND COALESCE(hold_key, '') = COALESCE(:hold_key, '')

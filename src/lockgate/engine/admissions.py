@@ -1,0 +1,102 @@
+"""Waiting for a parked start to become a run: its ticket, read back from the ledger in bulk.
+
+A start the gate parked (``status="queued"``) has no run yet. ``Client.admitted_run(ticket)``
+waits until the gate decides it for good: admitted, or joined to a run (a spent idempotency
+key, a singleton's incumbent), giving that run's id; or ended without a run (expired past its
+start timeout, cancelled, dropped by a rate limit when re-offered), raising
+``StartNotAdmitted``. Every waiting ticket is read with the same two queries per poll,
+however many there are. The poll comes at once when this process admitted parked starts or
+heard that another did (``poke``), and backs off to the client's ``poll_interval`` while
+nothing changes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from typing import TYPE_CHECKING
+
+from ..errors import LockgateError, ResultTimeout, StartNotAdmitted
+from ..gate.ledger import Admission, admissions
+
+if TYPE_CHECKING:
+    from .client import Client
+
+__all__ = ["Admissions"]
+
+log = logging.getLogger("lockgate.engine")
+
+FIRST_POLL = 0.01
+"""Seconds before the first read after a wait begins or something was settled; doubled while nothing is."""
+
+
+class Admissions:
+    """The parked starts this process waits for, by ticket, and the one task that polls for them."""
+
+    def __init__(self, client: Client) -> None:
+        self._client = client
+        self._waiters: dict[str, list[asyncio.Future[str]]] = {}
+        self._poked = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+
+    async def wait(self, ticket: str, timeout: float | None) -> str:
+        """The id of the run the parked start ``ticket`` became (or joined)."""
+        future: asyncio.Future[str] = asyncio.get_running_loop().create_future()
+        self._waiters.setdefault(ticket, []).append(future)
+        if self._task is None or self._task.done():
+            self._task = asyncio.create_task(self._poll(), name="lockgate-admissions")
+        self.poke()
+        try:
+            async with asyncio.timeout(timeout):
+                return await asyncio.shield(future)
+        except TimeoutError:
+            raise ResultTimeout(f"start {ticket} was not admitted within {timeout}s") from None
+        finally:
+            waiting = self._waiters.get(ticket)
+            if waiting is not None:
+                with contextlib.suppress(ValueError):
+                    waiting.remove(future)
+                if not waiting:
+                    del self._waiters[ticket]
+
+    def poke(self) -> None:
+        """Parked starts may have been decided: read the waiting tickets again now."""
+        if self._waiters:
+            self._poked.set()
+
+    async def close(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(BaseException):
+                await self._task
+            self._task = None
+
+    async def _poll(self) -> None:
+        delay = FIRST_POLL
+        while self._waiters:
+            self._poked.clear()
+            try:
+                settled = await self._client.store.read(admissions, list(self._waiters))
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # an outage: the waiters keep their own deadlines
+                log.debug("reading parked starts' outcomes failed: %s", exc)
+                settled = {}
+            for ticket, admission in settled.items():
+                for future in self._waiters.pop(ticket, []):
+                    if not future.done():
+                        _settle(future, ticket, admission)
+            delay = FIRST_POLL if settled else min(delay * 2, max(self._client.poll_interval, FIRST_POLL))
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(delay):
+                    await self._poked.wait()
+
+
+def _settle(future: asyncio.Future[str], ticket: str, admission: Admission) -> None:
+    if admission.run_id is not None:
+        future.set_result(admission.run_id)
+    elif admission.outcome is None:
+        future.set_exception(LockgateError(f"no arrival with ticket {ticket!r}"))
+    else:
+        future.set_exception(StartNotAdmitted(ticket, admission.outcome, admission.reason))
