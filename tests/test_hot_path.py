@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+import pytest
 from pydantic import BaseModel
 
 import lockgate as lg
@@ -210,3 +211,31 @@ async def test_a_step_the_body_ends_after_is_journaled_by_the_end_commit(make_en
         assert engine.store.commits - before == 2
         for run in await engine.list_runs(workflow="steps"):
             assert [(s.key, s.status) for s in await engine.steps(run.id)] == [("double#0", "completed")]
+
+
+async def test_a_blocking_start_executes_the_row_it_inserted_without_reading_it(
+    make_engine: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async with make_engine(app_with_steps()) as engine:
+        held: list[dict[str, Any]] = []
+        launch = engine._launch
+        monkeypatch.setattr(engine, "_launch", held.append)
+        read = engine.store.read
+        ops_read: list[Any] = []
+
+        async def reading(op: Any, *args: Any, **kwargs: Any) -> Any:
+            ops_read.append(op)
+            return await read(op, *args, **kwargs)
+
+        monkeypatch.setattr(engine.store, "read", reading)
+        waiting = asyncio.ensure_future(engine.run("steps", {"n": 2}, timeout=10))
+        await eventually(lambda: held, what="the blocking start's run launched")
+        assert ops.find_run not in ops_read
+        (row,) = held
+        stored = await engine.store.read(ops.get_run, row["id"])
+        assert stored["owner"] == engine.worker_id
+        assert {k: row[k] for k in stored if k in row} == {k: stored[k] for k in stored if k in row}
+        read_by_executor = {"id", "workflow", "payload", "version", "patches", "recording", "owner", "epoch", "entries"}
+        assert read_by_executor | {"reclaim_count", "parent_id", "progress_at", "slot_scope", "deadline_at"} <= set(row)
+        launch(row)
+        assert await waiting == 2

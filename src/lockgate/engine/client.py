@@ -34,6 +34,7 @@ from ..ids import new_id
 from ..records import AttemptInfo, EventInfo, RunInfo, StepInfo
 from ..serde import decode, validate_payload
 from ..store import Store, open_store, ops
+from ..store.base import Row
 from .admissions import Admissions
 from .operator import OperatorMixin
 from .results import ResultWaiters
@@ -195,6 +196,9 @@ class Client(OperatorMixin):
 
     def wake(self, at: float | None = None) -> None:
         """Tell local workers a run is runnable from ``at`` (no ``at``: re-read everything). A client has none."""
+
+    def created_here(self, created: Row, now: float) -> None:
+        """A start this process made created ``created`` at ``now`` (the columns it was inserted with)."""
 
     # -- results ------------------------------------------------------------------------
 

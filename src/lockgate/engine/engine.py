@@ -249,7 +249,7 @@ class Engine(Client):
             finally:
                 _CLAIM_AT_START.reset(token)
             if claim.run_id is not None and handle.status == "started" and handle.run_id == claim.run_id:
-                row = await self.store.read(ops.find_run, claim.run_id)
+                row = claim.row or await self.store.read(ops.find_run, claim.run_id)
                 if row is not None and row["owner"] == self.worker_id and row["status"] == "running":
                     if row["id"] not in self._inflight:
                         self._launch(row)
@@ -267,6 +267,11 @@ class Engine(Client):
             claim.run_id = row["id"]
             self._reserved += 1
         return row
+
+    def created_here(self, created: Row, now: float) -> None:
+        claim = _CLAIM_AT_START.get()
+        if claim is not None and claim.run_id == created["id"]:  # executed from the row inserted, not read back
+            claim.row = {**created, "reclaim_count": 0, "updated_at": now, "progress_at": now}
 
     def _room(self) -> int:
         return self.max_concurrent_runs - len(self._inflight) - self._reserved
@@ -503,10 +508,11 @@ _LOST = "lease lost (another worker took the run over, or it was ended elsewhere
 class _ClaimAtStart:
     """The run a blocking start claims as it creates it (set by ``new_run_row``)."""
 
-    __slots__ = ("run_id",)
+    __slots__ = ("row", "run_id")
 
     def __init__(self) -> None:
         self.run_id: str | None = None
+        self.row: Row | None = None  # the run's row as created, when the start knows it (a bare start)
 
 
 _CLAIM_AT_START: contextvars.ContextVar[_ClaimAtStart | None] = contextvars.ContextVar(

@@ -73,6 +73,7 @@ async def admit(
             run["deadline_at"] = now + plan.finish_timeout
         created, fresh = await client.store.write(_admit_bare, run, now)
         if fresh:
+            client.created_here(created, now)
             client.wake(now)
         return RunHandle(
             workflow=defn.name,
@@ -108,7 +109,8 @@ async def admit(
 
 async def _admit_bare(tx: Tx, run: dict[str, Any], now: float) -> tuple[dict[str, Any], bool]:
     created, fresh = await ops.create_run(tx, run, now)
-    await gate_ops.ledger(tx, **_bare_decision(run, created, fresh, now))
+    # its ledger row's id is not read: sent without waiting, it goes with the COMMIT
+    await gate_ops.ledgers(tx, [_bare_decision(run, created, fresh, now)])
     return created, fresh
 
 
