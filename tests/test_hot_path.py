@@ -9,7 +9,7 @@ import pytest
 from pydantic import BaseModel
 
 import lockgate as lg
-from lockgate.store import ops
+from lockgate.store import coalesce, ops
 
 from .apps.waits import eventually
 
@@ -239,3 +239,48 @@ async def test_a_blocking_start_executes_the_row_it_inserted_without_reading_it(
         assert read_by_executor | {"reclaim_count", "parent_id", "progress_at", "slot_scope", "deadline_at"} <= set(row)
         launch(row)
         assert await waiting == 2
+
+
+async def test_runs_ending_in_one_group_commit_end_as_if_one_by_one(
+    store_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The ends of one group commit share one multi-row insert of their events: rows as the same ends one by one;
+    a stale fence among them is refused alone."""
+    together_form = coalesce._MANY[ops.finish_run]
+    sizes: list[int] = []
+
+    async def spy(tx: Any, calls: Any) -> Any:
+        sizes.append(len(calls))
+        return await together_form(tx, calls)
+
+    monkeypatch.setitem(coalesce._MANY, ops.finish_run, spy)
+    async with lg.Client(app_with_steps(), store_url) as client:
+        handles = [await client.start("steps", {"n": 1}) for _ in range(7)]
+        now = client.clock.now()
+        claimed = await client.store.write(ops.claim_runs, "w-test", now, now + 3600, 7, ["steps"])
+        fences = {r["id"]: ops.Fence(r["id"], "w-test", int(r["epoch"])) for r in claimed}
+        ids = [h.run_id for h in handles]
+        assert set(fences) == set(ids)
+
+        def end(run_id: str, i: int) -> Any:
+            entry = {"step_key": "double#0", "kind": "step", "status": "completed", "output": str(i), "seq": 0}
+            return client.store.write(
+                ops.finish_run, fences[run_id], now, status="succeeded", output=str(i), entries=[ops.Entry(entry, now)]
+            )
+
+        stale = ops.Fence(ids[3], "w-other", 1)
+        together = await asyncio.gather(
+            *(end(run_id, i) for i, run_id in enumerate(ids[:3])),
+            client.store.write(ops.finish_run, stale, now, status="succeeded", output="9"),
+            return_exceptions=True,
+        )
+        assert together[:3] == [[], [], []]
+        assert isinstance(together[3], ops.Fenced)
+        assert sizes[0] == 4  # all four in one commit's many form (refused as a whole, then run one by one)
+        for i, run_id in enumerate(ids[3:], start=3):
+            assert await end(run_id, i) == []
+        for i, run_id in enumerate(ids):
+            run = await client.get_run(run_id)
+            assert (run.status, run.output, run.owner) == ("succeeded", i, None)
+            assert [e.type for e in await client.events(run_id)] == ["run-started", "run-succeeded"]
+            assert [(s.key, s.output) for s in await client.steps(run_id)] == [("double#0", i)]

@@ -16,7 +16,7 @@ from ..errors import RunNotEligible, UnknownRun
 from ..serde import dump_json
 from . import gate_ops
 from .base import Row, Tx
-from .coalesce import lone
+from .coalesce import lone, with_many
 
 TERMINAL = ("succeeded", "failed", "cancelled")
 PROGRESS_RESOLUTION = 1.0  # seconds: how stale a held run's progress_at may be left by its journal writes
@@ -352,6 +352,61 @@ async def finish_run(
     plain attempt, which would change no row, is skipped. ``entries``: journal entries
     held back for this write, written first.
     """
+    events: list[dict[str, Any]] = []
+    stopped = await _finish(tx, fence, now, status, output, error_tag, error_message, event, plain, entries, events)
+    await tx.execute_values("insert_event", events)
+    return stopped
+
+
+async def _finish_many(tx: Tx, calls: Sequence[tuple[tuple[Any, ...], dict[str, Any]]]) -> list[list[str]]:
+    """``finish_run`` for the runs one group commit ends: their end events in one multi-row insert."""
+    events: list[dict[str, Any]] = []
+    out = []
+    for (fence, now), given in calls:
+        end = {**_FINISH_DEFAULTS, **given}
+        out.append(
+            await _finish(
+                tx,
+                fence,
+                now,
+                end["status"],
+                end["output"],
+                end["error_tag"],
+                end["error_message"],
+                end["event"],
+                end["plain"],
+                end["entries"],
+                events,
+            )
+        )
+    await tx.execute_values("insert_event", events)
+    return out
+
+
+_FINISH_DEFAULTS: dict[str, Any] = {
+    "output": None,
+    "error_tag": None,
+    "error_message": None,
+    "event": None,
+    "plain": True,
+    "entries": (),
+}
+
+
+async def _finish(
+    tx: Tx,
+    fence: Fence,
+    now: float,
+    status: str,
+    output: str | None,
+    error_tag: str | None,
+    error_message: str | None,
+    event: dict[str, Any] | None,
+    plain: bool,
+    entries: Sequence[Entry],
+    events: list[dict[str, Any]],
+) -> list[str]:
+    """``finish_run`` but its plain end's event, added to ``events`` for the caller to write."""
     await record_entries(tx, fence, entries)
     params = {
         **fence.params(),
@@ -363,7 +418,7 @@ async def finish_run(
     }
     data = event or error_data(error_tag, error_message)
     if plain and await tx.expect("finish_run_plain", {**params, "slotted": False}):  # the common end: no rows to read
-        await add_event(tx, fence.run_id, f"run-{status}", now, data)
+        events.append(event_row(fence.run_id, f"run-{status}", now, data))
         return []
     rows = await tx.execute("finish_run", params)
     if not rows:
@@ -680,3 +735,6 @@ async def stale_candidates(tx: Tx, before: float, now: float, limit: int = 500) 
 async def mark_stalled(tx: Tx, run_id: str, now: float, data: dict[str, Any]) -> None:
     await tx.execute("mark_stalled", {"run_id": run_id, "now": now})
     await add_event(tx, run_id, "run-stalled", now, data)
+
+
+with_many(finish_run, _finish_many)
