@@ -107,19 +107,32 @@ class OperatorMixin:
         self._paused_read_at = now
         self._pause_read_kept = mine
 
+    async def _paused_here(self, scope: str, row: Row | None) -> None:
+        """This process just committed a pause of ``scope`` (``row``) or its lifting (``None``): its own
+        gate sees it at once, and no read begun before the commit may undo that; then a fresh read."""
+        cache = dict(self._paused_cache)
+        if row is None:
+            cache.pop(scope, None)
+        else:
+            cache[scope] = row
+        self._pause_reads += 1
+        self._pause_read_kept = self._pause_reads
+        self._paused_cache = cache
+        await self.refresh_pauses()
+
     async def pause(self, workflow: str, reason: str | None = None) -> None:
         """Park every new start of ``workflow`` (nothing is discarded) until ``unpause``."""
         name = self.app.get(workflow).name if self.app.names else workflow
         now = self.clock.now()
         await self.store.write(gate_ops.pause, f"wf:{name}", reason, None, now)
-        await self.refresh_pauses()
+        await self._paused_here(f"wf:{name}", _pause_row(f"wf:{name}", reason, None, now))
 
     async def unpause(self, workflow: str) -> int:
         """Lift a pause; the starts it collected are re-offered in priority order. How many were parked."""
         name = self.app.get(workflow).name if self.app.names else workflow
         now = self.clock.now()
         released = await self.store.write(_unpause, name, now)
-        await self.refresh_pauses()
+        await self._paused_here(f"wf:{name}", None)
         self.wake()  # parked starts: the drainer's business too
         return released
 
@@ -130,13 +143,14 @@ class OperatorMixin:
         if until is not None and until.tzinfo is None:
             raise InvalidArgument("until must be a timezone-aware datetime")
         now = self.clock.now()
-        await self.store.write(gate_ops.pause, f"key:{key}", reason, None if until is None else until.timestamp(), now)
-        await self.refresh_pauses()
+        ends = None if until is None else until.timestamp()
+        await self.store.write(gate_ops.pause, f"key:{key}", reason, ends, now)
+        await self._paused_here(f"key:{key}", _pause_row(f"key:{key}", reason, ends, now))
 
     async def unpause_key(self, key: str) -> None:
         now = self.clock.now()
         await self.store.write(_unpause_key, key, now)
-        await self.refresh_pauses()
+        await self._paused_here(f"key:{key}", None)
         self.wake()  # parked starts: the drainer's business too
 
     async def cancel_start(self, ticket: str, reason: str) -> int:
@@ -273,6 +287,11 @@ async def _candidates(
             "include_discarded": 0 if exclude_discarded else 1,
         },
     )
+
+
+def _pause_row(scope: str, reason: str | None, until: float | None, now: float) -> Row:
+    """The row ``gate_ops.pause`` writes (``lockgate_pauses``)."""
+    return {"scope": scope, "reason": reason, "until": until, "created_at": now}
 
 
 async def _unpause(tx: Tx, workflow: str, now: float) -> int:
