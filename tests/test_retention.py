@@ -119,9 +119,9 @@ async def test_a_child_stays_while_its_parent_may_still_wait_for_it(env_factory:
 async def test_ledger_rows_older_than_the_retention_go_and_flow_counts_stay(env_factory: Any) -> None:
     async with env_factory(make_app(), retention="1h") as env:
         engine = env.engine
-        handles = [await engine.start("ret.gated", {"n": i}) for i in range(3)]  # one admitted, two parked
+        handles = [await engine.start("ret.gated", {"n": i}) for i in range(3)]  # admitted as room frees
         await env.settle()
-        assert all([h.ticket for h in handles])
+        assert handles[0].status == "started" and {h.status for h in handles} <= {"started", "queued"}
         before = {(r.workflow, r.key): r for r in await engine.flow(workflow="ret.gated")}
         assert sum(r.admitted for r in before.values()) == 3
         await env.advance("2h")
@@ -165,7 +165,7 @@ async def test_workers_and_pauses_long_gone_are_forgotten(env_factory: Any) -> N
         assert ids == [engine.worker_id]
 
 
-async def test_a_large_backlog_is_deleted_in_batches_over_ticks(env_factory: Any) -> None:
+async def test_a_backlog_larger_than_one_commit_s_batch_goes_in_one_tick(env_factory: Any) -> None:
     async with env_factory(make_app(), retention="1h") as env:
         engine = env.engine
         n = BATCH + 7

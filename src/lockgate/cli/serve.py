@@ -40,7 +40,7 @@ class ServeConfig:
     store: str
     max_concurrent_runs: int
     lease: float
-    retention: float | None = 30 * 86400.0
+    retention: float | None
 
 
 @dataclass(frozen=True)

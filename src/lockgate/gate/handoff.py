@@ -111,9 +111,6 @@ async def finish_passing(
     return (await _finish_passing_many(tx, [((fence, now, handoff), end)]))[0]
 
 
-_ENDS: dict[str, Any] = {"output": None, "error_tag": None, "error_message": None, "event": None, "entries": ()}
-
-
 async def _finish_passing_many(tx: Tx, calls: Sequence[Args]) -> list[Passed]:
     """``finish_passing`` for many runs at once: the slots of one key pass on with one read and one admission.
 
@@ -127,21 +124,14 @@ async def _finish_passing_many(tx: Tx, calls: Sequence[Args]) -> list[Passed]:
     events: list[dict[str, Any]] = []
     ended: list[str] = []
     for (fence, now, handoff), given in calls:
-        end = {**_ENDS, **given}  # the many form gets each call's keywords as given
-        await ops.record_entries(tx, fence, end.pop("entries"))
-        status = end["status"]
-        assert status in ("succeeded", "failed")
-        params = {**fence.params(), "now": now, "slotted": True, **{k: v for k, v in end.items() if k != "event"}}
-        # one statement per run: a multi-row form costs the server more to plan than these cost to run
-        if not await tx.expect("finish_run_plain", params):  # asks more after all (a child opened)
-            out.append(Passed(await ops.finish_run(tx, fence, now, plain=False, **end)))
-            continue
-        data = end["event"] or ops.error_data(end["error_tag"], end["error_message"])
-        events.append(ops.event_row(fence.run_id, f"run-{status}", now, data))
-        ended.append(fence.run_id)
-        passed = Passed([])
+        assert given["status"] in ("succeeded", "failed")
+        # a run that asks more of its end after all (a child opened) ends the full way, its slot freed there
+        stopped, plainly = await ops.finish_collecting(tx, fence, now, events, slotted=True, **given)
+        passed = Passed(stopped)
         out.append(passed)
-        freed.setdefault((handoff.scope, handoff.key), []).append((passed, handoff, now))
+        if plainly:
+            ended.append(fence.run_id)
+            freed.setdefault((handoff.scope, handoff.key), []).append((passed, handoff, now))
     await tx.execute_values("insert_event", events)
     await gate_ops.free_slots(tx, ended)
     for slot in sorted(freed):  # keys locked in one order: no two processes wait on each other

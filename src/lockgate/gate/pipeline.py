@@ -659,7 +659,7 @@ async def _admit(tx: Tx, o: Offer, now: float) -> Decision:
     if identity is not None:
         run["identity"] = identity
     if plan.concurrency is not None:
-        run.update(slot_scope=plan.concurrency_scope, slot_key=o.keys.get("concurrency", ""))
+        run["slot_scope"], run["slot_key"] = slot_of(plan, o.keys)
     created, fresh = await ops.create_run(tx, run, now)
     if not fresh:
         await _record(

@@ -353,7 +353,19 @@ async def finish_run(
     held back for this write, written first.
     """
     events: list[dict[str, Any]] = []
-    stopped = await _finish(tx, fence, now, status, output, error_tag, error_message, event, plain, entries, events)
+    stopped, _ = await finish_collecting(
+        tx,
+        fence,
+        now,
+        events,
+        status=status,
+        output=output,
+        error_tag=error_tag,
+        error_message=error_message,
+        event=event,
+        plain=plain,
+        entries=entries,
+    )
     await tx.execute_values("insert_event", events)
     return stopped
 
@@ -361,52 +373,31 @@ async def finish_run(
 async def _finish_many(tx: Tx, calls: Sequence[tuple[tuple[Any, ...], dict[str, Any]]]) -> list[list[str]]:
     """``finish_run`` for the runs one group commit ends: their end events in one multi-row insert."""
     events: list[dict[str, Any]] = []
-    out = []
-    for (fence, now), given in calls:
-        end = {**_FINISH_DEFAULTS, **given}
-        out.append(
-            await _finish(
-                tx,
-                fence,
-                now,
-                end["status"],
-                end["output"],
-                end["error_tag"],
-                end["error_message"],
-                end["event"],
-                end["plain"],
-                end["entries"],
-                events,
-            )
-        )
+    out = [(await finish_collecting(tx, fence, now, events, **given))[0] for (fence, now), given in calls]
     await tx.execute_values("insert_event", events)
     return out
 
 
-_FINISH_DEFAULTS: dict[str, Any] = {
-    "output": None,
-    "error_tag": None,
-    "error_message": None,
-    "event": None,
-    "plain": True,
-    "entries": (),
-}
-
-
-async def _finish(
+async def finish_collecting(
     tx: Tx,
     fence: Fence,
     now: float,
-    status: str,
-    output: str | None,
-    error_tag: str | None,
-    error_message: str | None,
-    event: dict[str, Any] | None,
-    plain: bool,
-    entries: Sequence[Entry],
     events: list[dict[str, Any]],
-) -> list[str]:
-    """``finish_run`` but its plain end's event, added to ``events`` for the caller to write."""
+    *,
+    status: str,
+    output: str | None = None,
+    error_tag: str | None = None,
+    error_message: str | None = None,
+    event: dict[str, Any] | None = None,
+    plain: bool = True,
+    entries: Sequence[Entry] = (),
+    slotted: bool = False,
+) -> tuple[list[str], bool]:
+    """``finish_run``, but a plain end's event is added to ``events`` for the caller to write with others'.
+
+    Returns the children closed with the run and whether it ended plainly (one statement;
+    ``slotted``: freeing its slot is left to the caller, see ``gate/handoff.py``).
+    """
     await record_entries(tx, fence, entries)
     params = {
         **fence.params(),
@@ -417,16 +408,17 @@ async def _finish(
         "error_message": error_message,
     }
     data = event or error_data(error_tag, error_message)
-    if plain and await tx.expect("finish_run_plain", {**params, "slotted": False}):  # the common end: no rows to read
+    # one statement per run: a multi-row form costs the server more to plan than these cost to run
+    if plain and await tx.expect("finish_run_plain", {**params, "slotted": slotted}):  # the common end
         events.append(event_row(fence.run_id, f"run-{status}", now, data))
-        return []
+        return [], True
     rows = await tx.execute("finish_run", params)
     if not rows:
         raise Fenced()
     await add_event(tx, fence.run_id, f"run-{status}", now, data)
     if status in TERMINAL:
-        return await _closed(tx, rows[0], now, status, error_tag, error_message)
-    return []
+        return await _closed(tx, rows[0], now, status, error_tag, error_message), False
+    return [], False
 
 
 def ends_plainly(row: Row, status: str, *, started_children: bool) -> bool:
