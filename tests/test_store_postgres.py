@@ -13,7 +13,7 @@ import pytest
 
 from lockgate.errors import StoreError
 from lockgate.store import Tx, open_store, ops
-from lockgate.store.direct import numbered
+from lockgate.store.direct import DirectConnection, DirectStatement, numbered
 from lockgate.store.postgres import PostgresStore, PostgresTx, _silent
 from lockgate.store.sql_files import load_queries, migrations, repeatable_queries, silent_queries
 
@@ -469,6 +469,49 @@ async def test_a_step_entry_with_a_nul_is_refused_and_nothing_is_written(pg_url:
     assert await journal(pg_url) == []
     await store.write(ops.record_entry, fence, ENTRY, 2.0)
     assert await journal(pg_url) == [("r1", "s#1", "completed", "1")]
+
+
+async def test_direct_statements_keep_their_reader_and_hand_the_socket_to_psycopg_between_them(pg_url: str) -> None:
+    conn = await DirectConnection.connect(pg_url, autocommit=True)
+    try:
+        await conn.execute("CREATE TABLE direct_t (n integer)")
+        insert = DirectStatement("direct_t", "INSERT INTO direct_t (n) VALUES (%(n)s)")
+        for n in range(4):
+            await insert.run(conn, {"n": n})
+            if n:  # its first run on a connection prepares nothing; later ones reuse the reader
+                assert conn.watching
+            cursor = await conn.execute("SELECT count(*) FROM direct_t")  # psycopg waits on the socket itself
+            assert conn.watching is False
+            assert await cursor.fetchone() == (n + 1,)
+        async with conn.pipeline():
+            await conn.execute("INSERT INTO direct_t (n) VALUES (10)")
+        assert await insert.run(conn, {"n": 11}) == 1
+    finally:
+        await conn.close()
+    assert conn.watching is False
+
+
+async def test_a_direct_connection_the_server_ends_while_idle_is_let_go_by_the_loop(pg_url: str) -> None:
+    conn = await DirectConnection.connect(pg_url, autocommit=True)
+    try:
+        await conn.execute("CREATE TABLE direct_t (n integer)")
+        insert = DirectStatement("direct_t", "INSERT INTO direct_t (n) VALUES (%(n)s)")
+        for n in range(3):
+            await insert.run(conn, {"n": n})
+        assert conn.watching
+        async with await psycopg.AsyncConnection.connect(pg_url, autocommit=True) as admin:
+            await admin.execute("SELECT pg_terminate_backend(%s)", (conn.info.backend_pid,))
+        await until(lambda: not conn.watching)  # it read the end of the connection, and stopped watching the socket
+        # The socket's number is free again: whoever gets it next is watched afresh, and answered.
+        for _ in range(3):
+            async with await psycopg.AsyncConnection.connect(pg_url, autocommit=True) as other:
+                cursor = await other.execute("SELECT count(*) FROM direct_t")
+                assert await cursor.fetchone() == (3,)
+        with pytest.raises(psycopg.OperationalError):
+            await insert.run(conn, {"n": 3})
+        assert conn.watching is False
+    finally:
+        await conn.close()
 
 
 @contextlib.asynccontextmanager

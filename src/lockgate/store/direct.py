@@ -7,7 +7,9 @@ loop on each such statement (a cursor, a transformer, the query's conversion, tw
 with their timers). This path sends the statement through psycopg's own libpq binding
 (``psycopg.pq``) on a connection it does not otherwise touch while the statement runs,
 prepared once per connection, with parameters in text form, and waits for one answer
-with a single reader on the event loop.
+with one reader on the event loop. On a ``DirectConnection`` that reader stays in place
+from one statement to the next (registering and removing it each time costs two system
+calls and a loop handle per wake-up, a good part of a local round trip).
 
 It takes only what it can send exactly as psycopg would: ``None``, ``str`` (without NUL,
 which libpq cannot carry in text form), ``int`` and ``float``. Anything else is refused
@@ -17,6 +19,7 @@ with ``Unsupported`` before a byte is sent, and the caller goes through psycopg.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import re
 import weakref
 from collections.abc import Mapping
@@ -24,12 +27,86 @@ from typing import Any
 
 import psycopg
 from psycopg import pq
+from psycopg.abc import PQGen
+from psycopg.rows import Row
 
 from .multirow import POSTGRES_PARAM
 
-__all__ = ["DirectStatement", "Unsupported", "numbered"]
+__all__ = ["DirectConnection", "DirectStatement", "Unsupported", "numbered"]
 
 _DONE = (pq.ExecStatus.COMMAND_OK, pq.ExecStatus.TUPLES_OK)
+_BAD = pq.ConnStatus.BAD
+
+
+class DirectConnection(psycopg.AsyncConnection[Row]):
+    """A psycopg connection on which direct statements leave their reader registered between runs.
+
+    The reader steps down before psycopg itself waits on the connection (psycopg registers
+    its own reader on the same socket), before it closes, and as soon as libpq may have
+    closed the socket, so the event loop never watches a descriptor that is gone.
+    """
+
+    _reader_loop: asyncio.AbstractEventLoop | None = None
+    _reader_fileno = -1
+    _waiter: asyncio.Future[None] | None = None
+
+    async def wait(self, gen: PQGen[Any], *args: Any, **kwargs: Any) -> Any:
+        self.stand_down()
+        return await super().wait(gen, *args, **kwargs)
+
+    async def close(self) -> None:
+        self.stand_down()
+        await super().close()
+
+    @property
+    def watching(self) -> bool:
+        """Whether the direct statements' reader is registered on the event loop."""
+        return self._reader_loop is not None
+
+    def stand_down(self) -> None:
+        """Remove the direct statements' reader, if it is registered."""
+        loop, self._reader_loop = self._reader_loop, None
+        if loop is not None:
+            with contextlib.suppress(Exception):  # the loop is closed: nothing watches the socket anyway
+                loop.remove_reader(self._reader_fileno)
+
+    async def answered(self) -> None:
+        """Wait until libpq holds the whole answer to the statement sent."""
+        pgconn = self.pgconn
+        if not pgconn.is_busy():  # the answer was read already (by the reader, say); no system call to learn it
+            return
+        loop = asyncio.get_running_loop()
+        fileno = pgconn.socket
+        if self._reader_loop is not loop or self._reader_fileno != fileno:
+            self.stand_down()
+            loop.add_reader(fileno, self._ready)
+            self._reader_loop, self._reader_fileno = loop, fileno
+        waiter = self._waiter = loop.create_future()
+        try:
+            await waiter
+        finally:
+            if self._waiter is waiter:
+                self._waiter = None
+
+    def _ready(self) -> None:
+        # The answer is read here, not by the woken task: read later, the still-readable socket
+        # would be reported once more by the loop's next poll and wake the next statement for nothing.
+        waiter = self._waiter
+        pgconn = self.pgconn
+        try:
+            pgconn.consume_input()  # with no statement waiting: a notice, or the server closing
+        except psycopg.Error as exc:
+            if pgconn.status == _BAD:
+                self.stand_down()
+            if waiter is not None:
+                self._waiter = None
+                if not waiter.done():
+                    waiter.set_exception(exc)
+            return
+        if waiter is not None and not pgconn.is_busy():
+            self._waiter = None
+            if not waiter.done():
+                waiter.set_result(None)
 
 
 def numbered(sql: str) -> tuple[str, list[str]]:
@@ -91,6 +168,13 @@ class DirectStatement:
         while the statement is out, the connection is left with an answer to read: call
         ``finish`` before anything else uses it.
         """
+        try:
+            return await self._run(conn, params)
+        except BaseException:
+            _gone(conn)
+            raise
+
+    async def _run(self, conn: psycopg.AsyncConnection[Any], params: Mapping[str, Any]) -> int:
         pgconn = conn.pgconn
         seen = self._seen.get(conn)
         if seen is None:
@@ -98,32 +182,43 @@ class DirectStatement:
             values = self._values(params, encoding)
             self._seen[conn] = [False, encoding]
             pgconn.send_query_params(self._text, values)
-            return await self.finish(conn)
+            return await self._finish(conn)
         values = self._values(params, seen[1])
         if not seen[0]:
             seen[0] = True  # so even if its caller is cancelled, and the answer read by ``finish``
             pgconn.send_prepare(self._name, self._text)
             try:
-                await self.finish(conn)
+                await self._finish(conn)
             except psycopg.Error:
                 seen[0] = False
                 raise
         pgconn.send_query_prepared(self._name, values)
-        return await self.finish(conn)
+        return await self._finish(conn)
+
+    @classmethod
+    async def finish(cls, conn: psycopg.AsyncConnection[Any]) -> int:
+        """Send what is left of the statement and read its answer; the rows it changed."""
+        try:
+            return await cls._finish(conn)
+        except BaseException:
+            _gone(conn)
+            raise
 
     @staticmethod
-    async def finish(conn: psycopg.AsyncConnection[Any]) -> int:
-        """Send what is left of the statement and read its answer; the rows it changed."""
+    async def _finish(conn: psycopg.AsyncConnection[Any]) -> int:
         pgconn = conn.pgconn
         loop = asyncio.get_running_loop()
         fileno = pgconn.socket
         while pgconn.flush():  # a few bytes: nearly always sent at once
             await _ready(loop.add_writer, loop.remove_writer, fileno)
-        while True:
-            pgconn.consume_input()
-            if not pgconn.is_busy():
-                break
-            await _ready(loop.add_reader, loop.remove_reader, fileno)
+        if isinstance(conn, DirectConnection):
+            await conn.answered()
+        else:
+            while True:
+                pgconn.consume_input()
+                if not pgconn.is_busy():
+                    break
+                await _ready(loop.add_reader, loop.remove_reader, fileno)
         result = pgconn.get_result()
         while pgconn.get_result() is not None:  # the end of this statement's answers
             pass
@@ -135,6 +230,12 @@ class DirectStatement:
                 raise psycopg.OperationalError(result.get_error_message(encoding))
             raise psycopg.errors.error_from_result(result, encoding=encoding)
         return int(result.command_tuples or 0)
+
+
+def _gone(conn: psycopg.AsyncConnection[Any]) -> None:
+    """After a failure: if libpq dropped the connection it closed the socket, whose number may soon be another's."""
+    if isinstance(conn, DirectConnection) and conn.pgconn.status == _BAD:
+        conn.stand_down()
 
 
 async def _ready(add: Any, remove: Any, fileno: int) -> None:

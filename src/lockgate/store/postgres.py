@@ -40,7 +40,7 @@ from psycopg_pool import AsyncConnectionPool, PoolTimeout
 from ..errors import StoreError
 from .base import Op, Row, Store, Tx
 from .coalesce import Call, run_calls, runs_lone
-from .direct import DirectStatement, Unsupported
+from .direct import DirectConnection, DirectStatement, Unsupported
 from .multirow import multirow
 from .sql_files import load_queries, migrations, repeatable_queries, silent_queries
 
@@ -50,6 +50,7 @@ log = logging.getLogger("lockgate.store")
 T = TypeVar("T")
 P = ParamSpec("P")
 _Conn = psycopg.AsyncConnection[DictRow]
+_WriterConn = DirectConnection[DictRow]
 
 CHANNEL = "lockgate"
 """The one PostgreSQL channel every wake-up travels on (the logical channel is in the payload)."""
@@ -288,7 +289,7 @@ class PostgresStore(Store):
             for name in repeatable_queries("postgres")
             if "RETURNING" not in self._queries[name].upper()
         }
-        self._conn: _Conn | None = None  # the writer's own
+        self._conn: _WriterConn | None = None  # the writer's own
         self._writing = False  # whether a batch is using it
         self._held = False  # whether it is spoken for: a batch is being committed, or a lone write runs on it
         self._crowded = False  # whether writes queued up while the last commit was in flight
@@ -574,7 +575,7 @@ class PostgresStore(Store):
         self._conn = None
         try:
             async with asyncio.timeout(self.pool_timeout):
-                conn = await psycopg.AsyncConnection.connect(self.conninfo, autocommit=True, row_factory=dict_row)
+                conn = await _WriterConn.connect(self.conninfo, autocommit=True, row_factory=dict_row)
         except TimeoutError:
             raise psycopg.OperationalError(f"no connection within {self.pool_timeout:g}s") from None
         try:
