@@ -138,3 +138,25 @@ async def test_a_start_with_no_run_to_wait_for_is_refused_plainly(make_engine: A
             await dropped.result()
         with pytest.raises(lg.LockgateError, match="no arrival with ticket"):
             await engine.admitted_run("tkt_unknown", timeout=10)
+
+
+async def test_closing_the_engine_ends_a_wait_for_admission_and_the_start_stays_parked(
+    make_engine: Any, store_url: str
+) -> None:
+    release = asyncio.Event()
+    app = make_app(release)
+    async with make_engine(app) as engine:
+        first = await engine.start("h.one", {"n": 1})
+        parked = await engine.start("h.one", {"n": 2})
+        assert parked.status == "queued"
+        waiting = asyncio.ensure_future(parked.result())
+        await eventually(lambda: engine._admissions._waiters, what="a waiter for the parked start")
+    with pytest.raises(lg.EngineClosed, match=parked.ticket):
+        await asyncio.wait_for(waiting, 10)
+    release.set()
+    async with make_engine(app) as engine:  # the start was not lost: the next engine admits and runs it
+        assert await engine.result(first.run_id, timeout=30) == 10
+        with pytest.raises(lg.EngineClosed):  # its handle belongs to the closed engine, which waits for nothing
+            await parked.result(timeout=30)
+        run_id = await engine.admitted_run(parked.ticket, timeout=30)
+        assert await engine.result(run_id, timeout=30) == 20

@@ -12,6 +12,8 @@ from pydantic import BaseModel
 import lockgate as lg
 from lockgate.errors import RunFailed, UnknownRun
 
+from .apps.waits import eventually
+
 
 class Item(BaseModel):
     i: int
@@ -86,3 +88,20 @@ async def test_a_failed_run_is_read_again_for_it_may_be_retried(make_engine: Any
         with pytest.raises(RunFailed, match="no 7"):
             await engine.result(handle.run_id, timeout=5)
         assert reads == ["get_runs"]  # a retry reopens a failed run: its end is not kept
+
+
+async def test_closing_ends_every_wait_and_the_runs_go_on(make_engine: Any, store_url: str) -> None:
+    app = build_app()
+    client = lg.Client(app, store_url)
+    await client.open()
+    handles = [await client.start("double", {"i": i}) for i in range(3)]  # no engine executes them yet
+    waits = [asyncio.ensure_future(h.result()) for h in handles]  # no timeout: only the close ends them
+    await eventually(lambda: len(client._results._waiters) == 3, what="three waiters")
+    await client.close()
+    outcomes = await asyncio.wait_for(asyncio.gather(*waits, return_exceptions=True), 10)
+    assert [type(o) for o in outcomes] == [lg.EngineClosed] * 3
+    assert handles[0].run_id in str(outcomes[0])
+    with pytest.raises(lg.EngineClosed):  # a closed client reads nothing, and does not wait
+        await client.result(handles[0].run_id, timeout=5)
+    async with make_engine(app) as engine:  # the runs were never lost: an open engine runs and answers them
+        assert await asyncio.gather(*(engine.result(h.run_id, timeout=30) for h in handles)) == [0, 2, 4]

@@ -9,6 +9,7 @@ from .engine.operator import BulkItem, BulkResult
 from .errors import (
     BlockingStartRefused,
     DefinitionError,
+    EngineClosed,
     InvalidArgument,
     LockgateError,
     PayloadError,
@@ -47,6 +48,7 @@ __all__ = [
     "Deferral",
     "DefinitionError",
     "Engine",
+    "EngineClosed",
     "EventInfo",
     "FailureReport",
     "FlowRow",

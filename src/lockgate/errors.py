@@ -35,6 +35,7 @@ from typing import Any
 __all__ = [
     "BlockingStartRefused",
     "DefinitionError",
+    "EngineClosed",
     "InvalidArgument",
     "LockgateError",
     "PayloadError",
@@ -232,6 +233,13 @@ class BlockingStartRefused(LockgateError):
 
 class StoreError(LockgateError):
     """The store refused the operation or could not be reached."""
+
+
+class EngineClosed(LockgateError):
+    """The engine (or client) is closed, or was closed while this call waited; the run goes on, durable.
+
+    Its result can be awaited again from any open engine or client on the same store.
+    """
 
 
 class RetryAfter(Exception):

@@ -17,7 +17,7 @@ import contextlib
 import logging
 from typing import TYPE_CHECKING
 
-from ..errors import LockgateError, ResultTimeout, StartNotAdmitted
+from ..errors import EngineClosed, LockgateError, ResultTimeout, StartNotAdmitted
 from ..gate.ledger import Admission, admissions
 
 if TYPE_CHECKING:
@@ -39,9 +39,12 @@ class Admissions:
         self._waiters: dict[str, list[asyncio.Future[str]]] = {}
         self._poked = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
+        self._closed = False
 
     async def wait(self, ticket: str, timeout: float | None) -> str:
         """The id of the run the parked start ``ticket`` became (or joined)."""
+        if self._closed:
+            raise _closed(ticket)
         future: asyncio.Future[str] = asyncio.get_running_loop().create_future()
         self._waiters.setdefault(ticket, []).append(future)
         if self._task is None or self._task.done():
@@ -65,12 +68,22 @@ class Admissions:
         if self._waiters:
             self._poked.set()
 
+    def open(self) -> None:
+        self._closed = False
+
     async def close(self) -> None:
+        """Stop polling; every caller still waiting gets ``EngineClosed`` (the parked starts stay parked)."""
+        self._closed = True
         if self._task is not None:
             self._task.cancel()
             with contextlib.suppress(BaseException):
                 await self._task
             self._task = None
+        waiting, self._waiters = self._waiters, {}
+        for ticket, futures in waiting.items():
+            for future in futures:
+                if not future.done():
+                    future.set_exception(_closed(ticket))
 
     async def _poll(self) -> None:
         delay = FIRST_POLL
@@ -91,6 +104,10 @@ class Admissions:
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(delay):
                     await self._poked.wait()
+
+
+def _closed(ticket: str) -> EngineClosed:
+    return EngineClosed(f"closed: no waiting for start {ticket} here; it stays parked at the gate until admitted")
 
 
 def _settle(future: asyncio.Future[str], ticket: str, admission: Admission) -> None:

@@ -87,6 +87,8 @@ class Client(OperatorMixin):
         """Validate the definitions, connect, migrate."""
         self.app.definitions()  # a DefinitionError here refuses the boot
         await self.store.open()
+        self._results.open()
+        self._admissions.open()
         self._open = True
 
     async def close(self) -> None:

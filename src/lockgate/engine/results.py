@@ -12,10 +12,11 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from typing import Any
 
 from ..clock import wait_event
-from ..errors import UnknownRun
+from ..errors import EngineClosed, UnknownRun
 from ..store import Store, ops
 from ..store.base import Row
 
@@ -40,13 +41,16 @@ class ResultWaiters:
         self._looks: dict[str, list[asyncio.Future[Row]]] = {}  # run id -> callers of look() not yet answered
         self._looking: asyncio.Task[None] | None = None
         self._succeeded: OrderedDict[str, Row] = OrderedDict()  # final rows of runs that succeeded here, newest last
+        self._closed = False
 
     def listen(self, run_id: str) -> asyncio.Future[Row | None]:
         """A future for ``run_id``'s end; take it before reading the run so no finish is missed.
 
         It resolves to the ended run's row when this process ended it, else to ``None``: read it.
         """
-        future = asyncio.get_running_loop().create_future()
+        if self._closed:
+            raise _closed(run_id)
+        future: asyncio.Future[Row | None] = asyncio.get_running_loop().create_future()
         self._waiters.setdefault(run_id, []).append(future)
         return future
 
@@ -60,6 +64,8 @@ class ResultWaiters:
         A burst of waiters (a thousand ``result()`` calls after a thousand starts) costs a few
         reads, not one each: the looks asked while a read is in flight go in the next one.
         """
+        if self._closed:
+            raise _closed(run_id)
         future: asyncio.Future[Row] = asyncio.get_running_loop().create_future()
         self._looks.setdefault(run_id, []).append(future)
         if self._looking is None or self._looking.done():
@@ -123,12 +129,23 @@ class ResultWaiters:
             if not future.done():
                 future.set_result(ended)
 
+    def open(self) -> None:
+        self._closed = False
+
     async def close(self) -> None:
+        """Stop polling; every caller still waiting gets ``EngineClosed`` (the runs themselves go on)."""
+        self._closed = True
         tasks = [t for t in (self._task, self._looking) if t is not None]
         self._task = self._looking = None
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+        waiting: list[tuple[str, Sequence[asyncio.Future[Any]]]] = [*self._waiters.items(), *self._looks.items()]
+        self._waiters, self._looks, self._polls = {}, {}, {}
+        for run_id, futures in waiting:
+            for future in futures:
+                if not future.done():
+                    future.set_exception(_closed(run_id))
 
     async def _poll_loop(self) -> None:
         try:
@@ -162,3 +179,7 @@ class ResultWaiters:
             wait = self._tick_at - loop.time()
             if wait > 0:
                 await wait_event(self._changed, wait)
+
+
+def _closed(run_id: str) -> EngineClosed:
+    return EngineClosed(f"closed: no waiting for run {run_id} here; it goes on: await it from an open engine or client")
