@@ -1,8 +1,8 @@
-"""A burst of arrivals in one group commit: slot-only arrivals are decided together, exactly as one by one.
+"""A burst of arrivals in one group commit: arrivals held by one control are decided together, exactly as one by one.
 
 ``offer_many`` (the many-at-once form of ``pipeline.offer``) decides a run of fresh
-arrivals whose one control is a per-key concurrency limit with a few statements for the
-whole run, and passes every other offer through ``offer``. The tests here give the same
+arrivals whose one control is a per-key concurrency limit, or one throttle or rate limit,
+with a few statements for the whole run, and passes every other offer through ``offer``. The tests here give the same
 offers to two fresh stores of one kind, one by one in one transaction on one and through
 the many form on the other, and compare what each decided and wrote; others drive a real
 burst of ``start`` calls through the store's group commit.
@@ -57,6 +57,12 @@ def make_app() -> lg.App:
     )(body)
     app.workflow(name="pooled", concurrency=lg.Concurrency(limit=2, key=key, pool="shared"))(body)
     app.workflow(name="win", throttle=lg.Throttle(limit=1, period="1h"), concurrency=lg.Concurrency(limit=5))(body)
+    app.workflow(name="rl", rate_limit=lg.RateLimit(limit=2, period="10s", key=key))(body)
+    app.workflow(name="th", throttle=lg.Throttle(limit=2, period="10s", key=key), timeouts=lg.Timeouts(start="1h"))(
+        body
+    )
+    app.workflow(name="thp", throttle=lg.Throttle(limit=3, period="10s", key=key, pool="provider"))(body)
+    app.workflow(name="rlp", rate_limit=lg.RateLimit(limit=3, period="10s", key=key, pool="quota"))(body)
     return app
 
 
@@ -93,6 +99,20 @@ def set_reads(monkeypatch: pytest.MonkeyPatch) -> list[list[gate_ops.Slot]]:
         return await read(tx, slots)
 
     monkeypatch.setattr(gate_ops, "slot_queues", counted)
+    return asked
+
+
+@pytest.fixture
+def window_reads(monkeypatch: pytest.MonkeyPatch) -> list[list[tuple[str, str, int]]]:
+    """The windows each set-based read of the many form asked about."""
+    asked: list[list[tuple[str, str, int]]] = []
+    read = gate_ops.window_queues
+
+    async def counted(tx: Tx, windows: list[tuple[str, str, int]]) -> dict[gate_ops.Slot, gate_ops.WindowQueue]:
+        asked.append(list(windows))
+        return await read(tx, windows)
+
+    monkeypatch.setattr(gate_ops, "window_queues", counted)
     return asked
 
 
@@ -416,3 +436,90 @@ async def test_bursts_from_two_writers_share_each_keys_limit(store_url: str, man
         assert sorted(r["ticket"] for r in arrivals) == sorted(h.ticket for h in handles)
         in_ledger_order = [r["pending_id"] for r in arrivals if r["pending_id"] is not None]
         assert [r["id"] for r in await pending_rows(store_url)] == in_ledger_order
+
+
+# -- one throttle or one rate limit ------------------------------------------------------------
+
+
+async def test_window_arrivals_are_decided_together_as_one_by_one_while_their_windows_slide(
+    store_url: str, twin_url: str, window_reads: list[list[tuple[str, str, int]]]
+) -> None:
+    async with lg.Client(make_app(), store_url) as client:
+        make = Maker(client)
+    # 0.4 s between offers, windows of ten seconds: hits leave the windows during the burst.
+    before = [make("rl", "a", dt=0.4), make("th", "a", dt=0.4), make("th", "a", dt=0.4), make("th", "a", dt=0.4)]
+    burst = [make(("rl", "th", "rlp", "thp")[i % 4], "ab"[i % 3 % 2], dt=0.4) for i in range(60)]
+    decided, state = await _both(store_url, twin_url, before, burst)
+    outcomes = Counter((o.workflow, d["status"]) for (o, _), d in zip(burst, decided, strict=True))
+    assert {status for _, status in outcomes} == {"started", "dropped", "queued"}
+    assert outcomes[("rl", "queued")] == outcomes[("th", "dropped")] == 0
+    assert len(window_reads) == 1  # the whole burst: one read of its windows
+    assert sorted(window_reads[0]) == [
+        ("pool:provider", "a", 3),
+        ("pool:provider", "b", 3),
+        ("pool:quota", "a", 3),
+        ("pool:quota", "b", 3),
+        ("wf:rl:rate_limit[0]", "a", 2),
+        ("wf:rl:rate_limit[0]", "b", 2),
+        ("wf:th:throttle[0]", "a", 2),
+        ("wf:th:throttle[0]", "b", 2),
+    ]
+    dropped = [d for d in decided if d["status"] == "dropped"]
+    assert all(0 < d["retry_after"] <= 10 for d in dropped)
+    parked = [r for r in state["pending"] if r["mode"] == "throttle"]
+    assert all(r["due_at"] >= r["first_at"] for r in parked)
+
+
+async def test_window_arrivals_mixed_with_others_keep_the_order_of_decisions(
+    store_url: str, twin_url: str, window_reads: list[list[tuple[str, str, int]]]
+) -> None:
+    pauses = {"key:b": {"scope": "key:b", "reason": "b is down", "until": NOW + 600}}
+    async with lg.Client(make_app(), store_url) as client:
+        make = Maker(client, pauses)
+    burst = [
+        make("rl", "a"),
+        make("rl", "a"),
+        make("rl", "a"),  # over the limit: dropped
+        make("th", "a"),
+        make("th", "a"),
+        make("th", "a"),  # the window is full: parked until the first hit leaves
+        make("cc", "a"),  # another control: decided with the slot-only ones
+        make("th", "a"),  # behind the parked one
+        make("th", "b"),  # a paused key: one by one
+        make("rl", "a", idem="once"),  # an identity: one by one, and it is over a's limit
+        make("th", "c", at=NOW + 3600),  # delayed: one by one
+        make("th", "c"),
+        make("rlp", "p"),
+        make("thp", "p"),  # two pools
+    ]
+    decided, state = await _both(store_url, twin_url, [], burst, pauses=pauses)
+    assert [(d["status"], d["mode"]) for d in decided] == [
+        ("started", None),
+        ("started", None),
+        ("dropped", None),
+        ("started", None),
+        ("started", None),
+        ("queued", "throttle"),
+        ("started", None),
+        ("queued", "throttle"),
+        ("queued", "key-paused"),
+        ("dropped", None),
+        ("queued", "delayed"),
+        ("started", None),
+        ("started", None),
+        ("started", None),
+    ]
+    assert decided[5]["due_at"] == pytest.approx(NOW + 0.004 + 10)  # when the first of the two hits leaves
+    assert decided[7]["due_at"] == pytest.approx(NOW + 0.008)  # at once: it only queues behind
+    arrivals = [r for r in state["ledger"] if r["kind"] == "arrival"]
+    assert [r["ticket"] for r in arrivals] == [o.ticket for o, _ in burst]
+    assert [(r["outcome"], r["control"]) for r in arrivals[:3]] == [
+        ("admitted", None),
+        ("admitted", None),
+        ("dropped", "rate_limit"),
+    ]
+    assert window_reads == [  # each run of window-only arrivals between the others: its keys read once
+        [("wf:rl:rate_limit[0]", "a", 2), ("wf:th:throttle[0]", "a", 2)],
+        [("wf:th:throttle[0]", "a", 2)],
+        [("pool:provider", "p", 3), ("pool:quota", "p", 3), ("wf:th:throttle[0]", "c", 2)],
+    ]

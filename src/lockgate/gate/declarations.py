@@ -106,6 +106,12 @@ class GatePlan:
         c = self.concurrency
         return c is not None and c.total is None and not (self.debounce or self.batch or self.singleton or self.windows)
 
+    @property
+    def window_only(self) -> bool:
+        """One control, a single throttle or rate limit: a start waits for (or is dropped by) its window alone."""
+        held = self.concurrency or self.debounce or self.batch or self.singleton
+        return len(self.windows) == 1 and not held
+
 
 def _fail(wf: str, fields: str | list[str], problem: str) -> typing.NoReturn:
     raise DefinitionError(wf, fields, problem)

@@ -752,28 +752,35 @@ def reoffer(defn: WorkflowDef, row: Row, run: dict[str, Any]) -> Offer:
 
 
 async def offer_many(tx: Tx, calls: Sequence[Args]) -> list[Decision]:
-    """``offer`` for each of a group commit's calls, in order; slot-only arrivals decided together.
+    """``offer`` for each of a group commit's calls, in order; arrivals held by one control decided together.
 
-    A run of consecutive slot-only arrivals (``_slot_only_arrival``) costs a few statements
-    in all: each key is locked and read once (whether a start waits there for a slot, the
-    slots in use), the arrivals are walked in order as ``_concurrency`` would decide them,
-    and the parked ones' ledger and pending rows are written together. An admission goes
-    through ``_admit`` and any other offer through ``offer``, each once the rows decided
-    before it are written, so ledger ids keep the order of the decisions.
+    A run of consecutive arrivals held by nothing but a per-key concurrency limit
+    (``_lone_control``: "slot"), or nothing but one throttle or rate limit ("window"), costs
+    a few statements in all: each key is locked and read once (for a slot: whether a start
+    waits there, the slots in use; for a window: that, and its newest hits), the arrivals are
+    walked in order as the pipeline's stages would decide them, and the parked or dropped
+    ones' ledger (and pending) rows are written together. An admission goes through
+    ``_admit`` and any other offer through ``offer``, each once the rows decided before it
+    are written, so ledger ids keep the order of the decisions.
     """
     decisions: list[Decision] = []
     locked: set[gate_ops.Slot] = set()  # advisory locks are held until commit: one take per key is enough
     run: list[tuple[Offer, float, gate_ops.Slot]] = []
+    kind: str | None = None
     for args, kwargs in calls:
         o, now = _offer_args(args, kwargs)
-        slot = _slot_only_arrival(o, now)
-        if slot is not None:
-            run.append((o, now, slot))
+        lone = _lone_control(o, now)
+        if lone is not None and lone[0] == kind:
+            run.append((o, now, lone[1]))
             continue
-        decisions += await _arrive(tx, run, locked)
-        run = []
-        decisions.append(await offer(tx, o, now))
-    decisions += await _arrive(tx, run, locked)
+        decisions += await _ARRIVE[kind](tx, run, locked) if kind is not None else []
+        run, kind = [], None
+        if lone is None:
+            decisions.append(await offer(tx, o, now))
+        else:
+            run, kind = [(o, now, lone[1])], lone[0]
+    if kind is not None:
+        decisions += await _ARRIVE[kind](tx, run, locked)
     return decisions
 
 
@@ -782,32 +789,42 @@ def _offer_args(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Offer, f
     return bound["o"], bound["now"]
 
 
-def _slot_only_arrival(o: Offer, now: float) -> gate_ops.Slot | None:
-    """The slot a fresh arrival waits for when that is all that can hold it, else ``None`` (``offer`` decides).
+def _lone_control(o: Offer, now: float) -> tuple[str, gate_ops.Slot] | None:
+    """What alone can hold a fresh arrival, when that is one control: ``("slot", (scope, key))`` for a
+    per-key concurrency limit, ``("window", (scope, key))`` for one throttle or rate limit; else ``None``.
 
     So: no identity to check, not delayed, no pause on its workflow or its keys in its
-    snapshot, and a workflow whose one control is a per-key concurrency limit
-    (``GatePlan.slot_only``): every stage before ``_concurrency`` would pass it on untouched.
+    snapshot, and a workflow whose one control is that (``GatePlan.slot_only``,
+    ``GatePlan.window_only``): every other stage would pass it on untouched.
     """
     plan = o.plan
-    if o.pending is not None or o.identity is not None or o.pauses is None or not plan.slot_only:
+    if o.pending is not None or o.identity is not None or o.pauses is None:
+        return None
+    if not (plan.slot_only or plan.window_only):
         return None
     if o.at is not None and o.at > now:
         return None
     if gate_ops.pause_in(o.pauses, [f"wf:{o.workflow}", *key_pause_scopes(plan, o.keys)], now) is not None:
         return None
-    return slot_of(plan, o.keys)
+    if plan.slot_only:
+        return "slot", slot_of(plan, o.keys)
+    w = plan.windows[0]
+    return "window", (w.scope, o.keys.get(w.name, ""))
+
+
+async def _lock_keys(tx: Tx, keys: list[gate_ops.Slot], locked: set[gate_ops.Slot]) -> None:
+    for key in sorted(keys):  # one order: two processes' bursts never wait on each other in a cycle
+        if key not in locked:
+            await gate_ops.lock_key(tx, *key)
+            locked.add(key)
 
 
 async def _arrive(tx: Tx, run: list[tuple[Offer, float, gate_ops.Slot]], locked: set[gate_ops.Slot]) -> list[Decision]:
     """Decide slot-only arrivals in order, as ``_concurrency`` then ``_admit`` would one after the other."""
     if not run:
         return []
-    slots = sorted({slot for _, _, slot in run})  # one order: two processes' bursts never wait on each other in a cycle
-    for slot in slots:
-        if slot not in locked:
-            await gate_ops.lock_key(tx, *slot)
-            locked.add(slot)
+    slots = sorted({slot for _, _, slot in run})
+    await _lock_keys(tx, slots, locked)
     queues = await gate_ops.slot_queues(tx, slots)  # read after the locks: no other process decides these keys now
     decisions: list[Decision] = []
     parked: list[tuple[Row, Row]] = []
@@ -833,5 +850,56 @@ async def _arrive(tx: Tx, run: list[tuple[Offer, float, gate_ops.Slot]], locked:
     await gate_ops.park_arrivals(tx, parked)
     return decisions
 
+
+async def _arrive_windows(
+    tx: Tx, run: list[tuple[Offer, float, gate_ops.Slot]], locked: set[gate_ops.Slot]
+) -> list[Decision]:
+    """Decide one-window arrivals in order, as ``_rate_limit`` or ``_throttle`` then ``_admit`` would one by one."""
+    if not run:
+        return []
+    limits: dict[gate_ops.Slot, int] = {}
+    for o, _, key in run:
+        limits[key] = max(limits.get(key, 0), o.plan.windows[0].limit)
+    await _lock_keys(tx, list(limits), locked)
+    queues = await gate_ops.window_queues(tx, [(*key, limit) for key, limit in sorted(limits.items())])
+    decisions: list[Decision] = []
+    decided: list[tuple[Row, Row | None]] = []  # ledger rows (and pending rows) not written yet
+    for o, now, key in run:
+        w = o.plan.windows[0]
+        queue = queues[key]
+        opens = queue.opens(w.limit, now - w.period)
+        if w.kind == "rate_limit" and opens is not None:
+            retry = max(0.0, opens + w.period - now)
+            reason = f"{w.limit} per {w.period:g}s reached; retry after {retry:.3f}s"
+            row = _ledger_row(
+                o, now, outcome="dropped", control="rate_limit", key=key[1], reason=reason, run_id=None, pending_id=None
+            )
+            decided.append((row, None))
+            decisions.append(Decision("dropped", o.ticket, retry_after=retry, key=key[1]))
+            continue
+        if w.kind == "throttle" and (opens is not None or queue.ahead):
+            due = now if opens is None else opens + w.period  # behind earlier starts, or when a hit leaves
+            ledger, pending = _arrival_rows(
+                o, now, mode="throttle", stage="throttle", due=due, scope=key[0], key=key[1]
+            )
+            decided.append((ledger, pending))
+            queue.ahead = True  # every later arrival on this key waits behind this one
+            decisions.append(
+                Decision("queued", o.ticket, pending_id=pending["id"], mode="throttle", due_at=due, key=key[1])
+            )
+            continue
+        await gate_ops.park_arrivals(tx, decided)
+        decided = []
+        if w.kind == "rate_limit":  # a rate limit counts the arrival; a throttle, the admission (in ``_admit``)
+            await gate_ops.add_window_hit(tx, w.scope, key[1], now, w.period)
+        decision = await _admit(tx, o, now)
+        if decision.status == "started" or w.kind == "rate_limit":
+            queue.hit(now, w.period)
+        decisions.append(decision)
+    await gate_ops.park_arrivals(tx, decided)
+    return decisions
+
+
+_ARRIVE = {"slot": _arrive, "window": _arrive_windows}
 
 with_many(offer, offer_many)

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from ..ids import new_id
@@ -72,14 +74,16 @@ async def insert_pending(tx: Tx, row: dict[str, Any]) -> None:
     await tx.execute("insert_pending", {**PENDING_DEFAULTS, **row})
 
 
-async def park_arrivals(tx: Tx, parked: list[tuple[Row, Row]]) -> None:
-    """Write many parked arrivals, each a ledger row and a pending row, as ``ledger`` then ``insert_pending``
-    would one after the other: ledger ids in list order, each pending row's ``seq`` its ledger row's id
-    (found by the server). Multi-row statements whose answers nobody waits for."""
+async def park_arrivals(tx: Tx, parked: Sequence[tuple[Row, Row | None]]) -> None:
+    """Write many decided arrivals, each a ledger row and, when parked, a pending row, as ``ledger`` then
+    ``insert_pending`` would one after the other: ledger ids in list order, each pending row's ``seq`` its
+    ledger row's id (found by the server). Multi-row statements whose answers nobody waits for."""
     if not parked:
         return
     await ledgers(tx, [row for row, _ in parked])
-    await tx.execute_values("insert_pending_rows", [{**PENDING_DEFAULTS, **row} for _, row in parked])
+    pending = [{**PENDING_DEFAULTS, **row} for _, row in parked if row is not None]
+    if pending:
+        await tx.execute_values("insert_pending_rows", pending)
 
 
 async def get_pending(tx: Tx, pending_id: str) -> Row | None:
@@ -96,6 +100,46 @@ async def window_opens(tx: Tx, scope: str, key: str, since: float, limit: int) -
     # Hits are ranked 1, 2, 3... per key: the limit-th most recent is the newest rank minus limit - 1.
     nth = await tx.scalar("window_nth", {"scope": scope, "key": key, "since": since, "back": limit - 1})
     return None if nth is None else float(nth)
+
+
+@dataclass
+class WindowQueue:
+    """One window key as its decider sees it: its newest hits by rank, and whether a start waits there."""
+
+    hits: dict[int, float]  # rank -> at: the newest ``limit`` ranks the key has
+    top: int  # the key's newest rank (0: no hit yet)
+    ahead: bool  # a start is parked there for the window (throttle)
+
+    def opens(self, limit: int, since: float) -> float | None:
+        """As ``window_opens``: ``None`` while fewer than ``limit`` hits fall after ``since``, else the
+        ``limit``-th most recent hit."""
+        at = self.hits.get(self.top - (limit - 1))
+        return at if at is not None and at > since else None
+
+    def hit(self, at: float, period: float) -> None:
+        """As ``add_window_hit``: hits up to ``at - period`` pruned, then ``at`` ranked after the newest left.
+
+        The ranks not fetched are older than every fetched one; with hits ranked in time order
+        they are pruned whenever all the fetched ones are, so the newest rank left is known.
+        """
+        self.hits = {n: t for n, t in self.hits.items() if t > at - period}
+        self.top = max(self.hits, default=0) + 1
+        self.hits[self.top] = at
+
+
+async def window_queues(tx: Tx, windows: Sequence[tuple[str, str, int]]) -> dict[Slot, WindowQueue]:
+    """For each window ``(scope, key, limit)``: its ``WindowQueue``, with its newest ``limit`` hits; one query."""
+    rows = await tx.execute("window_queues", {"windows": json.dumps([list(w) for w in windows])})
+    queues = {(scope, key): WindowQueue({}, 0, False) for scope, key, _ in windows}
+    for r in rows:
+        queue = queues[(r["scope"], r["key"])]
+        if r["n"] is None:
+            queue.ahead = True
+        else:
+            n = int(r["n"])
+            queue.hits[n] = float(r["at"])
+            queue.top = max(queue.top, n)
+    return queues
 
 
 async def add_window_hit(tx: Tx, scope: str, key: str, at: float, period: float) -> None:

@@ -29,6 +29,20 @@ SELECT at FROM lockgate_window_hits
 WHERE scope = %(scope)s AND key = %(key)s AND at > %(since)s
     AND n = (SELECT MAX(n) FROM lockgate_window_hits WHERE scope = %(scope)s AND key = %(key)s) - %(back)s;
 
+-- name: window_queues
+-- For each [scope, key, limit] of the JSON list %(windows)s: its newest `limit` hits by rank (n, at), and a
+-- row with n NULL when a start waits there for the window (waiting_ahead with mode 'throttle').
+SELECT w.value ->> 0 AS scope, w.value ->> 1 AS key, h.n, h.at
+FROM json_array_elements(%(windows)s::json) AS w(value)
+JOIN lockgate_window_hits h ON h.scope = w.value ->> 0 AND h.key = w.value ->> 1
+WHERE h.n > (SELECT MAX(m.n) FROM lockgate_window_hits m WHERE m.scope = h.scope AND m.key = h.key)
+    - (w.value ->> 2)::bigint
+UNION ALL
+SELECT w.value ->> 0, w.value ->> 1, NULL, NULL
+FROM json_array_elements(%(windows)s::json) AS w(value)
+WHERE EXISTS (SELECT 1 FROM lockgate_pending p
+              WHERE p.mode = 'throttle' AND p.hold_scope = w.value ->> 0 AND p.hold_key = w.value ->> 1);
+
 -- name: add_window_hit
 -- Ranked after the key's newest hit (decisions on one key are serialised: one writer, or the key's lock).
 INSERT INTO lockgate_window_hits (scope, key, at, n)

@@ -29,6 +29,21 @@ SELECT at FROM lockgate_window_hits
 WHERE scope = :scope AND key = :key AND at > :since
     AND n = (SELECT MAX(n) FROM lockgate_window_hits WHERE scope = :scope AND key = :key) - :back;
 
+-- name: window_queues
+-- For each [scope, key, limit] of the JSON list :windows: its newest `limit` hits by rank (n, at), and a
+-- row with n NULL when a start waits there for the window (waiting_ahead with mode 'throttle').
+SELECT json_extract(w.value, '$[0]') AS scope, json_extract(w.value, '$[1]') AS key, h.n, h.at
+FROM json_each(:windows) w
+JOIN lockgate_window_hits h ON h.scope = json_extract(w.value, '$[0]') AND h.key = json_extract(w.value, '$[1]')
+WHERE h.n > (SELECT MAX(m.n) FROM lockgate_window_hits m WHERE m.scope = h.scope AND m.key = h.key)
+    - json_extract(w.value, '$[2]')
+UNION ALL
+SELECT json_extract(w.value, '$[0]'), json_extract(w.value, '$[1]'), NULL, NULL
+FROM json_each(:windows) w
+WHERE EXISTS (SELECT 1 FROM lockgate_pending p
+              WHERE p.mode = 'throttle' AND p.hold_scope = json_extract(w.value, '$[0]')
+                  AND p.hold_key = json_extract(w.value, '$[1]'));
+
 -- name: add_window_hit
 -- Ranked after the key's newest hit (decisions on one key are serialised: one writer, or the key's lock).
 INSERT INTO lockgate_window_hits (scope, key, at, n)
