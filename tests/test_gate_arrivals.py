@@ -523,3 +523,75 @@ async def test_window_arrivals_mixed_with_others_keep_the_order_of_decisions(
         [("wf:th:throttle[0]", "a", 2)],
         [("pool:provider", "p", 3), ("pool:quota", "p", 3), ("wf:th:throttle[0]", "c", 2)],
     ]
+
+
+async def test_window_bursts_from_two_writers_share_each_keys_window(
+    store_url: str, window_reads: list[list[tuple[str, str, int]]]
+) -> None:
+    """Two clients (two writers, as two processes have) burst through one rate limit and one throttle at
+    once: each key admits its limit per window, not twice it; the rest is dropped or parked, each in the ledger."""
+    app = make_app()
+    async with lg.Client(app, store_url) as one, lg.Client(app, store_url) as two:
+        await one.pause_snapshot()
+        await two.pause_snapshot()
+        bursts = [
+            [c.start(("rl", "th")[i % 2], {"key": "ab"[i % 4 // 2], "n": i}) for i in range(60)] for c in (one, two)
+        ]
+        handles = await asyncio.gather(*bursts[0], *bursts[1])
+        assert any(len(keys) > 1 for keys in window_reads)  # decided together, not one by one
+        workflows = [("rl", "th")[i % 2] for i in range(60)] * 2
+        outcomes = Counter((w, h.status) for w, h in zip(workflows, handles, strict=True))
+        assert outcomes == {("rl", "started"): 4, ("rl", "dropped"): 56, ("th", "started"): 4, ("th", "queued"): 56}
+        hits = await sql(store_url, "SELECT scope, key, COUNT(*) AS n FROM lockgate_window_hits GROUP BY scope, key")
+        assert sorted((r["scope"], r["key"], r["n"]) for r in hits) == [
+            ("wf:rl:rate_limit[0]", "a", 2),
+            ("wf:rl:rate_limit[0]", "b", 2),
+            ("wf:th:throttle[0]", "a", 2),
+            ("wf:th:throttle[0]", "b", 2),
+        ]
+        ledger = await sql(store_url, "SELECT ticket, outcome FROM lockgate_ledger ORDER BY id")
+        assert sorted(r["ticket"] for r in ledger) == sorted(h.ticket for h in handles)
+
+
+@pytest.fixture
+def pg_url(request: pytest.FixtureRequest) -> Iterator[str]:
+    yield from pg_database_url(request)
+
+
+async def test_window_bursts_of_two_processes_held_at_once_still_admit_the_limit(
+    pg_url: str, window_reads: list[list[tuple[str, str, int]]]
+) -> None:
+    """Both writers' bursts are held at once before they write (the tables they write are locked from
+    outside): had both decided on empty windows, both would admit. The key's lock orders them, and the
+    hits' unique rank would refuse the second writer's hit and send its burst round again."""
+    import psycopg
+
+    app = make_app()
+    async with lg.Client(app, pg_url) as one, lg.Client(app, pg_url) as two:
+        await one.pause_snapshot()
+        await two.pause_snapshot()
+        async with await psycopg.AsyncConnection.connect(pg_url) as blocker:
+            await blocker.execute("LOCK TABLE lockgate_window_hits, lockgate_ledger, lockgate_runs IN SHARE MODE")
+            bursts = asyncio.gather(
+                *(c.start("rl", {"key": "a", "n": i}) for c in (one, two) for i in range(10)),
+            )
+
+            async def waiters() -> int:
+                rows = await sql(
+                    pg_url,
+                    "SELECT COUNT(*) AS n FROM pg_stat_activity "
+                    "WHERE datname = current_database() AND wait_event_type = 'Lock'",
+                )
+                return int(rows[0]["n"])
+
+            for _ in range(500):
+                if await waiters() >= 2:
+                    break
+                await asyncio.sleep(0.01)
+            else:
+                raise AssertionError("the two writers never both waited")
+            await blocker.commit()
+            handles = await asyncio.wait_for(bursts, 30)
+    assert Counter(h.status for h in handles) == {"started": 2, "dropped": 18}
+    hits = await sql(pg_url, "SELECT COUNT(*) AS n FROM lockgate_window_hits")
+    assert hits[0]["n"] == 2

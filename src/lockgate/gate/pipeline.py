@@ -765,21 +765,20 @@ async def offer_many(tx: Tx, calls: Sequence[Args]) -> list[Decision]:
     """
     decisions: list[Decision] = []
     locked: set[gate_ops.Slot] = set()  # advisory locks are held until commit: one take per key is enough
-    run: list[tuple[Offer, float, gate_ops.Slot]] = []
-    kind: str | None = None
+    run: list[tuple[Offer, float, gate_ops.Slot]] = []  # consecutive arrivals held by one kind of control
+    kind = ""
     for args, kwargs in calls:
         o, now = _offer_args(args, kwargs)
         lone = _lone_control(o, now)
-        if lone is not None and lone[0] == kind:
-            run.append((o, now, lone[1]))
-            continue
-        decisions += await _ARRIVE[kind](tx, run, locked) if kind is not None else []
-        run, kind = [], None
+        if run and (lone is None or lone[0] != kind):
+            decisions += await _ARRIVE[kind](tx, run, locked)
+            run = []
         if lone is None:
             decisions.append(await offer(tx, o, now))
         else:
-            run, kind = [(o, now, lone[1])], lone[0]
-    if kind is not None:
+            kind = lone[0]
+            run.append((o, now, lone[1]))
+    if run:
         decisions += await _ARRIVE[kind](tx, run, locked)
     return decisions
 
@@ -821,8 +820,6 @@ async def _lock_keys(tx: Tx, keys: list[gate_ops.Slot], locked: set[gate_ops.Slo
 
 async def _arrive(tx: Tx, run: list[tuple[Offer, float, gate_ops.Slot]], locked: set[gate_ops.Slot]) -> list[Decision]:
     """Decide slot-only arrivals in order, as ``_concurrency`` then ``_admit`` would one after the other."""
-    if not run:
-        return []
     slots = sorted({slot for _, _, slot in run})
     await _lock_keys(tx, slots, locked)
     queues = await gate_ops.slot_queues(tx, slots)  # read after the locks: no other process decides these keys now
@@ -855,8 +852,6 @@ async def _arrive_windows(
     tx: Tx, run: list[tuple[Offer, float, gate_ops.Slot]], locked: set[gate_ops.Slot]
 ) -> list[Decision]:
     """Decide one-window arrivals in order, as ``_rate_limit`` or ``_throttle`` then ``_admit`` would one by one."""
-    if not run:
-        return []
     limits: dict[gate_ops.Slot, int] = {}
     for o, _, key in run:
         limits[key] = max(limits.get(key, 0), o.plan.windows[0].limit)
