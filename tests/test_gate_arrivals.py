@@ -42,6 +42,10 @@ class Go(BaseModel):
     ok: bool = True
 
 
+class Jobs(BaseModel):
+    items: list[Job]
+
+
 def make_app() -> lg.App:
     app = lg.App()
 
@@ -63,6 +67,13 @@ def make_app() -> lg.App:
     )
     app.workflow(name="thp", throttle=lg.Throttle(limit=3, period="10s", key=key, pool="provider"))(body)
     app.workflow(name="rlp", rate_limit=lg.RateLimit(limit=3, period="10s", key=key, pool="quota"))(body)
+    app.workflow(name="deb", debounce=lg.Debounce(period="10s", key=key))(body)
+    app.workflow(name="debf", debounce=lg.Debounce(period="10s", key=key, timeout="15s", keep="first"))(body)
+
+    async def gathered(ctx: lg.Context, p: Jobs) -> int:
+        return len(p.items)
+
+    app.workflow(name="deba", debounce=lg.Debounce(period="10s", key=key, keep="all"))(gathered)
     return app
 
 
@@ -99,6 +110,20 @@ def set_reads(monkeypatch: pytest.MonkeyPatch) -> list[list[gate_ops.Slot]]:
         return await read(tx, slots)
 
     monkeypatch.setattr(gate_ops, "slot_queues", counted)
+    return asked
+
+
+@pytest.fixture
+def group_reads(monkeypatch: pytest.MonkeyPatch) -> list[list[str]]:
+    """The group keys each set-based read of the many form asked about."""
+    asked: list[list[str]] = []
+    read = gate_ops.open_groups
+
+    async def counted(tx: Tx, group_keys: list[str]) -> dict[str, Row]:
+        asked.append(list(group_keys))
+        return await read(tx, group_keys)
+
+    monkeypatch.setattr(gate_ops, "open_groups", counted)
     return asked
 
 
@@ -595,3 +620,27 @@ async def test_window_bursts_of_two_processes_held_at_once_still_admit_the_limit
     assert Counter(h.status for h in handles) == {"started": 2, "dropped": 18}
     hits = await sql(pg_url, "SELECT COUNT(*) AS n FROM lockgate_window_hits")
     assert hits[0]["n"] == 2
+
+
+# -- one debounce -------------------------------------------------------------------------------
+
+
+async def test_debounced_arrivals_fold_together_as_one_by_one(
+    store_url: str, twin_url: str, group_reads: list[list[str]]
+) -> None:
+    async with lg.Client(make_app(), store_url) as client:
+        make = Maker(client)
+    # Groups open before the burst (two of them), and during it; the first-kept one hits its timeout cap.
+    before = [make("deb", "a", dt=0.5), make("debf", "a", dt=0.5), make("deba", "b", dt=0.5)]
+    burst = [make(("deb", "debf", "deba")[i % 3], "abc"[i % 4 % 3], dt=0.5) for i in range(45)]
+    burst.insert(10, make("deb", "a", idem="once", dt=0.5))  # an identity: one by one, between two runs
+    decided, state = await _both(store_url, twin_url, before, burst)
+    assert {d["status"] for d in decided} == {"queued"}
+    assert {d["mode"] for d in decided} == {"debounce"}
+    groups = {r["group_key"]: r for r in state["pending"]}
+    assert len(groups) == 9  # three workflows, three keys: one open group each
+    assert sum(int(r["folded"]) for r in groups.values()) == len(before) + len(burst)
+    assert len(group_reads) == 2  # the burst's two runs of debounce-only arrivals: one read each
+    collapsed = [r for r in state["ledger"] if r["outcome"] == "collapsed"]
+    assert len(collapsed) == len(before) + len(burst) - 9
+    assert all(r["reason"].startswith("folded into tkt_") for r in collapsed)

@@ -107,6 +107,11 @@ class GatePlan:
         return c is not None and c.total is None and not (self.debounce or self.batch or self.singleton or self.windows)
 
     @property
+    def debounce_only(self) -> bool:
+        """One control, a debounce: a start parks as its group's first arrival, or folds into the open group."""
+        return self.debounce is not None and not (self.concurrency or self.windows or self.batch or self.singleton)
+
+    @property
     def window_only(self) -> bool:
         """One control, a single throttle or rate limit: a start waits for (or is dropped by) its window alone."""
         held = self.concurrency or self.debounce or self.batch or self.singleton

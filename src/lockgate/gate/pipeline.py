@@ -357,28 +357,59 @@ async def _rate_limit(tx: Tx, o: Offer, now: float) -> Decision | None:
 
 async def _debounce(tx: Tx, o: Offer, now: float) -> Decision | None:
     # A parked row meets this stage only before it joined a group: a paused or delayed start, now arriving.
-    d = o.plan.debounce
-    if d is None:
+    if o.plan.debounce is None:
         return None
-    key = o.keys.get("debounce", "")
-    group = f"debounce:{o.workflow}\x1f{key}"
+    key, group = _debounce_group(o)
     await gate_ops.lock_key(tx, "group", group)  # replicas folding into one group queue here, not on its index
     row = await tx.one("open_group", {"group_key": group})
-    cap = o.plan.debounce_timeout
     if row is None:
-        due = now + o.plan.debounce_period if cap is None else min(now + o.plan.debounce_period, now + cap)
-        return await _park(
-            tx,
-            o,
-            now,
-            mode="debounce",
-            stage="singleton",
-            due=due,
-            scope="debounce",
-            key=key,
-            group_key=group,
-            items=[o.payload] if d.keep == "all" else None,
-        )
+        return await _park(tx, o, now, **_debounce_opens(o, now))
+    fold = _debounce_fold(o, row, now)
+    await _fold(
+        tx,
+        o,
+        row,
+        now,
+        payload=fold["payload"],
+        items=fold["items"],
+        identity=fold["identity"],
+        idem=fold["idempotency_key"],
+        due=fold["due_at"],
+        keys=fold["keys"],
+        outcome="collapsed",
+        control="debounce",
+        key=key,
+        reason=_folded_into(row),
+    )
+    return Decision("queued", o.ticket, pending_id=row["id"], mode="debounce", due_at=fold["due_at"], key=key)
+
+
+def _debounce_group(o: Offer) -> tuple[str, str]:
+    """The debounce key of ``o`` and the group key of its open group."""
+    key = o.keys.get("debounce", "")
+    return key, f"debounce:{o.workflow}\x1f{key}"
+
+
+def _debounce_opens(o: Offer, now: float) -> dict[str, Any]:
+    """``_park``'s arguments for ``o`` opening its debounce group."""
+    d, cap = o.plan.debounce, o.plan.debounce_timeout
+    assert d is not None
+    key, group = _debounce_group(o)
+    return {
+        "mode": "debounce",
+        "stage": "singleton",
+        "due": now + o.plan.debounce_period if cap is None else min(now + o.plan.debounce_period, now + cap),
+        "scope": "debounce",
+        "key": key,
+        "group_key": group,
+        "items": [o.payload] if d.keep == "all" else None,
+    }
+
+
+def _debounce_fold(o: Offer, row: Row, now: float) -> dict[str, Any]:
+    """Where folding ``o`` into its open debounce group ``row`` leaves the group row's fields."""
+    d, cap = o.plan.debounce, o.plan.debounce_timeout
+    assert d is not None
     first_at = float(row["first_at"])
     due = now + o.plan.debounce_period if cap is None else min(now + o.plan.debounce_period, first_at + cap)
     payload, identity, idem = o.payload, o.identity, o.idempotency_key
@@ -388,23 +419,20 @@ async def _debounce(tx: Tx, o: Offer, now: float) -> Decision | None:
     elif d.keep == "all":
         items = json.dumps([*json.loads(items or "[]"), o.payload])
         payload, identity, idem = row["payload"], row["identity"], row["idempotency_key"]
-    await _fold(
-        tx,
-        o,
-        row,
-        now,
-        payload=payload,
-        items=items,
-        identity=identity,
-        idem=idem,
-        due=due,
-        keys=json.dumps(o.keys) if d.keep == "last" else row["keys"],
-        outcome="collapsed",
-        control="debounce",
-        key=key,
-        reason=f"folded into {row['ticket']} ({int(row['folded']) + 1} arrivals)",
-    )
-    return Decision("queued", o.ticket, pending_id=row["id"], mode="debounce", due_at=due, key=key)
+    return {
+        "payload": payload,
+        "items": items,
+        "identity": identity,
+        "idempotency_key": idem,
+        "due_at": due,
+        "keys": json.dumps(o.keys) if d.keep == "last" else row["keys"],
+        "priority": max(o.priority, int(row["priority"])),
+        "fair_key": row["fair_key"],
+    }
+
+
+def _folded_into(row: Row) -> str:
+    return f"folded into {row['ticket']} ({int(row['folded']) + 1} arrivals)"
 
 
 async def _fold(
@@ -799,7 +827,7 @@ def _lone_control(o: Offer, now: float) -> tuple[str, gate_ops.Slot] | None:
     plan = o.plan
     if o.pending is not None or o.identity is not None or o.pauses is None:
         return None
-    if not (plan.slot_only or plan.window_only):
+    if not (plan.slot_only or plan.window_only or plan.debounce_only):
         return None
     if o.at is not None and o.at > now:
         return None
@@ -807,6 +835,8 @@ def _lone_control(o: Offer, now: float) -> tuple[str, gate_ops.Slot] | None:
         return None
     if plan.slot_only:
         return "slot", slot_of(plan, o.keys)
+    if plan.debounce_only:
+        return "group", ("group", _debounce_group(o)[1])
     w = plan.windows[0]
     return "window", (w.scope, o.keys.get(w.name, ""))
 
@@ -895,6 +925,47 @@ async def _arrive_windows(
     return decisions
 
 
-_ARRIVE = {"slot": _arrive, "window": _arrive_windows}
+async def _arrive_debounced(
+    tx: Tx, run: list[tuple[Offer, float, gate_ops.Slot]], locked: set[gate_ops.Slot]
+) -> list[Decision]:
+    """Decide debounce-only arrivals in order, as ``_debounce`` would one by one: each group locked and
+    read once, its folds kept in memory and written once; the arrivals' ledger rows written together."""
+    groups = sorted({lock for _, _, lock in run})
+    await _lock_keys(tx, groups, locked)
+    rows: dict[str, Row] = dict(await gate_ops.open_groups(tx, [group for _, group in groups]))
+    folded: set[str] = set()  # groups whose row the folds below changed
+    decisions: list[Decision] = []
+    decided: list[tuple[Row, Row | None]] = []
+    for o, now, (_, group) in run:
+        row = rows.get(group)
+        opens = _debounce_opens(o, now)
+        key = opens["key"]
+        if row is None:
+            ledger, pending = _arrival_rows(o, now, **opens)
+            # Written at once: the group's later arrivals' ledger rows name it, and its seq is its own ledger row's.
+            await gate_ops.park_arrivals(tx, [*decided, (ledger, pending)])
+            decided = []
+            rows[group] = {**gate_ops.PENDING_DEFAULTS, **pending}
+            decisions.append(
+                Decision("queued", o.ticket, pending_id=pending["id"], mode="debounce", due_at=opens["due"], key=key)
+            )
+            continue
+        reason = _folded_into(row)
+        rows[group] = row = {**row, **_debounce_fold(o, row, now), "folded": int(row["folded"]) + 1, "last_at": now}
+        folded.add(group)
+        ledger = _ledger_row(
+            o, now, outcome="collapsed", control="debounce", key=key, reason=reason, run_id=None, pending_id=row["id"]
+        )
+        decided.append((ledger, None))
+        decisions.append(
+            Decision("queued", o.ticket, pending_id=row["id"], mode="debounce", due_at=row["due_at"], key=key)
+        )
+    await gate_ops.park_arrivals(tx, decided)
+    for group in sorted(folded):
+        await gate_ops.refold_pending(tx, rows[group])
+    return decisions
+
+
+_ARRIVE = {"slot": _arrive, "window": _arrive_windows, "group": _arrive_debounced}
 
 with_many(offer, offer_many)

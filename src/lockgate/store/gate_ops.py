@@ -86,6 +86,35 @@ async def park_arrivals(tx: Tx, parked: Sequence[tuple[Row, Row | None]]) -> Non
         await tx.execute_values("insert_pending_rows", pending)
 
 
+async def open_groups(tx: Tx, group_keys: Sequence[str]) -> dict[str, Row]:
+    """The open group (a parked row gathering arrivals: debounce, batch) of each of ``group_keys`` that has one."""
+    rows = await tx.execute("open_groups", {"group_keys": json.dumps(list(group_keys))})
+    return {r["group_key"]: r for r in rows}
+
+
+async def refold_pending(tx: Tx, row: Row) -> None:
+    """Write where folds left the group row ``row`` (its payload, items, count, due time, ...)."""
+    await tx.execute(
+        "refold_pending",
+        {
+            k: row[k]
+            for k in (
+                "id",
+                "payload",
+                "items",
+                "identity",
+                "idempotency_key",
+                "folded",
+                "last_at",
+                "due_at",
+                "keys",
+                "priority",
+                "fair_key",
+            )
+        },
+    )
+
+
 async def get_pending(tx: Tx, pending_id: str) -> Row | None:
     return await tx.one("get_pending", {"id": pending_id})
 

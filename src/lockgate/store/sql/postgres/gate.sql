@@ -60,6 +60,18 @@ SELECT 1 AS locked FROM (SELECT pg_advisory_xact_lock(hashtextextended(%(lock)s,
 -- name: open_group
 SELECT * FROM lockgate_pending WHERE group_key = %(group_key)s;
 
+-- name: open_groups
+-- open_group for each group key of the JSON list %(group_keys)s: one query for any number.
+SELECT * FROM lockgate_pending WHERE group_key IN (SELECT json_array_elements_text(%(group_keys)s::json));
+
+-- name: refold_pending
+-- fold_pending many times over, as one write of where the folds left the row.
+UPDATE lockgate_pending
+SET payload = %(payload)s, items = %(items)s, identity = %(identity)s, idempotency_key = %(idempotency_key)s,
+    folded = %(folded)s, last_at = %(last_at)s, due_at = %(due_at)s, keys = %(keys)s, priority = %(priority)s,
+    fair_key = %(fair_key)s
+WHERE id = %(id)s;
+
 -- name: insert_pending
 INSERT INTO lockgate_pending (id, workflow, ticket, mode, stage, hold_scope, hold_key, group_key, singleton_key,
     payload, items, keys, identity, idempotency_key, folded, priority, fair_key, on_failure, retry_of, seq,

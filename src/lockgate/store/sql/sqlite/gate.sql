@@ -59,6 +59,18 @@ SELECT 1 AS locked;
 -- name: open_group
 SELECT * FROM lockgate_pending WHERE group_key = :group_key;
 
+-- name: open_groups
+-- open_group for each group key of the JSON list :group_keys: one query for any number.
+SELECT * FROM lockgate_pending WHERE group_key IN (SELECT value FROM json_each(:group_keys));
+
+-- name: refold_pending
+-- fold_pending many times over, as one write of where the folds left the row.
+UPDATE lockgate_pending
+SET payload = :payload, items = :items, identity = :identity, idempotency_key = :idempotency_key,
+    folded = :folded, last_at = :last_at, due_at = :due_at, keys = :keys, priority = :priority,
+    fair_key = :fair_key
+WHERE id = :id;
+
 -- name: insert_pending
 INSERT INTO lockgate_pending (id, workflow, ticket, mode, stage, hold_scope, hold_key, group_key, singleton_key,
     payload, items, keys, identity, idempotency_key, folded, priority, fair_key, on_failure, retry_of, seq,
