@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import json
+import re
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
@@ -74,6 +76,8 @@ def make_app() -> lg.App:
         return len(p.items)
 
     app.workflow(name="deba", debounce=lg.Debounce(period="10s", key=key, keep="all"))(gathered)
+    app.workflow(name="bat", batch=lg.Batch(item=Job, max_size=3, timeout="10s", key=key))(gathered)
+    app.workflow(name="bat1", batch=lg.Batch(item=Job, max_size=1, timeout="10s", key=key))(gathered)
     return app
 
 
@@ -197,13 +201,28 @@ async def _state(url: str) -> dict[str, Any]:
     pending = await sql(url, "SELECT * FROM lockgate_pending ORDER BY seq")
     rank = {r["id"]: i for i, r in enumerate(ledger)}
     names = {r["id"]: r["ticket"] for r in pending}
+    for r in ledger:  # a parked row gone since (a batch offered when full): named by the arrival that parked it
+        if r["pending_id"] is not None:
+            names.setdefault(r["pending_id"], r["ticket"])
+    runs = await sql(url, "SELECT * FROM lockgate_runs ORDER BY ticket")
+    # A run made when a parked row is offered (a full batch) gets a fresh id: named by its first ticket.
+    names.update({r["id"]: f"run:{r['ticket']}" for r in runs if not re.fullmatch(r"run_\d{4}", r["id"])})
     return {
         "ledger": [
-            {**r, "id": rank[r["id"]], "pending_id": names.get(r["pending_id"], r["pending_id"])} for r in ledger
+            {
+                **r,
+                "id": rank[r["id"]],
+                "pending_id": names.get(r["pending_id"], r["pending_id"]),
+                "run_id": names.get(r["run_id"], r["run_id"]),
+            }
+            for r in ledger
         ],
         "pending": [{**r, "id": names[r["id"]], "seq": rank[r["seq"]]} for r in pending],
-        "runs": await sql(url, "SELECT * FROM lockgate_runs ORDER BY id"),
-        "events": await sql(url, "SELECT run_id, type, at, data FROM lockgate_run_events ORDER BY id"),
+        "runs": [{**r, "id": names.get(r["id"], r["id"])} for r in runs],
+        "events": [
+            {**r, "run_id": names.get(r["run_id"], r["run_id"])}
+            for r in await sql(url, "SELECT run_id, type, at, data FROM lockgate_run_events ORDER BY id")
+        ],
         "slots": await sql(url, "SELECT * FROM lockgate_slots ORDER BY run_id"),
         "hits": await sql(url, "SELECT scope, key, at, n FROM lockgate_window_hits ORDER BY id"),
         "names": names,
@@ -215,6 +234,7 @@ def _named(decisions: list[Decision], names: dict[str, str]) -> list[dict[str, A
     for d in decisions:
         row = dataclasses.asdict(d)
         row["pending_id"] = names.get(d.pending_id or "", d.pending_id)
+        row["run_id"] = names.get(d.run_id or "", d.run_id)
         out.append(row)
     return out
 
@@ -644,3 +664,22 @@ async def test_debounced_arrivals_fold_together_as_one_by_one(
     collapsed = [r for r in state["ledger"] if r["outcome"] == "collapsed"]
     assert len(collapsed) == len(before) + len(burst) - 9
     assert all(r["reason"].startswith("folded into tkt_") for r in collapsed)
+
+
+async def test_batched_arrivals_gather_and_fill_together_as_one_by_one(
+    store_url: str, twin_url: str, group_reads: list[list[str]]
+) -> None:
+    async with lg.Client(make_app(), store_url) as client:
+        make = Maker(client)
+    before = [make("bat", "a"), make("bat", "b")]  # two batches open before the burst
+    burst = [make(("bat", "bat", "bat1")[i % 3], "abc"[i % 4 % 3]) for i in range(40)]
+    burst.insert(7, make("cc", "a"))  # another control between two runs
+    decided, state = await _both(store_url, twin_url, before, burst)
+    statuses = Counter(d["status"] for d in decided)
+    assert statuses["started"] >= 10 and statuses["queued"] >= 10  # batches filled (and single ones) ran
+    assert len(group_reads) == 2
+    batched = [r for r in state["ledger"] if r["outcome"] == "batched"]
+    added = [r for r in batched if r["reason"] is not None]  # the first item of a batch opens it, without a reason
+    assert added and all(r["reason"].startswith("item ") for r in added)
+    runs = [r for r in state["runs"] if r["workflow"] == "bat"]
+    assert runs and all(len(json.loads(r["payload"])["items"]) == 3 for r in runs)  # each run a full batch

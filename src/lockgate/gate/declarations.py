@@ -112,6 +112,11 @@ class GatePlan:
         return self.debounce is not None and not (self.concurrency or self.windows or self.batch or self.singleton)
 
     @property
+    def batch_only(self) -> bool:
+        """One control, a batch: a start opens its key's batch, or is added to the open one (which may fill)."""
+        return self.batch is not None and not (self.concurrency or self.windows or self.debounce or self.singleton)
+
+    @property
     def window_only(self) -> bool:
         """One control, a single throttle or rate limit: a start waits for (or is dropped by) its window alone."""
         held = self.concurrency or self.debounce or self.batch or self.singleton

@@ -476,36 +476,24 @@ async def _batch(tx: Tx, o: Offer, now: float) -> Decision | None:
     b = o.plan.batch  # as for debounce: a parked row here is a paused or delayed item, now arriving
     if b is None:
         return None
-    key = o.keys.get("batch", "")
-    group = f"batch:{o.workflow}\x1f{key}"
+    key, group = _batch_group(o)
     await gate_ops.lock_key(tx, "group", group)
     row = await tx.one("open_group", {"group_key": group})
     if row is None:
-        decision = await _park(
-            tx,
-            o,
-            now,
-            mode="batch",
-            stage="singleton",
-            due=now + o.plan.batch_timeout,
-            scope="batch",
-            key=key,
-            group_key=group,
-            items=[o.payload],
-        )
+        decision = await _park(tx, o, now, **_batch_opens(o, now))
         if b.max_size > 1:
             return decision
         row = await gate_ops.get_pending(tx, decision.pending_id or "")
         assert row is not None
     else:
-        items = [*json.loads(row["items"] or "[]"), o.payload]
+        items, reason = _batch_fold(row, o)
         await _fold(
             tx,
             o,
             row,
             now,
             payload=row["payload"],
-            items=json.dumps(items),
+            items=items,
             identity=None,
             idem=None,
             due=row["due_at"],
@@ -513,13 +501,44 @@ async def _batch(tx: Tx, o: Offer, now: float) -> Decision | None:
             outcome="batched",
             control="batch",
             key=key,
-            reason=f"item {len(items)} of batch {row['ticket']}",
+            reason=reason,
         )
-        if len(items) < b.max_size:
+        if len(json.loads(items)) < b.max_size:
             return Decision("queued", o.ticket, pending_id=row["id"], mode="batch", due_at=row["due_at"], key=key)
         row = await gate_ops.get_pending(tx, row["id"])
         assert row is not None
-    # full: flush now, in this transaction
+    return await _flush_batch(tx, o, row, now)
+
+
+def _batch_group(o: Offer) -> tuple[str, str]:
+    """The batch key of ``o`` and the group key of its open batch."""
+    key = o.keys.get("batch", "")
+    return key, f"batch:{o.workflow}\x1f{key}"
+
+
+def _batch_opens(o: Offer, now: float) -> dict[str, Any]:
+    """``_park``'s arguments for ``o`` opening its batch."""
+    key, group = _batch_group(o)
+    return {
+        "mode": "batch",
+        "stage": "singleton",
+        "due": now + o.plan.batch_timeout,
+        "scope": "batch",
+        "key": key,
+        "group_key": group,
+        "items": [o.payload],
+    }
+
+
+def _batch_fold(row: Row, o: Offer) -> tuple[str, str]:
+    """The open batch ``row``'s items with ``o`` added, and the reason its ledger row gives."""
+    items = [*json.loads(row["items"] or "[]"), o.payload]
+    return json.dumps(items), f"item {len(items)} of batch {row['ticket']}"
+
+
+async def _flush_batch(tx: Tx, o: Offer, row: Row, now: float) -> Decision:
+    """The batch ``row`` is full with ``o``: offer it now, in this transaction; ``o``'s decision."""
+    key = _batch_group(o)[0]
     flushed = await offer(tx, reoffer(o.defn, row, o.run), now)
     if flushed.status != "queued":  # started, or ended by a later stage (existing, skipped): say so
         return Decision(
@@ -827,7 +846,7 @@ def _lone_control(o: Offer, now: float) -> tuple[str, gate_ops.Slot] | None:
     plan = o.plan
     if o.pending is not None or o.identity is not None or o.pauses is None:
         return None
-    if not (plan.slot_only or plan.window_only or plan.debounce_only):
+    if not (plan.slot_only or plan.window_only or plan.debounce_only or plan.batch_only):
         return None
     if o.at is not None and o.at > now:
         return None
@@ -837,6 +856,8 @@ def _lone_control(o: Offer, now: float) -> tuple[str, gate_ops.Slot] | None:
         return "slot", slot_of(plan, o.keys)
     if plan.debounce_only:
         return "group", ("group", _debounce_group(o)[1])
+    if plan.batch_only:
+        return "group", ("group", _batch_group(o)[1])
     w = plan.windows[0]
     return "window", (w.scope, o.keys.get(w.name, ""))
 
@@ -925,47 +946,75 @@ async def _arrive_windows(
     return decisions
 
 
-async def _arrive_debounced(
+async def _arrive_gathered(
     tx: Tx, run: list[tuple[Offer, float, gate_ops.Slot]], locked: set[gate_ops.Slot]
 ) -> list[Decision]:
-    """Decide debounce-only arrivals in order, as ``_debounce`` would one by one: each group locked and
-    read once, its folds kept in memory and written once; the arrivals' ledger rows written together."""
+    """Decide arrivals gathered into open groups (a debounce, a batch) in order, as ``_debounce`` or ``_batch``
+    would one by one: each group locked and read once, folded into in memory and written once (a batch also
+    when it fills, and is then offered at once)."""
     groups = sorted({lock for _, _, lock in run})
     await _lock_keys(tx, groups, locked)
     rows: dict[str, Row] = dict(await gate_ops.open_groups(tx, [group for _, group in groups]))
-    folded: set[str] = set()  # groups whose row the folds below changed
+    folded: set[str] = set()  # open groups whose row the folds below changed
     decisions: list[Decision] = []
     decided: list[tuple[Row, Row | None]] = []
     for o, now, (_, group) in run:
-        row = rows.get(group)
-        opens = _debounce_opens(o, now)
+        mode = "batch" if o.plan.batch is not None else "debounce"
+        opens = _batch_opens(o, now) if mode == "batch" else _debounce_opens(o, now)
         key = opens["key"]
+        row = rows.get(group)
         if row is None:
             ledger, pending = _arrival_rows(o, now, **opens)
             # Written at once: the group's later arrivals' ledger rows name it, and its seq is its own ledger row's.
             await gate_ops.park_arrivals(tx, [*decided, (ledger, pending)])
             decided = []
-            rows[group] = {**gate_ops.PENDING_DEFAULTS, **pending}
+            row = rows[group] = {**gate_ops.PENDING_DEFAULTS, **pending}
+            full = o.plan.batch is not None and o.plan.batch.max_size == 1
+        else:
+            fields, reason, full = _gathered(o, row, now)
+            row = rows[group] = {**row, **fields, "folded": int(row["folded"]) + 1, "last_at": now}
+            folded.add(group)
+            outcome = "batched" if mode == "batch" else "collapsed"
+            ledger = _ledger_row(
+                o, now, outcome=outcome, control=mode, key=key, reason=reason, run_id=None, pending_id=row["id"]
+            )
+            decided.append((ledger, None))
+            if full:  # written as it stands, then offered
+                await gate_ops.park_arrivals(tx, decided)
+                decided = []
+                await gate_ops.refold_pending(tx, row)
+                folded.discard(group)
+        if not full:
             decisions.append(
-                Decision("queued", o.ticket, pending_id=pending["id"], mode="debounce", due_at=opens["due"], key=key)
+                Decision("queued", o.ticket, pending_id=row["id"], mode=mode, due_at=row["due_at"], key=key)
             )
             continue
-        reason = _folded_into(row)
-        rows[group] = row = {**row, **_debounce_fold(o, row, now), "folded": int(row["folded"]) + 1, "last_at": now}
-        folded.add(group)
-        ledger = _ledger_row(
-            o, now, outcome="collapsed", control="debounce", key=key, reason=reason, run_id=None, pending_id=row["id"]
-        )
-        decided.append((ledger, None))
-        decisions.append(
-            Decision("queued", o.ticket, pending_id=row["id"], mode="debounce", due_at=row["due_at"], key=key)
-        )
+        stored = await gate_ops.get_pending(tx, row["id"])
+        assert stored is not None
+        decisions.append(await _flush_batch(tx, o, stored, now))
+        del rows[group]  # offered: the key's next item opens a new batch
     await gate_ops.park_arrivals(tx, decided)
     for group in sorted(folded):
         await gate_ops.refold_pending(tx, rows[group])
     return decisions
 
 
-_ARRIVE = {"slot": _arrive, "window": _arrive_windows, "group": _arrive_debounced}
+def _gathered(o: Offer, row: Row, now: float) -> tuple[dict[str, Any], str, bool]:
+    """Folding ``o`` into its open group ``row``: the row's changed fields, the ledger row's reason, and
+    whether the group is then full (a batch at its ``max_size``)."""
+    b = o.plan.batch
+    if b is None:
+        return _debounce_fold(o, row, now), _folded_into(row), False
+    items, reason = _batch_fold(row, o)
+    fields = {
+        "items": items,
+        "identity": None,
+        "idempotency_key": None,
+        "priority": max(o.priority, int(row["priority"])),
+    }
+    return fields, reason, len(json.loads(items)) >= b.max_size
+
+
+_ARRIVE = {"slot": _arrive, "window": _arrive_windows, "group": _arrive_gathered}
 
 with_many(offer, offer_many)
