@@ -471,31 +471,33 @@ async def test_a_step_entry_with_a_nul_is_refused_and_nothing_is_written(pg_url:
     assert await journal(pg_url) == [("r1", "s#1", "completed", "1")]
 
 
-async def test_direct_statements_keep_their_reader_and_hand_the_socket_to_psycopg_between_them(pg_url: str) -> None:
-    conn = await DirectConnection.connect(pg_url, autocommit=True)
+@contextlib.asynccontextmanager
+async def direct_table(url: str) -> AsyncIterator[tuple[DirectConnection[Any], DirectStatement]]:
+    """A ``DirectConnection`` to ``url`` (closed at the end) and a direct insert into a table of its own."""
+    conn = await DirectConnection.connect(url, autocommit=True)
     try:
         await conn.execute("CREATE TABLE direct_t (n integer)")
-        insert = DirectStatement("direct_t", "INSERT INTO direct_t (n) VALUES (%(n)s)")
+        yield conn, DirectStatement("direct_t", "INSERT INTO direct_t (n) VALUES (%(n)s)")
+    finally:
+        await conn.close()
+
+
+async def test_direct_statements_keep_their_reader_and_hand_the_socket_to_psycopg_between_them(pg_url: str) -> None:
+    async with direct_table(pg_url) as (conn, insert):
         for n in range(4):
             await insert.run(conn, {"n": n})
-            if n:  # its first run on a connection prepares nothing; later ones reuse the reader
-                assert conn.watching
+            assert conn.watching  # left registered after the answer
             cursor = await conn.execute("SELECT count(*) FROM direct_t")  # psycopg waits on the socket itself
             assert conn.watching is False
             assert await cursor.fetchone() == (n + 1,)
         async with conn.pipeline():
             await conn.execute("INSERT INTO direct_t (n) VALUES (10)")
         assert await insert.run(conn, {"n": 11}) == 1
-    finally:
-        await conn.close()
     assert conn.watching is False
 
 
 async def test_a_direct_connection_the_server_ends_while_idle_is_let_go_by_the_loop(pg_url: str) -> None:
-    conn = await DirectConnection.connect(pg_url, autocommit=True)
-    try:
-        await conn.execute("CREATE TABLE direct_t (n integer)")
-        insert = DirectStatement("direct_t", "INSERT INTO direct_t (n) VALUES (%(n)s)")
+    async with direct_table(pg_url) as (conn, insert):
         for n in range(3):
             await insert.run(conn, {"n": n})
         assert conn.watching
@@ -510,8 +512,6 @@ async def test_a_direct_connection_the_server_ends_while_idle_is_let_go_by_the_l
         with pytest.raises(psycopg.OperationalError):
             await insert.run(conn, {"n": 3})
         assert conn.watching is False
-    finally:
-        await conn.close()
 
 
 @contextlib.asynccontextmanager

@@ -798,6 +798,10 @@ def reoffer(defn: WorkflowDef, row: Row, run: dict[str, Any]) -> Offer:
 # -- many arrivals at once -------------------------------------------------------------------
 
 
+_Run = list[tuple[Offer, float, gate_ops.Slot]]
+"""A run of arrivals held by one kind of control: each offer, its time, and the key (or group) it locks."""
+
+
 async def offer_many(tx: Tx, calls: Sequence[Args]) -> list[Decision]:
     """``offer`` for each of a group commit's calls, in order; arrivals held by one control decided together.
 
@@ -812,7 +816,7 @@ async def offer_many(tx: Tx, calls: Sequence[Args]) -> list[Decision]:
     """
     decisions: list[Decision] = []
     locked: set[gate_ops.Slot] = set()  # advisory locks are held until commit: one take per key is enough
-    run: list[tuple[Offer, float, gate_ops.Slot]] = []  # consecutive arrivals held by one kind of control
+    run: _Run = []  # consecutive arrivals held by one kind of control
     kind = ""
     for args, kwargs in calls:
         o, now = _offer_args(args, kwargs)
@@ -869,7 +873,7 @@ async def _lock_keys(tx: Tx, keys: list[gate_ops.Slot], locked: set[gate_ops.Slo
             locked.add(key)
 
 
-async def _arrive(tx: Tx, run: list[tuple[Offer, float, gate_ops.Slot]], locked: set[gate_ops.Slot]) -> list[Decision]:
+async def _arrive(tx: Tx, run: _Run, locked: set[gate_ops.Slot]) -> list[Decision]:
     """Decide slot-only arrivals in order, as ``_concurrency`` then ``_admit`` would one after the other."""
     slots = sorted({slot for _, _, slot in run})
     await _lock_keys(tx, slots, locked)
@@ -899,9 +903,7 @@ async def _arrive(tx: Tx, run: list[tuple[Offer, float, gate_ops.Slot]], locked:
     return decisions
 
 
-async def _arrive_windows(
-    tx: Tx, run: list[tuple[Offer, float, gate_ops.Slot]], locked: set[gate_ops.Slot]
-) -> list[Decision]:
+async def _arrive_windows(tx: Tx, run: _Run, locked: set[gate_ops.Slot]) -> list[Decision]:
     """Decide one-window arrivals in order, as ``_rate_limit`` or ``_throttle`` then ``_admit`` would one by one."""
     limits: dict[gate_ops.Slot, int] = {}
     for o, _, key in run:
@@ -946,9 +948,7 @@ async def _arrive_windows(
     return decisions
 
 
-async def _arrive_gathered(
-    tx: Tx, run: list[tuple[Offer, float, gate_ops.Slot]], locked: set[gate_ops.Slot]
-) -> list[Decision]:
+async def _arrive_gathered(tx: Tx, run: _Run, locked: set[gate_ops.Slot]) -> list[Decision]:
     """Decide arrivals gathered into open groups (a debounce, a batch) in order, as ``_debounce`` or ``_batch``
     would one by one: each group locked and read once, folded into in memory and written once (a batch also
     when it fills, and is then offered at once)."""
