@@ -12,6 +12,8 @@ runs in the caller's process; nothing executes). Cases, each on a fresh database
 - ``debounce``: ``Debounce(period="1h")`` over 100 keys (folds);
 - ``throttle``: ``Throttle(limit=1000, period="1h")`` (admitted, then queued);
 - ``rate_limit``: ``RateLimit(limit=1000, period="1h")`` (admitted, then dropped);
+- ``throttled_slot``: ``Throttle(limit=1000, period="1h")`` before ``Concurrency(limit=10)`` over
+  100 keys, as a provider's two limits are declared (admitted, then queued for a slot);
 - ``batch``: ``Batch(max_size=100)`` over 10 keys (flushes in the arrival's transaction);
 - ``drain``: ``--drain`` starts parked by a pause, then unpaused: park → drain → admit rows/s
   (the drainer's own passes, timed until nothing is parked).
@@ -44,7 +46,7 @@ TARGETS = {
     "sqlite": {"none": 20_000.0, "concurrency": 10_000.0, "drain": 20_000.0},
     "postgres": {"concurrency": 1_000.0},
 }
-CASES = ("none", "concurrency", "debounce", "throttle", "rate_limit", "batch", "drain")
+CASES = ("none", "concurrency", "debounce", "throttle", "rate_limit", "throttled_slot", "batch", "drain")
 
 
 class Job(BaseModel):
@@ -75,6 +77,11 @@ def build_app() -> lg.App:
     app.workflow(name="debounce", debounce=lg.Debounce(period="1h", key=key))(noop)
     app.workflow(name="throttle", throttle=lg.Throttle(limit=1000, period="1h"))(noop)
     app.workflow(name="rate_limit", rate_limit=lg.RateLimit(limit=1000, period="1h"))(noop)
+    app.workflow(
+        name="throttled_slot",
+        throttle=lg.Throttle(limit=1000, period="1h"),
+        concurrency=lg.Concurrency(limit=10, key=key),
+    )(noop)
     app.workflow(name="batch", batch=lg.Batch(item=Job, max_size=100, timeout="1h", key=key))(noop_batch)
     app.workflow(name="drain")(noop)
     return app

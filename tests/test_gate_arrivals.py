@@ -69,6 +69,14 @@ def make_app() -> lg.App:
     )
     app.workflow(name="thp", throttle=lg.Throttle(limit=3, period="10s", key=key, pool="provider"))(body)
     app.workflow(name="rlp", rate_limit=lg.RateLimit(limit=3, period="10s", key=key, pool="quota"))(body)
+    app.workflow(
+        name="ths", throttle=lg.Throttle(limit=4, period="10s", key=key), concurrency=lg.Concurrency(limit=1, key=key)
+    )(body)
+    app.workflow(
+        name="thsp",
+        throttle=lg.Throttle(limit=3, period="10s", key=key, pool="provider"),
+        concurrency=lg.Concurrency(limit=2, key=key, pool="shared"),
+    )(body)
     app.workflow(name="deb", debounce=lg.Debounce(period="10s", key=key))(body)
     app.workflow(name="debf", debounce=lg.Debounce(period="10s", key=key, timeout="15s", keep="first"))(body)
 
@@ -292,7 +300,7 @@ async def test_a_mixed_burst_is_decided_and_written_as_one_by_one(
         make("cc", "e", idem="once"),  # an identity: one by one, and it takes e's second slot
         make("cc", "e"),  # e is full now: parked (the keys are read again after the offer above)
         make("cc", "e", idem="once"),  # spent: existing
-        make("win", "x"),  # a throttle window: one by one
+        make("win", "x"),  # a throttle window before a slot: decided together, window then slot
         make("win", "x"),  # the window is full: parked for the throttle
         make("cc", "b", at=NOW - 60),  # an at= already past: decided with the others
         make("cc", "b", at=NOW + 3600),  # an at= to come: delayed, one by one
@@ -335,10 +343,11 @@ async def test_a_mixed_burst_is_decided_and_written_as_one_by_one(
     ]
     arrivals = [r for r in state["ledger"] if r["kind"] == "arrival"]
     assert [r["ticket"] for r in arrivals[len(before) :]] == [o.ticket for o, _ in burst]  # decision order
-    # The many form read the keys of each run of slot-only arrivals once, in sorted order.
+    # The many form read the slots of each run of arrivals held by them once, in sorted order.
     assert set_reads == [
         [("wf:cc", "a"), ("wf:cc", "b"), ("wf:cc", "c"), ("wf:cc", "d"), ("wf:cc", "e")],
         [("wf:cc", "e")],
+        [("wf:win", "")],  # the throttled slot's
         [("wf:cc", "b")],
         [("pool:shared", "p"), ("wf:cc", "a")],
     ]
@@ -683,3 +692,26 @@ async def test_batched_arrivals_gather_and_fill_together_as_one_by_one(
     assert added and all(r["reason"].startswith("item ") for r in added)
     runs = [r for r in state["runs"] if r["workflow"] == "bat"]
     assert runs and all(len(json.loads(r["payload"])["items"]) == 3 for r in runs)  # each run a full batch
+
+
+async def test_throttled_slots_are_decided_together_as_one_by_one(
+    store_url: str,
+    twin_url: str,
+    window_reads: list[list[tuple[str, str, int]]],
+    set_reads: list[list[gate_ops.Slot]],
+) -> None:
+    async with lg.Client(make_app(), store_url) as client:
+        make = Maker(client)
+    # Before: key a's slots full (one start parked for a slot), then one freed: room, but a start waits ahead.
+    before = [make("ths", "a", dt=0.4) for _ in range(3)]
+    burst = [make(("ths", "thsp", "thp")[i % 3], "abc"[i % 5 % 3], dt=0.4) for i in range(45)]
+    burst += [make("pooled", "abc"[i % 3], dt=0.4) for i in range(6)]  # the pool's slots, taken by a slot-only run
+    decided, state = await _both(store_url, twin_url, before, burst, free=["run_0001"])
+    modes = Counter(d["mode"] for d in decided if d["status"] == "queued")
+    assert modes["throttle"] > 0 and modes["concurrency"] > 0  # held by each of the two controls
+    assert Counter(d["status"] for d in decided)["started"] > 0
+    assert len(window_reads) == 1  # one run of window arrivals (a window alone, or before a slot)
+    assert len(set_reads) == 2  # its slots, then the slot-only run's
+    slots = Counter((r["scope"], r["key"]) for r in state["slots"])
+    assert all(n <= 1 for (scope, _), n in slots.items() if scope == "wf:ths")
+    assert all(n <= 2 for (scope, _), n in slots.items() if scope == "pool:shared")

@@ -117,6 +117,14 @@ class GatePlan:
         return self.batch is not None and not (self.concurrency or self.windows or self.debounce or self.singleton)
 
     @property
+    def throttled_slot(self) -> bool:
+        """Two controls, one throttle and a per-key concurrency limit: a start waits for its window, then a slot."""
+        c = self.concurrency
+        one_throttle = len(self.windows) == 1 and self.windows[0].kind == "throttle"
+        held = self.debounce or self.batch or self.singleton
+        return c is not None and c.total is None and one_throttle and not held
+
+    @property
     def window_only(self) -> bool:
         """One control, a single throttle or rate limit: a start waits for (or is dropped by) its window alone."""
         held = self.concurrency or self.debounce or self.batch or self.singleton

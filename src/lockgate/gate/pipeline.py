@@ -850,7 +850,7 @@ def _lone_control(o: Offer, now: float) -> tuple[str, gate_ops.Slot] | None:
     plan = o.plan
     if o.pending is not None or o.identity is not None or o.pauses is None:
         return None
-    if not (plan.slot_only or plan.window_only or plan.debounce_only or plan.batch_only):
+    if not (plan.slot_only or plan.window_only or plan.throttled_slot or plan.debounce_only or plan.batch_only):
         return None
     if o.at is not None and o.at > now:
         return None
@@ -904,12 +904,16 @@ async def _arrive(tx: Tx, run: _Run, locked: set[gate_ops.Slot]) -> list[Decisio
 
 
 async def _arrive_windows(tx: Tx, run: _Run, locked: set[gate_ops.Slot]) -> list[Decision]:
-    """Decide one-window arrivals in order, as ``_rate_limit`` or ``_throttle`` then ``_admit`` would one by one."""
+    """Decide one-window arrivals in order, as ``_rate_limit`` or ``_throttle`` (then ``_concurrency``, for a
+    throttled slot) then ``_admit`` would one by one."""
     limits: dict[gate_ops.Slot, int] = {}
     for o, _, key in run:
         limits[key] = max(limits.get(key, 0), o.plan.windows[0].limit)
-    await _lock_keys(tx, list(limits), locked)
+    slotted = sorted({slot_of(o.plan, o.keys) for o, _, _ in run if o.plan.concurrency is not None})
+    await _lock_keys(tx, list(limits), locked)  # windows before slots, as one offer takes them
+    await _lock_keys(tx, slotted, locked)
     queues = await gate_ops.window_queues(tx, [(*key, limit) for key, limit in sorted(limits.items())])
+    slots = await gate_ops.slot_queues(tx, slotted) if slotted else {}
     decisions: list[Decision] = []
     decided: list[tuple[Row, Row | None]] = []  # ledger rows (and pending rows) not written yet
     for o, now, key in run:
@@ -936,6 +940,16 @@ async def _arrive_windows(tx: Tx, run: _Run, locked: set[gate_ops.Slot]) -> list
                 Decision("queued", o.ticket, pending_id=pending["id"], mode="throttle", due_at=due, key=key[1])
             )
             continue
+        c = o.plan.concurrency
+        slot = slot_of(o.plan, o.keys)
+        if c is not None and (slots[slot][0] or slots[slot][1] >= c.limit):
+            ledger, pending = _arrival_rows(
+                o, now, mode="concurrency", stage="key_pause", due=None, scope=slot[0], key=slot[1]
+            )
+            decided.append((ledger, pending))
+            slots[slot] = (True, slots[slot][1])  # every later arrival on this key waits behind this one
+            decisions.append(Decision("queued", o.ticket, pending_id=pending["id"], mode="concurrency", key=slot[1]))
+            continue
         await gate_ops.park_arrivals(tx, decided)
         decided = []
         if w.kind == "rate_limit":  # a rate limit counts the arrival; a throttle, the admission (in ``_admit``)
@@ -943,6 +957,8 @@ async def _arrive_windows(tx: Tx, run: _Run, locked: set[gate_ops.Slot]) -> list
         decision = await _admit(tx, o, now)
         if decision.status == "started" or w.kind == "rate_limit":
             queue.hit(now, w.period)
+        if decision.status == "started" and c is not None:
+            slots[slot] = (slots[slot][0], slots[slot][1] + 1)
         decisions.append(decision)
     await gate_ops.park_arrivals(tx, decided)
     return decisions
