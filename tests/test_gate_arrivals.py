@@ -30,6 +30,7 @@ from lockgate.store.base import Row, Tx
 from lockgate.testing import TestEnv
 
 from .apps.gate_probes import pending_rows, sql
+from .apps.waits import eventually
 from .pg import pg_database_url
 
 NOW = 1_800_000_000.0
@@ -638,12 +639,10 @@ async def test_window_bursts_of_two_processes_held_at_once_still_admit_the_limit
                 )
                 return int(rows[0]["n"])
 
-            for _ in range(500):
-                if await waiters() >= 2:
-                    break
-                await asyncio.sleep(0.01)
-            else:
-                raise AssertionError("the two writers never both waited")
+            async def both_held() -> bool:
+                return await waiters() >= 2
+
+            await eventually(both_held, what="both writers held at the locked tables")
             await blocker.commit()
             handles = await asyncio.wait_for(bursts, 30)
     assert Counter(h.status for h in handles) == {"started": 2, "dropped": 18}

@@ -805,14 +805,14 @@ _Run = list[tuple[Offer, float, gate_ops.Slot]]
 async def offer_many(tx: Tx, calls: Sequence[Args]) -> list[Decision]:
     """``offer`` for each of a group commit's calls, in order; arrivals held by one control decided together.
 
-    A run of consecutive arrivals held by nothing but a per-key concurrency limit
-    (``_lone_control``: "slot"), or nothing but one throttle or rate limit ("window"), costs
-    a few statements in all: each key is locked and read once (for a slot: whether a start
-    waits there, the slots in use; for a window: that, and its newest hits), the arrivals are
-    walked in order as the pipeline's stages would decide them, and the parked or dropped
-    ones' ledger (and pending) rows are written together. An admission goes through
-    ``_admit`` and any other offer through ``offer``, each once the rows decided before it
-    are written, so ledger ids keep the order of the decisions.
+    A run of consecutive arrivals of one kind (``_lone_control``: "slot", a per-key
+    concurrency limit; "window", one throttle or rate limit, or a throttle before a per-key
+    concurrency limit; "group", a debounce or a batch) costs a few statements in all: each
+    key or group is locked and read once, the arrivals are walked in order as the pipeline's
+    stages would decide them, and the parked, dropped or folded ones' rows are written
+    together. An admission goes through ``_admit`` and any other offer through ``offer``,
+    each once the rows decided before it are written, so ledger ids keep the order of the
+    decisions.
     """
     decisions: list[Decision] = []
     locked: set[gate_ops.Slot] = set()  # advisory locks are held until commit: one take per key is enough
@@ -840,12 +840,14 @@ def _offer_args(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Offer, f
 
 
 def _lone_control(o: Offer, now: float) -> tuple[str, gate_ops.Slot] | None:
-    """What alone can hold a fresh arrival, when that is one control: ``("slot", (scope, key))`` for a
-    per-key concurrency limit, ``("window", (scope, key))`` for one throttle or rate limit; else ``None``.
+    """The kind of run a fresh arrival joins, and the key (or group) it locks, when what can hold it is
+    one control (or a throttle before a slot): ``("slot", slot)``, ``("window", window key)`` or
+    ``("group", ("group", group key))``; else ``None`` (``offer`` decides it).
 
     So: no identity to check, not delayed, no pause on its workflow or its keys in its
-    snapshot, and a workflow whose one control is that (``GatePlan.slot_only``,
-    ``GatePlan.window_only``): every other stage would pass it on untouched.
+    snapshot, and a workflow whose controls are those (``GatePlan.slot_only``,
+    ``window_only``, ``throttled_slot``, ``debounce_only``, ``batch_only``): every other stage
+    would pass it on untouched.
     """
     plan = o.plan
     if o.pending is not None or o.identity is not None or o.pauses is None:
@@ -891,16 +893,21 @@ async def _arrive(tx: Tx, run: _Run, locked: set[gate_ops.Slot]) -> list[Decisio
             if decision.status == "started":
                 queues[slot] = (ahead, used + 1)
         else:
-            scope, key = slot
-            ledger, pending = _arrival_rows(
-                o, now, mode="concurrency", stage="key_pause", due=None, scope=scope, key=key
-            )
-            parked.append((ledger, pending))
-            queues[slot] = (True, used)  # every later arrival on this key waits behind this one
-            decision = Decision("queued", o.ticket, pending_id=pending["id"], mode="concurrency", key=key)
+            rows, decision = _slot_parked(o, now, queues, slot)
+            parked.append(rows)
         decisions.append(decision)
     await gate_ops.park_arrivals(tx, parked)
     return decisions
+
+
+def _slot_parked(
+    o: Offer, now: float, queues: dict[gate_ops.Slot, tuple[bool, int]], slot: gate_ops.Slot
+) -> tuple[tuple[Row, Row], Decision]:
+    """``o`` parked for a slot of ``slot``, as ``_concurrency`` parks it (its rows, to write, and its decision);
+    ``queues`` then has every later arrival on that key wait behind it."""
+    ledger, pending = _arrival_rows(o, now, mode="concurrency", stage="key_pause", due=None, scope=slot[0], key=slot[1])
+    queues[slot] = (True, queues[slot][1])
+    return (ledger, pending), Decision("queued", o.ticket, pending_id=pending["id"], mode="concurrency", key=slot[1])
 
 
 async def _arrive_windows(tx: Tx, run: _Run, locked: set[gate_ops.Slot]) -> list[Decision]:
@@ -943,12 +950,9 @@ async def _arrive_windows(tx: Tx, run: _Run, locked: set[gate_ops.Slot]) -> list
         c = o.plan.concurrency
         slot = slot_of(o.plan, o.keys)
         if c is not None and (slots[slot][0] or slots[slot][1] >= c.limit):
-            ledger, pending = _arrival_rows(
-                o, now, mode="concurrency", stage="key_pause", due=None, scope=slot[0], key=slot[1]
-            )
-            decided.append((ledger, pending))
-            slots[slot] = (True, slots[slot][1])  # every later arrival on this key waits behind this one
-            decisions.append(Decision("queued", o.ticket, pending_id=pending["id"], mode="concurrency", key=slot[1]))
+            rows, decision = _slot_parked(o, now, slots, slot)
+            decided.append(rows)
+            decisions.append(decision)
             continue
         await gate_ops.park_arrivals(tx, decided)
         decided = []

@@ -79,7 +79,7 @@ class DirectConnection(psycopg.AsyncConnection[Row]):
         fileno = pgconn.socket
         if self._reader_loop is not loop or self._reader_fileno != fileno:
             self.stand_down()
-            loop.add_reader(fileno, self._ready)
+            loop.add_reader(fileno, self._on_readable)
             self._reader_loop, self._reader_fileno = loop, fileno
         waiter = self._waiter = loop.create_future()
         try:
@@ -88,7 +88,7 @@ class DirectConnection(psycopg.AsyncConnection[Row]):
             if self._waiter is waiter:
                 self._waiter = None
 
-    def _ready(self) -> None:
+    def _on_readable(self) -> None:
         # The answer is read here, not by the woken task: read later, the still-readable socket
         # would be reported once more by the loop's next poll and wake the next statement for nothing.
         waiter = self._waiter
@@ -210,7 +210,7 @@ class DirectStatement:
         loop = asyncio.get_running_loop()
         fileno = pgconn.socket
         while pgconn.flush():  # a few bytes: nearly always sent at once
-            await _ready(loop.add_writer, loop.remove_writer, fileno)
+            await _until_ready(loop.add_writer, loop.remove_writer, fileno)
         if isinstance(conn, DirectConnection):
             await conn.answered()
         else:
@@ -218,7 +218,7 @@ class DirectStatement:
                 pgconn.consume_input()
                 if not pgconn.is_busy():
                     break
-                await _ready(loop.add_reader, loop.remove_reader, fileno)
+                await _until_ready(loop.add_reader, loop.remove_reader, fileno)
         result = pgconn.get_result()
         while pgconn.get_result() is not None:  # the end of this statement's answers
             pass
@@ -238,7 +238,7 @@ def _gone(conn: psycopg.AsyncConnection[Any]) -> None:
         conn.stand_down()
 
 
-async def _ready(add: Any, remove: Any, fileno: int) -> None:
+async def _until_ready(add: Any, remove: Any, fileno: int) -> None:
     """Wait until ``fileno`` is ready (``add``/``remove``: the loop's reader or writer calls)."""
     future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
     add(fileno, _wake, future)
