@@ -9,7 +9,8 @@ Cases, each on a fresh database and a fresh engine:
 (a) one workflow runs ``--steps`` sequential trivial steps: microseconds per step;
 (b) ``--concurrent`` one-step workflows started at once, then all awaited: workflows/s;
 (c) ``--sequential`` start-and-await calls (``engine.run``) one after the other: latency;
-(d) the floor: one-row insert + commit in a loop with the store's own settings;
+(d) the floor: one-row insert + commit in a loop with the store's own settings; case (a) divides
+    by floor samples interleaved with its steps instead (``case_steps``);
 (e) PostgreSQL only: the workflows of (b) executed by ``--workers`` ``lockgate serve bench.core:app``
     processes sharing one database, started and awaited from this process by an ``lg.Client``
     (which executes nothing): workflows/s, beside (b) of the same round.
@@ -128,23 +129,41 @@ def _engine(app: lg.App, url: str, recording: str) -> lg.Engine:
     return lg.Engine(app, url, recording=recording)
 
 
-async def case_steps(url: str, n: int, recording: str) -> Case:
+async def case_steps(
+    url: str, n: int, recording: str, floor: Callable[[], float] | None = None, parts: int = 4
+) -> Case:
+    """(a): ``n`` sequential steps in one workflow, timed inside its body: µs per step.
+
+    With ``floor`` (a short floor loop: its µs per commit), the steps run as ``parts``
+    workflows of ``n / parts`` steps with a floor sample before each and after the last,
+    and the ratio divides by those samples' mean (the two ends counted half, as each
+    borders one part only). On a machine whose disk and CPU change speed from one second
+    to the next, a floor measured once beforehand can be a different machine's floor;
+    interleaved, both sides of the ratio see the same one.
+    """
     marks: dict[str, float] = {}
+    parts = max(1, parts) if floor is not None else 1
+    sizes = [n // parts + (1 if i < n % parts else 0) for i in range(parts)]
+    floors: list[float] = []
+    spent = total = cpu = 0.0
     async with _engine(build_app(marks), url, recording) as engine:
         await engine.run("bench.steps", {"n": 10})  # warm-up: imports, caches, statements
-        started, cpu = time.perf_counter(), time.process_time()
-        result = await engine.run("bench.steps", {"n": n}, timeout=600)
-        total, cpu = time.perf_counter() - started, time.process_time() - cpu
-    assert result == n
-    per_step = marks["steps"] / n * 1e6
-    return Case(
-        "a",
-        f"{n:,} sequential steps, one workflow",
-        per_step,
-        "µs/step",
-        per_step,
-        {"total_s": total, "cpu_us_per_unit": cpu / n * 1e6},
-    )
+        if floor is not None:
+            floors.append(floor())
+        for size in sizes:
+            started, cpu_at = time.perf_counter(), time.process_time()
+            result = await engine.run("bench.steps", {"n": size}, timeout=600)
+            total, cpu = total + time.perf_counter() - started, cpu + time.process_time() - cpu_at
+            assert result == size
+            spent += marks["steps"]
+            if floor is not None:
+                floors.append(floor())
+    per_step = spent / n * 1e6
+    extra: dict[str, Any] = {"total_s": total, "cpu_us_per_unit": cpu / n * 1e6}
+    if floors:
+        extra["floor_us"] = (sum(floors) - (floors[0] + floors[-1]) / 2) / parts
+        extra["floor_samples_us"] = floors
+    return Case("a", f"{n:,} sequential steps, one workflow", per_step, "µs/step", per_step, extra)
 
 
 async def case_concurrent(url: str, n: int, recording: str) -> Case:
@@ -316,6 +335,13 @@ class Place:
             return sqlite_floor(str(self.folder / f"{self.mode}-floor.db"), self.mode, seconds=seconds)
         return postgres_floor(self.url("floor"), seconds=seconds)
 
+    def floor_sampler(self, seconds: float) -> Callable[[], float]:
+        """A floor loop of ``seconds`` to run again and again (one database for all its samples): µs per commit."""
+        if self.store == "sqlite":
+            return lambda: self.floor(seconds).us_per_commit
+        url = self.url("floor-samples")
+        return lambda: postgres_floor(url, seconds=seconds).us_per_commit
+
     async def floor_async(self, seconds: float) -> Floor | None:
         """The floor through the asyncio driver (PostgreSQL only): a round trip before any engine work."""
         if self.store == "sqlite":
@@ -384,7 +410,9 @@ async def run_mode(place: Place, args: argparse.Namespace) -> ModeResult:
         if async_floor is not None:
             async_floors.append(async_floor)
         cases = [
-            await case_steps(place.url(f"steps{r}"), args.steps, args.recording),
+            await case_steps(
+                place.url(f"steps{r}"), args.steps, args.recording, place.floor_sampler(args.floor_seconds / 4)
+            ),
             await case_concurrent(place.url(f"concurrent{r}"), args.concurrent, args.recording),
             await case_sequential(place.url(f"sequential{r}"), args.sequential, args.recording),
         ]
@@ -393,7 +421,7 @@ async def run_mode(place: Place, args: argparse.Namespace) -> ModeResult:
             workers.extra["vs_b"] = workers.value / next(c.value for c in cases if c.case == "b")
             cases.append(workers)
         for case in cases:
-            case.ratio = ratio(case.unit_us, floor.us_per_commit)
+            case.ratio = ratio(case.unit_us, floor_us(case, floor))
             if async_floor is not None:
                 case.extra["ratio_to_async_floor"] = ratio(case.unit_us, async_floor.us_per_commit)
         rounds.append(cases)
@@ -411,6 +439,11 @@ async def run_mode(place: Place, args: argparse.Namespace) -> ModeResult:
         cases.append(chosen)
     floor_async = _median(async_floors, lambda f: f.us_per_commit) if async_floors else None
     return ModeResult(place.store, place.mode, floor, cases, [f.us_per_commit for f in floors], floor_async)
+
+
+def floor_us(case: Case, floor: Floor) -> float:
+    """The floor ``case`` is divided by: its own interleaved samples' (case (a)), else the round's."""
+    return float(case.extra.get("floor_us", floor.us_per_commit))
 
 
 def _median(items: list[T], key: Callable[[T], float]) -> T:
@@ -448,6 +481,8 @@ def _rows(results: list[ModeResult]) -> list[list[Cell]]:
             cpu = c.extra.get("cpu_us_per_unit")
             if cpu is not None:
                 detail = ", ".join(x for x in (detail, f"cpu {cpu:.0f} µs/unit") if x)
+            if "floor_us" in c.extra:
+                detail = ", ".join(x for x in (detail, f"floor {c.extra['floor_us']:.0f} µs interleaved") if x)
             beside_async = c.extra.get("ratio_to_async_floor")
             if c.case == "a" and beside_async is not None:
                 detail = ", ".join(x for x in (detail, f"{beside_async:.2f}x asyncio floor") if x)

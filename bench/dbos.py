@@ -16,7 +16,9 @@ Both systems run the cases of ``bench/core.py``, so their ratios read the same w
     queue polled every ``--dbos-fast-poll`` seconds (the queue's ``polling_interval_sec`` and
     the handles' ``get_result`` polling);
 (d) the floor: a one-row insert per transaction (``bench/floor.py``), measured on the server
-    just before each system's cases; each system's ratios divide by its own floor.
+    just before each system's cases; each system's ratios divide by its own floor. lockgate's
+    (a) divides by floor samples taken between parts of its steps instead (``core.case_steps``):
+    its target is a ratio, and on this kind of machine the floor drifts within a minute.
 
 Each system works in scratch databases created on the given server and dropped at the end
 (whatever happens): lockgate gets a fresh one per case, as in ``bench/core.py``; DBOS gets one
@@ -51,7 +53,17 @@ from urllib.parse import urlsplit
 
 import lockgate as lg
 
-from .core import HERE, Case, Item, _create_database, _drop_databases, case_concurrent, case_sequential, case_steps
+from .core import (
+    HERE,
+    Case,
+    Item,
+    _create_database,
+    _drop_databases,
+    case_concurrent,
+    case_sequential,
+    case_steps,
+    floor_us,
+)
 from .core import noop as trivial
 from .floor import Floor, postgres_floor
 from .report import Cell, machine, print_table, ratio, write_json
@@ -258,16 +270,21 @@ class System:
 def run_lockgate(server_url: str, scratch: list[str], args: argparse.Namespace) -> System:
     system = System("lockgate", postgres_floor(_create_database(server_url, scratch), seconds=args.floor_seconds))
 
+    floor_url = _create_database(server_url, scratch)
+
+    def sample_floor() -> float:
+        return postgres_floor(floor_url, seconds=args.floor_seconds / 4).us_per_commit
+
     async def cases() -> list[Case]:
         return [
-            await case_steps(_create_database(server_url, scratch), args.steps, args.recording),
+            await case_steps(_create_database(server_url, scratch), args.steps, args.recording, sample_floor),
             await case_concurrent(_create_database(server_url, scratch), args.concurrent, args.recording),
             await case_sequential(_create_database(server_url, scratch), args.sequential, args.recording),
             await case_gated(_create_database(server_url, scratch), args.queued, args.recording),
         ]
 
     for case in asyncio.run(cases()):
-        case.ratio = ratio(case.unit_us, system.floor.us_per_commit)
+        case.ratio = ratio(case.unit_us, floor_us(case, system.floor))
         system.cases[case.case] = case
     system.about = {"recording": args.recording, "api": "asyncio"}
     return system
@@ -341,6 +358,8 @@ def _detail(name: str, case: Case, args: argparse.Namespace) -> str:
     if case.case == "c":
         bits.append(f"p50 {case.extra['p50_ms']:.2f}, p99 {case.extra['p99_ms']:.2f} ms")
     bits.append(f"cpu {case.extra['cpu_us_per_unit']:,.0f} µs/unit")
+    if "floor_us" in case.extra:
+        bits.append(f"floor {case.extra['floor_us']:,.0f} µs interleaved")
     if name == "DBOS" and case.case == "q":
         bits.append("queue polled every 1 s (DBOS's default)")
     if name == "DBOS" and case.case == "q'":
