@@ -9,8 +9,8 @@ Cases, each on a fresh database and a fresh engine:
 (a) one workflow runs ``--steps`` sequential trivial steps: microseconds per step;
 (b) ``--concurrent`` one-step workflows started at once, then all awaited: workflows/s;
 (c) ``--sequential`` start-and-await calls (``engine.run``) one after the other: latency;
-(d) the floor: one-row insert + commit in a loop with the store's own settings; case (a) divides
-    by floor samples interleaved with its steps instead (``case_steps``);
+(d) the floor: one-row insert + commit in a loop with the store's own settings (on PostgreSQL,
+    case (a) divides by floor samples interleaved with its steps instead: ``case_steps``);
 (e) PostgreSQL only: the workflows of (b) executed by ``--workers`` ``lockgate serve bench.core:app``
     processes sharing one database, started and awaited from this process by an ``lg.Client``
     (which executes nothing): workflows/s, beside (b) of the same round.
