@@ -14,6 +14,8 @@ runs in the caller's process; nothing executes). Cases, each on a fresh database
 - ``rate_limit``: ``RateLimit(limit=1000, period="1h")`` (admitted, then dropped);
 - ``throttled_slot``: ``Throttle(limit=1000, period="1h")`` before ``Concurrency(limit=10)`` over
   100 keys, as a provider's two limits are declared (admitted, then queued for a slot);
+- ``limited_slot``: ``RateLimit(limit=1000, period="1h")`` before ``Concurrency(limit=10)`` over
+  100 keys (admitted, then queued for a slot, then dropped);
 - ``batch``: ``Batch(max_size=100)`` over 10 keys (flushes in the arrival's transaction);
 - ``drain``: ``--drain`` starts parked by a pause, then unpaused: park → drain → admit rows/s
   (the drainer's own passes, timed until nothing is parked).
@@ -46,7 +48,17 @@ TARGETS = {
     "sqlite": {"none": 20_000.0, "concurrency": 10_000.0, "drain": 20_000.0},
     "postgres": {"concurrency": 1_000.0},
 }
-CASES = ("none", "concurrency", "debounce", "throttle", "rate_limit", "throttled_slot", "batch", "drain")
+CASES = (
+    "none",
+    "concurrency",
+    "debounce",
+    "throttle",
+    "rate_limit",
+    "throttled_slot",
+    "limited_slot",
+    "batch",
+    "drain",
+)
 
 
 class Job(BaseModel):
@@ -80,6 +92,11 @@ def build_app() -> lg.App:
     app.workflow(
         name="throttled_slot",
         throttle=lg.Throttle(limit=1000, period="1h"),
+        concurrency=lg.Concurrency(limit=10, key=key),
+    )(noop)
+    app.workflow(
+        name="limited_slot",
+        rate_limit=lg.RateLimit(limit=1000, period="1h"),
         concurrency=lg.Concurrency(limit=10, key=key),
     )(noop)
     app.workflow(name="batch", batch=lg.Batch(item=Job, max_size=100, timeout="1h", key=key))(noop_batch)

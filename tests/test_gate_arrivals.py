@@ -1,8 +1,9 @@
 """A burst of arrivals in one group commit: arrivals held by one control are decided together, exactly as one by one.
 
 ``offer_many`` (the many-at-once form of ``pipeline.offer``) decides a run of fresh
-arrivals whose one control is a per-key concurrency limit, or one throttle or rate limit,
-with a few statements for the whole run, and passes every other offer through ``offer``. The tests here give the same
+arrivals held by one control (a per-key concurrency limit; one throttle or rate limit, alone
+or before a per-key concurrency limit; a debounce; a batch) with a few statements for the
+whole run, and passes every other offer through ``offer``. The tests here give the same
 offers to two fresh stores of one kind, one by one in one transaction on one and through
 the many form on the other, and compare what each decided and wrote; others drive a real
 burst of ``start`` calls through the store's group commit.
@@ -76,6 +77,16 @@ def make_app() -> lg.App:
     app.workflow(
         name="thsp",
         throttle=lg.Throttle(limit=3, period="10s", key=key, pool="provider"),
+        concurrency=lg.Concurrency(limit=2, key=key, pool="shared"),
+    )(body)
+    app.workflow(
+        name="rls",
+        rate_limit=lg.RateLimit(limit=3, period="10s", key=key),
+        concurrency=lg.Concurrency(limit=1, key=key),
+    )(body)
+    app.workflow(
+        name="rlsp",
+        rate_limit=lg.RateLimit(limit=3, period="10s", key=key, pool="quota"),
         concurrency=lg.Concurrency(limit=2, key=key, pool="shared"),
     )(body)
     app.workflow(name="deb", debounce=lg.Debounce(period="10s", key=key))(body)
@@ -713,4 +724,30 @@ async def test_throttled_slots_are_decided_together_as_one_by_one(
     assert len(set_reads) == 2  # its slots, then the slot-only run's
     slots = Counter((r["scope"], r["key"]) for r in state["slots"])
     assert all(n <= 1 for (scope, _), n in slots.items() if scope == "wf:ths")
+    assert all(n <= 2 for (scope, _), n in slots.items() if scope == "pool:shared")
+
+
+async def test_rate_limited_slots_are_decided_together_as_one_by_one(
+    store_url: str,
+    twin_url: str,
+    window_reads: list[list[tuple[str, str, int]]],
+    set_reads: list[list[gate_ops.Slot]],
+) -> None:
+    async with lg.Client(make_app(), store_url) as client:
+        make = Maker(client)
+    # Before: key a's slot full with a start parked for it, then freed: room, but a start waits ahead.
+    before = [make("rls", "a", dt=0.4) for _ in range(2)]
+    burst = [make(("rls", "rlsp", "rlp")[i % 3], "abc"[i % 5 % 3], dt=0.4) for i in range(45)]
+    burst += [make("pooled", "abc"[i % 3], dt=0.4) for i in range(6)]  # the pool's slots, taken by a slot-only run
+    decided, state = await _both(store_url, twin_url, before, burst, free=["run_0001"])
+    statuses = Counter(d["status"] for d in decided)
+    assert statuses["dropped"] > 0 and statuses["started"] > 0
+    assert Counter(d["mode"] for d in decided if d["status"] == "queued")["concurrency"] > 0
+    assert len(window_reads) == 1  # one run of window arrivals (a window alone, or before a slot)
+    assert len(set_reads) == 2  # its slots, then the slot-only run's
+    # Parked for a slot, an arrival was still counted by the rate limit (the stage it passed): the
+    # one-by-one store's window hits, compared above, say so too.
+    assert {r["scope"] for r in state["hits"]} == {"wf:rls:rate_limit[0]", "pool:quota"}
+    slots = Counter((r["scope"], r["key"]) for r in state["slots"])
+    assert all(n <= 1 for (scope, _), n in slots.items() if scope == "wf:rls")
     assert all(n <= 2 for (scope, _), n in slots.items() if scope == "pool:shared")

@@ -117,12 +117,12 @@ class GatePlan:
         return self.batch is not None and not (self.concurrency or self.windows or self.debounce or self.singleton)
 
     @property
-    def throttled_slot(self) -> bool:
-        """Two controls, one throttle and a per-key concurrency limit: a start waits for its window, then a slot."""
+    def windowed_slot(self) -> bool:
+        """Two controls, one throttle or rate limit and a per-key concurrency limit: a start passes (or waits
+        for, or is dropped by) its window, then waits for a slot. A provider's two limits, declared together."""
         c = self.concurrency
-        one_throttle = len(self.windows) == 1 and self.windows[0].kind == "throttle"
         held = self.debounce or self.batch or self.singleton
-        return c is not None and c.total is None and one_throttle and not held
+        return c is not None and c.total is None and len(self.windows) == 1 and not held
 
     @property
     def window_only(self) -> bool:

@@ -806,7 +806,7 @@ async def offer_many(tx: Tx, calls: Sequence[Args]) -> list[Decision]:
     """``offer`` for each of a group commit's calls, in order; arrivals held by one control decided together.
 
     A run of consecutive arrivals of one kind (``_lone_control``: "slot", a per-key
-    concurrency limit; "window", one throttle or rate limit, or a throttle before a per-key
+    concurrency limit; "window", one throttle or rate limit, alone or before a per-key
     concurrency limit; "group", a debounce or a batch) costs a few statements in all: each
     key or group is locked and read once, the arrivals are walked in order as the pipeline's
     stages would decide them, and the parked, dropped or folded ones' rows are written
@@ -841,18 +841,18 @@ def _offer_args(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Offer, f
 
 def _lone_control(o: Offer, now: float) -> tuple[str, gate_ops.Slot] | None:
     """The kind of run a fresh arrival joins, and the key (or group) it locks, when what can hold it is
-    one control (or a throttle before a slot): ``("slot", slot)``, ``("window", window key)`` or
+    one control (or a window before a slot): ``("slot", slot)``, ``("window", window key)`` or
     ``("group", ("group", group key))``; else ``None`` (``offer`` decides it).
 
     So: no identity to check, not delayed, no pause on its workflow or its keys in its
     snapshot, and a workflow whose controls are those (``GatePlan.slot_only``,
-    ``window_only``, ``throttled_slot``, ``debounce_only``, ``batch_only``): every other stage
+    ``window_only``, ``windowed_slot``, ``debounce_only``, ``batch_only``): every other stage
     would pass it on untouched.
     """
     plan = o.plan
     if o.pending is not None or o.identity is not None or o.pauses is None:
         return None
-    if not (plan.slot_only or plan.window_only or plan.throttled_slot or plan.debounce_only or plan.batch_only):
+    if not (plan.slot_only or plan.window_only or plan.windowed_slot or plan.debounce_only or plan.batch_only):
         return None
     if o.at is not None and o.at > now:
         return None
@@ -912,7 +912,7 @@ def _slot_parked(
 
 async def _arrive_windows(tx: Tx, run: _Run, locked: set[gate_ops.Slot]) -> list[Decision]:
     """Decide one-window arrivals in order, as ``_rate_limit`` or ``_throttle`` (then ``_concurrency``, for a
-    throttled slot) then ``_admit`` would one by one."""
+    windowed slot) then ``_admit`` would one by one."""
     limits: dict[gate_ops.Slot, int] = {}
     for o, _, key in run:
         limits[key] = max(limits.get(key, 0), o.plan.windows[0].limit)
@@ -947,6 +947,9 @@ async def _arrive_windows(tx: Tx, run: _Run, locked: set[gate_ops.Slot]) -> list
                 Decision("queued", o.ticket, pending_id=pending["id"], mode="throttle", due_at=due, key=key[1])
             )
             continue
+        if w.kind == "rate_limit":  # a rate limit counts the arrival as it passes; a throttle, the admission
+            await gate_ops.add_window_hit(tx, w.scope, key[1], now, w.period)
+            queue.hit(now, w.period)
         c = o.plan.concurrency
         slot = slot_of(o.plan, o.keys)
         if c is not None and (slots[slot][0] or slots[slot][1] >= c.limit):
@@ -956,10 +959,8 @@ async def _arrive_windows(tx: Tx, run: _Run, locked: set[gate_ops.Slot]) -> list
             continue
         await gate_ops.park_arrivals(tx, decided)
         decided = []
-        if w.kind == "rate_limit":  # a rate limit counts the arrival; a throttle, the admission (in ``_admit``)
-            await gate_ops.add_window_hit(tx, w.scope, key[1], now, w.period)
         decision = await _admit(tx, o, now)
-        if decision.status == "started" or w.kind == "rate_limit":
+        if decision.status == "started" and w.kind == "throttle":  # (in ``_admit``)
             queue.hit(now, w.period)
         if decision.status == "started" and c is not None:
             slots[slot] = (slots[slot][0], slots[slot][1] + 1)
