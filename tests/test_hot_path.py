@@ -284,3 +284,120 @@ async def test_runs_ending_in_one_group_commit_end_as_if_one_by_one(
             assert (run.status, run.output, run.owner) == ("succeeded", i, None)
             assert [e.type for e in await client.events(run_id)] == ["run-started", "run-succeeded"]
             assert [(s.key, s.output) for s in await client.steps(run_id)] == [("double#0", i)]
+
+
+def _held(i: int, now: float) -> list[ops.Entry]:
+    """Held entries of every shape a run writes: a completed step (with its attempt row), a failed one, a
+    pending timer with a due time, an entry whose times are its own."""
+    attempt = {
+        "run_id": f"placeholder-{i}",
+        "step_key": "double#0",
+        "attempt": 2,
+        "status": "completed",
+        "input": '{"n": 1}',
+        "started_at": now - 0.25,
+        "finished_at": now,
+    }
+    return [
+        ops.Entry(
+            {"step_key": "double#0", "kind": "step", "status": "completed", "output": str(i), "seq": 0}, now, attempt
+        ),
+        ops.Entry(
+            {
+                "step_key": "fail#0",
+                "kind": "step",
+                "status": "failed",
+                "error_tag": "ValueError",
+                "seq": 1,
+                "error_message": f"bad {i} \u00e9\u4e2d",
+                "attempts": 3,
+            },
+            now + 0.1234567891,
+        ),
+        ops.Entry(
+            {"step_key": "sleep#0", "kind": "sleep", "status": "pending", "due_at": now + 86_400.123456789, "seq": 2},
+            now + 0.2,
+        ),
+        ops.Entry(
+            {
+                "step_key": "own#0",
+                "kind": "step",
+                "status": "completed",
+                "output": None,
+                "seq": 3,
+                "started_at": now - 1 / 3,
+                "finished_at": None,
+            },
+            now + 0.3,
+        ),
+    ]
+
+
+@pytest.mark.parametrize("rows_in_one", [True, False], ids=["one-statement", "per-row"])
+async def test_held_entries_of_many_runs_are_written_by_one_statement_as_one_by_one(
+    store_url: str, rows_in_one: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``record_held`` (the many-at-once forms' journal write) writes the rows ``record_entries`` writes run by run,
+    in one statement or (where a statement per row is cheaper) per row; one run whose lease moved on refuses
+    the whole write, which leaves nothing behind."""
+    async with lg.Client(app_with_steps(), store_url) as client:
+
+        async def tx_type(tx: Any) -> type:
+            return type(tx)
+
+        monkeypatch.setattr(await client.store.write(tx_type), "rows_in_one", rows_in_one)
+        handles = [await client.start("steps", {"n": 1}) for _ in range(8)]
+        now = client.clock.now()
+        claimed = await client.store.write(ops.claim_runs, "w-test", now, now + 3600, 8, ["steps"])
+        fences = {r["id"]: ops.Fence(r["id"], "w-test", int(r["epoch"])) for r in claimed}
+        ids = [h.run_id for h in handles]
+
+        def held(i: int) -> list[ops.Entry]:
+            return [e._replace(attempt=e.attempt and {**e.attempt, "run_id": ids[i]}) for e in _held(i % 4, now)]
+
+        for i in range(4):  # one by one
+            await client.store.write(ops.record_entries, fences[ids[i]], held(i))
+        stale = ops.Fence(ids[7], "w-test", fences[ids[7]].epoch + 1)
+
+        async def together(tx: Any, items: list[tuple[ops.Fence, list[ops.Entry]]]) -> None:
+            await ops.record_held(tx, items)
+
+        with pytest.raises(ops.Fenced):
+            await client.store.write(together, [(fences[ids[i]], held(i)) for i in range(4, 7)] + [(stale, held(7))])
+        for i in range(4, 8):
+            assert await client.store.read(ops.load_journal, ids[i]) == []
+        await client.store.write(together, [(fences[ids[i]], held(i)) for i in range(4, 8)])
+
+        async def rows(i: int) -> tuple[list[dict[str, Any]], list[tuple[Any, ...]]]:
+            journal = [{**r, "run_id": None} for r in await client.store.read(ops.load_journal, ids[i])]
+            attempts = [(a.step_key, a.attempt, a.status, a.started_at) for a in await client.attempts(ids[i])]
+            return journal, attempts
+
+        for i in range(4):
+            alone, many = await rows(i), await rows(i + 4)
+            assert many == alone
+            assert len(alone[0]) == 4 and alone[1]
+        journal = (await rows(5))[0]
+        assert [r["due_at"] for r in journal if r["kind"] == "sleep"] == [now + 86_400.123456789]
+        assert journal[1]["error_message"] == "bad 1 \u00e9\u4e2d"
+        assert (journal[3]["started_at"], journal[3]["finished_at"]) == (now - 1 / 3, None)
+
+
+async def test_runs_ending_in_one_group_commit_write_their_held_entries_with_one_statement(
+    store_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Many runs ending (or flushing held entries) in one group commit write their entries with one statement."""
+    sizes: list[int] = []
+    record_held = ops.record_held
+
+    async def spy(tx: Any, held: Any) -> None:
+        sizes.append(len(held))
+        await record_held(tx, held)
+
+    monkeypatch.setattr(ops, "record_held", spy)
+    async with lg.Engine(app_with_steps(), store_url) as engine:
+        handles = [await engine.start("steps", {"n": 3}) for _ in range(30)]
+        assert [await h.result(timeout=30) for h in handles] == [6] * 30
+        for h in handles:
+            assert [s.key for s in await engine.steps(h.run_id)] == ["double#0", "double#1", "double#2"]
+    assert max(sizes) > 1  # some group commit carried several runs' entries

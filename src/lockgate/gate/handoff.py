@@ -123,10 +123,13 @@ async def _finish_passing_many(tx: Tx, calls: Sequence[Args]) -> list[Passed]:
     freed: dict[gate_ops.Slot, list[tuple[Passed, HandOff, float]]] = {}
     events: list[dict[str, Any]] = []
     ended: list[str] = []
+    await ops.record_held(tx, [(fence, given.get("entries", ())) for (fence, _, _), given in calls])
     for (fence, now, handoff), given in calls:
         assert given["status"] in ("succeeded", "failed")
         # a run that asks more of its end after all (a child opened) ends the full way, its slot freed there
-        stopped, plainly = await ops.finish_collecting(tx, fence, now, events, slotted=True, **given)
+        stopped, plainly = await ops.finish_collecting(
+            tx, fence, now, events, slotted=True, **ops.without_entries(given)
+        )
         passed = Passed(stopped)
         out.append(passed)
         if plainly:

@@ -26,6 +26,9 @@ class Tx(abc.ABC):
 
     dialect: str
     single_writer = False  # True where the store runs one write transaction at a time (SQLite)
+    # True where one statement for many rows costs less than one per row: a server's, each statement
+    # its share of a round trip, a parse and a plan. In-process (SQLite), a statement per row is cheaper.
+    rows_in_one = False
 
     @abc.abstractmethod
     async def execute(self, name: str, params: Mapping[str, Any] | None = None) -> list[Row]:
@@ -56,6 +59,14 @@ class Tx(abc.ABC):
         elsewhere (a refusal, a slower path) must change nothing when it changes no row.
         """
         return bool(await self.execute(name, params))
+
+    async def expect_rows(self, name: str, params: Mapping[str, Any], n: int) -> bool:
+        """``expect`` for a write meant to change ``n`` rows: whether it changed them all.
+
+        On ``False`` the op refuses (raises), and its attempt is rolled back: a write that
+        changed some of its rows leaves nothing behind. Here, by the rows it returned.
+        """
+        return len(await self.execute(name, params)) == n
 
     async def insert(self, name: str, params: Mapping[str, Any]) -> int:
         """Run a one-row ``INSERT`` that always adds its row, and give that row's id.

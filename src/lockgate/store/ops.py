@@ -273,6 +273,66 @@ async def record_entries(tx: Tx, fence: Fence, entries: Sequence[Entry], *, prog
         await record_entry(tx, fence, held.entry, held.at, attempt=held.attempt)
 
 
+async def _record_entries_many(tx: Tx, calls: Sequence[tuple[tuple[Any, ...], dict[str, Any]]]) -> list[None]:
+    """``record_entries`` for the runs of one group commit: their entries in one statement."""
+    bound = [_entries_call(*args, **given) for args, given in calls]
+    for fence, _, progress in bound:
+        if progress is not None:
+            await touch(tx, fence, progress)
+    await record_held(tx, [(fence, entries) for fence, entries, _ in bound])
+    return [None] * len(calls)
+
+
+def _entries_call(
+    fence: Fence, entries: Sequence[Entry], *, progress: float | None = None
+) -> tuple[Fence, Sequence[Entry], float | None]:
+    return fence, entries, progress
+
+
+async def record_held(tx: Tx, held: Sequence[tuple[Fence, Sequence[Entry]]]) -> None:
+    """Journal the held-back entries of many held runs with one statement (``Fenced`` if a run's lease moved on).
+
+    The many-at-once forms of the ops that carry entries write them here. A refusal
+    rolls back the whole attempt, and the calls run again one by one: the run whose
+    lease moved on is refused alone. Where one statement per row costs less
+    (``Tx.rows_in_one`` false), each run's entries are written as ``record_entries`` would.
+    """
+    if not tx.rows_in_one:
+        for fence, entries in held:
+            await record_entries(tx, fence, entries)
+        return
+    rows: list[dict[str, Any]] = []
+    attempts: list[dict[str, Any]] = []
+    for fence, entries in held:
+        for e in entries:
+            row: dict[str, Any] = {
+                "output": None,
+                "error_tag": None,
+                "error_message": None,
+                "attempts": 0,
+                "due_at": None,
+                "started_at": e.at,
+                "finished_at": e.at,
+                **e.entry,
+                "run_id": fence.run_id,
+                "owner": fence.owner,
+                "epoch": fence.epoch,
+            }
+            for time in ("due_at", "started_at", "finished_at"):  # as text: read back exactly, where a JSON
+                if row[time] is not None:  # number keeps 15 digits in some readers
+                    row[time] = repr(float(row[time]))
+            rows.append(row)
+            if e.attempt is not None:
+                attempts.append(e.attempt)
+    if rows and not await tx.expect_rows("upsert_journal_many", {"entries": dump_json(rows)}, len(rows)):
+        raise Fenced()
+    for attempt in attempts:
+        await add_attempt(tx, attempt)
+
+
+with_many(record_entries, _record_entries_many)
+
+
 async def add_attempt(tx: Tx, attempt: dict[str, Any]) -> None:
     await tx.execute(
         "insert_attempt", {"input": None, "error_tag": None, "error_message": None, "finished_at": None, **attempt}
@@ -371,11 +431,20 @@ async def finish_run(
 
 
 async def _finish_many(tx: Tx, calls: Sequence[tuple[tuple[Any, ...], dict[str, Any]]]) -> list[list[str]]:
-    """``finish_run`` for the runs one group commit ends: their end events in one multi-row insert."""
+    """``finish_run`` for the runs one group commit ends: their held entries in one statement, their end
+    events in one multi-row insert."""
     events: list[dict[str, Any]] = []
-    out = [(await finish_collecting(tx, fence, now, events, **given))[0] for (fence, now), given in calls]
+    await record_held(tx, [(fence, given.get("entries", ())) for (fence, _), given in calls])
+    out = [
+        (await finish_collecting(tx, fence, now, events, **without_entries(given)))[0] for (fence, now), given in calls
+    ]
     await tx.execute_values("insert_event", events)
     return out
+
+
+def without_entries(given: dict[str, Any]) -> dict[str, Any]:
+    """A call's keyword arguments but its held entries (a many-at-once form wrote them already)."""
+    return {k: v for k, v in given.items() if k != "entries"}
 
 
 async def finish_collecting(

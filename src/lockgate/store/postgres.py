@@ -72,6 +72,7 @@ class PostgresTx(Tx):
     """
 
     dialect = "postgres"
+    rows_in_one = True
 
     def __init__(
         self,
@@ -85,7 +86,8 @@ class PostgresTx(Tx):
         self._pipeline = pipeline
         self._silent = silent
         self._sink: psycopg.AsyncCursor[DictRow] | None = None
-        self._checks: list[psycopg.AsyncCursor[DictRow]] = []  # pipelined expects not yet answered
+        # pipelined expects not yet answered, each with the rows it must have changed (at least)
+        self._checks: list[tuple[psycopg.AsyncCursor[DictRow], int]] = []
         self.xid: str | None = None  # the transaction's id, once it has one and a sync brought it back
         self.unmet = False  # whether a pipelined expect changed no row
 
@@ -115,11 +117,14 @@ class PostgresTx(Tx):
         return await cursor.fetchall()
 
     async def expect(self, name: str, params: Mapping[str, Any]) -> bool:
+        return await self.expect_rows(name, params, 1)
+
+    async def expect_rows(self, name: str, params: Mapping[str, Any], n: int) -> bool:
         cursor = self.conn.cursor()
         await cursor.execute(self._sql(name), params)
         if self._pipeline is None:
-            return cursor.rowcount > 0
-        self._checks.append(cursor)
+            return cursor.rowcount >= n
+        self._checks.append((cursor, n))
         return True
 
     async def sync(self) -> None:
@@ -134,7 +139,7 @@ class PostgresTx(Tx):
             row = await probe.fetchone()
             self.xid = None if row is None else row["xid"]
         checks, self._checks = self._checks, []
-        if not all(cursor.rowcount > 0 for cursor in checks):
+        if not all(cursor.rowcount >= n for cursor, n in checks):
             self.unmet = True  # kept: an op catching the exception must not let the attempt commit
             raise _Unmet()
 
@@ -196,6 +201,11 @@ class _LoneTx(PostgresTx):
     async def expect(self, name: str, params: Mapping[str, Any]) -> bool:
         self._hold(name, params, True)
         return True  # checked once it has run: if it changed no row, the op runs again in a transaction
+
+    async def expect_rows(self, name: str, params: Mapping[str, Any], n: int) -> bool:
+        if n != 1:
+            raise _NotLone()
+        return await self.expect(name, params)
 
     async def execute_many(self, name: str, params: Sequence[Mapping[str, Any]]) -> None:
         raise _NotLone()

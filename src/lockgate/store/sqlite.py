@@ -93,6 +93,10 @@ class _SQLiteTx(Tx):
         cursor = self._conn.execute(self._queries[name], params)
         return bool(cursor.fetchall()) or cursor.rowcount > 0  # rowcount counts RETURNING rows once fetched
 
+    async def expect_rows(self, name: str, params: Mapping[str, Any], n: int) -> bool:
+        self._note(name)
+        return self._conn.execute(self._queries[name], params).rowcount == n
+
     async def execute_values(self, name: str, rows: Sequence[Mapping[str, Any]]) -> list[Row]:
         if len(rows) < 2:
             return await self.execute(name, rows[0]) if rows else []

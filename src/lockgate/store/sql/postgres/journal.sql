@@ -21,6 +21,31 @@ ON CONFLICT (run_id, step_key) DO UPDATE SET
     error_tag = excluded.error_tag, error_message = excluded.error_message, attempts = excluded.attempts,
     due_at = excluded.due_at, started_at = excluded.started_at, finished_at = excluded.finished_at;
 
+-- name: upsert_journal_many
+-- upsert_journal for the entries of many held runs (a JSON array of objects: each entry's columns with its
+-- run's owner and epoch), in one statement: the runs still held are locked and read once, and only their
+-- entries are written. Fewer rows written than entries given means a lease moved on.
+WITH e AS (
+    SELECT * FROM jsonb_to_recordset(%(entries)s::jsonb) AS e(
+        run_id text, owner text, epoch bigint, step_key text, seq integer, kind text, status text, output text,
+        error_tag text, error_message text, attempts integer, due_at float8, started_at float8, finished_at float8)
+), held AS (  -- each run looked up by its id (a plan that walked the running runs would grow with them)
+    SELECT r.id FROM (SELECT DISTINCT run_id, owner, epoch FROM e) AS f, LATERAL (
+        SELECT id FROM lockgate_runs
+        WHERE id = f.run_id AND owner = f.owner AND epoch = f.epoch AND status = 'running'
+        FOR SHARE
+    ) AS r
+)
+INSERT INTO lockgate_journal (run_id, step_key, seq, kind, status, output, error_tag, error_message,
+    attempts, due_at, started_at, finished_at)
+SELECT e.run_id, e.step_key, e.seq, e.kind, e.status, e.output, e.error_tag, e.error_message, e.attempts,
+    e.due_at, e.started_at, e.finished_at
+FROM e WHERE e.run_id IN (SELECT id FROM held)
+ON CONFLICT (run_id, step_key) DO UPDATE SET
+    seq = excluded.seq, kind = excluded.kind, status = excluded.status, output = excluded.output,
+    error_tag = excluded.error_tag, error_message = excluded.error_message, attempts = excluded.attempts,
+    due_at = excluded.due_at, started_at = excluded.started_at, finished_at = excluded.finished_at;
+
 -- name: delete_failed_journal
 -- Pending entries (a timer, a signal's timeout) keep their due times across a resume.
 DELETE FROM lockgate_journal WHERE run_id = %(run_id)s AND status = 'failed';

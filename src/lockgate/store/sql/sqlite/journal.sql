@@ -15,6 +15,27 @@ ON CONFLICT (run_id, step_key) DO UPDATE SET
     error_tag = excluded.error_tag, error_message = excluded.error_message, attempts = excluded.attempts,
     due_at = excluded.due_at, started_at = excluded.started_at, finished_at = excluded.finished_at;
 
+-- name: upsert_journal_many
+-- upsert_journal for the entries of many held runs (a JSON array of objects: each entry's columns with its
+-- run's owner and epoch; times as text, which CAST reads exactly where SQLite's JSON numbers keep 15 digits),
+-- in one statement. Fewer rows written than entries given means a lease moved on. Here a statement is a
+-- function call, and one per entry costs less than reading the JSON (Tx.rows_in_one): ops.record_held
+-- writes per entry, and this form stays beside PostgreSQL's, tested.
+INSERT INTO lockgate_journal (run_id, step_key, seq, kind, status, output, error_tag, error_message,
+    attempts, due_at, started_at, finished_at)
+SELECT e.value ->> 'run_id', e.value ->> 'step_key', e.value ->> 'seq', e.value ->> 'kind', e.value ->> 'status',
+    e.value ->> 'output', e.value ->> 'error_tag', e.value ->> 'error_message', e.value ->> 'attempts',
+    CAST(e.value ->> 'due_at' AS REAL), CAST(e.value ->> 'started_at' AS REAL), CAST(e.value ->> 'finished_at' AS REAL)
+FROM json_each(:entries) AS e
+WHERE EXISTS (
+    SELECT 1 FROM lockgate_runs
+    WHERE id = e.value ->> 'run_id' AND owner = e.value ->> 'owner' AND epoch = e.value ->> 'epoch'
+      AND status = 'running')
+ON CONFLICT (run_id, step_key) DO UPDATE SET
+    seq = excluded.seq, kind = excluded.kind, status = excluded.status, output = excluded.output,
+    error_tag = excluded.error_tag, error_message = excluded.error_message, attempts = excluded.attempts,
+    due_at = excluded.due_at, started_at = excluded.started_at, finished_at = excluded.finished_at;
+
 -- name: delete_failed_journal
 -- Pending entries (a timer, a signal's timeout) keep their due times across a resume.
 DELETE FROM lockgate_journal WHERE run_id = :run_id AND status = 'failed';
