@@ -704,50 +704,34 @@ async def test_batched_arrivals_gather_and_fill_together_as_one_by_one(
     assert runs and all(len(json.loads(r["payload"])["items"]) == 3 for r in runs)  # each run a full batch
 
 
-async def test_throttled_slots_are_decided_together_as_one_by_one(
+@pytest.mark.parametrize("window", ["throttle", "rate_limit"])
+async def test_windowed_slots_are_decided_together_as_one_by_one(
     store_url: str,
     twin_url: str,
+    window: str,
     window_reads: list[list[tuple[str, str, int]]],
     set_reads: list[list[gate_ops.Slot]],
 ) -> None:
+    own, pooled, alone = ("ths", "thsp", "thp") if window == "throttle" else ("rls", "rlsp", "rlp")
     async with lg.Client(make_app(), store_url) as client:
         make = Maker(client)
     # Before: key a's slots full (one start parked for a slot), then one freed: room, but a start waits ahead.
-    before = [make("ths", "a", dt=0.4) for _ in range(3)]
-    burst = [make(("ths", "thsp", "thp")[i % 3], "abc"[i % 5 % 3], dt=0.4) for i in range(45)]
-    burst += [make("pooled", "abc"[i % 3], dt=0.4) for i in range(6)]  # the pool's slots, taken by a slot-only run
-    decided, state = await _both(store_url, twin_url, before, burst, free=["run_0001"])
-    modes = Counter(d["mode"] for d in decided if d["status"] == "queued")
-    assert modes["throttle"] > 0 and modes["concurrency"] > 0  # held by each of the two controls
-    assert Counter(d["status"] for d in decided)["started"] > 0
-    assert len(window_reads) == 1  # one run of window arrivals (a window alone, or before a slot)
-    assert len(set_reads) == 2  # its slots, then the slot-only run's
-    slots = Counter((r["scope"], r["key"]) for r in state["slots"])
-    assert all(n <= 1 for (scope, _), n in slots.items() if scope == "wf:ths")
-    assert all(n <= 2 for (scope, _), n in slots.items() if scope == "pool:shared")
-
-
-async def test_rate_limited_slots_are_decided_together_as_one_by_one(
-    store_url: str,
-    twin_url: str,
-    window_reads: list[list[tuple[str, str, int]]],
-    set_reads: list[list[gate_ops.Slot]],
-) -> None:
-    async with lg.Client(make_app(), store_url) as client:
-        make = Maker(client)
-    # Before: key a's slot full with a start parked for it, then freed: room, but a start waits ahead.
-    before = [make("rls", "a", dt=0.4) for _ in range(2)]
-    burst = [make(("rls", "rlsp", "rlp")[i % 3], "abc"[i % 5 % 3], dt=0.4) for i in range(45)]
+    before = [make(own, "a", dt=0.4) for _ in range(3 if window == "throttle" else 2)]
+    burst = [make((own, pooled, alone)[i % 3], "abc"[i % 5 % 3], dt=0.4) for i in range(45)]
     burst += [make("pooled", "abc"[i % 3], dt=0.4) for i in range(6)]  # the pool's slots, taken by a slot-only run
     decided, state = await _both(store_url, twin_url, before, burst, free=["run_0001"])
     statuses = Counter(d["status"] for d in decided)
-    assert statuses["dropped"] > 0 and statuses["started"] > 0
-    assert Counter(d["mode"] for d in decided if d["status"] == "queued")["concurrency"] > 0
+    modes = Counter(d["mode"] for d in decided if d["status"] == "queued")
+    assert modes["concurrency"] > 0 and statuses["started"] > 0
+    if window == "throttle":
+        assert modes["throttle"] > 0  # held by each of the two controls
+    else:
+        assert statuses["dropped"] > 0
+        # Parked for a slot, an arrival was still counted by the rate limit (the stage it passed): the
+        # one-by-one store's window hits, compared above, say so too.
+        assert {r["scope"] for r in state["hits"]} == {"wf:rls:rate_limit[0]", "pool:quota"}
     assert len(window_reads) == 1  # one run of window arrivals (a window alone, or before a slot)
     assert len(set_reads) == 2  # its slots, then the slot-only run's
-    # Parked for a slot, an arrival was still counted by the rate limit (the stage it passed): the
-    # one-by-one store's window hits, compared above, say so too.
-    assert {r["scope"] for r in state["hits"]} == {"wf:rls:rate_limit[0]", "pool:quota"}
     slots = Counter((r["scope"], r["key"]) for r in state["slots"])
-    assert all(n <= 1 for (scope, _), n in slots.items() if scope == "wf:rls")
+    assert all(n <= 1 for (scope, _), n in slots.items() if scope == f"wf:{own}")
     assert all(n <= 2 for (scope, _), n in slots.items() if scope == "pool:shared")
