@@ -383,10 +383,11 @@ async def test_held_entries_of_many_runs_are_written_by_one_statement_as_one_by_
         assert (journal[3]["started_at"], journal[3]["finished_at"]) == (now - 1 / 3, None)
 
 
-async def test_runs_ending_in_one_group_commit_write_their_held_entries_with_one_statement(
+async def test_runs_ending_in_one_group_commit_write_their_held_entries_together(
     store_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Many runs ending (or flushing held entries) in one group commit write their entries with one statement."""
+    """Many runs ending (or flushing held entries) in one group commit write their entries together
+    (``record_held``: one statement on PostgreSQL)."""
     sizes: list[int] = []
     record_held = ops.record_held
 

@@ -117,18 +117,12 @@ class GatePlan:
         return self.batch is not None and not (self.concurrency or self.windows or self.debounce or self.singleton)
 
     @property
-    def windowed_slot(self) -> bool:
-        """Two controls, one throttle or rate limit and a per-key concurrency limit: a start passes (or waits
-        for, or is dropped by) its window, then waits for a slot. A provider's two limits, declared together."""
+    def one_window(self) -> bool:
+        """One throttle or rate limit, alone or before a per-key concurrency limit (a provider's two limits,
+        declared together): a start passes, waits for or is dropped by its window, then waits for a slot."""
         c = self.concurrency
         held = self.debounce or self.batch or self.singleton
-        return c is not None and c.total is None and len(self.windows) == 1 and not held
-
-    @property
-    def window_only(self) -> bool:
-        """One control, a single throttle or rate limit: a start waits for (or is dropped by) its window alone."""
-        held = self.concurrency or self.debounce or self.batch or self.singleton
-        return len(self.windows) == 1 and not held
+        return len(self.windows) == 1 and not held and (c is None or c.total is None)
 
 
 def _fail(wf: str, fields: str | list[str], problem: str) -> typing.NoReturn:

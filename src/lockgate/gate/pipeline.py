@@ -486,7 +486,7 @@ async def _batch(tx: Tx, o: Offer, now: float) -> Decision | None:
         row = await gate_ops.get_pending(tx, decision.pending_id or "")
         assert row is not None
     else:
-        items, reason = _batch_fold(row, o)
+        items, size, reason = _batch_fold(row, o)
         await _fold(
             tx,
             o,
@@ -503,7 +503,7 @@ async def _batch(tx: Tx, o: Offer, now: float) -> Decision | None:
             key=key,
             reason=reason,
         )
-        if len(json.loads(items)) < b.max_size:
+        if size < b.max_size:
             return Decision("queued", o.ticket, pending_id=row["id"], mode="batch", due_at=row["due_at"], key=key)
         row = await gate_ops.get_pending(tx, row["id"])
         assert row is not None
@@ -530,10 +530,11 @@ def _batch_opens(o: Offer, now: float) -> dict[str, Any]:
     }
 
 
-def _batch_fold(row: Row, o: Offer) -> tuple[str, str]:
-    """The open batch ``row``'s items with ``o`` added, and the reason its ledger row gives."""
+def _batch_fold(row: Row, o: Offer) -> tuple[str, int, str]:
+    """The open batch ``row``'s items with ``o`` added (as stored, and how many), and the reason its ledger
+    row gives."""
     items = [*json.loads(row["items"] or "[]"), o.payload]
-    return json.dumps(items), f"item {len(items)} of batch {row['ticket']}"
+    return json.dumps(items), len(items), f"item {len(items)} of batch {row['ticket']}"
 
 
 async def _flush_batch(tx: Tx, o: Offer, row: Row, now: float) -> Decision:
@@ -846,13 +847,13 @@ def _lone_control(o: Offer, now: float) -> tuple[str, gate_ops.Slot] | None:
 
     So: no identity to check, not delayed, no pause on its workflow or its keys in its
     snapshot, and a workflow whose controls are those (``GatePlan.slot_only``,
-    ``window_only``, ``windowed_slot``, ``debounce_only``, ``batch_only``): every other stage
-    would pass it on untouched.
+    ``one_window``, ``debounce_only``, ``batch_only``): every other stage would pass it on
+    untouched.
     """
     plan = o.plan
     if o.pending is not None or o.identity is not None or o.pauses is None:
         return None
-    if not (plan.slot_only or plan.window_only or plan.windowed_slot or plan.debounce_only or plan.batch_only):
+    if not (plan.slot_only or plan.one_window or plan.debounce_only or plan.batch_only):
         return None
     if o.at is not None and o.at > now:
         return None
@@ -1026,14 +1027,14 @@ def _gathered(o: Offer, row: Row, now: float) -> tuple[dict[str, Any], str, bool
     b = o.plan.batch
     if b is None:
         return _debounce_fold(o, row, now), _folded_into(row), False
-    items, reason = _batch_fold(row, o)
+    items, size, reason = _batch_fold(row, o)
     fields = {
         "items": items,
         "identity": None,
         "idempotency_key": None,
         "priority": max(o.priority, int(row["priority"])),
     }
-    return fields, reason, len(json.loads(items)) >= b.max_size
+    return fields, reason, size >= b.max_size
 
 
 _ARRIVE = {"slot": _arrive, "window": _arrive_windows, "group": _arrive_gathered}
