@@ -49,6 +49,20 @@ class DirectConnection(psycopg.AsyncConnection[Row]):
     _reader_loop: asyncio.AbstractEventLoop | None = None
     _reader_fileno = -1
     _waiter: asyncio.Future[None] | None = None
+    _plans: dict[Any, Any] | None = None
+    _planned = 0
+
+    @property
+    def plans(self) -> dict[Any, Any]:
+        """Statements prepared on this connection by the pipelined transactions (``store/wire.py``)."""
+        if self._plans is None:
+            self._plans = {}
+        return self._plans
+
+    def next_plan(self) -> int:
+        """A number no other statement prepared on this connection has had."""
+        self._planned += 1
+        return self._planned
 
     async def wait(self, gen: PQGen[Any], *args: Any, **kwargs: Any) -> Any:
         self.stand_down()
@@ -70,17 +84,30 @@ class DirectConnection(psycopg.AsyncConnection[Row]):
             with contextlib.suppress(Exception):  # the loop is closed: nothing watches the socket anyway
                 loop.remove_reader(self._reader_fileno)
 
-    async def answered(self) -> None:
-        """Wait until libpq holds the whole answer to the statement sent."""
-        pgconn = self.pgconn
-        if not pgconn.is_busy():  # the answer was read already (by the reader, say); no system call to learn it
-            return
-        loop = asyncio.get_running_loop()
-        fileno = pgconn.socket
+    def _watch(self, loop: asyncio.AbstractEventLoop) -> None:
+        fileno = self.pgconn.socket
         if self._reader_loop is not loop or self._reader_fileno != fileno:
             self.stand_down()
             loop.add_reader(fileno, self._on_readable)
             self._reader_loop, self._reader_fileno = loop, fileno
+
+    async def flushed(self) -> None:
+        """Send all libpq holds for the server, reading its answers meanwhile (it stops reading while they back up)."""
+        pgconn = self.pgconn
+        if not pgconn.flush():  # nearly always sent at once
+            return
+        loop = asyncio.get_running_loop()
+        self._watch(loop)
+        while pgconn.flush():
+            await _until_ready(loop.add_writer, loop.remove_writer, pgconn.socket)
+
+    async def answered(self) -> None:
+        """Wait until libpq holds the whole answer to the statement sent (in a pipeline: its next answer)."""
+        pgconn = self.pgconn
+        if not pgconn.is_busy():  # the answer was read already (by the reader, say); no system call to learn it
+            return
+        loop = asyncio.get_running_loop()
+        self._watch(loop)
         waiter = self._waiter = loop.create_future()
         try:
             await waiter

@@ -2,13 +2,14 @@
 
 Writes are group-committed by one writer task on a connection of its own: every
 operation queued while the previous commit was in flight runs in the next transaction.
-The batch is pipelined: statements whose rows nobody reads (and fenced writes,
-``Tx.expect``, whose changed rows are counted later) are sent without waiting, so a batch costs a round trip
-for its statements and one for its COMMIT, plus one per statement whose rows an op
-reads. If any op refuses or any statement fails, the attempt is rolled back and the
-batch runs again op by op, each under its own savepoint, so one refusal undoes only
-itself. A batch of one op marked ``lone`` whose one write is a repeatable statement (a
-step's journal entry) skips the transaction: the statement runs in autocommit, in one
+The batch is pipelined (``store/wire.py``, libpq's pipeline mode driven by hand):
+statements whose rows nobody reads (and fenced writes, ``Tx.expect``, whose changed rows
+are counted later) are queued without waiting, so a batch costs a round trip for its
+statements and one for its COMMIT, plus one per statement whose rows an op reads. If
+any op refuses or any statement fails, the attempt is rolled back and the batch runs
+again op by op, each under its own savepoint, so one refusal undoes only itself. A
+batch of one op marked ``lone`` whose one write is a repeatable statement (a step's
+journal entry) skips the transaction: the statement runs in autocommit, in one
 round trip, straight through libpq (``store/direct.py``). When nothing is queued and the
 writer is idle, its caller runs it so itself, without waking the writer task. Reads run
 in autocommit on a small pool of connections and see committed data.
@@ -43,6 +44,7 @@ from .coalesce import Call, run_calls, runs_lone
 from .direct import DirectConnection, DirectStatement, Unsupported
 from .multirow import multirow
 from .sql_files import load_queries, migrations, repeatable_queries, silent_queries
+from .wire import Unmet, WireTx
 
 __all__ = ["PostgresStore", "PostgresTx"]
 
@@ -63,33 +65,15 @@ _OPTIONS = frozenset({"pool_size", "pool_timeout"})  # lockgate's own URL option
 
 
 class PostgresTx(Tx):
-    """A transaction (or, for reads, an autocommit session) on one connection.
-
-    With a ``pipeline`` (the writer's optimistic attempt), a statement whose rows nobody
-    reads is sent without waiting, and so is an ``expect``: whether it changed a row is
-    checked at the next sync. A statement whose rows an op reads is a sync; until the transaction's id
-    is known, each sync also asks for it (see ``PostgresStore._optimistic``).
-    """
+    """A transaction (or, for reads, an autocommit session) on one connection, each statement awaited."""
 
     dialect = "postgres"
     rows_in_one = True
 
-    def __init__(
-        self,
-        conn: _Conn,
-        queries: dict[str, str],
-        pipeline: psycopg.AsyncPipeline | None = None,
-        silent: frozenset[str] = frozenset(),
-    ) -> None:
+    def __init__(self, conn: _Conn, queries: dict[str, str]) -> None:
         self.conn = conn
         self._queries = queries
-        self._pipeline = pipeline
-        self._silent = silent
         self._sink: psycopg.AsyncCursor[DictRow] | None = None
-        # pipelined expects not yet answered, each with the rows it must have changed (at least)
-        self._checks: list[tuple[psycopg.AsyncCursor[DictRow], int]] = []
-        self.xid: str | None = None  # the transaction's id, once it has one and a sync brought it back
-        self.unmet = False  # whether a pipelined expect changed no row
 
     def _sql(self, name: str) -> str:
         try:
@@ -97,20 +81,14 @@ class PostgresTx(Tx):
         except KeyError:
             raise KeyError(f"no PostgreSQL query named {name!r}") from None
 
-    async def send(self, sql: str, params: Mapping[str, Any] | Sequence[Any] | None = None) -> None:
-        """Run ``sql`` for its effect alone (pipelined: without waiting for its answer)."""
+    async def send(self, sql: str, params: Mapping[str, Any] | None = None) -> None:
+        """Run ``sql`` for its effect alone."""
         if self._sink is None:
             self._sink = self.conn.cursor()
         await self._sink.execute(sql, params)
 
     async def execute(self, name: str, params: Mapping[str, Any] | None = None) -> list[Row]:
-        sql = self._sql(name)
-        if self._pipeline is not None and name in self._silent:
-            await self.send(sql, params or {})
-            return []
-        cursor = await self.conn.execute(sql, params or {})
-        if self._pipeline is not None:
-            await self.sync()  # its rows are read now: one round trip, carrying all queued before it
+        cursor = await self.conn.execute(self._sql(name), params or {})
         result = cursor.pgresult
         if result is None or result.status != _TUPLES_OK:
             return []
@@ -122,31 +100,7 @@ class PostgresTx(Tx):
     async def expect_rows(self, name: str, params: Mapping[str, Any], n: int) -> bool:
         cursor = self.conn.cursor()
         await cursor.execute(self._sql(name), params)
-        if self._pipeline is None:
-            return cursor.rowcount >= n
-        self._checks.append((cursor, n))
-        return True
-
-    async def sync(self) -> None:
-        """Have everything sent so far answered; ``_Unmet`` if a pipelined ``expect`` changed no row."""
-        assert self._pipeline is not None
-        probe = None
-        if self.xid is None:
-            probe = self.conn.cursor()
-            await probe.execute(_XID)
-        await self._pipeline.sync()
-        if probe is not None:
-            row = await probe.fetchone()
-            self.xid = None if row is None else row["xid"]
-        checks, self._checks = self._checks, []
-        if not all(cursor.rowcount >= n for cursor, n in checks):
-            self.unmet = True  # kept: an op catching the exception must not let the attempt commit
-            raise _Unmet()
-
-    @property
-    def settled(self) -> bool:
-        """Whether every pipelined ``expect`` has been answered (and changed its row)."""
-        return not self._checks
+        return cursor.rowcount >= n
 
     async def execute_many(self, name: str, params: Sequence[Mapping[str, Any]]) -> None:
         await self.conn.cursor().executemany(self._sql(name), params)
@@ -154,18 +108,10 @@ class PostgresTx(Tx):
     async def execute_values(self, name: str, rows: Sequence[Mapping[str, Any]]) -> list[Row]:
         if len(rows) < 2:
             return await self.execute(name, rows[0]) if rows else []
-        form = multirow(name, self._sql(name), "postgres")
-        silent = self._pipeline is not None and name in self._silent
-        cursors: list[psycopg.AsyncRawCursor[DictRow]] = []
-        for sql, params in form.statements(rows):  # in the server's numbered form: sent unparsed
-            cursor = psycopg.AsyncRawCursor(self.conn)
-            await cursor.execute(sql, params)
-            if not silent:
-                cursors.append(cursor)
-        if cursors and self._pipeline is not None:
-            await self.sync()  # every chunk's rows in one round trip
         out: list[Row] = []
-        for cursor in cursors:
+        for sql, params in multirow(name, self._sql(name), "postgres").statements(rows):
+            cursor = psycopg.AsyncRawCursor(self.conn)  # in the server's numbered form: sent unparsed
+            await cursor.execute(sql, params)
             result = cursor.pgresult
             if result is not None and result.status == _TUPLES_OK:
                 out += await cursor.fetchall()
@@ -191,7 +137,7 @@ class _LoneTx(PostgresTx):
             raise _NotLone()
         self.held = (name, params, expect)
 
-    async def send(self, sql: str, params: Mapping[str, Any] | Sequence[Any] | None = None) -> None:
+    async def send(self, sql: str, params: Mapping[str, Any] | None = None) -> None:
         raise _NotLone()
 
     async def execute(self, name: str, params: Mapping[str, Any] | None = None) -> list[Row]:
@@ -218,10 +164,6 @@ class _LoneTx(PostgresTx):
 
 class _NotLone(BaseException):  # a signal between the store and its own Tx, never an error
     """The op asked more of its transaction than one repeatable write: it runs in a transaction after all."""
-
-
-class _Unmet(Exception):
-    """A pipelined ``expect`` changed no row: the op would have gone another way; the batch runs again, guarded."""
 
 
 _XID = "SELECT pg_current_xact_id_if_assigned()::text AS xid"
@@ -575,7 +517,7 @@ class PostgresStore(Store):
             await asyncio.sleep(_backoff(attempt))
         return None
 
-    async def _writer_connection(self) -> _Conn:
+    async def _writer_connection(self) -> _WriterConn:
         """The writer's connection, connected again when the last one broke."""
         conn = self._conn
         if conn is not None and not conn.closed:
@@ -666,7 +608,7 @@ class PostgresStore(Store):
         return [(True, value)]
 
     async def _optimistic(
-        self, conn: _Conn, batch: list[tuple[Call, asyncio.Future[Any] | None]], state: _Attempt
+        self, conn: _WriterConn, batch: list[tuple[Call, asyncio.Future[Any] | None]], state: _Attempt
     ) -> list[tuple[bool, Any]] | None:
         """Run the batch pipelined, without savepoints; ``None`` when it must run again guarded.
 
@@ -679,25 +621,24 @@ class PostgresStore(Store):
         consecutive calls of an op with a many-at-once form runs as one call of that form.
         """
         try:
-            async with conn.pipeline() as pipeline:
-                tx = PostgresTx(conn, self._queries, pipeline, self._silent)
+            async with WireTx(conn, self._queries, self._silent) as tx:
                 await tx.send("BEGIN")
                 try:
                     values = await run_calls(tx, [call for call, _ in batch])
                     if tx.xid is None or not tx.settled:
                         await tx.sync()
                     if tx.unmet:
-                        raise _Unmet()
+                        raise Unmet()
                 except (psycopg.OperationalError, asyncio.CancelledError, KeyboardInterrupt, SystemExit):
                     raise
-                except BaseException as exc:  # a refusal (Fenced is a BaseException), a failed statement, _Unmet
+                except BaseException as exc:  # a refusal (Fenced is a BaseException), a failed statement, Unmet
                     if _is_stale_plan(exc):
                         raise
-                    return await self._abandon(pipeline, tx, exc if len(batch) == 1 else None)
+                    return await self._abandon(tx, exc if len(batch) == 1 else None)
                 state.xid, state.pid = tx.xid, conn.info.backend_pid
                 state.outcomes = [(True, value) for value in values]
                 state.committing = True
-                await tx.send("COMMIT")  # answered by the sync that ends the pipeline
+                await tx.commit()
         except psycopg.Error as exc:
             if not state.committing or conn.closed or conn.broken or _is_stale_plan(exc):
                 raise  # if COMMIT got no answer, whether it committed is learnt from the transaction's id
@@ -708,21 +649,19 @@ class PostgresStore(Store):
             return None
         return state.outcomes
 
-    async def _abandon(
-        self, pipeline: psycopg.AsyncPipeline, tx: PostgresTx, refusal: BaseException | None
-    ) -> list[tuple[bool, Any]] | None:
+    async def _abandon(self, tx: WireTx, refusal: BaseException | None) -> list[tuple[bool, Any]] | None:
         """Roll the optimistic attempt back: a lone op's refusal is its outcome, else ``None`` (run guarded)."""
         failed = False
         try:
-            await pipeline.sync()  # what is still in flight must be answered before the ROLLBACK
+            await tx.drain()  # what is still in flight must be answered before the ROLLBACK
         except psycopg.OperationalError:
             raise
         except psycopg.Error as exc:
             if _is_stale_plan(exc):
                 raise
             failed = True
-        await tx.send("ROLLBACK")  # answered as the pipeline ends
-        if refusal is None or failed or isinstance(refusal, (psycopg.Error, _Unmet)):
+        await tx.rollback()
+        if refusal is None or failed or isinstance(refusal, (psycopg.Error, Unmet)):
             return None
         return [(False, _refusal(refusal))]
 
@@ -817,13 +756,13 @@ class PostgresStore(Store):
         return True
 
     async def notify(self, tx: Tx, channel: str, payload: str) -> None:
-        if not isinstance(tx, PostgresTx):
+        if not isinstance(tx, (PostgresTx, WireTx)):
             raise TypeError("notify() takes a transaction of this PostgreSQL store")
         message = json.dumps([self._origin, channel, payload])
         size = len(message.encode())
         if size >= _NOTIFY_LIMIT:
             raise ValueError(f"wake-up on {channel!r} is {size} bytes; PostgreSQL allows under {_NOTIFY_LIMIT}")
-        await tx.send("SELECT pg_notify(%s, %s)", (CHANNEL, message))
+        await tx.send("SELECT pg_notify(%(channel)s, %(message)s)", {"channel": CHANNEL, "message": message})
 
     def add_listener(self, callback: Callable[[str, str], None]) -> None:
         self._listeners.append(callback)
