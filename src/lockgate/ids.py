@@ -26,13 +26,14 @@ def new_id(prefix: str) -> str:
     """A new id like ``run_06f1...``: ordered by creation time, unique without coordination."""
     global _last
     millis = int(time.time() * 1000)
-    rand = int.from_bytes(os.urandom(9), "big")
     with _lock:
         last_millis, last_rand = _last
-        if millis <= last_millis:
+        if millis <= last_millis:  # no fresh randomness needed (a system call): the id continues from the last
             millis, rand = last_millis, last_rand + 1
             if rand >> _RAND_BITS:  # the random part overflowed: borrow the next millisecond
                 millis, rand = millis + 1, 0
+        else:
+            rand = int.from_bytes(os.urandom(9), "big")
         _last = (millis, rand)
     n = (millis << _RAND_BITS) | rand
     pairs = _PAIRS
