@@ -44,7 +44,7 @@ from .coalesce import Call, run_calls, runs_lone
 from .direct import DirectConnection, DirectStatement, Unsupported
 from .multirow import multirow
 from .sql_files import load_queries, migrations, repeatable_queries, silent_queries
-from .wire import Unmet, WireTx
+from .wire import XID, Unmet, WireTx
 
 __all__ = ["PostgresStore", "PostgresTx"]
 
@@ -166,7 +166,6 @@ class _NotLone(BaseException):  # a signal between the store and its own Tx, nev
     """The op asked more of its transaction than one repeatable write: it runs in a transaction after all."""
 
 
-_XID = "SELECT pg_current_xact_id_if_assigned()::text AS xid"
 _TUPLES_OK = psycopg.pq.ExecStatus.TUPLES_OK
 _IDLE = psycopg.pq.TransactionStatus.IDLE
 _PIPELINE_OFF = psycopg.pq.PipelineStatus.OFF
@@ -693,7 +692,7 @@ class PostgresStore(Store):
         if single and not outcomes[0][0]:
             await conn.execute("ROLLBACK")
             return outcomes
-        cursor = await conn.execute(_XID)
+        cursor = await conn.execute(XID)
         row = await cursor.fetchone()
         state.xid = None if row is None else row["xid"]
         state.pid, state.outcomes = conn.info.backend_pid, outcomes

@@ -2,12 +2,11 @@
 
 psycopg's pipeline object spends, on each statement, a cursor, the query's conversion and
 two waits on the socket around a send of its own: about three times the CPU of the whole
-transaction sent this way (``python -m bench.wire``). Here every
-statement is queued in libpq's output buffer, parameters adapted by psycopg's own
-``Transformer`` (so every type travels as psycopg would send it), each distinct text
-prepared on first use under a name of this connection's own; the buffer goes out, and
-the answers come back, only when an op reads rows, when the transaction must learn
-whether its checks held, and at COMMIT.
+transaction sent this way (``python -m bench.wire``). Here every statement is queued in
+libpq's output buffer, its parameters adapted by psycopg's own ``Transformer`` (so every
+type travels as psycopg would send it), each distinct text prepared on first use under a
+name of this connection's own; the buffer goes out, and the answers come back, only when
+an op reads rows, when the transaction must learn whether its checks held, and at COMMIT.
 
 A statement's failure aborts the rest of its pipeline segment, as in psycopg's
 pipeline: the first error is raised at the next exchange. A failure of the connection,
@@ -30,7 +29,7 @@ from .base import Row, Tx
 from .direct import DirectConnection, numbered
 from .multirow import multirow
 
-__all__ = ["Unmet", "WireTx"]
+__all__ = ["XID", "Unmet", "WireTx"]
 
 _COMMAND_OK = pq.ExecStatus.COMMAND_OK
 _TUPLES_OK = pq.ExecStatus.TUPLES_OK
@@ -38,7 +37,9 @@ _FATAL_ERROR = pq.ExecStatus.FATAL_ERROR
 _ABORTED = pq.ExecStatus.PIPELINE_ABORTED
 _SYNC = pq.ExecStatus.PIPELINE_SYNC
 _BAD = pq.ConnStatus.BAD
-_XID = b"SELECT pg_current_xact_id_if_assigned()::text"
+XID = "SELECT pg_current_xact_id_if_assigned()::text AS xid"
+"""The transaction's id, once it has one: what resolves a COMMIT whose answer was lost."""
+_XID = XID.encode()
 _MOST_PLANS = 400  # statements prepared on one connection at most; past this they are sent unnamed
 
 # What each statement sent is waiting for: its answer's use.
@@ -125,7 +126,7 @@ class WireTx(Tx):
         text, names = _parsed(sql)
         if not names:
             self._pgconn.send_query_params(text.encode(self._encoding), None)
-            self._sent.append((use, holder))
+            self._awaits(use, holder)
             return
         if params is None:
             raise KeyError(f"query needs parameters {', '.join(names)}")
@@ -149,6 +150,10 @@ class WireTx(Tx):
             pgconn.send_query_params(sql, buffers, param_types=types, param_formats=formats)
         else:
             pgconn.send_query_prepared(plan.name, buffers, param_formats=formats)
+        self._awaits(use, holder)
+
+    def _awaits(self, use: int, holder: Any) -> None:
+        """Note the answer the statement just queued will bring, and what it is for."""
         self._sent.append((use, holder))
         if use == _CHECK:
             self._checks += 1
@@ -243,7 +248,7 @@ class WireTx(Tx):
         pgconn = self._pgconn
         if probe:
             pgconn.send_query_params(_XID, None)
-            self._sent.append((_PROBE, None))
+            self._awaits(_PROBE, None)
         if not self._sent:
             return
         pgconn.pipeline_sync()
