@@ -63,12 +63,12 @@ def _auto(n: int) -> list[PyFormat]:
 
 
 class _Plan:
-    """A statement prepared (or being prepared) on one connection."""
+    """A statement prepared (or being prepared) on one connection; forgotten if the server refuses it."""
 
-    __slots__ = ("key", "name", "ready")
+    __slots__ = ("key", "name")
 
     def __init__(self, key: tuple[bytes, tuple[int, ...]], name: bytes) -> None:
-        self.key, self.name, self.ready = key, name, False
+        self.key, self.name = key, name
 
 
 class WireTx(Tx):
@@ -266,8 +266,6 @@ class WireTx(Tx):
                             self.unmet = True
                     elif use == _ROWS:
                         holder.append(result)
-                    elif use == _PREPARE:
-                        holder.ready = True
                     elif use == _PROBE:
                         value = result.get_value(0, 0) if result.ntuples else None
                         if value is not None:
