@@ -61,12 +61,12 @@ class Tx(abc.ABC):
         return bool(await self.execute(name, params))
 
     async def expect_rows(self, name: str, params: Mapping[str, Any], n: int) -> bool:
-        """``expect`` for a write meant to change ``n`` rows: whether it changed them all.
+        """``expect`` for a write meant to change ``n`` rows: whether it changed them all (at least ``n``).
 
         On ``False`` the op refuses (raises), and its attempt is rolled back: a write that
         changed some of its rows leaves nothing behind. Here, by the rows it returned.
         """
-        return len(await self.execute(name, params)) == n
+        return len(await self.execute(name, params)) >= n
 
     async def insert(self, name: str, params: Mapping[str, Any]) -> int:
         """Run a one-row ``INSERT`` that always adds its row, and give that row's id.

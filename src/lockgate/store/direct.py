@@ -234,13 +234,14 @@ class DirectStatement:
     @staticmethod
     async def _finish(conn: psycopg.AsyncConnection[Any]) -> int:
         pgconn = conn.pgconn
-        loop = asyncio.get_running_loop()
-        fileno = pgconn.socket
-        while pgconn.flush():  # a few bytes: nearly always sent at once
-            await _until_ready(loop.add_writer, loop.remove_writer, fileno)
         if isinstance(conn, DirectConnection):
+            await conn.flushed()
             await conn.answered()
         else:
+            loop = asyncio.get_running_loop()
+            fileno = pgconn.socket
+            while pgconn.flush():  # a few bytes: nearly always sent at once
+                await _until_ready(loop.add_writer, loop.remove_writer, fileno)
             while True:
                 pgconn.consume_input()
                 if not pgconn.is_busy():

@@ -318,9 +318,9 @@ async def record_held(tx: Tx, held: Sequence[tuple[Fence, Sequence[Entry]]]) -> 
                 "owner": fence.owner,
                 "epoch": fence.epoch,
             }
-            for time in ("due_at", "started_at", "finished_at"):  # as text: read back exactly, where a JSON
-                if row[time] is not None:  # number keeps 15 digits in some readers
-                    row[time] = repr(float(row[time]))
+            for column in ("due_at", "started_at", "finished_at"):  # as text: read back exactly, where a JSON
+                if row[column] is not None:  # number keeps 15 digits in some readers
+                    row[column] = repr(float(row[column]))
             rows.append(row)
             if e.attempt is not None:
                 attempts.append(e.attempt)

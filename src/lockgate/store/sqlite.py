@@ -95,7 +95,7 @@ class _SQLiteTx(Tx):
 
     async def expect_rows(self, name: str, params: Mapping[str, Any], n: int) -> bool:
         self._note(name)
-        return self._conn.execute(self._queries[name], params).rowcount == n
+        return self._conn.execute(self._queries[name], params).rowcount >= n
 
     async def execute_values(self, name: str, rows: Sequence[Mapping[str, Any]]) -> list[Row]:
         if len(rows) < 2:

@@ -93,7 +93,6 @@ class WireTx(Tx):
         self._dumper = Transformer(conn)
         self._plans: dict[tuple[bytes, tuple[int, ...]], _Plan] = conn.plans
         self._sent: list[tuple[int, Any]] = []  # (what the answer is for, its holder), in the order sent
-        self._checks = 0  # checks sent whose answers are not read yet
         self.xid: str | None = None  # the transaction's id, once it has one and an exchange brought it back
         self.unmet = False  # whether a check changed fewer rows than it needed
 
@@ -126,7 +125,7 @@ class WireTx(Tx):
         text, names = _parsed(sql)
         if not names:
             self._pgconn.send_query_params(text.encode(self._encoding), None)
-            self._awaits(use, holder)
+            self._sent.append((use, holder))
             return
         if params is None:
             raise KeyError(f"query needs parameters {', '.join(names)}")
@@ -150,13 +149,7 @@ class WireTx(Tx):
             pgconn.send_query_params(sql, buffers, param_types=types, param_formats=formats)
         else:
             pgconn.send_query_prepared(plan.name, buffers, param_formats=formats)
-        self._awaits(use, holder)
-
-    def _awaits(self, use: int, holder: Any) -> None:
-        """Note the answer the statement just queued will bring, and what it is for."""
         self._sent.append((use, holder))
-        if use == _CHECK:
-            self._checks += 1
 
     async def send(self, sql: str, params: Mapping[str, Any] | None = None) -> None:
         """Queue ``sql`` (``%(name)s`` parameters) for its effect alone."""
@@ -186,21 +179,15 @@ class WireTx(Tx):
     async def execute_values(self, name: str, rows: Sequence[Mapping[str, Any]]) -> list[Row]:
         if len(rows) < 2:
             return await self.execute(name, rows[0]) if rows else []
-        form = multirow(name, self._sql(name), "postgres")
-        if name in self._silent:
-            for text, values in form.statements(rows):  # already in the server's numbered form
-                self._queue_values(text, values, _SILENT)
-            return []
+        silent = name in self._silent
         holders: list[list[pq.abc.PGresult]] = []
-        for text, values in form.statements(rows):
-            holders.append([])
-            self._queue_values(text, values, _ROWS, holders[-1])
+        for text, values in multirow(name, self._sql(name), "postgres").statements(rows):
+            holders.append([])  # each chunk is already in the server's numbered form
+            self._queue_values(text, values, _SILENT if silent else _ROWS, holders[-1])
+        if silent:
+            return []
         await self.sync()  # every chunk's rows in one round trip
-        out: list[Row] = []
-        for holder in holders:
-            if holder:
-                out += self._rows(holder[0])
-        return out
+        return [row for holder in holders if holder for row in self._rows(holder[0])]
 
     def _rows(self, result: pq.abc.PGresult) -> list[Row]:
         if result.status != _TUPLES_OK:
@@ -215,7 +202,7 @@ class WireTx(Tx):
     @property
     def settled(self) -> bool:
         """Whether every check sent has been answered."""
-        return self._checks == 0
+        return all(use != _CHECK for use, _ in self._sent)
 
     async def sync(self) -> None:
         """Have everything queued answered (asking for the transaction's id until known); ``Unmet``: a check failed."""
@@ -248,14 +235,13 @@ class WireTx(Tx):
         pgconn = self._pgconn
         if probe:
             pgconn.send_query_params(_XID, None)
-            self._awaits(_PROBE, None)
+            self._sent.append((_PROBE, None))
         if not self._sent:
             return
         pgconn.pipeline_sync()
         await self.conn.flushed()
         failure: pq.abc.PGresult | None = None
         sent, self._sent = self._sent, []
-        self._checks = 0
         try:
             for use, holder in sent:
                 result = await self._next()
