@@ -2,11 +2,13 @@
 
 Declarations are kept as given and validated once, when an ``Engine`` or ``Client``
 boots, so that every problem surfaces as a ``DefinitionError`` naming the workflow and
-the field, in one place.
+the field, in one place. Validation builds each frozen ``WorkflowDef`` whole, its gate
+plan included (``App.validate``).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import typing
 from collections.abc import Callable
@@ -15,9 +17,11 @@ from typing import Any, TypeVar, overload
 
 from pydantic import BaseModel
 
+from .controls import WorkflowOptions, read_options
 from .definitions import Body, WorkflowDef, as_tuple
 from .durations import to_seconds
 from .errors import DefinitionError, UnknownWorkflow
+from .plan import GatePlan, check_shared, plan_for
 
 __all__ = ["App"]
 
@@ -78,18 +82,28 @@ class App:
 
     # -- boot -------------------------------------------------------------------------
 
-    def definitions(self) -> dict[str, WorkflowDef]:
-        """Every workflow, validated; raises ``DefinitionError`` for the first problem."""
-        if self._built is None:
-            built: dict[str, WorkflowDef] = {}
-            for decl in self._declared:
-                if decl.name in built:
-                    raise DefinitionError(decl.name, "name", "registered twice")
-                built[decl.name] = _build(decl)
-            from .gate.declarations import validate_gate  # the gate checks its own options
+    def validate(self) -> dict[str, WorkflowDef]:
+        """Build every workflow's definition anew; raises ``DefinitionError`` for the first problem.
 
-            validate_gate(built)
-            self._built = built
+        Problems are found in a fixed order: each declaration's body and core options, then
+        each workflow's flow controls, then what spans workflows (pools, failure handlers).
+        """
+        drafts: dict[str, WorkflowDef] = {}
+        for decl in self._declared:
+            if decl.name in drafts:
+                raise DefinitionError(decl.name, "name", "registered twice")
+            drafts[decl.name] = _build(decl)
+        controls = {decl.name: _controls(decl) for decl in self._declared}
+        plans = {name: plan_for(name, drafts[name].payload_model, options) for name, options in controls.items()}
+        check_shared(plans, {name: d.payload_model for name, d in drafts.items()})
+        return {
+            name: dataclasses.replace(draft, options=controls[name], gate=plans[name]) for name, draft in drafts.items()
+        }
+
+    def definitions(self) -> dict[str, WorkflowDef]:
+        """Every workflow, validated once (``validate``) and kept until another is declared."""
+        if self._built is None:
+            self._built = self.validate()
         return self._built
 
     def get(self, workflow: str | Callable[..., Any]) -> WorkflowDef:
@@ -103,10 +117,16 @@ class App:
 
     @property
     def names(self) -> list[str]:
+        """The names declared so far, in declaration order."""
         return [d.name for d in self._declared]
 
 
 def _build(decl: _Declaration) -> WorkflowDef:
+    """The definition from the body and the core options, before its flow controls are read.
+
+    Its controls are left empty (a bare plan) until ``App.validate`` reads and plans them,
+    which it does for every workflow only once every body has been checked.
+    """
     name, fn, opts = decl.name, decl.fn, decl.options
     if not inspect.iscoroutinefunction(fn):
         raise DefinitionError(name, "body", "must be an 'async def' taking (ctx, payload)")
@@ -150,7 +170,6 @@ def _build(decl: _Declaration) -> WorkflowDef:
         ):
             raise DefinitionError(name, kind, "must map names to pydantic models")
         messages[kind] = dict(declared)
-    gate_options = {k: v for k, v in opts.items() if k not in _CORE_OPTIONS}
     return WorkflowDef(
         name=name,
         fn=fn,
@@ -165,8 +184,13 @@ def _build(decl: _Declaration) -> WorkflowDef:
         on_stalled=on_stalled,
         signals=messages["signals"],
         updates=messages["updates"],
-        options=gate_options,
+        gate=GatePlan(workflow=name),
     )
+
+
+def _controls(decl: _Declaration) -> WorkflowOptions:
+    """The declaration's flow-control options (every option that is not a core one), typed."""
+    return read_options(decl.name, {k: v for k, v in decl.options.items() if k not in _CORE_OPTIONS})
 
 
 def _strings(workflow: str, option: str, value: Any) -> tuple[str, ...]:

@@ -2,11 +2,17 @@
 
 Every key, priority and ``fair_by`` callback receives the workflow's decoded payload
 model (for ``batch``: the decoded item).
+
+``WorkflowOptions`` is the typed set of controls one workflow declares, and
+``read_options`` checks the decorator's keyword arguments into one: that each is a known
+option of the right kind. What the values mean together is checked when they are planned
+(``lockgate.plan``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import typing
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal
@@ -14,16 +20,21 @@ from typing import Any, Literal
 from pydantic import BaseModel
 
 from .durations import Duration
+from .errors import DefinitionError
 
 __all__ = [
     "Batch",
     "Concurrency",
     "Debounce",
     "FailureReport",
+    "KeyFn",
     "RateLimit",
     "Singleton",
     "Throttle",
     "Timeouts",
+    "WorkflowOptions",
+    "callable_or_none",
+    "read_options",
 ]
 
 KeyFn = Callable[[Any], Any]
@@ -119,3 +130,85 @@ class FailureReport(BaseModel):
     run_id: str | None = None
     reason: Literal["failed", "finish-timeout", "start-timeout", "unregistered", "cancel-on"]
     failed_at: datetime
+
+
+@dataclass(frozen=True)
+class WorkflowOptions:
+    """The controls one workflow declares, as given (``throttle`` and ``rate_limit`` as tuples).
+
+    ``priority`` and ``fair_by`` take the payload model; ``on_failure`` names the workflow
+    that receives a ``FailureReport`` when a start or a run of this one fails to deliver.
+    """
+
+    debounce: Debounce | None = None
+    singleton: Singleton | None = None
+    concurrency: Concurrency | None = None
+    throttle: tuple[Throttle, ...] = ()
+    rate_limit: tuple[RateLimit, ...] = ()
+    batch: Batch | None = None
+    timeouts: Timeouts | None = None
+    priority: KeyFn | None = None
+    fair_by: KeyFn | None = None
+    on_failure: str | None = None
+
+
+# The options read into a control object, in the order they are checked.
+_CONTROLS: dict[str, type] = {
+    "debounce": Debounce,
+    "singleton": Singleton,
+    "concurrency": Concurrency,
+    "throttle": Throttle,
+    "rate_limit": RateLimit,
+    "batch": Batch,
+    "timeouts": Timeouts,
+}
+_CALLABLES = ("priority", "fair_by")
+_KNOWN = frozenset({*_CONTROLS, *_CALLABLES, "on_failure"})
+_WINDOWS = ("throttle", "rate_limit")  # one control or a non-empty list of them
+
+
+def callable_or_none(workflow: str, field: str, fn: Any) -> KeyFn | None:
+    """``fn`` if it is a callable or ``None``; anything else is a ``DefinitionError`` naming ``field``."""
+    if fn is not None and not callable(fn):
+        raise DefinitionError(workflow, field, "must be a callable taking the payload model")
+    return typing.cast(KeyFn | None, fn)
+
+
+def read_options(workflow: str, declared: Mapping[str, Any]) -> WorkflowOptions:
+    """The controls in ``declared`` (the decorator's flow-control keywords) as ``WorkflowOptions``.
+
+    Refuses an unknown option or one of the wrong kind with a ``DefinitionError``.
+    """
+    for option in declared:
+        if option not in _KNOWN:
+            raise DefinitionError(workflow, option, f"unknown workflow option (known: {', '.join(sorted(_KNOWN))})")
+    for option, kind in _CONTROLS.items():
+        value = declared.get(option)
+        if option in _WINDOWS and isinstance(value, list | tuple):
+            if not value or not all(isinstance(v, kind) for v in value):
+                raise DefinitionError(workflow, option, f"must be lg.{kind.__name__} or a non-empty list of them")
+        elif value is not None and not isinstance(value, kind):
+            raise DefinitionError(workflow, option, f"must be lg.{kind.__name__}, got {type(value).__name__}")
+    callbacks = {option: callable_or_none(workflow, option, declared.get(option)) for option in _CALLABLES}
+    on_failure = declared.get("on_failure")
+    if on_failure is not None and (not isinstance(on_failure, str) or not on_failure):
+        raise DefinitionError(workflow, "on_failure", "must be the name of a registered workflow")
+    return WorkflowOptions(
+        debounce=declared.get("debounce"),
+        singleton=declared.get("singleton"),
+        concurrency=declared.get("concurrency"),
+        throttle=_windows(declared.get("throttle")),
+        rate_limit=_windows(declared.get("rate_limit")),
+        batch=declared.get("batch"),
+        timeouts=declared.get("timeouts"),
+        priority=callbacks["priority"],
+        fair_by=callbacks["fair_by"],
+        on_failure=on_failure,
+    )
+
+
+def _windows(value: Any) -> tuple[Any, ...]:
+    """One window control, a list of them, or none, as a tuple."""
+    if value is None:
+        return ()
+    return tuple(value) if isinstance(value, list | tuple) else (value,)

@@ -1,4 +1,9 @@
-"""Workflow definitions and the policy dataclasses declared on them."""
+"""Workflow definitions (``WorkflowDef``) and the step retry policy (``Retry``).
+
+A ``WorkflowDef`` is built once, when the ``App`` validates its declarations, and is
+frozen from then on: its flow controls (``options``) and the gate's reading of them
+(``gate``, a ``GatePlan``) are fields set at construction.
+"""
 
 from __future__ import annotations
 
@@ -11,9 +16,11 @@ from typing import Any, Literal
 
 from pydantic import BaseModel
 
+from .controls import WorkflowOptions
 from .durations import Duration, to_seconds
+from .plan import GatePlan
 
-__all__ = ["Retry", "WorkflowDef"]
+__all__ = ["Body", "Retry", "WorkflowDef", "as_tuple", "retry_hint"]
 
 Strategy = Literal["exponential", "fixed", "linear"]
 Retryable = tuple[type[BaseException], ...] | Callable[[BaseException], bool] | None
@@ -110,14 +117,20 @@ def retry_hint(error: BaseException) -> float | None:
 Body = Callable[..., Awaitable[Any]]
 
 
-@dataclass
+@dataclass(frozen=True, kw_only=True)
 class WorkflowDef:
-    """A validated workflow: what the engine and the gate read at run time."""
+    """A validated workflow: what the engine and the gate read at run time.
+
+    ``options`` are the flow controls as declared; ``gate`` is their resolved plan, built
+    with the definition (``App.validate``).
+    """
 
     name: str
     fn: Body
     payload_model: type[BaseModel]
     result_type: Any
+    gate: GatePlan
+    options: WorkflowOptions = field(default_factory=WorkflowOptions)
     idempotency_key: Callable[[Any], str] | None = None
     version: str | None = None
     compatible_with: tuple[str, ...] = ()
@@ -127,8 +140,6 @@ class WorkflowDef:
     on_stalled: Callable[[Any], Any] | None = None
     signals: dict[str, type[BaseModel]] = field(default_factory=dict)
     updates: dict[str, type[BaseModel]] = field(default_factory=dict)
-    options: dict[str, Any] = field(default_factory=dict)
-    gate: Any = None  # the GatePlan, set when the app is validated
 
     @functools.cached_property
     def patches_json(self) -> str:
@@ -143,6 +154,7 @@ class WorkflowDef:
 
 
 def as_tuple(value: str | Sequence[str] | None) -> tuple[str, ...]:
+    """A string, a sequence of strings or ``None``, as a tuple of strings."""
     if value is None:
         return ()
     if isinstance(value, str):

@@ -13,11 +13,11 @@ from ..definitions import WorkflowDef
 from ..errors import BlockingStartRefused, DefinitionError, PayloadError, RateLimited, SingletonHeld
 from ..handles import Deferral, RunHandle
 from ..ids import new_id
+from ..plan import GatePlan
 from ..serde import validate_payload
 from ..store import gate_ops, ops
 from ..store.base import Tx
 from ..store.coalesce import Args, with_many
-from .declarations import GatePlan
 from .pipeline import Decision, Offer, offer
 
 if TYPE_CHECKING:

@@ -17,10 +17,10 @@ from typing import TYPE_CHECKING, Any
 
 from ..clock import wait_event
 from ..definitions import WorkflowDef
+from ..plan import GatePlan
 from ..store import gate_ops, ops
 from ..store.base import Row, Tx
 from .admission import control_keys
-from .declarations import GatePlan
 from .pipeline import Decision, admitted, key_pause_scopes, offer, plain_row, reoffer, slot_of
 
 if TYPE_CHECKING:

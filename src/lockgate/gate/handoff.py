@@ -21,10 +21,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..definitions import WorkflowDef
+from ..plan import GatePlan
 from ..store import gate_ops, ops
 from ..store.base import Row, Tx
 from ..store.coalesce import Args, with_many
-from .declarations import GatePlan
 from .pipeline import admitted, key_pause_scopes, plain_row
 
 __all__ = ["HandOff", "Passed", "finish_passing", "hand_off_for"]

@@ -17,10 +17,10 @@ from typing import Any
 
 from ..definitions import WorkflowDef
 from ..ids import new_id
+from ..plan import GatePlan
 from ..store import gate_ops, ops
 from ..store.base import Row, Tx
 from ..store.coalesce import Args, with_many
-from .declarations import GatePlan
 
 __all__ = ["STAGES", "Decision", "Offer", "admitted", "flow_keys", "offer", "offer_many", "plain_row"]
 
