@@ -1,0 +1,62 @@
+"""The public names of ``lockgate``: renaming or dropping one is a deliberate act, made here too."""
+
+from __future__ import annotations
+
+import lockgate as lg
+
+PUBLIC = [
+    "App",
+    "AttemptInfo",
+    "Batch",
+    "BlockingStartRefused",
+    "BulkItem",
+    "BulkResult",
+    "ChildHandle",
+    "Client",
+    "Concurrency",
+    "Context",
+    "Debounce",
+    "Deferral",
+    "DefinitionError",
+    "Engine",
+    "EngineClosed",
+    "EventInfo",
+    "FailureReport",
+    "FlowRow",
+    "InvalidArgument",
+    "LockgateError",
+    "PayloadError",
+    "RateLimit",
+    "RateLimited",
+    "ResultTimeout",
+    "Retry",
+    "RetryAfter",
+    "RunCancelled",
+    "RunFailed",
+    "RunHandle",
+    "RunInfo",
+    "RunNotEligible",
+    "Singleton",
+    "SingletonHeld",
+    "StartNotAdmitted",
+    "StepFailed",
+    "StepInfo",
+    "StoreError",
+    "Throttle",
+    "Timeouts",
+    "Trace",
+    "UnknownRun",
+    "UnknownWorkflow",
+    "UpdateFailed",
+    "WorkflowCrashLooped",
+    "WorkflowVersionIncompatible",
+]
+
+
+def test_all_is_pinned() -> None:
+    assert lg.__all__ == PUBLIC
+
+
+def test_every_public_name_resolves() -> None:
+    missing = [name for name in lg.__all__ if not hasattr(lg, name)]
+    assert missing == []
