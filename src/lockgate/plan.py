@@ -50,6 +50,7 @@ class Window:
 
     @property
     def name(self) -> str:
+        """The indexed name (``throttle[0]``, ``rate_limit[1]``) a pool refusal names the window by."""
         return f"{self.kind}[{self.index}]"
 
 
@@ -76,10 +77,12 @@ class GatePlan:
 
     @property
     def throttles(self) -> tuple[Window, ...]:
+        """The throttle windows (the excess waits), in declaration order."""
         return tuple(w for w in self.windows if w.kind == "throttle")
 
     @property
     def rate_limits(self) -> tuple[Window, ...]:
+        """The rate-limit windows (the excess is dropped), in declaration order."""
         return tuple(w for w in self.windows if w.kind == "rate_limit")
 
     @property
