@@ -127,7 +127,33 @@ def _build(decl: _Declaration) -> WorkflowDef:
     Its controls are left empty (a bare plan) until ``App.validate`` reads and plans them,
     which it does for every workflow only once every body has been checked.
     """
-    name, fn, opts = decl.name, decl.fn, decl.options
+    name, opts = decl.name, decl.options
+    model, result_type = _body_types(name, decl.fn)
+    key_fn = opts.get("idempotency_key")
+    if key_fn is not None and not callable(key_fn):
+        raise DefinitionError(name, "idempotency_key", "must be a callable taking the payload model")
+    version, compatible, patches = _versioning(name, opts)
+    stall_after, on_stalled = _staleness(name, opts)
+    return WorkflowDef(
+        name=name,
+        fn=decl.fn,
+        payload_model=model,
+        result_type=result_type,
+        idempotency_key=key_fn,
+        version=version,
+        compatible_with=compatible,
+        patches=patches,
+        suspend_on_failure=bool(opts.get("suspend_on_failure", False)),
+        stall_after=stall_after,
+        on_stalled=on_stalled,
+        signals=_messages(name, "signals", opts.get("signals")),
+        updates=_messages(name, "updates", opts.get("updates")),
+        gate=GatePlan(workflow=name),
+    )
+
+
+def _body_types(name: str, fn: Body) -> tuple[type[BaseModel], Any]:
+    """The body's payload model and result type (``None`` for ``-> None``), from its annotations."""
     if not inspect.iscoroutinefunction(fn):
         raise DefinitionError(name, "body", "must be an 'async def' taking (ctx, payload)")
     try:
@@ -141,18 +167,22 @@ def _build(decl: _Declaration) -> WorkflowDef:
     if not (isinstance(model, type) and issubclass(model, BaseModel)):
         raise DefinitionError(name, "payload", f"parameter {params[1].name!r} must be annotated with a pydantic model")
     result_type = hints.get("return", Any)
-    if result_type is type(None):
-        result_type = None
-    key_fn = opts.get("idempotency_key")
-    if key_fn is not None and not callable(key_fn):
-        raise DefinitionError(name, "idempotency_key", "must be a callable taking the payload model")
+    return model, None if result_type is type(None) else result_type
+
+
+def _versioning(name: str, opts: dict[str, Any]) -> tuple[str | None, tuple[str, ...], tuple[str, ...]]:
+    """``version``, the versions it is ``compatible_with``, and its ``patches``."""
     version = opts.get("version")
     if version is not None and (not isinstance(version, str) or not version):
         raise DefinitionError(name, "version", f"must be a non-empty string, got {version!r}")
     compatible = _strings(name, "compatible_with", opts.get("compatible_with"))
     if compatible and version is None:
         raise DefinitionError(name, ["compatible_with", "version"], "compatible_with needs a version")
-    patches = _strings(name, "patches", opts.get("patches"))
+    return version, compatible, _strings(name, "patches", opts.get("patches"))
+
+
+def _staleness(name: str, opts: dict[str, Any]) -> tuple[float | None, Callable[[Any], Any] | None]:
+    """``stall_after`` in seconds and the ``on_stalled`` callback."""
     stall_after: float | None = None
     if opts.get("stall_after") is not None:
         try:
@@ -162,30 +192,17 @@ def _build(decl: _Declaration) -> WorkflowDef:
     on_stalled = opts.get("on_stalled")
     if on_stalled is not None and not callable(on_stalled):
         raise DefinitionError(name, "on_stalled", "must be callable")
-    messages: dict[str, dict[str, type[BaseModel]]] = {}
-    for kind in ("signals", "updates"):
-        declared = opts.get(kind) or {}
-        if not isinstance(declared, dict) or not all(
-            isinstance(k, str) and isinstance(v, type) and issubclass(v, BaseModel) for k, v in declared.items()
-        ):
-            raise DefinitionError(name, kind, "must map names to pydantic models")
-        messages[kind] = dict(declared)
-    return WorkflowDef(
-        name=name,
-        fn=fn,
-        payload_model=model,
-        result_type=result_type,
-        idempotency_key=key_fn,
-        version=version,
-        compatible_with=compatible,
-        patches=patches,
-        suspend_on_failure=bool(opts.get("suspend_on_failure", False)),
-        stall_after=stall_after,
-        on_stalled=on_stalled,
-        signals=messages["signals"],
-        updates=messages["updates"],
-        gate=GatePlan(workflow=name),
-    )
+    return stall_after, on_stalled
+
+
+def _messages(name: str, kind: str, declared: Any) -> dict[str, type[BaseModel]]:
+    """The declared ``signals`` or ``updates``: message names mapped to their pydantic models."""
+    declared = declared or {}
+    if not isinstance(declared, dict) or not all(
+        isinstance(k, str) and isinstance(v, type) and issubclass(v, BaseModel) for k, v in declared.items()
+    ):
+        raise DefinitionError(name, kind, "must map names to pydantic models")
+    return dict(declared)
 
 
 def _controls(decl: _Declaration) -> WorkflowOptions:
