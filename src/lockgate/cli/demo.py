@@ -26,7 +26,7 @@ from .. import demo_app
 from ..app import App
 from ..clock import to_datetime
 from ..engine import Engine
-from ..gate.ledger import FlowRow
+from ..inspect import FlowRow
 from ..records import EventInfo
 from ..store import ops
 from .common import DurationType, check_store, open_client, run_async, sqlite_path

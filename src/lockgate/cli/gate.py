@@ -16,7 +16,7 @@ from rich.table import Table
 from rich.text import Text
 
 from ..clock import to_datetime
-from ..gate.ledger import FlowRow, Trace
+from ..inspect import FlowRow, Trace
 from .common import DurationType, app_option, format_option, load_app, open_client, run_async, store_option
 from .groups import workflows
 from .output import emit, short, status_text, when
