@@ -85,6 +85,16 @@ async def test_runs_filter_and_page_as_the_engine_lists_them(env_factory: Callab
         assert [r.id for r in first + second] == [r.id for r in await insp.runs(workflow="plain", limit=4)]
         assert [r.created_at for r in first] == sorted((r.created_at for r in first), reverse=True)
 
+        newest = await insp.runs(workflow="plain", limit=2)
+        await engine.start("plain", {"n": 99})  # a new run does not shift a page read by cursor
+        after = await insp.runs(workflow="plain", before=newest[-1].id)
+        assert [r.id for r in newest + after] == [r.id for r in (await insp.runs(workflow="plain"))[1:]]
+        skipped = await insp.runs(workflow="plain", before=newest[0].id, limit=1, offset=1)
+        assert [r.id for r in skipped] == [after[0].id]
+        assert await insp.runs(before=first[-1].id, status="failed") == []
+        with pytest.raises(lg.UnknownRun):
+            await insp.runs(before="run_nope")
+
         [dead] = await insp.runs(dead_letter=True)
         assert (dead.status, dead.workflow) == ("failed", "plain")
         await engine.discard(dead.id)

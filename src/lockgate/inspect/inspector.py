@@ -44,25 +44,34 @@ class Inspector:
         status: str | None = None,
         parent_id: str | None = None,
         dead_letter: bool = False,
+        before: str | None = None,
         limit: int = 50,
         offset: int = 0,
     ) -> list[RunInfo]:
-        """Runs matching the filters, newest first, paged by ``limit`` / ``offset``.
+        """Runs matching the filters, newest first, paged by ``limit`` and ``offset``, or by ``before``:
+        the id of the last run of the previous page, a cursor that new runs do not shift.
 
         ``dead_letter`` keeps failed runs nobody has discarded (``status`` may then only be ``failed``).
+        ``UnknownRun`` if ``before`` names no run.
         """
         check_status(status)
         check_page(limit, offset)
         if not dead_letter:
             return await self.store.read(
-                runs_page, workflow=workflow, status=status, parent_id=parent_id, limit=limit, offset=offset
+                runs_page,
+                workflow=workflow,
+                status=status,
+                parent_id=parent_id,
+                before=before,
+                limit=limit,
+                offset=offset,
             )
         if status not in (None, "failed"):
             raise InvalidArgument("dead letters are failed runs; they cannot be combined with another status")
-        return await self._dead_letters(workflow, parent_id, limit, offset)
+        return await self._dead_letters(workflow, parent_id, before, limit, offset)
 
     async def _dead_letters(
-        self, workflow: str | None, parent_id: str | None, limit: int, offset: int
+        self, workflow: str | None, parent_id: str | None, before: str | None, limit: int, offset: int
     ) -> list[RunInfo]:
         found: list[RunInfo] = []
         skipped = 0
@@ -70,7 +79,7 @@ class Inspector:
         at = 0
         while len(found) < limit:
             batch = await self.store.read(
-                runs_page, workflow=workflow, status="failed", parent_id=parent_id, limit=page, offset=at
+                runs_page, workflow=workflow, status="failed", parent_id=parent_id, before=before, limit=page, offset=at
             )
             for run in batch:
                 if run.discarded:

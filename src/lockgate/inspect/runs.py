@@ -7,7 +7,7 @@ from typing import Any
 
 from ..errors import InvalidArgument
 from ..records import AttemptInfo, EventInfo, RunInfo, StepInfo
-from ..store import ops
+from ..store import ops, run_pages
 from ..store.base import Tx
 
 __all__ = ["RUN_STATUSES", "TERMINAL", "RunDetail", "check_page", "check_status", "run_detail", "runs_page"]
@@ -57,11 +57,22 @@ async def runs_page(
     workflow: str | None = None,
     status: str | None = None,
     parent_id: str | None = None,
+    before: str | None = None,
     limit: int = 50,
     offset: int = 0,
 ) -> list[RunInfo]:
-    """Runs matching the filters, newest first (``created_at``, then id, descending)."""
-    rows = await ops.list_runs(tx, workflow=workflow, status=status, parent_id=parent_id, limit=limit, offset=offset)
+    """Runs matching the filters, newest first (``created_at``, then id, descending).
+
+    ``before`` (a run id: the last one of the previous page) continues after that run, so a
+    page is stable while new runs arrive; ``UnknownRun`` if there is no such run."""
+    if before is None:
+        rows = await ops.list_runs(
+            tx, workflow=workflow, status=status, parent_id=parent_id, limit=limit, offset=offset
+        )
+    else:
+        rows = await run_pages.runs_before(
+            tx, before, workflow=workflow, status=status, parent_id=parent_id, limit=limit, offset=offset
+        )
     return [RunInfo.from_row(r) for r in rows]
 
 
