@@ -29,8 +29,8 @@ from .errors import (
     WorkflowCrashLooped,
     WorkflowVersionIncompatible,
 )
-from .gate.ledger import FlowRow, Trace
 from .handles import Deferral, RunHandle
+from .inspect import FlowRow, Trace
 from .records import AttemptInfo, EventInfo, RunInfo, StepInfo
 
 __all__ = [

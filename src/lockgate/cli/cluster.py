@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 import click
@@ -10,8 +9,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from ..store import cluster_ops
-from .common import format_option, load_app, open_client, run_async, store_option
+from .common import format_option, load_app, open_inspector, run_async, store_option
 from .groups import EXIT_CODES, cli
 from .output import emit
 
@@ -27,8 +25,8 @@ def cluster() -> None:
 
 async def status_document(store: str) -> dict[str, Any]:
     """The ``cluster status`` snapshot of ``store``: dialect, workers, sweep leases."""
-    async with open_client(load_app(None), store) as client:
-        return await client.store.read(cluster_ops.status, time.time())
+    async with open_inspector(load_app(None), store) as inspector:
+        return (await inspector.cluster_status()).to_dict()
 
 
 @cluster.command("status", epilog=EXIT_CODES)

@@ -23,7 +23,7 @@ from ..durations import to_seconds
 from ..engine import Client
 from ..engine.client import DEFAULT_STORE
 from ..errors import StoreError
-from ..store import open_store
+from ..inspect import Inspector, connect, locate
 
 __all__ = [
     "APP_ENV",
@@ -33,8 +33,10 @@ __all__ = [
     "app_option",
     "check_store",
     "format_option",
+    "inspector_of",
     "load_app",
     "open_client",
+    "open_inspector",
     "run_async",
     "sqlite_path",
     "store_option",
@@ -92,7 +94,7 @@ class DurationType(_ParamType):
 
 def check_store(ctx: click.Context, param: click.Parameter, value: str) -> str:
     try:
-        open_store(value)  # parses and validates the URL; connects to nothing
+        locate(value)  # parses and validates the URL; connects to nothing
     except ValueError as exc:
         raise click.BadParameter(str(exc), ctx, param) from None
     except ImportError:
@@ -194,16 +196,31 @@ def run_async(main: Coroutine[Any, Any, T]) -> T:
 
 def sqlite_path(url: str) -> str | None:
     """The database file a ``sqlite:`` URL names (``None`` for other stores and in-memory databases)."""
-    store = open_store(url)
-    path = getattr(store, "path", None) if store.dialect == "sqlite" else None
-    return None if path in (None, ":memory:") else str(path)
+    return locate(url).path
 
 
 @asynccontextmanager
 async def open_client(app: App, store: str, *, must_exist: bool = True) -> AsyncIterator[Client]:
     """An open ``Client``; with ``must_exist``, a SQLite file that is not there is an error, not created."""
+    _check_exists(store, must_exist)
+    async with Client(app, store) as client:
+        yield client
+
+
+@asynccontextmanager
+async def open_inspector(app: App, store: str) -> AsyncIterator[Inspector]:
+    """An ``Inspector`` on an existing store: a SQLite file that is not there is an error, not created."""
+    _check_exists(store, True)
+    async with connect(store, app) as inspector:
+        yield inspector
+
+
+def inspector_of(client: Client) -> Inspector:
+    """An ``Inspector`` on an open client's store, app and clock (a verb that reads before or after it acts)."""
+    return Inspector(client.store, client.app, client.clock)
+
+
+def _check_exists(store: str, must_exist: bool) -> None:
     path = sqlite_path(store)
     if must_exist and path is not None and not os.path.exists(path):
         raise StoreError(f"no lockgate database at {path} (check --store or ${STORE_ENV})")
-    async with Client(app, store) as client:
-        yield client

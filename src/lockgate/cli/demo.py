@@ -26,10 +26,9 @@ from .. import demo_app
 from ..app import App
 from ..clock import to_datetime
 from ..engine import Engine
-from ..gate.ledger import FlowRow
+from ..inspect import TERMINAL, FlowRow, Inspector
 from ..records import EventInfo
-from ..store import ops
-from .common import DurationType, check_store, open_client, run_async, sqlite_path
+from .common import DurationType, check_store, inspector_of, open_inspector, run_async, sqlite_path
 from .groups import cli
 from .output import make_console, short, status_text, when
 from .serve import display_url
@@ -54,7 +53,7 @@ class RunRow:
 
     @property
     def finished(self) -> bool:
-        return self.status in ops.TERMINAL
+        return self.status in TERMINAL
 
 
 @dataclass
@@ -146,19 +145,19 @@ def _describe(event: EventInfo | None) -> str:
     return f"{when(event.at)[11:]} {event.type} {short(detail, 40)}".rstrip()
 
 
-async def _snapshot(engine: Engine, roots: list[str], tickets: set[str]) -> list[RunRow]:
+async def _snapshot(inspector: Inspector, roots: list[str], tickets: set[str]) -> list[RunRow]:
     ids = list(roots)
     for root in roots:
-        ids += [child.id for child in await engine.list_runs(parent_id=root, limit=100)]
+        ids += [child.id for child in await inspector.runs(parent_id=root, limit=100)]
     for name in GATED_NAMES:  # gated runs appear once the gate admits them; oldest first
-        runs = await engine.list_runs(workflow=name, limit=100)
+        runs = await inspector.runs(workflow=name, limit=100)
         ids += [r.id for r in reversed(runs) if r.ticket in tickets]
     rows = []
     for run_id in ids:
-        run = await engine.get_run(run_id)
-        steps = await engine.steps(run_id)
-        events = await engine.events(run_id)
-        retries = sum(1 for a in await engine.attempts(run_id) if a.status == "failed")
+        run = await inspector.run(run_id)
+        steps = await inspector.steps(run_id)
+        events = await inspector.events(run_id)
+        retries = sum(1 for a in await inspector.attempts(run_id) if a.status == "failed")
         done = sum(1 for s in steps if s.kind == "step" and s.status == "completed")
         last = _describe(events[-1] if events else None)
         rows.append(RunRow(run.workflow, run.id, run.status, run.waiting_on, done, retries, last))
@@ -171,6 +170,7 @@ async def run_demo(store: str, board: Board, *, timeout: float, poll: float = 0.
     deadline = loop.time() + timeout
     outcome = Outcome()
     async with Engine(demo_app.app, store, poll_interval=poll) as engine:
+        inspector = inspector_of(engine)
         starts: list[tuple[Any, dict[str, Any]]] = [
             (demo_app.checkout, {"order_id": "A-1001", "amount": 4200}),
             (demo_app.checkout, {"order_id": "A-1002", "amount": 1250}),
@@ -197,8 +197,8 @@ async def run_demo(store: str, board: Board, *, timeout: float, poll: float = 0.
         update: asyncio.Task[Any] | None = None
         with board:
             while True:
-                rows = await _snapshot(engine, roots, tickets)
-                gate = [f for f in await engine.flow(since=since) if f.workflow in GATED_NAMES]
+                rows = await _snapshot(inspector, roots, tickets)
+                gate = [f for f in await inspector.flow(since=since) if f.workflow in GATED_NAMES]
                 board.show(rows)
                 waiting = {r.run_id: r.waiting_on for r in rows if r.status == "running"}
                 if not signal_sent and waiting.get(approval_id) == "signal":
@@ -271,8 +271,8 @@ async def _reset(store: str) -> str | None:
     refusal = f"refusing to reset {path}: it is not a lockgate demo database; pass --keep to add to it"
     if not is_sqlite:
         raise click.ClickException(refusal)
-    async with open_client(App(), store) as client:
-        runs = await client.list_runs(limit=1000)
+    async with open_inspector(App(), store) as inspector:
+        runs = await inspector.runs(limit=1000)
     if not runs or any(not r.workflow.startswith("demo.") for r in runs):
         raise click.ClickException(refusal)
     for suffix in ("", "-wal", "-shm"):

@@ -16,8 +16,18 @@ from rich.table import Table
 from rich.text import Text
 
 from ..clock import to_datetime
-from ..gate.ledger import FlowRow, Trace
-from .common import DurationType, app_option, format_option, load_app, open_client, run_async, store_option
+from ..inspect import FlowRow, Pause, Trace
+from .common import (
+    DurationType,
+    app_option,
+    format_option,
+    inspector_of,
+    load_app,
+    open_client,
+    open_inspector,
+    run_async,
+    store_option,
+)
 from .groups import workflows
 from .output import emit, short, status_text, when
 
@@ -92,9 +102,9 @@ def flow(workflow: str | None, since: float | None, store: str, fmt: str) -> Non
     """
 
     async def go() -> tuple[datetime | None, list[FlowRow]]:
-        async with open_client(load_app(None), store) as client:
-            start = None if since is None else to_datetime(client.clock.now() - since)
-            return start, await client.flow(workflow, since=start)
+        async with open_inspector(load_app(None), store) as inspector:
+            start = None if since is None else to_datetime(inspector.clock.now() - since)
+            return start, await inspector.flow(workflow, since=start)
 
     start, rows = run_async(go())
     document = {
@@ -153,8 +163,8 @@ def why(ticket: str, app_ref: str | None, store: str, fmt: str) -> None:
     app = load_app(app_ref)
 
     async def go() -> tuple[Trace, float]:
-        async with open_client(app, store) as client:
-            return await client.trace(ticket), client.clock.now()
+        async with open_inspector(app, store) as inspector:
+            return await inspector.trace(ticket), inspector.clock.now()
 
     found, now = run_async(go())
     document = found.to_dict()
@@ -272,7 +282,7 @@ def unpause(workflow: str, app_ref: str | None, store: str, fmt: str) -> None:
 
     async def go() -> tuple[bool, int]:
         async with open_client(app, store) as client:
-            was_paused = any(p["scope"] == f"wf:{workflow}" for p in await client.pauses())
+            was_paused = any(p.scope == f"wf:{workflow}" for p in await inspector_of(client).pauses())
             return was_paused, await client.unpause(workflow)
 
     was_paused, released = run_async(go())
@@ -337,7 +347,7 @@ def unpause_key(key: str, store: str, fmt: str) -> None:
 
     async def go() -> bool:
         async with open_client(load_app(None), store) as client:
-            was_paused = any(p["scope"] == f"key:{key}" for p in await client.pauses())
+            was_paused = any(p.scope == f"key:{key}" for p in await inspector_of(client).pauses())
             await client.unpause_key(key)
             return was_paused
 
@@ -356,12 +366,12 @@ def unpause_key(key: str, store: str, fmt: str) -> None:
 def pauses(store: str, fmt: str) -> None:
     """The pauses in force: paused workflows and held flow-control keys."""
 
-    async def go() -> list[dict[str, Any]]:
-        async with open_client(load_app(None), store) as client:
-            return await client.pauses()
+    async def go() -> list[Pause]:
+        async with open_inspector(load_app(None), store) as inspector:
+            return await inspector.pauses()
 
-    rows = run_async(go())
-    entries = [_pause_entry(r) for r in rows]
+    found = run_async(go())
+    entries = [_pause_entry(p) for p in found]
     document = {"pauses": entries}
 
     def render(console: Console) -> None:
@@ -371,33 +381,21 @@ def pauses(store: str, fmt: str) -> None:
         table = Table()
         for column in ("kind", "name", "reason", "since (UTC)", "until (UTC)"):
             table.add_column(column, no_wrap=column != "reason")
-        for entry, row in zip(entries, rows, strict=True):
-            table.add_row(
-                entry["kind"],
-                entry["name"],
-                entry["reason"] or "",
-                when(to_datetime(_epoch(row.get("created_at")))),
-                when(to_datetime(_epoch(row.get("until")))) or "until lifted",
-            )
+        for p in found:
+            table.add_row(p.kind, p.name, p.reason or "", when(p.since), when(p.until) or "until lifted")
         console.print(table)
 
     emit(fmt, document, render)
 
 
-def _pause_entry(row: dict[str, Any]) -> dict[str, Any]:
-    kind, _, name = str(row["scope"]).partition(":")
-    since, until = to_datetime(_epoch(row.get("created_at"))), to_datetime(_epoch(row.get("until")))
+def _pause_entry(p: Pause) -> dict[str, Any]:
     return {
-        "kind": {"wf": "workflow"}.get(kind, kind),
-        "name": name,
-        "reason": row.get("reason"),
-        "since": None if since is None else since.isoformat(),
-        "until": None if until is None else until.isoformat(),
+        "kind": p.kind,
+        "name": p.name,
+        "reason": p.reason,
+        "since": None if p.since is None else p.since.isoformat(),
+        "until": None if p.until is None else p.until.isoformat(),
     }
-
-
-def _epoch(value: Any) -> float | None:
-    return None if value is None else float(value)
 
 
 @workflows.command("cancel-start")
@@ -409,9 +407,7 @@ def cancel_start(ticket: str, reason: str, store: str, fmt: str) -> None:
     """Cancel the start TICKET parked at the gate (with every arrival folded into it); it will not run."""
 
     async def go() -> int:
-        from ..app import App
-
-        async with open_client(App(), store) as client:
+        async with open_client(load_app(None), store) as client:
             return await client.cancel_start(ticket, reason)
 
     arrivals = run_async(go())

@@ -9,11 +9,10 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from ..store import ops
-from .common import format_option, load_app, open_client, run_async, store_option
+from ..inspect import RUN_STATUSES, Stats
+from .common import format_option, load_app, open_inspector, run_async, store_option
 from .groups import workflows
 from .output import STATUS_STYLE, emit
-from .workflows import STATUSES
 
 __all__: list[str] = []
 
@@ -25,27 +24,14 @@ __all__: list[str] = []
 def stats(workflow: str | None, store: str, fmt: str) -> None:
     """Runs per workflow and status, and starts parked at the gate per mode (paused, debounce, concurrency, ...)."""
 
-    async def go() -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-        async with open_client(load_app(None), store) as client:
-            return await client.store.read(ops.count_runs, workflow)
+    async def go() -> Stats:
+        async with open_inspector(load_app(None), store) as inspector:
+            return await inspector.stats(workflow)
 
-    run_rows, parked_rows = run_async(go())
-    names = sorted({r["workflow"] for r in run_rows} | {r["workflow"] for r in parked_rows})
-    entries = {name: _empty(name) for name in names}
-    for r in run_rows:
-        entries[r["workflow"]]["runs"][r["status"]] = int(r["n"])
-    for r in parked_rows:
-        entries[r["workflow"]]["parked"][r["mode"]] = int(r["n"])
-    for entry in entries.values():
-        entry["runs"]["total"] = sum(entry["runs"][s] for s in STATUSES)
-        entry["parked_total"] = sum(entry["parked"].values())
-    listed = list(entries.values())
-    totals: dict[str, Any] = {
-        "runs": {key: sum(e["runs"][key] for e in listed) for key in (*STATUSES, "total")},
-        "parked": _sum_modes(listed),
-        "parked_total": sum(e["parked_total"] for e in listed),
-    }
-    document = {"workflow": workflow, "workflows": listed, "totals": totals}
+    found = run_async(go())
+    document = found.to_dict()
+    listed: list[dict[str, Any]] = document["workflows"]
+    totals: dict[str, Any] = document["totals"]
 
     def render(console: Console) -> None:
         if not listed:
@@ -53,7 +39,7 @@ def stats(workflow: str | None, store: str, fmt: str) -> None:
             return
         table = Table()
         table.add_column("workflow", no_wrap=True)
-        for status in STATUSES:
+        for status in RUN_STATUSES:
             table.add_column(status, justify="right", style=STATUS_STYLE.get(status, ""))
         table.add_column("total", justify="right")
         table.add_column("parked at the gate")
@@ -61,24 +47,12 @@ def stats(workflow: str | None, store: str, fmt: str) -> None:
         for name, entry in rows:
             table.add_row(
                 Text(name, style="bold" if entry is totals else ""),
-                *(str(entry["runs"][s]) for s in (*STATUSES, "total")),
+                *(str(entry["runs"][s]) for s in (*RUN_STATUSES, "total")),
                 _parked_cell(entry["parked"], entry["parked_total"]),
             )
         console.print(table)
 
     emit(fmt, document, render)
-
-
-def _empty(name: str) -> dict[str, Any]:
-    return {"workflow": name, "runs": dict.fromkeys(STATUSES, 0), "parked": {}, "parked_total": 0}
-
-
-def _sum_modes(entries: list[dict[str, Any]]) -> dict[str, int]:
-    modes: dict[str, int] = {}
-    for entry in entries:
-        for mode, n in entry["parked"].items():
-            modes[mode] = modes.get(mode, 0) + n
-    return dict(sorted(modes.items()))
 
 
 def _parked_cell(parked: dict[str, int], total: int) -> str:

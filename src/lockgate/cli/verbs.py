@@ -14,7 +14,17 @@ import click
 from rich.console import Console
 
 from ..engine import Client
-from .common import DurationType, JsonType, app_option, format_option, load_app, open_client, run_async, store_option
+from .common import (
+    DurationType,
+    JsonType,
+    app_option,
+    format_option,
+    inspector_of,
+    load_app,
+    open_client,
+    run_async,
+    store_option,
+)
 from .groups import workflows
 from .output import emit, short, status_text
 
@@ -30,7 +40,7 @@ def _apply(verb: str, run_id: str, store: str, fmt: str, action: Action, *, app_
     async def go() -> dict[str, Any]:
         async with open_client(app, store) as client:
             await action(client)
-            return (await client.get_run(run_id)).to_dict()
+            return (await inspector_of(client).run(run_id)).to_dict()
 
     run = run_async(go())
     document: dict[str, Any] = {"verb": verb, "run": run}

@@ -8,15 +8,25 @@ import click
 from rich.console import Console
 from rich.text import Text
 
-from ..engine import Client
+from ..inspect import RUN_STATUSES, RunDetail
 from ..records import RunInfo
-from .common import DurationType, JsonType, app_option, format_option, load_app, open_client, run_async, store_option
+from .common import (
+    DurationType,
+    JsonType,
+    app_option,
+    format_option,
+    load_app,
+    open_client,
+    open_inspector,
+    run_async,
+    store_option,
+)
 from .groups import workflows
 from .output import attempts_table, emit, events_table, run_summary, runs_table, short, steps_table
 
-__all__ = ["dead_letters"]
+__all__ = ["STATUSES"]
 
-STATUSES = ("running", "suspended", "succeeded", "failed", "cancelled")
+STATUSES = RUN_STATUSES
 
 
 @workflows.command("list")
@@ -35,10 +45,10 @@ def list_runs(
         raise click.BadParameter("--dead-letter lists failed runs; it cannot be combined with another status")
 
     async def go() -> list[RunInfo]:
-        async with open_client(load_app(None), store) as client:
-            if dead_letter:
-                return await dead_letters(client, workflow=workflow, limit=limit, offset=offset)
-            return await client.list_runs(workflow=workflow, status=status, limit=limit, offset=offset)
+        async with open_inspector(load_app(None), store) as inspector:
+            return await inspector.runs(
+                workflow=workflow, status=status, dead_letter=dead_letter, limit=limit, offset=offset
+            )
 
     runs = run_async(go())
     document = {"runs": [r.to_dict() for r in runs], "limit": limit, "offset": offset}
@@ -54,29 +64,6 @@ def list_runs(
     emit(fmt, document, render)
 
 
-async def dead_letters(client: Client, *, workflow: str | None, limit: int, offset: int) -> list[RunInfo]:
-    """Failed runs that were not discarded, newest first, paged by ``limit`` / ``offset``."""
-    found: list[RunInfo] = []
-    skipped = 0
-    page = max(100, limit + offset)
-    at = 0
-    while len(found) < limit:
-        batch = await client.list_runs(workflow=workflow, status="failed", limit=page, offset=at)
-        for run in batch:
-            if run.discarded:
-                continue
-            if skipped < offset:
-                skipped += 1
-                continue
-            found.append(run)
-            if len(found) == limit:
-                break
-        if len(batch) < page:
-            break
-        at += page
-    return found
-
-
 @workflows.command("show")
 @click.argument("run_id")
 @store_option
@@ -84,27 +71,23 @@ async def dead_letters(client: Client, *, workflow: str | None, limit: int, offs
 def show(run_id: str, store: str, fmt: str) -> None:
     """One run: its fields, journal, step attempts, events and children."""
 
-    async def go() -> dict[str, Any]:
-        async with open_client(load_app(None), store) as client:
-            run = await client.get_run(run_id)
-            return {
-                "run": run,
-                "steps": await client.steps(run_id),
-                "attempts": await client.attempts(run_id),
-                "events": await client.events(run_id),
-                "children": await client.list_runs(parent_id=run_id, limit=1000),
-            }
+    async def go() -> RunDetail:
+        async with open_inspector(load_app(None), store) as inspector:
+            return await inspector.run_detail(run_id, children_limit=1000)
 
     found = run_async(go())
-    document = {key: value.to_dict() if key == "run" else [v.to_dict() for v in value] for key, value in found.items()}
+    document = found.to_dict()
 
     def render(console: Console) -> None:
-        console.print(run_summary(found["run"]))
-        for key, table in (("steps", steps_table), ("attempts", attempts_table), ("events", events_table)):
-            if found[key]:
-                console.print(table(found[key]))
-        if found["children"]:
-            console.print(runs_table(found["children"], title="children"))
+        console.print(run_summary(found.run))
+        if found.steps:
+            console.print(steps_table(found.steps))
+        if found.attempts:
+            console.print(attempts_table(found.attempts))
+        if found.events:
+            console.print(events_table(found.events))
+        if found.children:
+            console.print(runs_table(found.children, title="children"))
 
     emit(fmt, document, render)
 

@@ -12,8 +12,8 @@ from ..app import App
 from ..clock import Clock
 from ..definitions import WorkflowDef
 from ..errors import InvalidArgument, LockgateError
-from ..gate.ledger import FlowRow, Trace, flow, trace
 from ..gate.pipeline import Decision
+from ..inspect.ops import FlowRow, Trace, flow, trace
 from ..store import Store, gate_ops
 from ..store.base import Row, Tx
 
