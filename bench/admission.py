@@ -125,7 +125,7 @@ class Result:
         }
 
 
-async def _offer_all(client: lg.Client, workflow: str, n: int, callers: int, keys: int) -> dict[str, int]:
+async def _offer_all(client: lg.Client | lg.Engine, workflow: str, n: int, callers: int, keys: int) -> dict[str, int]:
     """``n`` starts of ``workflow`` from ``callers`` concurrent callers; counts per handle status."""
     outcomes: dict[str, int] = {}
     queue = iter(range(n))

@@ -105,7 +105,7 @@ async def test_waiting_for_a_parked_start_times_out_and_leaves_nothing_behind(ma
         parked = await engine.start("h.one", {"n": 2})
         with pytest.raises(lg.ResultTimeout, match="not admitted"):
             await parked.result(timeout=0.2)
-        assert engine._admissions._waiters == {}
+        assert engine.core.admissions._waiters == {}
         release.set()
         assert await parked.result(timeout=30) == 20
 
@@ -150,7 +150,7 @@ async def test_closing_the_engine_ends_a_wait_for_admission_and_the_start_stays_
         parked = await engine.start("h.one", {"n": 2})
         assert parked.status == "queued"
         waiting = asyncio.ensure_future(parked.result())
-        await eventually(lambda: engine._admissions._waiters, what="a waiter for the parked start")
+        await eventually(lambda: engine.core.admissions._waiters, what="a waiter for the parked start")
     with pytest.raises(lg.EngineClosed, match=parked.ticket):
         await asyncio.wait_for(waiting, 10)
     release.set()

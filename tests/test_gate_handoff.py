@@ -61,8 +61,8 @@ def stop_drainer(env: TestEnv, monkeypatch: pytest.MonkeyPatch) -> list[None]:
 def watch_passes(env: TestEnv, monkeypatch: pytest.MonkeyPatch) -> list[Passed]:
     """What each run's end passed on, as the engine learns it."""
     seen: list[Passed] = []
-    passed = env.engine.passed
-    monkeypatch.setattr(env.engine, "passed", lambda p: (seen.append(p), passed(p)))
+    passed = env.engine.dispatcher.passed
+    monkeypatch.setattr(env.engine.dispatcher, "passed", lambda p: (seen.append(p), passed(p)))
     return seen
 
 
@@ -130,9 +130,11 @@ async def test_the_claimed_row_is_the_row_stored(env_factory: Any, monkeypatch: 
         await env.settle()
         assert handles[0].run_id is not None
         held: list[dict[str, Any]] = []
-        launch = e._launch
+        launch = e.dispatcher.launch
         successor = handles[1].ticket  # its run waits here until compared; the first run resumes as usual
-        monkeypatch.setattr(e, "_launch", lambda row: held.append(row) if row["ticket"] == successor else launch(row))
+        monkeypatch.setattr(
+            e.dispatcher, "launch", lambda row: held.append(row) if row["ticket"] == successor else launch(row)
+        )
         await e.signal(handles[0].run_id, "go", {})
         await eventually(lambda: held, what="a claimed successor")
         (claimed,) = held

@@ -295,10 +295,12 @@ async def test_a_start_released_by_an_unpause_is_admitted_even_by_a_stale_view_o
         stale = dict(await engine.pause_snapshot())
         assert "key:acme" in stale
 
-        async def keep_stale() -> None:
-            engine._paused_cache = stale
+        pauses = engine.core.pauses
 
-        monkeypatch.setattr(engine, "refresh_pauses", keep_stale)
+        async def keep_stale() -> None:
+            pauses._cache = stale
+
+        monkeypatch.setattr(pauses, "refresh", keep_stale)
         await engine.unpause_key("acme")  # lifted in the database; this process still sees it
         await engine.drainer.tick()
         [run] = await wait_runs(engine, "call.provider")

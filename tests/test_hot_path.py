@@ -154,7 +154,7 @@ async def test_a_result_wait_that_times_out_leaves_nothing_behind(make_engine: A
             pass
         else:
             raise AssertionError("the run should still wait for its signal")
-        assert engine._results._waiters == {}
+        assert engine.core.results._waiters == {}
         await engine.signal(handle.run_id, "go", {})
         await engine.signal(handle.run_id, "go", {})
         assert await engine.result(handle.run_id, timeout=10) == 6
@@ -218,8 +218,8 @@ async def test_a_blocking_start_executes_the_row_it_inserted_without_reading_it(
 ) -> None:
     async with make_engine(app_with_steps()) as engine:
         held: list[dict[str, Any]] = []
-        launch = engine._launch
-        monkeypatch.setattr(engine, "_launch", held.append)
+        launch = engine.dispatcher.launch
+        monkeypatch.setattr(engine.dispatcher, "launch", held.append)
         read = engine.store.read
         ops_read: list[Any] = []
 

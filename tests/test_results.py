@@ -96,7 +96,7 @@ async def test_closing_ends_every_wait_and_the_runs_go_on(make_engine: Any, stor
     await client.open()
     handles = [await client.start("double", {"i": i}) for i in range(3)]  # no engine executes them yet
     waits = [asyncio.ensure_future(h.result()) for h in handles]  # no timeout: only the close ends them
-    await eventually(lambda: len(client._results._waiters) == 3, what="three waiters")
+    await eventually(lambda: len(client.core.results._waiters) == 3, what="three waiters")
     await client.close()
     outcomes = await asyncio.wait_for(asyncio.gather(*waits, return_exceptions=True), 10)
     assert [type(o) for o in outcomes] == [lg.EngineClosed] * 3

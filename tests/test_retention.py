@@ -86,7 +86,7 @@ async def test_runs_that_ended_before_the_retention_go_with_their_records_and_no
         await env.advance("2h")
         recent = await engine.start("ret.steps", {"n": 3})
         assert await recent.result(timeout=10) == 6
-        forgotten = await forget_expired(engine)
+        forgotten = await forget_expired(engine.worker, engine.retention)
         assert (forgotten.runs, forgotten.workers) == (1, 0)
         assert forgotten.ledger_rows > 0  # the old arrivals' rows
         assert await _forgotten(engine, old.run_id)
@@ -95,7 +95,7 @@ async def test_runs_that_ended_before_the_retention_go_with_their_records_and_no
         assert (await engine.get_run(live.run_id)).status == "running"  # live, however old
         await engine.signal(live.run_id, "go", {})
         assert await live.result(timeout=10) == 2
-        assert await forget_expired(engine) == Forgotten()  # the live run ended just now
+        assert await forget_expired(engine.worker, engine.retention) == Forgotten()  # the live run ended just now
 
 
 async def test_a_child_stays_while_its_parent_may_still_wait_for_it(env_factory: Any) -> None:
@@ -106,12 +106,12 @@ async def test_a_child_stays_while_its_parent_may_still_wait_for_it(env_factory:
         (child,) = [r for r in await engine.list_runs(workflow="ret.steps")]
         assert child.status == "succeeded"
         await env.advance("2h")
-        assert (await forget_expired(engine)).runs == 0
+        assert (await forget_expired(engine.worker, engine.retention)).runs == 0
         await engine.signal(parent.run_id, "go", {})
         assert await parent.result(timeout=10) == 8  # read from the child kept for it
         assert (await _records(engine, parent.run_id))[3] == 1  # the signal it consumed
         await env.advance("2h")
-        assert (await forget_expired(engine)).runs == 2
+        assert (await forget_expired(engine.worker, engine.retention)).runs == 2
         assert await _forgotten(engine, parent.run_id)
         assert await _forgotten(engine, child.id)
 
@@ -127,7 +127,7 @@ async def test_ledger_rows_older_than_the_retention_go_and_flow_counts_stay(env_
         await env.advance("2h")
         fresh = await engine.start("ret.gated", {"n": 9})
         await env.settle()
-        forgotten = await forget_expired(engine)
+        forgotten = await forget_expired(engine.worker, engine.retention)
         assert forgotten.runs == 3
         assert forgotten.ledger_rows >= 3  # the three arrivals, and the two drains of the parked ones
         assert await engine.trace(fresh.ticket) is not None
@@ -144,7 +144,7 @@ async def test_a_start_with_an_idempotency_key_starts_again_once_its_run_is_forg
         assert await first.result(timeout=10) == 2
         assert (await engine.start("ret.steps", {"n": 1}, idempotency_key="k")).run_id == first.run_id
         await env.advance("2h")
-        await forget_expired(engine)
+        await forget_expired(engine.worker, engine.retention)
         again = await engine.start("ret.steps", {"n": 1}, idempotency_key="k")
         assert again.run_id != first.run_id
         assert await again.result(timeout=10) == 2
@@ -159,7 +159,7 @@ async def test_workers_and_pauses_long_gone_are_forgotten(env_factory: Any) -> N
         await engine.store.write(gate_ops.pause, "key:ended", None, now - 3 * 3600, now - 4 * 3600)
         await engine.store.write(gate_ops.pause, "key:ends-later", None, now + 3600, now)
         await engine.pause("ret.gated")  # no end
-        assert await forget_expired(engine) == Forgotten(workers=1, pauses=1)
+        assert await forget_expired(engine.worker, engine.retention) == Forgotten(workers=1, pauses=1)
         assert sorted(await _pause_scopes(engine)) == ["key:ends-later", "wf:ret.gated"]
         ids = [w["id"] for w in await engine.store.read(ops.list_workers)]
         assert ids == [engine.worker_id]
@@ -173,7 +173,7 @@ async def test_a_backlog_larger_than_one_commit_s_batch_goes_in_one_tick(env_fac
         for h in handles:
             await h.result(timeout=30)
         await env.advance("2h")
-        assert (await forget_expired(engine)).runs == n
+        assert (await forget_expired(engine.worker, engine.retention)).runs == n
         assert await engine.list_runs(workflow="ret.steps") == []
 
 
@@ -189,14 +189,17 @@ def test_bad_retention_is_refused_naming_it() -> None:
 
 def test_retention_never_keeps_everything() -> None:
     engine = lg.Engine(make_app(), "sqlite:///unused.db", retention=None)
-    assert [s.name for s in sweeps_for(engine)] == ["staleness"]
+    assert [s.name for s in sweeps_for(engine.worker, engine.sweep_settings)] == ["staleness"]
     with_retention = lg.Engine(make_app(), "sqlite:///unused.db")
-    assert [s.name for s in sweeps_for(with_retention)] == ["staleness", "retention"]
+    assert [s.name for s in sweeps_for(with_retention.worker, with_retention.sweep_settings)] == [
+        "staleness",
+        "retention",
+    ]
     assert with_retention.retention == 30 * 86400
 
 
 async def test_one_replica_forgets_per_tick(make_engine: Any) -> None:
     async with make_engine(make_app(), retention="1h") as a, make_engine(make_app(), retention="1h") as b:
-        (sweep_a,) = [s for s in sweeps_for(a) if s.name == "retention"]
-        (sweep_b,) = [s for s in sweeps_for(b) if s.name == "retention"]
-        assert [await sweep_a.run_once(a), await sweep_b.run_once(b)] == [True, False]
+        (sweep_a,) = [s for s in sweeps_for(a.worker, a.sweep_settings) if s.name == "retention"]
+        (sweep_b,) = [s for s in sweeps_for(b.worker, b.sweep_settings) if s.name == "retention"]
+        assert [await sweep_a.run_once(a.worker), await sweep_b.run_once(b.worker)] == [True, False]

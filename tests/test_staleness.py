@@ -108,18 +108,18 @@ async def test_a_run_awaiting_a_signal_is_reported_once_per_threshold(env_factor
         slow = await _start(env.engine, "stale.default")  # the engine's default, 30m
         await env.settle()
         await env.advance("9m")
-        assert await report_stalled(env.engine) == 0
+        assert await report_stalled(env.engine.worker, env.engine.stall_after) == 0
         await env.advance("2m")
-        assert await report_stalled(env.engine) == 1
+        assert await report_stalled(env.engine.worker, env.engine.stall_after) == 1
         [data] = await _stalled(env.engine, quick)
         assert (data["reason"], data["waiting_on"]) == ("awaiting-signal", "signal")
         assert data["idle_ms"] >= 11 * 60 * 1000
         assert [(r["run_id"], r["workflow"], r["reason"]) for r in watch.reports] == [
             (quick, "stale.signal", "awaiting-signal")
         ]
-        assert await report_stalled(env.engine) == 0  # once, not on every tick
+        assert await report_stalled(env.engine.worker, env.engine.stall_after) == 0  # once, not on every tick
         await env.advance("1h")
-        assert await report_stalled(env.engine) == 1  # only the 30m run is new
+        assert await report_stalled(env.engine.worker, env.engine.stall_after) == 1  # only the 30m run is new
         assert len(await _stalled(env.engine, quick)) == 1
         assert [d["reason"] for d in await _stalled(env.engine, slow)] == ["awaiting-signal"]
         assert [r["run_id"] for r in watch.reports] == [quick, slow]
@@ -132,18 +132,18 @@ async def test_progress_after_a_report_makes_the_run_eligible_again(env_factory:
         run_id = await _start(env.engine, "stale.signal")
         await env.settle()
         await env.advance("11m")
-        assert await report_stalled(env.engine) == 1
+        assert await report_stalled(env.engine.worker, env.engine.stall_after) == 1
         await env.engine.signal(run_id, "go", {})  # progress at the very instant of the report
         await env.settle()
         assert (await env.engine.get_run(run_id)).waiting_on == "signal"
-        assert await report_stalled(env.engine) == 0  # it just moved
+        assert await report_stalled(env.engine.worker, env.engine.stall_after) == 0  # it just moved
         await env.advance("11m")
-        assert await report_stalled(env.engine) == 1
+        assert await report_stalled(env.engine.worker, env.engine.stall_after) == 1
         assert len(await _stalled(env.engine, run_id)) == 2
         await env.engine.signal(run_id, "go", {})
         assert await env.engine.result(run_id, timeout=10) == "done"
         await env.advance("1d")
-        assert await report_stalled(env.engine) == 0  # finished runs are never stale
+        assert await report_stalled(env.engine.worker, env.engine.stall_after) == 0  # finished runs are never stale
 
 
 async def test_a_suspended_run_is_reported_as_suspended(env_factory: Any) -> None:
@@ -153,7 +153,7 @@ async def test_a_suspended_run_is_reported_as_suspended(env_factory: Any) -> Non
         await env.settle()
         await env.engine.suspend(run_id, reason="look at it")
         await env.advance("11m")
-        assert await report_stalled(env.engine) == 1
+        assert await report_stalled(env.engine.worker, env.engine.stall_after) == 1
         [data] = await _stalled(env.engine, run_id)
         assert data["reason"] == "suspended"
         assert watch.reports[0]["reason"] == "suspended"
@@ -167,7 +167,7 @@ async def test_a_run_sleeping_on_a_future_timer_is_not_reported(env_factory: Any
         run = await env.engine.get_run(run_id)
         assert (run.status, run.waiting_on) == ("running", "timer")
         await env.advance("1h")
-        assert await report_stalled(env.engine) == 0
+        assert await report_stalled(env.engine.worker, env.engine.stall_after) == 0
         assert await _stalled(env.engine, run_id) == []
         await env.advance("1h")
         assert await env.engine.result(run_id, timeout=10) == "rested"
@@ -180,9 +180,9 @@ async def test_a_run_stuck_in_a_step_is_reported_as_no_progress(env_factory: Any
         run_id = await _start(env.engine, "stale.stuck")
         await asyncio.wait_for(watch.entered.wait(), 10)
         env.clock.advance("29m")
-        assert await report_stalled(env.engine) == 0
+        assert await report_stalled(env.engine.worker, env.engine.stall_after) == 0
         env.clock.advance("2m")
-        assert await report_stalled(env.engine) == 1
+        assert await report_stalled(env.engine.worker, env.engine.stall_after) == 1
         [data] = await _stalled(env.engine, run_id)
         assert (data["reason"], data["waiting_on"]) == ("no-progress", None)
         assert [r["reason"] for r in watch.reports] == ["no-progress"]  # the async callback was awaited
@@ -197,7 +197,7 @@ async def test_a_failing_callback_does_not_stop_the_report(env_factory: Any) -> 
         other = await _start(env.engine, "stale.signal")
         await env.settle()
         await env.advance("11m")
-        assert await report_stalled(env.engine) == 2
+        assert await report_stalled(env.engine.worker, env.engine.stall_after) == 2
         assert len(await _stalled(env.engine, broken)) == 1
         assert [r["run_id"] for r in watch.reports] == [other]
 
@@ -243,7 +243,7 @@ async def test_a_run_awaiting_an_update_is_reported_as_awaiting_signal(env_facto
         await env.settle()
         assert (await env.engine.get_run(run_id)).waiting_on == "update"
         await env.advance("11m")
-        assert await report_stalled(env.engine) == 1
+        assert await report_stalled(env.engine.worker, env.engine.stall_after) == 1
         [data] = await _stalled(env.engine, run_id)
         assert (data["reason"], data["waiting_on"]) == ("awaiting-signal", "update")
 

@@ -5,14 +5,23 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal, Protocol
 
-if TYPE_CHECKING:
-    from .engine.client import Client
-
-__all__ = ["Deferral", "RunHandle", "StartStatus"]
+__all__ = ["Deferral", "RunHandle", "StartStatus", "Waiter"]
 
 StartStatus = Literal["started", "existing", "queued", "dropped", "skipped"]
+
+
+class Waiter(Protocol):
+    """What a handle waits with (a ``Client`` or an ``Engine``)."""
+
+    async def result(self, run_id: str, timeout: float | None = None) -> Any:
+        """The run's result once it ends."""
+        ...
+
+    async def admitted_run(self, ticket: str, timeout: float | None = None) -> str:
+        """The id of the run a parked start became, once the gate admits it."""
+        ...
 
 
 @dataclass(frozen=True)
@@ -38,7 +47,7 @@ class RunHandle:
     run_id: str | None
     deferral: Deferral | None = None
     retry_after: timedelta | None = None
-    _client: Client | None = None
+    _client: Waiter | None = None
 
     async def result(self, timeout: float | None = None) -> Any:
         """Wait for the run's result; a start the gate parked is first waited for until it is admitted.

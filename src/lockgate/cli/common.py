@@ -20,7 +20,7 @@ import click
 
 from ..app import App
 from ..durations import to_seconds
-from ..engine import Client
+from ..engine import Client, Engine
 from ..engine.client import DEFAULT_STORE
 from ..errors import StoreError
 from ..inspect import Inspector, connect, locate
@@ -215,7 +215,7 @@ async def open_inspector(app: App, store: str) -> AsyncIterator[Inspector]:
         yield inspector
 
 
-def inspector_of(client: Client) -> Inspector:
+def inspector_of(client: Client | Engine) -> Inspector:
     """An ``Inspector`` on an open client's store, app and clock (a verb that reads before or after it acts)."""
     return Inspector(client.store, client.app, client.clock)
 

@@ -1,4 +1,4 @@
-"""The engine: client, dispatcher and executor."""
+"""The engine: the ``Client`` and ``Engine`` facades over a shared core, the dispatcher and the executor."""
 
 from .client import Client
 from .engine import Engine

@@ -15,13 +15,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from typing import TYPE_CHECKING
+from collections.abc import Callable
 
 from ..errors import EngineClosed, LockgateError, ResultTimeout, StartNotAdmitted
 from ..gate.ledger import Admission, admissions
-
-if TYPE_CHECKING:
-    from .client import Client
+from ..store import Store
 
 __all__ = ["Admissions"]
 
@@ -34,8 +32,9 @@ FIRST_POLL = 0.01
 class Admissions:
     """The parked starts this process waits for, by ticket, and the one task that polls for them."""
 
-    def __init__(self, client: Client) -> None:
-        self._client = client
+    def __init__(self, store: Store, max_delay: Callable[[], float]) -> None:
+        self._store = store
+        self._max_delay = max_delay  # the client's poll_interval
         self._waiters: dict[str, list[asyncio.Future[str]]] = {}
         self._poked = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
@@ -90,7 +89,7 @@ class Admissions:
         while self._waiters:
             self._poked.clear()
             try:
-                settled = await self._client.store.read(admissions, list(self._waiters))
+                settled = await self._store.read(admissions, list(self._waiters))
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # an outage: the waiters keep their own deadlines
@@ -100,7 +99,7 @@ class Admissions:
                 for future in self._waiters.pop(ticket, []):
                     if not future.done():
                         _settle(future, ticket, admission)
-            delay = FIRST_POLL if settled else min(delay * 2, max(self._client.poll_interval, FIRST_POLL))
+            delay = FIRST_POLL if settled else min(delay * 2, max(self._max_delay(), FIRST_POLL))
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(delay):
                     await self._poked.wait()

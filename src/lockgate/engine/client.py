@@ -1,7 +1,8 @@
 """``Client``: start, signal, update, inspect and recover runs; executes nothing.
 
-A web process holds a ``Client``; worker processes hold an ``Engine`` (a ``Client``
-that also runs bodies and sweeps). Both talk to the store only.
+A web process holds a ``Client``; worker processes hold an ``Engine`` (which has a
+``Client`` and also runs bodies and sweeps). Both are built on a ``Core`` and talk to
+the store only.
 """
 
 from __future__ import annotations
@@ -20,32 +21,28 @@ from ..app import App
 from ..clock import Clock, SystemClock, wait_event
 from ..definitions import WorkflowDef
 from ..errors import (
-    DefinitionError,
     InvalidArgument,
     PayloadError,
     ResultTimeout,
-    RunCancelled,
-    RunFailed,
     RunNotEligible,
     UpdateFailed,
 )
+from ..gate.admission import admit, identity_key
 from ..handles import RunHandle
 from ..ids import new_id
 from ..records import AttemptInfo, EventInfo, RunInfo, StepInfo
-from ..serde import decode, validate_payload
+from ..serde import validate_payload
 from ..store import Store, open_store, ops
 from ..store.base import Row
-from .admissions import Admissions
-from .operator import OperatorMixin
-from .results import ResultWaiters
+from .core import Core, WorkflowRef
+from .operator import BulkResult, OperatorVerbs, bulk, statuses
 
-__all__ = ["Client"]
+__all__ = ["DEFAULT_STORE", "Client", "WorkflowRef"]
 
 DEFAULT_STORE = "sqlite:///lockgate.db"
-WorkflowRef = str | Callable[..., Any]
 
 
-class Client(OperatorMixin):
+class Client(OperatorVerbs):
     """Start and manage runs in ``store`` without executing any (``async with`` it)."""
 
     def __init__(
@@ -59,18 +56,36 @@ class Client(OperatorMixin):
     ) -> None:
         if recording not in ("full", "coarse"):
             raise InvalidArgument(f"recording must be 'full' or 'coarse', not {recording!r}")
-        self.app = app
-        self.store = open_store(store) if isinstance(store, str) else store
-        self.clock = clock or SystemClock()
-        self.poll_interval = poll_interval
-        self.recording = recording
-        self._results = ResultWaiters(self.store, lambda: self.poll_interval)
-        self._admissions = Admissions(self)
-        self._settled: dict[str, asyncio.Event] = {}
-        self._open = False
-        self._paused_cache: dict[str, dict[str, Any]] = {}
-        self._paused_read_at = float("-inf")
-        self._pause_reads = self._pause_read_kept = 0
+        super().__init__(
+            Core(
+                app,
+                open_store(store) if isinstance(store, str) else store,
+                clock or SystemClock(),
+                poll_interval,
+                recording,
+            )
+        )
+
+    @property
+    def app(self) -> App:
+        return self.core.app
+
+    @property
+    def store(self) -> Store:
+        return self.core.store
+
+    @property
+    def clock(self) -> Clock:
+        return self.core.clock
+
+    @property
+    def poll_interval(self) -> float:
+        """Seconds between reads of what this process cannot be told about (another process's work)."""
+        return self.core.poll_interval
+
+    @property
+    def recording(self) -> str:
+        return self.core.recording
 
     # -- lifecycle ----------------------------------------------------------------------
 
@@ -85,17 +100,10 @@ class Client(OperatorMixin):
 
     async def open(self) -> None:
         """Validate the definitions, connect, migrate."""
-        self.app.definitions()  # a DefinitionError here refuses the boot
-        await self.store.open()
-        self._results.open()
-        self._admissions.open()
-        self._open = True
+        await self.core.open()
 
     async def close(self) -> None:
-        await self._admissions.close()
-        await self._results.close()
-        await self.store.close()
-        self._open = False
+        await self.core.close()
 
     # -- starting -----------------------------------------------------------------------
 
@@ -110,36 +118,13 @@ class Client(OperatorMixin):
         ticket: str | None = None,
     ) -> dict[str, Any]:
         """The row a new run of ``defn`` is inserted as (``payload``: a model or its JSON)."""
-        rid = run_id or new_id("run")
-        return {
-            "id": rid,
-            "workflow": defn.name,
-            "payload": payload if isinstance(payload, str) else payload.model_dump_json(),
-            "identity": identity or (f"{defn.name}\x1f{idempotency_key}" if idempotency_key else rid),
-            "idempotency_key": idempotency_key,
-            "version": defn.version,
-            "patches": defn.patches_json,
-            "ticket": ticket or new_id("tkt"),
-            "recording": self.recording,
-        }
+        return self.core.runtime.new_run_row(
+            defn, payload, run_id=run_id, identity=identity, idempotency_key=idempotency_key, ticket=ticket
+        )
 
     def identity_key(self, defn: WorkflowDef, payload: BaseModel, given: str | None) -> str | None:
         """The idempotency key of a start: the caller's, else the workflow's callback."""
-        if given is not None:
-            if not isinstance(given, str) or not given:
-                raise PayloadError(f"start of {defn.name!r}", "idempotency_key must be a non-empty string")
-            return given
-        if defn.idempotency_key is None:
-            return None
-        try:
-            key = defn.idempotency_key(payload)
-        except Exception as exc:
-            raise DefinitionError(
-                defn.name, "idempotency_key", f"callback raised {type(exc).__name__}: {exc}"
-            ) from None
-        if not isinstance(key, str) or not key:
-            raise DefinitionError(defn.name, "idempotency_key", f"callback returned {key!r}, not a non-empty string")
-        return key
+        return identity_key(defn, payload, given)
 
     async def start(
         self,
@@ -190,17 +175,28 @@ class Client(OperatorMixin):
         idempotency_key: str | None,
         flow_control: Any,
     ) -> RunHandle:
-        from ..gate.admission import admit  # the gate decides; the client only asks
-
+        local = self.core.local
+        if wait and local is not None:  # executed where it waits, when this process executes runs
+            return await local.admit_blocking(
+                workflow, payload, at=at, idempotency_key=idempotency_key, flow_control=flow_control
+            )
         return await admit(
-            self, workflow, payload, at=at, wait=wait, idempotency_key=idempotency_key, flow_control=flow_control
+            self.core.runtime,
+            workflow,
+            payload,
+            at=at,
+            wait=wait,
+            idempotency_key=idempotency_key,
+            flow_control=flow_control,
         )
 
     def wake(self, at: float | None = None) -> None:
         """Tell local workers a run is runnable from ``at`` (no ``at``: re-read everything). A client has none."""
+        self.core.runtime.wake(at)
 
     def created_here(self, created: Row, now: float) -> None:
         """A start this process made created ``created`` at ``now`` (the columns it was inserted with)."""
+        self.core.runtime.created_here(created, now)
 
     # -- results ------------------------------------------------------------------------
 
@@ -211,69 +207,21 @@ class Client(OperatorMixin):
         it is admitted; ``StartNotAdmitted`` if it ends without a run (expired, cancelled,
         dropped when re-offered). ``RunHandle.result()`` of a parked start waits here first.
         """
-        return await self._admissions.wait(ticket, timeout)
+        return await self.core.admitted_run(ticket, timeout)
 
     async def result(self, run_id: str, timeout: float | None = None) -> Any:
         """The run's result once it ends; ``RunFailed`` / ``RunCancelled`` if it did not succeed.
 
         A suspended run is still live: this keeps waiting (up to ``timeout``).
         """
-        loop = asyncio.get_running_loop()
-        deadline = None if timeout is None else loop.time() + timeout
-        while True:
-            ended = self._results.listen(run_id)  # before the read: a finish during it still wakes us
-            try:
-                # A run that succeeded here moments ago is known without a read; one running here wakes us.
-                row = self._results.succeeded(run_id)
-                if row is None and not self._running_here(run_id):
-                    row = await self._results.look(run_id)
-                if row is not None and row["status"] in ops.TERMINAL:
-                    return self._outcome(row)
-                wait = None if deadline is None else deadline - loop.time()
-                if wait is not None and wait <= 0:
-                    status = "running" if row is None else row["status"]
-                    raise ResultTimeout(f"run {run_id} did not finish within {timeout}s (status {status})")
-                # A run that ends here wakes us at once; the bulk poll is for runs other processes end.
-                here = row is None or self._finishes_here(row)
-                self._results.poll(run_id, self.poll_interval if here else 0.01)
-                timer = None if wait is None else loop.call_later(wait, _resolve, ended)
-                try:
-                    final = await ended  # resolved by the run's end, a poll that saw it end, or the timeout
-                finally:
-                    if timer is not None:
-                        timer.cancel()
-                if final is not None and final["status"] in ops.TERMINAL:
-                    return self._outcome(final)  # it ended here: its final row is known without a read
-            finally:
-                self._results.forget(run_id, ended)
-
-    def _finishes_here(self, row: dict[str, Any]) -> bool:
-        """Whether this process will see ``row``'s run end (and wake its waiters): a client never does."""
-        return False
-
-    def _running_here(self, run_id: str) -> bool:
-        """Whether this process is executing ``run_id`` now (its end then wakes the waiters): a client never is."""
-        return False
-
-    def _outcome(self, row: dict[str, Any]) -> Any:
-        if row["status"] == "succeeded":
-            try:
-                rtype = self.app.get(row["workflow"]).result_type
-            except Exception:
-                rtype = None
-            return decode(row["output"], rtype)
-        if row["status"] == "cancelled":
-            raise RunCancelled(row["id"], row["error_message"])
-        raise RunFailed(row["id"], row["error_tag"], row["error_message"])
+        return await self.core.result(run_id, timeout)
 
     def notify_finished(self, run_id: str, ended: dict[str, Any] | None = None) -> None:
         """Wake those waiting for ``run_id``; ``ended`` is its final row if this process ended it."""
-        self._results.wake(run_id, ended)
+        self.core.notify_finished(run_id, ended)
 
     def message_settled(self, message_id: str) -> None:
-        event = self._settled.get(message_id)
-        if event is not None:
-            event.set()
+        self.core.message_settled(message_id)
 
     # -- reading ------------------------------------------------------------------------
 
@@ -338,13 +286,13 @@ class Client(OperatorMixin):
         mid = new_id("msg")
         message = {"id": mid, "run_id": run_id, "kind": "update", "name": name, "payload": body}
         now = self.clock.now()
-        event = self._settled.setdefault(mid, asyncio.Event())
+        event = self.core.settled.setdefault(mid, asyncio.Event())
         try:
             await self.store.write(ops.send_message, message, now)
             self.wake(now)
             return await self._await_message(mid, name, run_id, event, timeout)
         finally:
-            self._settled.pop(mid, None)
+            self.core.settled.pop(mid, None)
 
     async def _await_message(
         self, mid: str, name: str, run_id: str, event: asyncio.Event, timeout: float | None
@@ -424,11 +372,16 @@ class Client(OperatorMixin):
         source = row["payload"] if payload_override is None else payload_override
         now = self.clock.now()
         if defn.gate.item_model is None:  # through the gate, like any start: limits and windows count it
-            from ..gate.admission import admit
-
             source = validate_payload(defn.payload_model, source, what=f"retry of {defn.name!r} payload")
             handle = await admit(
-                self, defn.name, source, at=None, wait=False, idempotency_key=None, flow_control=None, retry_of=run_id
+                self.core.runtime,
+                defn.name,
+                source,
+                at=None,
+                wait=False,
+                idempotency_key=None,
+                flow_control=None,
+                retry_of=run_id,
             )
             self.store.write_nowait(
                 ops.add_event,
@@ -451,7 +404,7 @@ class Client(OperatorMixin):
         created = await self.store.write(op)
         self.wake(now)
         return RunHandle(
-            workflow=defn.name, status="started", ticket=created["ticket"], run_id=created["id"], _client=self
+            workflow=defn.name, status="started", ticket=created["ticket"], run_id=created["id"], _client=self.core
         )
 
     async def _reopen(self, op: Callable[..., Awaitable[None]], *args: str) -> None:
@@ -461,13 +414,36 @@ class Client(OperatorMixin):
 
     def stopped(self, run_ids: list[str], reason: str) -> None:
         """Runs ended from outside: stop any local execution and release result waiters."""
-        for rid in run_ids:
-            self.notify_finished(rid)
+        self.core.runtime.stopped(run_ids, reason)
 
+    async def cancel_many(
+        self, *, reason: str, limit: int, workflow: str | None = None, status: str | None = None, commit: bool = False
+    ) -> BulkResult:
+        """Cancel up to ``limit`` running/suspended runs (a dry run unless ``commit``)."""
+        if not reason:
+            raise InvalidArgument("cancel_many needs a reason: it lands on every run's run-cancelled event")
+        eligible = ("running", "suspended")
+        wanted = statuses(status, eligible, "cancel")
+        return await bulk(
+            self.store, "cancel", wanted, eligible, workflow, limit, commit, lambda run_id: self.cancel(run_id, reason)
+        )
 
-def _resolve(future: asyncio.Future[Any]) -> None:
-    if not future.done():
-        future.set_result(None)
+    async def replay_many(
+        self, *, mode: str, limit: int, workflow: str | None = None, status: str | None = None, commit: bool = False
+    ) -> BulkResult:
+        """Redrive (failed) or retry (failed, cancelled) up to ``limit`` runs (a dry run unless ``commit``)."""
+        if mode not in ("redrive", "retry"):
+            raise InvalidArgument("mode is required: 'redrive' (failed runs) or 'retry' (failed or cancelled runs)")
+        eligible = ("failed",) if mode == "redrive" else ("failed", "cancelled")
+        wanted = statuses(status, eligible, mode)
+
+        async def act(run_id: str) -> None:
+            if mode == "redrive":
+                await self.redrive(run_id)
+            else:
+                await self.retry(run_id)
+
+        return await bulk(self.store, mode, wanted, eligible, workflow, limit, commit, act)
 
 
 def _payload_json(model: type[BaseModel] | None, payload: Any, *, what: str) -> str:

@@ -1,45 +1,47 @@
-"""``Engine``: a ``Client`` that also executes runs and runs the sweeps.
+"""``Engine``: the facade of a process that executes runs and runs the sweeps.
 
-The dispatcher claims runnable runs (their wake time has come and no live lease holds
-them) up to ``max_concurrent_runs``, renews the leases of the runs it executes, and
-sleeps until the next wake time, a local wake-up, or the poll interval.
+An engine has a ``Client`` (every start, signal, read and recovery verb is the client's)
+and a ``Dispatcher`` that claims runnable runs and executes them; both are built on one
+``Core``. The engine starts the sweeps beside the dispatcher's loops.
 """
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
-import contextvars
-import logging
-import os
 import socket
-import time
-from typing import Any
+from datetime import datetime
+from types import TracebackType
+from typing import Any, Self
+
+from pydantic import BaseModel
 
 from ..app import App
-from ..clock import Clock, to_datetime
-from ..definitions import WorkflowDef, retry_hint
+from ..clock import Clock
+from ..definitions import WorkflowDef
 from ..durations import Duration, to_seconds
-from ..errors import StoreError, WorkflowCrashLooped, WorkflowVersionIncompatible
 from ..gate.drainer import Drainer
-from ..gate.handoff import HandOff, Passed, hand_off_for
+from ..gate.handoff import HandOff, Passed
 from ..gate.pipeline import Decision
 from ..handles import RunHandle
 from ..ids import new_id
-from ..store import Store, cluster_ops, ops
+from ..inspect import FlowRow, Trace
+from ..records import AttemptInfo, EventInfo, RunInfo, StepInfo
+from ..runtime import Runtime, WorkerRuntime
+from ..store import Store
 from ..store.base import Row
-from .client import DEFAULT_STORE, Client, WorkflowRef
+from ..sweeps import SweepSettings, start_sweeps
+from .client import DEFAULT_STORE, Client
+from .core import Core, WorkflowRef
+from .dispatcher import Dispatcher
 from .executor import Execution
+from .operator import BulkResult
 
-__all__ = ["Engine"]
-
-log = logging.getLogger("lockgate.engine")
+__all__ = ["MIN_RETENTION", "Engine"]
 
 MIN_RETENTION = 60.0
 """Seconds: a shorter retention would delete runs before their callers have read their results."""
 
 
-class Engine(Client):
+class Engine:
     """Runs workflows from ``store``: ``async with Engine(app) as engine: ...``.
 
     ``lease`` bounds how long a run held by a dead process waits before another takes
@@ -65,7 +67,7 @@ class Engine(Client):
         clock: Clock | None = None,
         worker_id: str | None = None,
     ) -> None:
-        super().__init__(
+        self.client = Client(
             app, store, clock=clock, poll_interval=to_seconds(poll_interval, what="poll_interval"), recording=recording
         )
         if max_concurrent_runs < 1:
@@ -84,503 +86,314 @@ class Engine(Client):
         self.max_reclaims = max_reclaims
         self.worker_id = worker_id or new_id("wkr")
         self.host = socket.gethostname()
-        self._executions: dict[str, Execution] = {}
-        self._inflight: set[str] = set()
-        self._background: set[asyncio.Future[Any]] = set()
-        self._wake = _Wakeup()
-        self._tasks: list[asyncio.Task[Any]] = []
-        self._running = False
-        self._outage_since: float | None = None  # monotonic time the store was first found unreachable
-        self._handbacks: set[asyncio.Task[None]] = set()
-        self._workflows: frozenset[str] = frozenset()
-        self._full = False  # the dispatcher waits for a run to end before it can claim
-        self._reserved = 0  # slots held for runs blocking starts claim as they create them
-        self.drainer = Drainer(self)
+        self.dispatcher = Dispatcher(
+            self.client.core,
+            max_concurrent_runs=max_concurrent_runs,
+            lease=self.lease,
+            inline_sleep=self.inline_sleep,
+            max_reclaims=max_reclaims,
+            worker_id=self.worker_id,
+            host=self.host,
+        )
+
+    @property
+    def core(self) -> Core:
+        """The state this engine's client and dispatcher share."""
+        return self.client.core
+
+    @property
+    def runtime(self) -> Runtime:
+        """The seam the gate decides with (its callbacks reach this engine's dispatcher)."""
+        return self.client.core.runtime
+
+    @property
+    def worker(self) -> WorkerRuntime:
+        """The seam the drainer and the sweeps receive."""
+        return self.dispatcher.worker
+
+    @property
+    def sweep_settings(self) -> SweepSettings:
+        """What the sweeps are started with (``stall_after``, ``retention``)."""
+        return SweepSettings(stall_after=self.stall_after, retention=self.retention)
+
+    @property
+    def drainer(self) -> Drainer:
+        return self.dispatcher.drainer
+
+    @property
+    def app(self) -> App:
+        return self.client.core.app
+
+    @property
+    def store(self) -> Store:
+        return self.client.core.store
+
+    @property
+    def clock(self) -> Clock:
+        return self.client.core.clock
+
+    @property
+    def poll_interval(self) -> float:
+        """Seconds between reads of what no wake-up tells this process about (another process's work)."""
+        return self.client.core.poll_interval
+
+    @property
+    def recording(self) -> str:
+        return self.client.core.recording
 
     # -- lifecycle ----------------------------------------------------------------------
 
-    async def open(self) -> None:
-        await super().open()
-        now = self.clock.now()
-        await self.store.write(cluster_ops.register, self.worker_id, self.host, os.getpid(), now, self.lease)
-        if self.store.cross_process_wakeups:
-            self.store.add_listener(self._on_wakeup)
-        await self._release_dead_local_workers()
-        self._running = True
-        self._workflows = frozenset(self.app.definitions())
-        from ..sweeps import start_sweeps
+    async def __aenter__(self) -> Self:
+        await self.open()
+        return self
 
-        self._tasks = [
-            asyncio.create_task(self._dispatch(), name="lockgate-dispatcher"),
-            asyncio.create_task(self._renew(), name="lockgate-leases"),
-            asyncio.create_task(self.drainer.loop(), name="lockgate-drainer"),
-            *start_sweeps(self),
-        ]
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.close()
+
+    async def open(self) -> None:
+        """Validate the definitions, connect, migrate; then register and start the loops and the sweeps."""
+        await self.client.open()
+        await self.dispatcher.open()
+        self.dispatcher.adopt(start_sweeps(self.dispatcher.worker, self.sweep_settings))
 
     async def close(self) -> None:
-        self._running = False
-        for task in self._tasks:
-            task.cancel()
-        for task in self._tasks:
-            with contextlib.suppress(BaseException):
-                await task
-        self._tasks = []
-        for handback in list(self._handbacks):  # stop_worker below releases those runs anyway
-            handback.cancel()
-        executions = list(self._executions.values())
-        for execution in executions:
-            execution.stop("shutdown")
-        for execution in executions:
-            if execution.task is not None:
-                with contextlib.suppress(BaseException):
-                    await execution.task
-        if self._open:
-            now = self.clock.now()
-            with contextlib.suppress(Exception):
-                await self.store.write(ops.stop_worker, self.worker_id, now)
-        await super().close()
+        """Stop the loops and the runs executing here (they are released for others), then disconnect."""
+        await self.dispatcher.close()
+        await self.client.close()
 
-    async def _release_dead_local_workers(self) -> None:
-        """Runs held by a process on this host that no longer exists are released at once."""
-        rows = await self.store.read(ops.live_workers_on_host, self.host, self.worker_id)
-        now = self.clock.now()
-        for row in rows:
-            if _pid_alive(int(row["pid"])):
-                continue
-            released = await self.store.write(ops.stop_worker, row["id"], now, clean=False)
-            if released:
-                log.warning("worker %s (pid %s) is gone; released %d run(s)", row["id"], row["pid"], len(released))
-
-    # -- wake-ups -----------------------------------------------------------------------
+    # -- the dispatcher's side ------------------------------------------------------------
 
     def wake(self, at: float | None = None) -> None:
         """``wake(at)``: a run is runnable from ``at``; ``wake()``: anything may have changed (the gate too)."""
-        claim = _CLAIM_AT_START.get()
-        if at is not None and claim is not None and claim.run_id is not None:
-            return  # the new run is this blocking start's own: it is launched here, not dispatched
-        if at is None:
-            self._wake.set()
-            self.drainer.wake()
-        elif at <= self.clock.now() + self.poll_interval:
-            self._wake.set()  # a start, a park, a signal: the dispatcher's business, not the drainer's
-
-    def _on_wakeup(self, channel: str, payload: str) -> None:
-        """A wake-up the database raised for another process's write (see migration 0003)."""
-        if channel == "runs":  # a run became claimable, or a timer was set: re-read when the next one is due
-            self._wake.set()
-            self._admissions.poke()  # it may be a parked start another process admitted
-        elif channel == "gate" and self.drainer._lease_until > self.clock.now():
-            self.drainer.wake()  # only the replica holding the drain lease drains; the others would only poll it
+        self.dispatcher.wake(at)
 
     def after_finish(self, run_id: str, stopped: list[str], ended: Row | None = None, *, settled: bool = False) -> None:
         """``settled``: the run's slot passed on in its end's transaction, and nothing is left to drain for it."""
-        self.notify_finished(run_id, ended)
-        self.stopped(stopped, "parent closed")
-        execution = self._executions.get(run_id)
-        row = None if execution is None else execution.row
-        if row is None or row["parent_id"] is not None:
-            self._wake.set()  # the parent may be runnable now
-        if row is None or stopped or (not settled and any(row.get(k) for k in _GATE_HOLDS)):
-            self.drainer.wake()  # a slot or a singleton key may have freed, a failure report may be parked
+        self.dispatcher.after_finish(run_id, stopped, ended, settled=settled)
 
     async def hand_off(self, defn: WorkflowDef, row: Row, status: str) -> HandOff | None:
-        """Where the slot of the run ``row`` goes as it ends with ``status``, when that is decided as it ends
-        (``gate/handoff.py``); ``None``: the run ends the usual way and the drainer admits who is next."""
-        if defn.gate.concurrency is None or not self._running:
-            return None
-        now = self.clock.now()
-        target = hand_off_for(defn, row, status, await self.pause_snapshot(), now)
-        if target is None:
-            return None
-        scope, key, limit = target
-        held = sum(  # what decides whether this worker claims the next run (``HandOff.held``)
-            1
-            for rid, other in self._executions.items()
-            if rid != row["id"] and other.row.get("slot_scope") == scope and (other.row.get("slot_key") or "") == key
-        )
-        template = self.new_run_row(defn, "{}")
-        return HandOff(scope, key, limit, defn.gate, template, self.worker_id, self.lease, held)
+        """Where the slot of the run ``row`` goes as it ends with ``status`` (``gate/handoff.py``)."""
+        return await self.dispatcher.hand_off(defn, row, status)
 
     def passed(self, passed: Passed) -> None:
         """A run's end passed its slot on: execute the run claimed for this worker; wake others for the rest."""
-        if passed.claimed is not None and self._running:  # else closing: stopping the worker releases it
-            self._launch(passed.claimed)
-        if passed.unclaimed:
-            self._wake.set()  # this dispatcher (or another) claims them
-        if passed.claimed is not None or passed.unclaimed:
-            self._admissions.poke()
+        self.dispatcher.passed(passed)
 
     def after_decision(self, defn: WorkflowDef, decision: Decision) -> None:
-        super().after_decision(defn, decision)
-        if decision.status == "queued" and (
-            decision.due_at is None or decision.due_at <= self.clock.now() + self.poll_interval
-        ):
-            self.drainer.wake()
-
-    # -- blocking starts ------------------------------------------------------------------
-
-    async def _admit(
-        self,
-        workflow: WorkflowRef,
-        payload: Any,
-        *,
-        at: Any,
-        wait: bool,
-        idempotency_key: str | None,
-        flow_control: Any,
-    ) -> RunHandle:
-        """A blocking start (``run()``, ``start(wait=True)``) is executed here, claimed as it is created.
-
-        Its caller waits in this process anyway; claiming the run in the transaction that
-        creates it saves a commit and a dispatcher round trip. Without room, or if the gate
-        does not start a run, it goes the usual way.
-        """
-        if not wait or not self._running:
-            return await super()._admit(
-                workflow, payload, at=at, wait=wait, idempotency_key=idempotency_key, flow_control=flow_control
-            )
-        claim = _ClaimAtStart()
-        try:
-            token = _CLAIM_AT_START.set(claim)
-            try:
-                handle = await super()._admit(
-                    workflow, payload, at=at, wait=wait, idempotency_key=idempotency_key, flow_control=flow_control
-                )
-            finally:
-                _CLAIM_AT_START.reset(token)
-            if claim.run_id is not None and handle.status == "started" and handle.run_id == claim.run_id:
-                row = claim.row or await self.store.read(ops.find_run, claim.run_id)
-                if row is not None and row["owner"] == self.worker_id and row["status"] == "running":
-                    if row["id"] not in self._inflight:
-                        self._launch(row)
-            return handle
-        finally:
-            if claim.run_id is not None:  # launched (now in flight) or not created: the slot is free again
-                self._reserved -= 1
+        """React to a gate decision: wake workers and the drainer, stop evicted incumbents."""
+        self.dispatcher.after_decision(defn, decision)
 
     def new_run_row(self, defn: WorkflowDef, payload: Any, **kwargs: Any) -> dict[str, Any]:
-        row = super().new_run_row(defn, payload, **kwargs)
-        claim = _CLAIM_AT_START.get()
-        if claim is not None and claim.run_id is None and self._running and self._room() > 0:
-            now = self.clock.now()  # the columns a claim sets (claim_runs), on the new row
-            row.update(owner=self.worker_id, epoch=1, entries=1, entered_at=now, lease_until=now + self.lease)
-            claim.run_id = row["id"]
-            self._reserved += 1
-        return row
+        """The row a new run of ``defn`` is inserted as (a blocking start's own is claimed here)."""
+        return self.dispatcher.new_run_row(defn, payload, **kwargs)
 
     def created_here(self, created: Row, now: float) -> None:
-        claim = _CLAIM_AT_START.get()
-        if claim is not None and claim.run_id == created["id"]:  # executed from the row inserted, not read back
-            claim.row = {**created, "reclaim_count": 0, "updated_at": now, "progress_at": now}
-
-    def _room(self) -> int:
-        return self.max_concurrent_runs - len(self._inflight) - self._reserved
-
-    def _finishes_here(self, row: Row) -> bool:
-        """A run this engine holds, or will claim when it is due, ends here: waiters are woken, not polling.
-
-        Only a run another process holds is polled with a short back-off; the rest are read
-        again every ``poll_interval`` in case another process takes them after all.
-        """
-        owner = row["owner"]
-        return self._running and (owner == self.worker_id or (owner is None and row["workflow"] in self._workflows))
-
-    def _running_here(self, run_id: str) -> bool:
-        return run_id in self._inflight
+        self.dispatcher.created_here(created, now)
 
     def stopped(self, run_ids: list[str], reason: str) -> None:
-        for rid in run_ids:
-            execution = self._executions.get(rid)
-            if execution is not None:
-                execution.stop(reason)
-            self.notify_finished(rid)
+        """Runs ended from outside: stop their executions here and release their result waiters."""
+        self.dispatcher.stopped(run_ids, reason)
 
     def on_step_error(self, execution: Execution, step_key: str, error: BaseException) -> None:
         """A step error that carries ``retry_after`` pauses the run's flow-control keys until then."""
-        hint = retry_hint(error)
-        if hint is None or hint <= 0:
-            return
-        row = execution.row
-        keys = [k for k in (row.get("slot_key"), _pool(row.get("slot_scope"))) if k]
-        if not keys:
-            return
-        until = to_datetime(self.clock.now() + hint)
-        for key in keys:
-            task = asyncio.ensure_future(self.pause_key(key, until=until, reason=f"retry-after from {step_key}"))
-            self._background.add(task)
-            task.add_done_callback(self._background.discard)
-
-    # -- dispatcher ---------------------------------------------------------------------
-
-    async def _dispatch(self) -> None:
-        names = list(self.app.definitions())
-        failures = 0
-        while self._running:
-            self._wake.clear()
-            try:
-                delay = self.poll_interval  # full, or nothing due is ours: wait for a wake-up, never spin
-                free = self._room()
-                self._full = free <= 0
-                if free > 0:
-                    # Claim at once: an empty claim costs what the read that would precede it costs.
-                    now = self.clock.now()
-                    claimed = await self.store.write(ops.claim_runs, self.worker_id, now, now + self.lease, free, names)
-                    for row in claimed:
-                        self._launch(row)
-                    if len(claimed) == free:
-                        continue  # there may be more; the next turn waits for a free slot
-                    due = await self.store.read(ops.next_wake, self.worker_id)
-                    if due is not None and due > now:
-                        delay = min(self.poll_interval, max(0.0, due - self.clock.now()))
-                if delay > 0:
-                    await self._wake.wait(delay)
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:
-                failures += 1
-                self.store_failed("dispatcher", exc)
-                await asyncio.sleep(_backoff(failures, self.poll_interval))
-            else:
-                failures = 0
-                self.store_recovered()
-
-    def _launch(self, row: Row) -> None:
-        self._inflight.add(row["id"])
-        execution_task = asyncio.create_task(self._execute(row), name=f"lockgate-run-{row['id']}")
-        execution_task.add_done_callback(self._slot_freed)
-
-    def _slot_freed(self, _task: asyncio.Task[None]) -> None:
-        if self._full:  # the dispatcher waits for room: it may claim again
-            self._full = False
-            self._wake.set()
-
-    async def _execute(self, row: Row) -> None:
-        run_id = row["id"]
-        try:
-            defn = self.app.get(row["workflow"])
-            fence = ops.Fence(run_id, row["owner"], int(row["epoch"]))
-            if int(row["reclaim_count"]) >= self.max_reclaims:
-                await self._crash_looped(row, fence)
-                return
-            if not defn.accepts_version(row["version"]):
-                error = WorkflowVersionIncompatible(
-                    f"run {run_id} was started by version {row['version']!r}; this code is {defn.version!r} "
-                    f"(compatible_with: {list(defn.compatible_with)})"
-                )
-                now = self.clock.now()
-                closed = await self.store.write(
-                    ops.finish_run,
-                    fence,
-                    now,
-                    status="failed",
-                    error_tag="WorkflowVersionIncompatible",
-                    error_message=str(error),
-                )
-                self.after_finish(run_id, closed)
-                return
-            # Only the run's own held entries write its journal: on its first entry there is none to read.
-            journal = [] if int(row["entries"]) <= 1 else await self.store.read(ops.load_journal, run_id)
-            execution = Execution(self, defn, row, journal)
-            self._executions[run_id] = execution
-            await execution.run()
-            if execution.stop_reason == "lease lost":
-                log.warning("run %s: %s; this execution stopped, its late writes refused", run_id, _LOST)
-        except ops.Fenced:
-            log.warning("run %s: %s; its late write was refused", run_id, _LOST)
-        except asyncio.CancelledError:
-            raise
-        except StoreError as exc:
-            # The store went away under the run (or refused a write): the run did not fail. Hand it
-            # back once the store answers; any worker then re-enters it from its journal.
-            self.store_failed(f"run {run_id}", exc)
-            self._hand_back(ops.Fence(run_id, row["owner"], int(row["epoch"])))
-        except Exception:
-            log.exception("run %s: executor failed; the run will be retried after its lease", run_id)
-            held = ops.Fence(run_id, row["owner"], int(row["epoch"]))
-            with contextlib.suppress(Exception, ops.Fenced):  # else the lease renewal keeps it here forever
-                await self.store.write(ops.release_run, held, self.clock.now() + self.lease)
-        finally:
-            self._executions.pop(run_id, None)
-            self._inflight.discard(run_id)
-
-    async def _crash_looped(self, row: Row, fence: ops.Fence) -> None:
-        now = self.clock.now()
-        message = (
-            f"the body was entered {row['reclaim_count']} time(s) in a row without finishing "
-            f"(max_reclaims={self.max_reclaims})"
-        )
-
-        async def op(tx: Any) -> None:
-            await ops.touch(tx, fence, now)
-            await ops.add_event(tx, row["id"], "run-crashlooped", now, {"reclaims": row["reclaim_count"]})
-            await ops.suspend_run(
-                tx, row["id"], "crash loop", now, error_tag=WorkflowCrashLooped.__name__, error_message=message
-            )
-
-        await self.store.write(op)
-        self.notify_finished(row["id"])
-
-    # -- leases -------------------------------------------------------------------------
-
-    async def _renew(self) -> None:
-        interval = self.lease / 3
-        while self._running:
-            await asyncio.sleep(interval)
-            now = self.clock.now()
-            try:
-                held = await self.store.write(ops.renew_leases, self.worker_id, now, now + self.lease)
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:
-                self.store_failed("lease renewal", exc)
-                continue
-            self.store_recovered()
-            for rid, execution in list(self._executions.items()):
-                if held.get(rid) != execution.fence.epoch:
-                    execution.stop("lease lost")  # logged when the execution ends
-
-    # -- outages ------------------------------------------------------------------------
+        self.dispatcher.on_step_error(execution, step_key, error)
 
     def store_failed(self, where: str, exc: BaseException) -> None:
-        """A loop's store call failed: an outage is logged once, when it begins; anything else each time.
-
-        The engine's loops (dispatcher, lease renewal, sweeps, hand-backs) report here, and
-        ``store_recovered`` after their next success, so an outage reads as two log lines.
-        """
-        if not isinstance(exc, StoreError):
-            log.error("%s failed; retrying", where, exc_info=exc)
-            return
-        if self._outage_since is None:
-            self._outage_since = time.monotonic()
-            log.warning("store unavailable (%s: %s); runs are kept and every loop retries with backoff", where, exc)
-        else:
-            log.debug("store still unavailable (%s: %s)", where, exc)
+        """A loop's store call failed: an outage is logged once, when it begins; anything else each time."""
+        self.dispatcher.store_failed(where, exc)
 
     def store_recovered(self) -> None:
         """A loop's store call succeeded: if an outage was logged, log its end."""
-        if self._outage_since is not None:
-            log.warning("store available again after %.1fs", time.monotonic() - self._outage_since)
-            self._outage_since = None
-
-    def _hand_back(self, fence: ops.Fence) -> None:
-        """Release a run whose execution broke on the store, retrying until the store answers."""
-
-        async def release() -> None:
-            failures = 0
-            while self._running:
-                try:
-                    await self.store.write(ops.release_run, fence, self.clock.now())
-                except asyncio.CancelledError:
-                    raise
-                except Exception as exc:
-                    failures += 1
-                    self.store_failed(f"hand-back of run {fence.run_id}", exc)
-                    await asyncio.sleep(_backoff(failures, self.poll_interval))
-                else:
-                    self.store_recovered()
-                    log.info("run %s: handed back after a store failure; re-entered from its journal", fence.run_id)
-                    self._wake.set()
-                    return
-
-        task = asyncio.create_task(release(), name=f"lockgate-handback-{fence.run_id}")
-        self._handbacks.add(task)
-        task.add_done_callback(self._handbacks.discard)
+        self.dispatcher.store_recovered()
 
     @property
     def running(self) -> bool:
         """Whether the engine's loops should keep going (false once ``close`` began)."""
-        return self._running
+        return self.dispatcher.is_running()
 
     @property
     def executing(self) -> list[str]:
         """Ids of the runs this process has claimed and is executing now."""
-        return list(self._inflight)
+        return list(self.dispatcher.inflight)
 
     @property
     def claiming(self) -> bool:
         """Whether a claimed run has not reached its body yet."""
-        return len(self._inflight) != len(self._executions)
+        return self.dispatcher.claiming
 
+    # -- the client's verbs ---------------------------------------------------------------
 
-_LOST = "lease lost (another worker took the run over, or it was ended elsewhere)"
+    async def start(
+        self,
+        workflow: WorkflowRef,
+        payload: Any = None,
+        *,
+        at: datetime | None = None,
+        wait: bool = False,
+        idempotency_key: str | None = None,
+        flow_control: Any = None,
+        timeout: float | None = None,
+    ) -> RunHandle:
+        """Offer a start to the gate; the handle says what became of it."""
+        return await self.client.start(
+            workflow,
+            payload,
+            at=at,
+            wait=wait,
+            idempotency_key=idempotency_key,
+            flow_control=flow_control,
+            timeout=timeout,
+        )
 
+    async def run(
+        self,
+        workflow: WorkflowRef,
+        payload: Any = None,
+        *,
+        idempotency_key: str | None = None,
+        timeout: float | None = None,
+    ) -> Any:
+        """Start and wait: the run's result, or its failure raised."""
+        return await self.client.run(workflow, payload, idempotency_key=idempotency_key, timeout=timeout)
 
-class _ClaimAtStart:
-    """The run a blocking start claims as it creates it (set by ``new_run_row``)."""
+    async def admitted_run(self, ticket: str, timeout: float | None = None) -> str:
+        """The id of the run the start ``ticket`` made or joined, once the gate admits it."""
+        return await self.client.admitted_run(ticket, timeout)
 
-    __slots__ = ("row", "run_id")
+    async def result(self, run_id: str, timeout: float | None = None) -> Any:
+        """The run's result once it ends; ``RunFailed`` / ``RunCancelled`` if it did not succeed."""
+        return await self.client.result(run_id, timeout)
 
-    def __init__(self) -> None:
-        self.run_id: str | None = None
-        self.row: Row | None = None  # the run's row as created, when the start knows it (a bare start)
+    def notify_finished(self, run_id: str, ended: dict[str, Any] | None = None) -> None:
+        """Wake those waiting for ``run_id``; ``ended`` is its final row if this process ended it."""
+        self.client.notify_finished(run_id, ended)
 
+    def message_settled(self, message_id: str) -> None:
+        self.client.message_settled(message_id)
 
-_CLAIM_AT_START: contextvars.ContextVar[_ClaimAtStart | None] = contextvars.ContextVar(
-    "lockgate_claim_at_start", default=None
-)
+    def identity_key(self, defn: WorkflowDef, payload: BaseModel, given: str | None) -> str | None:
+        """The idempotency key of a start: the caller's, else the workflow's callback."""
+        return self.client.identity_key(defn, payload, given)
 
+    async def get_run(self, run_id: str) -> RunInfo:
+        """One run (``UnknownRun`` if there is none)."""
+        return await self.client.get_run(run_id)
 
-class _Wakeup:
-    """What the dispatcher sleeps on: ``set()`` from anywhere on the loop; ``wait(timeout)``.
+    async def list_runs(
+        self,
+        *,
+        workflow: str | None = None,
+        status: str | None = None,
+        parent_id: str | None = None,
+        limit: int = 50,
+        offset: int = 0,
+    ) -> list[RunInfo]:
+        """Runs, newest first."""
+        return await self.client.list_runs(
+            workflow=workflow, status=status, parent_id=parent_id, limit=limit, offset=offset
+        )
 
-    One future and one timer per sleep: lighter than an ``asyncio.Event`` waited on through
-    a task, which the dispatcher would pay for after every start.
-    """
+    async def steps(self, run_id: str) -> list[StepInfo]:
+        """The run's journal, in the order its body reached each entry."""
+        return await self.client.steps(run_id)
 
-    __slots__ = ("_flag", "_waiter")
+    async def attempts(self, run_id: str) -> list[AttemptInfo]:
+        return await self.client.attempts(run_id)
 
-    def __init__(self) -> None:
-        self._flag = False
-        self._waiter: asyncio.Future[None] | None = None
+    async def events(self, run_id: str) -> list[EventInfo]:
+        """The run's lifecycle events, oldest first."""
+        return await self.client.events(run_id)
 
-    def set(self) -> None:
-        self._flag = True
-        _resolve(self._waiter)
+    async def signal(self, run_id: str, name: str, payload: Any = None) -> None:
+        """Send signal ``name`` to a live run; kept until the body waits for it."""
+        await self.client.signal(run_id, name, payload)
 
-    def clear(self) -> None:
-        self._flag = False
+    async def update(self, run_id: str, name: str, payload: Any = None, *, timeout: float | None = None) -> Any:
+        """Send update ``name`` and wait for the body's handler to answer."""
+        return await self.client.update(run_id, name, payload, timeout=timeout)
 
-    def is_set(self) -> bool:
-        return self._flag
+    async def cancel(self, run_id: str, reason: str | None = None) -> None:
+        """Cancel a running or suspended run (its children follow their parent-close policy)."""
+        await self.client.cancel(run_id, reason)
 
-    async def wait(self, timeout: float) -> None:
-        if self._flag:
-            return
-        loop = asyncio.get_running_loop()
-        waiter = self._waiter = loop.create_future()
-        timer = loop.call_later(timeout, _resolve, waiter)
-        try:
-            await waiter
-        finally:
-            timer.cancel()
-            self._waiter = None
+    async def suspend(self, run_id: str, reason: str | None = None) -> None:
+        """Park a running run until ``resume``; its journal is kept."""
+        await self.client.suspend(run_id, reason)
 
+    async def resume(self, run_id: str) -> None:
+        """Continue a suspended run: completed steps replay, a failed step runs again."""
+        await self.client.resume(run_id)
 
-def _resolve(future: asyncio.Future[None] | None) -> None:
-    if future is not None and not future.done():
-        future.set_result(None)
+    async def redrive(self, run_id: str) -> None:
+        """Continue a failed run from its journal: completed steps replay, failed ones re-run."""
+        await self.client.redrive(run_id)
 
+    async def resume_from_step(self, run_id: str, step: str) -> None:
+        """Re-run a failed run from ``step`` (by name, or ``name#n``): earlier steps replay."""
+        await self.client.resume_from_step(run_id, step)
 
-def _backoff(failures: int, base: float) -> float:
-    """Seconds to wait after ``failures`` failed tries in a row: doubling from ``base``, at most 5 s."""
-    return float(min(5.0, max(0.05, base) * 2 ** min(failures - 1, 10)))
+    async def discard(self, run_id: str) -> None:
+        """Acknowledge a failed run (it stays failed, but leaves the dead-letter view)."""
+        await self.client.discard(run_id)
 
+    async def retry(self, run_id: str, payload_override: Any = None) -> RunHandle:
+        """A fresh run of a failed or cancelled run's workflow (same payload unless overridden)."""
+        return await self.client.retry(run_id, payload_override)
 
-def _pool(scope: str | None) -> str | None:
-    return scope.removeprefix("pool:") if scope and scope.startswith("pool:") else None
+    async def cancel_many(
+        self, *, reason: str, limit: int, workflow: str | None = None, status: str | None = None, commit: bool = False
+    ) -> BulkResult:
+        """Cancel up to ``limit`` running/suspended runs (a dry run unless ``commit``)."""
+        return await self.client.cancel_many(
+            reason=reason, limit=limit, workflow=workflow, status=status, commit=commit
+        )
 
+    async def replay_many(
+        self, *, mode: str, limit: int, workflow: str | None = None, status: str | None = None, commit: bool = False
+    ) -> BulkResult:
+        """Redrive (failed) or retry (failed, cancelled) up to ``limit`` runs (a dry run unless ``commit``)."""
+        return await self.client.replay_many(mode=mode, limit=limit, workflow=workflow, status=status, commit=commit)
 
-# Run columns naming something the gate holds for the run until it ends (a finish wakes the drainer).
-_GATE_HOLDS = ("slot_scope", "singleton_key", "on_failure")
+    async def paused(self, workflow: str) -> bool:
+        """Whether ``workflow`` is paused (cached for a second: a pause reaches every process within that)."""
+        return await self.client.paused(workflow)
 
+    async def pause_snapshot(self) -> dict[str, Row]:
+        """Active pauses by scope (``wf:<name>``, ``key:<key>``) as last read (at most a second ago)."""
+        return await self.client.pause_snapshot()
 
-def _pid_alive(pid: int) -> bool:
-    if pid == os.getpid():
-        return True
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
+    async def refresh_pauses(self) -> None:
+        await self.client.refresh_pauses()
+
+    async def pause(self, workflow: str, reason: str | None = None) -> None:
+        """Park every new start of ``workflow`` (nothing is discarded) until ``unpause``."""
+        await self.client.pause(workflow, reason)
+
+    async def unpause(self, workflow: str) -> int:
+        """Lift a pause; the starts it collected are re-offered in priority order. How many were parked."""
+        return await self.client.unpause(workflow)
+
+    async def pause_key(self, key: str, until: datetime | None = None, reason: str | None = None) -> None:
+        """Hold admissions competing under flow-control ``key`` (a concurrency/throttle key or pool) until ``until``."""
+        await self.client.pause_key(key, until, reason)
+
+    async def unpause_key(self, key: str) -> None:
+        await self.client.unpause_key(key)
+
+    async def cancel_start(self, ticket: str, reason: str) -> int:
+        """Cancel a start parked at the gate (with every arrival folded into it); how many arrivals it held."""
+        return await self.client.cancel_start(ticket, reason)
+
+    async def pauses(self) -> list[dict[str, Any]]:
+        """Active pauses: workflows (``wf:``) and keys (``key:``)."""
+        return await self.client.pauses()
+
+    async def flow(self, workflow: str | None = None, *, since: datetime | None = None) -> list[FlowRow]:
+        """Per workflow and key: queued, oldest waiting, in flight, admitted, collapsed, dropped, ..."""
+        return await self.client.flow(workflow, since=since)
+
+    async def trace(self, ticket: str) -> Trace:
+        """What became of the arrival ``ticket`` (``LockgateError`` for an unknown ticket)."""
+        return await self.client.trace(ticket)

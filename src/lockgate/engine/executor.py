@@ -21,24 +21,24 @@ from collections import Counter
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from pydantic import BaseModel
 
-from ..clock import to_datetime
+from ..app import App
+from ..clock import Clock, to_datetime
 from ..context import ChildHandle, Context, ParentClose
 from ..controls import FailureReport
 from ..definitions import Retry, WorkflowDef
 from ..durations import Duration, to_seconds
 from ..errors import PayloadError, RunCancelled, RunFailed, StepFailed, StoreError
-from ..gate.handoff import finish_passing
+from ..gate.handoff import HandOff, Passed, finish_passing
 from ..ids import new_id
 from ..serde import decode, dump_json, encode, validate_payload
-from ..store import ops
+from ..store import Store, ops
 from ..store.base import Row
 
-if TYPE_CHECKING:
-    from .engine import Engine
+__all__ = ["Execution", "Host"]
 
 log = logging.getLogger("lockgate.executor")
 T = TypeVar("T")
@@ -47,6 +47,40 @@ M = TypeVar("M", bound=BaseModel)
 _NO_RETRY = Retry(max_attempts=1, jitter=False)
 HOLD = 0.05
 """Seconds a completed step's journal entry waits for the run's next write to carry it before it is written alone."""
+
+
+class Host(Protocol):
+    """What an execution calls on the worker that runs it (the dispatcher)."""
+
+    app: App
+    store: Store
+    clock: Clock
+    inline_sleep: float
+
+    def wake(self, at: float | None = None) -> None: ...
+
+    async def hand_off(self, defn: WorkflowDef, row: Row, status: str) -> HandOff | None: ...
+
+    def after_finish(
+        self, run_id: str, stopped: list[str], ended: Row | None = None, *, settled: bool = False
+    ) -> None: ...
+
+    def passed(self, passed: Passed) -> None: ...
+
+    def on_step_error(self, execution: Execution, step_key: str, error: BaseException) -> None: ...
+
+    def message_settled(self, message_id: str) -> None: ...
+
+    def new_run_row(
+        self,
+        defn: WorkflowDef,
+        payload: BaseModel | str,
+        *,
+        run_id: str | None = None,
+        identity: str | None = None,
+        idempotency_key: str | None = None,
+        ticket: str | None = None,
+    ) -> dict[str, Any]: ...
 
 
 @dataclass
@@ -111,10 +145,10 @@ class _Busy:
 class Execution(Context):
     """One entry into one run's body on this worker."""
 
-    def __init__(self, engine: Engine, defn: WorkflowDef, row: Row, journal: list[Row]) -> None:
-        self._engine = engine
-        self._store = engine.store
-        self._clock = engine.clock
+    def __init__(self, host: Host, defn: WorkflowDef, row: Row, journal: list[Row]) -> None:
+        self._host = host
+        self._store = host.store
+        self._clock = host.clock
         self.defn = defn
         self.row = row
         self.run_id = row["id"]
@@ -213,7 +247,7 @@ class Execution(Context):
             )
         except ops.Fenced:
             return
-        self._engine.wake(woke)
+        self._host.wake(woke)
 
     async def _finish(self) -> None:
         assert self.task is not None
@@ -256,7 +290,7 @@ class Execution(Context):
     ) -> bool:
         """Write the run's end (passing its concurrency slot on where it can); ``False``: the lease was lost."""
         children = any(entry.get("kind") == "child" for entry in self._journal.values())
-        handoff = None if children else await self._engine.hand_off(self.defn, self.row, status)
+        handoff = None if children else await self._host.hand_off(self.defn, self.row, status)
         end: dict[str, Any] = {"status": status, "output": output, "error_tag": tag, "error_message": message}
         passed = None
         try:
@@ -271,9 +305,9 @@ class Execution(Context):
         except ops.Fenced:
             return False
         ended = self._ended(status, output, tag, message)
-        self._engine.after_finish(self.run_id, stopped, ended, settled=passed is not None and passed.settled)
+        self._host.after_finish(self.run_id, stopped, ended, settled=passed is not None and passed.settled)
         if passed is not None:
-            self._engine.passed(passed)
+            self._host.passed(passed)
         return True
 
     def _ended(self, status: str, output: str | None, tag: str | None, message: str | None) -> Row:
@@ -490,7 +524,7 @@ class Execution(Context):
                         raise StepFailed(name, tag, message, attempt) from exc
                     if tried is not None:  # introspection: the retry does not wait for it
                         self._store.write_nowait(ops.add_attempt, tried)
-                    self._engine.on_step_error(self, key, exc)
+                    self._host.on_step_error(self, key, exc)
                     await self._clock.sleep_until(self._clock.now() + delay)
                     continue
                 try:
@@ -571,7 +605,7 @@ class Execution(Context):
                 self._event("timer-set", {"step": key, "due_at": due})
             else:
                 due = float(entry["due_at"])
-            if due - self._clock.now() <= self._engine.inline_sleep:
+            if due - self._clock.now() <= self._host.inline_sleep:
                 await self._clock.sleep_until(due)
         if due > self._clock.now():
             await self._block(_Wait("timer", wake_at=due))
@@ -705,7 +739,7 @@ class Execution(Context):
                     self._event(
                         "update-failed", {"name": name, "message_id": mid, "error_tag": tag, "error_message": text}
                     )
-                    self._engine.message_settled(mid)
+                    self._host.message_settled(mid)
                     continue
                 output = encode(result, rtype)
                 await self._record(
@@ -713,7 +747,7 @@ class Execution(Context):
                     message={"id": mid, "status": "completed", "result": output},
                 )
                 self._event("update-completed", {"name": name, "message_id": mid, "step": key})
-                self._engine.message_settled(mid)
+                self._host.message_settled(mid)
                 return result  # type: ignore[no-any-return]
         await self._block(_Wait("update", names=[name], models=_model_ref(name, model)))
 
@@ -724,7 +758,7 @@ class Execution(Context):
     ) -> ChildHandle:
         if parent_close not in ("cancel", "terminate", "abandon"):
             raise ValueError(f"parent_close must be 'cancel', 'terminate' or 'abandon', not {parent_close!r}")
-        child_def = self._engine.app.get(workflow)
+        child_def = self._host.app.get(workflow)
         key = self._key(f"child:{child_def.name}")
         entry = self._journal.get(key)
         if entry is not None and entry["status"] == "completed":
@@ -733,7 +767,7 @@ class Execution(Context):
         async with self._op():
             now = self._clock.now()
             child_id = new_id("run")
-            run = self._engine.new_run_row(child_def, model, run_id=child_id, identity=f"child:{self.run_id}:{key}")
+            run = self._host.new_run_row(child_def, model, run_id=child_id, identity=f"child:{self.run_id}:{key}")
             run.update(parent_id=self.run_id, parent_close=parent_close, recording=self.row["recording"])
             entry_row = {
                 "step_key": key,
@@ -759,14 +793,14 @@ class Execution(Context):
             if touch:
                 self._progress_at = now
             self._journal[key] = entry_row
-            self._engine.wake(now)
+            self._host.wake(now)
             return ChildHandle(run_id=child_id, workflow=child_def.name)
 
     async def wait_child(self, handle: ChildHandle) -> Any:
         key = self._key(f"wait:{handle.run_id}")
         entry = self._journal.get(key)
         try:
-            rtype = self._engine.app.get(handle.workflow).result_type
+            rtype = self._host.app.get(handle.workflow).result_type
         except Exception:
             rtype = None
         if entry is None or entry["status"] not in ("completed", "failed"):

@@ -2,33 +2,31 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from pydantic import BaseModel
 
 from ..clock import to_datetime
 from ..definitions import WorkflowDef
 from ..errors import BlockingStartRefused, DefinitionError, PayloadError, RateLimited, SingletonHeld
-from ..handles import Deferral, RunHandle
+from ..handles import Deferral, RunHandle, Waiter
 from ..ids import new_id
 from ..plan import GatePlan
+from ..runtime import Runtime
 from ..serde import validate_payload
 from ..store import gate_ops, ops
 from ..store.base import Tx
 from ..store.coalesce import Args, with_many
 from .pipeline import Decision, Offer, offer
 
-if TYPE_CHECKING:
-    from ..engine.client import Client, WorkflowRef
-
-__all__ = ["admit", "control_keys", "handle_for"]
+__all__ = ["admit", "control_keys", "handle_for", "identity_key"]
 
 
 async def admit(
-    client: Client,
-    workflow: WorkflowRef,
+    rt: Runtime,
+    workflow: str | Callable[..., Any],
     payload: Any,
     *,
     at: datetime | None,
@@ -42,7 +40,7 @@ async def admit(
     ``retry_of`` marks a fresh run of a failed or cancelled one: it passes the gate like
     any start (so it counts against limits and windows) under a new identity.
     """
-    defn = client.app.get(workflow)
+    defn = rt.app.get(workflow)
     plan: GatePlan = defn.gate
     if at is not None and (not isinstance(at, datetime) or at.tzinfo is None):
         raise PayloadError(f"start of {defn.name!r}", "at must be a timezone-aware datetime")
@@ -61,26 +59,26 @@ async def admit(
             "idempotency_key cannot be given for one item: the batch's identity comes from the "
             "workflow's idempotency_key callback",
         )
-    key = None if item_model is not None or retry_of else client.identity_key(defn, model, idempotency_key)
+    key = None if item_model is not None or retry_of else identity_key(defn, model, idempotency_key)
     ticket = new_id("tkt")
-    run = client.new_run_row(defn, "{}" if item_model is not None else model, idempotency_key=key, ticket=ticket)
+    run = rt.new_run_row(defn, "{}" if item_model is not None else model, idempotency_key=key, ticket=ticket)
     run["retry_of"] = retry_of
-    now = client.clock.now()
-    if plan.bare and at is None and not await client.paused(defn.name):
+    now = rt.clock.now()
+    if plan.bare and at is None and not await rt.pauses.paused(defn.name):
         # no control to pass, but the run still carries what happens when it fails or overruns
         run["on_failure"] = plan.on_failure
         if plan.finish_timeout is not None:
             run["deadline_at"] = now + plan.finish_timeout
-        created, fresh = await client.store.write(_admit_bare, run, now)
+        created, fresh = await rt.store.write(_admit_bare, run, now)
         if fresh:
-            client.created_here(created, now)
-            client.wake(now)
+            rt.created_here(created, now)
+            rt.wake(now)
         return RunHandle(
             workflow=defn.name,
             status="started" if fresh else "existing",
             ticket=ticket,
             run_id=created["id"],
-            _client=client,
+            _client=rt.waiter,
         )
     o = Offer(
         defn=defn,
@@ -94,11 +92,11 @@ async def admit(
         idempotency_key=key,
         run=run,
         at=None if at is None else at.timestamp(),
-        pauses=await client.pause_snapshot(),
+        pauses=await rt.pauses.snapshot(),
     )
-    decision = await client.store.write(offer, o, now)
-    client.after_decision(defn, decision)
-    handle = handle_for(client, defn.name, decision)
+    decision = await rt.store.write(offer, o, now)
+    rt.after_decision(defn, decision)
+    handle = handle_for(rt.waiter, defn.name, decision)
     if wait:
         if decision.status == "dropped":
             raise RateLimited(defn.name, handle.retry_after or timedelta(0))
@@ -140,7 +138,24 @@ def _bare_decision(run: dict[str, Any], created: dict[str, Any], fresh: bool, no
 with_many(_admit_bare, _admit_bare_many)
 
 
-def handle_for(client: Client, workflow: str, d: Decision) -> RunHandle:
+def identity_key(defn: WorkflowDef, payload: BaseModel, given: str | None) -> str | None:
+    """The idempotency key of a start: the caller's, else the workflow's callback."""
+    if given is not None:
+        if not isinstance(given, str) or not given:
+            raise PayloadError(f"start of {defn.name!r}", "idempotency_key must be a non-empty string")
+        return given
+    if defn.idempotency_key is None:
+        return None
+    try:
+        key = defn.idempotency_key(payload)
+    except Exception as exc:
+        raise DefinitionError(defn.name, "idempotency_key", f"callback raised {type(exc).__name__}: {exc}") from None
+    if not isinstance(key, str) or not key:
+        raise DefinitionError(defn.name, "idempotency_key", f"callback returned {key!r}, not a non-empty string")
+    return key
+
+
+def handle_for(waiter: Waiter, workflow: str, d: Decision) -> RunHandle:
     deferral = None
     if d.status == "queued":
         deferral = Deferral(mode=d.mode or "queued", due_at=to_datetime(d.due_at), key=d.key)
@@ -151,7 +166,7 @@ def handle_for(client: Client, workflow: str, d: Decision) -> RunHandle:
         run_id=d.run_id,
         deferral=deferral,
         retry_after=None if d.retry_after is None else timedelta(seconds=d.retry_after),
-        _client=client,
+        _client=waiter,
     )
 
 

@@ -13,18 +13,16 @@ import asyncio
 import json
 import logging
 from collections import defaultdict
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ..clock import wait_event
 from ..definitions import WorkflowDef
 from ..plan import GatePlan
+from ..runtime import WorkerRuntime
 from ..store import gate_ops, ops
 from ..store.base import Row, Tx
 from .admission import control_keys
 from .pipeline import Decision, admitted, key_pause_scopes, offer, plain_row, reoffer, slot_of
-
-if TYPE_CHECKING:
-    from ..engine.engine import Engine
 
 __all__ = ["Drainer"]
 
@@ -34,10 +32,11 @@ CHUNK = 250  # parked rows re-offered per operation (a refusal sends only its ow
 
 
 class Drainer:
-    """Drains the gate's parked rows for one engine."""
+    """Drains the gate's parked rows for one worker process."""
 
-    def __init__(self, engine: Engine) -> None:
-        self.engine = engine
+    def __init__(self, worker: WorkerRuntime) -> None:
+        self.worker = worker
+        self.rt = worker.runtime
         self._wake = asyncio.Event()
         self._lease_until = 0.0
         self.ticks = 0
@@ -51,46 +50,46 @@ class Drainer:
     @property
     def holds_lease(self) -> bool:
         """Whether this process drains now (it won the drain lease and it has not run out)."""
-        return self._lease_until > self.engine.clock.now()
+        return self._lease_until > self.rt.clock.now()
 
     async def loop(self) -> None:
-        engine = self.engine
-        while engine.running:
+        worker, rt = self.worker, self.rt
+        while worker.running():
             self._wake.clear()
-            delay = engine.poll_interval
+            delay = rt.poll_interval
             try:
                 if await self._hold_lease():
                     due = await self.tick()
                     if due is not None:
-                        delay = min(delay, max(0.0, due - engine.clock.now()))
-                engine.store_recovered()
+                        delay = min(delay, max(0.0, due - rt.clock.now()))
+                worker.store_recovered()
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
-                engine.store_failed("drainer", exc)
+                worker.store_failed("drainer", exc)
             if delay > 0:
                 await wait_event(self._wake, delay)
 
     async def _hold_lease(self) -> bool:
         """Renew the drain lease when half of it is spent; whether this replica holds it."""
-        engine = self.engine
-        now = engine.clock.now()
-        ttl = max(2.0, engine.lease)
+        worker = self.worker
+        now = self.rt.clock.now()
+        ttl = max(2.0, worker.lease)
         if now < self._lease_until - ttl / 2:
             return True
-        won = await engine.store.write(ops.acquire_sweep, "drainer", engine.worker_id, now, ttl)
+        won = await self.rt.store.write(ops.acquire_sweep, "drainer", worker.worker_id, now, ttl)
         self._lease_until = now + ttl if won else 0.0
         return bool(won)
 
     async def tick(self) -> float | None:
         """One pass; returns the next instant something parked falls due (``None``: nothing timed)."""
-        engine, store = self.engine, self.engine.store
+        rt, store = self.rt, self.rt.store
         self.ticks += 1
-        now = engine.clock.now()
-        defs = engine.app.definitions()
+        now = rt.clock.now()
+        defs = rt.app.definitions()
         # The reads are independent: asked together, a tick costs about one read's round trip, not six.
         _, expired, overdue, orphans, due, waiting = await asyncio.gather(
-            engine.refresh_pauses(),
+            rt.pauses.refresh(),
             store.read(_expired, now),
             store.read(_overdue, now),
             store.read(_orphans, now),
@@ -123,16 +122,16 @@ class Drainer:
         """Re-offer a chunk of rows, in order, as one operation (one statement per table for rows that no
         control holds). If one row's offer refuses, the chunk's operation is undone whole and each row is
         re-offered on its own, so the others are not held back by it."""
-        engine = self.engine
+        rt = self.rt
         templates: dict[str, dict[str, Any]] = {}
         for defn, _ in work:
             if defn is not None and defn.name not in templates:
-                run = engine.new_run_row(defn, "{}")
+                run = rt.new_run_row(defn, "{}")
                 del run["id"], run["identity"]  # each row's run gets its own id, and that id as its identity
                 templates[defn.name] = run
-        pauses = await engine.pause_snapshot()
+        pauses = await rt.pauses.snapshot()
         try:
-            decisions = await engine.store.write(
+            decisions = await rt.store.write(
                 drain_op, [(defn, row["id"]) for defn, row in work], templates, now, pauses
             )
         except Exception as exc:
@@ -147,16 +146,16 @@ class Drainer:
         served = self._served.get((row["hold_scope"], row["hold_key"]))
         if decision.status == "started" and served is not None and row["fair_key"] in served:
             served[row["fair_key"]] += 1
-        self.engine.after_decision(defn, decision)
+        self.rt.after_decision(defn, decision)
 
     async def _reoffer(self, defn: WorkflowDef | None, row: Row, now: float) -> None:
-        engine, store = self.engine, self.engine.store
+        rt, store = self.rt, self.rt.store
         try:
             if defn is None:
                 await store.write(_expire_op, row["id"], "unregistered", now)
                 return
             decision: Decision = await store.write(
-                _reoffer_op, defn, row["id"], engine.new_run_row(defn, "{}"), now, await engine.pause_snapshot()
+                _reoffer_op, defn, row["id"], rt.new_run_row(defn, "{}"), now, await rt.pauses.snapshot()
             )
         except Exception as exc:
             log.warning("re-offer of %s (%s) failed: %s", row["ticket"], row["workflow"], exc)
@@ -165,7 +164,7 @@ class Drainer:
 
     async def _slot_candidates(self, defs: dict[str, Any]) -> list[Row]:
         """Rows waiting for a concurrency slot, as many per key as the key has room for."""
-        store = self.engine.store
+        store = self.rt.store
         plans: dict[str, GatePlan] = {}
         for d in defs.values():
             if d.gate.concurrency is not None:
@@ -198,9 +197,8 @@ class Drainer:
         return _fair_order(waiting, self._served[queue])[:room]
 
     async def _finish_timeout(self, run_id: str, now: float) -> None:
-        engine = self.engine
-        stopped = await engine.store.write(fail_overdue, run_id, now)
-        engine.stopped(stopped, "finish timeout")
+        stopped = await self.rt.store.write(fail_overdue, run_id, now)
+        self.rt.stopped(stopped, "finish timeout")
 
 
 def _fair_order(rows: list[Row], served: dict[Any, int] | None = None) -> list[Row]:

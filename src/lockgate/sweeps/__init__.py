@@ -1,57 +1,31 @@
-"""Sweeps: periodic work each engine runs, one replica per tick (a lease row decides which)."""
+"""Sweeps: periodic work each engine runs, one replica per tick (a lease row decides which).
+
+Each sweep receives the ``WorkerRuntime`` seam, never the engine; ``SWEEPS`` lists how each
+is made from it and the engine's settings (``None``: that sweep is off).
+"""
 
 from __future__ import annotations
 
 import asyncio
-import logging
-from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import Any
 
-from ..store import ops
+from ..runtime import WorkerRuntime
+from .base import Sweep, SweepSettings
+from .retention import retention_sweep
+from .staleness import staleness_sweep
 
-if TYPE_CHECKING:
-    from ..engine.engine import Engine
+__all__ = ["SWEEPS", "Sweep", "SweepSettings", "start_sweeps", "sweeps_for"]
 
-__all__ = ["Sweep", "start_sweeps"]
-
-log = logging.getLogger("lockgate.sweeps")
-
-
-class Sweep:
-    """Run ``tick`` every ``interval`` seconds on whichever replica holds the sweep's lease."""
-
-    def __init__(self, name: str, interval: float, tick: Callable[[Engine], Awaitable[Any]]) -> None:
-        self.name = name
-        self.interval = interval
-        self.tick = tick
-
-    async def loop(self, engine: Engine) -> None:
-        while True:
-            await asyncio.sleep(self.interval)
-            await self.run_once(engine)
-
-    async def run_once(self, engine: Engine) -> bool:
-        """One tick, if this replica wins the lease; whether it ran."""
-        now = engine.clock.now()
-        try:
-            won = await engine.store.write(ops.acquire_sweep, self.name, engine.worker_id, now, self.interval * 2)
-            if won:
-                await self.tick(engine)
-        except asyncio.CancelledError:
-            raise
-        except Exception as exc:
-            engine.store_failed(f"sweep {self.name}", exc)  # an outage is logged once, not once per tick
-            return False
-        engine.store_recovered()
-        return bool(won)
+SWEEPS: tuple[Callable[[WorkerRuntime, SweepSettings], Sweep | None], ...] = (staleness_sweep, retention_sweep)
+"""The registered sweeps, in the order they start."""
 
 
-def sweeps_for(engine: Engine) -> list[Sweep]:
-    from .retention import retention_sweep
-    from .staleness import staleness_sweep
-
-    return [s for s in (staleness_sweep(engine), retention_sweep(engine)) if s is not None]
+def sweeps_for(worker: WorkerRuntime, settings: SweepSettings) -> list[Sweep]:
+    """The sweeps these settings turn on."""
+    return [s for s in (make(worker, settings) for make in SWEEPS) if s is not None]
 
 
-def start_sweeps(engine: Engine) -> list[asyncio.Task[Any]]:
-    return [asyncio.create_task(s.loop(engine), name=f"lockgate-sweep-{s.name}") for s in sweeps_for(engine)]
+def start_sweeps(worker: WorkerRuntime, settings: SweepSettings) -> list[asyncio.Task[Any]]:
+    """Start each sweep's loop; the caller cancels the tasks when it closes."""
+    return [asyncio.create_task(s.loop(worker), name=f"lockgate-sweep-{s.name}") for s in sweeps_for(worker, settings)]

@@ -9,14 +9,14 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from functools import partial
 
 from ..durations import format_seconds
+from ..runtime import WorkerRuntime
 from ..store import retention_ops
-from . import Sweep
+from .base import Sweep, SweepSettings
 
-if TYPE_CHECKING:
-    from ..engine.engine import Engine
+__all__ = ["BATCH", "MAX_BATCHES", "Forgotten", "forget_expired", "retention_sweep"]
 
 log = logging.getLogger("lockgate.sweeps")
 
@@ -34,20 +34,20 @@ class Forgotten:
     pauses: int = 0
 
 
-def retention_sweep(engine: Engine) -> Sweep | None:
+def retention_sweep(worker: WorkerRuntime, settings: SweepSettings) -> Sweep | None:
     """The sweep, ticking a quarter of the retention period apart (at most every ten minutes); none without one."""
-    if engine.retention is None:
+    if settings.retention is None:
         return None
-    return Sweep("retention", min(engine.retention / 4, 600.0), forget_expired)
+    return Sweep("retention", min(settings.retention / 4, 600.0), partial(forget_expired, retention=settings.retention))
 
 
-async def forget_expired(engine: Engine) -> Forgotten:
+async def forget_expired(worker: WorkerRuntime, retention: float) -> Forgotten:
     """Delete what ended before ``now - retention``: runs with their records, ledger rows, old workers and pauses."""
-    assert engine.retention is not None
-    cutoff = engine.clock.now() - engine.retention
-    runs = await _in_batches(engine, retention_ops.forget_ended_runs, cutoff)
-    ledger = await _in_batches(engine, retention_ops.forget_ledger, cutoff)
-    workers, pauses = await engine.store.write(retention_ops.forget_stale, cutoff, engine.worker_id)
+    rt = worker.runtime
+    cutoff = rt.clock.now() - retention
+    runs = await _in_batches(worker, retention_ops.forget_ended_runs, cutoff)
+    ledger = await _in_batches(worker, retention_ops.forget_ledger, cutoff)
+    workers, pauses = await rt.store.write(retention_ops.forget_stale, cutoff, worker.worker_id)
     forgotten = Forgotten(runs, ledger, workers, pauses)
     if runs or ledger or workers:
         log.info(
@@ -55,15 +55,15 @@ async def forget_expired(engine: Engine) -> Forgotten:
             runs,
             ledger,
             workers,
-            format_seconds(engine.retention),
+            format_seconds(retention),
         )
     return forgotten
 
 
-async def _in_batches(engine: Engine, op: retention_ops.Forget, cutoff: float) -> int:
+async def _in_batches(worker: WorkerRuntime, op: retention_ops.Forget, cutoff: float) -> int:
     total = 0
     for _ in range(MAX_BATCHES):
-        n = await engine.store.write(op, cutoff, BATCH)
+        n = await worker.runtime.store.write(op, cutoff, BATCH)
         total += n
         if n < BATCH:
             break

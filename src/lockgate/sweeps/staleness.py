@@ -4,33 +4,37 @@ from __future__ import annotations
 
 import inspect
 import logging
-from typing import TYPE_CHECKING
+from functools import partial
 
+from ..runtime import WorkerRuntime
 from ..store import ops
-from . import Sweep
+from .base import Sweep, SweepSettings
 
-if TYPE_CHECKING:
-    from ..engine.engine import Engine
+__all__ = ["report_stalled", "staleness_sweep"]
 
 log = logging.getLogger("lockgate.sweeps")
 
 
-def staleness_sweep(engine: Engine) -> Sweep:
-    thresholds = [d.stall_after for d in engine.app.definitions().values() if d.stall_after is not None]
-    smallest = min([engine.stall_after, *thresholds])
-    return Sweep("staleness", max(0.05, min(smallest / 4, 60.0)), report_stalled)
+def staleness_sweep(worker: WorkerRuntime, settings: SweepSettings) -> Sweep:
+    """The sweep, ticking a quarter of the smallest threshold apart (at most every minute)."""
+    defs = worker.runtime.app.definitions()
+    thresholds = [d.stall_after for d in defs.values() if d.stall_after is not None]
+    smallest = min([settings.stall_after, *thresholds])
+    tick = partial(report_stalled, stall_after=settings.stall_after)
+    return Sweep("staleness", max(0.05, min(smallest / 4, 60.0)), tick)
 
 
-async def report_stalled(engine: Engine) -> int:
+async def report_stalled(worker: WorkerRuntime, stall_after: float) -> int:
     """Write ``run-stalled`` for each live run idle past its threshold; how many were reported."""
-    defs = engine.app.definitions()
-    now = engine.clock.now()
-    smallest = min([engine.stall_after, *(d.stall_after for d in defs.values() if d.stall_after is not None)])
-    rows = await engine.store.read(ops.stale_candidates, now - smallest, now)
+    rt = worker.runtime
+    defs = rt.app.definitions()
+    now = rt.clock.now()
+    smallest = min([stall_after, *(d.stall_after for d in defs.values() if d.stall_after is not None)])
+    rows = await rt.store.read(ops.stale_candidates, now - smallest, now)
     reported = 0
     for row in rows:
         defn = defs.get(row["workflow"])
-        threshold = defn.stall_after if defn is not None and defn.stall_after is not None else engine.stall_after
+        threshold = defn.stall_after if defn is not None and defn.stall_after is not None else stall_after
         idle = now - float(row["progress_at"])
         if idle < threshold:
             continue
@@ -46,7 +50,7 @@ async def report_stalled(engine: Engine) -> int:
             "last_progress_at": float(row["progress_at"]),
             "waiting_on": row["waiting_on"],
         }
-        await engine.store.write(ops.mark_stalled, row["id"], now, data)
+        await rt.store.write(ops.mark_stalled, row["id"], now, data)
         reported += 1
         if defn is not None and defn.on_stalled is not None:
             try:

@@ -1,0 +1,257 @@
+"""``Core``: what a ``Client`` and an ``Engine`` are both built on.
+
+It holds the store, the clock, the definitions, the result and admission waiters and the
+pause snapshot, and it builds the ``Runtime`` seam the gate receives. A process that
+executes runs serves it a ``Local`` (the dispatcher): the seam's callbacks then reach it,
+so a start made here wakes the local workers and a blocking start may run where it waits.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from datetime import datetime
+from typing import Any, Protocol
+
+from pydantic import BaseModel
+
+from ..app import App
+from ..clock import Clock
+from ..definitions import WorkflowDef
+from ..errors import ResultTimeout, RunCancelled, RunFailed
+from ..gate.pipeline import Decision
+from ..handles import RunHandle
+from ..ids import new_id
+from ..runtime import Runtime
+from ..serde import decode
+from ..store import Store, ops
+from ..store.base import Row
+from .admissions import Admissions
+from .pauses import PauseCache
+from .results import ResultWaiters
+
+__all__ = ["Core", "Local", "WorkflowRef"]
+
+WorkflowRef = str | Callable[..., Any]
+
+
+class Local(Protocol):
+    """The side of a process that executes runs, as its core calls it (the dispatcher)."""
+
+    def new_run_row(
+        self,
+        defn: WorkflowDef,
+        payload: BaseModel | str,
+        *,
+        run_id: str | None = None,
+        identity: str | None = None,
+        idempotency_key: str | None = None,
+        ticket: str | None = None,
+    ) -> dict[str, Any]: ...
+
+    def wake(self, at: float | None = None) -> None: ...
+
+    def created_here(self, created: Row, now: float) -> None: ...
+
+    def stopped(self, run_ids: list[str], reason: str) -> None: ...
+
+    def after_decision(self, defn: WorkflowDef, decision: Decision) -> None: ...
+
+    def running_here(self, run_id: str) -> bool: ...
+
+    def finishes_here(self, row: Row) -> bool: ...
+
+    async def admit_blocking(
+        self,
+        workflow: WorkflowRef,
+        payload: Any,
+        *,
+        at: datetime | None,
+        idempotency_key: str | None,
+        flow_control: Any,
+    ) -> RunHandle:
+        """A blocking start, executed where it waits when it can."""
+        ...
+
+
+class Core:
+    """The state a client and an engine share, and the ``Runtime`` seam built from it."""
+
+    def __init__(self, app: App, store: Store, clock: Clock, poll_interval: float, recording: str) -> None:
+        self.app = app
+        self.store = store
+        self.clock = clock
+        self.poll_interval = poll_interval
+        self.recording = recording
+        self.results = ResultWaiters(store, lambda: self.poll_interval)
+        self.admissions = Admissions(store, lambda: self.poll_interval)
+        self.pauses = PauseCache(store, clock)
+        self.settled: dict[str, asyncio.Event] = {}  # update message id -> set when it is answered
+        self.is_open = False
+        self.local: Local | None = None
+        self.runtime = self._runtime()
+
+    def serve(self, local: Local) -> None:
+        """From now on the seam's callbacks reach ``local`` (call before opening)."""
+        self.local = local
+        self.runtime = self._runtime()
+
+    def _runtime(self) -> Runtime:
+        local = self.local
+        if local is None:
+            return Runtime(
+                app=self.app,
+                store=self.store,
+                clock=self.clock,
+                poll_interval=self.poll_interval,
+                pauses=self.pauses,
+                new_run_row=self.new_run_row,
+                created_here=_created_elsewhere,
+                wake=_no_workers,
+                after_decision=self.after_decision,
+                stopped=self.stopped,
+                waiter=self,
+            )
+        return Runtime(
+            app=self.app,
+            store=self.store,
+            clock=self.clock,
+            poll_interval=self.poll_interval,
+            pauses=self.pauses,
+            new_run_row=local.new_run_row,
+            created_here=local.created_here,
+            wake=local.wake,
+            after_decision=local.after_decision,
+            stopped=local.stopped,
+            waiter=self,
+        )
+
+    # -- lifecycle ----------------------------------------------------------------------
+
+    async def open(self) -> None:
+        """Validate the definitions, connect, migrate."""
+        self.app.definitions()  # a DefinitionError here refuses the boot
+        await self.store.open()
+        self.results.open()
+        self.admissions.open()
+        self.is_open = True
+
+    async def close(self) -> None:
+        await self.admissions.close()
+        await self.results.close()
+        await self.store.close()
+        self.is_open = False
+
+    # -- starts and decisions -----------------------------------------------------------
+
+    def new_run_row(
+        self,
+        defn: WorkflowDef,
+        payload: BaseModel | str,
+        *,
+        run_id: str | None = None,
+        identity: str | None = None,
+        idempotency_key: str | None = None,
+        ticket: str | None = None,
+    ) -> dict[str, Any]:
+        """The row a new run of ``defn`` is inserted as (``payload``: a model or its JSON)."""
+        rid = run_id or new_id("run")
+        return {
+            "id": rid,
+            "workflow": defn.name,
+            "payload": payload if isinstance(payload, str) else payload.model_dump_json(),
+            "identity": identity or (f"{defn.name}\x1f{idempotency_key}" if idempotency_key else rid),
+            "idempotency_key": idempotency_key,
+            "version": defn.version,
+            "patches": defn.patches_json,
+            "ticket": ticket or new_id("tkt"),
+            "recording": self.recording,
+        }
+
+    def after_decision(self, defn: WorkflowDef, decision: Decision) -> None:
+        """React to a gate decision: wake workers for a new run, stop evicted incumbents."""
+        rt = self.runtime
+        if decision.stopped:
+            rt.stopped(decision.stopped, "singleton eviction")
+        if decision.status == "started":
+            rt.wake(None)
+        if decision.status != "queued":
+            self.admissions.poke()  # a parked start may be what was just decided
+
+    def stopped(self, run_ids: list[str], reason: str) -> None:
+        """Runs ended from outside: release their result waiters (a client executes none)."""
+        for rid in run_ids:
+            self.results.wake(rid, None)
+
+    # -- waiting --------------------------------------------------------------------------
+
+    def notify_finished(self, run_id: str, ended: Row | None = None) -> None:
+        """Wake those waiting for ``run_id``; ``ended`` is its final row if this process ended it."""
+        self.results.wake(run_id, ended)
+
+    def message_settled(self, message_id: str) -> None:
+        event = self.settled.get(message_id)
+        if event is not None:
+            event.set()
+
+    async def admitted_run(self, ticket: str, timeout: float | None = None) -> str:
+        """The id of the run the start ``ticket`` made or joined, once the gate admits it."""
+        return await self.admissions.wait(ticket, timeout)
+
+    async def result(self, run_id: str, timeout: float | None = None) -> Any:
+        """The run's result once it ends; ``RunFailed`` / ``RunCancelled`` if it did not succeed."""
+        loop = asyncio.get_running_loop()
+        deadline = None if timeout is None else loop.time() + timeout
+        local = self.local
+        results = self.results
+        while True:
+            ended = results.listen(run_id)  # before the read: a finish during it still wakes us
+            try:
+                # A run that succeeded here moments ago is known without a read; one running here wakes us.
+                row = results.succeeded(run_id)
+                if row is None and (local is None or not local.running_here(run_id)):
+                    row = await results.look(run_id)
+                if row is not None and row["status"] in ops.TERMINAL:
+                    return self.outcome(row)
+                wait = None if deadline is None else deadline - loop.time()
+                if wait is not None and wait <= 0:
+                    status = "running" if row is None else row["status"]
+                    raise ResultTimeout(f"run {run_id} did not finish within {timeout}s (status {status})")
+                # A run that ends here wakes us at once; the bulk poll is for runs other processes end.
+                here = row is None or (local is not None and local.finishes_here(row))
+                results.poll(run_id, self.poll_interval if here else 0.01)
+                timer = None if wait is None else loop.call_later(wait, _resolve, ended)
+                try:
+                    final = await ended  # resolved by the run's end, a poll that saw it end, or the timeout
+                finally:
+                    if timer is not None:
+                        timer.cancel()
+                if final is not None and final["status"] in ops.TERMINAL:
+                    return self.outcome(final)  # it ended here: its final row is known without a read
+            finally:
+                results.forget(run_id, ended)
+
+    def outcome(self, row: Row) -> Any:
+        """An ended run's result, or its failure raised."""
+        if row["status"] == "succeeded":
+            try:
+                rtype = self.app.get(row["workflow"]).result_type
+            except Exception:
+                rtype = None
+            return decode(row["output"], rtype)
+        if row["status"] == "cancelled":
+            raise RunCancelled(row["id"], row["error_message"])
+        raise RunFailed(row["id"], row["error_tag"], row["error_message"])
+
+
+def _no_workers(at: float | None = None) -> None:
+    """A client has no local workers to wake."""
+
+
+def _created_elsewhere(created: Row, now: float) -> None:
+    """A client executes nothing: where a run it created is executed is not its business."""
+
+
+def _resolve(future: asyncio.Future[Any]) -> None:
+    if not future.done():
+        future.set_result(None)

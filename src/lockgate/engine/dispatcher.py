@@ -1,0 +1,512 @@
+"""The dispatcher: claims runnable runs under a lease and executes them here.
+
+It claims runs whose wake time has come and that no live lease holds, up to
+``max_concurrent_runs``, renews the leases of the runs it executes, and sleeps until the
+next wake time, a local wake-up, or the poll interval. It is the ``Local`` side its
+``Core`` calls: a start made here wakes it, and a blocking start (``run()``,
+``start(wait=True)``) claims its run in the transaction that creates it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import contextvars
+import logging
+import os
+from datetime import datetime
+from typing import Any
+
+from pydantic import BaseModel
+
+from ..clock import to_datetime
+from ..definitions import WorkflowDef, retry_hint
+from ..errors import StoreError, WorkflowCrashLooped, WorkflowVersionIncompatible
+from ..gate.admission import admit
+from ..gate.drainer import Drainer
+from ..gate.handoff import HandOff, Passed, hand_off_for
+from ..gate.pipeline import Decision
+from ..handles import RunHandle
+from ..runtime import WorkerRuntime
+from ..store import cluster_ops, ops
+from ..store.base import Row
+from .core import Core, WorkflowRef
+from .executor import Execution
+from .leases import Outages, Wakeup, backoff, release_dead_local_workers
+
+__all__ = ["Dispatcher"]
+
+log = logging.getLogger("lockgate.engine")
+
+
+class Dispatcher:
+    """Claims and executes runs for one worker process over ``core`` (which it serves)."""
+
+    def __init__(
+        self,
+        core: Core,
+        *,
+        max_concurrent_runs: int,
+        lease: float,
+        inline_sleep: float,
+        max_reclaims: int,
+        worker_id: str,
+        host: str,
+    ) -> None:
+        self.core = core
+        self.app = core.app
+        self.store = core.store
+        self.clock = core.clock
+        self.max_concurrent_runs = max_concurrent_runs
+        self.lease = lease
+        self.inline_sleep = inline_sleep
+        self.max_reclaims = max_reclaims
+        self.worker_id = worker_id
+        self.host = host
+        self.executions: dict[str, Execution] = {}
+        self.inflight: set[str] = set()
+        self._background: set[asyncio.Future[Any]] = set()
+        self._wake = Wakeup()
+        self._tasks: list[asyncio.Task[Any]] = []
+        self._running = False
+        self._outages = Outages()
+        self._handbacks: set[asyncio.Task[None]] = set()
+        self._workflows: frozenset[str] = frozenset()
+        self._full = False  # the dispatcher waits for a run to end before it can claim
+        self._reserved = 0  # slots held for runs blocking starts claim as they create them
+        core.serve(self)
+        self.worker = WorkerRuntime(
+            runtime=core.runtime,
+            worker_id=worker_id,
+            lease=lease,
+            running=self.is_running,
+            store_failed=self.store_failed,
+            store_recovered=self.store_recovered,
+        )
+        self.drainer = Drainer(self.worker)
+
+    # -- lifecycle ----------------------------------------------------------------------
+
+    async def open(self) -> None:
+        """Register this worker and start the dispatcher, the lease renewal and the drainer (core open)."""
+        now = self.clock.now()
+        await self.store.write(cluster_ops.register, self.worker_id, self.host, os.getpid(), now, self.lease)
+        if self.store.cross_process_wakeups:
+            self.store.add_listener(self._on_wakeup)
+        await release_dead_local_workers(self.store, self.clock, self.host, self.worker_id)
+        self._running = True
+        self._workflows = frozenset(self.app.definitions())
+        self._tasks = [
+            asyncio.create_task(self._dispatch(), name="lockgate-dispatcher"),
+            asyncio.create_task(self._renew(), name="lockgate-leases"),
+            asyncio.create_task(self.drainer.loop(), name="lockgate-drainer"),
+        ]
+
+    def adopt(self, tasks: list[asyncio.Task[Any]]) -> None:
+        """Loops started beside the dispatcher's own (the sweeps): ``close`` stops them with its own."""
+        self._tasks += tasks
+
+    async def close(self) -> None:
+        """Stop the loops and the executions here; the runs are released for others to take."""
+        self._running = False
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(BaseException):
+                await task
+        self._tasks = []
+        for handback in list(self._handbacks):  # stop_worker below releases those runs anyway
+            handback.cancel()
+        executions = list(self.executions.values())
+        for execution in executions:
+            execution.stop("shutdown")
+        for execution in executions:
+            if execution.task is not None:
+                with contextlib.suppress(BaseException):
+                    await execution.task
+        if self.core.is_open:
+            now = self.clock.now()
+            with contextlib.suppress(Exception):
+                await self.store.write(ops.stop_worker, self.worker_id, now)
+
+    def is_running(self) -> bool:
+        """Whether the loops should keep going (false once ``close`` began)."""
+        return self._running
+
+    # -- wake-ups -----------------------------------------------------------------------
+
+    def wake(self, at: float | None = None) -> None:
+        """``wake(at)``: a run is runnable from ``at``; ``wake()``: anything may have changed (the gate too)."""
+        claim = _CLAIM_AT_START.get()
+        if at is not None and claim is not None and claim.run_id is not None:
+            return  # the new run is this blocking start's own: it is launched here, not dispatched
+        if at is None:
+            self._wake.set()
+            self.drainer.wake()
+        elif at <= self.clock.now() + self.core.poll_interval:
+            self._wake.set()  # a start, a park, a signal: the dispatcher's business, not the drainer's
+
+    def _on_wakeup(self, channel: str, payload: str) -> None:
+        """A wake-up the database raised for another process's write (see migration 0003)."""
+        if channel == "runs":  # a run became claimable, or a timer was set: re-read when the next one is due
+            self._wake.set()
+            self.core.admissions.poke()  # it may be a parked start another process admitted
+        elif channel == "gate" and self.drainer.holds_lease:
+            self.drainer.wake()  # only the replica holding the drain lease drains; the others would only poll it
+
+    def after_finish(self, run_id: str, stopped: list[str], ended: Row | None = None, *, settled: bool = False) -> None:
+        """``settled``: the run's slot passed on in its end's transaction, and nothing is left to drain for it."""
+        self.core.notify_finished(run_id, ended)
+        self.stopped(stopped, "parent closed")
+        execution = self.executions.get(run_id)
+        row = None if execution is None else execution.row
+        if row is None or row["parent_id"] is not None:
+            self._wake.set()  # the parent may be runnable now
+        if row is None or stopped or (not settled and any(row.get(k) for k in _GATE_HOLDS)):
+            self.drainer.wake()  # a slot or a singleton key may have freed, a failure report may be parked
+
+    async def hand_off(self, defn: WorkflowDef, row: Row, status: str) -> HandOff | None:
+        """Where the slot of the run ``row`` goes as it ends with ``status``, when that is decided as it ends
+        (``gate/handoff.py``); ``None``: the run ends the usual way and the drainer admits who is next."""
+        if defn.gate.concurrency is None or not self._running:
+            return None
+        now = self.clock.now()
+        target = hand_off_for(defn, row, status, await self.core.pauses.snapshot(), now)
+        if target is None:
+            return None
+        scope, key, limit = target
+        held = sum(  # what decides whether this worker claims the next run (``HandOff.held``)
+            1
+            for rid, other in self.executions.items()
+            if rid != row["id"] and other.row.get("slot_scope") == scope and (other.row.get("slot_key") or "") == key
+        )
+        template = self.new_run_row(defn, "{}")
+        return HandOff(scope, key, limit, defn.gate, template, self.worker_id, self.lease, held)
+
+    def passed(self, passed: Passed) -> None:
+        """A run's end passed its slot on: execute the run claimed for this worker; wake others for the rest."""
+        if passed.claimed is not None and self._running:  # else closing: stopping the worker releases it
+            self.launch(passed.claimed)
+        if passed.unclaimed:
+            self._wake.set()  # this dispatcher (or another) claims them
+        if passed.claimed is not None or passed.unclaimed:
+            self.core.admissions.poke()
+
+    def after_decision(self, defn: WorkflowDef, decision: Decision) -> None:
+        """React to a gate decision as a client does; a parked start due soon wakes the drainer too."""
+        self.core.after_decision(defn, decision)
+        if decision.status == "queued" and (
+            decision.due_at is None or decision.due_at <= self.clock.now() + self.core.poll_interval
+        ):
+            self.drainer.wake()
+
+    # -- blocking starts ------------------------------------------------------------------
+
+    async def admit_blocking(
+        self,
+        workflow: WorkflowRef,
+        payload: Any,
+        *,
+        at: datetime | None,
+        idempotency_key: str | None,
+        flow_control: Any,
+    ) -> RunHandle:
+        """A blocking start (``run()``, ``start(wait=True)``) is executed here, claimed as it is created.
+
+        Its caller waits in this process anyway; claiming the run in the transaction that
+        creates it saves a commit and a dispatcher round trip. Without room, or if the gate
+        does not start a run, it goes the usual way.
+        """
+        rt = self.core.runtime
+        if not self._running:
+            return await admit(
+                rt, workflow, payload, at=at, wait=True, idempotency_key=idempotency_key, flow_control=flow_control
+            )
+        claim = _ClaimAtStart()
+        try:
+            token = _CLAIM_AT_START.set(claim)
+            try:
+                handle = await admit(
+                    rt, workflow, payload, at=at, wait=True, idempotency_key=idempotency_key, flow_control=flow_control
+                )
+            finally:
+                _CLAIM_AT_START.reset(token)
+            if claim.run_id is not None and handle.status == "started" and handle.run_id == claim.run_id:
+                row = claim.row or await self.store.read(ops.find_run, claim.run_id)
+                if row is not None and row["owner"] == self.worker_id and row["status"] == "running":
+                    if row["id"] not in self.inflight:
+                        self.launch(row)
+            return handle
+        finally:
+            if claim.run_id is not None:  # launched (now in flight) or not created: the slot is free again
+                self._reserved -= 1
+
+    def new_run_row(
+        self,
+        defn: WorkflowDef,
+        payload: BaseModel | str,
+        *,
+        run_id: str | None = None,
+        identity: str | None = None,
+        idempotency_key: str | None = None,
+        ticket: str | None = None,
+    ) -> dict[str, Any]:
+        """The core's row; a blocking start's own run is claimed by this worker as it is inserted."""
+        row = self.core.new_run_row(
+            defn, payload, run_id=run_id, identity=identity, idempotency_key=idempotency_key, ticket=ticket
+        )
+        claim = _CLAIM_AT_START.get()
+        if claim is not None and claim.run_id is None and self._running and self._room() > 0:
+            now = self.clock.now()  # the columns a claim sets (claim_runs), on the new row
+            row.update(owner=self.worker_id, epoch=1, entries=1, entered_at=now, lease_until=now + self.lease)
+            claim.run_id = row["id"]
+            self._reserved += 1
+        return row
+
+    def created_here(self, created: Row, now: float) -> None:
+        """A start made here created ``created``: a blocking start executes it from the row inserted."""
+        claim = _CLAIM_AT_START.get()
+        if claim is not None and claim.run_id == created["id"]:  # executed from the row inserted, not read back
+            claim.row = {**created, "reclaim_count": 0, "updated_at": now, "progress_at": now}
+
+    def _room(self) -> int:
+        return self.max_concurrent_runs - len(self.inflight) - self._reserved
+
+    def finishes_here(self, row: Row) -> bool:
+        """A run this engine holds, or will claim when it is due, ends here: waiters are woken, not polling.
+
+        Only a run another process holds is polled with a short back-off; the rest are read
+        again every ``poll_interval`` in case another process takes them after all.
+        """
+        owner = row["owner"]
+        return self._running and (owner == self.worker_id or (owner is None and row["workflow"] in self._workflows))
+
+    def running_here(self, run_id: str) -> bool:
+        """Whether this process executes ``run_id`` now (its end then wakes the waiters)."""
+        return run_id in self.inflight
+
+    def stopped(self, run_ids: list[str], reason: str) -> None:
+        """Runs ended from outside: stop their executions here and release their result waiters."""
+        for rid in run_ids:
+            execution = self.executions.get(rid)
+            if execution is not None:
+                execution.stop(reason)
+            self.core.notify_finished(rid)
+
+    def message_settled(self, message_id: str) -> None:
+        self.core.message_settled(message_id)
+
+    def on_step_error(self, execution: Execution, step_key: str, error: BaseException) -> None:
+        """A step error that carries ``retry_after`` pauses the run's flow-control keys until then."""
+        hint = retry_hint(error)
+        if hint is None or hint <= 0:
+            return
+        row = execution.row
+        keys = [k for k in (row.get("slot_key"), _pool(row.get("slot_scope"))) if k]
+        if not keys:
+            return
+        stamp = to_datetime(self.clock.now() + hint)  # to the microsecond, as ``pause_key`` takes it
+        until = None if stamp is None else stamp.timestamp()
+        for key in keys:
+            task = asyncio.ensure_future(self.core.pauses.pause(f"key:{key}", f"retry-after from {step_key}", until))
+            self._background.add(task)
+            task.add_done_callback(self._background.discard)
+
+    # -- dispatching ----------------------------------------------------------------------
+
+    async def _dispatch(self) -> None:
+        names = list(self.app.definitions())
+        failures = 0
+        while self._running:
+            self._wake.clear()
+            try:
+                delay = self.core.poll_interval  # full, or nothing due is ours: wait for a wake-up, never spin
+                free = self._room()
+                self._full = free <= 0
+                if free > 0:
+                    # Claim at once: an empty claim costs what the read that would precede it costs.
+                    now = self.clock.now()
+                    claimed = await self.store.write(ops.claim_runs, self.worker_id, now, now + self.lease, free, names)
+                    for row in claimed:
+                        self.launch(row)
+                    if len(claimed) == free:
+                        continue  # there may be more; the next turn waits for a free slot
+                    due = await self.store.read(ops.next_wake, self.worker_id)
+                    if due is not None and due > now:
+                        delay = min(self.core.poll_interval, max(0.0, due - self.clock.now()))
+                if delay > 0:
+                    await self._wake.wait(delay)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                failures += 1
+                self.store_failed("dispatcher", exc)
+                await asyncio.sleep(backoff(failures, self.core.poll_interval))
+            else:
+                failures = 0
+                self.store_recovered()
+
+    def launch(self, row: Row) -> None:
+        """Execute the claimed run ``row`` in a task of its own."""
+        self.inflight.add(row["id"])
+        execution_task = asyncio.create_task(self._execute(row), name=f"lockgate-run-{row['id']}")
+        execution_task.add_done_callback(self._slot_freed)
+
+    def _slot_freed(self, _task: asyncio.Task[None]) -> None:
+        if self._full:  # the dispatcher waits for room: it may claim again
+            self._full = False
+            self._wake.set()
+
+    async def _execute(self, row: Row) -> None:
+        run_id = row["id"]
+        try:
+            defn = self.app.get(row["workflow"])
+            fence = ops.Fence(run_id, row["owner"], int(row["epoch"]))
+            if int(row["reclaim_count"]) >= self.max_reclaims:
+                await self._crash_looped(row, fence)
+                return
+            if not defn.accepts_version(row["version"]):
+                error = WorkflowVersionIncompatible(
+                    f"run {run_id} was started by version {row['version']!r}; this code is {defn.version!r} "
+                    f"(compatible_with: {list(defn.compatible_with)})"
+                )
+                now = self.clock.now()
+                closed = await self.store.write(
+                    ops.finish_run,
+                    fence,
+                    now,
+                    status="failed",
+                    error_tag="WorkflowVersionIncompatible",
+                    error_message=str(error),
+                )
+                self.after_finish(run_id, closed)
+                return
+            # Only the run's own held entries write its journal: on its first entry there is none to read.
+            journal = [] if int(row["entries"]) <= 1 else await self.store.read(ops.load_journal, run_id)
+            execution = Execution(self, defn, row, journal)
+            self.executions[run_id] = execution
+            await execution.run()
+            if execution.stop_reason == "lease lost":
+                log.warning("run %s: %s; this execution stopped, its late writes refused", run_id, _LOST)
+        except ops.Fenced:
+            log.warning("run %s: %s; its late write was refused", run_id, _LOST)
+        except asyncio.CancelledError:
+            raise
+        except StoreError as exc:
+            # The store went away under the run (or refused a write): the run did not fail. Hand it
+            # back once the store answers; any worker then re-enters it from its journal.
+            self.store_failed(f"run {run_id}", exc)
+            self._hand_back(ops.Fence(run_id, row["owner"], int(row["epoch"])))
+        except Exception:
+            log.exception("run %s: executor failed; the run will be retried after its lease", run_id)
+            held = ops.Fence(run_id, row["owner"], int(row["epoch"]))
+            with contextlib.suppress(Exception, ops.Fenced):  # else the lease renewal keeps it here forever
+                await self.store.write(ops.release_run, held, self.clock.now() + self.lease)
+        finally:
+            self.executions.pop(run_id, None)
+            self.inflight.discard(run_id)
+
+    async def _crash_looped(self, row: Row, fence: ops.Fence) -> None:
+        now = self.clock.now()
+        message = (
+            f"the body was entered {row['reclaim_count']} time(s) in a row without finishing "
+            f"(max_reclaims={self.max_reclaims})"
+        )
+
+        async def op(tx: Any) -> None:
+            await ops.touch(tx, fence, now)
+            await ops.add_event(tx, row["id"], "run-crashlooped", now, {"reclaims": row["reclaim_count"]})
+            await ops.suspend_run(
+                tx, row["id"], "crash loop", now, error_tag=WorkflowCrashLooped.__name__, error_message=message
+            )
+
+        await self.store.write(op)
+        self.core.notify_finished(row["id"])
+
+    # -- leases ---------------------------------------------------------------------------
+
+    async def _renew(self) -> None:
+        interval = self.lease / 3
+        while self._running:
+            await asyncio.sleep(interval)
+            now = self.clock.now()
+            try:
+                held = await self.store.write(ops.renew_leases, self.worker_id, now, now + self.lease)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                self.store_failed("lease renewal", exc)
+                continue
+            self.store_recovered()
+            for rid, execution in list(self.executions.items()):
+                if held.get(rid) != execution.fence.epoch:
+                    execution.stop("lease lost")  # logged when the execution ends
+
+    def _hand_back(self, fence: ops.Fence) -> None:
+        """Release a run whose execution broke on the store, retrying until the store answers."""
+
+        async def release() -> None:
+            failures = 0
+            while self._running:
+                try:
+                    await self.store.write(ops.release_run, fence, self.clock.now())
+                except asyncio.CancelledError:
+                    raise
+                except Exception as exc:
+                    failures += 1
+                    self.store_failed(f"hand-back of run {fence.run_id}", exc)
+                    await asyncio.sleep(backoff(failures, self.core.poll_interval))
+                else:
+                    self.store_recovered()
+                    log.info("run %s: handed back after a store failure; re-entered from its journal", fence.run_id)
+                    self._wake.set()
+                    return
+
+        task = asyncio.create_task(release(), name=f"lockgate-handback-{fence.run_id}")
+        self._handbacks.add(task)
+        task.add_done_callback(self._handbacks.discard)
+
+    # -- outages --------------------------------------------------------------------------
+
+    def store_failed(self, where: str, exc: BaseException) -> None:
+        """A loop's store call failed: an outage is logged once, when it begins; anything else each time.
+
+        The engine's loops (dispatcher, lease renewal, sweeps, hand-backs) report here, and
+        ``store_recovered`` after their next success, so an outage reads as two log lines.
+        """
+        self._outages.failed(where, exc)
+
+    def store_recovered(self) -> None:
+        """A loop's store call succeeded: if an outage was logged, log its end."""
+        self._outages.recovered()
+
+    @property
+    def claiming(self) -> bool:
+        """Whether a claimed run has not reached its body yet."""
+        return len(self.inflight) != len(self.executions)
+
+
+_LOST = "lease lost (another worker took the run over, or it was ended elsewhere)"
+
+
+class _ClaimAtStart:
+    """The run a blocking start claims as it creates it (set by ``new_run_row``)."""
+
+    __slots__ = ("row", "run_id")
+
+    def __init__(self) -> None:
+        self.run_id: str | None = None
+        self.row: Row | None = None  # the run's row as created, when the start knows it (a bare start)
+
+
+_CLAIM_AT_START: contextvars.ContextVar[_ClaimAtStart | None] = contextvars.ContextVar(
+    "lockgate_claim_at_start", default=None
+)
+
+
+def _pool(scope: str | None) -> str | None:
+    return scope.removeprefix("pool:") if scope and scope.startswith("pool:") else None
+
+
+# Run columns naming something the gate holds for the run until it ends (a finish wakes the drainer).
+_GATE_HOLDS = ("slot_scope", "singleton_key", "on_failure")

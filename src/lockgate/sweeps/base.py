@@ -1,0 +1,51 @@
+"""A sweep: periodic work each engine runs, one replica per tick (a lease row decides which)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+from ..runtime import WorkerRuntime
+from ..store import ops
+
+__all__ = ["Sweep", "SweepSettings"]
+
+
+@dataclass(frozen=True, slots=True)
+class SweepSettings:
+    """The engine's settings the sweeps read (seconds)."""
+
+    stall_after: float
+    retention: float | None
+
+
+class Sweep:
+    """Run ``tick`` every ``interval`` seconds on whichever replica holds the sweep's lease."""
+
+    def __init__(self, name: str, interval: float, tick: Callable[[WorkerRuntime], Awaitable[Any]]) -> None:
+        self.name = name
+        self.interval = interval
+        self.tick = tick
+
+    async def loop(self, worker: WorkerRuntime) -> None:
+        while True:
+            await asyncio.sleep(self.interval)
+            await self.run_once(worker)
+
+    async def run_once(self, worker: WorkerRuntime) -> bool:
+        """One tick, if this replica wins the lease; whether it ran."""
+        rt = worker.runtime
+        now = rt.clock.now()
+        try:
+            won = await rt.store.write(ops.acquire_sweep, self.name, worker.worker_id, now, self.interval * 2)
+            if won:
+                await self.tick(worker)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            worker.store_failed(f"sweep {self.name}", exc)  # an outage is logged once, not once per tick
+            return False
+        worker.store_recovered()
+        return bool(won)
