@@ -10,7 +10,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from ..store import cluster_ops
+from ..store import workers as store_workers
 from .common import format_option, load_app, open_client, run_async, store_option
 from .groups import EXIT_CODES, cli
 from .output import emit
@@ -28,7 +28,7 @@ def cluster() -> None:
 async def status_document(store: str) -> dict[str, Any]:
     """The ``cluster status`` snapshot of ``store``: dialect, workers, sweep leases."""
     async with open_client(load_app(None), store) as client:
-        return await client.store.read(cluster_ops.status, time.time())
+        return await client.store.read(store_workers.cluster_status, time.time())
 
 
 @cluster.command("status", epilog=EXIT_CODES)

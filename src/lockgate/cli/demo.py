@@ -28,7 +28,7 @@ from ..clock import to_datetime
 from ..engine import Engine
 from ..gate.ledger import FlowRow
 from ..records import EventInfo
-from ..store import ops
+from ..store import shared
 from .common import DurationType, check_store, open_client, run_async, sqlite_path
 from .groups import cli
 from .output import make_console, short, status_text, when
@@ -54,7 +54,7 @@ class RunRow:
 
     @property
     def finished(self) -> bool:
-        return self.status in ops.TERMINAL
+        return self.status in shared.TERMINAL
 
 
 @dataclass

@@ -9,7 +9,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from ..store import ops
+from ..store import runs
 from .common import format_option, load_app, open_client, run_async, store_option
 from .groups import workflows
 from .output import STATUS_STYLE, emit
@@ -27,7 +27,7 @@ def stats(workflow: str | None, store: str, fmt: str) -> None:
 
     async def go() -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
         async with open_client(load_app(None), store) as client:
-            return await client.store.read(ops.count_runs, workflow)
+            return await client.store.read(runs.count_runs, workflow)
 
     run_rows, parked_rows = run_async(go())
     names = sorted({r["workflow"] for r in run_rows} | {r["workflow"] for r in parked_rows})

@@ -26,7 +26,8 @@ from ..gate.handoff import HandOff, Passed, hand_off_for
 from ..gate.pipeline import Decision
 from ..handles import RunHandle
 from ..ids import new_id
-from ..store import Store, cluster_ops, ops
+from ..store import Store, runs, shared, workers
+from ..store import journal as store_journal
 from ..store.base import Row
 from .client import DEFAULT_STORE, Client, WorkflowRef
 from .executor import Execution
@@ -102,7 +103,7 @@ class Engine(Client):
     async def open(self) -> None:
         await super().open()
         now = self.clock.now()
-        await self.store.write(cluster_ops.register, self.worker_id, self.host, os.getpid(), now, self.lease)
+        await self.store.write(workers.register_with_lease, self.worker_id, self.host, os.getpid(), now, self.lease)
         if self.store.cross_process_wakeups:
             self.store.add_listener(self._on_wakeup)
         await self._release_dead_local_workers()
@@ -137,17 +138,17 @@ class Engine(Client):
         if self._open:
             now = self.clock.now()
             with contextlib.suppress(Exception):
-                await self.store.write(ops.stop_worker, self.worker_id, now)
+                await self.store.write(workers.stop_worker, self.worker_id, now)
         await super().close()
 
     async def _release_dead_local_workers(self) -> None:
         """Runs held by a process on this host that no longer exists are released at once."""
-        rows = await self.store.read(ops.live_workers_on_host, self.host, self.worker_id)
+        rows = await self.store.read(workers.live_workers_on_host, self.host, self.worker_id)
         now = self.clock.now()
         for row in rows:
             if _pid_alive(int(row["pid"])):
                 continue
-            released = await self.store.write(ops.stop_worker, row["id"], now, clean=False)
+            released = await self.store.write(workers.stop_worker, row["id"], now, clean=False)
             if released:
                 log.warning("worker %s (pid %s) is gone; released %d run(s)", row["id"], row["pid"], len(released))
 
@@ -249,7 +250,7 @@ class Engine(Client):
             finally:
                 _CLAIM_AT_START.reset(token)
             if claim.run_id is not None and handle.status == "started" and handle.run_id == claim.run_id:
-                row = claim.row or await self.store.read(ops.find_run, claim.run_id)
+                row = claim.row or await self.store.read(runs.find_run, claim.run_id)
                 if row is not None and row["owner"] == self.worker_id and row["status"] == "running":
                     if row["id"] not in self._inflight:
                         self._launch(row)
@@ -324,12 +325,14 @@ class Engine(Client):
                 if free > 0:
                     # Claim at once: an empty claim costs what the read that would precede it costs.
                     now = self.clock.now()
-                    claimed = await self.store.write(ops.claim_runs, self.worker_id, now, now + self.lease, free, names)
+                    claimed = await self.store.write(
+                        runs.claim_runs, self.worker_id, now, now + self.lease, free, names
+                    )
                     for row in claimed:
                         self._launch(row)
                     if len(claimed) == free:
                         continue  # there may be more; the next turn waits for a free slot
-                    due = await self.store.read(ops.next_wake, self.worker_id)
+                    due = await self.store.read(runs.next_wake, self.worker_id)
                     if due is not None and due > now:
                         delay = min(self.poll_interval, max(0.0, due - self.clock.now()))
                 if delay > 0:
@@ -358,7 +361,7 @@ class Engine(Client):
         run_id = row["id"]
         try:
             defn = self.app.get(row["workflow"])
-            fence = ops.Fence(run_id, row["owner"], int(row["epoch"]))
+            fence = shared.Fence(run_id, row["owner"], int(row["epoch"]))
             if int(row["reclaim_count"]) >= self.max_reclaims:
                 await self._crash_looped(row, fence)
                 return
@@ -369,7 +372,7 @@ class Engine(Client):
                 )
                 now = self.clock.now()
                 closed = await self.store.write(
-                    ops.finish_run,
+                    runs.finish_run,
                     fence,
                     now,
                     status="failed",
@@ -379,13 +382,13 @@ class Engine(Client):
                 self.after_finish(run_id, closed)
                 return
             # Only the run's own held entries write its journal: on its first entry there is none to read.
-            journal = [] if int(row["entries"]) <= 1 else await self.store.read(ops.load_journal, run_id)
+            journal = [] if int(row["entries"]) <= 1 else await self.store.read(store_journal.load_journal, run_id)
             execution = Execution(self, defn, row, journal)
             self._executions[run_id] = execution
             await execution.run()
             if execution.stop_reason == "lease lost":
                 log.warning("run %s: %s; this execution stopped, its late writes refused", run_id, _LOST)
-        except ops.Fenced:
+        except shared.Fenced:
             log.warning("run %s: %s; its late write was refused", run_id, _LOST)
         except asyncio.CancelledError:
             raise
@@ -393,17 +396,17 @@ class Engine(Client):
             # The store went away under the run (or refused a write): the run did not fail. Hand it
             # back once the store answers; any worker then re-enters it from its journal.
             self.store_failed(f"run {run_id}", exc)
-            self._hand_back(ops.Fence(run_id, row["owner"], int(row["epoch"])))
+            self._hand_back(shared.Fence(run_id, row["owner"], int(row["epoch"])))
         except Exception:
             log.exception("run %s: executor failed; the run will be retried after its lease", run_id)
-            held = ops.Fence(run_id, row["owner"], int(row["epoch"]))
-            with contextlib.suppress(Exception, ops.Fenced):  # else the lease renewal keeps it here forever
-                await self.store.write(ops.release_run, held, self.clock.now() + self.lease)
+            held = shared.Fence(run_id, row["owner"], int(row["epoch"]))
+            with contextlib.suppress(Exception, shared.Fenced):  # else the lease renewal keeps it here forever
+                await self.store.write(runs.release_run, held, self.clock.now() + self.lease)
         finally:
             self._executions.pop(run_id, None)
             self._inflight.discard(run_id)
 
-    async def _crash_looped(self, row: Row, fence: ops.Fence) -> None:
+    async def _crash_looped(self, row: Row, fence: shared.Fence) -> None:
         now = self.clock.now()
         message = (
             f"the body was entered {row['reclaim_count']} time(s) in a row without finishing "
@@ -411,9 +414,9 @@ class Engine(Client):
         )
 
         async def op(tx: Any) -> None:
-            await ops.touch(tx, fence, now)
-            await ops.add_event(tx, row["id"], "run-crashlooped", now, {"reclaims": row["reclaim_count"]})
-            await ops.suspend_run(
+            await store_journal.touch(tx, fence, now)
+            await shared.add_event(tx, row["id"], "run-crashlooped", now, {"reclaims": row["reclaim_count"]})
+            await runs.suspend_run(
                 tx, row["id"], "crash loop", now, error_tag=WorkflowCrashLooped.__name__, error_message=message
             )
 
@@ -428,7 +431,7 @@ class Engine(Client):
             await asyncio.sleep(interval)
             now = self.clock.now()
             try:
-                held = await self.store.write(ops.renew_leases, self.worker_id, now, now + self.lease)
+                held = await self.store.write(workers.renew_leases, self.worker_id, now, now + self.lease)
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
@@ -462,14 +465,14 @@ class Engine(Client):
             log.warning("store available again after %.1fs", time.monotonic() - self._outage_since)
             self._outage_since = None
 
-    def _hand_back(self, fence: ops.Fence) -> None:
+    def _hand_back(self, fence: shared.Fence) -> None:
         """Release a run whose execution broke on the store, retrying until the store answers."""
 
         async def release() -> None:
             failures = 0
             while self._running:
                 try:
-                    await self.store.write(ops.release_run, fence, self.clock.now())
+                    await self.store.write(runs.release_run, fence, self.clock.now())
                 except asyncio.CancelledError:
                     raise
                 except Exception as exc:

@@ -14,7 +14,7 @@ from ..definitions import WorkflowDef
 from ..errors import InvalidArgument, LockgateError
 from ..gate.ledger import FlowRow, Trace, flow, trace
 from ..gate.pipeline import Decision
-from ..store import Store, gate_ops
+from ..store import Store, gate
 from ..store.base import Row, Tx
 
 if TYPE_CHECKING:
@@ -87,7 +87,7 @@ class OperatorMixin:
 
     async def paused(self, workflow: str) -> bool:
         """Whether ``workflow`` is paused (cached for a second: a pause reaches every process within that)."""
-        return gate_ops.pause_in(await self.pause_snapshot(), [f"wf:{workflow}"], self.clock.now()) is not None
+        return gate.pause_in(await self.pause_snapshot(), [f"wf:{workflow}"], self.clock.now()) is not None
 
     async def pause_snapshot(self) -> dict[str, Row]:
         """Active pauses by scope (``wf:<name>``, ``key:<key>``) as this process last read them, at most a
@@ -100,7 +100,7 @@ class OperatorMixin:
         now = self.clock.now()
         self._pause_reads += 1
         mine = self._pause_reads
-        rows = await self.store.read(gate_ops.list_pauses, now)
+        rows = await self.store.read(gate.list_pauses, now)
         if mine < self._pause_read_kept:
             return  # a read begun after this one has answered already: this one may be older
         self._paused_cache = {r["scope"]: r for r in rows}
@@ -124,7 +124,7 @@ class OperatorMixin:
         """Park every new start of ``workflow`` (nothing is discarded) until ``unpause``."""
         name = self.app.get(workflow).name if self.app.names else workflow
         now = self.clock.now()
-        await self.store.write(gate_ops.pause, f"wf:{name}", reason, None, now)
+        await self.store.write(gate.pause, f"wf:{name}", reason, None, now)
         await self._paused_here(f"wf:{name}", _pause_row(f"wf:{name}", reason, None, now))
 
     async def unpause(self, workflow: str) -> int:
@@ -144,7 +144,7 @@ class OperatorMixin:
             raise InvalidArgument("until must be a timezone-aware datetime")
         now = self.clock.now()
         ends = None if until is None else until.timestamp()
-        await self.store.write(gate_ops.pause, f"key:{key}", reason, ends, now)
+        await self.store.write(gate.pause, f"key:{key}", reason, ends, now)
         await self._paused_here(f"key:{key}", _pause_row(f"key:{key}", reason, ends, now))
 
     async def unpause_key(self, key: str) -> None:
@@ -161,7 +161,7 @@ class OperatorMixin:
         """
         if not reason:
             raise InvalidArgument("cancel_start needs a reason: it is written on the ledger row")
-        row = await self.store.write(gate_ops.cancel_parked, ticket, reason, self.clock.now())
+        row = await self.store.write(gate.cancel_parked, ticket, reason, self.clock.now())
         if row is None:
             state = "unknown ticket"
             with contextlib.suppress(LockgateError):
@@ -171,7 +171,7 @@ class OperatorMixin:
 
     async def pauses(self) -> list[dict[str, Any]]:
         """Active pauses: workflows (``wf:``) and keys (``key:``)."""
-        return [dict(r) for r in await self.store.read(gate_ops.list_pauses, self.clock.now())]
+        return [dict(r) for r in await self.store.read(gate.list_pauses, self.clock.now())]
 
     # -- observing ------------------------------------------------------------------------
 
@@ -295,10 +295,10 @@ def _pause_row(scope: str, reason: str | None, until: float | None, now: float) 
 
 
 async def _unpause(tx: Tx, workflow: str, now: float) -> int:
-    await gate_ops.unpause(tx, f"wf:{workflow}")
-    return await gate_ops.release_paused(tx, workflow, now)
+    await gate.unpause(tx, f"wf:{workflow}")
+    return await gate.release_paused(tx, workflow, now)
 
 
 async def _unpause_key(tx: Tx, key: str, now: float) -> None:
-    await gate_ops.unpause(tx, f"key:{key}")
+    await gate.unpause(tx, f"key:{key}")
     await tx.execute("release_key_pending", {"key": key, "now": now})

@@ -9,7 +9,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from ..clock import to_datetime
-from ..store import ops
+from ..store import runs
 from ..store.base import Row, Tx
 
 __all__ = ["Admission", "FlowRow", "Trace", "admissions", "flow", "trace"]
@@ -157,7 +157,7 @@ async def trace(tx: Tx, ticket: str, now: float, concurrency_limits: dict[str, i
                 )
     if run_id is None:
         return Trace(**base, state=arrival["outcome"], absorbed_by=absorbed_by, history=history)
-    run = await ops.find_run(tx, run_id)
+    run = await runs.find_run(tx, run_id)
     return Trace(
         **base,
         state=run["status"] if run else "unknown",

@@ -7,7 +7,7 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
-from ..store import ops
+from ..store import workers
 
 if TYPE_CHECKING:
     from ..engine.engine import Engine
@@ -34,7 +34,7 @@ class Sweep:
         """One tick, if this replica wins the lease; whether it ran."""
         now = engine.clock.now()
         try:
-            won = await engine.store.write(ops.acquire_sweep, self.name, engine.worker_id, now, self.interval * 2)
+            won = await engine.store.write(workers.acquire_sweep, self.name, engine.worker_id, now, self.interval * 2)
             if won:
                 await self.tick(engine)
         except asyncio.CancelledError:

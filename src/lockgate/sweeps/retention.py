@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from ..durations import format_seconds
-from ..store import retention_ops
+from ..store import retention
 from . import Sweep
 
 if TYPE_CHECKING:
@@ -45,9 +45,9 @@ async def forget_expired(engine: Engine) -> Forgotten:
     """Delete what ended before ``now - retention``: runs with their records, ledger rows, old workers and pauses."""
     assert engine.retention is not None
     cutoff = engine.clock.now() - engine.retention
-    runs = await _in_batches(engine, retention_ops.forget_ended_runs, cutoff)
-    ledger = await _in_batches(engine, retention_ops.forget_ledger, cutoff)
-    workers, pauses = await engine.store.write(retention_ops.forget_stale, cutoff, engine.worker_id)
+    runs = await _in_batches(engine, retention.forget_ended_runs, cutoff)
+    ledger = await _in_batches(engine, retention.forget_ledger, cutoff)
+    workers, pauses = await engine.store.write(retention.forget_stale, cutoff, engine.worker_id)
     forgotten = Forgotten(runs, ledger, workers, pauses)
     if runs or ledger or workers:
         log.info(
@@ -60,7 +60,7 @@ async def forget_expired(engine: Engine) -> Forgotten:
     return forgotten
 
 
-async def _in_batches(engine: Engine, op: retention_ops.Forget, cutoff: float) -> int:
+async def _in_batches(engine: Engine, op: retention.Forget, cutoff: float) -> int:
     total = 0
     for _ in range(MAX_BATCHES):
         n = await engine.store.write(op, cutoff, BATCH)

@@ -6,7 +6,7 @@ import inspect
 import logging
 from typing import TYPE_CHECKING
 
-from ..store import ops
+from ..store import runs
 from . import Sweep
 
 if TYPE_CHECKING:
@@ -26,7 +26,7 @@ async def report_stalled(engine: Engine) -> int:
     defs = engine.app.definitions()
     now = engine.clock.now()
     smallest = min([engine.stall_after, *(d.stall_after for d in defs.values() if d.stall_after is not None)])
-    rows = await engine.store.read(ops.stale_candidates, now - smallest, now)
+    rows = await engine.store.read(runs.stale_candidates, now - smallest, now)
     reported = 0
     for row in rows:
         defn = defs.get(row["workflow"])
@@ -46,7 +46,7 @@ async def report_stalled(engine: Engine) -> int:
             "last_progress_at": float(row["progress_at"]),
             "waiting_on": row["waiting_on"],
         }
-        await engine.store.write(ops.mark_stalled, row["id"], now, data)
+        await engine.store.write(runs.mark_stalled, row["id"], now, data)
         reported += 1
         if defn is not None and defn.on_stalled is not None:
             try:
