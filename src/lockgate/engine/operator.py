@@ -290,7 +290,7 @@ async def _candidates(
 
 
 def _pause_row(scope: str, reason: str | None, until: float | None, now: float) -> Row:
-    """The row ``gate_ops.pause`` writes (``lockgate_pauses``)."""
+    """The row ``gate.pause`` writes (``lockgate_pauses``)."""
     return {"scope": scope, "reason": reason, "until": until, "created_at": now}
 
 
