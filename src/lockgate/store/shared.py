@@ -28,9 +28,9 @@ __all__ = [
 
 
 TERMINAL = ("succeeded", "failed", "cancelled")
-
-
+"""The statuses a run ends in."""
 LIVE = ("running", "suspended")
+"""The statuses of a run that has not ended."""
 
 
 class Fenced(BaseException):
@@ -39,6 +39,8 @@ class Fenced(BaseException):
 
 @dataclass(frozen=True)
 class Fence:
+    """Who holds a run, and under which lease epoch: what a held run's writes are checked against."""
+
     run_id: str
     owner: str
     epoch: int
