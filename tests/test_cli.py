@@ -18,7 +18,8 @@ from typing import Any
 
 import pytest
 
-from lockgate.store import open_store, ops
+from lockgate.store import open_store
+from lockgate.store import workers as store_workers
 
 pytestmark = pytest.mark.slow
 
@@ -188,7 +189,7 @@ def workers(store_url: str) -> list[dict[str, Any]]:
         store = open_store(store_url)
         await store.open()
         try:
-            return await store.read(ops.list_workers)
+            return await store.read(store_workers.list_workers)
         finally:
             await store.close()
 

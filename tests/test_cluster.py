@@ -27,7 +27,7 @@ import pytest
 from pydantic import BaseModel
 
 import lockgate as lg
-from lockgate.store import cluster_ops, ops
+from lockgate.store import workers as store_workers
 
 from .cluster.app import Job
 from .cluster.app import app as cluster_app
@@ -168,7 +168,7 @@ async def test_gate_work_from_another_process_reaches_the_drainer(pg_url: str) -
 
 
 async def _holds_drainer(engine: lg.Engine) -> bool:
-    rows = await engine.store.read(cluster_ops.status, engine.clock.now())
+    rows = await engine.store.read(store_workers.cluster_status, engine.clock.now())
     return any(engine.worker_id == s["owner"] for s in rows["sweeps"] if s["name"] == "drainer")
 
 
@@ -426,7 +426,9 @@ def status_cli(store: str, *args: str) -> subprocess.CompletedProcess[str]:
 async def test_cluster_status_shows_workers_leases_and_stale_ones(store_url: str) -> None:
     async with lg.Engine(wake_app, store_url, poll_interval=0.05, lease="2s") as engine:
         await until(lambda: _holds_drainer(engine), what="the engine holds the drain lease")
-        await engine.store.write(cluster_ops.register, "wkr_gone", "elsewhere.invalid", 4242, time.time() - 60, 2.0)
+        await engine.store.write(
+            store_workers.register_with_lease, "wkr_gone", "elsewhere.invalid", 4242, time.time() - 60, 2.0
+        )
         waiting = await engine.start("wake.signalled", {"text": "x"})
         assert waiting.run_id is not None
         result = await asyncio.to_thread(status_cli, store_url, "--format", "json")
@@ -442,7 +444,7 @@ async def test_cluster_status_shows_workers_leases_and_stale_ones(store_url: str
         table = await asyncio.to_thread(status_cli, store_url)
         assert table.returncode == 0, table.stderr
         assert engine.worker_id in table.stdout and "stale" in table.stdout and "drainer" in table.stdout
-        await engine.store.write(ops.stop_worker, "wkr_gone", time.time())
+        await engine.store.write(store_workers.stop_worker, "wkr_gone", time.time())
 
 
 def test_cluster_status_on_a_missing_sqlite_file_is_a_clear_error(tmp_path: Path) -> None:

@@ -22,7 +22,8 @@ import pytest
 from pydantic import BaseModel
 
 import lockgate as lg
-from lockgate.store import ops
+from lockgate.store import runs
+from lockgate.store import workers as store_workers
 
 from .apps import crashy
 from .apps.waits import eventually
@@ -201,7 +202,7 @@ async def _journal_is(client: lg.Client, run_id: str, expected: list[tuple[str, 
 
 
 async def _live_workers(client: lg.Client, n: int) -> bool:
-    rows = await client.store.read(ops.list_workers)
+    rows = await client.store.read(store_workers.list_workers)
     return len([w for w in rows if w["stopped_at"] is None]) == n
 
 
@@ -238,8 +239,8 @@ async def test_a_dead_local_worker_is_released_at_boot_a_live_one_is_not(
         for tag, worker, pid in (("dead", "wkr_dead_here", gone.pid), ("alive", "wkr_alive_here", os.getppid())):
             h = await setup.start("crash.steps", {"tag": tag})
             now = env.clock.now()
-            await setup.store.write(ops.register_worker, worker, host, pid, now)
-            [claimed] = await setup.store.write(ops.claim_runs, worker, now, now + 3600, 1, ["crash.steps"])
+            await setup.store.write(store_workers.register_worker, worker, host, pid, now)
+            [claimed] = await setup.store.write(runs.claim_runs, worker, now, now + 3600, 1, ["crash.steps"])
             assert claimed["id"] == h.run_id
             run_ids[tag] = h.run_id
 
@@ -250,7 +251,7 @@ async def test_a_dead_local_worker_is_released_at_boot_a_live_one_is_not(
         assert (alive.status, alive.owner) == ("running", "wkr_alive_here")
         dead = await env.engine.get_run(run_ids["dead"])
         assert (dead.entries, dead.reclaim_count) == (2, 1)  # the dead worker's entry counts as unfinished
-        workers = {w["id"]: w for w in await env.engine.store.read(ops.list_workers)}
+        workers = {w["id"]: w for w in await env.engine.store.read(store_workers.list_workers)}
         assert workers["wkr_dead_here"]["stopped_at"] is not None
         assert workers["wkr_alive_here"]["stopped_at"] is None
     assert crashy.count("alive:one", tmp_path / "effects.log") == 0
@@ -266,8 +267,8 @@ async def test_a_run_of_a_worker_elsewhere_is_taken_over_after_its_lease(
     async with lg.Client(crashy.app, store_url, clock=env.clock) as setup:
         h = await setup.start("crash.steps", {"tag": "far"})
         now = env.clock.now()
-        await setup.store.write(ops.register_worker, "wkr_elsewhere", "elsewhere.invalid", os.getpid(), now)
-        [claimed] = await setup.store.write(ops.claim_runs, "wkr_elsewhere", now, now + 60, 1, ["crash.steps"])
+        await setup.store.write(store_workers.register_worker, "wkr_elsewhere", "elsewhere.invalid", os.getpid(), now)
+        [claimed] = await setup.store.write(runs.claim_runs, "wkr_elsewhere", now, now + 60, 1, ["crash.steps"])
         assert claimed["id"] == h.run_id
 
     async with env:

@@ -26,7 +26,7 @@ from pydantic import BaseModel
 import lockgate as lg
 from lockgate.gate.admission import control_keys
 from lockgate.gate.pipeline import Decision, Offer, offer, offer_many
-from lockgate.store import coalesce, gate_ops
+from lockgate.store import coalesce, gate
 from lockgate.store.base import Row, Tx
 from lockgate.testing import TestEnv
 
@@ -124,16 +124,16 @@ def many_runs(monkeypatch: pytest.MonkeyPatch) -> list[int]:
 
 
 @pytest.fixture
-def set_reads(monkeypatch: pytest.MonkeyPatch) -> list[list[gate_ops.Slot]]:
+def set_reads(monkeypatch: pytest.MonkeyPatch) -> list[list[gate.Slot]]:
     """The slots each set-based read of the many form asked about."""
-    asked: list[list[gate_ops.Slot]] = []
-    read = gate_ops.slot_queues
+    asked: list[list[gate.Slot]] = []
+    read = gate.slot_queues
 
-    async def counted(tx: Tx, slots: list[gate_ops.Slot]) -> dict[gate_ops.Slot, tuple[bool, int]]:
+    async def counted(tx: Tx, slots: list[gate.Slot]) -> dict[gate.Slot, tuple[bool, int]]:
         asked.append(list(slots))
         return await read(tx, slots)
 
-    monkeypatch.setattr(gate_ops, "slot_queues", counted)
+    monkeypatch.setattr(gate, "slot_queues", counted)
     return asked
 
 
@@ -141,13 +141,13 @@ def set_reads(monkeypatch: pytest.MonkeyPatch) -> list[list[gate_ops.Slot]]:
 def group_reads(monkeypatch: pytest.MonkeyPatch) -> list[list[str]]:
     """The group keys each set-based read of the many form asked about."""
     asked: list[list[str]] = []
-    read = gate_ops.open_groups
+    read = gate.open_groups
 
     async def counted(tx: Tx, group_keys: list[str]) -> dict[str, Row]:
         asked.append(list(group_keys))
         return await read(tx, group_keys)
 
-    monkeypatch.setattr(gate_ops, "open_groups", counted)
+    monkeypatch.setattr(gate, "open_groups", counted)
     return asked
 
 
@@ -155,13 +155,13 @@ def group_reads(monkeypatch: pytest.MonkeyPatch) -> list[list[str]]:
 def window_reads(monkeypatch: pytest.MonkeyPatch) -> list[list[tuple[str, str, int]]]:
     """The windows each set-based read of the many form asked about."""
     asked: list[list[tuple[str, str, int]]] = []
-    read = gate_ops.window_queues
+    read = gate.window_queues
 
-    async def counted(tx: Tx, windows: list[tuple[str, str, int]]) -> dict[gate_ops.Slot, gate_ops.WindowQueue]:
+    async def counted(tx: Tx, windows: list[tuple[str, str, int]]) -> dict[gate.Slot, gate.WindowQueue]:
         asked.append(list(windows))
         return await read(tx, windows)
 
-    monkeypatch.setattr(gate_ops, "window_queues", counted)
+    monkeypatch.setattr(gate, "window_queues", counted)
     return asked
 
 
@@ -212,7 +212,7 @@ async def _together(tx: Tx, offers: list[tuple[Offer, float]]) -> list[Decision]
 
 
 async def _free(tx: Tx, run_id: str) -> None:
-    await gate_ops.free_slot(tx, run_id)
+    await gate.free_slot(tx, run_id)
 
 
 async def _state(url: str) -> dict[str, Any]:
@@ -279,7 +279,7 @@ async def _both(
             for run_id in free:
                 await client.store.write(_free, run_id)
             for p in (pauses or {}).values():
-                await client.store.write(gate_ops.pause, p["scope"], p["reason"], p["until"], NOW - 60)
+                await client.store.write(gate.pause, p["scope"], p["reason"], p["until"], NOW - 60)
             decided.append(await client.store.write(op, burst))
     alone, together = await _state(twin), await _state(url)
     assert together["ledger"] == alone["ledger"]
@@ -295,7 +295,7 @@ async def _both(
 
 
 async def test_a_mixed_burst_is_decided_and_written_as_one_by_one(
-    store_url: str, twin_url: str, set_reads: list[list[gate_ops.Slot]]
+    store_url: str, twin_url: str, set_reads: list[list[gate.Slot]]
 ) -> None:
     async with lg.Client(make_app(), store_url) as client:
         make = Maker(client)
@@ -366,7 +366,7 @@ async def test_a_mixed_burst_is_decided_and_written_as_one_by_one(
 
 
 async def test_parked_arrivals_keep_their_order_per_key_and_the_limit(
-    store_url: str, twin_url: str, set_reads: list[list[gate_ops.Slot]]
+    store_url: str, twin_url: str, set_reads: list[list[gate.Slot]]
 ) -> None:
     async with lg.Client(make_app(), store_url) as client:
         make = Maker(client)
@@ -395,7 +395,7 @@ async def test_parked_arrivals_keep_their_order_per_key_and_the_limit(
 
 
 async def test_a_paused_workflow_parks_every_arrival_one_by_one(
-    store_url: str, twin_url: str, set_reads: list[list[gate_ops.Slot]]
+    store_url: str, twin_url: str, set_reads: list[list[gate.Slot]]
 ) -> None:
     pauses = {"wf:cc": {"scope": "wf:cc", "reason": "maintenance", "until": None}}
     async with lg.Client(make_app(), store_url) as client:
@@ -409,7 +409,7 @@ async def test_a_paused_workflow_parks_every_arrival_one_by_one(
 
 
 async def test_a_paused_key_parks_its_arrivals_and_not_the_others(
-    store_url: str, twin_url: str, set_reads: list[list[gate_ops.Slot]]
+    store_url: str, twin_url: str, set_reads: list[list[gate.Slot]]
 ) -> None:
     pauses = {
         "key:a": {"scope": "key:a", "reason": "a is down", "until": NOW + 600},
@@ -710,7 +710,7 @@ async def test_windowed_slots_are_decided_together_as_one_by_one(
     twin_url: str,
     window: str,
     window_reads: list[list[tuple[str, str, int]]],
-    set_reads: list[list[gate_ops.Slot]],
+    set_reads: list[list[gate.Slot]],
 ) -> None:
     own, pooled, alone = ("ths", "thsp", "thp") if window == "throttle" else ("rls", "rlsp", "rlp")
     async with lg.Client(make_app(), store_url) as client:

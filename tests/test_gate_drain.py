@@ -10,7 +10,7 @@ from pydantic import BaseModel
 
 import lockgate as lg
 from lockgate.gate.drainer import CHUNK
-from lockgate.store import ops
+from lockgate.store import journal, shared
 from lockgate.testing import TestEnv
 
 from .apps.gate import parked, runs
@@ -59,12 +59,12 @@ async def test_an_unpaused_backlog_larger_than_a_chunk_is_admitted_whole(env_fac
         found = {r.id for r in await runs(e, "plain")}
         assert sorted(found) == sorted(r["run_id"] for r in started)
         for h, decision in zip(handles, started, strict=True):
-            run = await e.store.read(ops.get_run, decision["run_id"])
+            run = await e.store.read(shared.get_run, decision["run_id"])
             # what the pipeline's own admission writes: the arrival's ticket, payload and finish deadline
             assert (run["ticket"], run["identity"]) == (h.ticket, run["id"])
             assert run["status"] in ("running", "succeeded")  # the engine may already have run it
             assert run["deadline_at"] == run["created_at"] + 3600
-            assert (await e.store.read(ops.list_events, run["id"]))[0]["type"] == "run-started"
+            assert (await e.store.read(journal.list_events, run["id"]))[0]["type"] == "run-started"
         payloads = [json.loads(r["payload"])["n"] for r in await sql(env.store_url, _PAYLOADS)]
         assert payloads == list(range(len(handles)))
         await env.settle()

@@ -16,7 +16,7 @@ from pydantic import BaseModel
 import lockgate as lg
 from lockgate.gate import handoff as handoff_module
 from lockgate.gate.handoff import HandOff, Passed, finish_passing
-from lockgate.store import cluster_ops, coalesce, ops
+from lockgate.store import coalesce, runs, shared, workers
 from lockgate.store.base import Tx
 from lockgate.store.coalesce import Call, run_calls
 from lockgate.testing import TestEnv
@@ -150,14 +150,14 @@ async def test_the_claimed_row_is_the_row_stored(env_factory: Any, monkeypatch: 
         assert await e.result(claimed["id"], timeout=10) == 1
 
 
-async def _held(client: lg.Client, key: str, n: int) -> list[ops.Fence]:
+async def _held(client: lg.Client, key: str, n: int) -> list[shared.Fence]:
     """``n`` runs of key ``key`` started and claimed by a worker of the test's own."""
     handles = [await client.start("conc", {"n": i, "key": key, "hold": True}) for i in range(n)]
     now = client.clock.now()
-    claimed = await client.store.write(ops.claim_runs, "w-test", now, now + 3600, n, ["conc"])
+    claimed = await client.store.write(runs.claim_runs, "w-test", now, now + 3600, n, ["conc"])
     by_id = {r["id"]: r for r in claimed}
     assert set(by_id) == {h.run_id for h in handles}
-    return [ops.Fence(r["id"], "w-test", int(r["epoch"])) for r in by_id.values()]
+    return [shared.Fence(r["id"], "w-test", int(r["epoch"])) for r in by_id.values()]
 
 
 def _hand_off(client: lg.Client, key: str) -> HandOff:
@@ -284,8 +284,8 @@ async def test_an_end_whose_lease_was_lost_admits_nothing(store_url: str) -> Non
     async with lg.Client(make_app(limit=1), store_url) as client:
         (fence,) = await _held(client, "a", 1)
         waiting = await client.start("conc", {"n": 1, "key": "a"})
-        stale = ops.Fence(fence.run_id, fence.owner, fence.epoch + 1)
-        with pytest.raises(ops.Fenced):
+        stale = shared.Fence(fence.run_id, fence.owner, fence.epoch + 1)
+        with pytest.raises(shared.Fenced):
             now = client.clock.now()
             await client.store.write(finish_passing, stale, now, _hand_off(client, "a"), status="succeeded")
         assert [r["ticket"] for r in await pending_rows(store_url)] == [waiting.ticket]
@@ -317,7 +317,7 @@ async def test_a_worker_past_its_share_of_a_key_leaves_the_next_run_to_any_worke
         seen = watch_passes(env, monkeypatch)
         now = env.clock.now()
         for other in ("wkr_other_1", "wkr_other_2"):  # two more workers alive: this one's share is one slot
-            await e.store.write(cluster_ops.register, other, "elsewhere", 1, now, 15.0)
+            await e.store.write(workers.register_with_lease, other, "elsewhere", 1, now, 15.0)
         handles = [await e.start("conc", {"n": n}) for n in range(4)]
         assert [h.status for h in handles] == ["started"] * 3 + ["queued"]
         await eventually(lambda: len(e.executing) == 3, what="three runs executing")
@@ -348,13 +348,13 @@ async def test_runs_ending_together_with_one_lease_lost_end_one_by_one(
     async with lg.Client(make_app(limit=3), store_url) as client:
         fences = await _held(client, "a", 3)
         parked = [await client.start("conc", {"n": 10 + i, "key": "a"}) for i in range(3)]
-        stale = ops.Fence(fences[1].run_id, fences[1].owner, fences[1].epoch + 1)
+        stale = shared.Fence(fences[1].run_id, fences[1].owner, fences[1].epoch + 1)
         now = client.clock.now()
         handoff = _hand_off(client, "a")
         ends = [Call(finish_passing, (f, now, handoff), {"status": "succeeded"}) for f in (fences[0], stale, fences[2])]
         futures = [client.store.write(call.op, *call.args, **call.kwargs) for call in ends]
         outcomes = await asyncio.gather(*futures, return_exceptions=True)
-        assert isinstance(outcomes[1], ops.Fenced)
+        assert isinstance(outcomes[1], shared.Fenced)
         claimed = [o.claimed["ticket"] for o in outcomes if isinstance(o, Passed) and o.claimed]
         assert claimed == [h.ticket for h in parked[:2]]
         assert [r["ticket"] for r in await pending_rows(store_url)] == [parked[2].ticket]

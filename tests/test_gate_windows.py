@@ -16,7 +16,7 @@ from pydantic import BaseModel
 
 import lockgate as lg
 from lockgate.clock import to_datetime
-from lockgate.store import gate_ops
+from lockgate.store import gate
 from lockgate.store.base import Tx
 from lockgate.store.sql_files import load_queries, migrations
 from lockgate.testing import TestEnv
@@ -290,7 +290,7 @@ async def test_a_window_check_returns_at_most_limit_hits_however_many_are_stored
             )
 
         async def probe(tx: Tx) -> float | None:
-            return await gate_ops.window_opens(tx, "wf:rl:rate_limit[0]", "", T0 - 3600, 3)
+            return await gate.window_opens(tx, "wf:rl:rate_limit[0]", "", T0 - 3600, 3)
 
         # full: the third-newest hit is the one whose leaving makes room
         assert await env.engine.store.read(probe) == T0 - 53

@@ -9,7 +9,8 @@ import pytest
 from pydantic import BaseModel
 
 import lockgate as lg
-from lockgate.store import coalesce, ops
+from lockgate.store import coalesce, runs, shared
+from lockgate.store import journal as store_journal
 
 from .apps.waits import eventually
 
@@ -80,14 +81,14 @@ async def test_steps_move_progress_at_no_more_than_once_a_second(env_factory: An
     async with env_factory(app_with_steps()) as env:
         handle = await env.engine.start("waits", {"n": 1})
         await env.settle()
-        created = await env.engine.store.read(ops.get_run, handle.run_id)
+        created = await env.engine.store.read(shared.get_run, handle.run_id)
         assert created["waiting_on"] == "signal"
         # The first step fell within a second of the start: the run's row was not rewritten for it.
         assert created["progress_at"] == created["created_at"]
         await env.advance("5s")
         await env.engine.signal(handle.run_id, "go", {})
         await env.settle()
-        parked = await env.engine.store.read(ops.get_run, handle.run_id)
+        parked = await env.engine.store.read(shared.get_run, handle.run_id)
         assert parked["waiting_on"] == "signal"
         assert parked["progress_at"] == env.clock.now()  # the second step came 5s later: it moved
 
@@ -107,9 +108,9 @@ async def test_a_fenced_step_writes_neither_its_entry_nor_its_attempt(make_engin
     async with make_engine(app) as engine:
         handle = await engine.start("fenced", {"n": 1})
         await eventually(lambda: handle.run_id in engine.executing, what="the run executing")
-        row = await engine.store.read(ops.get_run, handle.run_id)
-        stale = ops.Fence(handle.run_id, row["owner"], int(row["epoch"]))
-        await engine.store.write(ops.release_run, stale, engine.clock.now() + 3600)  # the lease moves on
+        row = await engine.store.read(shared.get_run, handle.run_id)
+        stale = shared.Fence(handle.run_id, row["owner"], int(row["epoch"]))
+        await engine.store.write(runs.release_run, stale, engine.clock.now() + 3600)  # the lease moves on
         entry = {"step_key": "slow#0", "kind": "step", "status": "completed", "output": "1", "seq": 0}
         attempt = {
             "run_id": handle.run_id,
@@ -120,8 +121,8 @@ async def test_a_fenced_step_writes_neither_its_entry_nor_its_attempt(make_engin
             "started_at": 1.0,
         }
         try:
-            await engine.store.write(ops.record_entry, stale, entry, 2.0, attempt=attempt)
-        except ops.Fenced:
+            await engine.store.write(store_journal.record_entry, stale, entry, 2.0, attempt=attempt)
+        except shared.Fenced:
             pass
         else:
             raise AssertionError("a write under a stale fence went through")
@@ -166,7 +167,7 @@ async def test_a_blocking_start_runs_here_claimed_as_it_is_created(make_engine: 
 
     @app.workflow(name="looks")
     async def looks(ctx: lg.Context, p: Job) -> int:
-        row = await engine.store.read(ops.get_run, ctx.run_id)
+        row = await engine.store.read(shared.get_run, ctx.run_id)
         seen.append((row["owner"], int(row["epoch"])))
         return int(await ctx.step("double", double, p.n))
 
@@ -230,9 +231,9 @@ async def test_a_blocking_start_executes_the_row_it_inserted_without_reading_it(
         monkeypatch.setattr(engine.store, "read", reading)
         waiting = asyncio.ensure_future(engine.run("steps", {"n": 2}, timeout=10))
         await eventually(lambda: held, what="the blocking start's run launched")
-        assert ops.find_run not in ops_read
+        assert runs.find_run not in ops_read
         (row,) = held
-        stored = await engine.store.read(ops.get_run, row["id"])
+        stored = await engine.store.read(shared.get_run, row["id"])
         assert stored["owner"] == engine.worker_id
         assert {k: row[k] for k in stored if k in row} == {k: stored[k] for k in stored if k in row}
         read_by_executor = {"id", "workflow", "payload", "version", "patches", "recording", "owner", "epoch", "entries"}
@@ -246,36 +247,41 @@ async def test_runs_ending_in_one_group_commit_end_as_if_one_by_one(
 ) -> None:
     """The ends of one group commit share one multi-row insert of their events: rows as the same ends one by one;
     a stale fence among them is refused alone."""
-    together_form = coalesce._MANY[ops.finish_run]
+    together_form = coalesce._MANY[runs.finish_run]
     sizes: list[int] = []
 
     async def spy(tx: Any, calls: Any) -> Any:
         sizes.append(len(calls))
         return await together_form(tx, calls)
 
-    monkeypatch.setitem(coalesce._MANY, ops.finish_run, spy)
+    monkeypatch.setitem(coalesce._MANY, runs.finish_run, spy)
     async with lg.Client(app_with_steps(), store_url) as client:
         handles = [await client.start("steps", {"n": 1}) for _ in range(7)]
         now = client.clock.now()
-        claimed = await client.store.write(ops.claim_runs, "w-test", now, now + 3600, 7, ["steps"])
-        fences = {r["id"]: ops.Fence(r["id"], "w-test", int(r["epoch"])) for r in claimed}
+        claimed = await client.store.write(runs.claim_runs, "w-test", now, now + 3600, 7, ["steps"])
+        fences = {r["id"]: shared.Fence(r["id"], "w-test", int(r["epoch"])) for r in claimed}
         ids = [h.run_id for h in handles]
         assert set(fences) == set(ids)
 
         def end(run_id: str, i: int) -> Any:
             entry = {"step_key": "double#0", "kind": "step", "status": "completed", "output": str(i), "seq": 0}
             return client.store.write(
-                ops.finish_run, fences[run_id], now, status="succeeded", output=str(i), entries=[ops.Entry(entry, now)]
+                runs.finish_run,
+                fences[run_id],
+                now,
+                status="succeeded",
+                output=str(i),
+                entries=[store_journal.Entry(entry, now)],
             )
 
-        stale = ops.Fence(ids[3], "w-other", 1)
+        stale = shared.Fence(ids[3], "w-other", 1)
         together = await asyncio.gather(
             *(end(run_id, i) for i, run_id in enumerate(ids[:3])),
-            client.store.write(ops.finish_run, stale, now, status="succeeded", output="9"),
+            client.store.write(runs.finish_run, stale, now, status="succeeded", output="9"),
             return_exceptions=True,
         )
         assert together[:3] == [[], [], []]
-        assert isinstance(together[3], ops.Fenced)
+        assert isinstance(together[3], shared.Fenced)
         assert sizes[0] == 4  # all four in one commit's many form (refused as a whole, then run one by one)
         for i, run_id in enumerate(ids[3:], start=3):
             assert await end(run_id, i) == []
@@ -286,7 +292,7 @@ async def test_runs_ending_in_one_group_commit_end_as_if_one_by_one(
             assert [(s.key, s.output) for s in await client.steps(run_id)] == [("double#0", i)]
 
 
-def _held(i: int, now: float) -> list[ops.Entry]:
+def _held(i: int, now: float) -> list[store_journal.Entry]:
     """Held entries of every shape a run writes: a completed step (with its attempt row), a failed one, a
     pending timer with a due time, an entry whose times are its own."""
     attempt = {
@@ -299,10 +305,10 @@ def _held(i: int, now: float) -> list[ops.Entry]:
         "finished_at": now,
     }
     return [
-        ops.Entry(
+        store_journal.Entry(
             {"step_key": "double#0", "kind": "step", "status": "completed", "output": str(i), "seq": 0}, now, attempt
         ),
-        ops.Entry(
+        store_journal.Entry(
             {
                 "step_key": "fail#0",
                 "kind": "step",
@@ -314,11 +320,11 @@ def _held(i: int, now: float) -> list[ops.Entry]:
             },
             now + 0.1234567891,
         ),
-        ops.Entry(
+        store_journal.Entry(
             {"step_key": "sleep#0", "kind": "sleep", "status": "pending", "due_at": now + 86_400.123456789, "seq": 2},
             now + 0.2,
         ),
-        ops.Entry(
+        store_journal.Entry(
             {
                 "step_key": "own#0",
                 "kind": "step",
@@ -348,28 +354,28 @@ async def test_held_entries_of_many_runs_are_written_by_one_statement_as_one_by_
         monkeypatch.setattr(await client.store.write(tx_type), "rows_in_one", rows_in_one)
         handles = [await client.start("steps", {"n": 1}) for _ in range(8)]
         now = client.clock.now()
-        claimed = await client.store.write(ops.claim_runs, "w-test", now, now + 3600, 8, ["steps"])
-        fences = {r["id"]: ops.Fence(r["id"], "w-test", int(r["epoch"])) for r in claimed}
+        claimed = await client.store.write(runs.claim_runs, "w-test", now, now + 3600, 8, ["steps"])
+        fences = {r["id"]: shared.Fence(r["id"], "w-test", int(r["epoch"])) for r in claimed}
         ids = [h.run_id for h in handles]
 
-        def held(i: int) -> list[ops.Entry]:
+        def held(i: int) -> list[store_journal.Entry]:
             return [e._replace(attempt=e.attempt and {**e.attempt, "run_id": ids[i]}) for e in _held(i % 4, now)]
 
         for i in range(4):  # one by one
-            await client.store.write(ops.record_entries, fences[ids[i]], held(i))
-        stale = ops.Fence(ids[7], "w-test", fences[ids[7]].epoch + 1)
+            await client.store.write(store_journal.record_entries, fences[ids[i]], held(i))
+        stale = shared.Fence(ids[7], "w-test", fences[ids[7]].epoch + 1)
 
-        async def together(tx: Any, items: list[tuple[ops.Fence, list[ops.Entry]]]) -> None:
-            await ops.record_held(tx, items)
+        async def together(tx: Any, items: list[tuple[shared.Fence, list[store_journal.Entry]]]) -> None:
+            await store_journal.record_held(tx, items)
 
-        with pytest.raises(ops.Fenced):
+        with pytest.raises(shared.Fenced):
             await client.store.write(together, [(fences[ids[i]], held(i)) for i in range(4, 7)] + [(stale, held(7))])
         for i in range(4, 8):
-            assert await client.store.read(ops.load_journal, ids[i]) == []
+            assert await client.store.read(store_journal.load_journal, ids[i]) == []
         await client.store.write(together, [(fences[ids[i]], held(i)) for i in range(4, 8)])
 
         async def rows(i: int) -> tuple[list[dict[str, Any]], list[tuple[Any, ...]]]:
-            journal = [{**r, "run_id": None} for r in await client.store.read(ops.load_journal, ids[i])]
+            journal = [{**r, "run_id": None} for r in await client.store.read(store_journal.load_journal, ids[i])]
             attempts = [(a.step_key, a.attempt, a.status, a.started_at) for a in await client.attempts(ids[i])]
             return journal, attempts
 
@@ -389,13 +395,13 @@ async def test_runs_ending_in_one_group_commit_write_their_held_entries_together
     """Many runs ending (or flushing held entries) in one group commit write their entries together
     (``record_held``: one statement on PostgreSQL)."""
     sizes: list[int] = []
-    record_held = ops.record_held
+    record_held = store_journal.record_held
 
     async def spy(tx: Any, held: Any) -> None:
         sizes.append(len(held))
         await record_held(tx, held)
 
-    monkeypatch.setattr(ops, "record_held", spy)
+    monkeypatch.setattr(store_journal, "record_held", spy)
     async with lg.Engine(app_with_steps(), store_url) as engine:
         handles = [await engine.start("steps", {"n": 3}) for _ in range(30)]
         assert [await h.result(timeout=30) for h in handles] == [6] * 30

@@ -11,7 +11,7 @@ import pytest
 from pydantic import BaseModel
 
 import lockgate as lg
-from lockgate.store import ops
+from lockgate.store import messages
 
 from .apps.waits import eventually
 
@@ -410,7 +410,7 @@ async def test_resume_from_step_offers_again_the_signals_consumed_after_it(make_
         await engine.resume_from_step(run_id, "one")
         assert await engine.result(run_id, timeout=15) == "first"
         assert world.calls == Counter({"one": 2, "two": 2})
-        [message] = await engine.store.read(ops.list_messages, run_id)
+        [message] = await engine.store.read(messages.list_messages, run_id)
         assert (message["status"], message["step_key"]) == ("consumed", "signal:go#0")
 
 

@@ -11,7 +11,7 @@ from pydantic import BaseModel
 
 import lockgate as lg
 from lockgate.cli import cli
-from lockgate.store import cluster_ops, gate_ops, ops
+from lockgate.store import gate, messages, workers
 from lockgate.sweeps import sweeps_for
 from lockgate.sweeps.retention import BATCH, Forgotten, forget_expired
 
@@ -58,7 +58,7 @@ async def _records(engine: lg.Engine, run_id: str) -> tuple[int, int, int, int]:
         len(await engine.steps(run_id)),
         len(await engine.attempts(run_id)),
         len(await engine.events(run_id)),
-        len(await engine.store.read(ops.list_messages, run_id)),
+        len(await engine.store.read(messages.list_messages, run_id)),
     )
 
 
@@ -154,14 +154,14 @@ async def test_workers_and_pauses_long_gone_are_forgotten(env_factory: Any) -> N
     async with env_factory(make_app(), retention="1h") as env:
         engine = env.engine
         now = env.clock.now()
-        await engine.store.write(cluster_ops.register, "wkr-gone", "elsewhere", 1, now - 7200, 15.0)
-        await engine.store.write(ops.stop_worker, "wkr-gone", now - 7200)
-        await engine.store.write(gate_ops.pause, "key:ended", None, now - 3 * 3600, now - 4 * 3600)
-        await engine.store.write(gate_ops.pause, "key:ends-later", None, now + 3600, now)
+        await engine.store.write(workers.register_with_lease, "wkr-gone", "elsewhere", 1, now - 7200, 15.0)
+        await engine.store.write(workers.stop_worker, "wkr-gone", now - 7200)
+        await engine.store.write(gate.pause, "key:ended", None, now - 3 * 3600, now - 4 * 3600)
+        await engine.store.write(gate.pause, "key:ends-later", None, now + 3600, now)
         await engine.pause("ret.gated")  # no end
         assert await forget_expired(engine.worker, engine.retention) == Forgotten(workers=1, pauses=1)
         assert sorted(await _pause_scopes(engine)) == ["key:ends-later", "wf:ret.gated"]
-        ids = [w["id"] for w in await engine.store.read(ops.list_workers)]
+        ids = [w["id"] for w in await engine.store.read(workers.list_workers)]
         assert ids == [engine.worker_id]
 
 

@@ -12,7 +12,8 @@ import psycopg
 import pytest
 
 from lockgate.errors import StoreError
-from lockgate.store import Tx, open_store, ops
+from lockgate.store import Tx, open_store, runs, shared, workers
+from lockgate.store import journal as store_journal
 from lockgate.store.direct import DirectConnection, DirectStatement, numbered
 from lockgate.store.postgres import PostgresStore, PostgresTx, _silent
 from lockgate.store.sql_files import load_queries, migrations, repeatable_queries, silent_queries
@@ -126,14 +127,14 @@ async def test_an_unreachable_server_is_a_clear_error_without_the_password() -> 
         await asyncio.wait_for(store.open(), 30)
     assert "s3cret" not in str(caught.value)
     with pytest.raises(StoreError, match="not open"):
-        await store.read(ops.list_workers)
+        await store.read(workers.list_workers)
 
 
 async def test_processes_booting_together_migrate_once(empty_pg_url: str) -> None:
     stores = [PostgresStore(empty_pg_url) for _ in range(3)]
     await asyncio.gather(*(s.open() for s in stores))
     try:
-        await stores[0].write(ops.register_worker, "w1", "host", 1, 1.0)
+        await stores[0].write(workers.register_worker, "w1", "host", 1, 1.0)
         async with await psycopg.AsyncConnection.connect(empty_pg_url) as conn:
             cursor = await conn.execute("SELECT version FROM lockgate_migrations ORDER BY version")
             versions = [r[0] for r in await cursor.fetchall()]
@@ -144,14 +145,14 @@ async def test_processes_booting_together_migrate_once(empty_pg_url: str) -> Non
 
 async def test_rows_have_the_python_types_of_sqlite_rows(pg_url: str, opened: Any) -> None:
     store = await opened(pg_url)
-    _, created = await store.write(ops.create_run, run_row("r1"), 1700000000.5)
+    _, created = await store.write(runs.create_run, run_row("r1"), 1700000000.5)
     assert created
-    row = await store.read(ops.get_run, "r1")
+    row = await store.read(shared.get_run, "r1")
     assert type(row["created_at"]) is float and row["created_at"] == 1700000000.5
     assert type(row["epoch"]) is int and type(row["entries"]) is int
     assert type(row["id"]) is str and row["finished_at"] is None
-    assert await store.read(ops.next_wake) == 1700000000.5
-    events = await store.read(ops.list_events, "r1")
+    assert await store.read(runs.next_wake) == 1700000000.5
+    events = await store.read(store_journal.list_events, "r1")
     assert [type(e["id"]) for e in events] == [int]
 
 
@@ -223,20 +224,20 @@ async def test_a_connection_lost_before_commit_is_retried_on_a_fresh_one(
     async def register(tx: Tx) -> str:
         nonlocal calls
         calls += 1
-        await ops.register_worker(tx, "w1", "host", 1, 1.0)
+        await workers.register_worker(tx, "w1", "host", 1, 1.0)
         return "done"
 
     proxy.cut_when(b"lockgate_workers")  # the op's own statement never reaches the server
     assert await store.write(register) == "done"
     assert (proxy.cuts, calls) == (1, 2)
-    assert [w["id"] for w in await store.read(ops.list_workers)] == ["w1"]
+    assert [w["id"] for w in await store.read(workers.list_workers)] == ["w1"]
 
 
 async def test_a_read_whose_connection_drops_is_retried(pg_url: str, proxy: PgProxy, opened: Any) -> None:
     store = await opened(proxy.url(pg_url))
-    await store.write(ops.register_worker, "w1", "host", 1, 1.0)
+    await store.write(workers.register_worker, "w1", "host", 1, 1.0)
     proxy.cut_when(b"runs_held")  # the list_workers query
-    assert [w["id"] for w in await store.read(ops.list_workers)] == ["w1"]
+    assert [w["id"] for w in await store.read(workers.list_workers)] == ["w1"]
     assert proxy.cuts == 1
 
 
@@ -250,7 +251,7 @@ def counting_create(run_id: str) -> tuple[Callable[[Tx], Any], list[int]]:
 
     async def create(tx: Tx) -> None:
         calls.append(1)
-        await ops.create_run(tx, run_row(run_id), 1.0)
+        await runs.create_run(tx, run_row(run_id), 1.0)
 
     return create, calls
 
@@ -262,7 +263,7 @@ def counting_events(run_id: str) -> tuple[Callable[[Tx], Any], list[int]]:
     async def add(tx: Tx) -> None:
         calls.append(1)
         for n in range(3):
-            await ops.add_event(tx, run_id, f"e{n}", 1.0, None)
+            await shared.add_event(tx, run_id, f"e{n}", 1.0, None)
 
     return add, calls
 
@@ -327,7 +328,7 @@ async def test_a_commit_whose_outcome_cannot_be_learnt_is_reported(pg_url: str, 
         await asyncio.wait_for(store.write(create), 60)
     assert len(calls) == 1
     await proxy.start()
-    await store.write(ops.create_run, run_row("r2"), 2.0)  # the store carries on once the server is back
+    await store.write(runs.create_run, run_row("r2"), 2.0)  # the store carries on once the server is back
     assert await count_runs(pg_url) == 1  # here the COMMIT never reached the server
 
 
@@ -336,15 +337,15 @@ async def test_a_server_restart_loses_no_acknowledged_write(
 ) -> None:
     caplog.set_level(logging.INFO, logger="lockgate.store")
     store = await opened(proxy.url(pg_url))
-    await store.write(ops.create_run, run_row("r0"), 1.0)
+    await store.write(runs.create_run, run_row("r0"), 1.0)
     await proxy.stop()
-    writes = [asyncio.ensure_future(store.write(ops.create_run, run_row(f"r{i}"), 2.0)) for i in range(1, 21)]
+    writes = [asyncio.ensure_future(store.write(runs.create_run, run_row(f"r{i}"), 2.0)) for i in range(1, 21)]
     await until(lambda: outage_lines(caplog)[0] == 1)  # the writer found the server gone
     await proxy.start()
     results = await asyncio.wait_for(asyncio.gather(*writes), 60)
     assert all(created for _, created in results)
     assert await count_runs(pg_url) == 21
-    assert [r["id"] for r in await store.read(ops.list_runs, limit=100)][-1] == "r0"
+    assert [r["id"] for r in await store.read(runs.list_runs, limit=100)][-1] == "r0"
     assert outage_lines(caplog) == (1, 1)  # once per outage, not once per query
 
 
@@ -353,29 +354,29 @@ async def test_a_lasting_outage_fails_writes_and_reads_instead_of_hanging(
     pg_url: str, proxy: PgProxy, opened: Any
 ) -> None:
     store = await opened(f"{proxy.url(pg_url)}&pool_timeout=0.2")
-    await store.write(ops.register_worker, "w1", "host", 1, 1.0)
+    await store.write(workers.register_worker, "w1", "host", 1, 1.0)
     await proxy.stop()
     with pytest.raises(StoreError, match="unreachable"):
-        await asyncio.wait_for(store.write(ops.register_worker, "w2", "host", 1, 2.0), 60)
+        await asyncio.wait_for(store.write(workers.register_worker, "w2", "host", 1, 2.0), 60)
     with pytest.raises(StoreError, match="unreachable"):
-        await asyncio.wait_for(store.read(ops.list_workers), 60)
+        await asyncio.wait_for(store.read(workers.list_workers), 60)
     await proxy.start()
-    assert len(await asyncio.wait_for(store.read(ops.list_workers), 60)) == 1
+    assert len(await asyncio.wait_for(store.read(workers.list_workers), 60)) == 1
 
 
 async def test_a_migration_by_another_process_does_not_break_prepared_statements(pg_url: str, opened: Any) -> None:
     store = await opened(f"{pg_url}?pool_size=1")
-    await store.write(ops.create_run, run_row("r1"), 1.0)
+    await store.write(runs.create_run, run_row("r1"), 1.0)
     for _ in range(8):  # past psycopg's threshold: get_run is now prepared on the pooled connection
-        await store.read(ops.get_run, "r1")
+        await store.read(shared.get_run, "r1")
     async with await psycopg.AsyncConnection.connect(pg_url, autocommit=True) as conn:
         await conn.execute("ALTER TABLE lockgate_runs ADD COLUMN added_later TEXT")
-    assert "added_later" in await store.read(ops.get_run, "r1")
+    assert "added_later" in await store.read(shared.get_run, "r1")
     for _ in range(8):
-        await store.write(ops.get_run, "r1")
+        await store.write(shared.get_run, "r1")
     async with await psycopg.AsyncConnection.connect(pg_url, autocommit=True) as conn:
         await conn.execute("ALTER TABLE lockgate_runs ADD COLUMN added_even_later TEXT")
-    assert "added_even_later" in await store.write(ops.get_run, "r1")
+    assert "added_even_later" in await store.write(shared.get_run, "r1")
 
 
 # -- a step's journal entry: one statement, committed alone ---------------------------------------
@@ -383,10 +384,10 @@ async def test_a_migration_by_another_process_does_not_break_prepared_statements
 ENTRY = {"step_key": "s#1", "seq": 1, "kind": "step", "status": "completed", "output": "1", "attempts": 1}
 
 
-async def held_run(store: PostgresStore, run_id: str = "r1") -> ops.Fence:
+async def held_run(store: PostgresStore, run_id: str = "r1") -> shared.Fence:
     """A running run held by worker ``w1`` (epoch 1), and the fence its writes carry."""
-    await store.write(ops.create_run, {**run_row(run_id), "owner": "w1", "epoch": 1, "lease_until": 1e12}, 1.0)
-    return ops.Fence(run_id, "w1", 1)
+    await store.write(runs.create_run, {**run_row(run_id), "owner": "w1", "epoch": 1, "lease_until": 1e12}, 1.0)
+    return shared.Fence(run_id, "w1", 1)
 
 
 async def journal(url: str) -> list[tuple[Any, ...]]:
@@ -399,7 +400,7 @@ async def test_a_step_entry_commits_without_a_transaction_around_it(pg_url: str,
     store = await opened(proxy.url(pg_url))
     fence = await held_run(store)
     proxy.cut_when(b"BEGIN")  # any transaction the writer opens from here is cut
-    await store.write(ops.record_entry, fence, ENTRY, 2.0)
+    await store.write(store_journal.record_entry, fence, ENTRY, 2.0)
     assert proxy.cuts == 0
     assert await journal(pg_url) == [("r1", "s#1", "completed", "1")]
 
@@ -407,8 +408,8 @@ async def test_a_step_entry_commits_without_a_transaction_around_it(pg_url: str,
 async def test_a_step_entry_with_more_to_write_goes_in_a_transaction(pg_url: str, opened: Any) -> None:
     store = await opened(pg_url)
     fence = await held_run(store)
-    await store.write(ops.record_entry, fence, ENTRY, 5.0, progress=True)  # and the run's progress_at
-    row = await store.read(ops.get_run, "r1")
+    await store.write(store_journal.record_entry, fence, ENTRY, 5.0, progress=True)  # and the run's progress_at
+    row = await store.read(shared.get_run, "r1")
     assert row["progress_at"] == 5.0
     assert await journal(pg_url) == [("r1", "s#1", "completed", "1")]
 
@@ -421,10 +422,10 @@ async def test_a_step_entry_whose_connection_drops_is_written_once(
     store = await opened(proxy.url(pg_url))
     fence = await held_run(store)
     for i in range(earlier):  # from its second run on a connection, the statement goes by its prepared name
-        await store.write(ops.record_entry, fence, {**ENTRY, "step_key": f"e#{i}", "seq": i + 2}, 2.0)
+        await store.write(store_journal.record_entry, fence, {**ENTRY, "step_key": f"e#{i}", "seq": i + 2}, 2.0)
     # With deliver, it committed: running it again is harmless.
     proxy.cut_when(b"lockgate_direct" if earlier else b"lockgate_journal", deliver=deliver)
-    await store.write(ops.record_entry, fence, ENTRY, 2.0)
+    await store.write(store_journal.record_entry, fence, ENTRY, 2.0)
     assert proxy.cuts == 1
     assert ("r1", "s#1", "completed", "1") in await journal(pg_url)
     assert len(await journal(pg_url)) == earlier + 1
@@ -448,8 +449,8 @@ async def test_a_step_entry_keeps_every_value_exactly(pg_url: str, opened: Any) 
         )
     ]
     for entry in entries:
-        await store.write(ops.record_entry, fence, entry, 2.0)
-    rows = {r["step_key"]: r for r in await store.read(ops.load_journal, "r1")}
+        await store.write(store_journal.record_entry, fence, entry, 2.0)
+    rows = {r["step_key"]: r for r in await store.read(store_journal.load_journal, "r1")}
     for entry in entries:
         row = rows[entry["step_key"]]
         assert (row["output"], row["error_message"], row["due_at"], row["seq"]) == (
@@ -465,9 +466,9 @@ async def test_a_step_entry_with_a_nul_is_refused_and_nothing_is_written(pg_url:
     fence = await held_run(store)
     for _ in range(3):  # on a first run and on a prepared one alike
         with pytest.raises(StoreError, match="NUL"):
-            await store.write(ops.record_entry, fence, {**ENTRY, "error_message": "a\x00b"}, 2.0)
+            await store.write(store_journal.record_entry, fence, {**ENTRY, "error_message": "a\x00b"}, 2.0)
     assert await journal(pg_url) == []
-    await store.write(ops.record_entry, fence, ENTRY, 2.0)
+    await store.write(store_journal.record_entry, fence, ENTRY, 2.0)
     assert await journal(pg_url) == [("r1", "s#1", "completed", "1")]
 
 
@@ -532,9 +533,9 @@ async def waiting_on_a_lock(url: str) -> bool:
         return row is not None and row[0] > 0
 
 
-async def blocked_entry(store: PostgresStore, fence: ops.Fence, url: str) -> asyncio.Future[None]:
+async def blocked_entry(store: PostgresStore, fence: shared.Fence, url: str) -> asyncio.Future[None]:
     """``ENTRY`` written for ``fence``'s run, once it waits at the server (inside ``run_row_locked``)."""
-    entry = asyncio.ensure_future(store.write(ops.record_entry, fence, ENTRY, 2.0))
+    entry = asyncio.ensure_future(store.write(store_journal.record_entry, fence, ENTRY, 2.0))
     for _ in range(500):
         if await waiting_on_a_lock(url):
             return entry
@@ -550,7 +551,7 @@ async def test_writes_queued_behind_a_step_entry_in_flight_are_committed_togethe
     before = store.commits
     async with run_row_locked(pg_url):
         entry = await blocked_entry(store, fence, pg_url)
-        queued = asyncio.gather(*(store.write(ops.create_run, run_row(f"q{i}"), 1.0) for i in range(3)))
+        queued = asyncio.gather(*(store.write(runs.create_run, run_row(f"q{i}"), 1.0) for i in range(3)))
         await asyncio.sleep(0.05)
         assert not entry.done() and not queued.done()
     await asyncio.wait_for(asyncio.gather(entry, queued), 10)
@@ -563,7 +564,7 @@ async def test_a_burst_of_step_entries_shares_its_commits(pg_url: str, opened: A
     store = await opened(pg_url)
     fences = [await held_run(store, f"r{i}") for i in range(10)]
     before = store.commits
-    await asyncio.gather(*(store.write(ops.record_entry, fence, ENTRY, 2.0) for fence in fences))
+    await asyncio.gather(*(store.write(store_journal.record_entry, fence, ENTRY, 2.0) for fence in fences))
     # The first may go at once on its own; the others queue behind it and share one transaction.
     assert store.commits - before <= 2
     assert len(await journal(pg_url)) == 10
@@ -577,11 +578,11 @@ async def test_a_step_entry_whose_caller_is_cancelled_leaves_the_writer_sound(pg
         entry.cancel()
         with pytest.raises(asyncio.CancelledError):
             await entry
-        later = asyncio.ensure_future(store.write(ops.create_run, run_row("r2"), 1.0))
+        later = asyncio.ensure_future(store.write(runs.create_run, run_row("r2"), 1.0))
         await asyncio.sleep(0.05)
         assert not later.done()  # the connection still owes the cancelled statement's answer
     await asyncio.wait_for(later, 10)
-    await store.write(ops.record_entry, fence, {**ENTRY, "step_key": "s#2", "seq": 2}, 3.0)
+    await store.write(store_journal.record_entry, fence, {**ENTRY, "step_key": "s#2", "seq": 2}, 3.0)
     # The statement was out when its caller left: it committed, as a queued write would have.
     assert [key for _, key, _, _ in await journal(pg_url)] == ["s#1", "s#2"]
     assert await count_runs(pg_url) == 2
@@ -602,10 +603,10 @@ async def test_closing_waits_for_a_step_entry_in_flight(pg_url: str, opened: Any
 async def test_a_step_entry_of_a_run_held_elsewhere_is_fenced(pg_url: str, opened: Any) -> None:
     store = await opened(pg_url)
     await held_run(store)
-    with pytest.raises(ops.Fenced):
-        await store.write(ops.record_entry, ops.Fence("r1", "w2", 1), ENTRY, 2.0)
-    with pytest.raises(ops.Fenced):
-        await store.write(ops.record_entry, ops.Fence("r1", "w1", 2), ENTRY, 2.0)
+    with pytest.raises(shared.Fenced):
+        await store.write(store_journal.record_entry, shared.Fence("r1", "w2", 1), ENTRY, 2.0)
+    with pytest.raises(shared.Fenced):
+        await store.write(store_journal.record_entry, shared.Fence("r1", "w1", 2), ENTRY, 2.0)
     assert await journal(pg_url) == []
 
 

@@ -21,7 +21,7 @@ from .app import App
 from .clock import Clock
 from .durations import Duration, to_seconds
 from .engine import Engine
-from .store import ops
+from .store import runs
 
 __all__ = ["FakeClock", "TestEnv"]
 
@@ -110,7 +110,7 @@ class TestEnv:
             self.engine.wake()
             await asyncio.sleep(0.005)
             busy = len(self.engine.executing)
-            due = await self.engine.store.read(ops.next_wake, self.engine.worker_id)
+            due = await self.engine.store.read(runs.next_wake, self.engine.worker_id)
             nothing_due = due is None or due > self.clock.now()
             if nothing_due and busy == self.clock.sleepers and not self.engine.claiming:
                 await asyncio.sleep(0.005)

@@ -32,7 +32,7 @@ from ..handles import RunHandle
 from ..ids import new_id
 from ..records import AttemptInfo, EventInfo, RunInfo, StepInfo
 from ..serde import validate_payload
-from ..store import Store, open_store, ops
+from ..store import Store, journal, messages, open_store, runs, shared
 from ..store.base import Row
 from .core import Core, WorkflowRef
 from .operator import BulkResult, OperatorVerbs, bulk, statuses
@@ -227,7 +227,7 @@ class Client(OperatorVerbs):
 
     async def get_run(self, run_id: str) -> RunInfo:
         """One run (``UnknownRun`` if there is none)."""
-        return RunInfo.from_row(await self.store.read(ops.get_run, run_id))
+        return RunInfo.from_row(await self.store.read(shared.get_run, run_id))
 
     async def list_runs(
         self,
@@ -244,34 +244,34 @@ class Client(OperatorVerbs):
         if limit < 1 or offset < 0:
             raise InvalidArgument("limit must be >= 1 and offset >= 0")
         rows = await self.store.read(
-            ops.list_runs, workflow=workflow, status=status, parent_id=parent_id, limit=limit, offset=offset
+            runs.list_runs, workflow=workflow, status=status, parent_id=parent_id, limit=limit, offset=offset
         )
         return [RunInfo.from_row(r) for r in rows]
 
     async def steps(self, run_id: str) -> list[StepInfo]:
         """The run's journal, in the order its body reached each entry."""
-        rows = await self.store.read(ops.load_journal, run_id)
+        rows = await self.store.read(journal.load_journal, run_id)
         return [StepInfo.from_row(r) for r in rows]
 
     async def attempts(self, run_id: str) -> list[AttemptInfo]:
-        rows = await self.store.read(ops.list_attempts, run_id)
+        rows = await self.store.read(journal.list_attempts, run_id)
         return [AttemptInfo.from_row(r) for r in rows]
 
     async def events(self, run_id: str) -> list[EventInfo]:
         """The run's lifecycle events, oldest first."""
-        rows = await self.store.read(ops.list_events, run_id)
+        rows = await self.store.read(journal.list_events, run_id)
         return [EventInfo.from_row(r) for r in rows]
 
     # -- messages -----------------------------------------------------------------------
 
     async def signal(self, run_id: str, name: str, payload: Any = None) -> None:
         """Send signal ``name`` to a live run; kept until the body waits for it."""
-        row = await self.store.read(ops.get_run, run_id)
+        row = await self.store.read(shared.get_run, run_id)
         model = self._message_model(row, "signal", name)
         body = _payload_json(model, payload, what=f"signal {name!r}")
         message = {"id": new_id("msg"), "run_id": run_id, "kind": "signal", "name": name, "payload": body}
         now = self.clock.now()
-        await self.store.write(ops.send_message, message, now)
+        await self.store.write(messages.send_message, message, now)
         self.wake(now)
 
     async def update(self, run_id: str, name: str, payload: Any = None, *, timeout: float | None = None) -> Any:
@@ -280,7 +280,7 @@ class Client(OperatorVerbs):
         Raises ``PayloadError`` when the handler's model rejects the payload and
         ``UpdateFailed`` when the handler raised.
         """
-        row = await self.store.read(ops.get_run, run_id)
+        row = await self.store.read(shared.get_run, run_id)
         model = self._message_model(row, "update", name)
         body = _payload_json(model, payload, what=f"update {name!r}")
         mid = new_id("msg")
@@ -288,7 +288,7 @@ class Client(OperatorVerbs):
         now = self.clock.now()
         event = self.core.settled.setdefault(mid, asyncio.Event())
         try:
-            await self.store.write(ops.send_message, message, now)
+            await self.store.write(messages.send_message, message, now)
             self.wake(now)
             return await self._await_message(mid, name, run_id, event, timeout)
         finally:
@@ -301,7 +301,7 @@ class Client(OperatorVerbs):
         deadline = None if timeout is None else loop.time() + timeout
         delay = 0.01
         while True:
-            msg = await self.store.read(ops.get_message, mid)
+            msg = await self.store.read(messages.get_message, mid)
             assert msg is not None
             if msg["status"] == "completed":
                 return None if msg["result"] is None else json.loads(msg["result"])
@@ -310,8 +310,8 @@ class Client(OperatorVerbs):
                     errors = json.loads(msg["result"]) if msg["result"] else msg["error_message"]
                     raise PayloadError(f"update {name!r}", errors)
                 raise UpdateFailed(run_id, name, msg["error_tag"], msg["error_message"])
-            run = await self.store.read(ops.get_run, run_id)
-            if run["status"] in ops.TERMINAL:
+            run = await self.store.read(shared.get_run, run_id)
+            if run["status"] in shared.TERMINAL:
                 raise UpdateFailed(run_id, name, "RunEnded", f"the run ended ({run['status']}) before answering")
             wait = delay if deadline is None else min(delay, deadline - loop.time())
             if wait <= 0:
@@ -337,35 +337,35 @@ class Client(OperatorVerbs):
     async def cancel(self, run_id: str, reason: str | None = None) -> None:
         """Cancel a running or suspended run (its children follow their parent-close policy)."""
         now = self.clock.now()
-        stopped = await self.store.write(ops.cancel_run, run_id, reason, now)
+        stopped = await self.store.write(runs.cancel_run, run_id, reason, now)
         self.stopped(stopped, "cancelled")
 
     async def suspend(self, run_id: str, reason: str | None = None) -> None:
         """Park a running run until ``resume``; its journal is kept."""
         now = self.clock.now()
-        await self.store.write(ops.suspend_run, run_id, reason, now)
+        await self.store.write(runs.suspend_run, run_id, reason, now)
         self.stopped([run_id], "suspended")
 
     async def resume(self, run_id: str) -> None:
         """Continue a suspended run: completed steps replay, a failed step runs again."""
-        await self._reopen(ops.resume_run, run_id)
+        await self._reopen(runs.resume_run, run_id)
 
     async def redrive(self, run_id: str) -> None:
         """Continue a failed run from its journal: completed steps replay, failed ones re-run."""
-        await self._reopen(ops.redrive_run, run_id)
+        await self._reopen(runs.redrive_run, run_id)
 
     async def resume_from_step(self, run_id: str, step: str) -> None:
         """Re-run a failed run from ``step`` (by name, or ``name#n``): earlier steps replay."""
-        await self._reopen(ops.resume_from_step, run_id, step)
+        await self._reopen(runs.resume_from_step, run_id, step)
 
     async def discard(self, run_id: str) -> None:
         """Acknowledge a failed run (it stays failed, but leaves the dead-letter view)."""
         now = self.clock.now()
-        await self.store.write(ops.discard_run, run_id, now)
+        await self.store.write(runs.discard_run, run_id, now)
 
     async def retry(self, run_id: str, payload_override: Any = None) -> RunHandle:
         """A fresh run of a failed or cancelled run's workflow (same payload unless overridden)."""
-        row = await self.store.read(ops.get_run, run_id)
+        row = await self.store.read(shared.get_run, run_id)
         if row["status"] not in ("failed", "cancelled"):
             raise RunNotEligible("retry", run_id, row["status"], "only failed or cancelled runs can be retried")
         defn = self.app.get(row["workflow"])
@@ -384,7 +384,7 @@ class Client(OperatorVerbs):
                 retry_of=run_id,
             )
             self.store.write_nowait(
-                ops.add_event,
+                shared.add_event,
                 run_id,
                 "run-retried",
                 now,
@@ -397,8 +397,8 @@ class Client(OperatorVerbs):
         new_row["retry_of"] = run_id
 
         async def op(tx: Any) -> dict[str, Any]:
-            created, _ = await ops.create_run(tx, new_row, now)
-            await ops.add_event(tx, run_id, "run-retried", now, {"new_run_id": new_row["id"]})
+            created, _ = await runs.create_run(tx, new_row, now)
+            await shared.add_event(tx, run_id, "run-retried", now, {"new_run_id": new_row["id"]})
             return created
 
         created = await self.store.write(op)

@@ -24,7 +24,7 @@ from ..handles import RunHandle
 from ..ids import new_id
 from ..runtime import Runtime
 from ..serde import decode
-from ..store import Store, ops
+from ..store import Store, shared
 from ..store.base import Row
 from .admissions import Admissions
 from .pauses import PauseCache
@@ -211,7 +211,7 @@ class Core:
                 row = results.succeeded(run_id)
                 if row is None and (local is None or not local.running_here(run_id)):
                     row = await results.look(run_id)
-                if row is not None and row["status"] in ops.TERMINAL:
+                if row is not None and row["status"] in shared.TERMINAL:
                     return self.outcome(row)
                 wait = None if deadline is None else deadline - loop.time()
                 if wait is not None and wait <= 0:
@@ -226,7 +226,7 @@ class Core:
                 finally:
                     if timer is not None:
                         timer.cancel()
-                if final is not None and final["status"] in ops.TERMINAL:
+                if final is not None and final["status"] in shared.TERMINAL:
                     return self.outcome(final)  # it ended here: its final row is known without a read
             finally:
                 results.forget(run_id, ended)

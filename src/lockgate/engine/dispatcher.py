@@ -28,7 +28,8 @@ from ..gate.handoff import HandOff, Passed, hand_off_for
 from ..gate.pipeline import Decision
 from ..handles import RunHandle
 from ..runtime import WorkerRuntime
-from ..store import cluster_ops, ops
+from ..store import journal as store_journal
+from ..store import runs, shared, workers
 from ..store.base import Row
 from .core import Core, WorkflowRef
 from .executor import Execution
@@ -90,7 +91,7 @@ class Dispatcher:
     async def open(self) -> None:
         """Register this worker and start the dispatcher, the lease renewal and the drainer (core open)."""
         now = self.clock.now()
-        await self.store.write(cluster_ops.register, self.worker_id, self.host, os.getpid(), now, self.lease)
+        await self.store.write(workers.register_with_lease, self.worker_id, self.host, os.getpid(), now, self.lease)
         if self.store.cross_process_wakeups:
             self.store.add_listener(self._on_wakeup)
         await release_dead_local_workers(self.store, self.clock, self.host, self.worker_id)
@@ -127,7 +128,7 @@ class Dispatcher:
         if self.core.is_open:
             now = self.clock.now()
             with contextlib.suppress(Exception):
-                await self.store.write(ops.stop_worker, self.worker_id, now)
+                await self.store.write(workers.stop_worker, self.worker_id, now)
 
     def is_running(self) -> bool:
         """Whether the loops should keep going (false once ``close`` began)."""
@@ -232,7 +233,7 @@ class Dispatcher:
             finally:
                 _CLAIM_AT_START.reset(token)
             if claim.run_id is not None and handle.status == "started" and handle.run_id == claim.run_id:
-                row = claim.row or await self.store.read(ops.find_run, claim.run_id)
+                row = claim.row or await self.store.read(runs.find_run, claim.run_id)
                 if row is not None and row["owner"] == self.worker_id and row["status"] == "running":
                     if row["id"] not in self.inflight:
                         self.launch(row)
@@ -326,12 +327,14 @@ class Dispatcher:
                 if free > 0:
                     # Claim at once: an empty claim costs what the read that would precede it costs.
                     now = self.clock.now()
-                    claimed = await self.store.write(ops.claim_runs, self.worker_id, now, now + self.lease, free, names)
+                    claimed = await self.store.write(
+                        runs.claim_runs, self.worker_id, now, now + self.lease, free, names
+                    )
                     for row in claimed:
                         self.launch(row)
                     if len(claimed) == free:
                         continue  # there may be more; the next turn waits for a free slot
-                    due = await self.store.read(ops.next_wake, self.worker_id)
+                    due = await self.store.read(runs.next_wake, self.worker_id)
                     if due is not None and due > now:
                         delay = min(self.core.poll_interval, max(0.0, due - self.clock.now()))
                 if delay > 0:
@@ -361,7 +364,7 @@ class Dispatcher:
         run_id = row["id"]
         try:
             defn = self.app.get(row["workflow"])
-            fence = ops.Fence(run_id, row["owner"], int(row["epoch"]))
+            fence = shared.Fence(run_id, row["owner"], int(row["epoch"]))
             if int(row["reclaim_count"]) >= self.max_reclaims:
                 await self._crash_looped(row, fence)
                 return
@@ -372,7 +375,7 @@ class Dispatcher:
                 )
                 now = self.clock.now()
                 closed = await self.store.write(
-                    ops.finish_run,
+                    runs.finish_run,
                     fence,
                     now,
                     status="failed",
@@ -382,13 +385,13 @@ class Dispatcher:
                 self.after_finish(run_id, closed)
                 return
             # Only the run's own held entries write its journal: on its first entry there is none to read.
-            journal = [] if int(row["entries"]) <= 1 else await self.store.read(ops.load_journal, run_id)
+            journal = [] if int(row["entries"]) <= 1 else await self.store.read(store_journal.load_journal, run_id)
             execution = Execution(self, defn, row, journal)
             self.executions[run_id] = execution
             await execution.run()
             if execution.stop_reason == "lease lost":
                 log.warning("run %s: %s; this execution stopped, its late writes refused", run_id, _LOST)
-        except ops.Fenced:
+        except shared.Fenced:
             log.warning("run %s: %s; its late write was refused", run_id, _LOST)
         except asyncio.CancelledError:
             raise
@@ -396,17 +399,17 @@ class Dispatcher:
             # The store went away under the run (or refused a write): the run did not fail. Hand it
             # back once the store answers; any worker then re-enters it from its journal.
             self.store_failed(f"run {run_id}", exc)
-            self._hand_back(ops.Fence(run_id, row["owner"], int(row["epoch"])))
+            self._hand_back(shared.Fence(run_id, row["owner"], int(row["epoch"])))
         except Exception:
             log.exception("run %s: executor failed; the run will be retried after its lease", run_id)
-            held = ops.Fence(run_id, row["owner"], int(row["epoch"]))
-            with contextlib.suppress(Exception, ops.Fenced):  # else the lease renewal keeps it here forever
-                await self.store.write(ops.release_run, held, self.clock.now() + self.lease)
+            held = shared.Fence(run_id, row["owner"], int(row["epoch"]))
+            with contextlib.suppress(Exception, shared.Fenced):  # else the lease renewal keeps it here forever
+                await self.store.write(runs.release_run, held, self.clock.now() + self.lease)
         finally:
             self.executions.pop(run_id, None)
             self.inflight.discard(run_id)
 
-    async def _crash_looped(self, row: Row, fence: ops.Fence) -> None:
+    async def _crash_looped(self, row: Row, fence: shared.Fence) -> None:
         now = self.clock.now()
         message = (
             f"the body was entered {row['reclaim_count']} time(s) in a row without finishing "
@@ -414,9 +417,9 @@ class Dispatcher:
         )
 
         async def op(tx: Any) -> None:
-            await ops.touch(tx, fence, now)
-            await ops.add_event(tx, row["id"], "run-crashlooped", now, {"reclaims": row["reclaim_count"]})
-            await ops.suspend_run(
+            await store_journal.touch(tx, fence, now)
+            await shared.add_event(tx, row["id"], "run-crashlooped", now, {"reclaims": row["reclaim_count"]})
+            await runs.suspend_run(
                 tx, row["id"], "crash loop", now, error_tag=WorkflowCrashLooped.__name__, error_message=message
             )
 
@@ -431,7 +434,7 @@ class Dispatcher:
             await asyncio.sleep(interval)
             now = self.clock.now()
             try:
-                held = await self.store.write(ops.renew_leases, self.worker_id, now, now + self.lease)
+                held = await self.store.write(workers.renew_leases, self.worker_id, now, now + self.lease)
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
@@ -442,14 +445,14 @@ class Dispatcher:
                 if held.get(rid) != execution.fence.epoch:
                     execution.stop("lease lost")  # logged when the execution ends
 
-    def _hand_back(self, fence: ops.Fence) -> None:
+    def _hand_back(self, fence: shared.Fence) -> None:
         """Release a run whose execution broke on the store, retrying until the store answers."""
 
         async def release() -> None:
             failures = 0
             while self._running:
                 try:
-                    await self.store.write(ops.release_run, fence, self.clock.now())
+                    await self.store.write(runs.release_run, fence, self.clock.now())
                 except asyncio.CancelledError:
                     raise
                 except Exception as exc:

@@ -35,7 +35,8 @@ from ..errors import PayloadError, RunCancelled, RunFailed, StepFailed, StoreErr
 from ..gate.handoff import HandOff, Passed, finish_passing
 from ..ids import new_id
 from ..serde import decode, dump_json, encode, validate_payload
-from ..store import Store, ops
+from ..store import Store, messages, runs, shared
+from ..store import journal as store_journal
 from ..store.base import Row
 
 __all__ = ["Execution", "Host"]
@@ -154,7 +155,7 @@ class Execution(Context):
         self.run_id = row["id"]
         self.workflow = row["workflow"]
         self.attempt = int(row["entries"])
-        self.fence = ops.Fence(row["id"], row["owner"], int(row["epoch"]))
+        self.fence = shared.Fence(row["id"], row["owner"], int(row["epoch"]))
         self._patches = set(decode(row["patches"]) or [])
         self._journal: dict[str, Row] = {e["step_key"]: e for e in journal}
         self._recorded = [e["step_key"] for e in journal]
@@ -173,7 +174,7 @@ class Execution(Context):
         self.stop_reason: str | None = None
         self._coarse = row["recording"] == "coarse"
         self._progress_at = float(row["progress_at"])  # the run's stored progress_at: only its holder moves it
-        self._held: list[ops.Entry] = []  # completed steps' entries not written yet (see ``_settle``)
+        self._held: list[store_journal.Entry] = []  # completed steps' entries not written yet (see ``_settle``)
         self._held_since = 0.0  # the event loop's time when the oldest held entry was held
         self._hold_timer: asyncio.TimerHandle | None = None
         self._flushing: asyncio.Future[None] | None = None  # held entries written alone, not yet durable
@@ -235,7 +236,7 @@ class Execution(Context):
         try:
             await self._flushed()
             woke = await self._store.write(
-                ops.park_run,
+                runs.park_run,
                 self.fence,
                 self._clock.now(),
                 wake_at=wake_at,
@@ -245,7 +246,7 @@ class Execution(Context):
                 models=models,
                 entries=self._take_held(),
             )
-        except ops.Fenced:
+        except shared.Fenced:
             return
         self._host.wake(woke)
 
@@ -254,7 +255,7 @@ class Execution(Context):
         now = self._clock.now()
         try:
             value = self.task.result()
-        except (asyncio.CancelledError, ops.Fenced, _Parked):
+        except (asyncio.CancelledError, shared.Fenced, _Parked):
             return  # stopped from outside (cancel, suspend, lost lease, shutdown)
         except StoreError:
             self._take_held()  # whoever takes the run next runs those steps again
@@ -297,12 +298,12 @@ class Execution(Context):
             await self._flushed()
             end["entries"] = self._take_held()
             if handoff is None:
-                plain = ops.ends_plainly(self.row, status, started_children=children)
-                stopped = await self._store.write(ops.finish_run, self.fence, now, event=event, plain=plain, **end)
+                plain = runs.ends_plainly(self.row, status, started_children=children)
+                stopped = await self._store.write(runs.finish_run, self.fence, now, event=event, plain=plain, **end)
             else:
                 passed = await self._store.write(finish_passing, self.fence, now, handoff, event=event, **end)
                 stopped = passed.stopped
-        except ops.Fenced:
+        except shared.Fenced:
             return False
         ended = self._ended(status, output, tag, message)
         self._host.after_finish(self.run_id, stopped, ended, settled=passed is not None and passed.settled)
@@ -326,7 +327,7 @@ class Execution(Context):
         self.stop_reason = reason
         held = self._take_held()
         if held and reason == "shutdown":  # the run is handed back: its completed steps stay done
-            self._store.write_nowait(ops.record_entries, self.fence, held)
+            self._store.write_nowait(store_journal.record_entries, self.fence, held)
         if self.task is not None and not self.task.done():
             self.task.cancel()
 
@@ -367,7 +368,7 @@ class Execution(Context):
 
     def _event(self, type_: str, data: dict[str, Any] | None = None) -> None:
         now = self._clock.now()
-        self._store.write_nowait(ops.add_event, self.run_id, type_, now, data)
+        self._store.write_nowait(shared.add_event, self.run_id, type_, now, data)
 
     def _op(self) -> _Busy:
         return self._busy_cm
@@ -390,9 +391,9 @@ class Execution(Context):
         touch = self._touch_due(now)
         try:
             await self._store.write(
-                ops.record_entry, self.fence, entry, now, progress=touch, message=message, attempt=attempt
+                store_journal.record_entry, self.fence, entry, now, progress=touch, message=message, attempt=attempt
             )
-        except ops.Fenced:
+        except shared.Fenced:
             self.stop("lease lost")
             raise
         if touch:
@@ -401,7 +402,7 @@ class Execution(Context):
 
     def _touch_due(self, now: float) -> bool:
         """Whether a journal write should move the run's ``progress_at`` too (at most once a resolution)."""
-        return now - self._progress_at >= ops.PROGRESS_RESOLUTION
+        return now - self._progress_at >= store_journal.PROGRESS_RESOLUTION
 
     async def _settle(self, entry: dict[str, Any], attempt: dict[str, Any] | None) -> None:
         """Journal a step's outcome; when nothing else of the body is in flight, with the run's next write.
@@ -420,10 +421,10 @@ class Execution(Context):
             self._held_since = asyncio.get_running_loop().time()
             if self._hold_timer is None:  # one timer for many holds: a run of steps does not arm one each
                 self._hold_timer = asyncio.get_running_loop().call_later(HOLD, self._hold_expired)
-        self._held.append(ops.Entry(entry, self._clock.now(), attempt))
+        self._held.append(store_journal.Entry(entry, self._clock.now(), attempt))
         self._journal[entry["step_key"]] = entry
 
-    def _take_held(self) -> list[ops.Entry]:
+    def _take_held(self) -> list[store_journal.Entry]:
         held, self._held = self._held, []
         return held
 
@@ -442,7 +443,9 @@ class Execution(Context):
     async def _write_held(self) -> None:
         now = self._clock.now()
         touch = self._touch_due(now)
-        await self._store.write(ops.record_entries, self.fence, self._take_held(), progress=now if touch else None)
+        await self._store.write(
+            store_journal.record_entries, self.fence, self._take_held(), progress=now if touch else None
+        )
         if touch:
             self._progress_at = now
 
@@ -464,7 +467,7 @@ class Execution(Context):
                 await self._flushed()
             if self._held:
                 await self._write_held()
-        except ops.Fenced:
+        except shared.Fenced:
             self.stop("lease lost")
             raise
 
@@ -498,7 +501,7 @@ class Execution(Context):
                 started = first if attempt == 1 else self._clock.now()
                 try:
                     result = await (fn(*args, **kwargs) if is_async else _call(fn, args, kwargs))
-                except (asyncio.CancelledError, ops.Fenced, _Parked):
+                except (asyncio.CancelledError, shared.Fenced, _Parked):
                     raise
                 except Exception as exc:
                     tag, message = _describe(exc)
@@ -523,7 +526,7 @@ class Execution(Context):
                         )
                         raise StepFailed(name, tag, message, attempt) from exc
                     if tried is not None:  # introspection: the retry does not wait for it
-                        self._store.write_nowait(ops.add_attempt, tried)
+                        self._store.write_nowait(store_journal.add_attempt, tried)
                     self._host.on_step_error(self, key, exc)
                     await self._clock.sleep_until(self._clock.now() + delay)
                     continue
@@ -672,7 +675,7 @@ class Execution(Context):
                 else:
                     due = float(entry["due_at"])
             while True:
-                message = await self._store.read(ops.next_message, self.run_id, "signal", name)
+                message = await self._store.read(messages.next_message, self.run_id, "signal", name)
                 if message is None:
                     break
                 try:
@@ -680,7 +683,7 @@ class Execution(Context):
                 except PayloadError as exc:
                     now = self._clock.now()
                     await self._store.write(
-                        ops.settle_message,
+                        messages.settle_message,
                         message["id"],
                         now,
                         status="failed",
@@ -718,7 +721,7 @@ class Execution(Context):
             return decode(entry["output"], rtype)  # type: ignore[no-any-return]
         async with self._op():
             while True:
-                message = await self._store.read(ops.next_message, self.run_id, "update", name)
+                message = await self._store.read(messages.next_message, self.run_id, "update", name)
                 if message is None:
                     break
                 mid = message["id"]
@@ -726,7 +729,7 @@ class Execution(Context):
                 try:
                     value = validate_payload(model, message["payload"], what=f"update {name!r}")
                     result = await _call(handler, (value,), {})
-                except (asyncio.CancelledError, ops.Fenced, _Parked):
+                except (asyncio.CancelledError, shared.Fenced, _Parked):
                     raise
                 except Exception as exc:
                     tag, text = _describe(exc)
@@ -734,7 +737,13 @@ class Execution(Context):
                     # a rejected payload keeps its field errors, so the caller's PayloadError names them
                     detail = dump_json(exc.errors) if isinstance(exc, PayloadError) else None
                     await self._store.write(
-                        ops.settle_message, mid, now, status="failed", result=detail, error_tag=tag, error_message=text
+                        messages.settle_message,
+                        mid,
+                        now,
+                        status="failed",
+                        result=detail,
+                        error_tag=tag,
+                        error_message=text,
                     )
                     self._event(
                         "update-failed", {"name": name, "message_id": mid, "error_tag": tag, "error_message": text}
@@ -780,14 +789,14 @@ class Execution(Context):
             touch = self._touch_due(now)
 
             async def start(tx: Any) -> str:
-                row, _ = await ops.create_run(tx, run, now)
+                row, _ = await runs.create_run(tx, run, now)
                 entry_row["output"] = encode(row["id"])
-                await ops.record_entry(tx, self.fence, entry_row, now, progress=touch)
+                await store_journal.record_entry(tx, self.fence, entry_row, now, progress=touch)
                 return str(row["id"])
 
             try:
                 child_id = await self._store.write(start)
-            except ops.Fenced:
+            except shared.Fenced:
                 self.stop("lease lost")
                 raise
             if touch:
@@ -805,13 +814,13 @@ class Execution(Context):
             rtype = None
         if entry is None or entry["status"] not in ("completed", "failed"):
             async with self._op():
-                row = await self._store.read(ops.get_run, handle.run_id)
+                row = await self._store.read(shared.get_run, handle.run_id)
                 if row["parent_id"] != self.run_id:  # only a child's end wakes this run
                     raise ValueError(
                         f"run {handle.run_id} is not a child of run {self.run_id}; wait for it with a "
                         "handle from ctx.start_child"
                     )
-                if row["status"] in ops.TERMINAL:
+                if row["status"] in shared.TERMINAL:
                     outcome = {
                         "status": row["status"],
                         "output": row["output"],

@@ -10,7 +10,7 @@ import time
 
 from ..clock import Clock
 from ..errors import StoreError
-from ..store import Store, ops
+from ..store import Store, workers
 
 __all__ = ["Outages", "Wakeup", "backoff", "pid_alive", "release_dead_local_workers"]
 
@@ -91,12 +91,12 @@ class Outages:
 
 async def release_dead_local_workers(store: Store, clock: Clock, host: str, worker_id: str) -> None:
     """Runs held by a process on this host that no longer exists are released at once."""
-    rows = await store.read(ops.live_workers_on_host, host, worker_id)
+    rows = await store.read(workers.live_workers_on_host, host, worker_id)
     now = clock.now()
     for row in rows:
         if pid_alive(int(row["pid"])):
             continue
-        released = await store.write(ops.stop_worker, row["id"], now, clean=False)
+        released = await store.write(workers.stop_worker, row["id"], now, clean=False)
         if released:
             log.warning("worker %s (pid %s) is gone; released %d run(s)", row["id"], row["pid"], len(released))
 

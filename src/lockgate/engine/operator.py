@@ -13,7 +13,7 @@ from ..definitions import WorkflowDef
 from ..errors import InvalidArgument, LockgateError
 from ..gate.pipeline import Decision
 from ..inspect.ops import FlowRow, Trace, flow, trace
-from ..store import Store, gate_ops
+from ..store import Store, gate
 from ..store.base import Row, Tx
 from .core import Core
 
@@ -110,7 +110,7 @@ class OperatorVerbs:
         """
         if not reason:
             raise InvalidArgument("cancel_start needs a reason: it is written on the ledger row")
-        row = await self.core.store.write(gate_ops.cancel_parked, ticket, reason, self.core.clock.now())
+        row = await self.core.store.write(gate.cancel_parked, ticket, reason, self.core.clock.now())
         if row is None:
             state = "unknown ticket"
             with contextlib.suppress(LockgateError):
@@ -120,7 +120,7 @@ class OperatorVerbs:
 
     async def pauses(self) -> list[dict[str, Any]]:
         """Active pauses: workflows (``wf:``) and keys (``key:``)."""
-        return [dict(r) for r in await self.core.store.read(gate_ops.list_pauses, self.core.clock.now())]
+        return [dict(r) for r in await self.core.store.read(gate.list_pauses, self.core.clock.now())]
 
     # -- observing ------------------------------------------------------------------------
 
@@ -204,10 +204,10 @@ async def _candidates(
 
 
 async def _unpause(tx: Tx, workflow: str, now: float) -> int:
-    await gate_ops.unpause(tx, f"wf:{workflow}")
-    return await gate_ops.release_paused(tx, workflow, now)
+    await gate.unpause(tx, f"wf:{workflow}")
+    return await gate.release_paused(tx, workflow, now)
 
 
 async def _unpause_key(tx: Tx, key: str, now: float) -> None:
-    await gate_ops.unpause(tx, f"key:{key}")
+    await gate.unpause(tx, f"key:{key}")
     await tx.execute("release_key_pending", {"key": key, "now": now})

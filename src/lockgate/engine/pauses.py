@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from ..clock import Clock
-from ..store import Store, gate_ops
+from ..store import Store, gate
 from ..store.base import Row
 
 __all__ = ["PAUSE_CACHE_SECONDS", "PauseCache"]
@@ -34,7 +34,7 @@ class PauseCache:
         now = self._clock.now()
         self._reads += 1
         mine = self._reads
-        rows = await self._store.read(gate_ops.list_pauses, now)
+        rows = await self._store.read(gate.list_pauses, now)
         if mine < self._kept:
             return  # a read begun after this one has answered already: this one may be older
         self._cache = {r["scope"]: r for r in rows}
@@ -43,14 +43,14 @@ class PauseCache:
 
     async def paused(self, workflow: str) -> bool:
         """Whether ``workflow`` is paused (as of the snapshot)."""
-        return gate_ops.pause_in(await self.snapshot(), [f"wf:{workflow}"], self._clock.now()) is not None
+        return gate.pause_in(await self.snapshot(), [f"wf:{workflow}"], self._clock.now()) is not None
 
     async def pause(self, scope: str, reason: str | None, until: float | None) -> None:
         """Pause ``scope`` (``wf:<name>``, ``key:<key>``) until ``until`` (``None``: until lifted).
 
         This process's gate sees it at once."""
         now = self._clock.now()
-        await self._store.write(gate_ops.pause, scope, reason, until, now)
+        await self._store.write(gate.pause, scope, reason, until, now)
         await self.committed(scope, {"scope": scope, "reason": reason, "until": until, "created_at": now})
 
     async def committed(self, scope: str, row: Row | None) -> None:

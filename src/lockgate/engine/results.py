@@ -17,7 +17,7 @@ from typing import Any
 
 from ..clock import wait_event
 from ..errors import EngineClosed, UnknownRun
-from ..store import Store, ops
+from ..store import Store, runs
 from ..store.base import Row
 
 __all__ = ["ResultWaiters"]
@@ -76,7 +76,7 @@ class ResultWaiters:
         while self._looks:
             looks, self._looks = self._looks, {}
             try:
-                rows = await self._store.read(ops.get_runs, list(looks))
+                rows = await self._store.read(runs.get_runs, list(looks))
             except Exception as exc:
                 for futures in looks.values():
                     for future in futures:
@@ -161,7 +161,7 @@ class ResultWaiters:
             due = [rid for rid, (at, _) in self._polls.items() if at <= now]
             if due:
                 try:
-                    ended = await self._store.read(ops.ended_runs, due)
+                    ended = await self._store.read(runs.ended_runs, due)
                 except Exception as exc:  # the waiters read the run themselves and raise
                     log.debug("bulk result poll failed: %s", exc)
                     ended = due

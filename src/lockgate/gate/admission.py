@@ -16,7 +16,8 @@ from ..ids import new_id
 from ..plan import GatePlan
 from ..runtime import Runtime
 from ..serde import validate_payload
-from ..store import gate_ops, ops
+from ..store import gate
+from ..store import runs as store_runs
 from ..store.base import Tx
 from ..store.coalesce import Args, with_many
 from .pipeline import Decision, Offer, offer
@@ -106,17 +107,17 @@ async def admit(
 
 
 async def _admit_bare(tx: Tx, run: dict[str, Any], now: float) -> tuple[dict[str, Any], bool]:
-    created, fresh = await ops.create_run(tx, run, now)
+    created, fresh = await store_runs.create_run(tx, run, now)
     # its ledger row's id is not read: sent without waiting, it goes with the COMMIT
-    await gate_ops.ledgers(tx, [_bare_decision(run, created, fresh, now)])
+    await gate.ledgers(tx, [_bare_decision(run, created, fresh, now)])
     return created, fresh
 
 
 async def _admit_bare_many(tx: Tx, calls: Sequence[Args]) -> list[Any]:
     """Many bare starts of one group commit: a multi-row insert per table instead of three rows each."""
     runs = [(args[0], args[1]) for args, _ in calls]
-    created = await ops.create_runs(tx, runs)
-    await gate_ops.ledgers(
+    created = await store_runs.create_runs(tx, runs)
+    await gate.ledgers(
         tx, [_bare_decision(run, c, fresh, now) for (run, now), (c, fresh) in zip(runs, created, strict=True)]
     )
     return created

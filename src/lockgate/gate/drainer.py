@@ -19,7 +19,7 @@ from ..clock import wait_event
 from ..definitions import WorkflowDef
 from ..plan import GatePlan
 from ..runtime import WorkerRuntime
-from ..store import gate_ops, ops
+from ..store import gate, runs, workers
 from ..store.base import Row, Tx
 from .admission import control_keys
 from .pipeline import Decision, admitted, key_pause_scopes, offer, plain_row, reoffer, slot_of
@@ -77,7 +77,7 @@ class Drainer:
         ttl = max(2.0, worker.lease)
         if now < self._lease_until - ttl / 2:
             return True
-        won = await self.rt.store.write(ops.acquire_sweep, "drainer", worker.worker_id, now, ttl)
+        won = await self.rt.store.write(workers.acquire_sweep, "drainer", worker.worker_id, now, ttl)
         self._lease_until = now + ttl if won else 0.0
         return bool(won)
 
@@ -240,24 +240,24 @@ async def drain_op(
     stage after the admissions decided before it, so room, windows and the ledger see the
     chunk's decisions in order. A row without a definition (``None``) expires as unregistered.
     """
-    current = await gate_ops.pending_by_ids(tx, [pending_id for _, pending_id in work])
+    current = await gate.pending_by_ids(tx, [pending_id for _, pending_id in work])
     columns: dict[str, dict[str, Any]] = {}
     decisions: list[Decision] = []
-    unheld: list[tuple[Row, dict[str, Any], gate_ops.Slot | None]] = []
+    unheld: list[tuple[Row, dict[str, Any], gate.Slot | None]] = []
     at: list[int] = []  # where each of ``unheld`` stands in ``decisions``
-    used: dict[gate_ops.Slot, int] = {}  # slots taken per key, read once (until a row takes the pipeline)
+    used: dict[gate.Slot, int] = {}  # slots taken per key, read once (until a row takes the pipeline)
 
     async def admit_unheld() -> None:
-        for i, run_id in zip(at, await gate_ops.admit_parked(tx, unheld, now), strict=True):
+        for i, run_id in zip(at, await gate.admit_parked(tx, unheld, now), strict=True):
             decisions[i].run_id = run_id
         unheld.clear()
         at.clear()
 
-    async def take_slot(defn: WorkflowDef, slot: gate_ops.Slot) -> bool:
+    async def take_slot(defn: WorkflowDef, slot: gate.Slot) -> bool:
         taken = used.get(slot)
         if taken is None:
-            await gate_ops.lock_key(tx, *slot)
-            taken = used[slot] = await gate_ops.slots_in_use(tx, *slot)
+            await gate.lock_key(tx, *slot)
+            taken = used[slot] = await gate.slots_in_use(tx, *slot)
         assert defn.gate.concurrency is not None
         if taken >= defn.gate.concurrency.limit:
             return False
@@ -275,14 +275,14 @@ async def drain_op(
             shared = columns.get(defn.name)
             if shared is None:
                 template = admitted(defn.gate, templates[defn.name], now)
-                shared = columns[defn.name] = gate_ops.run_columns(template)
+                shared = columns[defn.name] = gate.run_columns(template)
             unheld.append((state, shared, slot))
             at.append(len(decisions))
             decisions.append(Decision("started", state["ticket"]))
         else:
             await admit_unheld()
             used.clear()  # the pipeline may take a slot: count them again
-            row = await gate_ops.get_pending(tx, pending_id)
+            row = await gate.get_pending(tx, pending_id)
             assert row is not None  # selected (and locked) in this transaction
             if defn is None:
                 await expire(tx, row, "unregistered", now)
@@ -298,7 +298,7 @@ def _unheld(defn: WorkflowDef, state: Row) -> bool:
     return defn.gate.bare and plain_row(state)
 
 
-def _slot_only(defn: WorkflowDef, state: Row, pauses: dict[str, Row], now: float) -> gate_ops.Slot | None:
+def _slot_only(defn: WorkflowDef, state: Row, pauses: dict[str, Row], now: float) -> gate.Slot | None:
     """The slot a row waits for when that is all that can hold it, else ``None`` (the pipeline decides).
 
     So: a workflow whose one control is a per-key concurrency limit (``GatePlan.slot_only``),
@@ -309,7 +309,7 @@ def _slot_only(defn: WorkflowDef, state: Row, pauses: dict[str, Row], now: float
     if not plan.slot_only or not plain_row(state):
         return None
     keys = json.loads(state["keys"])
-    if gate_ops.pause_in(pauses, key_pause_scopes(plan, keys), now) is not None:
+    if gate.pause_in(pauses, key_pause_scopes(plan, keys), now) is not None:
         return None
     return slot_of(plan, keys)
 
@@ -329,7 +329,7 @@ async def _reoffer_op(
     tx: Tx, defn: WorkflowDef, pending_id: str, run: dict[str, Any], now: float, pauses: dict[str, Row]
 ) -> Decision:
     """Re-offer one parked row as it is now (a fold may have moved it since it was selected)."""
-    current = await gate_ops.get_pending(tx, pending_id)
+    current = await gate.get_pending(tx, pending_id)
     if current is None:  # decided meanwhile (expired, cancelled, another drain)
         return Decision("gone", pending_id)
     if current["due_at"] is not None and float(current["due_at"]) > now:
@@ -338,13 +338,13 @@ async def _reoffer_op(
 
 
 async def _expire_op(tx: Tx, pending_id: str, reason: str, now: float) -> bool:
-    row = await gate_ops.get_pending(tx, pending_id)
+    row = await gate.get_pending(tx, pending_id)
     return row is not None and await expire(tx, row, reason, now)
 
 
 async def expire(tx: Tx, row: Row, reason: str, now: float) -> bool:
     """End a parked row that will never run: ledger ``expired`` and the failure report."""
-    if not await gate_ops.delete_pending(tx, row["id"]):
+    if not await gate.delete_pending(tx, row["id"]):
         return False
     waited = now - float(row["first_at"])
     message = (
@@ -352,7 +352,7 @@ async def expire(tx: Tx, row: Row, reason: str, now: float) -> bool:
         if reason == "start-timeout"
         else f"workflow {row['workflow']!r} is not registered in this process"
     )
-    await gate_ops.ledger_parked(tx, row, "expired", reason, now)
+    await gate.ledger_parked(tx, row, "expired", reason, now)
     if row["on_failure"]:
         payload: Any = json.loads(row["payload"])
         if row["items"] is not None:
@@ -366,16 +366,16 @@ async def expire(tx: Tx, row: Row, reason: str, now: float) -> bool:
             "reason": reason,
             "failed_at": now,
         }
-        await gate_ops.enqueue_failure_report(tx, row["on_failure"], report, now)
+        await gate.enqueue_failure_report(tx, row["on_failure"], report, now)
     return True
 
 
 async def fail_overdue(tx: Tx, run_id: str, now: float) -> list[str]:
     """Fail a run past ``timeouts.finish`` (tag ``FinishTimeout``); the runs that stopped."""
-    row = await ops.find_run(tx, run_id)
+    row = await runs.find_run(tx, run_id)
     if row is None or row["status"] != "running" or row["deadline_at"] is None or float(row["deadline_at"]) > now:
         return []
-    return await ops.end_run(
+    return await runs.end_run(
         tx,
         run_id,
         "running",
@@ -388,7 +388,7 @@ async def fail_overdue(tx: Tx, run_id: str, now: float) -> list[str]:
 
 
 async def _free(tx: Tx, run_id: str) -> None:
-    await gate_ops.free_slot(tx, run_id)
+    await gate.free_slot(tx, run_id)
 
 
 async def _expired(tx: Tx, now: float) -> list[Row]:
@@ -418,11 +418,11 @@ async def _waiting_for(tx: Tx, scope: str, key: str, limit: int) -> list[Row]:
 async def _room(tx: Tx, plan: GatePlan, key: str) -> int:
     c = plan.concurrency
     assert c is not None
-    used = await gate_ops.slots_in_use(tx, plan.concurrency_scope, key)
+    used = await gate.slots_in_use(tx, plan.concurrency_scope, key)
     ceiling = c.limit if c.burst is None else c.burst
     room = ceiling - used
     if c.total is not None:
-        room = min(room, c.total - await gate_ops.slots_in_scope(tx, plan.concurrency_scope))
+        room = min(room, c.total - await gate.slots_in_scope(tx, plan.concurrency_scope))
     return max(0, room)
 
 

@@ -22,7 +22,7 @@ from typing import Any
 
 from ..definitions import WorkflowDef
 from ..plan import GatePlan
-from ..store import gate_ops, ops
+from ..store import gate, journal, runs, shared
 from ..store.base import Row, Tx
 from ..store.coalesce import Args, with_many
 from .pipeline import admitted, key_pause_scopes, plain_row
@@ -78,14 +78,14 @@ def hand_off_for(
     ):
         return None
     key = row.get("slot_key") or ""
-    if gate_ops.pause_in(pauses, key_pause_scopes(plan, {"concurrency": key}), now) is not None:
+    if gate.pause_in(pauses, key_pause_scopes(plan, {"concurrency": key}), now) is not None:
         return None
     return plan.concurrency_scope, key, c.limit
 
 
 async def finish_passing(
     tx: Tx,
-    fence: ops.Fence,
+    fence: shared.Fence,
     now: float,
     handoff: HandOff,
     *,
@@ -94,7 +94,7 @@ async def finish_passing(
     error_tag: str | None = None,
     error_message: str | None = None,
     event: dict[str, Any] | None = None,
-    entries: Sequence[ops.Entry] = (),
+    entries: Sequence[journal.Entry] = (),
 ) -> Passed:
     """End a held run (``succeeded`` or ``failed``) and pass its slot to the starts next in line.
 
@@ -120,15 +120,15 @@ async def _finish_passing_many(tx: Tx, calls: Sequence[Args]) -> list[Passed]:
     run ended (in the order the runs ended).
     """
     out: list[Passed] = []
-    freed: dict[gate_ops.Slot, list[tuple[Passed, HandOff, float]]] = {}
+    freed: dict[gate.Slot, list[tuple[Passed, HandOff, float]]] = {}
     events: list[dict[str, Any]] = []
     ended: list[str] = []
-    await ops.record_held(tx, [(fence, given.get("entries", ())) for (fence, _, _), given in calls])
+    await journal.record_held(tx, [(fence, given.get("entries", ())) for (fence, _, _), given in calls])
     for (fence, now, handoff), given in calls:
         assert given["status"] in ("succeeded", "failed")
         # a run that asks more of its end after all (a child opened) ends the full way, its slot freed there
-        stopped, plainly = await ops.finish_collecting(
-            tx, fence, now, events, slotted=True, **ops.without_entries(given)
+        stopped, plainly = await runs.finish_collecting(
+            tx, fence, now, events, slotted=True, **runs.without_entries(given)
         )
         passed = Passed(stopped)
         out.append(passed)
@@ -136,16 +136,16 @@ async def _finish_passing_many(tx: Tx, calls: Sequence[Args]) -> list[Passed]:
             ended.append(fence.run_id)
             freed.setdefault((handoff.scope, handoff.key), []).append((passed, handoff, now))
     await tx.execute_values("insert_event", events)
-    await gate_ops.free_slots(tx, ended)
+    await gate.free_slots(tx, ended)
     for slot in sorted(freed):  # keys locked in one order: no two processes wait on each other
         await _pass_on(tx, slot, freed[slot])
     return out
 
 
-async def _pass_on(tx: Tx, slot: gate_ops.Slot, ended: list[tuple[Passed, HandOff, float]]) -> None:
+async def _pass_on(tx: Tx, slot: gate.Slot, ended: list[tuple[Passed, HandOff, float]]) -> None:
     """Admit the starts next in line for ``slot`` into its room; claim one for each run in ``ended``."""
     handoff, now = ended[-1][1], max(at for _, _, at in ended)
-    await gate_ops.lock_key(tx, *slot)
+    await gate.lock_key(tx, *slot)
     rows = await tx.execute(
         "handoff_rows",
         {"scope": slot[0], "key": slot[1], "limit": handoff.limit, "now": now, "lease": handoff.lease},
@@ -160,7 +160,7 @@ async def _pass_on(tx: Tx, slot: gate_ops.Slot, ended: list[tuple[Passed, HandOf
         passed.settled = settled
     if not ready:
         return
-    columns = gate_ops.run_columns(admitted(handoff.plan, handoff.template, now))
+    columns = gate.run_columns(admitted(handoff.plan, handoff.template, now))
     lease_until = now + handoff.lease
     # A worker claims while it executes fewer of the key's runs than its share (the limit over the live
     # workers): past that, runs are left to whichever worker claims first, so a key's work spreads.
@@ -168,7 +168,7 @@ async def _pass_on(tx: Tx, slot: gate_ops.Slot, ended: list[tuple[Passed, HandOf
     claimers = [(passed, h.owner) for passed, h, _ in ended if h.held < share]
     claims = min(len(ready), len(claimers))
     owner = claimers[0][1] if claimers else None
-    run_ids = await gate_ops.admit_parked(
+    run_ids = await gate.admit_parked(
         tx,
         [(row, columns, slot) for row in ready],
         now,
@@ -186,7 +186,7 @@ async def _pass_on(tx: Tx, slot: gate_ops.Slot, ended: list[tuple[Passed, HandOf
             "slot_scope": slot[0],
             "slot_key": slot[1],
         }
-        passed.claimed = ops.claimed_row(claimed, claimer, lease_until, now)
+        passed.claimed = runs.claimed_row(claimed, claimer, lease_until, now)
     ended[0][0].unclaimed = len(run_ids) - claims
 
 

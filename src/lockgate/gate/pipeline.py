@@ -18,7 +18,7 @@ from typing import Any
 from ..definitions import WorkflowDef
 from ..ids import new_id
 from ..plan import GatePlan
-from ..store import gate_ops, ops
+from ..store import gate, runs
 from ..store.base import Row, Tx
 from ..store.coalesce import Args, with_many
 
@@ -106,7 +106,7 @@ async def _record(
     run_id: str | None = None,
     pending_id: str | None = None,
 ) -> int:
-    return await gate_ops.ledger(
+    return await gate.ledger(
         tx,
         **_ledger_row(
             o, now, outcome=outcome, control=control, key=key, reason=reason, run_id=run_id, pending_id=pending_id
@@ -171,7 +171,7 @@ async def _park(
             group_key=group_key,
             items=items,
         )
-        await gate_ops.insert_pending(tx, {**pending, "seq": await gate_ops.ledger(tx, **ledger)})
+        await gate.insert_pending(tx, {**pending, "seq": await gate.ledger(tx, **ledger)})
         pending_id = pending["id"]
     else:
         pending_id = row["id"]
@@ -253,7 +253,7 @@ def _arrival_rows(
 
 async def _end_parked(tx: Tx, o: Offer) -> None:
     if o.pending is not None:
-        await gate_ops.delete_pending(tx, o.pending["id"])
+        await gate.delete_pending(tx, o.pending["id"])
 
 
 def primary_key(o: Offer) -> str | None:
@@ -307,9 +307,9 @@ async def _paused(tx: Tx, o: Offer, scopes: list[str], now: float) -> Row | None
     the pause may have been lifted since, and a start parked by a lifted pause would wait for
     a release that already happened.
     """
-    if o.pauses is not None and gate_ops.pause_in(o.pauses, scopes, now) is None:
+    if o.pauses is not None and gate.pause_in(o.pauses, scopes, now) is None:
         return None
-    return await gate_ops.active_pause(tx, scopes, now)
+    return await gate.active_pause(tx, scopes, now)
 
 
 async def _pause(tx: Tx, o: Offer, now: float) -> Decision | None:
@@ -327,8 +327,8 @@ async def _delayed(tx: Tx, o: Offer, now: float) -> Decision | None:
 
 async def _window_room(tx: Tx, scope: str, key: str, limit: int, period: float, now: float) -> float | None:
     """``None`` when the window has room, else the instant a slot in it opens."""
-    await gate_ops.lock_key(tx, scope, key)
-    oldest = await gate_ops.window_opens(tx, scope, key, now - period, limit)
+    await gate.lock_key(tx, scope, key)
+    oldest = await gate.window_opens(tx, scope, key, now - period, limit)
     return None if oldest is None else oldest + period
 
 
@@ -351,7 +351,7 @@ async def _rate_limit(tx: Tx, o: Offer, now: float) -> Decision | None:
             await _end_parked(tx, o)
             return Decision("dropped", o.ticket, retry_after=retry, key=key)
     for w in windows:
-        await gate_ops.add_window_hit(tx, w.scope, o.keys.get(w.name, ""), now, w.period)
+        await gate.add_window_hit(tx, w.scope, o.keys.get(w.name, ""), now, w.period)
     return None
 
 
@@ -360,7 +360,7 @@ async def _debounce(tx: Tx, o: Offer, now: float) -> Decision | None:
     if o.plan.debounce is None:
         return None
     key, group = _debounce_group(o)
-    await gate_ops.lock_key(tx, "group", group)  # replicas folding into one group queue here, not on its index
+    await gate.lock_key(tx, "group", group)  # replicas folding into one group queue here, not on its index
     row = await tx.one("open_group", {"group_key": group})
     if row is None:
         return await _park(tx, o, now, **_debounce_opens(o, now))
@@ -477,13 +477,13 @@ async def _batch(tx: Tx, o: Offer, now: float) -> Decision | None:
     if b is None:
         return None
     key, group = _batch_group(o)
-    await gate_ops.lock_key(tx, "group", group)
+    await gate.lock_key(tx, "group", group)
     row = await tx.one("open_group", {"group_key": group})
     if row is None:
         decision = await _park(tx, o, now, **_batch_opens(o, now))
         if b.max_size > 1:
             return decision
-        row = await gate_ops.get_pending(tx, decision.pending_id or "")
+        row = await gate.get_pending(tx, decision.pending_id or "")
         assert row is not None
     else:
         items, size, reason = _batch_fold(row, o)
@@ -505,7 +505,7 @@ async def _batch(tx: Tx, o: Offer, now: float) -> Decision | None:
         )
         if size < b.max_size:
             return Decision("queued", o.ticket, pending_id=row["id"], mode="batch", due_at=row["due_at"], key=key)
-        row = await gate_ops.get_pending(tx, row["id"])
+        row = await gate.get_pending(tx, row["id"])
         assert row is not None
     return await _flush_batch(tx, o, row, now)
 
@@ -563,7 +563,7 @@ async def _singleton(tx: Tx, o: Offer, now: float) -> Decision | None:
         return None
     skey = _singleton_key(o)
     # Held until commit, through the admission: replicas deciding for one key take turns (both modes).
-    await gate_ops.lock_key(tx, "singleton", skey or "")
+    await gate.lock_key(tx, "singleton", skey or "")
     if s.mode != "skip":
         return None
     incumbent = await tx.scalar("singleton_incumbent", {"singleton_key": skey})
@@ -629,7 +629,7 @@ def key_pause_scopes(plan: GatePlan, keys: dict[str, str]) -> list[str]:
     return [f"key:{k}" for k in flow_keys(plan, keys)]
 
 
-def slot_of(plan: GatePlan, keys: dict[str, str]) -> gate_ops.Slot:
+def slot_of(plan: GatePlan, keys: dict[str, str]) -> gate.Slot:
     """The concurrency slot ``(scope, key)`` a start with control ``keys`` takes."""
     return plan.concurrency_scope, keys.get("concurrency", "")
 
@@ -660,9 +660,9 @@ async def _concurrency(tx: Tx, o: Offer, now: float) -> Decision | None:
     if c is None:
         return None
     scope, key = slot_of(o.plan, o.keys)
-    await gate_ops.lock_key(tx, scope, key)
+    await gate.lock_key(tx, scope, key)
     if c.total is not None:
-        await gate_ops.lock_key(tx, scope, "")
+        await gate.lock_key(tx, scope, "")
     waiting = (
         o.pending is None
         and await tx.one("waiting_ahead", {"mode": "concurrency", "scope": scope, "key": key}) is not None
@@ -677,10 +677,10 @@ async def has_room(tx: Tx, plan: GatePlan, key: str) -> bool:
     """Whether one more run of ``key`` fits the concurrency control (limit, total, burst)."""
     c = plan.concurrency
     assert c is not None
-    used = await gate_ops.slots_in_use(tx, plan.concurrency_scope, key)
+    used = await gate.slots_in_use(tx, plan.concurrency_scope, key)
     if c.total is None:
         return used < c.limit
-    total = await gate_ops.slots_in_scope(tx, plan.concurrency_scope)
+    total = await gate.slots_in_scope(tx, plan.concurrency_scope)
     if total >= c.total:
         return False
     return used < c.limit or (c.burst is not None and used < c.burst)
@@ -708,7 +708,7 @@ async def _admit(tx: Tx, o: Offer, now: float) -> Decision:
         run["identity"] = identity
     if plan.concurrency is not None:
         run["slot_scope"], run["slot_key"] = slot_of(plan, o.keys)
-    created, fresh = await ops.create_run(tx, run, now)
+    created, fresh = await runs.create_run(tx, run, now)
     if not fresh:
         await _record(
             tx,
@@ -724,7 +724,7 @@ async def _admit(tx: Tx, o: Offer, now: float) -> Decision:
         return Decision("existing", o.ticket, run_id=created["id"])
     run_id = created["id"]
     for w in plan.throttles:
-        await gate_ops.add_window_hit(tx, w.scope, o.keys.get(w.name, ""), now, w.period)
+        await gate.add_window_hit(tx, w.scope, o.keys.get(w.name, ""), now, w.period)
     if plan.concurrency is not None:
         await tx.execute(
             "take_slot",
@@ -741,7 +741,7 @@ async def _admit(tx: Tx, o: Offer, now: float) -> Decision:
     if plan.singleton is not None and plan.singleton.mode == "cancel":
         for incumbent in await tx.execute("singleton_incumbents", {"singleton_key": run["singleton_key"]}):
             if incumbent["id"] != run_id:
-                stopped += await ops.cancel_run(tx, incumbent["id"], f"singleton: replaced by {run_id}", now)
+                stopped += await runs.cancel_run(tx, incumbent["id"], f"singleton: replaced by {run_id}", now)
     await _record(
         tx,
         o,
@@ -799,7 +799,7 @@ def reoffer(defn: WorkflowDef, row: Row, run: dict[str, Any]) -> Offer:
 # -- many arrivals at once -------------------------------------------------------------------
 
 
-_Run = list[tuple[Offer, float, gate_ops.Slot]]
+_Run = list[tuple[Offer, float, gate.Slot]]
 """A run of arrivals held by one kind of control: each offer, its time, and the key (or group) it locks."""
 
 
@@ -816,7 +816,7 @@ async def offer_many(tx: Tx, calls: Sequence[Args]) -> list[Decision]:
     decisions.
     """
     decisions: list[Decision] = []
-    locked: set[gate_ops.Slot] = set()  # advisory locks are held until commit: one take per key is enough
+    locked: set[gate.Slot] = set()  # advisory locks are held until commit: one take per key is enough
     run: _Run = []  # consecutive arrivals held by one kind of control
     kind = ""
     for args, kwargs in calls:
@@ -840,7 +840,7 @@ def _offer_args(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Offer, f
     return bound["o"], bound["now"]
 
 
-def _lone_control(o: Offer, now: float) -> tuple[str, gate_ops.Slot] | None:
+def _lone_control(o: Offer, now: float) -> tuple[str, gate.Slot] | None:
     """The kind of run a fresh arrival joins, and the key (or group) it locks, when what can hold it is
     one control (or a window before a slot): ``("slot", slot)``, ``("window", window key)`` or
     ``("group", ("group", group key))``; else ``None`` (``offer`` decides it).
@@ -857,7 +857,7 @@ def _lone_control(o: Offer, now: float) -> tuple[str, gate_ops.Slot] | None:
         return None
     if o.at is not None and o.at > now:
         return None
-    if gate_ops.pause_in(o.pauses, [f"wf:{o.workflow}", *key_pause_scopes(plan, o.keys)], now) is not None:
+    if gate.pause_in(o.pauses, [f"wf:{o.workflow}", *key_pause_scopes(plan, o.keys)], now) is not None:
         return None
     if plan.slot_only:
         return "slot", slot_of(plan, o.keys)
@@ -869,18 +869,18 @@ def _lone_control(o: Offer, now: float) -> tuple[str, gate_ops.Slot] | None:
     return "window", (w.scope, o.keys.get(w.name, ""))
 
 
-async def _lock_keys(tx: Tx, keys: list[gate_ops.Slot], locked: set[gate_ops.Slot]) -> None:
+async def _lock_keys(tx: Tx, keys: list[gate.Slot], locked: set[gate.Slot]) -> None:
     for key in sorted(keys):  # one order: two processes' bursts never wait on each other in a cycle
         if key not in locked:
-            await gate_ops.lock_key(tx, *key)
+            await gate.lock_key(tx, *key)
             locked.add(key)
 
 
-async def _arrive(tx: Tx, run: _Run, locked: set[gate_ops.Slot]) -> list[Decision]:
+async def _arrive(tx: Tx, run: _Run, locked: set[gate.Slot]) -> list[Decision]:
     """Decide slot-only arrivals in order, as ``_concurrency`` then ``_admit`` would one after the other."""
     slots = sorted({slot for _, _, slot in run})
     await _lock_keys(tx, slots, locked)
-    queues = await gate_ops.slot_queues(tx, slots)  # read after the locks: no other process decides these keys now
+    queues = await gate.slot_queues(tx, slots)  # read after the locks: no other process decides these keys now
     decisions: list[Decision] = []
     parked: list[tuple[Row, Row]] = []
     for o, now, slot in run:
@@ -888,7 +888,7 @@ async def _arrive(tx: Tx, run: _Run, locked: set[gate_ops.Slot]) -> list[Decisio
         c = o.plan.concurrency
         assert c is not None
         if not ahead and used < c.limit:
-            await gate_ops.park_arrivals(tx, parked)
+            await gate.park_arrivals(tx, parked)
             parked = []
             decision = await _admit(tx, o, now)
             if decision.status == "started":
@@ -897,12 +897,12 @@ async def _arrive(tx: Tx, run: _Run, locked: set[gate_ops.Slot]) -> list[Decisio
             rows, decision = _slot_parked(o, now, queues, slot)
             parked.append(rows)
         decisions.append(decision)
-    await gate_ops.park_arrivals(tx, parked)
+    await gate.park_arrivals(tx, parked)
     return decisions
 
 
 def _slot_parked(
-    o: Offer, now: float, queues: dict[gate_ops.Slot, tuple[bool, int]], slot: gate_ops.Slot
+    o: Offer, now: float, queues: dict[gate.Slot, tuple[bool, int]], slot: gate.Slot
 ) -> tuple[tuple[Row, Row], Decision]:
     """``o`` parked for a slot of ``slot``, as ``_concurrency`` parks it (its rows, to write, and its decision);
     ``queues`` then has every later arrival on that key wait behind it."""
@@ -911,17 +911,17 @@ def _slot_parked(
     return (ledger, pending), Decision("queued", o.ticket, pending_id=pending["id"], mode="concurrency", key=slot[1])
 
 
-async def _arrive_windows(tx: Tx, run: _Run, locked: set[gate_ops.Slot]) -> list[Decision]:
+async def _arrive_windows(tx: Tx, run: _Run, locked: set[gate.Slot]) -> list[Decision]:
     """Decide one-window arrivals in order, as ``_rate_limit`` or ``_throttle`` (then ``_concurrency``, for a
     windowed slot) then ``_admit`` would one by one."""
-    limits: dict[gate_ops.Slot, int] = {}
+    limits: dict[gate.Slot, int] = {}
     for o, _, key in run:
         limits[key] = max(limits.get(key, 0), o.plan.windows[0].limit)
     slotted = sorted({slot_of(o.plan, o.keys) for o, _, _ in run if o.plan.concurrency is not None})
     await _lock_keys(tx, list(limits), locked)  # windows before slots, as one offer takes them
     await _lock_keys(tx, slotted, locked)
-    queues = await gate_ops.window_queues(tx, [(*key, limit) for key, limit in sorted(limits.items())])
-    slots = await gate_ops.slot_queues(tx, slotted) if slotted else {}
+    queues = await gate.window_queues(tx, [(*key, limit) for key, limit in sorted(limits.items())])
+    slots = await gate.slot_queues(tx, slotted) if slotted else {}
     decisions: list[Decision] = []
     decided: list[tuple[Row, Row | None]] = []  # ledger rows (and pending rows) not written yet
     for o, now, key in run:
@@ -949,7 +949,7 @@ async def _arrive_windows(tx: Tx, run: _Run, locked: set[gate_ops.Slot]) -> list
             )
             continue
         if w.kind == "rate_limit":  # a rate limit counts the arrival as it passes; a throttle, the admission
-            await gate_ops.add_window_hit(tx, w.scope, key[1], now, w.period)
+            await gate.add_window_hit(tx, w.scope, key[1], now, w.period)
             queue.hit(now, w.period)
         c = o.plan.concurrency
         slot = slot_of(o.plan, o.keys)
@@ -958,7 +958,7 @@ async def _arrive_windows(tx: Tx, run: _Run, locked: set[gate_ops.Slot]) -> list
             decided.append(rows)
             decisions.append(decision)
             continue
-        await gate_ops.park_arrivals(tx, decided)
+        await gate.park_arrivals(tx, decided)
         decided = []
         decision = await _admit(tx, o, now)
         if decision.status == "started" and w.kind == "throttle":  # (in ``_admit``)
@@ -966,17 +966,17 @@ async def _arrive_windows(tx: Tx, run: _Run, locked: set[gate_ops.Slot]) -> list
         if decision.status == "started" and c is not None:
             slots[slot] = (slots[slot][0], slots[slot][1] + 1)
         decisions.append(decision)
-    await gate_ops.park_arrivals(tx, decided)
+    await gate.park_arrivals(tx, decided)
     return decisions
 
 
-async def _arrive_gathered(tx: Tx, run: _Run, locked: set[gate_ops.Slot]) -> list[Decision]:
+async def _arrive_gathered(tx: Tx, run: _Run, locked: set[gate.Slot]) -> list[Decision]:
     """Decide arrivals gathered into open groups (a debounce, a batch) in order, as ``_debounce`` or ``_batch``
     would one by one: each group locked and read once, folded into in memory and written once (a batch also
     when it fills, and is then offered at once)."""
     groups = sorted({lock for _, _, lock in run})
     await _lock_keys(tx, groups, locked)
-    rows: dict[str, Row] = dict(await gate_ops.open_groups(tx, [group for _, group in groups]))
+    rows: dict[str, Row] = dict(await gate.open_groups(tx, [group for _, group in groups]))
     folded: set[str] = set()  # open groups whose row the folds below changed
     decisions: list[Decision] = []
     decided: list[tuple[Row, Row | None]] = []
@@ -988,9 +988,9 @@ async def _arrive_gathered(tx: Tx, run: _Run, locked: set[gate_ops.Slot]) -> lis
         if row is None:
             ledger, pending = _arrival_rows(o, now, **opens)
             # Written at once: the group's later arrivals' ledger rows name it, and its seq is its own ledger row's.
-            await gate_ops.park_arrivals(tx, [*decided, (ledger, pending)])
+            await gate.park_arrivals(tx, [*decided, (ledger, pending)])
             decided = []
-            row = rows[group] = {**gate_ops.PENDING_DEFAULTS, **pending}
+            row = rows[group] = {**gate.PENDING_DEFAULTS, **pending}
             full = o.plan.batch is not None and o.plan.batch.max_size == 1
         else:
             fields, reason, full = _gathered(o, row, now)
@@ -1002,22 +1002,22 @@ async def _arrive_gathered(tx: Tx, run: _Run, locked: set[gate_ops.Slot]) -> lis
             )
             decided.append((ledger, None))
             if full:  # written as it stands, then offered
-                await gate_ops.park_arrivals(tx, decided)
+                await gate.park_arrivals(tx, decided)
                 decided = []
-                await gate_ops.refold_pending(tx, row)
+                await gate.refold_pending(tx, row)
                 folded.discard(group)
         if not full:
             decisions.append(
                 Decision("queued", o.ticket, pending_id=row["id"], mode=mode, due_at=row["due_at"], key=key)
             )
             continue
-        stored = await gate_ops.get_pending(tx, row["id"])
+        stored = await gate.get_pending(tx, row["id"])
         assert stored is not None
         decisions.append(await _flush_batch(tx, o, stored, now))
         del rows[group]  # offered: the key's next item opens a new batch
-    await gate_ops.park_arrivals(tx, decided)
+    await gate.park_arrivals(tx, decided)
     for group in sorted(folded):
-        await gate_ops.refold_pending(tx, rows[group])
+        await gate.refold_pending(tx, rows[group])
     return decisions
 
 

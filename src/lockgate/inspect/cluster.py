@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from ..store import cluster_ops
+from ..store import workers as store_workers
 from ..store.base import Tx
 
 __all__ = ["ClusterStatus", "SweepLease", "WorkerStatus", "cluster_status"]
@@ -51,7 +51,7 @@ class ClusterStatus:
 
 async def cluster_status(tx: Tx, now: float) -> ClusterStatus:
     """The snapshot behind ``lockgate cluster status`` at ``now``."""
-    found = await cluster_ops.status(tx, now)
+    found = await store_workers.cluster_status(tx, now)
     return ClusterStatus(
         dialect=found["dialect"],
         workers=[WorkerStatus(**w) for w in found["workers"]],

@@ -7,7 +7,7 @@ from datetime import datetime
 from typing import Any
 
 from ..clock import to_datetime
-from ..store import gate_ops, ledger
+from ..store import gate, ledger
 from ..store.base import Row, Tx
 
 __all__ = ["LedgerEntry", "ParkedStart", "Pause", "ledger_page", "parked_page", "pauses"]
@@ -113,7 +113,7 @@ class LedgerEntry:
 
 async def pauses(tx: Tx, now: float) -> list[Pause]:
     """The pauses in force at ``now``, by scope."""
-    return [Pause.from_row(r) for r in await gate_ops.list_pauses(tx, now)]
+    return [Pause.from_row(r) for r in await gate.list_pauses(tx, now)]
 
 
 async def ledger_page(

@@ -14,7 +14,7 @@ from ..app import App
 from ..clock import Clock, SystemClock
 from ..errors import InvalidArgument, LockgateError
 from ..records import AttemptInfo, EventInfo, RunInfo, StepInfo
-from ..store import Store, ops
+from ..store import Store, journal, shared
 from .cluster import ClusterStatus, cluster_status
 from .flow import FlowRow, flow
 from .gate import LedgerEntry, ParkedStart, Pause, ledger_page, parked_page, pauses
@@ -97,7 +97,7 @@ class Inspector:
 
     async def run(self, run_id: str) -> RunInfo:
         """One run (``UnknownRun`` if there is none)."""
-        return RunInfo.from_row(await self.store.read(ops.get_run, run_id))
+        return RunInfo.from_row(await self.store.read(shared.get_run, run_id))
 
     async def run_detail(self, run_id: str, *, children_limit: int = 1000) -> RunDetail:
         """One run with its journal, step attempts, events and children (``UnknownRun`` if there is none)."""
@@ -107,15 +107,15 @@ class Inspector:
 
     async def steps(self, run_id: str) -> list[StepInfo]:
         """The run's journal, in the order its body reached each entry."""
-        return [StepInfo.from_row(r) for r in await self.store.read(ops.load_journal, run_id)]
+        return [StepInfo.from_row(r) for r in await self.store.read(journal.load_journal, run_id)]
 
     async def attempts(self, run_id: str) -> list[AttemptInfo]:
         """Every recorded attempt of the run's steps."""
-        return [AttemptInfo.from_row(r) for r in await self.store.read(ops.list_attempts, run_id)]
+        return [AttemptInfo.from_row(r) for r in await self.store.read(journal.list_attempts, run_id)]
 
     async def events(self, run_id: str) -> list[EventInfo]:
         """The run's lifecycle events, oldest first."""
-        return [EventInfo.from_row(r) for r in await self.store.read(ops.list_events, run_id)]
+        return [EventInfo.from_row(r) for r in await self.store.read(journal.list_events, run_id)]
 
     # -- the gate ----------------------------------------------------------------------------
 

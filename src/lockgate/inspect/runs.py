@@ -7,7 +7,7 @@ from typing import Any
 
 from ..errors import InvalidArgument
 from ..records import AttemptInfo, EventInfo, RunInfo, StepInfo
-from ..store import ops, run_pages
+from ..store import journal, run_pages, runs, shared
 from ..store.base import Tx
 
 __all__ = ["RUN_STATUSES", "TERMINAL", "RunDetail", "check_page", "check_status", "run_detail", "runs_page"]
@@ -15,7 +15,7 @@ __all__ = ["RUN_STATUSES", "TERMINAL", "RunDetail", "check_page", "check_status"
 RUN_STATUSES = ("running", "suspended", "succeeded", "failed", "cancelled")
 """Every status a run can have, in the order tables show them."""
 
-TERMINAL: tuple[str, ...] = tuple(ops.TERMINAL)
+TERMINAL: tuple[str, ...] = tuple(shared.TERMINAL)
 """The statuses a run does not leave on its own."""
 
 
@@ -66,7 +66,7 @@ async def runs_page(
     ``before`` (a run id: the last one of the previous page) continues after that run, so a
     page is stable while new runs arrive; ``UnknownRun`` if there is no such run."""
     if before is None:
-        rows = await ops.list_runs(
+        rows = await runs.list_runs(
             tx, workflow=workflow, status=status, parent_id=parent_id, limit=limit, offset=offset
         )
     else:
@@ -78,11 +78,11 @@ async def runs_page(
 
 async def run_detail(tx: Tx, run_id: str, *, children_limit: int = 1000) -> RunDetail:
     """``run_id`` with its journal, attempts, events and (up to ``children_limit``) children; ``UnknownRun``."""
-    run = RunInfo.from_row(await ops.get_run(tx, run_id))
+    run = RunInfo.from_row(await shared.get_run(tx, run_id))
     return RunDetail(
         run=run,
-        steps=[StepInfo.from_row(r) for r in await ops.load_journal(tx, run_id)],
-        attempts=[AttemptInfo.from_row(r) for r in await ops.list_attempts(tx, run_id)],
-        events=[EventInfo.from_row(r) for r in await ops.list_events(tx, run_id)],
+        steps=[StepInfo.from_row(r) for r in await journal.load_journal(tx, run_id)],
+        attempts=[AttemptInfo.from_row(r) for r in await journal.list_attempts(tx, run_id)],
+        events=[EventInfo.from_row(r) for r in await journal.list_events(tx, run_id)],
         children=await runs_page(tx, parent_id=run_id, limit=children_limit),
     )

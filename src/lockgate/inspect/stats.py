@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from ..store import ops
+from ..store import runs as store_runs
 from ..store.base import Tx
 from .runs import RUN_STATUSES
 
@@ -45,7 +45,7 @@ class Stats:
 
 async def stats(tx: Tx, workflow: str | None = None) -> Stats:
     """Runs per workflow and status and parked starts per workflow and mode, read together so they agree."""
-    run_rows, parked_rows = await ops.count_runs(tx, workflow)
+    run_rows, parked_rows = await store_runs.count_runs(tx, workflow)
     names = sorted({r["workflow"] for r in run_rows} | {r["workflow"] for r in parked_rows})
     runs: dict[str, dict[str, int]] = {name: dict.fromkeys(RUN_STATUSES, 0) for name in names}
     parked: dict[str, dict[str, int]] = {name: {} for name in names}

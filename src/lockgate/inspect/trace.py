@@ -7,7 +7,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from ..clock import to_datetime
-from ..store import ledger, ops
+from ..store import ledger, runs
 from ..store.base import Row, Tx
 
 __all__ = ["Trace", "ledger_entry", "trace"]
@@ -96,7 +96,7 @@ async def trace(tx: Tx, ticket: str, now: float, concurrency_limits: dict[str, i
                 )
     if run_id is None:
         return Trace(**base, state=arrival["outcome"], absorbed_by=absorbed_by, history=history)
-    run = await ops.find_run(tx, run_id)
+    run = await runs.find_run(tx, run_id)
     return Trace(
         **base,
         state=run["status"] if run else "unknown",

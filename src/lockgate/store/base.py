@@ -1,7 +1,7 @@
 """The store seam: what the engine asks of a database, whatever the dialect.
 
 The engine never writes SQL. It hands the store *operations*: small async functions
-that take a ``Tx`` and run named queries on it (``store/ops.py``). A dialect supplies
+that take a ``Tx`` and run named queries on it (``store/runs.py``, ``journal.py``, ...). A dialect supplies
 the SQL text for each name (``store/sql/<dialect>/*.sql``) and decides how operations
 are grouped into transactions. Writes are group-committed: every operation submitted
 while the previous commit was in flight goes into the next transaction; one refusal

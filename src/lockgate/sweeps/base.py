@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..runtime import WorkerRuntime
-from ..store import ops
+from ..store import workers
 
 __all__ = ["Sweep", "SweepSettings"]
 
@@ -39,7 +39,7 @@ class Sweep:
         rt = worker.runtime
         now = rt.clock.now()
         try:
-            won = await rt.store.write(ops.acquire_sweep, self.name, worker.worker_id, now, self.interval * 2)
+            won = await rt.store.write(workers.acquire_sweep, self.name, worker.worker_id, now, self.interval * 2)
             if won:
                 await self.tick(worker)
         except asyncio.CancelledError:

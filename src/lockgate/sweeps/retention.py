@@ -13,7 +13,7 @@ from functools import partial
 
 from ..durations import format_seconds
 from ..runtime import WorkerRuntime
-from ..store import retention_ops
+from ..store import retention as store_retention
 from .base import Sweep, SweepSettings
 
 __all__ = ["BATCH", "MAX_BATCHES", "Forgotten", "forget_expired", "retention_sweep"]
@@ -45,9 +45,9 @@ async def forget_expired(worker: WorkerRuntime, retention: float) -> Forgotten:
     """Delete what ended before ``now - retention``: runs with their records, ledger rows, old workers and pauses."""
     rt = worker.runtime
     cutoff = rt.clock.now() - retention
-    runs = await _in_batches(worker, retention_ops.forget_ended_runs, cutoff)
-    ledger = await _in_batches(worker, retention_ops.forget_ledger, cutoff)
-    workers, pauses = await rt.store.write(retention_ops.forget_stale, cutoff, worker.worker_id)
+    runs = await _in_batches(worker, store_retention.forget_ended_runs, cutoff)
+    ledger = await _in_batches(worker, store_retention.forget_ledger, cutoff)
+    workers, pauses = await rt.store.write(store_retention.forget_stale, cutoff, worker.worker_id)
     forgotten = Forgotten(runs, ledger, workers, pauses)
     if runs or ledger or workers:
         log.info(
@@ -60,7 +60,7 @@ async def forget_expired(worker: WorkerRuntime, retention: float) -> Forgotten:
     return forgotten
 
 
-async def _in_batches(worker: WorkerRuntime, op: retention_ops.Forget, cutoff: float) -> int:
+async def _in_batches(worker: WorkerRuntime, op: store_retention.Forget, cutoff: float) -> int:
     total = 0
     for _ in range(MAX_BATCHES):
         n = await worker.runtime.store.write(op, cutoff, BATCH)

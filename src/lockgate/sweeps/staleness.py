@@ -7,7 +7,7 @@ import logging
 from functools import partial
 
 from ..runtime import WorkerRuntime
-from ..store import ops
+from ..store import runs
 from .base import Sweep, SweepSettings
 
 __all__ = ["report_stalled", "staleness_sweep"]
@@ -30,7 +30,7 @@ async def report_stalled(worker: WorkerRuntime, stall_after: float) -> int:
     defs = rt.app.definitions()
     now = rt.clock.now()
     smallest = min([stall_after, *(d.stall_after for d in defs.values() if d.stall_after is not None)])
-    rows = await rt.store.read(ops.stale_candidates, now - smallest, now)
+    rows = await rt.store.read(runs.stale_candidates, now - smallest, now)
     reported = 0
     for row in rows:
         defn = defs.get(row["workflow"])
@@ -50,7 +50,7 @@ async def report_stalled(worker: WorkerRuntime, stall_after: float) -> int:
             "last_progress_at": float(row["progress_at"]),
             "waiting_on": row["waiting_on"],
         }
-        await rt.store.write(ops.mark_stalled, row["id"], now, data)
+        await rt.store.write(runs.mark_stalled, row["id"], now, data)
         reported += 1
         if defn is not None and defn.on_stalled is not None:
             try:

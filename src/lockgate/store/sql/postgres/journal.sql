@@ -96,3 +96,8 @@ SELECT * FROM lockgate_run_events WHERE run_id = %(run_id)s ORDER BY id;
 
 -- name: list_events_of_type
 SELECT * FROM lockgate_run_events WHERE type = %(type)s ORDER BY id DESC LIMIT %(limit)s;
+
+-- name: fence_touch
+UPDATE lockgate_runs SET progress_at = %(now)s, updated_at = %(now)s
+WHERE id = %(run_id)s AND owner = %(owner)s AND epoch = %(epoch)s AND status = 'running'
+RETURNING id;

@@ -54,19 +54,9 @@ SELECT MIN(CASE WHEN owner IS NULL THEN wake_at WHEN owner = %(owner)s THEN NULL
     ELSE GREATEST(wake_at, lease_until) END) AS at
 FROM lockgate_runs WHERE status = 'running' AND wake_at IS NOT NULL;
 
--- name: fence_touch
-UPDATE lockgate_runs SET progress_at = %(now)s, updated_at = %(now)s
-WHERE id = %(run_id)s AND owner = %(owner)s AND epoch = %(epoch)s AND status = 'running'
-RETURNING id;
-
 -- name: release_run
 UPDATE lockgate_runs SET owner = NULL, lease_until = NULL, wake_at = %(wake_at)s
 WHERE id = %(run_id)s AND owner = %(owner)s AND epoch = %(epoch)s AND status = 'running';
-
--- name: renew_leases
-UPDATE lockgate_runs SET lease_until = %(lease_until)s
-WHERE owner = %(owner)s AND status = 'running'
-RETURNING id, epoch;
 
 -- name: park_run
 UPDATE lockgate_runs
@@ -156,9 +146,3 @@ ORDER BY progress_at LIMIT %(limit)s;
 
 -- name: mark_stalled
 UPDATE lockgate_runs SET stalled_at = %(now)s WHERE id = %(run_id)s;
-
--- name: release_owner
-UPDATE lockgate_runs SET owner = NULL, lease_until = NULL,
-    entered_at = CASE WHEN %(clean)s::integer = 1 THEN NULL ELSE entered_at END
-WHERE owner = %(owner)s AND status = 'running'
-RETURNING id;

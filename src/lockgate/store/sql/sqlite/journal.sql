@@ -85,3 +85,8 @@ SELECT * FROM lockgate_run_events WHERE run_id = :run_id ORDER BY id;
 
 -- name: list_events_of_type
 SELECT * FROM lockgate_run_events WHERE type = :type ORDER BY id DESC LIMIT :limit;
+
+-- name: fence_touch
+UPDATE lockgate_runs SET progress_at = :now, updated_at = :now
+WHERE id = :run_id AND owner = :owner AND epoch = :epoch AND status = 'running'
+RETURNING id;

@@ -52,19 +52,9 @@ SELECT MIN(CASE WHEN owner IS NULL THEN wake_at WHEN owner = :owner THEN NULL
     ELSE MAX(wake_at, lease_until) END) AS at
 FROM lockgate_runs WHERE status = 'running' AND wake_at IS NOT NULL;
 
--- name: fence_touch
-UPDATE lockgate_runs SET progress_at = :now, updated_at = :now
-WHERE id = :run_id AND owner = :owner AND epoch = :epoch AND status = 'running'
-RETURNING id;
-
 -- name: release_run
 UPDATE lockgate_runs SET owner = NULL, lease_until = NULL, wake_at = :wake_at
 WHERE id = :run_id AND owner = :owner AND epoch = :epoch AND status = 'running';
-
--- name: renew_leases
-UPDATE lockgate_runs SET lease_until = :lease_until
-WHERE owner = :owner AND status = 'running'
-RETURNING id, epoch;
 
 -- name: park_run
 UPDATE lockgate_runs
@@ -150,9 +140,3 @@ ORDER BY progress_at LIMIT :limit;
 
 -- name: mark_stalled
 UPDATE lockgate_runs SET stalled_at = :now WHERE id = :run_id;
-
--- name: release_owner
-UPDATE lockgate_runs SET owner = NULL, lease_until = NULL,
-    entered_at = CASE WHEN :clean = 1 THEN NULL ELSE entered_at END
-WHERE owner = :owner AND status = 'running'
-RETURNING id;

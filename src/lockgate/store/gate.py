@@ -1,4 +1,4 @@
-"""Store operations of the admission gate: pending rows, ledger, slots, windows, pauses."""
+"""Store operations of the admission gate: pending rows, ledger writes, slots, windows, pauses, failure reports."""
 
 from __future__ import annotations
 
@@ -10,6 +10,44 @@ from typing import Any
 from ..ids import new_id
 from ..serde import dump_json
 from .base import Row, Tx
+from .shared import started_data
+
+__all__ = [
+    "LEDGER_DEFAULTS",
+    "PENDING_DEFAULTS",
+    "Slot",
+    "WindowQueue",
+    "active_pause",
+    "add_window_hit",
+    "admit_parked",
+    "cancel_parked",
+    "delete_pending",
+    "enqueue_failure_report",
+    "free_slot",
+    "free_slots",
+    "get_pending",
+    "insert_pending",
+    "ledger",
+    "ledger_parked",
+    "ledgers",
+    "list_pauses",
+    "lock_key",
+    "open_groups",
+    "park_arrivals",
+    "pause",
+    "pause_in",
+    "pending_by_ids",
+    "refold_pending",
+    "release_paused",
+    "retake_slot",
+    "run_columns",
+    "slot_queues",
+    "slots_in_scope",
+    "slots_in_use",
+    "unpause",
+    "window_opens",
+    "window_queues",
+]
 
 Slot = tuple[str, str]
 """A concurrency slot's ``(scope, key)``."""
@@ -339,8 +377,6 @@ async def admit_parked(
     ``owner``. Returns the new run ids, in order; refuses when a row is no longer parked
     (``locked``: the caller holds the rows' locks, and the check does not wait for its answer).
     """
-    from .ops import started_data  # ops imports this module: a module-level import would be circular
-
     if not admitted:
         return []
     run_ids = [new_id("run") for _ in admitted]

@@ -28,3 +28,14 @@ SELECT * FROM lockgate_sweep_leases ORDER BY name;
 
 -- name: set_worker_lease
 UPDATE lockgate_workers SET lease = :lease WHERE id = :id;
+
+-- name: release_owner
+UPDATE lockgate_runs SET owner = NULL, lease_until = NULL,
+    entered_at = CASE WHEN :clean = 1 THEN NULL ELSE entered_at END
+WHERE owner = :owner AND status = 'running'
+RETURNING id;
+
+-- name: renew_leases
+UPDATE lockgate_runs SET lease_until = :lease_until
+WHERE owner = :owner AND status = 'running'
+RETURNING id, epoch;

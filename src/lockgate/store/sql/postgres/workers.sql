@@ -28,3 +28,14 @@ SELECT * FROM lockgate_sweep_leases ORDER BY name;
 
 -- name: set_worker_lease
 UPDATE lockgate_workers SET lease = %(lease)s WHERE id = %(id)s;
+
+-- name: release_owner
+UPDATE lockgate_runs SET owner = NULL, lease_until = NULL,
+    entered_at = CASE WHEN %(clean)s::integer = 1 THEN NULL ELSE entered_at END
+WHERE owner = %(owner)s AND status = 'running'
+RETURNING id;
+
+-- name: renew_leases
+UPDATE lockgate_runs SET lease_until = %(lease_until)s
+WHERE owner = %(owner)s AND status = 'running'
+RETURNING id, epoch;

@@ -1,77 +1,55 @@
-"""Store operations: the engine's every read and write, written once for all dialects.
+"""Store operations on run rows: create, read, claim, park, finish, and the operator's transitions.
 
-Each function takes a ``Tx`` and runs named queries on it; the dialect supplies the SQL.
-Writes that act for a run a worker holds carry a ``Fence`` (owner and epoch): if the
-lease moved on, the write changes nothing and raises ``Fenced``.
+Claims live here: claiming a run, releasing it and reading when the next one wakes change
+and read the run's own row (its owner, epoch, lease); a worker's side of a lease (its
+heartbeat, the renewal of every lease it holds) is in ``workers``. Writes that act for a
+held run carry a ``Fence``: if the lease moved on, the write changes nothing and raises
+``Fenced``. Ending a run writes its held journal entries and frees its slot, so this module
+uses ``journal`` and ``gate``; neither of them, nor any other subject module, uses it.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import Any
 
-from ..errors import RunNotEligible, UnknownRun
+from ..errors import RunNotEligible
 from ..serde import dump_json
-from . import gate_ops
+from . import gate, journal
 from .base import Row, Tx
-from .coalesce import lone, with_many
+from .coalesce import with_many
+from .journal import Entry
+from .shared import LIVE, TERMINAL, Fence, Fenced, add_event, event_row, get_run, run_params, started_data
 
-TERMINAL = ("succeeded", "failed", "cancelled")
-PROGRESS_RESOLUTION = 1.0  # seconds: how stale a held run's progress_at may be left by its journal writes
-LIVE = ("running", "suspended")
-
-
-class Fenced(BaseException):
-    """This worker no longer holds the run's lease; its write was refused."""
-
-
-@dataclass(frozen=True)
-class Fence:
-    run_id: str
-    owner: str
-    epoch: int
-
-    def params(self) -> dict[str, Any]:
-        return {"run_id": self.run_id, "owner": self.owner, "epoch": self.epoch}
-
-
-# -- runs ----------------------------------------------------------------------------------
-
-
-_RUN_DEFAULTS: dict[str, Any] = {
-    "parent_id": None,
-    "parent_close": None,
-    "retry_of": None,
-    "ticket": None,
-    "idempotency_key": None,
-    "version": None,
-    "recording": "full",
-    "singleton_key": None,
-    "deadline_at": None,
-    "on_failure": None,
-    "slot_scope": None,
-    "slot_key": None,
-    "owner": None,  # set (with lease_until .. entries) when the starting engine claims it at once
-    "lease_until": None,
-    "epoch": 0,
-    "entered_at": None,
-    "entries": 0,
-}
-
-
-def run_params(run: dict[str, Any], now: float) -> dict[str, Any]:
-    """The parameters ``insert_run`` takes for ``run`` (its omitted columns defaulted)."""
-    params = {**_RUN_DEFAULTS, "wake_at": now, **run, "now": now}
-    if "identity" not in run:
-        params["identity"] = run["id"]
-    return params
-
-
-def started_data(workflow: str, ticket: str | None, parent_id: str | None) -> str:
-    """The data of a run's ``run-started`` event."""
-    return dump_json({"workflow": workflow, "ticket": ticket, "parent_id": parent_id})
+__all__ = [
+    "cancel_run",
+    "claim_runs",
+    "claimed_row",
+    "count_runs",
+    "create_run",
+    "create_runs",
+    "discard_run",
+    "end_run",
+    "ended_runs",
+    "ends_plainly",
+    "error_data",
+    "find_run",
+    "finish_collecting",
+    "finish_run",
+    "get_runs",
+    "list_runs",
+    "mark_stalled",
+    "next_wake",
+    "park_run",
+    "redrive_run",
+    "release_run",
+    "resume_from_step",
+    "resume_run",
+    "stale_candidates",
+    "suspend_run",
+    "without_entries",
+]
 
 
 def _started_event(params: dict[str, Any]) -> dict[str, Any]:
@@ -118,13 +96,6 @@ async def create_runs(tx: Tx, runs: list[tuple[dict[str, Any], float]]) -> list[
         assert existing is not None
         out.append((existing, False))
     return out
-
-
-async def get_run(tx: Tx, run_id: str) -> Row:
-    row = await tx.one("get_run", {"id": run_id})
-    if row is None:
-        raise UnknownRun(run_id)
-    return row
 
 
 async def get_runs(tx: Tx, run_ids: list[str]) -> dict[str, Row]:
@@ -179,184 +150,12 @@ async def next_wake(tx: Tx, owner: str | None = None) -> float | None:
     return None if value is None else float(value)
 
 
-async def renew_leases(tx: Tx, owner: str, now: float, lease_until: float) -> dict[str, int]:
-    await tx.execute("heartbeat", {"id": owner, "now": now})
-    rows = await tx.execute("renew_leases", {"owner": owner, "lease_until": lease_until})
-    return {r["id"]: int(r["epoch"]) for r in rows}
-
-
-async def touch(tx: Tx, fence: Fence, now: float) -> None:
-    if not await tx.expect("fence_touch", {**fence.params(), "now": now}):
-        raise Fenced()
-
-
 async def release_run(tx: Tx, fence: Fence, retry_at: float) -> None:
     """Let go of a held run after a local failure; any worker may take it again at ``retry_at``.
 
     Its entry stays marked unfinished, so failures that repeat count toward the crash loop.
     """
     await tx.execute("release_run", {**fence.params(), "wake_at": retry_at})
-
-
-# -- journal -------------------------------------------------------------------------------
-
-
-async def load_journal(tx: Tx, run_id: str) -> list[Row]:
-    return await tx.execute("load_journal", {"run_id": run_id})
-
-
-@lone
-async def record_entry(
-    tx: Tx,
-    fence: Fence,
-    entry: dict[str, Any],
-    now: float,
-    *,
-    progress: bool = False,
-    message: dict[str, Any] | None = None,
-    attempt: dict[str, Any] | None = None,
-) -> None:
-    """Journal one reached operation for a held run (with the message it consumed, the attempt that ended it).
-
-    The entry is written only while ``fence`` holds (checked by the same statement). The
-    run's ``progress_at`` moves only with ``progress``: its holder asks at most once every
-    ``PROGRESS_RESOLUTION``, so a step's commit mostly writes its journal entry alone.
-    """
-    if progress:
-        await touch(tx, fence, now)
-    written = await tx.expect(
-        "upsert_journal",
-        {
-            "output": None,
-            "error_tag": None,
-            "error_message": None,
-            "attempts": 0,
-            "due_at": None,
-            "started_at": now,
-            "finished_at": now,
-            **entry,
-            **fence.params(),
-        },
-    )
-    if not written:
-        raise Fenced()
-    if attempt is not None:
-        await add_attempt(tx, attempt)
-    if message is not None:
-        await tx.execute(
-            "settle_message",
-            {
-                "step_key": entry["step_key"],
-                "result": None,
-                "error_tag": None,
-                "error_message": None,
-                "now": now,
-                **message,
-            },
-        )
-
-
-class Entry(NamedTuple):
-    """A completed operation's journal entry held back to ride with the run's next write (``record_entries``)."""
-
-    entry: dict[str, Any]
-    at: float
-    attempt: dict[str, Any] | None = None
-
-
-@lone
-async def record_entries(tx: Tx, fence: Fence, entries: Sequence[Entry], *, progress: float | None = None) -> None:
-    """Journal held-back entries of a held run, in order; with ``progress``, move its ``progress_at`` too."""
-    if progress is not None:
-        await touch(tx, fence, progress)
-    for held in entries:
-        await record_entry(tx, fence, held.entry, held.at, attempt=held.attempt)
-
-
-async def _record_entries_many(tx: Tx, calls: Sequence[tuple[tuple[Any, ...], dict[str, Any]]]) -> list[None]:
-    """``record_entries`` for the runs of one group commit: their entries in one statement."""
-    bound = [_entries_call(*args, **given) for args, given in calls]
-    for fence, _, progress in bound:
-        if progress is not None:
-            await touch(tx, fence, progress)
-    await record_held(tx, [(fence, entries) for fence, entries, _ in bound])
-    return [None] * len(calls)
-
-
-def _entries_call(
-    fence: Fence, entries: Sequence[Entry], *, progress: float | None = None
-) -> tuple[Fence, Sequence[Entry], float | None]:
-    return fence, entries, progress
-
-
-async def record_held(tx: Tx, held: Sequence[tuple[Fence, Sequence[Entry]]]) -> None:
-    """Journal the held-back entries of many held runs with one statement (``Fenced`` if a run's lease moved on).
-
-    The many-at-once forms of the ops that carry entries write them here. A refusal
-    rolls back the whole attempt, and the calls run again one by one: the run whose
-    lease moved on is refused alone. Where one statement per row costs less
-    (``Tx.rows_in_one`` false), each run's entries are written as ``record_entries`` would.
-    """
-    if not tx.rows_in_one:
-        for fence, entries in held:
-            await record_entries(tx, fence, entries)
-        return
-    rows: list[dict[str, Any]] = []
-    attempts: list[dict[str, Any]] = []
-    for fence, entries in held:
-        for e in entries:
-            row: dict[str, Any] = {
-                "output": None,
-                "error_tag": None,
-                "error_message": None,
-                "attempts": 0,
-                "due_at": None,
-                "started_at": e.at,
-                "finished_at": e.at,
-                **e.entry,
-                "run_id": fence.run_id,
-                "owner": fence.owner,
-                "epoch": fence.epoch,
-            }
-            for column in ("due_at", "started_at", "finished_at"):  # as text: read back exactly, where a JSON
-                if row[column] is not None:  # number keeps 15 digits in some readers
-                    row[column] = repr(float(row[column]))
-            rows.append(row)
-            if e.attempt is not None:
-                attempts.append(e.attempt)
-    if rows and not await tx.expect_rows("upsert_journal_many", {"entries": dump_json(rows)}, len(rows)):
-        raise Fenced()
-    for attempt in attempts:
-        await add_attempt(tx, attempt)
-
-
-with_many(record_entries, _record_entries_many)
-
-
-async def add_attempt(tx: Tx, attempt: dict[str, Any]) -> None:
-    await tx.execute(
-        "insert_attempt", {"input": None, "error_tag": None, "error_message": None, "finished_at": None, **attempt}
-    )
-
-
-async def add_event(tx: Tx, run_id: str, type_: str, now: float, data: dict[str, Any] | None = None) -> None:
-    await tx.execute("insert_event", event_row(run_id, type_, now, data))
-
-
-def event_row(run_id: str, type_: str, now: float, data: dict[str, Any] | None = None) -> dict[str, Any]:
-    """The parameters of ``insert_event`` for one event."""
-    return {"run_id": run_id, "type": type_, "at": now, "data": None if data is None else dump_json(data)}
-
-
-async def list_events(tx: Tx, run_id: str) -> list[Row]:
-    return await tx.execute("list_events", {"run_id": run_id})
-
-
-async def list_attempts(tx: Tx, run_id: str) -> list[Row]:
-    return await tx.execute("list_attempts", {"run_id": run_id})
-
-
-# -- parking, finishing ---------------------------------------------------------------------
 
 
 async def park_run(
@@ -375,7 +174,7 @@ async def park_run(
 
     ``entries``: journal entries held back for this write, written first.
     """
-    await record_entries(tx, fence, entries)
+    await journal.record_entries(tx, fence, entries)
     if names or children:
         hit = await tx.one(
             "pending_for_waits", {"run_id": fence.run_id, "names": json.dumps(names), "children": json.dumps(children)}
@@ -434,7 +233,7 @@ async def _finish_many(tx: Tx, calls: Sequence[tuple[tuple[Any, ...], dict[str, 
     """``finish_run`` for the runs one group commit ends: their held entries in one statement, their end
     events in one multi-row insert."""
     events: list[dict[str, Any]] = []
-    await record_held(tx, [(fence, given.get("entries", ())) for (fence, _), given in calls])
+    await journal.record_held(tx, [(fence, given.get("entries", ())) for (fence, _), given in calls])
     out = [
         (await finish_collecting(tx, fence, now, events, **without_entries(given)))[0] for (fence, now), given in calls
     ]
@@ -467,7 +266,7 @@ async def finish_collecting(
     Returns the children closed with the run and whether it ended plainly (one statement;
     ``slotted``: freeing its slot is left to the caller, see ``gate/handoff.py``).
     """
-    await record_entries(tx, fence, entries)
+    await journal.record_entries(tx, fence, entries)
     params = {
         **fence.params(),
         "now": now,
@@ -518,7 +317,7 @@ async def _closed(
     """A run reached a terminal status: free its slot, report a failure, wake its parent, close its children."""
     run_id, parent_id = row["id"], row["parent_id"]
     if row["slot_scope"] is not None:
-        await gate_ops.free_slot(tx, run_id)
+        await gate.free_slot(tx, run_id)
     if status == "failed" and row["on_failure"]:
         reason = "finish-timeout" if error_tag == "FinishTimeout" else "failed"
         report = {
@@ -530,7 +329,7 @@ async def _closed(
             "reason": reason,
             "failed_at": now,
         }
-        await gate_ops.enqueue_failure_report(tx, row["on_failure"], report, now)
+        await gate.enqueue_failure_report(tx, row["on_failure"], report, now)
     if parent_id is not None:
         await tx.execute("wake_run", {"run_id": parent_id, "now": now, "waiting_on": "child"})
     if not row["open_children"]:  # told by the statement that ended the run: no query for the common case
@@ -583,9 +382,6 @@ async def end_run(
         return []
     await add_event(tx, run_id, f"run-{status}", now, event)
     return [run_id, *await _closed(tx, changed[0], now, status, error_tag, error_message)]
-
-
-# -- operator verbs ---------------------------------------------------------------------------
 
 
 async def cancel_run(tx: Tx, run_id: str, reason: str | None, now: float) -> list[str]:
@@ -656,7 +452,7 @@ async def _reopen(tx: Tx, run_id: str, from_status: str, now: float) -> None:
     )
     await tx.execute("clear_failure", {"run_id": run_id, "now": now})
     if from_status in TERMINAL:  # its slot was freed when it ended: a live gated run must hold one
-        await gate_ops.retake_slot(tx, await get_run(tx, run_id), now)
+        await gate.retake_slot(tx, await get_run(tx, run_id), now)
 
 
 def _redrivable(verb: str, row: Row) -> None:
@@ -678,11 +474,11 @@ async def redrive_run(tx: Tx, run_id: str, now: float) -> None:
 async def resume_from_step(tx: Tx, run_id: str, step: str, now: float) -> None:
     row = await get_run(tx, run_id)
     _redrivable("resume-from-step", row)
-    journal = await load_journal(tx, run_id)
+    entries = await journal.load_journal(tx, run_id)
     key = step if "#" in step else f"{step}#0"
-    match = next((e for e in journal if e["step_key"] == key), None)
+    match = next((e for e in entries if e["step_key"] == key), None)
     if match is None:
-        known = sorted({e["step_key"].rsplit("#", 1)[0] for e in journal if e["kind"] == "step"})
+        known = sorted({e["step_key"].rsplit("#", 1)[0] for e in entries if e["kind"] == "step"})
         raise RunNotEligible(
             "resume-from-step",
             run_id,
@@ -701,92 +497,6 @@ async def discard_run(tx: Tx, run_id: str, now: float) -> None:
     _redrivable("discard", row)
     await tx.execute("set_discarded", {"run_id": run_id, "now": now})
     await add_event(tx, run_id, "run-discarded", now, None)
-
-
-# -- messages ---------------------------------------------------------------------------------
-
-
-async def send_message(tx: Tx, message: dict[str, Any], now: float) -> Row:
-    """Store a signal or update for a live run and wake it if it waits for one."""
-    row = await get_run(tx, message["run_id"])
-    verb = message["kind"]
-    if row["status"] not in LIVE:
-        raise RunNotEligible(verb, row["id"], row["status"], f"a finished run takes no {verb}s")
-    await tx.execute("insert_message", {**message, "now": now})
-    await add_event(
-        tx,
-        row["id"],
-        f"{verb}-{'sent' if verb == 'signal' else 'requested'}",
-        now,
-        {"name": message["name"], "message_id": message["id"]},
-    )
-    await tx.execute("wake_run", {"run_id": row["id"], "now": now, "waiting_on": verb})
-    return row
-
-
-async def next_message(tx: Tx, run_id: str, kind: str, name: str) -> Row | None:
-    return await tx.one("next_message", {"run_id": run_id, "kind": kind, "name": name})
-
-
-async def get_message(tx: Tx, message_id: str) -> Row | None:
-    return await tx.one("get_message", {"id": message_id})
-
-
-async def settle_message(
-    tx: Tx,
-    message_id: str,
-    now: float,
-    *,
-    status: str,
-    result: str | None = None,
-    error_tag: str | None = None,
-    error_message: str | None = None,
-    step_key: str | None = None,
-) -> bool:
-    rows = await tx.execute(
-        "settle_message",
-        {
-            "id": message_id,
-            "status": status,
-            "result": result,
-            "error_tag": error_tag,
-            "error_message": error_message,
-            "step_key": step_key,
-            "now": now,
-        },
-    )
-    return bool(rows)
-
-
-async def list_messages(tx: Tx, run_id: str) -> list[Row]:
-    return await tx.execute("list_messages", {"run_id": run_id})
-
-
-# -- workers and sweeps -----------------------------------------------------------------------
-
-
-async def register_worker(tx: Tx, worker_id: str, host: str, pid: int, now: float) -> None:
-    await tx.execute("upsert_worker", {"id": worker_id, "host": host, "pid": pid, "now": now})
-
-
-async def stop_worker(tx: Tx, worker_id: str, now: float, *, clean: bool = True) -> list[str]:
-    """Mark a worker stopped and release its runs (a dead worker's entries count as crashes)."""
-    released = await tx.execute("release_owner", {"owner": worker_id, "clean": 1 if clean else 0})
-    await tx.execute("stop_worker", {"id": worker_id, "now": now})
-    return [r["id"] for r in released]
-
-
-async def list_workers(tx: Tx) -> list[Row]:
-    return await tx.execute("list_workers")
-
-
-async def live_workers_on_host(tx: Tx, host: str, me: str) -> list[Row]:
-    return await tx.execute("live_workers_on_host", {"host": host, "id": me})
-
-
-async def acquire_sweep(tx: Tx, name: str, owner: str, now: float, ttl: float) -> bool:
-    rows = await tx.execute("acquire_sweep", {"name": name, "owner": owner, "now": now, "lease_until": now + ttl})
-    return bool(rows)
 
 
 async def stale_candidates(tx: Tx, before: float, now: float, limit: int = 500) -> list[Row]:

@@ -1,0 +1,100 @@
+"""The PostgreSQL store's connections and outages: the writer's own connection; the server leaving and returning."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import weakref
+from typing import Any
+
+import psycopg
+from psycopg.rows import dict_row
+from psycopg_pool import AsyncConnectionPool
+
+from ...errors import StoreError
+from ..base import Store
+from .failures import StalePlan, connection_lost, first_line
+from .tx import Conn, WriterConn, idle
+
+__all__ = ["Connections"]
+
+log = logging.getLogger("lockgate.store")
+
+
+class Connections(Store):
+    """What the writer, the reader and the listener share: the pool, the writer's connection, outage state."""
+
+    conninfo: str
+    pool_timeout: float
+    _where: str
+    _origin: str  # tells our own notifications from other stores'
+    _pool: AsyncConnectionPool[Conn] | None
+    _conn: WriterConn | None  # the writer's own
+    _writing: bool  # whether a batch is using it
+    _closing: bool
+    _down: bool
+    _outages: int  # outages logged so far: a connection born before the last one is one of its casualties
+    _born: weakref.WeakKeyDictionary[Any, int]
+
+    async def _configure(self, conn: Conn) -> None:
+        """Tag each session with this store's origin: the database's own wake-ups then name who caused them."""
+        self._born[conn] = self._outages
+        await conn.execute("SELECT set_config('lockgate.origin', %s, false)", (self._origin,))
+
+    async def _writer_connection(self) -> WriterConn:
+        """The writer's connection, connected again when the last one broke."""
+        conn = self._conn
+        if conn is not None and not conn.closed:
+            if idle(conn):
+                return conn
+            await self._drop_writer_connection()  # left mid-transaction by a failure: start afresh
+        self._conn = None
+        try:
+            async with asyncio.timeout(self.pool_timeout):
+                conn = await WriterConn.connect(self.conninfo, autocommit=True, row_factory=dict_row)
+        except TimeoutError:
+            raise psycopg.OperationalError(f"no connection within {self.pool_timeout:g}s") from None
+        try:
+            await self._configure(conn)
+        except BaseException:
+            await conn.close()
+            raise
+        self._conn = conn
+        return conn
+
+    async def _drop_writer_connection(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            with contextlib.suppress(Exception):
+                await conn.close()
+
+    async def _trouble(self, exc: psycopg.OperationalError | StalePlan, conn: Any = None) -> None:
+        """A query failed for want of the server: say so once per outage and drop dead connections.
+
+        A connection that was open before the last outage began and fails only now (it sat
+        idle, or busy, while the others recovered) is that outage's, not a new one.
+        """
+        if isinstance(exc, StalePlan) or not connection_lost(exc):
+            log.info("PostgreSQL transient failure (will retry): %s", first_line(exc))
+            return
+        if self._down or (conn is not None and self._born.get(conn, self._outages) < self._outages):
+            return
+        self._down = True
+        self._outages += 1
+        log.warning("database unreachable at %s: %s (will retry)", self._where, first_line(exc))
+        if not self._writing:
+            await self._drop_writer_connection()  # likely dead too: found out now, not as a second outage later
+        if self._pool is not None:
+            with contextlib.suppress(Exception):
+                await self._pool.check()  # discard every idle connection the outage killed, not one per query
+
+    def _reachable(self) -> None:
+        if self._down:
+            self._down = False
+            log.warning("database reachable again at %s", self._where)
+
+    def _require(self) -> AsyncConnectionPool[Conn]:
+        if self._pool is None or self._closing:
+            raise StoreError("the PostgreSQL store is not open (use the engine as 'async with')")
+        return self._pool

@@ -1,0 +1,46 @@
+"""PostgreSQL migrations: the pending ones applied in one transaction, one process at a time."""
+
+from __future__ import annotations
+
+import logging
+import time
+
+import psycopg
+from psycopg.rows import dict_row
+
+from ...errors import StoreError
+from ..sql_files import migrations
+from .failures import first_line
+
+__all__ = ["migrate"]
+
+log = logging.getLogger("lockgate.store")
+_MIGRATION_LOCK = 0x6C6F636B67617465  # "lockgate": serialises the migrations of processes booting together
+
+
+async def migrate(conninfo: str, where: str) -> None:
+    """Apply pending migrations in one transaction, one process at a time."""
+    try:
+        conn = await psycopg.AsyncConnection.connect(conninfo, autocommit=True, row_factory=dict_row)
+    except psycopg.OperationalError as exc:
+        raise StoreError(f"cannot connect to PostgreSQL at {where}: {first_line(exc)}") from None
+    try:
+        async with conn, conn.transaction():
+            await conn.execute("SELECT pg_advisory_xact_lock(%s)", (_MIGRATION_LOCK,))
+            await conn.execute(
+                "CREATE TABLE IF NOT EXISTS lockgate_migrations "
+                "(version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at DOUBLE PRECISION NOT NULL)"
+            )
+            cursor = await conn.execute("SELECT version FROM lockgate_migrations")
+            done = {row["version"] for row in await cursor.fetchall()}
+            for version, name, sql in migrations("postgres"):
+                if version in done:
+                    continue
+                await conn.execute(sql)  # several statements: sent without parameters
+                await conn.execute(
+                    "INSERT INTO lockgate_migrations (version, name, applied_at) VALUES (%s, %s, %s)",
+                    (version, name, time.time()),
+                )
+                log.info("applied postgres migration %04d_%s", version, name)
+    except psycopg.Error as exc:
+        raise StoreError(f"migrating PostgreSQL at {where} failed: {first_line(exc)}") from exc

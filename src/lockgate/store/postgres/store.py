@@ -1,0 +1,198 @@
+"""The PostgreSQL store: its configuration, lifecycle and reads; the writer, outages and wake-ups are mixed in.
+
+Writes are group-committed by one writer task on a connection of its own: every
+operation queued while the previous commit was in flight runs in the next transaction.
+The batch is pipelined (``store/wire.py``, libpq's pipeline mode driven by hand):
+statements whose rows nobody reads (and fenced writes, ``Tx.expect``, whose changed rows
+are counted later) are queued without waiting, so a batch costs a round trip for its
+statements and one for its COMMIT, plus one per statement whose rows an op reads. If
+any op refuses or any statement fails, the attempt is rolled back and the batch runs
+again op by op, each under its own savepoint, so one refusal undoes only itself. A
+batch of one op marked ``lone`` whose one write is a repeatable statement (a step's
+journal entry) skips the transaction: the statement runs in autocommit, in one
+round trip, straight through libpq (``store/direct.py``). When nothing is queued and the
+writer is idle, its caller runs it so itself, without waking the writer task. Reads run
+in autocommit on a small pool of connections and see committed data.
+
+A lost connection never loses an acknowledged write and never hangs a caller: while
+COMMIT has not been sent, the batch is re-run on a fresh connection (a few times, with
+backoff); once it has been sent the outcome is unknown, and the writers are told so.
+Wake-ups between processes travel by LISTEN/NOTIFY over a dedicated connection that
+reconnects by itself.
+
+Where each part lives: the write queue and group commit in ``writer.py``, the ways one
+batch runs in ``batches.py``, the connections and outage handling in ``connections.py``
+(telling failures apart: ``failures.py``), wake-ups in ``notify.py``, migrations in
+``migrate.py``, the transactions ops run on in ``tx.py``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import uuid
+import weakref
+from collections.abc import Callable
+from typing import Any, ParamSpec, TypeVar
+from urllib.parse import unquote, urlsplit, urlunsplit
+
+import psycopg
+from psycopg.rows import DictRow, dict_row
+from psycopg_pool import AsyncConnectionPool
+
+from ...errors import StoreError
+from ..base import Op, Tx
+from ..coalesce import Call
+from ..direct import DirectStatement
+from ..sql_files import load_queries, repeatable_queries
+from .failures import RETRIES, StalePlan, backoff, discarding_stale_plans, fail, first_line, redact
+from .migrate import migrate
+from .notify import Wakeups
+from .tx import Conn, PostgresTx, WriterConn, silent
+from .writer import Writer
+
+__all__ = ["PostgresStore"]
+
+T = TypeVar("T")
+P = ParamSpec("P")
+_CONNECT_TIMEOUT = "5"  # libpq connect_timeout unless the URL sets one
+_OPTIONS = frozenset({"pool_size", "pool_timeout"})  # lockgate's own URL options; every other one goes to libpq
+
+
+async def _noop(tx: Tx) -> None:
+    return None
+
+
+def _positive(url: str, option: str, raw: str, *, integer: bool) -> float:
+    try:
+        value = float(int(raw)) if integer else float(raw)
+    except ValueError:
+        value = 0.0
+    if not value > 0:
+        kind = "a positive integer" if integer else "a positive number of seconds"
+        raise ValueError(f"store URL {redact(url)!r}: {option} must be {kind}, not {raw!r}")
+    return value
+
+
+class PostgresStore(Writer, Wakeups):
+    """``postgresql://user@host/db``; any option but these two is passed to libpq.
+
+    ``pool_size`` (default 4) bounds the connections held; ``pool_timeout`` (seconds,
+    default 5) is the longest one attempt waits for a connection while the server is away.
+    """
+
+    dialect = "postgres"
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        parts = urlsplit(url)
+        if parts.scheme not in ("postgresql", "postgres"):
+            raise ValueError(f"store URL {redact(url)!r} is not a postgresql:// URL")
+        mine: dict[str, str] = {}
+        libpq: list[str] = []  # kept verbatim: libpq decodes its own URLs ('+' is not a space there)
+        for item in filter(None, parts.query.split("&")):
+            key, _, value = item.partition("=")
+            if unquote(key) in _OPTIONS:
+                mine[unquote(key)] = unquote(value)
+            else:
+                libpq.append(item)
+        self.pool_size = int(_positive(url, "pool_size", mine.get("pool_size", "4"), integer=True))
+        self.pool_timeout = _positive(url, "pool_timeout", mine.get("pool_timeout", "5"), integer=False)
+        if not any(unquote(item.partition("=")[0]) == "connect_timeout" for item in libpq):
+            libpq.append(f"connect_timeout={_CONNECT_TIMEOUT}")
+        self.conninfo = urlunsplit((parts.scheme, parts.netloc, parts.path, "&".join(libpq), parts.fragment))
+        self._where = redact(urlunsplit((parts.scheme, parts.netloc, parts.path, "", "")))
+        self._queries = load_queries("postgres")
+        self._silent = silent(self._queries)
+        self._lone_writes = {
+            name: DirectStatement(name, self._queries[name])
+            for name in repeatable_queries("postgres")
+            if "RETURNING" not in self._queries[name].upper()
+        }
+        self._conn: WriterConn | None = None  # the writer's own
+        self._writing = False  # whether a batch is using it
+        self._held = False  # whether it is spoken for: a batch is being committed, or a lone write runs on it
+        self._crowded = False  # whether writes queued up while the last commit was in flight
+        self._finisher: asyncio.Task[None] | None = None  # reads a cancelled lone write's answer
+        self._lone_done = asyncio.Event()  # clear while a caller runs a lone write on it
+        self._lone_done.set()
+        self._pool: AsyncConnectionPool[Conn] | None = None
+        self._queue: list[tuple[Call, asyncio.Future[Any] | None]] = []
+        self._work: asyncio.Event | None = None
+        self._writer: asyncio.Task[None] | None = None
+        self._closing = False
+        self._listeners: list[Callable[[str, str], None]] = []
+        self._listener: asyncio.Task[None] | None = None
+        self._origin = uuid.uuid4().hex  # tells our own notifications from other stores'
+        self._down = False
+        self._outages = 0  # outages logged so far: a connection born before the last one is one of its casualties
+        self._born: weakref.WeakKeyDictionary[Any, int] = weakref.WeakKeyDictionary()
+        self.commits = 0
+
+    # -- lifecycle ----------------------------------------------------------------------
+
+    async def open(self) -> None:
+        if self._pool is not None:
+            return
+        await migrate(self.conninfo, self._where)
+        pool: AsyncConnectionPool[Conn] = AsyncConnectionPool(
+            self.conninfo,
+            connection_class=psycopg.AsyncConnection[DictRow],
+            kwargs={"autocommit": True, "row_factory": dict_row},
+            configure=self._configure,
+            min_size=1,
+            max_size=self.pool_size,
+            timeout=self.pool_timeout,
+            # The pool's reconnect backoff doubles until this; kept short, a chain of failed attempts
+            # ends soon and the next request starts a fresh one, so a returning server is found in seconds.
+            reconnect_timeout=max(5.0, self.pool_timeout),
+            name="lockgate",
+            open=False,
+        )
+        await pool.open()
+        self._pool = pool
+        self._closing = False
+        self._work = asyncio.Event()
+        self._writer = asyncio.create_task(self._write_loop(), name="lockgate-pg-writer")
+        if self._listeners:
+            self._start_listener()
+
+    async def close(self) -> None:
+        if self._pool is None or self._closing:
+            return
+        with contextlib.suppress(Exception):
+            await self._enqueue(Call(_noop, (), {}))  # resolves once everything queued before it is committed
+        self._closing = True
+        await self._lone_done.wait()  # a lone write its caller started after the last queued one
+        for task in (self._writer, self._listener):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(BaseException):
+                    await task
+        self._writer = self._listener = None
+        fail(self._queue, StoreError("the PostgreSQL store was closed before this write was committed"))
+        self._queue = []
+        await self._drop_writer_connection()
+        pool, self._pool = self._pool, None
+        await pool.close()
+
+    # -- reads --------------------------------------------------------------------------
+
+    async def read(self, op: Op[P, T], /, *args: P.args, **kwargs: P.kwargs) -> T:
+        pool = self._require()
+        for attempt in range(RETRIES + 1):
+            conn = None
+            try:
+                async with pool.connection() as conn, discarding_stale_plans(conn):
+                    value = await op(PostgresTx(conn, self._queries), *args, **kwargs)
+            except (psycopg.OperationalError, StalePlan) as exc:
+                await self._trouble(exc, conn)
+                if attempt == RETRIES:
+                    raise StoreError(f"PostgreSQL at {self._where} is unreachable: {first_line(exc)}") from exc
+                await asyncio.sleep(backoff(attempt))
+                continue
+            except psycopg.Error as exc:
+                raise StoreError(f"PostgreSQL read failed: {first_line(exc)}") from exc
+            self._reachable()
+            return value
+        raise AssertionError("unreachable")

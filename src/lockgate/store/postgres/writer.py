@@ -1,0 +1,214 @@
+"""The PostgreSQL store's write queue and group commit.
+
+Writes are group-committed by one writer task on a connection of its own: every
+operation queued while the previous commit was in flight runs in the next transaction
+(``batches.py`` says how). When nothing is queued and the writer is idle, a lone write's
+caller runs it itself, without waking the writer task. A lost connection never loses an
+acknowledged write and never hangs a caller: while COMMIT has not been sent, the batch is
+re-run on a fresh connection (a few times, with backoff); once it has been sent the
+outcome is unknown, the transaction's id tells it, and failing that the writers are told so.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any, ParamSpec, TypeVar
+
+import psycopg
+
+from ...errors import StoreError
+from ..base import Op
+from ..coalesce import Call, runs_lone
+from ..direct import DirectStatement
+from .batches import Attempt, Batches
+from .failures import RETRIES, StalePlan, backoff, fail, first_line
+from .tx import Conn, idle
+
+__all__ = ["Writer"]
+
+log = logging.getLogger("lockgate.store")
+T = TypeVar("T")
+P = ParamSpec("P")
+
+
+class Writer(Batches):
+    """The queue of writes and the task that commits them in groups."""
+
+    _held: bool  # whether the writer's connection is spoken for: a batch is being committed, or a lone write runs on it
+    _crowded: bool  # whether writes queued up while the last commit was in flight
+    _finisher: asyncio.Task[None] | None  # reads a cancelled lone write's answer
+    _lone_done: asyncio.Event  # clear while a caller runs a lone write on it
+    _queue: list[tuple[Call, asyncio.Future[Any] | None]]
+    _work: asyncio.Event | None
+    commits: int
+
+    async def write(self, op: Op[P, T], /, *args: P.args, **kwargs: P.kwargs) -> T:
+        self._require()
+        call = Call(op, args, kwargs)
+        if not self._queue and not self._held and not self._crowded and runs_lone(op):
+            conn = self._conn
+            if conn is not None and not self._down and idle(conn):
+                outcome = await self._lone_here(conn, call)
+                if outcome is not None:
+                    return outcome[1]  # type: ignore[no-any-return]
+        return await self._enqueue(call)  # type: ignore[no-any-return]
+
+    async def _lone_here(self, conn: Conn, call: Call) -> tuple[bool, Any] | None:
+        """Run a lone call on the idle writer's connection from its caller's own task; ``None``: queue it.
+
+        The writer would take it alone anyway (nothing is queued), and this saves two hops
+        through the event loop. Not while writes crowd in (some queued up during the last
+        commit): the writer, woken a moment later, would have taken more than this one.
+        Whatever goes wrong here, the call is queued and the writer, with its reconnection
+        and retries, decides: a lone write is repeatable.
+        """
+        self._held = self._writing = True
+        self._lone_done.clear()
+        try:
+            outcomes = await self._lone(conn, call)
+        except asyncio.CancelledError:
+            # The caller is gone with the statement out: its answer is read before anyone else uses the connection.
+            self._finisher = asyncio.get_running_loop().create_task(self._finish_lone(conn))
+            raise
+        except Exception as exc:
+            if isinstance(exc, psycopg.OperationalError) or not idle(conn):
+                await self._drop_writer_connection()
+            outcomes = None
+        self._release_lone()
+        if outcomes is None:
+            return None
+        self.commits += 1
+        return outcomes[0]
+
+    async def _finish_lone(self, conn: Conn) -> None:
+        try:
+            if not idle(conn):
+                await DirectStatement.finish(conn)
+        except Exception:
+            await self._drop_writer_connection()
+        finally:
+            self._release_lone()
+
+    def _release_lone(self) -> None:
+        self._held = self._writing = False
+        self._crowded = bool(self._queue)
+        self._lone_done.set()
+        if self._queue and self._work is not None:
+            self._work.set()
+
+    def write_nowait(self, op: Op[P, Any], /, *args: P.args, **kwargs: P.kwargs) -> None:
+        if self._pool is None or self._closing or self._work is None:
+            return
+        self._queue.append((Call(op, args, kwargs), None))
+        self._work.set()
+
+    async def _enqueue(self, bound: Call) -> Any:
+        assert self._work is not None
+        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self._queue.append((bound, future))
+        self._work.set()
+        return await future
+
+    async def _write_loop(self) -> None:
+        assert self._work is not None
+        while True:
+            await self._work.wait()
+            self._work.clear()
+            while self._queue and not self._held:  # a lone write running inline sets the event when it is done
+                batch, self._queue = self._queue, []
+                self._held = True
+                try:
+                    await self._commit(batch)
+                except asyncio.CancelledError:
+                    fail(batch, StoreError("the PostgreSQL store was closed before this write was committed"))
+                    raise
+                except Exception as exc:  # the writer must outlive any one batch
+                    log.exception("PostgreSQL group commit failed")
+                    fail(batch, StoreError(f"PostgreSQL commit failed: {exc}"))
+                finally:
+                    self._held = False
+                    self._crowded = bool(self._queue)
+
+    async def _commit(self, batch: list[tuple[Call, asyncio.Future[Any] | None]]) -> None:
+        """Run ``batch`` in one transaction and settle each future with its op's outcome."""
+        for attempt in range(RETRIES + 1):
+            state = Attempt()
+            try:
+                outcomes = await self._run_batch(batch, state)
+            except (psycopg.OperationalError, StalePlan) as exc:
+                await self._trouble(exc, state.conn)
+                if state.committing:
+                    committed = await self._committed(state)
+                    if committed is None:
+                        fail(
+                            batch,
+                            StoreError(
+                                "the PostgreSQL connection failed while committing; the write may or may not "
+                                f"have been applied: {first_line(exc)}"
+                            ),
+                        )
+                        return
+                    if committed:
+                        self._settle(batch, state.outcomes)
+                        return
+                if attempt == RETRIES:
+                    fail(batch, StoreError(f"PostgreSQL at {self._where} is unreachable: {first_line(exc)}"))
+                    return
+                await asyncio.sleep(backoff(attempt))
+                continue
+            except psycopg.Error as exc:  # BEGIN, SAVEPOINT or COMMIT refused: a retry would not mend it
+                fail(batch, StoreError(f"PostgreSQL commit failed: {first_line(exc)}"))
+                return
+            self._reachable()
+            self._settle(batch, outcomes)
+            return
+
+    def _settle(self, batch: list[tuple[Call, asyncio.Future[Any] | None]], outcomes: list[tuple[bool, Any]]) -> None:
+        self.commits += 1
+        for (_, future), (ok, value) in zip(batch, outcomes, strict=True):
+            if future is None:
+                if not ok:
+                    log.warning("introspection write failed: %r", value)
+            elif not future.done():
+                if ok:
+                    future.set_result(value)
+                else:
+                    future.set_exception(value)
+
+    async def _committed(self, state: Attempt) -> bool | None:
+        """Whether the transaction whose COMMIT got no answer was committed; ``None`` if that cannot be learnt."""
+        if state.xid is None:
+            return True  # it wrote nothing: its results hold whichever way it ended
+        assert self._pool is not None
+        for attempt in range(RETRIES + 1):
+            conn = None
+            try:
+                async with self._pool.connection() as conn:
+                    cursor = await conn.execute("SELECT pg_xact_status(%s::xid8) AS status", (state.xid,))
+                    row = await cursor.fetchone()
+                    status = None if row is None else row["status"]
+                    if status == "in progress":
+                        # Its session outlived our connection and holds the transaction open, waiting for a
+                        # COMMIT that never reached it: end that session (if it is still idle in this very
+                        # transaction; one busy committing is left to finish), then look again.
+                        await conn.execute(
+                            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                            "WHERE pid = %s AND state = 'idle in transaction' "
+                            "AND backend_xid::text = (%s::bigint %% 4294967296)::text",
+                            (state.pid, state.xid),
+                        )
+            except psycopg.OperationalError as exc:
+                await self._trouble(exc, conn)
+                status = "unknown"
+            except psycopg.Error as exc:
+                log.warning("could not learn the outcome of transaction %s: %s", state.xid, first_line(exc))
+                return None
+            if status == "committed":
+                return True
+            if status == "aborted":
+                return False
+            if status is None:  # too old for the server to remember
+                return None
+            await asyncio.sleep(backoff(attempt))
+        return None
