@@ -22,6 +22,8 @@ from ..store.base import Row, Tx
 from .admission import control_keys
 from .declarations import GatePlan
 from .pipeline import Decision, admitted, key_pause_scopes, offer, plain_row, reoffer, slot_of
+from .rules import concurrency_room
+from .stages import room
 
 if TYPE_CHECKING:
     from ..engine.engine import Engine
@@ -261,7 +263,7 @@ async def drain_op(
             await gate_ops.lock_key(tx, *slot)
             taken = used[slot] = await gate_ops.slots_in_use(tx, *slot)
         assert defn.gate.concurrency is not None
-        if taken >= defn.gate.concurrency.limit:
+        if concurrency_room(defn.gate.concurrency, taken) <= 0:
             return False
         used[slot] = taken + 1
         return True
@@ -418,14 +420,7 @@ async def _waiting_for(tx: Tx, scope: str, key: str, limit: int) -> list[Row]:
 
 
 async def _room(tx: Tx, plan: GatePlan, key: str) -> int:
-    c = plan.concurrency
-    assert c is not None
-    used = await gate_ops.slots_in_use(tx, plan.concurrency_scope, key)
-    ceiling = c.limit if c.burst is None else c.burst
-    room = ceiling - used
-    if c.total is not None:
-        room = min(room, c.total - await gate_ops.slots_in_scope(tx, plan.concurrency_scope))
-    return max(0, room)
+    return await room(tx, plan, key)
 
 
 async def _next_due(tx: Tx) -> float | None:
