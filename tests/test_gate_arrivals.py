@@ -15,12 +15,15 @@ import asyncio
 import dataclasses
 import json
 import re
+import tempfile
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from pydantic import BaseModel
 
 import lockgate as lg
@@ -112,6 +115,11 @@ def make_app() -> lg.App:
         name="batcc",
         batch=lg.Batch(item=Job, max_size=2, timeout="10s", key=key),
         concurrency=lg.Concurrency(limit=1, key=key),
+    )(gathered)
+    app.workflow(  # a full batch takes a slot of the pool that "pooled" arrivals beside it count
+        name="batp",
+        batch=lg.Batch(item=Job, max_size=2, timeout="10s", key=key),
+        concurrency=lg.Concurrency(limit=2, key=key, pool="shared"),
     )(gathered)
     app.workflow(
         name="bat1th",
@@ -768,11 +776,50 @@ async def test_combined_controls_are_decided_together_as_one_by_one(
     full, which the run's later arrivals then see), and no control at all: one run, decided as one by one."""
     async with lg.Client(make_app(), store_url) as client:
         make = Maker(client)
-    names = ("bare", "rldeb", "thdeb", "batcc", "bat1th", "cc", "th", "rl")
-    burst = [make(names[i % len(names)], "ab"[i % 5 % 2], dt=0.3) for i in range(64)]
+    names = ("bare", "rldeb", "thdeb", "batcc", "bat1th", "cc", "th", "rl", "batp", "pooled")
+    burst = [make(names[i % len(names)], "ab"[i // len(names) % 2], dt=0.1) for i in range(80)]
     decided, state = await _both(store_url, twin_url, [], burst)
     statuses = Counter(d["status"] for d in decided)
     assert statuses["started"] and statuses["queued"] and statuses["dropped"]
     assert {d["mode"] for d in decided if d["status"] == "queued"} >= {"debounce", "batch", "concurrency"}
     assert len(window_reads) > 1  # read again after a full batch took a window hit or a slot
     assert state["runs"]
+
+
+WORKFLOWS = (
+    *("cc", "pooled", "win", "rl", "th", "thp", "rlp", "ths", "thsp", "rls", "rlsp"),
+    *("deb", "debf", "deba", "bat", "bat1", "bare", "rldeb", "thdeb", "batcc", "batp", "bat1th"),
+)
+bursts = st.tuples(
+    st.lists(
+        st.tuples(st.sampled_from(WORKFLOWS), st.sampled_from("ab"), st.sampled_from((None, None, None, "i0", "i1"))),
+        min_size=1,
+        max_size=60,
+    ),
+    st.sampled_from((0.001, 0.4, 3.0)),  # seconds between arrivals: windows full, sliding, or empty
+    st.booleans(),  # key b paused
+)
+
+
+@settings(
+    max_examples=60,
+    deadline=None,
+    database=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
+@given(burst=bursts)
+def test_any_burst_is_decided_together_as_one_by_one(tmp_path: Path, burst: Any) -> None:
+    """Random arrivals of every control (and of none), keys, idempotency keys and pauses: the many form decides
+    and writes what the pipeline one by one does (SQLite only: each example opens two fresh stores)."""
+    arrivals, dt, paused = burst
+    pauses = {"key:b": {"scope": "key:b", "reason": "b is down", "until": NOW + 600}} if paused else {}
+
+    async def run() -> None:
+        folder = tempfile.mkdtemp(dir=tmp_path)
+        url, twin = f"sqlite:///{folder}/many.db", f"sqlite:///{folder}/one.db"
+        async with lg.Client(make_app(), url) as client:
+            make = Maker(client, pauses)
+        offers = [make(name, key, idem=idem, dt=dt) for name, key, idem in arrivals]
+        await _both(url, twin, [], offers, pauses=pauses)
+
+    asyncio.run(run())
