@@ -11,12 +11,13 @@ through the pipeline one by one (``offer``).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 from ..store import gate_ops
 from ..store.base import Row, Tx
 from ..store.coalesce import Args, with_many
 from .admit import admit
+from .declarations import Window
 from .keys import batch_group, debounce_group, key_pause_scopes, slot_of
 from .offer import Decision, Offer
 from .parking import arrival_rows, ledger_row
@@ -36,7 +37,14 @@ from .stages import flush_batch, offer
 
 __all__ = ["in_memory", "offer_many"]
 
-_Arrival = tuple[Offer, float]
+
+class _Arrival(NamedTuple):
+    """An arrival to decide in memory, with the one window it meets (if any) and that window's key."""
+
+    o: Offer
+    now: float
+    window: Window | None
+    key: gate_ops.Slot
 
 
 async def offer_many(tx: Tx, calls: Sequence[Args]) -> list[Decision]:
@@ -52,13 +60,20 @@ async def offer_many(tx: Tx, calls: Sequence[Args]) -> list[Decision]:
     for args, kwargs in calls:
         o, now = _offer_args(args, kwargs)
         if in_memory(o, now):
-            run.append((o, now))
+            run.append(_arrival(o, now))
             continue
         decisions += await _decide(tx, run, locked)
         run = []
         decisions.append(await offer(tx, o, now))
     decisions += await _decide(tx, run, locked)
     return decisions
+
+
+def _arrival(o: Offer, now: float) -> _Arrival:
+    if not o.plan.windows:
+        return _Arrival(o, now, None, ("", ""))
+    w = o.plan.windows[0]  # at most one (``in_memory``)
+    return _Arrival(o, now, w, (w.scope, o.keys.get(w.name, "")))
 
 
 def _offer_args(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Offer, float]:
@@ -98,8 +113,8 @@ async def _decide(tx: Tx, run: list[_Arrival], locked: set[gate_ops.Slot]) -> li
         walk = _Walk(tx)
         await walk.read(run, locked)
         done = 0
-        for o, now in run:
-            decisions.append(await walk.arrive(o, now))
+        for arrival in run:
+            decisions.append(await walk.arrive(arrival))
             done += 1
             if walk.stale:
                 break
@@ -114,11 +129,6 @@ def _gathers(o: Offer) -> bool:
 
 def _group_key(o: Offer) -> str:
     return (debounce_group(o) if o.plan.debounce is not None else batch_group(o))[1]
-
-
-def _window_key(o: Offer, index: int) -> gate_ops.Slot:
-    w = o.plan.windows[index]
-    return w.scope, o.keys.get(w.name, "")
 
 
 def _nth(queue: gate_ops.WindowQueue, limit: int) -> float | None:
@@ -152,13 +162,11 @@ class _Walk:
         groups: set[gate_ops.Slot] = set()
         throttled: set[gate_ops.Slot] = set()
         slotted: set[gate_ops.Slot] = set()
-        for o, _ in run:
+        for o, _, w, key in run:
             plan = o.plan
-            for i, w in enumerate(plan.windows):
-                if w.kind == "rate_limit" or not _gathers(o):  # a gathered start stops at its group
-                    key = _window_key(o, i)
-                    (rate if w.kind == "rate_limit" else throttled).add(key)
-                    limits[key] = max(limits.get(key, 0), w.limit)
+            if w is not None and (w.kind == "rate_limit" or not _gathers(o)):  # a gathered start stops at its group
+                (rate if w.kind == "rate_limit" else throttled).add(key)
+                limits[key] = max(limits.get(key, 0), w.limit)
             if _gathers(o):
                 groups.add(("group", _group_key(o)))
             elif plan.concurrency is not None:
@@ -184,32 +192,35 @@ class _Walk:
         await gate_ops.park_arrivals(self.tx, [*self.decided, *more])
         self.decided = []
 
-    async def arrive(self, o: Offer, now: float) -> Decision:
-        """Decide ``o`` as the stages would: rate limit, debounce or batch, throttle, concurrency, admit."""
-        dropped = await self._rate_limit(o, now)
-        if dropped is not None:
-            return dropped
+    async def arrive(self, arrival: _Arrival) -> Decision:
+        """Decide an arrival as the stages would: rate limit, debounce or batch, throttle, concurrency, admit."""
+        o, now, w, key = arrival
+        if w is not None and w.kind == "rate_limit":
+            dropped = await self._rate_limit(o, now, w, key)
+            if dropped is not None:
+                return dropped
         if _gathers(o):
             return await self._gather(o, now)
-        return await self._throttle(o, now) or await self._concurrency(o, now) or await self._admit(o, now)
+        throttle = w if w is not None and w.kind == "throttle" else None
+        return (
+            (throttle is not None and await self._throttle(o, now, throttle, key))
+            or await self._concurrency(o, now)
+            or await self._admit(o, now, throttle, key)
+        )
 
-    async def _rate_limit(self, o: Offer, now: float) -> Decision | None:
-        windows = [(i, w) for i, w in enumerate(o.plan.windows) if w.kind == "rate_limit"]
-        for i, w in windows:
-            key = _window_key(o, i)
-            opens = window_opens(_nth(self.windows[key], w.limit), w.period, now)
-            if opens is not None:
-                retry, reason = rate_limit_refusal(w.limit, w.period, opens, now)
-                row = ledger_row(
-                    o, now, outcome="dropped", control="rate_limit", key=key[1], reason=reason, run_id=None,
-                    pending_id=None,
-                )  # fmt: skip
-                self.decided.append((row, None))
-                return Decision("dropped", o.ticket, retry_after=retry, key=key[1])
-        for i, w in windows:  # a rate limit counts the arrival as it passes; a throttle, the admission
-            key = _window_key(o, i)
-            await gate_ops.add_window_hit(self.tx, w.scope, key[1], now, w.period)
-            self.windows[key].hit(now, w.period)
+    async def _rate_limit(self, o: Offer, now: float, w: Window, key: gate_ops.Slot) -> Decision | None:
+        queue = self.windows[key]
+        opens = window_opens(_nth(queue, w.limit), w.period, now)
+        if opens is not None:
+            retry, reason = rate_limit_refusal(w.limit, w.period, opens, now)
+            row = ledger_row(
+                o, now, outcome="dropped", control="rate_limit", key=key[1], reason=reason, run_id=None, pending_id=None
+            )
+            self.decided.append((row, None))
+            return Decision("dropped", o.ticket, retry_after=retry, key=key[1])
+        # a rate limit counts the arrival as it passes; a throttle, the admission
+        await gate_ops.add_window_hit(self.tx, w.scope, key[1], now, w.period)
+        queue.hit(now, w.period)
         return None
 
     async def _gather(self, o: Offer, now: float) -> Decision:
@@ -245,22 +256,14 @@ class _Walk:
         self.stale = bool(o.plan.throttles or o.plan.concurrency)
         return decision
 
-    async def _throttle(self, o: Offer, now: float) -> Decision | None:
-        latest: tuple[float, gate_ops.Slot] | None = None
-        for i, w in enumerate(o.plan.windows):
-            if w.kind != "throttle":
-                continue
-            key = _window_key(o, i)
-            queue = self.windows[key]
-            due = throttle_due(window_opens(_nth(queue, w.limit), w.period, now), queue.ahead, now)
-            if due is not None and (latest is None or due > latest[0]):
-                latest = (due, key)
-        if latest is None:
+    async def _throttle(self, o: Offer, now: float, w: Window, key: gate_ops.Slot) -> Decision | None:
+        queue = self.windows[key]
+        due = throttle_due(window_opens(_nth(queue, w.limit), w.period, now), queue.ahead, now)
+        if due is None:
             return None
-        due, key = latest
         ledger, pending = arrival_rows(o, now, mode="throttle", stage="throttle", due=due, scope=key[0], key=key[1])
         self.decided.append((ledger, pending))
-        self.windows[key].ahead = True  # every later arrival on this key waits behind this one
+        queue.ahead = True  # every later arrival on this key waits behind this one
         return Decision("queued", o.ticket, pending_id=pending["id"], mode="throttle", due_at=due, key=key[1])
 
     async def _concurrency(self, o: Offer, now: float) -> Decision | None:
@@ -278,14 +281,13 @@ class _Walk:
         self.slots[slot] = (True, used)  # every later arrival on this key waits behind this one
         return Decision("queued", o.ticket, pending_id=pending["id"], mode="concurrency", key=slot[1])
 
-    async def _admit(self, o: Offer, now: float) -> Decision:
+    async def _admit(self, o: Offer, now: float, throttle: Window | None, key: gate_ops.Slot) -> Decision:
         await self._flush()
         decision = await admit(self.tx, o, now)
         if decision.status != "started":
             return decision
-        for i, w in enumerate(o.plan.windows):  # as ``admit`` counts the hit of each throttle
-            if w.kind == "throttle":
-                self.windows[_window_key(o, i)].hit(now, w.period)
+        if throttle is not None:  # as ``admit`` counts the throttle's hit
+            self.windows[key].hit(now, throttle.period)
         if o.plan.concurrency is not None:
             slot = slot_of(o.plan, o.keys)
             ahead, used = self.slots[slot]
