@@ -1,9 +1,9 @@
-"""A burst of arrivals in one group commit: arrivals held by one control are decided together, exactly as one by one.
+"""A burst of arrivals in one group commit: arrivals held by flow controls are decided together, exactly as one by one.
 
 ``offer_many`` (the many-at-once form of ``pipeline.offer``) decides a run of fresh
-arrivals held by one control (a per-key concurrency limit; one throttle or rate limit, alone
-or before a per-key concurrency limit; a debounce; a batch) with a few statements for the
-whole run, and passes every other offer through ``offer``. The tests here give the same
+arrivals that nothing but their flow controls can hold (per-key concurrency limits, a
+throttle or a rate limit, a debounce, a batch, alone or combined) with a few statements
+for the whole run, and passes every other offer through ``offer``. The tests here give the same
 offers to two fresh stores of one kind, one by one in one transaction on one and through
 the many form on the other, and compare what each decided and wrote; others drive a real
 burst of ``start`` calls through the store's group commit.
@@ -15,12 +15,15 @@ import asyncio
 import dataclasses
 import json
 import re
+import tempfile
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from pydantic import BaseModel
 
 import lockgate as lg
@@ -98,6 +101,31 @@ def make_app() -> lg.App:
     app.workflow(name="deba", debounce=lg.Debounce(period="10s", key=key, keep="all"))(gathered)
     app.workflow(name="bat", batch=lg.Batch(item=Job, max_size=3, timeout="10s", key=key))(gathered)
     app.workflow(name="bat1", batch=lg.Batch(item=Job, max_size=1, timeout="10s", key=key))(gathered)
+    # Controls combined: each arrival meets its rules in the stages' order, in one run with the others.
+    app.workflow(name="bare")(body)
+    app.workflow(
+        name="rldeb",
+        rate_limit=lg.RateLimit(limit=3, period="10s", key=key),
+        debounce=lg.Debounce(period="10s", key=key),
+    )(body)
+    app.workflow(
+        name="thdeb", throttle=lg.Throttle(limit=1, period="10s", key=key), debounce=lg.Debounce(period="10s", key=key)
+    )(body)
+    app.workflow(
+        name="batcc",
+        batch=lg.Batch(item=Job, max_size=2, timeout="10s", key=key),
+        concurrency=lg.Concurrency(limit=1, key=key),
+    )(gathered)
+    app.workflow(  # a full batch takes a slot of the pool that "pooled" arrivals beside it count
+        name="batp",
+        batch=lg.Batch(item=Job, max_size=2, timeout="10s", key=key),
+        concurrency=lg.Concurrency(limit=2, key=key, pool="shared"),
+    )(gathered)
+    app.workflow(
+        name="bat1th",
+        batch=lg.Batch(item=Job, max_size=1, timeout="10s", key=key),
+        throttle=lg.Throttle(limit=2, period="10s", key=key),
+    )(gathered)
     return app
 
 
@@ -243,7 +271,13 @@ async def _state(url: str) -> dict[str, Any]:
             {**r, "run_id": names.get(r["run_id"], r["run_id"])}
             for r in await sql(url, "SELECT run_id, type, at, data FROM lockgate_run_events ORDER BY id")
         ],
-        "slots": await sql(url, "SELECT * FROM lockgate_slots ORDER BY run_id"),
+        "slots": sorted(  # a full batch's run (a fresh id) named as in ``runs``
+            (
+                {**r, "run_id": names.get(r["run_id"], r["run_id"])}
+                for r in await sql(url, "SELECT * FROM lockgate_slots")
+            ),
+            key=lambda r: str(r["run_id"]),
+        ),
         "hits": await sql(url, "SELECT scope, key, at, n FROM lockgate_window_hits ORDER BY id"),
         "names": names,
     }
@@ -355,12 +389,11 @@ async def test_a_mixed_burst_is_decided_and_written_as_one_by_one(
     ]
     arrivals = [r for r in state["ledger"] if r["kind"] == "arrival"]
     assert [r["ticket"] for r in arrivals[len(before) :]] == [o.ticket for o, _ in burst]  # decision order
-    # The many form read the slots of each run of arrivals held by them once, in sorted order.
+    # The many form read the slots of each run of arrivals decided together once, in sorted order.
     assert set_reads == [
         [("wf:cc", "a"), ("wf:cc", "b"), ("wf:cc", "c"), ("wf:cc", "d"), ("wf:cc", "e")],
         [("wf:cc", "e")],
-        [("wf:win", "")],  # the throttled slot's
-        [("wf:cc", "b")],
+        [("wf:cc", "b"), ("wf:win", "")],  # the throttled slot's with the slot-only arrival after it
         [("pool:shared", "p"), ("wf:cc", "a")],
     ]
 
@@ -584,9 +617,8 @@ async def test_window_arrivals_mixed_with_others_keep_the_order_of_decisions(
         ("admitted", None),
         ("dropped", "rate_limit"),
     ]
-    assert window_reads == [  # each run of window-only arrivals between the others: its keys read once
-        [("wf:rl:rate_limit[0]", "a", 2), ("wf:th:throttle[0]", "a", 2)],
-        [("wf:th:throttle[0]", "a", 2)],
+    assert window_reads == [  # each run of arrivals decided together between the others: its keys read once
+        [("wf:rl:rate_limit[0]", "a", 2), ("wf:th:throttle[0]", "a", 2)],  # the slot-only one among them
         [("pool:provider", "p", 3), ("pool:quota", "p", 3), ("wf:th:throttle[0]", "c", 2)],
     ]
 
@@ -692,11 +724,11 @@ async def test_batched_arrivals_gather_and_fill_together_as_one_by_one(
         make = Maker(client)
     before = [make("bat", "a"), make("bat", "b")]  # two batches open before the burst
     burst = [make(("bat", "bat", "bat1")[i % 3], "abc"[i % 4 % 3]) for i in range(40)]
-    burst.insert(7, make("cc", "a"))  # another control between two runs
+    burst.insert(7, make("cc", "a"))  # another control, decided in the same run
     decided, state = await _both(store_url, twin_url, before, burst)
     statuses = Counter(d["status"] for d in decided)
     assert statuses["started"] >= 10 and statuses["queued"] >= 10  # batches filled (and single ones) ran
-    assert len(group_reads) == 2
+    assert len(group_reads) == 1
     batched = [r for r in state["ledger"] if r["outcome"] == "batched"]
     added = [r for r in batched if r["reason"] is not None]  # the first item of a batch opens it, without a reason
     assert added and all(r["reason"].startswith("item ") for r in added)
@@ -730,8 +762,64 @@ async def test_windowed_slots_are_decided_together_as_one_by_one(
         # Parked for a slot, an arrival was still counted by the rate limit (the stage it passed): the
         # one-by-one store's window hits, compared above, say so too.
         assert {r["scope"] for r in state["hits"]} == {"wf:rls:rate_limit[0]", "pool:quota"}
-    assert len(window_reads) == 1  # one run of window arrivals (a window alone, or before a slot)
-    assert len(set_reads) == 2  # its slots, then the slot-only run's
+    assert len(window_reads) == 1  # one run of arrivals (a window alone, or before a slot, or a slot alone)
+    assert len(set_reads) == 1  # its slots, the slot-only arrivals' among them
     slots = Counter((r["scope"], r["key"]) for r in state["slots"])
     assert all(n <= 1 for (scope, _), n in slots.items() if scope == f"wf:{own}")
     assert all(n <= 2 for (scope, _), n in slots.items() if scope == "pool:shared")
+
+
+async def test_combined_controls_are_decided_together_as_one_by_one(
+    store_url: str, twin_url: str, window_reads: list[list[tuple[str, str, int]]], group_reads: list[list[str]]
+) -> None:
+    """A rate limit before a debounce, a throttle beside one, a batch before a slot or a throttle (offered when
+    full, which the run's later arrivals then see), and no control at all: one run, decided as one by one."""
+    async with lg.Client(make_app(), store_url) as client:
+        make = Maker(client)
+    names = ("bare", "rldeb", "thdeb", "batcc", "bat1th", "cc", "th", "rl", "batp", "pooled")
+    burst = [make(names[i % len(names)], "ab"[i // len(names) % 2], dt=0.1) for i in range(80)]
+    decided, state = await _both(store_url, twin_url, [], burst)
+    statuses = Counter(d["status"] for d in decided)
+    assert statuses["started"] and statuses["queued"] and statuses["dropped"]
+    assert {d["mode"] for d in decided if d["status"] == "queued"} >= {"debounce", "batch", "concurrency"}
+    assert len(window_reads) > 1  # read again after a full batch took a window hit or a slot
+    assert state["runs"]
+
+
+WORKFLOWS = (
+    *("cc", "pooled", "win", "rl", "th", "thp", "rlp", "ths", "thsp", "rls", "rlsp"),
+    *("deb", "debf", "deba", "bat", "bat1", "bare", "rldeb", "thdeb", "batcc", "batp", "bat1th"),
+)
+bursts = st.tuples(
+    st.lists(
+        st.tuples(st.sampled_from(WORKFLOWS), st.sampled_from("ab"), st.sampled_from((None, None, None, "i0", "i1"))),
+        min_size=1,
+        max_size=60,
+    ),
+    st.sampled_from((0.001, 0.4, 3.0)),  # seconds between arrivals: windows full, sliding, or empty
+    st.booleans(),  # key b paused
+)
+
+
+@settings(
+    max_examples=60,
+    deadline=None,
+    database=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
+@given(burst=bursts)
+def test_any_burst_is_decided_together_as_one_by_one(tmp_path: Path, burst: Any) -> None:
+    """Random arrivals of every control (and of none), keys, idempotency keys and pauses: the many form decides
+    and writes what the pipeline one by one does (SQLite only: each example opens two fresh stores)."""
+    arrivals, dt, paused = burst
+    pauses = {"key:b": {"scope": "key:b", "reason": "b is down", "until": NOW + 600}} if paused else {}
+
+    async def run() -> None:
+        folder = tempfile.mkdtemp(dir=tmp_path)
+        url, twin = f"sqlite:///{folder}/many.db", f"sqlite:///{folder}/one.db"
+        async with lg.Client(make_app(), url) as client:
+            make = Maker(client, pauses)
+        offers = [make(name, key, idem=idem, dt=dt) for name, key, idem in arrivals]
+        await _both(url, twin, [], offers, pauses=pauses)
+
+    asyncio.run(run())

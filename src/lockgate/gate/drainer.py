@@ -23,6 +23,8 @@ from ..store import gate, runs, workers
 from ..store.base import Row, Tx
 from .admission import control_keys
 from .pipeline import Decision, admitted, key_pause_scopes, offer, plain_row, reoffer, slot_of
+from .rules import concurrency_room
+from .stages import room
 
 __all__ = ["Drainer"]
 
@@ -259,7 +261,7 @@ async def drain_op(
             await gate.lock_key(tx, *slot)
             taken = used[slot] = await gate.slots_in_use(tx, *slot)
         assert defn.gate.concurrency is not None
-        if taken >= defn.gate.concurrency.limit:
+        if concurrency_room(defn.gate.concurrency, taken) <= 0:
             return False
         used[slot] = taken + 1
         return True
@@ -416,14 +418,7 @@ async def _waiting_for(tx: Tx, scope: str, key: str, limit: int) -> list[Row]:
 
 
 async def _room(tx: Tx, plan: GatePlan, key: str) -> int:
-    c = plan.concurrency
-    assert c is not None
-    used = await gate.slots_in_use(tx, plan.concurrency_scope, key)
-    ceiling = c.limit if c.burst is None else c.burst
-    room = ceiling - used
-    if c.total is not None:
-        room = min(room, c.total - await gate.slots_in_scope(tx, plan.concurrency_scope))
-    return max(0, room)
+    return await room(tx, plan, key)
 
 
 async def _next_due(tx: Tx) -> float | None:

@@ -26,6 +26,7 @@ from ..store import gate, journal, runs, shared
 from ..store.base import Row, Tx
 from ..store.coalesce import Args, with_many
 from .pipeline import admitted, key_pause_scopes, plain_row
+from .rules import concurrency_ceiling
 
 __all__ = ["HandOff", "Passed", "finish_passing", "hand_off_for"]
 
@@ -36,7 +37,7 @@ class HandOff:
 
     scope: str
     key: str
-    limit: int
+    limit: int  # the key's ceiling (``rules.concurrency_ceiling``): its room is that less its slots in use
     plan: GatePlan
     template: dict[str, Any]  # the row a run of the workflow starts from (``Client.new_run_row``)
     owner: str  # the worker ending the run
@@ -80,7 +81,7 @@ def hand_off_for(
     key = row.get("slot_key") or ""
     if gate.pause_in(pauses, key_pause_scopes(plan, {"concurrency": key}), now) is not None:
         return None
-    return plan.concurrency_scope, key, c.limit
+    return plan.concurrency_scope, key, concurrency_ceiling(c)  # the room left is counted by ``handoff_rows``
 
 
 async def finish_passing(
