@@ -1,0 +1,193 @@
+"""The package's import graph: layers point one way and nothing imports in a circle.
+
+Every import counts, including those under ``TYPE_CHECKING`` and inside functions: a type-only
+import that points upward is still a dependency a reader has to follow, and an import moved
+into a function to dodge a cycle is still the cycle. The layers, lowest first, are listed in
+``docs/architecture.md``; a new top-level module must be given a layer here before it lands.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parents[1] / "src" / "lockgate"
+
+# Lowest first. A module may import from its own layer or a lower one.
+DEFINITIONS, STORE, GATE, MACHINERY, SWEEPS, INSPECT, SURFACES = range(7)
+LAYER_NAMES = ("definitions", "store", "gate", "dispatcher/executor", "sweeps", "inspect", "surfaces")
+
+# Longest prefix wins.
+LAYERS: dict[str, int] = {
+    "lockgate": SURFACES,  # the package's public names re-export every layer
+    "lockgate.__main__": SURFACES,
+    "lockgate.app": DEFINITIONS,
+    "lockgate.definitions": DEFINITIONS,
+    "lockgate.controls": DEFINITIONS,
+    "lockgate.plan": DEFINITIONS,
+    "lockgate.schedule": DEFINITIONS,
+    "lockgate.crypto": DEFINITIONS,
+    "lockgate.durations": DEFINITIONS,
+    "lockgate.errors": DEFINITIONS,
+    "lockgate.serde": DEFINITIONS,
+    "lockgate.ids": DEFINITIONS,
+    "lockgate.clock": DEFINITIONS,
+    "lockgate.handles": DEFINITIONS,
+    "lockgate.records": DEFINITIONS,
+    "lockgate.context": DEFINITIONS,
+    "lockgate.store": STORE,
+    "lockgate.gate": GATE,
+    "lockgate.runtime": GATE,
+    "lockgate.engine": MACHINERY,
+    "lockgate.engine.engine": SURFACES,
+    "lockgate.engine.client": SURFACES,
+    "lockgate.engine.operator": SURFACES,  # the Client's verbs; flow and trace read through inspect/
+    "lockgate.engine.__init__": SURFACES,
+    "lockgate.sweeps": SWEEPS,
+    "lockgate.inspect": INSPECT,
+    "lockgate.cli": SURFACES,
+    "lockgate.http": SURFACES,
+    "lockgate.testing": SURFACES,
+    "lockgate.demo_app": SURFACES,
+}
+
+# Imports inside a function that are not there to dodge a cycle: the store opens the driver it
+# is asked for, so that SQLite users never import psycopg.
+LAZY_ALLOWED = {
+    ("lockgate.store.__init__", "lockgate.store.sqlite"),
+    ("lockgate.store.__init__", "lockgate.store.postgres.__init__"),
+}
+
+
+def _module_name(path: Path) -> str:
+    rel = path.relative_to(PACKAGE.parent).with_suffix("")
+    return ".".join(rel.parts)
+
+
+def _modules() -> dict[str, Path]:
+    return {_module_name(p): p for p in sorted(PACKAGE.rglob("*.py"))}
+
+
+def _is_package(name: str, modules: dict[str, Path]) -> bool:
+    return f"{name}.__init__" in modules
+
+
+def _resolve(importer: str, level: int, module: str | None, modules: dict[str, Path]) -> str:
+    if level == 0:
+        return module or ""
+    parts = importer.split(".")
+    base = parts[:-1]  # the importer's package (an __init__ is its own package's member)
+    if parts[-1] == "__init__":
+        base = parts[:-1]
+    base = base[: len(base) - (level - 1)]
+    return ".".join([*base, *(module.split(".") if module else [])])
+
+
+def _canonical(name: str, modules: dict[str, Path]) -> str | None:
+    if name in modules:
+        return name
+    if f"{name}.__init__" in modules:
+        return f"{name}.__init__"
+    return None
+
+
+def _imports(name: str, path: Path, modules: dict[str, Path]) -> list[tuple[str, bool]]:
+    """Every lockgate module ``name`` imports, and whether the import sits inside a function."""
+    tree = ast.parse(path.read_text(), str(path))
+    found: list[tuple[str, bool]] = []
+
+    def visit(node: ast.AST, in_function: bool) -> None:
+        for child in ast.iter_child_nodes(node):
+            nested = in_function or isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef)
+            if isinstance(child, ast.Import):
+                for alias in child.names:
+                    target = _canonical(alias.name, modules)
+                    if target:
+                        found.append((target, in_function))
+            elif isinstance(child, ast.ImportFrom):
+                source = _resolve(name, child.level, child.module, modules)
+                if not source.startswith("lockgate"):
+                    continue
+                plain = False
+                for alias in child.names:
+                    sub = _canonical(f"{source}.{alias.name}", modules)
+                    if sub:
+                        found.append((sub, in_function))
+                    else:
+                        plain = True
+                target = _canonical(source, modules)
+                if plain and target:
+                    found.append((target, in_function))
+            visit(child, nested)
+
+    visit(tree, False)
+    return [(t, f) for t, f in found if t != name]
+
+
+def _layer(name: str) -> int:
+    name = name.removesuffix(".__init__") if name != "lockgate.engine.__init__" else name
+    best = ""
+    for prefix in LAYERS:
+        if (name == prefix or name.startswith(prefix + ".")) and len(prefix) > len(best):
+            best = prefix
+    return LAYERS[best]
+
+
+GRAPH = {name: _imports(name, path, _modules()) for name, path in _modules().items()}
+
+
+def test_every_module_has_a_layer() -> None:
+    unplaced = [n for n in GRAPH if n.count(".") == 1 and n.removesuffix(".__init__") not in LAYERS]
+    assert not unplaced, f"give these modules a layer in tests/test_layers.py: {unplaced}"
+
+
+def test_no_upward_import() -> None:
+    upward = [
+        f"{src} ({LAYER_NAMES[_layer(src)]}) imports {dst} ({LAYER_NAMES[_layer(dst)]})"
+        for src, targets in GRAPH.items()
+        for dst, _ in targets
+        if _layer(dst) > _layer(src)
+    ]
+    assert not upward, "imports that point up the layers:\n" + "\n".join(sorted(set(upward)))
+
+
+def test_no_import_inside_a_function() -> None:
+    lazy = [f"{src} imports {dst} inside a function" for src, targets in GRAPH.items() for dst, inner in targets
+            if inner and (src, dst) not in LAZY_ALLOWED]
+    assert not lazy, "\n".join(sorted(set(lazy)))
+
+
+def test_no_cycle() -> None:
+    # Parent packages are initialised before their members anyway; an edge into a package's own
+    # __init__ from a member is the ordinary relative import, not a cycle worth reporting.
+    edges = {
+        src: {dst for dst, _ in targets if not (dst.endswith(".__init__") and src.startswith(dst[: -len("__init__")]))}
+        for src, targets in GRAPH.items()
+    }
+    state: dict[str, int] = {}
+    stack: list[str] = []
+    cycles: list[list[str]] = []
+
+    def walk(node: str) -> None:
+        state[node] = 1
+        stack.append(node)
+        for nxt in sorted(edges.get(node, ())):
+            if state.get(nxt) == 1:
+                cycles.append([*stack[stack.index(nxt):], nxt])
+            elif nxt not in state:
+                walk(nxt)
+        stack.pop()
+        state[node] = 2
+
+    for node in sorted(edges):
+        if node not in state:
+            walk(node)
+    assert not cycles, "import cycles:\n" + "\n".join(" -> ".join(c) for c in cycles)
+
+
+@pytest.mark.parametrize("name", sorted(GRAPH))
+def test_module_is_small(name: str) -> None:
+    lines = _modules()[name].read_text().count("\n")
+    assert lines <= 650, f"{name} has {lines} lines: split it by responsibility"
