@@ -7,7 +7,7 @@ from typing import Any
 
 from ..errors import InvalidArgument
 from ..records import AttemptInfo, EventInfo, RunInfo, StepInfo
-from ..store import journal, run_pages, runs, shared
+from ..store import journal, runs, shared
 from ..store.base import Tx
 
 __all__ = ["RUN_STATUSES", "TERMINAL", "RunDetail", "check_page", "check_status", "run_detail", "runs_page"]
@@ -70,7 +70,7 @@ async def runs_page(
             tx, workflow=workflow, status=status, parent_id=parent_id, limit=limit, offset=offset
         )
     else:
-        rows = await run_pages.runs_before(
+        rows = await runs.runs_before(
             tx, before, workflow=workflow, status=status, parent_id=parent_id, limit=limit, offset=offset
         )
     return [RunInfo.from_row(r) for r in rows]

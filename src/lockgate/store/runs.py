@@ -14,7 +14,7 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from ..errors import RunNotEligible
+from ..errors import RunNotEligible, UnknownRun
 from ..serde import dump_json
 from . import gate, journal
 from .base import Row, Tx
@@ -46,6 +46,7 @@ __all__ = [
     "release_run",
     "resume_from_step",
     "resume_run",
+    "runs_before",
     "stale_candidates",
     "suspend_run",
     "without_entries",
@@ -509,3 +510,32 @@ async def mark_stalled(tx: Tx, run_id: str, now: float, data: dict[str, Any]) ->
 
 
 with_many(finish_run, _finish_many)
+
+
+async def runs_before(
+    tx: Tx,
+    before: str,
+    *,
+    workflow: str | None = None,
+    status: str | None = None,
+    parent_id: str | None = None,
+    limit: int = 50,
+    offset: int = 0,
+) -> list[Row]:
+    """The runs matching the filters that come after run ``before`` in newest-first order
+    (``created_at``, then id, descending); ``UnknownRun`` if ``before`` is no run."""
+    cursor = await tx.one("get_run", {"id": before})
+    if cursor is None:
+        raise UnknownRun(before)
+    return await tx.execute(
+        "runs_before",
+        {
+            "workflow": workflow,
+            "status": status,
+            "parent_id": parent_id,
+            "before_at": cursor["created_at"],
+            "before_id": before,
+            "limit": limit,
+            "offset": offset,
+        },
+    )

@@ -146,3 +146,14 @@ ORDER BY progress_at LIMIT %(limit)s;
 
 -- name: mark_stalled
 UPDATE lockgate_runs SET stalled_at = %(now)s WHERE id = %(run_id)s;
+
+-- name: runs_before
+-- Runs matching the given filters (NULL: any) that come after the run %(before_id)s (created at
+-- %(before_at)s) in newest-first order: a page that continues from a cursor, not an offset.
+SELECT * FROM lockgate_runs
+WHERE (%(workflow)s::text IS NULL OR workflow = %(workflow)s::text)
+  AND (%(status)s::text IS NULL OR status = %(status)s::text)
+  AND (%(parent_id)s::text IS NULL OR parent_id = %(parent_id)s::text)
+  AND (created_at < %(before_at)s OR (created_at = %(before_at)s AND id < %(before_id)s))
+ORDER BY created_at DESC, id DESC
+LIMIT %(limit)s OFFSET %(offset)s;

@@ -140,3 +140,14 @@ ORDER BY progress_at LIMIT :limit;
 
 -- name: mark_stalled
 UPDATE lockgate_runs SET stalled_at = :now WHERE id = :run_id;
+
+-- name: runs_before
+-- Runs matching the given filters (NULL: any) that come after the run :before_id (created at
+-- :before_at) in newest-first order: a page that continues from a cursor, not an offset.
+SELECT * FROM lockgate_runs
+WHERE (:workflow IS NULL OR workflow = :workflow)
+  AND (:status IS NULL OR status = :status)
+  AND (:parent_id IS NULL OR parent_id = :parent_id)
+  AND (created_at < :before_at OR (created_at = :before_at AND id < :before_id))
+ORDER BY created_at DESC, id DESC
+LIMIT :limit OFFSET :offset;

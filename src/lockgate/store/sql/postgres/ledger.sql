@@ -1,4 +1,4 @@
--- Read-only queries of the inspect layer (lists that page by a cursor).
+-- Reads of the ledger and of parked starts for the inspect layer (pages that continue from a cursor).
 
 -- name: inspect_ledger
 -- Ledger rows matching the given filters (NULL: any), newest first; %(before)s (a row id) pages on.
@@ -20,14 +20,3 @@ WHERE (%(workflow)s::text IS NULL OR workflow = %(workflow)s::text)
   AND (%(after)s::bigint IS NULL OR seq > %(after)s::bigint)
 ORDER BY seq, id
 LIMIT %(limit)s;
-
--- name: inspect_runs_before
--- Runs matching the given filters (NULL: any) that come after the run %(before_id)s (created at
--- %(before_at)s) in newest-first order: a page that continues from a cursor, not an offset.
-SELECT * FROM lockgate_runs
-WHERE (%(workflow)s::text IS NULL OR workflow = %(workflow)s::text)
-  AND (%(status)s::text IS NULL OR status = %(status)s::text)
-  AND (%(parent_id)s::text IS NULL OR parent_id = %(parent_id)s::text)
-  AND (created_at < %(before_at)s OR (created_at = %(before_at)s AND id < %(before_id)s))
-ORDER BY created_at DESC, id DESC
-LIMIT %(limit)s OFFSET %(offset)s;
