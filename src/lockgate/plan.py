@@ -112,24 +112,6 @@ class GatePlan:
         c = self.concurrency
         return c is not None and c.total is None and not (self.debounce or self.batch or self.singleton or self.windows)
 
-    @property
-    def debounce_only(self) -> bool:
-        """One control, a debounce: a start parks as its group's first arrival, or folds into the open group."""
-        return self.debounce is not None and not (self.concurrency or self.windows or self.batch or self.singleton)
-
-    @property
-    def batch_only(self) -> bool:
-        """One control, a batch: a start opens its key's batch, or is added to the open one (which may fill)."""
-        return self.batch is not None and not (self.concurrency or self.windows or self.debounce or self.singleton)
-
-    @property
-    def one_window(self) -> bool:
-        """One throttle or rate limit, alone or before a per-key concurrency limit (a provider's two limits,
-        declared together): a start passes, waits for or is dropped by its window, then waits for a slot."""
-        c = self.concurrency
-        held = self.debounce or self.batch or self.singleton
-        return len(self.windows) == 1 and not held and (c is None or c.total is None)
-
 
 def plan_for(workflow: str, payload_model: type[BaseModel], options: WorkflowOptions) -> GatePlan:
     """Validate one workflow's controls on their own and resolve them; ``DefinitionError`` names the field."""

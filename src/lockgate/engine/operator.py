@@ -12,7 +12,7 @@ from typing import Any
 from ..definitions import WorkflowDef
 from ..errors import InvalidArgument, LockgateError
 from ..gate.pipeline import Decision
-from ..inspect.ops import FlowRow, Trace, flow, trace
+from ..inspect import FlowRow, Inspector, Trace
 from ..store import Store, gate
 from ..store.base import Row, Tx
 from .core import Core
@@ -126,21 +126,16 @@ class OperatorVerbs:
 
     async def flow(self, workflow: str | None = None, *, since: datetime | None = None) -> list[FlowRow]:
         """Per workflow and key: queued, oldest waiting, in flight, admitted, collapsed, dropped, ..."""
-        return await self.core.store.read(
-            flow, self.core.clock.now(), workflow=workflow, since=None if since is None else since.timestamp()
-        )
+        return await self.inspector.flow(workflow, since=since)
 
     async def trace(self, ticket: str) -> Trace:
         """What became of the arrival ``ticket`` (``LockgateError`` for an unknown ticket)."""
-        limits = {
-            d.gate.concurrency_scope: d.gate.concurrency.limit
-            for d in self.core.app.definitions().values()
-            if d.gate is not None and d.gate.concurrency is not None
-        }
-        found = await self.core.store.read(trace, ticket, self.core.clock.now(), limits)
-        if found is None:
-            raise LockgateError(f"no arrival with ticket {ticket!r}")
-        return found
+        return await self.inspector.trace(ticket)
+
+    @property
+    def inspector(self) -> Inspector:
+        """The read side over this client's store, definitions and clock (what the surfaces read through)."""
+        return Inspector(self.core.store, self.core.app, self.core.clock)
 
     def after_decision(self, defn: WorkflowDef, decision: Decision) -> None:
         """React to a gate decision: wake workers for a new run, stop evicted incumbents."""

@@ -177,12 +177,6 @@ class WindowQueue:
     top: int  # the key's newest rank (0: no hit yet)
     ahead: bool  # a start is parked there for the window (throttle)
 
-    def opens(self, limit: int, since: float) -> float | None:
-        """As ``window_opens``: ``None`` while fewer than ``limit`` hits fall after ``since``, else the
-        ``limit``-th most recent hit."""
-        at = self.hits.get(self.top - (limit - 1))
-        return at if at is not None and at > since else None
-
     def hit(self, at: float, period: float) -> None:
         """As ``add_window_hit``: hits up to ``at - period`` pruned, then ``at`` ranked after the newest left.
 
@@ -370,7 +364,7 @@ async def admit_parked(
     """Admit parked rows no control holds (but a slot, checked to have room), with one statement per table.
 
     Each row comes with its workflow's ``run_columns`` and the slot its run takes, if any.
-    It is written as ``pipeline._admit`` writes one start: a run (a fresh id as its identity,
+    It is written as ``gate.admit.admit`` writes one start: a run (a fresh id as its identity,
     so no run can already hold it) with its slot, its ``run-started`` event, the row's
     ``drain`` ledger row (in the order given), and the row deleted. With ``claim``, ``(owner,
     lease_until, n)``, the first ``n`` runs (all of one workflow) are created claimed by
