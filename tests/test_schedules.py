@@ -345,3 +345,12 @@ async def test_finished_firings_older_than_the_retention_are_forgotten(env_facto
         assert await sweep.forget_firings(rt, T0 + 2 * 3600 + 1) == 1  # 14:00: finished and old enough
         assert [s for _, s, _ in await ledger(env, "r")] == ["started", "skipped"]  # a live one stays
 
+
+async def test_the_test_env_fires_schedules_as_its_clock_moves(store_url: str) -> None:
+    app = make_app(n={"workflow": "sched.quick", "cron": "0 3 * * *", "timezone": "Europe/Berlin", "payload": by_day})
+    async with TestEnv(app, store=store_url, start=T0) as env:
+        for _ in range(3):
+            await env.advance("1d")
+            await env.fire_schedules()
+        firings = await env.engine.schedule_firings("n")
+        assert [f.status for f in firings] == ["succeeded"] * 3
