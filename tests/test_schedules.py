@@ -15,6 +15,7 @@ import pytest
 from pydantic import BaseModel
 
 import lockgate as lg
+from lockgate import sweeps
 from lockgate.engine.firing import ScheduleRuntime, fire
 from lockgate.store import schedules as sched_ops
 from lockgate.sweeps import schedules as sweep
@@ -33,7 +34,8 @@ class Go(BaseModel):
 
 @pytest.fixture(autouse=True)
 def no_background_sweep(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    monkeypatch.setattr(sweep, "schedule_sweep", lambda engine: None)
+    """The tests tick the schedules themselves, on the fake clock: the engine starts no schedule sweep."""
+    monkeypatch.setattr(sweeps, "SWEEPS", tuple(s for s in sweeps.SWEEPS if s is not sweep.schedule_sweep))
     yield
 
 
@@ -354,3 +356,19 @@ async def test_the_test_env_fires_schedules_as_its_clock_moves(store_url: str) -
             await env.fire_schedules()
         firings = await env.engine.schedule_firings("n")
         assert [f.status for f in firings] == ["succeeded"] * 3
+
+
+def test_an_app_without_schedules_runs_no_schedule_sweep(tmp_path: Any) -> None:
+    app = lg.App()
+
+    @app.workflow(name="plain")
+    async def plain(ctx: lg.Context, p: Day) -> str:
+        return p.day
+
+    engine = lg.Engine(app, f"sqlite:///{tmp_path}/plain.db")
+    assert sweep.schedule_sweep(engine.worker, engine.sweep_settings) is None  # such an engine pays nothing
+    scheduled = lg.Engine(
+        make_app(x={"workflow": "sched.quick", "every": "1h", "payload": by_day}), f"sqlite:///{tmp_path}/s.db"
+    )
+    made = sweep.schedule_sweep(scheduled.worker, scheduled.sweep_settings)
+    assert made is not None and made.name == "schedules"
