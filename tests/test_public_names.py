@@ -36,6 +36,7 @@ PUBLIC = [
     "RunHandle",
     "RunInfo",
     "RunNotEligible",
+    "Schedule",
     "Singleton",
     "SingletonHeld",
     "StartNotAdmitted",

@@ -32,6 +32,7 @@ from .errors import (
 from .handles import Deferral, RunHandle
 from .inspect import FlowRow, Trace
 from .records import AttemptInfo, EventInfo, RunInfo, StepInfo
+from .schedule import Schedule
 
 __all__ = [
     "App",
@@ -65,6 +66,7 @@ __all__ = [
     "RunHandle",
     "RunInfo",
     "RunNotEligible",
+    "Schedule",
     "Singleton",
     "SingletonHeld",
     "StartNotAdmitted",

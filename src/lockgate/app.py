@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
+import time
 import typing
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -22,6 +23,7 @@ from .definitions import Body, WorkflowDef, as_tuple
 from .durations import to_seconds
 from .errors import DefinitionError, UnknownWorkflow
 from .plan import GatePlan, check_shared, plan_for
+from .schedule import Schedule, ScheduleDef, build_schedules
 
 __all__ = ["App"]
 
@@ -37,6 +39,7 @@ _CORE_OPTIONS = {
     "on_stalled",
     "signals",
     "updates",
+    "schedule",
 }
 
 
@@ -54,6 +57,8 @@ class App:
         self.name = name
         self._declared: list[_Declaration] = []
         self._built: dict[str, WorkflowDef] | None = None
+        self._scheduled: list[tuple[str, Any, Schedule]] = []
+        self._built_schedules: dict[str, ScheduleDef] | None = None
 
     @overload
     def workflow(self, fn: F, /) -> F: ...
@@ -73,7 +78,7 @@ class App:
             wf_name = name or f"{body.__module__}.{body.__qualname__}"
             self._declared.append(_Declaration(wf_name, body, dict(options)))
             body.__lockgate_workflow__ = wf_name  # type: ignore[attr-defined]
-            self._built = None
+            self._built = self._built_schedules = None
             return body
 
         if fn is not None:
@@ -101,10 +106,36 @@ class App:
         }
 
     def definitions(self) -> dict[str, WorkflowDef]:
-        """Every workflow, validated once (``validate``) and kept until another is declared."""
+        """Every workflow, validated once (``validate``) and kept until another is declared.
+
+        The schedules are validated with them: a bad one refuses the boot like a bad workflow.
+        """
         if self._built is None:
-            self._built = self.validate()
+            built = self.validate()
+            on_workflows = [(d.name, d.options["schedule"]) for d in self._declared if d.options.get("schedule")]
+            models = {name: defn.payload_model for name, defn in built.items()}
+            self._built_schedules = build_schedules(on_workflows, self._scheduled, models, time.time())
+            self._built = built
         return self._built
+
+    def schedule(self, name: str, *, workflow: str | Callable[..., Any], **options: Any) -> None:
+        """Start ``workflow`` by the clock under ``name``: ``cron=`` or ``every=``, and any other
+        ``lg.Schedule`` option. Several schedules of one workflow may differ in payload."""
+        try:
+            given = Schedule(**options)
+        except TypeError as exc:
+            shown = (
+                workflow if isinstance(workflow, str) else getattr(workflow, "__lockgate_workflow__", repr(workflow))
+            )
+            raise DefinitionError(str(shown), "schedule", f"schedule {name!r}: {exc}") from None
+        self._scheduled.append((name, workflow, given))
+        self._built = self._built_schedules = None
+
+    def schedules(self) -> dict[str, ScheduleDef]:
+        """Every schedule, validated with the workflows (``DefinitionError`` for the first problem)."""
+        self.definitions()
+        assert self._built_schedules is not None
+        return self._built_schedules
 
     def get(self, workflow: str | Callable[..., Any]) -> WorkflowDef:
         """The definition registered under ``workflow`` (a name or the decorated function)."""

@@ -12,6 +12,10 @@ And three whose flow control the admission gate decides before a run exists:
 - ``demo.label``: at most two labels print at once per printer; the rest queue until a slot frees.
 - ``demo.sms``: at most three texts a minute per customer; the excess is dropped.
 
+And one that starts by the clock:
+
+- ``demo.heartbeat``: a schedule fires it every two seconds, with the slot's time as payload.
+
 Serve it yourself with ``lockgate serve lockgate.demo_app:app``.
 """
 
@@ -19,6 +23,7 @@ from __future__ import annotations
 
 import threading
 from collections import Counter
+from datetime import datetime
 
 from pydantic import BaseModel
 
@@ -26,9 +31,12 @@ from .app import App
 from .context import Context
 from .controls import Concurrency, Debounce, RateLimit
 from .definitions import Retry
+from .schedule import Schedule
 
 __all__ = [
+    "HEARTBEAT_EVERY",
     "Approval",
+    "Beat",
     "Discount",
     "Edit",
     "FlakyProvider",
@@ -82,6 +90,10 @@ class Label(BaseModel):
 class Text(BaseModel):
     customer: str
     message: str
+
+
+class Beat(BaseModel):
+    at: str
 
 
 class ProviderDown(Exception):
@@ -181,3 +193,22 @@ async def print_label(ctx: Context, label: Label) -> str:
 async def send_sms(ctx: Context, text: Text) -> str:
     """Text a customer; at most three a minute each (a rate limit: the excess is dropped)."""
     return f"texted {text.customer}: {text.message}"
+
+
+HEARTBEAT_EVERY = "2s"
+
+
+def beat_at(at: datetime) -> dict[str, str]:
+    """The payload of the heartbeat's slot ``at`` (computed against the slot, not the firing's time)."""
+    return {"at": at.isoformat()}
+
+
+def check_health(at: str) -> str:
+    return f"all well at {at[11:19]}"
+
+
+@app.workflow(name="demo.heartbeat", schedule=Schedule(every=HEARTBEAT_EVERY, payload=beat_at))
+async def heartbeat(ctx: Context, beat: Beat) -> str:
+    """Check the shop's health; a schedule starts it every two seconds (one firing per slot)."""
+    checked: str = await ctx.step("check", check_health, beat.at)
+    return checked

@@ -21,7 +21,9 @@ from .app import App
 from .clock import Clock
 from .durations import Duration, to_seconds
 from .engine import Engine
+from .engine.firing import settle as settle_firings
 from .store import runs
+from .sweeps.schedules import fire_due, register, runtime_for
 
 __all__ = ["FakeClock", "TestEnv"]
 
@@ -87,6 +89,8 @@ class TestEnv:
 
     async def __aenter__(self) -> Self:
         await self.engine.open()
+        if self.engine.app.schedules():  # recorded at the clock's start: their slots count from there
+            await register(runtime_for(self.engine.worker), orphan_others=True)
         return self
 
     async def __aexit__(
@@ -101,6 +105,15 @@ class TestEnv:
         self.clock.advance(duration)
         self.engine.wake()
         await self.settle(timeout=timeout)
+
+    async def fire_schedules(self, *, timeout: float = 10.0) -> None:
+        """Fire every schedule slot due at the clock's time, as the schedule sweep's next tick
+        would, wait for the runs to park or finish, and record the ends of those that finished."""
+        runtime = runtime_for(self.engine.worker)
+        await register(runtime, orphan_others=True)
+        await fire_due(runtime)
+        await self.settle(timeout=timeout)
+        await settle_firings(runtime)
 
     async def settle(self, *, timeout: float = 10.0) -> None:
         """Wait until nothing is due and every executing body waits for the clock."""

@@ -2,8 +2,9 @@
 
 The demo starts a few runs on an engine in this process, sends the signal and the update
 they wait for, offers bursts of starts to gated workflows (debounce, concurrency, rate
-limit), and shows a table of runs until every run has ended and nothing waits at the gate;
-then a table of the gate's decisions. On a terminal the table
+limit), and shows a table of runs until every run has ended, nothing waits at the gate and
+the app's schedule (``demo.heartbeat``, every two seconds) has fired; then a table of the
+gate's decisions. On a terminal the table
 updates in place; otherwise each change is printed as one line, so logs and CI read well.
 """
 
@@ -26,7 +27,7 @@ from .. import demo_app
 from ..app import App
 from ..clock import to_datetime
 from ..engine import Engine
-from ..inspect import TERMINAL, FlowRow, Inspector
+from ..inspect import TERMINAL, FiringInfo, FlowRow, Inspector
 from ..records import EventInfo
 from .common import DurationType, check_store, inspector_of, open_inspector, run_async, sqlite_path
 from .groups import cli
@@ -62,6 +63,7 @@ class Outcome:
     problems: list[str] = field(default_factory=list)
     flow: list[FlowRow] = field(default_factory=list)  # the gate's decisions on the demo's gated starts
     collapsed_ticket: str | None = None  # a debounced edit folded into another, for ``workflows why``
+    firings: list[FiringInfo] = field(default_factory=list)  # the heartbeat schedule's, oldest first
 
 
 # The gated workflows and the bursts of starts the demo offers them.
@@ -71,6 +73,9 @@ GATED: list[tuple[Any, list[dict[str, Any]]]] = [
     (demo_app.send_sms, [{"customer": "acme", "message": f"order update {n}"} for n in range(1, 6)]),
 ]
 GATED_NAMES = tuple(wf.__lockgate_workflow__ for wf, _ in GATED)
+
+HEARTBEAT = demo_app.heartbeat.__lockgate_workflow__  # type: ignore[attr-defined]
+"""The demo's schedule: declared on its workflow, so it bears the workflow's name."""
 
 
 class Board:
@@ -145,13 +150,14 @@ def _describe(event: EventInfo | None) -> str:
     return f"{when(event.at)[11:]} {event.type} {short(detail, 40)}".rstrip()
 
 
-async def _snapshot(inspector: Inspector, roots: list[str], tickets: set[str]) -> list[RunRow]:
+async def _snapshot(inspector: Inspector, roots: list[str], tickets: set[str], scheduled: list[str]) -> list[RunRow]:
     ids = list(roots)
     for root in roots:
         ids += [child.id for child in await inspector.runs(parent_id=root, limit=100)]
     for name in GATED_NAMES:  # gated runs appear once the gate admits them; oldest first
         runs = await inspector.runs(workflow=name, limit=100)
         ids += [r.id for r in reversed(runs) if r.ticket in tickets]
+    ids += scheduled
     rows = []
     for run_id in ids:
         run = await inspector.run(run_id)
@@ -195,12 +201,22 @@ async def run_demo(store: str, board: Board, *, timeout: float, poll: float = 0.
                 outcome.collapsed_ticket = handles[-1].ticket
         signal_sent = False
         update: asyncio.Task[Any] | None = None
+        told: set[int] = set()  # firings already noted
         with board:
             while True:
-                rows = await _snapshot(inspector, roots, tickets)
+                firings = list(reversed(await inspector.schedule_firings(HEARTBEAT, limit=100)))
+                for f in firings:
+                    if f.id not in told and f.status in TERMINAL:
+                        told.add(f.id)
+                        board.note(f"schedule {HEARTBEAT} fired its {when(f.scheduled_at)[11:]} slot: run {f.status}")
+                scheduled = [f.run_id for f in firings if f.run_id is not None]
+                rows = await _snapshot(inspector, roots, tickets, scheduled)
+                # The scenes' runs decide when the demo ends; the schedule's go on firing meanwhile.
+                scenes = [r for r in rows if r.workflow != HEARTBEAT]
+                fired = any(f.status == "succeeded" for f in firings)
                 gate = [f for f in await inspector.flow(since=since) if f.workflow in GATED_NAMES]
                 board.show(rows)
-                waiting = {r.run_id: r.waiting_on for r in rows if r.status == "running"}
+                waiting = {r.run_id: r.waiting_on for r in scenes if r.status == "running"}
                 if not signal_sent and waiting.get(approval_id) == "signal":
                     await engine.signal(approval_id, "approve", {"approved": True, "by": "ops@example.com"})
                     signal_sent = True
@@ -212,12 +228,14 @@ async def run_demo(store: str, board: Board, *, timeout: float, poll: float = 0.
                     )
                     board.note(f"sent update 'discount' (10%) to {quote_id}; waiting for its answer")
                 parked = sum(f.queued for f in gate)
-                if all(r.finished for r in rows) and not parked and (update is None or update.done()):
+                if all(r.finished for r in scenes) and not parked and fired and (update is None or update.done()):
                     break
                 if loop.time() > deadline:
                     outcome.problems.append(f"not every run finished within {timeout:g}s")
                     if parked:
                         outcome.problems.append(f"{parked} start(s) still parked at the gate")
+                    if not fired:
+                        outcome.problems.append(f"the schedule {HEARTBEAT} did not fire within {timeout:g}s")
                     break
                 await asyncio.sleep(poll)
             if update is not None and update.done() and update.exception() is None:
@@ -231,7 +249,13 @@ async def run_demo(store: str, board: Board, *, timeout: float, poll: float = 0.
             outcome.problems.append(f"the update failed: {update.exception()}")
         outcome.rows = rows
         outcome.flow = gate
-        outcome.problems += [f"{r.workflow} run {r.run_id} ended {r.status}" for r in rows if r.status != "succeeded"]
+        outcome.firings = firings
+        outcome.problems += [f"{r.workflow} run {r.run_id} ended {r.status}" for r in scenes if r.status != "succeeded"]
+        outcome.problems += [
+            f"schedule {HEARTBEAT}: firing of {when(f.scheduled_at)} {f.status} ({f.why})"
+            for f in firings
+            if f.status in ("failed", "cancelled")
+        ]
     return outcome
 
 
@@ -259,6 +283,13 @@ def gate_summary(rows: list[FlowRow]) -> str:
         texts = sms.admitted + sms.dropped
         parts.append(f"{texts} texts, {sms.admitted} sent: {sms.dropped} dropped by the rate limit")
     return "; ".join(parts) + "."
+
+
+def schedule_summary(firings: list[FiringInfo]) -> str:
+    """One line on the demo's schedule: how often it fired while the demo ran, and how those runs ended."""
+    ended = Counter(f.status for f in firings)
+    counts = ", ".join(f"{n} {status}" for status, n in sorted(ended.items()))
+    return f"schedule {HEARTBEAT} (every {demo_app.HEARTBEAT_EVERY}): {len(firings)} firing(s): {counts}."
 
 
 async def _reset(store: str) -> str | None:
@@ -302,6 +333,7 @@ def demo(ctx: click.Context, store: str, keep: bool, timeout: float) -> None:
     run, a child workflow, an approval waiting for a signal and a quote answering an update.
     Then the admission gate: 20 quick edits debounced into one run, 5 labels printed at most 2
     at a time, 5 texts under a limit of 3 a minute; a table of its decisions closes the demo.
+    Meanwhile a schedule starts a heartbeat every two seconds, once per slot.
     By default a previous demo database is reset first (only one that holds demo runs alone).
     """
     console = make_console()
@@ -318,6 +350,8 @@ def demo(ctx: click.Context, store: str, keep: bool, timeout: float) -> None:
         console.print()
         console.print(gate_table(outcome.flow))
         console.print(gate_summary(outcome.flow))
+    if outcome.firings:
+        console.print(schedule_summary(outcome.firings))
     console.print()
     console.print(f"Database: {path}" if path is not None else f"Store: {display_url(store)}")
     console.print("Inspect it:")
@@ -326,6 +360,9 @@ def demo(ctx: click.Context, store: str, keep: bool, timeout: float) -> None:
     console.print(f"  lockgate workflows flow --store {quoted}", soft_wrap=True)
     ticket = outcome.collapsed_ticket or "TICKET"
     console.print(f"  lockgate workflows why {ticket} --store {quoted}   # a collapsed edit", soft_wrap=True)
+    console.print(
+        f"  lockgate schedules firings {HEARTBEAT} --store {quoted}   # the schedule's ledger", soft_wrap=True
+    )
     console.print(
         f"  lockgate serve lockgate.demo_app:app --store {quoted}   # serve the demo app yourself", soft_wrap=True
     )

@@ -30,11 +30,15 @@ from ..errors import (
 from ..gate.admission import admit, identity_key
 from ..handles import RunHandle
 from ..ids import new_id
+from ..inspect.inspector import Inspector
+from ..inspect.schedules import FiringInfo, ScheduleInfo
 from ..records import AttemptInfo, EventInfo, RunInfo, StepInfo
 from ..serde import validate_payload
 from ..store import Store, journal, messages, open_store, runs, shared
 from ..store.base import Row
+from . import schedules
 from .core import Core, WorkflowRef
+from .firing import Fired, ScheduleRuntime
 from .operator import BulkResult, OperatorVerbs, bulk, statuses
 
 __all__ = ["DEFAULT_STORE", "Client", "WorkflowRef"]
@@ -65,6 +69,8 @@ class Client(OperatorVerbs):
                 recording,
             )
         )
+        self.schedule_owner = "client"
+        """Recorded on the schedule firings this client claims (an ``Engine`` sets its worker's id)."""
 
     @property
     def app(self) -> App:
@@ -415,6 +421,37 @@ class Client(OperatorVerbs):
     def stopped(self, run_ids: list[str], reason: str) -> None:
         """Runs ended from outside: stop any local execution and release result waiters."""
         self.core.runtime.stopped(run_ids, reason)
+
+    # -- schedules (reads: inspect/schedules.py; verbs: engine/schedules.py) ----------------
+
+    async def list_schedules(self) -> list[ScheduleInfo]:
+        """Every schedule, declared or stored (orphaned), with its next firing time."""
+        return await Inspector(self.store, self.app, self.clock).schedules()
+
+    async def schedule_firings(self, name: str, limit: int = 50) -> list[FiringInfo]:
+        """The firing ledger of schedule ``name``: claimed, skipped (why), started, failed..., newest first."""
+        return await Inspector(self.store, self.app, self.clock).schedule_firings(name, limit)
+
+    async def pause_schedule(self, name: str, reason: str | None = None) -> None:
+        """Stop ``name`` firing on every replica until ``unpause_schedule``."""
+        await schedules.pause(self._schedules(), name, True, reason)
+
+    async def unpause_schedule(self, name: str) -> None:
+        """Let ``name`` fire again from its next slot (slots passed while paused are not caught up)."""
+        await schedules.pause(self._schedules(), name, False)
+
+    async def run_schedule(self, name: str) -> Fired:
+        """Fire ``name`` now (a manual firing, recorded in its ledger)."""
+        return await schedules.run_now(self._schedules(), name)
+
+    async def backfill_schedule(
+        self, name: str, start: datetime, end: datetime, *, commit: bool = False
+    ) -> list[schedules.BackfillSlot]:
+        """Fire ``name``'s slots between ``start`` and ``end`` not fired yet (a dry run unless ``commit``)."""
+        return await schedules.backfill(self._schedules(), name, start, end, commit=commit)
+
+    def _schedules(self) -> ScheduleRuntime:
+        return ScheduleRuntime(self.core.runtime, self.schedule_owner)
 
     async def cancel_many(
         self, *, reason: str, limit: int, workflow: str | None = None, status: str | None = None, commit: bool = False

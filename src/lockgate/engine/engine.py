@@ -23,7 +23,7 @@ from ..gate.handoff import HandOff, Passed
 from ..gate.pipeline import Decision
 from ..handles import RunHandle
 from ..ids import new_id
-from ..inspect import FlowRow, Trace
+from ..inspect import FiringInfo, FlowRow, ScheduleInfo, Trace
 from ..records import AttemptInfo, EventInfo, RunInfo, StepInfo
 from ..runtime import Runtime, WorkerRuntime
 from ..store import Store
@@ -33,7 +33,9 @@ from .client import DEFAULT_STORE, Client
 from .core import Core, WorkflowRef
 from .dispatcher import Dispatcher
 from .executor import Execution
+from .firing import Fired
 from .operator import BulkResult
+from .schedules import BackfillSlot
 
 __all__ = ["MIN_RETENTION", "Engine"]
 
@@ -85,6 +87,7 @@ class Engine:
             raise ValueError(f"retention must be at least 1m (or None to keep everything), got {retention!r}")
         self.max_reclaims = max_reclaims
         self.worker_id = worker_id or new_id("wkr")
+        self.client.schedule_owner = self.worker_id
         self.host = socket.gethostname()
         self.dispatcher = Dispatcher(
             self.client.core,
@@ -397,3 +400,31 @@ class Engine:
     async def trace(self, ticket: str) -> Trace:
         """What became of the arrival ``ticket`` (``LockgateError`` for an unknown ticket)."""
         return await self.client.trace(ticket)
+
+    # -- schedules -------------------------------------------------------------------------
+
+    async def list_schedules(self) -> list[ScheduleInfo]:
+        """Every schedule, declared or stored (orphaned), with its next firing time."""
+        return await self.client.list_schedules()
+
+    async def schedule_firings(self, name: str, limit: int = 50) -> list[FiringInfo]:
+        """The firing ledger of schedule ``name``, newest first."""
+        return await self.client.schedule_firings(name, limit)
+
+    async def pause_schedule(self, name: str, reason: str | None = None) -> None:
+        """Stop ``name`` firing on every replica until ``unpause_schedule``."""
+        await self.client.pause_schedule(name, reason)
+
+    async def unpause_schedule(self, name: str) -> None:
+        """Let ``name`` fire again from its next slot (slots passed while paused are not caught up)."""
+        await self.client.unpause_schedule(name)
+
+    async def run_schedule(self, name: str) -> Fired:
+        """Fire ``name`` now (a manual firing, recorded in its ledger)."""
+        return await self.client.run_schedule(name)
+
+    async def backfill_schedule(
+        self, name: str, start: datetime, end: datetime, *, commit: bool = False
+    ) -> list[BackfillSlot]:
+        """Fire ``name``'s slots between ``start`` and ``end`` not fired yet (a dry run unless ``commit``)."""
+        return await self.client.backfill_schedule(name, start, end, commit=commit)

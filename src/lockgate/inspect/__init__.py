@@ -13,6 +13,7 @@ from .flow import FlowRow
 from .gate import LedgerEntry, ParkedStart, Pause
 from .inspector import Inspector
 from .runs import RUN_STATUSES, TERMINAL, RunDetail
+from .schedules import FiringInfo, ScheduleInfo
 from .stats import Stats, StatsTotals, WorkflowStats
 from .trace import Trace
 
@@ -20,12 +21,14 @@ __all__ = [
     "RUN_STATUSES",
     "TERMINAL",
     "ClusterStatus",
+    "FiringInfo",
     "FlowRow",
     "Inspector",
     "LedgerEntry",
     "ParkedStart",
     "Pause",
     "RunDetail",
+    "ScheduleInfo",
     "Stats",
     "StatsTotals",
     "StoreLocation",

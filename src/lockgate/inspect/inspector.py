@@ -19,6 +19,7 @@ from .cluster import ClusterStatus, cluster_status
 from .flow import FlowRow, flow
 from .gate import LedgerEntry, ParkedStart, Pause, ledger_page, parked_page, pauses
 from .runs import RunDetail, check_page, check_status, run_detail, runs_page
+from .schedules import FiringInfo, ScheduleInfo, firings_page, schedule_infos
 from .stats import Stats, stats
 from .trace import Trace, trace
 
@@ -179,6 +180,16 @@ class Inspector:
         if limit < 1:
             raise InvalidArgument("limit must be >= 1")
         return await self.store.read(parked_page, workflow=workflow, mode=mode, after=after, limit=limit)
+
+    # -- schedules -------------------------------------------------------------------------------
+
+    async def schedules(self) -> list[ScheduleInfo]:
+        """Every schedule the app declares or the store holds, with its next firing time."""
+        return await self.store.read(schedule_infos, self.app.schedules(), self.clock.now())
+
+    async def schedule_firings(self, name: str, limit: int = 50) -> list[FiringInfo]:
+        """The firing ledger of schedule ``name``: claimed, skipped (why), started, failed..., newest first."""
+        return await self.store.read(firings_page, self.app.schedules(), name, limit)
 
     # -- totals --------------------------------------------------------------------------------
 

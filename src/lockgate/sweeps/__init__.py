@@ -13,11 +13,16 @@ from typing import Any
 from ..runtime import WorkerRuntime
 from .base import Sweep, SweepSettings
 from .retention import retention_sweep
+from .schedules import schedule_sweep
 from .staleness import staleness_sweep
 
 __all__ = ["SWEEPS", "Sweep", "SweepSettings", "start_sweeps", "sweeps_for"]
 
-SWEEPS: tuple[Callable[[WorkerRuntime, SweepSettings], Sweep | None], ...] = (staleness_sweep, retention_sweep)
+SWEEPS: tuple[Callable[[WorkerRuntime, SweepSettings], Sweep | None], ...] = (
+    staleness_sweep,
+    retention_sweep,
+    schedule_sweep,
+)
 """The registered sweeps, in the order they start."""
 
 

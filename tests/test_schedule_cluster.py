@@ -1,0 +1,106 @@
+"""Schedules fired by real processes: one engine on each store in real time, and three
+``lockgate serve`` processes on PostgreSQL of which one is killed with ``kill -9``."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import Counter
+from collections.abc import AsyncIterator, Iterator
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pydantic import BaseModel
+
+import lockgate as lg
+
+from .cluster.harness import Cluster, until
+from .pg import pg_database_url
+
+
+class Slot(BaseModel):
+    at: str
+
+
+def every_second_app() -> lg.App:
+    app = lg.App()
+
+    @app.workflow(name="rt.tick")
+    async def tick(ctx: lg.Context, p: Slot) -> str:
+        return p.at
+
+    app.schedule("rt", workflow=tick, every="1s", payload=lambda at: {"at": at.isoformat()})
+    return app
+
+
+async def test_an_engine_fires_an_every_second_schedule_in_real_time(make_engine: Any) -> None:
+    async with make_engine(every_second_app()) as engine:
+        await asyncio.sleep(3.2)
+        firings = await engine.schedule_firings("rt")
+    assert len(firings) >= 2
+    slots = [f.scheduled_at for f in firings]
+    assert len(set(slots)) == len(slots)
+    assert all(f.cause == "cron" and f.status in ("started", "succeeded") for f in firings)
+    lag = [(f.claimed_at - f.scheduled_at).total_seconds() for f in firings]
+    assert max(lag) < 1.5
+
+
+@pytest.fixture
+def pg_url(request: pytest.FixtureRequest) -> Iterator[str]:
+    yield from pg_database_url(request)
+
+
+@pytest.fixture
+async def cluster(pg_url: str, tmp_path: Path) -> AsyncIterator[Cluster]:
+    group = Cluster(pg_url, tmp_path)
+    await group.setup()
+    try:
+        yield group
+    finally:
+        await group.close()
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(120)
+async def test_three_processes_fire_each_second_once_through_a_kill_9(cluster: Cluster) -> None:
+    app_ref = "tests.cluster.schedules_app:app"
+    workers = cluster.spawn(3, lease="2s", app=app_ref)
+    await cluster.ready()
+    started = time.time()
+    await asyncio.sleep(10)
+    holder = await cluster.fetch("SELECT owner FROM lockgate_sweep_leases WHERE name = 'schedules'")
+    owners = await cluster.fetch("SELECT id, pid FROM lockgate_workers")
+    pid = next((p for wid, p in owners if holder and wid == holder[0][0]), workers[0].pid)
+    victim = cluster.by_pid(pid)  # the replica ticking the schedules: the worst one to lose
+    victim.kill()
+    await asyncio.sleep(10)
+    stopped_firing = time.time()
+
+    async def drained() -> bool:
+        rows = await cluster.fetch(
+            "SELECT COUNT(*) FROM lockgate_schedule_firings WHERE status IN ('claimed', 'buffered', 'started')"
+        )
+        return rows[0][0] == 0 or time.time() > stopped_firing + 25
+
+    await until(drained, timeout=40, what="firings settled")
+    for worker in cluster.workers:
+        worker.stop()
+    for worker in cluster.workers:
+        await worker.wait()
+    firings = await cluster.fetch(
+        "SELECT scheduled_at, status, run_id FROM lockgate_schedule_firings WHERE schedule = 'every-second' "
+        "AND scheduled_at <= %s ORDER BY scheduled_at",
+        stopped_firing,
+    )
+    runs = await cluster.fetch("SELECT payload, status FROM lockgate_runs WHERE workflow = 'cluster.tick'")
+    by_slot = Counter(datetime.fromisoformat(payload.split('"')[3]).timestamp() for payload, _ in runs)
+    slots = [float(s) for s, _, _ in firings]
+    assert len(slots) >= 15, cluster.logs()
+    assert by_slot.most_common(1)[0][1] == 1, "a slot started twice"
+    # Every second from the first slot to the last fired, once: none lost to the kill.
+    assert slots == [slots[0] + i for i in range(len(slots))], cluster.logs()
+    assert set(slots) <= set(by_slot), "a firing without its run"
+    assert {status for _, status, _ in firings} == {"succeeded"}, firings
+    assert slots[0] - started < 5
