@@ -29,6 +29,7 @@ from .errors import (
     WorkflowCrashLooped,
     WorkflowVersionIncompatible,
 )
+from .events import CancelOn, DeliveryRecord, Event, EventDef, EventRecord, Subject
 from .handles import Deferral, RunHandle
 from .inspect import FlowRow, Trace
 from .records import AttemptInfo, EventInfo, RunInfo, StepInfo
@@ -40,6 +41,7 @@ __all__ = [
     "BlockingStartRefused",
     "BulkItem",
     "BulkResult",
+    "CancelOn",
     "ChildHandle",
     "Client",
     "Concurrency",
@@ -47,9 +49,13 @@ __all__ = [
     "Debounce",
     "Deferral",
     "DefinitionError",
+    "DeliveryRecord",
     "Engine",
     "EngineClosed",
+    "Event",
+    "EventDef",
     "EventInfo",
+    "EventRecord",
     "FailureReport",
     "FlowRow",
     "InvalidArgument",
@@ -71,6 +77,7 @@ __all__ = [
     "StepFailed",
     "StepInfo",
     "StoreError",
+    "Subject",
     "Throttle",
     "Timeouts",
     "Trace",
