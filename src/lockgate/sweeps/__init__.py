@@ -12,12 +12,19 @@ from typing import Any
 
 from ..runtime import WorkerRuntime
 from .base import Sweep, SweepSettings
+from .cancel_on import cancel_on_sweep
+from .events import fanout_sweep
 from .retention import retention_sweep
 from .staleness import staleness_sweep
 
 __all__ = ["SWEEPS", "Sweep", "SweepSettings", "start_sweeps", "sweeps_for"]
 
-SWEEPS: tuple[Callable[[WorkerRuntime, SweepSettings], Sweep | None], ...] = (staleness_sweep, retention_sweep)
+SWEEPS: tuple[Callable[[WorkerRuntime, SweepSettings], Sweep | None], ...] = (
+    staleness_sweep,
+    retention_sweep,
+    fanout_sweep,
+    cancel_on_sweep,
+)
 """The registered sweeps, in the order they start."""
 
 
