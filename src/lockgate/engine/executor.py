@@ -37,11 +37,9 @@ from ..gate.handoff import HandOff, Passed, finish_passing
 from ..ids import new_id
 from ..serde import decode, dump_json, encode, validate_payload
 from ..store import Store, messages, runs, shared
-from ..store import events as store_events
 from ..store import journal as store_journal
 from ..store.base import Row
-from . import events as domain_events
-from . import identity
+from . import run_events
 
 __all__ = ["Execution", "Host"]
 
@@ -61,7 +59,7 @@ class Host(Protocol):
     store: Store
     clock: Clock
     inline_sleep: float
-    resolve_scopes: identity.ScopeResolver | None
+    resolve_scopes: run_events.ScopeResolver | None
 
     def wake(self, at: float | None = None) -> None: ...
 
@@ -192,7 +190,7 @@ class Execution(Context):
     async def run(self) -> None:
         """Enter the body and see it through to a park, a finish or a stop."""
         payload = self.defn.payload_model.model_validate_json(self.row["payload"])
-        self._scopes = await identity.scopes_for(self._host.resolve_scopes, self.subject)  # each attempt
+        self._scopes = await run_events.scopes(self._host.resolve_scopes, self.subject)  # each attempt
         loop = asyncio.get_running_loop()
         self.task = asyncio.ensure_future(self.defn.fn(self, payload))
         self.task.add_done_callback(self._poke)
@@ -771,40 +769,14 @@ class Execution(Context):
 
     @property
     def subject(self) -> Subject:
-        return identity.run_subject(self.row)
+        return run_events.subject(self.row)
 
     @property
     def scopes(self) -> frozenset[str]:
         return self._scopes
 
     async def publish(self, event: Any, key: Any = None, payload: Any = None) -> str:
-        declared = domain_events.declared_event(self._host.app, event)
-        step_key = self._key(f"publish:{declared.name}")
-        entry = self._journal.get(step_key)
-        if entry is not None and entry["status"] == "completed":
-            return str(decode(entry["output"], str))  # published by an earlier entry: not again
-        key_json, data_json = declared.validate(key, payload)
-        async with self._op():
-            now = self._clock.now()
-            row, deliveries = domain_events.run_event_rows(self._host.app, declared, key_json, data_json, now, self.row)
-            entry_row = {"step_key": step_key, "seq": self._seq(), "kind": "publish", "status": "completed"}
-            entry_row["output"] = encode(row["id"])
-            touch = self._touch_due(now)
-
-            async def publish(tx: Any) -> None:  # the event, its deliveries and the journal entry commit together
-                await store_events.publish(tx, row, deliveries)
-                await store_journal.record_entry(tx, self.fence, entry_row, now, progress=touch)
-
-            try:
-                await self._store.write(publish)
-            except shared.Fenced:
-                self.stop("lease lost")
-                raise
-            if touch:
-                self._progress_at = now
-            self._journal[step_key] = entry_row
-            self._host.published()
-            return str(row["id"])
+        return await run_events.publish(self, event, key, payload)
 
     # -- Context: children ---------------------------------------------------------------
 
