@@ -37,6 +37,8 @@ LAYERS: dict[str, int] = {
     "lockgate.handles": DEFINITIONS,
     "lockgate.records": DEFINITIONS,
     "lockgate.context": DEFINITIONS,
+    "lockgate.events": DEFINITIONS,
+    "lockgate.origin": DEFINITIONS,
     "lockgate.store": STORE,
     "lockgate.gate": GATE,
     "lockgate.runtime": GATE,

@@ -29,6 +29,7 @@ from .errors import (
     WorkflowCrashLooped,
     WorkflowVersionIncompatible,
 )
+from .events import CancelOn, DeliveryRecord, Event, EventDef, EventRecord, Subject
 from .handles import Deferral, RunHandle
 from .inspect import FlowRow, Trace
 from .records import AttemptInfo, EventInfo, RunInfo, StepInfo
@@ -41,6 +42,7 @@ __all__ = [
     "BlockingStartRefused",
     "BulkItem",
     "BulkResult",
+    "CancelOn",
     "ChildHandle",
     "Client",
     "Concurrency",
@@ -48,9 +50,13 @@ __all__ = [
     "Debounce",
     "Deferral",
     "DefinitionError",
+    "DeliveryRecord",
     "Engine",
     "EngineClosed",
+    "Event",
+    "EventDef",
     "EventInfo",
+    "EventRecord",
     "FailureReport",
     "FlowRow",
     "InvalidArgument",
@@ -73,6 +79,7 @@ __all__ = [
     "StepFailed",
     "StepInfo",
     "StoreError",
+    "Subject",
     "Throttle",
     "Timeouts",
     "Trace",

@@ -22,6 +22,7 @@ from .controls import WorkflowOptions, read_options
 from .definitions import Body, WorkflowDef, as_tuple
 from .durations import to_seconds
 from .errors import DefinitionError, UnknownWorkflow
+from .events import EventDef, TriggerDef, validate_events
 from .plan import GatePlan, check_shared, plan_for
 from .schedule import Schedule, ScheduleDef, build_schedules
 
@@ -40,6 +41,7 @@ _CORE_OPTIONS = {
     "signals",
     "updates",
     "schedule",
+    "cancel_on",
 }
 
 
@@ -59,6 +61,9 @@ class App:
         self._built: dict[str, WorkflowDef] | None = None
         self._scheduled: list[tuple[str, Any, Schedule]] = []
         self._built_schedules: dict[str, ScheduleDef] | None = None
+        self._events: list[EventDef] = []
+        self._triggers: list[TriggerDef] = []
+        self.events: dict[str, EventDef] = {}  # by name, once validated
 
     @overload
     def workflow(self, fn: F, /) -> F: ...
@@ -84,6 +89,41 @@ class App:
         if fn is not None:
             return register(fn)
         return register
+
+    # -- domain events (events.py) ---------------------------------------------------------
+
+    def event(
+        self, name: str, *, key: type[BaseModel] | None = None, payload: type[BaseModel] | None = None
+    ) -> EventDef:
+        """Declare the domain event ``name``; the descriptor is what triggers, ``cancel_on`` and publish take."""
+        declared = EventDef(name, key, payload)
+        self._events.append(declared)
+        self._built = None
+        return declared
+
+    def trigger(
+        self,
+        *,
+        on: EventDef | str,
+        workflow: str | Callable[..., Any],
+        filter: Callable[[Any], Any] | None = None,
+        payload: Callable[[Any], Any] | None = None,
+        idempotency_key: Callable[[Any], Any] | None = None,
+        name: str | None = None,
+    ) -> TriggerDef:
+        """Start ``workflow`` for every ``on`` event (``"*"``: every event); see ``events.TriggerDef``."""
+        trigger = TriggerDef("", on, workflow, filter, payload, idempotency_key)
+        trigger = TriggerDef(
+            name or f"{trigger.event_name}->{trigger.workflow_name}", on, workflow, filter, payload, idempotency_key
+        )
+        self._triggers.append(trigger)
+        self._built = None
+        return trigger
+
+    @property
+    def triggers(self) -> list[TriggerDef]:
+        """The declared triggers, in declaration order."""
+        return list(self._triggers)
 
     # -- boot -------------------------------------------------------------------------
 
@@ -115,6 +155,7 @@ class App:
             on_workflows = [(d.name, d.options["schedule"]) for d in self._declared if d.options.get("schedule")]
             models = {name: defn.payload_model for name, defn in built.items()}
             self._built_schedules = build_schedules(on_workflows, self._scheduled, models, time.time())
+            self.events = validate_events(self._events, self._triggers, built)
             self._built = built
         return self._built
 
@@ -179,6 +220,7 @@ def _build(decl: _Declaration) -> WorkflowDef:
         on_stalled=on_stalled,
         signals=_messages(name, "signals", opts.get("signals")),
         updates=_messages(name, "updates", opts.get("updates")),
+        cancel_on=tuple(opts.get("cancel_on") or ()),
         gate=GatePlan(workflow=name),
     )
 

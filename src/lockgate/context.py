@@ -16,6 +16,7 @@ from pydantic import BaseModel
 
 from .definitions import Retry
 from .durations import Duration
+from .origin import SYSTEM_SUBJECT, Subject
 
 __all__ = ["ChildHandle", "Context", "ParentClose"]
 
@@ -83,6 +84,13 @@ class Context(abc.ABC):
         """The child's result; its failure raised as ``RunFailed`` / ``RunCancelled``."""
 
     @abc.abstractmethod
+    async def publish(self, event: Any, key: Any = None, payload: Any = None) -> str:
+        """Publish a declared domain event (``app.event``) once: journaled, a replay does not publish again.
+
+        Its id; triggers start their workflows from it and ``cancel_on`` declarations see it.
+        """
+
+    @abc.abstractmethod
     def patch(self, marker: str) -> bool:
         """Whether this run was stamped with the patch ``marker`` when it started."""
 
@@ -97,6 +105,16 @@ class Context(abc.ABC):
     @abc.abstractmethod
     async def random(self) -> float:
         """A random float in [0, 1), journaled."""
+
+    @property
+    def subject(self) -> Subject:
+        """Who started the run (identity only; ``SYSTEM_SUBJECT`` when nobody was recorded)."""
+        return SYSTEM_SUBJECT
+
+    @property
+    def scopes(self) -> frozenset[str]:
+        """What the starter may do on this attempt (``Engine(resolve_scopes=...)``, asked again each attempt)."""
+        return frozenset()
 
     @property
     def flow_control(self) -> Any:

@@ -140,6 +140,7 @@ class WorkflowDef:
     on_stalled: Callable[[Any], Any] | None = None
     signals: dict[str, type[BaseModel]] = field(default_factory=dict)
     updates: dict[str, type[BaseModel]] = field(default_factory=dict)
+    cancel_on: tuple[Any, ...] = ()  # events.CancelOn entries (checked by events.validate_events)
 
     @functools.cached_property
     def patches_json(self) -> str:

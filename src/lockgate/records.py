@@ -48,6 +48,8 @@ class RunInfo:
     entries: int
     reclaim_count: int
     discarded: bool
+    source: str | None = None  # where the run came from (origin.py)
+    trace_id: str | None = None
     raw: dict[str, Any] = field(repr=False, compare=False, default_factory=dict)
 
     @classmethod
@@ -76,6 +78,8 @@ class RunInfo:
             entries=int(row["entries"]),
             reclaim_count=int(row["reclaim_count"]),
             discarded=row["discarded_at"] is not None,
+            source=row.get("source"),
+            trace_id=row.get("trace_id"),
             raw=dict(row),
         )
 

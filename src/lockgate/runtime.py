@@ -11,7 +11,7 @@ loop reports a store failure. Both are frozen: reading a field is an attribute r
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from pydantic import BaseModel
@@ -24,7 +24,7 @@ from .handles import Waiter
 from .store import Store
 from .store.base import Row
 
-__all__ = ["NewRunRow", "Pauses", "Runtime", "WorkerRuntime"]
+__all__ = ["NewRunRow", "Pauses", "Published", "Runtime", "WorkerRuntime"]
 
 
 class Pauses(Protocol):
@@ -58,6 +58,22 @@ class NewRunRow(Protocol):
     ) -> dict[str, Any]: ...
 
 
+class Published:
+    """Who to tell at once when this process publishes a domain event (the event sweeps tick then)."""
+
+    __slots__ = ("_listeners",)
+
+    def __init__(self) -> None:
+        self._listeners: list[Callable[[], None]] = []
+
+    def listen(self, listener: Callable[[], None]) -> None:
+        self._listeners.append(listener)
+
+    def __call__(self) -> None:
+        for listener in self._listeners:
+            listener()
+
+
 @dataclass(frozen=True, slots=True)
 class Runtime:
     """What the gate's admission and the drainer decide with, and call back into."""
@@ -79,6 +95,8 @@ class Runtime:
     """Runs ended from outside: stop any local execution and release their result waiters."""
     waiter: Waiter
     """What a ``RunHandle`` waits for its run with."""
+    published: Published = field(default_factory=Published)
+    """Called when this process publishes a domain event; the event sweeps listen to it."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -19,6 +19,7 @@ from ..errors import LockgateError
 from . import bulk as bulk
 from . import cluster as cluster
 from . import demo as demo  # each import registers that module's commands on its group
+from . import events as events
 from . import gate as gate
 from . import schedules as schedules
 from . import serve as serve

@@ -204,6 +204,7 @@ async def open_client(app: App, store: str, *, must_exist: bool = True) -> Async
     """An open ``Client``; with ``must_exist``, a SQLite file that is not there is an error, not created."""
     _check_exists(store, must_exist)
     async with Client(app, store) as client:
+        client.source = "cli"  # what its starts and publishes record as their source
         yield client
 
 

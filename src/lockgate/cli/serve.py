@@ -41,6 +41,8 @@ class ServeConfig:
     max_concurrent_runs: int
     lease: float
     retention: float | None
+    event_retention: float | None = 30 * 86400.0  # domain events (docs/events.md)
+    delivery_retention: float | None = 30 * 86400.0  # their deliveries: a custom key's dedupe window
 
 
 @dataclass(frozen=True)
@@ -91,6 +93,8 @@ async def serve_app(app: App, config: ServeConfig) -> int:
         max_concurrent_runs=config.max_concurrent_runs,
         lease=config.lease,
         retention=config.retention,
+        event_retention=config.event_retention,
+        delivery_retention=config.delivery_retention,
     )
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
@@ -162,9 +166,31 @@ async def serve_app(app: App, config: ServeConfig) -> int:
     help="Delete runs that ended longer ago than this, with their records, and ledger rows as old "
     "(at least 1m; 'never' keeps everything).",
 )
+@click.option(
+    "--event-retention",
+    type=RetentionType(),
+    default="30d",
+    show_default=True,
+    help="Delete domain events published longer ago than this ('never' keeps them).",
+)
+@click.option(
+    "--delivery-retention",
+    type=RetentionType(),
+    default="30d",
+    show_default=True,
+    help="Delete event deliveries older than this; a trigger's custom idempotency key deduplicates only "
+    "this long ('never' keeps them).",
+)
 @click.pass_context
 def serve(
-    ctx: click.Context, app_ref: str, store: str, max_concurrent_runs: int, lease: float, retention: float | None
+    ctx: click.Context,
+    app_ref: str,
+    store: str,
+    max_concurrent_runs: int,
+    lease: float,
+    retention: float | None,
+    event_retention: float | None,
+    delivery_retention: float | None,
 ) -> None:
     """Run the workflows of MODULE:APP (workers + sweeps) until SIGINT or SIGTERM.
 
@@ -176,7 +202,13 @@ def serve(
     app = load_app(app_ref, param_hint="'MODULE:APP'")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
     config = ServeConfig(
-        app_ref=app_ref, store=store, max_concurrent_runs=max_concurrent_runs, lease=lease, retention=retention
+        app_ref=app_ref,
+        store=store,
+        max_concurrent_runs=max_concurrent_runs,
+        lease=lease,
+        retention=retention,
+        event_retention=event_retention,
+        delivery_retention=delivery_retention,
     )
     code = run_async(serve_app(app, config))
     ctx.exit(code)

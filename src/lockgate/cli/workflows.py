@@ -33,21 +33,31 @@ STATUSES = RUN_STATUSES
 @click.option("--workflow", metavar="NAME", help="Only runs of this workflow.")
 @click.option("--status", type=click.Choice(STATUSES), help="Only runs in this status.")
 @click.option("--dead-letter", is_flag=True, help="Only failed runs nobody has discarded yet.")
+@click.option("--source", metavar="SOURCE", help="Only runs started from there (api, cli, event:NAME, child:ID, ...).")
 @click.option("--limit", type=click.IntRange(min=1), default=50, show_default=True)
 @click.option("--offset", type=click.IntRange(min=0), default=0, show_default=True)
 @store_option
 @format_option
 def list_runs(
-    workflow: str | None, status: str | None, dead_letter: bool, limit: int, offset: int, store: str, fmt: str
+    workflow: str | None,
+    status: str | None,
+    dead_letter: bool,
+    source: str | None,
+    limit: int,
+    offset: int,
+    store: str,
+    fmt: str,
 ) -> None:
     """Runs, newest first."""
+    if dead_letter and source is not None:
+        raise click.BadParameter("--dead-letter cannot be combined with --source")
     if dead_letter and status not in (None, "failed"):
         raise click.BadParameter("--dead-letter lists failed runs; it cannot be combined with another status")
 
     async def go() -> list[RunInfo]:
         async with open_inspector(load_app(None), store) as inspector:
             return await inspector.runs(
-                workflow=workflow, status=status, dead_letter=dead_letter, limit=limit, offset=offset
+                workflow=workflow, status=status, source=source, dead_letter=dead_letter, limit=limit, offset=offset
             )
 
     runs = run_async(go())

@@ -8,9 +8,11 @@ the store only.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import importlib
 import json
 from collections.abc import Awaitable, Callable
+from contextlib import AbstractContextManager
 from datetime import datetime
 from types import TracebackType
 from typing import Any, Self
@@ -27,15 +29,18 @@ from ..errors import (
     RunNotEligible,
     UpdateFailed,
 )
+from ..events import DeliveryRecord, EventDef, EventRecord, Subject
 from ..gate.admission import admit, identity_key
 from ..handles import RunHandle
 from ..ids import new_id
-from ..inspect.inspector import Inspector
+from ..inspect import Inspector
 from ..inspect.schedules import FiringInfo, ScheduleInfo
+from ..origin import current_origin, starting_from
 from ..records import AttemptInfo, EventInfo, RunInfo, StepInfo
 from ..serde import validate_payload
 from ..store import Store, journal, messages, open_store, runs, shared
 from ..store.base import Row
+from . import events as domain_events
 from . import schedules
 from .core import Core, WorkflowRef
 from .firing import Fired, ScheduleRuntime
@@ -93,6 +98,15 @@ class Client(OperatorVerbs):
     def recording(self) -> str:
         return self.core.recording
 
+    @property
+    def source(self) -> str:
+        """What a start or publish through this client records as its source (origin.py): ``client``."""
+        return self.core.source
+
+    @source.setter
+    def source(self, value: str) -> None:
+        self.core.source = value
+
     # -- lifecycle ----------------------------------------------------------------------
 
     async def __aenter__(self) -> Self:
@@ -142,15 +156,19 @@ class Client(OperatorVerbs):
         idempotency_key: str | None = None,
         flow_control: Any = None,
         timeout: float | None = None,
+        subject: Subject | None = None,
+        trace_id: str | None = None,
     ) -> RunHandle:
         """Offer a start to the gate; the handle says what became of it.
 
         With ``wait=True`` the call returns once the run has ended (its result via
-        ``handle.result()``, or raised when it failed).
+        ``handle.result()``, or raised when it failed). ``subject`` (the starter's identity,
+        never its authority) and ``trace_id`` are recorded with the run (``ctx.subject``).
         """
-        handle = await self._admit(
-            workflow, payload, at=at, wait=wait, idempotency_key=idempotency_key, flow_control=flow_control
-        )
+        with self._starting(subject, trace_id):
+            handle = await self._admit(
+                workflow, payload, at=at, wait=wait, idempotency_key=idempotency_key, flow_control=flow_control
+            )
         if wait and handle.run_id is not None:
             await self.result(handle.run_id, timeout=timeout)
         return handle
@@ -195,6 +213,14 @@ class Client(OperatorVerbs):
             idempotency_key=idempotency_key,
             flow_control=flow_control,
         )
+
+    def _starting(self, subject: Subject | None, trace_id: str | None) -> AbstractContextManager[Any]:
+        """Around a start given a starter or a trace id: record them (origin.py)."""
+        if subject is None and trace_id is None:
+            return contextlib.nullcontext()
+        base = current_origin(self.source)
+        who = base.subject if subject is None else subject.to_json()
+        return starting_from(base.source, trace_id or base.trace_id, who)
 
     def wake(self, at: float | None = None) -> None:
         """Tell local workers a run is runnable from ``at`` (no ``at``: re-read everything). A client has none."""
@@ -241,16 +267,23 @@ class Client(OperatorVerbs):
         workflow: str | None = None,
         status: str | None = None,
         parent_id: str | None = None,
+        source: str | None = None,
         limit: int = 50,
         offset: int = 0,
     ) -> list[RunInfo]:
-        """Runs, newest first."""
+        """Runs, newest first (``source``: only those started from there, e.g. ``event:order.paid``)."""
         if status is not None and status not in ("running", "suspended", "succeeded", "failed", "cancelled"):
             raise InvalidArgument(f"unknown status {status!r}: running, suspended, succeeded, failed or cancelled")
         if limit < 1 or offset < 0:
             raise InvalidArgument("limit must be >= 1 and offset >= 0")
         rows = await self.store.read(
-            runs.list_runs, workflow=workflow, status=status, parent_id=parent_id, limit=limit, offset=offset
+            runs.list_runs,
+            workflow=workflow,
+            status=status,
+            parent_id=parent_id,
+            source=source,
+            limit=limit,
+            offset=offset,
         )
         return [RunInfo.from_row(r) for r in rows]
 
@@ -267,6 +300,50 @@ class Client(OperatorVerbs):
         """The run's lifecycle events, oldest first."""
         rows = await self.store.read(journal.list_events, run_id)
         return [EventInfo.from_row(r) for r in rows]
+
+    # -- domain events (engine/events.py; read through inspect/events.py) ----------------------
+
+    async def publish(
+        self,
+        event: EventDef | str,
+        key: Any = None,
+        payload: Any = None,
+        *,
+        trace_id: str | None = None,
+        subject: Subject | None = None,
+    ) -> str:
+        """Publish a declared event (validated first; nothing written if it is refused); its id."""
+        origin = current_origin(self.source)
+        event_id = await domain_events.publish(
+            self.app,
+            self.store,
+            self.clock,
+            event,
+            key,
+            payload,
+            source=origin.source,
+            trace_id=trace_id or origin.trace_id,
+            subject=subject or Subject.from_json(origin.subject),
+        )
+        self.core.published()
+        return event_id
+
+    async def list_events(
+        self, *, name: str | None = None, since: datetime | None = None, limit: int = 50
+    ) -> list[EventRecord]:
+        """Published events, newest first."""
+        return await self._inspector().list_events(name=name, since=since, limit=limit)
+
+    async def get_event(self, event_id: str) -> EventRecord:
+        """One published event (``InvalidArgument`` if there is none)."""
+        return await self._inspector().get_event(event_id)
+
+    async def deliveries(self, event_id: str) -> list[DeliveryRecord]:
+        """What became of ``event_id`` for each trigger listening for it."""
+        return await self._inspector().deliveries(event_id)
+
+    def _inspector(self) -> Inspector:
+        return Inspector(self.store, self.app, self.clock)
 
     # -- messages -----------------------------------------------------------------------
 
@@ -401,6 +478,7 @@ class Client(OperatorVerbs):
         model = validate_payload(defn.payload_model, source, what=f"retry of {defn.name!r} payload")
         new_row = self.new_run_row(defn, model)
         new_row["retry_of"] = run_id
+        new_row["source"] = f"retry:{run_id}"
 
         async def op(tx: Any) -> dict[str, Any]:
             created, _ = await runs.create_run(tx, new_row, now)

@@ -22,7 +22,8 @@ from ..errors import ResultTimeout, RunCancelled, RunFailed
 from ..gate.pipeline import Decision
 from ..handles import RunHandle
 from ..ids import new_id
-from ..runtime import Runtime
+from ..origin import current_origin, origin_columns
+from ..runtime import Published, Runtime
 from ..serde import decode
 from ..store import Store, shared
 from ..store.base import Row
@@ -89,6 +90,8 @@ class Core:
         self.settled: dict[str, asyncio.Event] = {}  # update message id -> set when it is answered
         self.is_open = False
         self.local: Local | None = None
+        self.source = "client"  # what a start or publish records as its source unless told otherwise (origin.py)
+        self.published = Published()
         self.runtime = self._runtime()
 
     def serve(self, local: Local) -> None:
@@ -111,6 +114,7 @@ class Core:
                 after_decision=self.after_decision,
                 stopped=self.stopped,
                 waiter=self,
+                published=self.published,
             )
         return Runtime(
             app=self.app,
@@ -124,6 +128,7 @@ class Core:
             after_decision=local.after_decision,
             stopped=local.stopped,
             waiter=self,
+            published=self.published,
         )
 
     # -- lifecycle ----------------------------------------------------------------------
@@ -166,6 +171,7 @@ class Core:
             "patches": defn.patches_json,
             "ticket": ticket or new_id("tkt"),
             "recording": self.recording,
+            **origin_columns(current_origin(self.source)),  # where the start came from (origin.py)
         }
 
     def after_decision(self, defn: WorkflowDef, decision: Decision) -> None:

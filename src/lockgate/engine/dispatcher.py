@@ -33,6 +33,7 @@ from ..store import runs, shared, workers
 from ..store.base import Row
 from .core import Core, WorkflowRef
 from .executor import Execution
+from .identity import ScopeResolver
 from .leases import Outages, Wakeup, backoff, release_dead_local_workers
 
 __all__ = ["Dispatcher"]
@@ -53,8 +54,10 @@ class Dispatcher:
         max_reclaims: int,
         worker_id: str,
         host: str,
+        resolve_scopes: ScopeResolver | None = None,
     ) -> None:
         self.core = core
+        self.resolve_scopes = resolve_scopes  # asked on every execution attempt (engine/identity.py)
         self.app = core.app
         self.store = core.store
         self.clock = core.clock
@@ -241,6 +244,10 @@ class Dispatcher:
         finally:
             if claim.run_id is not None:  # launched (now in flight) or not created: the slot is free again
                 self._reserved -= 1
+
+    def published(self) -> None:
+        """A body here published a domain event: the event sweeps of this process tick at once."""
+        self.core.published()
 
     def new_run_row(
         self,

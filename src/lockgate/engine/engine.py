@@ -18,6 +18,7 @@ from ..app import App
 from ..clock import Clock
 from ..definitions import WorkflowDef
 from ..durations import Duration, to_seconds
+from ..events import DeliveryRecord, EventDef, EventRecord, Subject
 from ..gate.drainer import Drainer
 from ..gate.handoff import HandOff, Passed
 from ..gate.pipeline import Decision
@@ -34,6 +35,7 @@ from .core import Core, WorkflowRef
 from .dispatcher import Dispatcher
 from .executor import Execution
 from .firing import Fired
+from .identity import ScopeResolver
 from .operator import BulkResult
 from .schedules import BackfillSlot
 
@@ -64,6 +66,9 @@ class Engine:
         inline_sleep: Duration = "1s",
         stall_after: Duration = "30m",
         retention: Duration | None = "30d",
+        event_retention: Duration | None = "30d",
+        delivery_retention: Duration | None = "30d",
+        resolve_scopes: ScopeResolver | None = None,
         max_reclaims: int = 3,
         recording: str = "full",
         clock: Clock | None = None,
@@ -86,6 +91,12 @@ class Engine:
         if self.retention is not None and self.retention < MIN_RETENTION:
             raise ValueError(f"retention must be at least 1m (or None to keep everything), got {retention!r}")
         self.max_reclaims = max_reclaims
+        # Domain events and deliveries (sweeps/retention.py); the delivery TTL is a custom key's dedupe window.
+        self.event_retention = None if event_retention is None else to_seconds(event_retention, what="event_retention")
+        self.delivery_retention = (
+            None if delivery_retention is None else to_seconds(delivery_retention, what="delivery_retention")
+        )
+        self.client.source = "api"  # a start or publish made through an engine, unless told otherwise (origin.py)
         self.worker_id = worker_id or new_id("wkr")
         self.client.schedule_owner = self.worker_id
         self.host = socket.gethostname()
@@ -97,6 +108,7 @@ class Engine:
             max_reclaims=max_reclaims,
             worker_id=self.worker_id,
             host=self.host,
+            resolve_scopes=resolve_scopes,
         )
 
     @property
@@ -117,7 +129,12 @@ class Engine:
     @property
     def sweep_settings(self) -> SweepSettings:
         """What the sweeps are started with (``stall_after``, ``retention``)."""
-        return SweepSettings(stall_after=self.stall_after, retention=self.retention)
+        return SweepSettings(
+            stall_after=self.stall_after,
+            retention=self.retention,
+            event_retention=self.event_retention,
+            delivery_retention=self.delivery_retention,
+        )
 
     @property
     def drainer(self) -> Drainer:
@@ -238,6 +255,8 @@ class Engine:
         idempotency_key: str | None = None,
         flow_control: Any = None,
         timeout: float | None = None,
+        subject: Subject | None = None,
+        trace_id: str | None = None,
     ) -> RunHandle:
         """Offer a start to the gate; the handle says what became of it."""
         return await self.client.start(
@@ -248,6 +267,8 @@ class Engine:
             idempotency_key=idempotency_key,
             flow_control=flow_control,
             timeout=timeout,
+            subject=subject,
+            trace_id=trace_id,
         )
 
     async def run(
@@ -290,12 +311,13 @@ class Engine:
         workflow: str | None = None,
         status: str | None = None,
         parent_id: str | None = None,
+        source: str | None = None,
         limit: int = 50,
         offset: int = 0,
     ) -> list[RunInfo]:
-        """Runs, newest first."""
+        """Runs, newest first (``source``: only those started from there)."""
         return await self.client.list_runs(
-            workflow=workflow, status=status, parent_id=parent_id, limit=limit, offset=offset
+            workflow=workflow, status=status, parent_id=parent_id, source=source, limit=limit, offset=offset
         )
 
     async def steps(self, run_id: str) -> list[StepInfo]:
@@ -308,6 +330,32 @@ class Engine:
     async def events(self, run_id: str) -> list[EventInfo]:
         """The run's lifecycle events, oldest first."""
         return await self.client.events(run_id)
+
+    async def publish(
+        self,
+        event: EventDef | str,
+        key: Any = None,
+        payload: Any = None,
+        *,
+        trace_id: str | None = None,
+        subject: Subject | None = None,
+    ) -> str:
+        """Publish a declared domain event; its id (``Client.publish``)."""
+        return await self.client.publish(event, key, payload, trace_id=trace_id, subject=subject)
+
+    async def list_events(
+        self, *, name: str | None = None, since: datetime | None = None, limit: int = 50
+    ) -> list[EventRecord]:
+        """Published events, newest first."""
+        return await self.client.list_events(name=name, since=since, limit=limit)
+
+    async def get_event(self, event_id: str) -> EventRecord:
+        """One published event."""
+        return await self.client.get_event(event_id)
+
+    async def deliveries(self, event_id: str) -> list[DeliveryRecord]:
+        """What became of ``event_id`` for each trigger listening for it."""
+        return await self.client.deliveries(event_id)
 
     async def signal(self, run_id: str, name: str, payload: Any = None) -> None:
         """Send signal ``name`` to a live run; kept until the body waits for it."""

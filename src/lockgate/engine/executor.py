@@ -32,12 +32,14 @@ from ..controls import FailureReport
 from ..definitions import Retry, WorkflowDef
 from ..durations import Duration, to_seconds
 from ..errors import PayloadError, RunCancelled, RunFailed, StepFailed, StoreError
+from ..events import Subject
 from ..gate.handoff import HandOff, Passed, finish_passing
 from ..ids import new_id
 from ..serde import decode, dump_json, encode, validate_payload
 from ..store import Store, messages, runs, shared
 from ..store import journal as store_journal
 from ..store.base import Row
+from . import run_events
 
 __all__ = ["Execution", "Host"]
 
@@ -57,6 +59,7 @@ class Host(Protocol):
     store: Store
     clock: Clock
     inline_sleep: float
+    resolve_scopes: run_events.ScopeResolver | None
 
     def wake(self, at: float | None = None) -> None: ...
 
@@ -71,6 +74,8 @@ class Host(Protocol):
     def on_step_error(self, execution: Execution, step_key: str, error: BaseException) -> None: ...
 
     def message_settled(self, message_id: str) -> None: ...
+
+    def published(self) -> None: ...
 
     def new_run_row(
         self,
@@ -178,12 +183,14 @@ class Execution(Context):
         self._held_since = 0.0  # the event loop's time when the oldest held entry was held
         self._hold_timer: asyncio.TimerHandle | None = None
         self._flushing: asyncio.Future[None] | None = None  # held entries written alone, not yet durable
+        self._scopes: frozenset[str] = frozenset()  # asked of Engine(resolve_scopes=) as the body is entered
 
     # -- running the body ----------------------------------------------------------------
 
     async def run(self) -> None:
         """Enter the body and see it through to a park, a finish or a stop."""
         payload = self.defn.payload_model.model_validate_json(self.row["payload"])
+        self._scopes = await run_events.scopes(self._host.resolve_scopes, self.subject)  # each attempt
         loop = asyncio.get_running_loop()
         self.task = asyncio.ensure_future(self.defn.fn(self, payload))
         self.task.add_done_callback(self._poke)
@@ -760,6 +767,17 @@ class Execution(Context):
                 return result  # type: ignore[no-any-return]
         await self._block(_Wait("update", names=[name], models=_model_ref(name, model)))
 
+    @property
+    def subject(self) -> Subject:
+        return run_events.subject(self.row)
+
+    @property
+    def scopes(self) -> frozenset[str]:
+        return self._scopes
+
+    async def publish(self, event: Any, key: Any = None, payload: Any = None) -> str:
+        return await run_events.publish(self, event, key, payload)
+
     # -- Context: children ---------------------------------------------------------------
 
     async def start_child(
@@ -778,6 +796,7 @@ class Execution(Context):
             child_id = new_id("run")
             run = self._host.new_run_row(child_def, model, run_id=child_id, identity=f"child:{self.run_id}:{key}")
             run.update(parent_id=self.run_id, parent_close=parent_close, recording=self.row["recording"])
+            run.update(source=f"child:{self.run_id}", trace_id=self.row["trace_id"], subject=self.row["subject"])
             entry_row = {
                 "step_key": key,
                 "seq": self._seq(),

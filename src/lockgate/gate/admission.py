@@ -64,6 +64,8 @@ async def admit(
     ticket = new_id("tkt")
     run = rt.new_run_row(defn, "{}" if item_model is not None else model, idempotency_key=key, ticket=ticket)
     run["retry_of"] = retry_of
+    if retry_of:
+        run["source"] = f"retry:{retry_of}"  # where the start came from (origin.py)
     now = rt.clock.now()
     if plan.bare and at is None and not await rt.pauses.paused(defn.name):
         # no control to pass, but the run still carries what happens when it fails or overruns
@@ -131,6 +133,8 @@ def _bare_decision(run: dict[str, Any], created: dict[str, Any], fresh: bool, no
         "outcome": "admitted" if fresh else "existing",
         "run_id": created["id"],
         "at": now,
+        "source": run.get("source"),  # where the start came from (origin.py)
+        "trace_id": run.get("trace_id"),
         "control": None if fresh else "identity",
         "reason": None if fresh else "idempotency key already spent",
     }

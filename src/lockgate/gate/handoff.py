@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..definitions import WorkflowDef
+from ..origin import origin_columns
 from ..plan import GatePlan
 from ..store import gate, journal, runs, shared
 from ..store.base import Row, Tx
@@ -183,6 +184,7 @@ async def _pass_on(tx: Tx, slot: gate.Slot, ended: list[tuple[Passed, HandOff, f
             "payload": row["payload"],
             "idempotency_key": row["idempotency_key"],
             "retry_of": row["retry_of"],
+            **origin_columns(row),  # where the start came from (origin.py)
             "ticket": row["ticket"],
             "slot_scope": slot[0],
             "slot_key": slot[1],

@@ -9,6 +9,7 @@ from typing import Any
 
 from ..definitions import WorkflowDef
 from ..ids import new_id
+from ..origin import origin_columns
 from ..plan import GatePlan
 from ..store.base import Row, Tx
 
@@ -78,6 +79,6 @@ def reoffer(defn: WorkflowDef, row: Row, run: dict[str, Any]) -> Offer:
         fair=row["fair_key"],
         identity=row["identity"],
         idempotency_key=row["idempotency_key"],
-        run={**run, "id": new_id("run"), "retry_of": row["retry_of"]},
+        run={**run, "id": new_id("run"), "retry_of": row["retry_of"], **origin_columns(row)},
         pending=row,
     )

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 from ..ids import new_id
+from ..origin import origin_columns
 from ..store import gate
 from ..store.base import Row, Tx
 from .keys import singleton_key
@@ -60,6 +61,7 @@ def ledger_row(
         "pending_id": pending_id,
         "run_id": run_id,
         "at": now,
+        **({"source": o.run.get("source"), "trace_id": o.run.get("trace_id")} if row is None else {}),
     }
 
 
@@ -164,6 +166,7 @@ def arrival_rows(
         "fair_key": o.fair,
         "on_failure": o.plan.on_failure,
         "retry_of": o.run.get("retry_of"),
+        **origin_columns(o.run),  # where the start came from (origin.py)
         "first_at": now,
         "last_at": now,
         "due_at": due,

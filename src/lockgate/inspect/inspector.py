@@ -13,8 +13,10 @@ from datetime import datetime
 from ..app import App
 from ..clock import Clock, SystemClock
 from ..errors import InvalidArgument, LockgateError
+from ..events import DeliveryRecord, EventRecord
 from ..records import AttemptInfo, EventInfo, RunInfo, StepInfo
 from ..store import Store, journal, shared
+from . import events as domain_events
 from .cluster import ClusterStatus, cluster_status
 from .flow import FlowRow, flow
 from .gate import LedgerEntry, ParkedStart, Pause, ledger_page, parked_page, pauses
@@ -44,6 +46,7 @@ class Inspector:
         workflow: str | None = None,
         status: str | None = None,
         parent_id: str | None = None,
+        source: str | None = None,
         dead_letter: bool = False,
         before: str | None = None,
         limit: int = 50,
@@ -52,6 +55,7 @@ class Inspector:
         """Runs matching the filters, newest first, paged by ``limit`` and ``offset``, or by ``before``:
         the id of the last run of the previous page, a cursor that new runs do not shift.
 
+        ``source`` keeps runs started from there (``api``, ``cli``, ``event:<name>``, ``child:<run id>``, ...).
         ``dead_letter`` keeps failed runs nobody has discarded (``status`` may then only be ``failed``).
         ``UnknownRun`` if ``before`` names no run.
         """
@@ -63,10 +67,13 @@ class Inspector:
                 workflow=workflow,
                 status=status,
                 parent_id=parent_id,
+                source=source,
                 before=before,
                 limit=limit,
                 offset=offset,
             )
+        if source is not None:
+            raise InvalidArgument("dead letters cannot be filtered by source")
         if status not in (None, "failed"):
             raise InvalidArgument("dead letters are failed runs; they cannot be combined with another status")
         return await self._dead_letters(workflow, parent_id, before, limit, offset)
@@ -117,6 +124,22 @@ class Inspector:
     async def events(self, run_id: str) -> list[EventInfo]:
         """The run's lifecycle events, oldest first."""
         return [EventInfo.from_row(r) for r in await self.store.read(journal.list_events, run_id)]
+
+    # -- domain events -------------------------------------------------------------------------
+
+    async def list_events(
+        self, *, name: str | None = None, since: datetime | None = None, limit: int = 50
+    ) -> list[EventRecord]:
+        """Published domain events, newest first."""
+        return await domain_events.list_events(self.store, name=name, since=since, limit=limit)
+
+    async def get_event(self, event_id: str) -> EventRecord:
+        """One published event (``InvalidArgument`` if there is none)."""
+        return await domain_events.get_event(self.store, event_id)
+
+    async def deliveries(self, event_id: str) -> list[DeliveryRecord]:
+        """What became of ``event_id`` for each trigger listening for it."""
+        return await domain_events.deliveries(self.store, event_id)
 
     # -- the gate ----------------------------------------------------------------------------
 

@@ -57,6 +57,7 @@ async def runs_page(
     workflow: str | None = None,
     status: str | None = None,
     parent_id: str | None = None,
+    source: str | None = None,
     before: str | None = None,
     limit: int = 50,
     offset: int = 0,
@@ -67,11 +68,18 @@ async def runs_page(
     page is stable while new runs arrive; ``UnknownRun`` if there is no such run."""
     if before is None:
         rows = await runs.list_runs(
-            tx, workflow=workflow, status=status, parent_id=parent_id, limit=limit, offset=offset
+            tx, workflow=workflow, status=status, parent_id=parent_id, source=source, limit=limit, offset=offset
         )
     else:
         rows = await runs.runs_before(
-            tx, before, workflow=workflow, status=status, parent_id=parent_id, limit=limit, offset=offset
+            tx,
+            before,
+            workflow=workflow,
+            status=status,
+            parent_id=parent_id,
+            source=source,
+            limit=limit,
+            offset=offset,
         )
     return [RunInfo.from_row(r) for r in rows]
 

@@ -31,6 +31,7 @@ class Trace:
     run_status: str | None = None
     run_error: str | None = None
     history: list[dict[str, Any]] = field(default_factory=list)
+    source: str | None = None  # where the start came from (origin.py): event:<name> for a triggered start
 
     def to_dict(self) -> dict[str, Any]:
         out = asdict(self)
@@ -58,6 +59,7 @@ async def trace(tx: Tx, ticket: str, now: float, concurrency_limits: dict[str, i
         "control": arrival["control"],
         "key": arrival["key"],
         "reason": arrival["reason"],
+        "source": arrival.get("source"),
     }
     run_id = arrival["run_id"]
     absorbed_by = None

@@ -60,6 +60,8 @@ LEDGER_DEFAULTS: dict[str, Any] = {
     "waited": None,
     "pending_id": None,
     "run_id": None,
+    "source": None,  # where the start came from (origin.py): set on arrival rows
+    "trace_id": None,
 }
 PENDING_DEFAULTS: dict[str, Any] = {
     "hold_scope": None,
@@ -75,6 +77,9 @@ PENDING_DEFAULTS: dict[str, Any] = {
     "fair_key": None,
     "on_failure": None,
     "retry_of": None,
+    "source": None,  # where the start came from (origin.py), copied onto the run it becomes
+    "trace_id": None,
+    "subject": None,
     "due_at": None,
     "expires_at": None,
 }

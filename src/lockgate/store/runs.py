@@ -120,12 +120,12 @@ async def list_runs(
     workflow: str | None = None,
     status: str | None = None,
     parent_id: str | None = None,
+    source: str | None = None,
     limit: int = 50,
     offset: int = 0,
 ) -> list[Row]:
-    return await tx.execute(
-        "list_runs", {"workflow": workflow, "status": status, "parent_id": parent_id, "limit": limit, "offset": offset}
-    )
+    params = {"workflow": workflow, "status": status, "parent_id": parent_id, "source": source}
+    return await tx.execute("list_runs", {**params, "limit": limit, "offset": offset})
 
 
 async def count_runs(tx: Tx, workflow: str | None = None) -> tuple[list[Row], list[Row]]:
@@ -519,6 +519,7 @@ async def runs_before(
     workflow: str | None = None,
     status: str | None = None,
     parent_id: str | None = None,
+    source: str | None = None,
     limit: int = 50,
     offset: int = 0,
 ) -> list[Row]:
@@ -533,6 +534,7 @@ async def runs_before(
             "workflow": workflow,
             "status": status,
             "parent_id": parent_id,
+            "source": source,
             "before_at": cursor["created_at"],
             "before_id": before,
             "limit": limit,

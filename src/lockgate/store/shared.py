@@ -53,6 +53,9 @@ _RUN_DEFAULTS: dict[str, Any] = {
     "parent_id": None,
     "parent_close": None,
     "retry_of": None,
+    "source": None,  # where the run came from (origin.py)
+    "trace_id": None,
+    "subject": None,
     "ticket": None,
     "idempotency_key": None,
     "version": None,

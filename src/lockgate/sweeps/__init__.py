@@ -12,6 +12,8 @@ from typing import Any
 
 from ..runtime import WorkerRuntime
 from .base import Sweep, SweepSettings
+from .cancel_on import cancel_on_sweep
+from .events import fanout_sweep
 from .retention import retention_sweep
 from .schedules import schedule_sweep
 from .staleness import staleness_sweep
@@ -22,6 +24,8 @@ SWEEPS: tuple[Callable[[WorkerRuntime, SweepSettings], Sweep | None], ...] = (
     staleness_sweep,
     retention_sweep,
     schedule_sweep,
+    fanout_sweep,
+    cancel_on_sweep,
 )
 """The registered sweeps, in the order they start."""
 

@@ -19,6 +19,10 @@ class SweepSettings:
 
     stall_after: float
     retention: float | None
+    event_retention: float | None = None
+    """Domain events published longer ago are deleted (only in an app that declares events)."""
+    delivery_retention: float | None = None
+    """Settled deliveries older are deleted: a trigger's custom idempotency key deduplicates this long."""
 
 
 class Sweep:

@@ -74,11 +74,11 @@ WHERE id = %(id)s;
 
 -- name: insert_pending
 INSERT INTO lockgate_pending (id, workflow, ticket, mode, stage, hold_scope, hold_key, group_key, singleton_key,
-    payload, items, keys, identity, idempotency_key, folded, priority, fair_key, on_failure, retry_of, seq,
+    payload, items, keys, identity, idempotency_key, folded, priority, fair_key, on_failure, retry_of, source, trace_id, subject, seq,
     first_at, last_at, due_at, expires_at)
 VALUES (%(id)s, %(workflow)s, %(ticket)s, %(mode)s, %(stage)s, %(hold_scope)s, %(hold_key)s, %(group_key)s, %(singleton_key)s,
     %(payload)s, %(items)s, %(keys)s, %(identity)s, %(idempotency_key)s, %(folded)s, %(priority)s, %(fair_key)s, %(on_failure)s,
-    %(retry_of)s, %(seq)s,
+    %(retry_of)s, %(source)s, %(trace_id)s, %(subject)s, %(seq)s,
     %(first_at)s, %(last_at)s, %(due_at)s, %(expires_at)s);
 
 -- name: fold_pending
@@ -143,27 +143,27 @@ DELETE FROM lockgate_slots WHERE run_id = ANY (ARRAY(SELECT jsonb_array_elements
 
 -- name: insert_ledger
 INSERT INTO lockgate_ledger (ticket, kind, workflow, control, key, outcome, reason, folded, waited, pending_id,
-    run_id, at)
+    run_id, at, source, trace_id)
 VALUES (%(ticket)s, %(kind)s, %(workflow)s, %(control)s, %(key)s, %(outcome)s, %(reason)s, %(folded)s, %(waited)s, %(pending_id)s,
-    %(run_id)s, %(at)s)
+    %(run_id)s, %(at)s, %(source)s, %(trace_id)s)
 RETURNING id;
 
 -- name: insert_ledger_rows
 -- insert_ledger without the id back (nobody waits for it): many rows at once (Tx.execute_values), ids in row order.
 INSERT INTO lockgate_ledger (ticket, kind, workflow, control, key, outcome, reason, folded, waited, pending_id,
-    run_id, at)
+    run_id, at, source, trace_id)
 VALUES (%(ticket)s, %(kind)s, %(workflow)s, %(control)s, %(key)s, %(outcome)s, %(reason)s, %(folded)s, %(waited)s, %(pending_id)s,
-    %(run_id)s, %(at)s);
+    %(run_id)s, %(at)s, %(source)s, %(trace_id)s);
 
 -- name: insert_pending_rows
 -- insert_pending whose seq is the id of the ledger row naming the start (its arrival's, written before it):
 -- many rows at once (Tx.execute_values), without waiting for the ids.
 INSERT INTO lockgate_pending (id, workflow, ticket, mode, stage, hold_scope, hold_key, group_key, singleton_key,
-    payload, items, keys, identity, idempotency_key, folded, priority, fair_key, on_failure, retry_of, seq,
+    payload, items, keys, identity, idempotency_key, folded, priority, fair_key, on_failure, retry_of, source, trace_id, subject, seq,
     first_at, last_at, due_at, expires_at)
 VALUES (%(id)s, %(workflow)s, %(ticket)s, %(mode)s, %(stage)s, %(hold_scope)s, %(hold_key)s, %(group_key)s, %(singleton_key)s,
     %(payload)s, %(items)s, %(keys)s, %(identity)s, %(idempotency_key)s, %(folded)s, %(priority)s, %(fair_key)s, %(on_failure)s,
-    %(retry_of)s, (SELECT l.id FROM lockgate_ledger l WHERE l.pending_id = %(id)s),
+    %(retry_of)s, %(source)s, %(trace_id)s, %(subject)s, (SELECT l.id FROM lockgate_ledger l WHERE l.pending_id = %(id)s),
     %(first_at)s, %(last_at)s, %(due_at)s, %(expires_at)s);
 
 -- name: due_pending
@@ -188,7 +188,7 @@ ORDER BY priority DESC, seq LIMIT %(limit)s;
 -- what tells whether a control can still hold them (pending_by_ids). Rows another decider has locked are its own.
 -- live: the workers alive now (not stopped, heartbeat within their lease; %(lease)s for those without).
 SELECT p.id, p.ticket, p.mode, p.stage, p.due_at, p.expires_at, p.keys, p.identity, p.items IS NOT NULL AS has_items,
-    p.payload, p.idempotency_key, p.retry_of,
+    p.payload, p.idempotency_key, p.retry_of, p.source, p.trace_id, p.subject,
     (SELECT COUNT(*) FROM lockgate_workers WHERE stopped_at IS NULL
        AND heartbeat_at + COALESCE(lease, %(lease)s) >= %(now)s) AS live
 FROM lockgate_pending p
@@ -343,10 +343,10 @@ FROM lockgate_pending WHERE id = ANY (ARRAY(SELECT jsonb_array_elements_text(%(i
 -- each becomes a run (its id is its identity, fresh: never spent) with the workflow's columns. With an
 -- %(owner)s, the first %(claims)s are claimed for it (the columns claim_runs sets) as they are created.
 INSERT INTO lockgate_runs (id, workflow, identity, idempotency_key, status, payload, version, patches,
-    parent_id, parent_close, retry_of, ticket, recording, created_at, updated_at, progress_at, wake_at,
+    parent_id, parent_close, retry_of, source, trace_id, subject, ticket, recording, created_at, updated_at, progress_at, wake_at,
     singleton_key, deadline_at, on_failure, slot_scope, slot_key, owner, lease_until, epoch, entered_at, entries)
 SELECT a.value ->> 1, %(workflow)s::text, a.value ->> 1, p.idempotency_key, 'running', p.payload,
-    %(version)s::text, %(patches)s::text, NULL, NULL, p.retry_of, p.ticket, %(recording)s::text,
+    %(version)s::text, %(patches)s::text, NULL, NULL, p.retry_of, p.source, p.trace_id, p.subject, p.ticket, %(recording)s::text,
     %(now)s::double precision, %(now)s::double precision, %(now)s::double precision, %(now)s::double precision,
     NULL, %(deadline_at)s::double precision, %(on_failure)s::text, a.value ->> 3, a.value ->> 4,
     CASE WHEN a.n <= %(claims)s THEN %(owner)s::text END,

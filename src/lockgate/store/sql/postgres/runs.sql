@@ -1,10 +1,10 @@
 -- name: insert_run
 -- owner .. entries: a run a blocking start's own engine claims as it creates it (else NULL, 0).
 INSERT INTO lockgate_runs (id, workflow, identity, idempotency_key, status, payload, version, patches,
-    parent_id, parent_close, retry_of, ticket, recording, created_at, updated_at, progress_at, wake_at,
+    parent_id, parent_close, retry_of, source, trace_id, subject, ticket, recording, created_at, updated_at, progress_at, wake_at,
     singleton_key, deadline_at, on_failure, slot_scope, slot_key, owner, lease_until, epoch, entered_at, entries)
 VALUES (%(id)s, %(workflow)s, %(identity)s, %(idempotency_key)s, 'running', %(payload)s, %(version)s, %(patches)s,
-    %(parent_id)s, %(parent_close)s, %(retry_of)s, %(ticket)s, %(recording)s, %(now)s, %(now)s, %(now)s, %(wake_at)s,
+    %(parent_id)s, %(parent_close)s, %(retry_of)s, %(source)s, %(trace_id)s, %(subject)s, %(ticket)s, %(recording)s, %(now)s, %(now)s, %(now)s, %(wake_at)s,
     %(singleton_key)s, %(deadline_at)s, %(on_failure)s, %(slot_scope)s, %(slot_key)s,
     %(owner)s, %(lease_until)s, %(epoch)s, %(entered_at)s, %(entries)s)
 ON CONFLICT (identity) DO NOTHING
@@ -28,6 +28,7 @@ SELECT * FROM lockgate_runs
 WHERE (%(workflow)s::text IS NULL OR workflow = %(workflow)s::text)
   AND (%(status)s::text IS NULL OR status = %(status)s::text)
   AND (%(parent_id)s::text IS NULL OR parent_id = %(parent_id)s::text)
+  AND (%(source)s::text IS NULL OR source = %(source)s::text)
 ORDER BY created_at DESC, id DESC
 LIMIT %(limit)s OFFSET %(offset)s;
 
@@ -154,6 +155,7 @@ SELECT * FROM lockgate_runs
 WHERE (%(workflow)s::text IS NULL OR workflow = %(workflow)s::text)
   AND (%(status)s::text IS NULL OR status = %(status)s::text)
   AND (%(parent_id)s::text IS NULL OR parent_id = %(parent_id)s::text)
+  AND (%(source)s::text IS NULL OR source = %(source)s::text)
   AND (created_at < %(before_at)s OR (created_at = %(before_at)s AND id < %(before_id)s))
 ORDER BY created_at DESC, id DESC
 LIMIT %(limit)s OFFSET %(offset)s;

@@ -73,10 +73,10 @@ WHERE id = :id;
 
 -- name: insert_pending
 INSERT INTO lockgate_pending (id, workflow, ticket, mode, stage, hold_scope, hold_key, group_key, singleton_key,
-    payload, items, keys, identity, idempotency_key, folded, priority, fair_key, on_failure, retry_of, seq,
+    payload, items, keys, identity, idempotency_key, folded, priority, fair_key, on_failure, retry_of, source, trace_id, subject, seq,
     first_at, last_at, due_at, expires_at)
 VALUES (:id, :workflow, :ticket, :mode, :stage, :hold_scope, :hold_key, :group_key, :singleton_key,
-    :payload, :items, :keys, :identity, :idempotency_key, :folded, :priority, :fair_key, :on_failure, :retry_of, :seq,
+    :payload, :items, :keys, :identity, :idempotency_key, :folded, :priority, :fair_key, :on_failure, :retry_of, :source, :trace_id, :subject, :seq,
     :first_at, :last_at, :due_at, :expires_at);
 
 -- name: fold_pending
@@ -144,25 +144,26 @@ DELETE FROM lockgate_slots WHERE run_id IN (SELECT value FROM json_each(:ids));
 -- name: insert_ledger
 -- Its id (arrival order) is the connection's lastrowid (Tx.insert): RETURNING would cost more than the row.
 INSERT INTO lockgate_ledger (ticket, kind, workflow, control, key, outcome, reason, folded, waited, pending_id,
-    run_id, at)
+    run_id, at, source, trace_id)
 VALUES (:ticket, :kind, :workflow, :control, :key, :outcome, :reason, :folded, :waited, :pending_id,
-    :run_id, :at);
+    :run_id, :at, :source, :trace_id);
 
 -- name: insert_ledger_rows
 -- insert_ledger without the id back (nobody waits for it): many rows at once (Tx.execute_values), ids in row order.
 INSERT INTO lockgate_ledger (ticket, kind, workflow, control, key, outcome, reason, folded, waited, pending_id,
-    run_id, at)
+    run_id, at, source, trace_id)
 VALUES (:ticket, :kind, :workflow, :control, :key, :outcome, :reason, :folded, :waited, :pending_id,
-    :run_id, :at);
+    :run_id, :at, :source, :trace_id);
 
 -- name: insert_pending_rows
 -- insert_pending whose seq is the id of the ledger row naming the start (its arrival's, written before it):
 -- many rows at once (Tx.execute_values), without waiting for the ids.
 INSERT INTO lockgate_pending (id, workflow, ticket, mode, stage, hold_scope, hold_key, group_key, singleton_key,
-    payload, items, keys, identity, idempotency_key, folded, priority, fair_key, on_failure, retry_of, seq,
+    payload, items, keys, identity, idempotency_key, folded, priority, fair_key, on_failure, retry_of, source, trace_id, subject, seq,
     first_at, last_at, due_at, expires_at)
 VALUES (:id, :workflow, :ticket, :mode, :stage, :hold_scope, :hold_key, :group_key, :singleton_key,
     :payload, :items, :keys, :identity, :idempotency_key, :folded, :priority, :fair_key, :on_failure, :retry_of,
+    :source, :trace_id, :subject,
     (SELECT l.id FROM lockgate_ledger l WHERE l.pending_id = :id),
     :first_at, :last_at, :due_at, :expires_at);
 
@@ -188,7 +189,7 @@ ORDER BY priority DESC, seq LIMIT :limit;
 -- control can still hold them (pending_by_ids). live: the workers alive now (not stopped, heartbeat within
 -- their lease; :lease for those without).
 SELECT id, ticket, mode, stage, due_at, expires_at, keys, identity, items IS NOT NULL AS has_items,
-    payload, idempotency_key, retry_of,
+    payload, idempotency_key, retry_of, source, trace_id, subject,
     (SELECT COUNT(*) FROM lockgate_workers WHERE stopped_at IS NULL
        AND heartbeat_at + COALESCE(lease, :lease) >= :now) AS live
 FROM lockgate_pending
@@ -344,10 +345,10 @@ FROM lockgate_pending WHERE id IN (SELECT value FROM json_each(:ids)) ORDER BY p
 -- a run (its id is its identity, fresh: never spent) with the workflow's columns. With an :owner, the
 -- first :claims are claimed for it (the columns claim_runs sets) as they are created.
 INSERT INTO lockgate_runs (id, workflow, identity, idempotency_key, status, payload, version, patches,
-    parent_id, parent_close, retry_of, ticket, recording, created_at, updated_at, progress_at, wake_at,
+    parent_id, parent_close, retry_of, source, trace_id, subject, ticket, recording, created_at, updated_at, progress_at, wake_at,
     singleton_key, deadline_at, on_failure, slot_scope, slot_key, owner, lease_until, epoch, entered_at, entries)
 SELECT json_extract(a.value, '$[1]'), :workflow, json_extract(a.value, '$[1]'), p.idempotency_key, 'running',
-    p.payload, :version, :patches, NULL, NULL, p.retry_of, p.ticket, :recording, :now, :now, :now, :now,
+    p.payload, :version, :patches, NULL, NULL, p.retry_of, p.source, p.trace_id, p.subject, p.ticket, :recording, :now, :now, :now, :now,
     NULL, :deadline_at, :on_failure, json_extract(a.value, '$[3]'), json_extract(a.value, '$[4]'),
     CASE WHEN a.key < :claims THEN :owner END, CASE WHEN a.key < :claims THEN :lease_until END,
     CASE WHEN a.key < :claims THEN 1 ELSE 0 END, CASE WHEN a.key < :claims THEN :now END,

@@ -1,10 +1,10 @@
 -- name: insert_run
 -- owner .. entries: a run a blocking start's own engine claims as it creates it (else NULL, 0).
 INSERT INTO lockgate_runs (id, workflow, identity, idempotency_key, status, payload, version, patches,
-    parent_id, parent_close, retry_of, ticket, recording, created_at, updated_at, progress_at, wake_at,
+    parent_id, parent_close, retry_of, source, trace_id, subject, ticket, recording, created_at, updated_at, progress_at, wake_at,
     singleton_key, deadline_at, on_failure, slot_scope, slot_key, owner, lease_until, epoch, entered_at, entries)
 VALUES (:id, :workflow, :identity, :idempotency_key, 'running', :payload, :version, :patches,
-    :parent_id, :parent_close, :retry_of, :ticket, :recording, :now, :now, :now, :wake_at,
+    :parent_id, :parent_close, :retry_of, :source, :trace_id, :subject, :ticket, :recording, :now, :now, :now, :wake_at,
     :singleton_key, :deadline_at, :on_failure, :slot_scope, :slot_key,
     :owner, :lease_until, :epoch, :entered_at, :entries)
 ON CONFLICT (identity) DO NOTHING
@@ -28,6 +28,7 @@ SELECT * FROM lockgate_runs
 WHERE (:workflow IS NULL OR workflow = :workflow)
   AND (:status IS NULL OR status = :status)
   AND (:parent_id IS NULL OR parent_id = :parent_id)
+  AND (:source IS NULL OR source = :source)
 ORDER BY created_at DESC, id DESC
 LIMIT :limit OFFSET :offset;
 
@@ -148,6 +149,7 @@ SELECT * FROM lockgate_runs
 WHERE (:workflow IS NULL OR workflow = :workflow)
   AND (:status IS NULL OR status = :status)
   AND (:parent_id IS NULL OR parent_id = :parent_id)
+  AND (:source IS NULL OR source = :source)
   AND (created_at < :before_at OR (created_at = :before_at AND id < :before_id))
 ORDER BY created_at DESC, id DESC
 LIMIT :limit OFFSET :offset;

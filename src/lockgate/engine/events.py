@@ -1,0 +1,108 @@
+"""Publishing domain events (``Client.publish``, ``ctx.publish``); the log is read through ``inspect/events.py``.
+
+A publish validates the key and payload against the declaration before anything is
+written, then writes the event and one pending delivery per matching trigger (exact name
+and ``"*"``) in one transaction; the fan-out sweep (``sweeps/events.py``) starts the runs.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..app import App
+from ..clock import Clock
+from ..errors import InvalidArgument
+from ..events import WILDCARD, EventDef, Subject
+from ..ids import new_id
+from ..store import Store
+from ..store import events as event_ops
+
+__all__ = ["declared_event", "event_rows", "publish", "run_event_rows"]
+
+
+def declared_event(app: App, event: EventDef | str) -> EventDef:
+    """The app's declaration of ``event`` (a descriptor or a name); ``InvalidArgument`` if it has none."""
+    app.definitions()  # validates, and with it the events
+    declared = app.events
+    name = event if isinstance(event, str) else getattr(event, "name", None)
+    found = declared.get(name) if isinstance(name, str) else None
+    if found is None or (isinstance(event, EventDef) and found is not event):
+        raise InvalidArgument(f"event {name!r} is not declared in this app (declared: {sorted(declared)})")
+    return found
+
+
+def event_rows(
+    app: App,
+    event: EventDef,
+    key_json: str,
+    data_json: str,
+    now: float,
+    *,
+    source: str,
+    trace_id: str | None = None,
+    subject: Subject | None = None,
+    event_id: str | None = None,
+) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """The event row and its pending delivery rows, one per trigger listening for ``event``."""
+    eid = event_id or new_id("evt")
+    row = {
+        "id": eid,
+        "name": event.name,
+        "key": key_json,
+        "data": data_json,
+        "source": source,
+        "trace_id": trace_id,
+        "subject": None if subject is None else subject.to_json(),
+        "occurred_at": now,
+    }
+    deliveries = [
+        {
+            "id": new_id("dlv"),
+            "event_id": eid,
+            "trigger_name": t.name,
+            "workflow": t.workflow_name,
+            "created_at": now,
+        }
+        for t in app.triggers
+        if t.event_name in (event.name, WILDCARD)
+    ]
+    return row, deliveries
+
+
+def run_event_rows(
+    app: App, event: EventDef, key_json: str, data_json: str, now: float, run: dict[str, Any]
+) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """``event_rows`` for a publish from inside ``run``: its source, and its trace and starter inherited."""
+    return event_rows(
+        app,
+        event,
+        key_json,
+        data_json,
+        now,
+        source=f"run:{run['id']}",
+        trace_id=run.get("trace_id"),
+        subject=Subject.from_json(run.get("subject")),
+    )
+
+
+async def publish(
+    app: App,
+    store: Store,
+    clock: Clock,
+    event: EventDef | str,
+    key: Any = None,
+    payload: Any = None,
+    *,
+    source: str,
+    trace_id: str | None = None,
+    subject: Subject | None = None,
+) -> str:
+    """Validate, then write the event with its pending deliveries in one transaction; the event id."""
+    declared = declared_event(app, event)
+    key_json, data_json = declared.validate(key, payload)  # PayloadError: nothing written
+    now = clock.now()
+    row, deliveries = event_rows(
+        app, declared, key_json, data_json, now, source=source, trace_id=trace_id, subject=subject
+    )
+    await store.write(event_ops.publish, row, deliveries)
+    return str(row["id"])

@@ -1,0 +1,185 @@
+"""Store operations for domain events: the event log, per-trigger deliveries, cancel-on.
+
+An event and its pending deliveries are written in one transaction (``publish``), so a
+crash between publishing and fanning out loses nothing: the fan-out sweep finds the
+pending rows. A delivery settles once (``settle_delivery`` changes only a pending row).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from . import gate, runs
+from .base import Row, Tx
+from .shared import LIVE
+
+__all__ = [
+    "cancel_on_targets",
+    "cancel_parked_for_event",
+    "cancel_run_for_event",
+    "forget_deliveries",
+    "forget_events",
+    "get_event",
+    "list_deliveries",
+    "list_events",
+    "mark_swept",
+    "pending_deliveries",
+    "publish",
+    "settle_delivery",
+    "started_by_key",
+    "unswept_events",
+]
+
+
+async def publish(tx: Tx, event: dict[str, Any], deliveries: list[dict[str, Any]]) -> None:
+    """Write ``event`` and one pending delivery per trigger row of ``deliveries``."""
+    await tx.execute("insert_domain_event", event)
+    for delivery in deliveries:
+        await tx.execute("insert_delivery", delivery)
+
+
+async def get_event(tx: Tx, event_id: str) -> Row | None:
+    return await tx.one("get_domain_event", {"id": event_id})
+
+
+async def list_events(tx: Tx, name: str | None, since: float | None, limit: int) -> list[Row]:
+    """Events, newest first."""
+    return await tx.execute("list_domain_events", {"name": name, "since": since, "limit": limit})
+
+
+async def list_deliveries(tx: Tx, event_id: str) -> list[Row]:
+    return await tx.execute("list_deliveries", {"event_id": event_id})
+
+
+async def pending_deliveries(tx: Tx, triggers: list[str], limit: int) -> list[Row]:
+    """The oldest pending deliveries of ``triggers``, each with its event's columns.
+
+    Another app sharing the store may declare triggers this one does not: those wait for it.
+    """
+    return await tx.execute("pending_deliveries", {"triggers": json.dumps(triggers), "limit": limit})
+
+
+async def started_by_key(tx: Tx, delivery_id: str, workflow: str, key: str) -> Row | None:
+    """Another delivery that started ``workflow`` under ``key`` (while its row is kept), if any."""
+    return await tx.one("started_delivery_by_key", {"id": delivery_id, "workflow": workflow, "idempotency_key": key})
+
+
+async def settle_delivery(
+    tx: Tx,
+    delivery_id: str,
+    now: float,
+    *,
+    status: str,
+    reason: str | None = None,
+    idempotency_key: str | None = None,
+    outcome: str | None = None,
+    run_id: str | None = None,
+    ticket: str | None = None,
+) -> bool:
+    """Move a pending delivery to ``status``; whether it was still pending."""
+    params = {
+        "id": delivery_id,
+        "now": now,
+        "status": status,
+        "reason": reason,
+        "idempotency_key": idempotency_key,
+        "outcome": outcome,
+        "run_id": run_id,
+        "ticket": ticket,
+    }
+    return bool(await tx.execute("settle_delivery", params))
+
+
+# -- cancel-on -------------------------------------------------------------------------------
+
+
+async def unswept_events(tx: Tx, limit: int) -> list[Row]:
+    """Events the cancel-on sweep has not handled yet, oldest first."""
+    return await tx.execute("unswept_events", {"limit": limit})
+
+
+async def mark_swept(tx: Tx, event_id: str, now: float, problem: str | None = None) -> None:
+    """Advance the cancel-on watermark past ``event_id`` (with ``problem`` when it could not be read)."""
+    await tx.execute("mark_event_swept", {"id": event_id, "now": now, "problem": problem})
+
+
+async def cancel_on_targets(
+    tx: Tx, workflow: str, before: float, after: float | None, limit: int
+) -> tuple[list[Row], list[Row]]:
+    """Live runs and parked starts of ``workflow`` that arrived in ``[after, before]``."""
+    params = {"workflow": workflow, "before": before, "after": after, "limit": limit}
+    return await tx.execute("cancel_on_runs", params), await tx.execute("cancel_on_parked", params)
+
+
+def _report(row: Row, payload: Any, run_id: str | None, reason: str, now: float) -> dict[str, Any]:
+    return {
+        "workflow": row["workflow"],
+        "payload": payload,
+        "error_tag": "Cancelled",
+        "error_message": reason,
+        "run_id": run_id,
+        "reason": "cancel-on",
+        "failed_at": now,
+    }
+
+
+async def cancel_run_for_event(tx: Tx, run_id: str, event_id: str, reason: str, now: float) -> list[str]:
+    """Cancel a live run for an event: run event, ledger row, ``on_failure`` report; the runs that stopped."""
+    row = await runs.find_run(tx, run_id)
+    if row is None or row["status"] not in LIVE:
+        return []
+    stopped = await runs.end_run(
+        tx,
+        run_id,
+        row["status"],
+        now,
+        status="cancelled",
+        error_tag="Cancelled",
+        error_message=reason,
+        event={"reason": reason, "cause": "cancel-on", "event_id": event_id},
+    )
+    if not stopped:
+        return []
+    await gate.ledger(
+        tx,
+        ticket=row["ticket"] or run_id,
+        kind="run",
+        workflow=row["workflow"],
+        control="cancel-on",
+        outcome="cancelled",
+        reason=reason,
+        run_id=run_id,
+        at=now,
+    )
+    if row["on_failure"]:
+        report = _report(row, json.loads(row["payload"]), run_id, reason, now)
+        await gate.enqueue_failure_report(tx, row["on_failure"], report, now)
+    return stopped
+
+
+async def cancel_parked_for_event(tx: Tx, pending_id: str, reason: str, now: float) -> bool:
+    """Discard a parked start for an event: ledger ``cancelled`` and the ``on_failure`` report; whether it was."""
+    row = await gate.get_pending(tx, pending_id)
+    if row is None or not await gate.delete_pending(tx, pending_id):
+        return False
+    await gate.ledger_parked(tx, row, "cancelled", reason, now)
+    if row["on_failure"]:
+        payload: Any = json.loads(row["payload"])
+        if row["items"] is not None:
+            payload = {"items": [json.loads(i) for i in json.loads(row["items"])]}
+        await gate.enqueue_failure_report(tx, row["on_failure"], _report(row, payload, None, reason, now), now)
+    return True
+
+
+# -- retention -------------------------------------------------------------------------------
+
+
+async def forget_events(tx: Tx, cutoff: float, limit: int) -> int:
+    """Delete up to ``limit`` events published before ``cutoff``."""
+    return len(await tx.execute("forget_domain_events", {"cutoff": cutoff, "limit": limit}))
+
+
+async def forget_deliveries(tx: Tx, cutoff: float, limit: int) -> int:
+    """Delete up to ``limit`` settled deliveries made before ``cutoff`` (this ends their dedupe window)."""
+    return len(await tx.execute("forget_deliveries", {"cutoff": cutoff, "limit": limit}))

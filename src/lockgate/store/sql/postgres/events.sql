@@ -1,0 +1,78 @@
+-- Domain events and their deliveries (store/events.py). Kept in lockstep with sql/sqlite/events.sql.
+
+-- name: insert_domain_event
+INSERT INTO lockgate_events (id, name, key, data, source, trace_id, subject, occurred_at)
+VALUES (%(id)s, %(name)s, %(key)s, %(data)s, %(source)s, %(trace_id)s, %(subject)s, %(occurred_at)s);
+
+-- name: insert_delivery
+INSERT INTO lockgate_deliveries (id, event_id, trigger_name, workflow, status, created_at)
+VALUES (%(id)s, %(event_id)s, %(trigger_name)s, %(workflow)s, 'pending', %(created_at)s)
+ON CONFLICT (event_id, trigger_name) DO NOTHING;
+
+-- name: get_domain_event
+SELECT * FROM lockgate_events WHERE id = %(id)s;
+
+-- name: list_domain_events
+SELECT * FROM lockgate_events
+WHERE (%(name)s::text IS NULL OR name = %(name)s::text) AND (%(since)s::double precision IS NULL OR occurred_at >= %(since)s::double precision)
+ORDER BY occurred_at DESC, id DESC
+LIMIT %(limit)s;
+
+-- name: list_deliveries
+SELECT * FROM lockgate_deliveries WHERE event_id = %(event_id)s ORDER BY trigger_name;
+
+-- name: pending_deliveries
+-- The oldest pending deliveries of the triggers this app declares, with their event, for the fan-out sweep.
+SELECT d.id, d.event_id, d.trigger_name, d.workflow, d.created_at,
+    e.name, e.key, e.data, e.source, e.trace_id, e.subject, e.occurred_at
+FROM lockgate_deliveries d JOIN lockgate_events e ON e.id = d.event_id
+WHERE d.status = 'pending' AND d.trigger_name IN (SELECT jsonb_array_elements_text(%(triggers)s::jsonb))
+ORDER BY d.created_at, d.id
+LIMIT %(limit)s;
+
+-- name: started_delivery_by_key
+-- A delivery that already started the workflow under this idempotency key (the dedupe check).
+SELECT id, event_id, run_id, ticket FROM lockgate_deliveries
+WHERE workflow = %(workflow)s AND idempotency_key = %(idempotency_key)s AND status = 'started' AND id <> %(id)s
+LIMIT 1;
+
+-- name: settle_delivery
+-- Only a pending delivery settles: a second sweep over the same row changes nothing.
+UPDATE lockgate_deliveries
+SET status = %(status)s, reason = %(reason)s, idempotency_key = %(idempotency_key)s, outcome = %(outcome)s,
+    run_id = %(run_id)s, ticket = %(ticket)s, delivered_at = %(now)s
+WHERE id = %(id)s AND status = 'pending'
+RETURNING id;
+
+-- name: unswept_events
+SELECT * FROM lockgate_events WHERE cancel_swept_at IS NULL ORDER BY occurred_at, id LIMIT %(limit)s;
+
+-- name: mark_event_swept
+UPDATE lockgate_events SET cancel_swept_at = %(now)s, problem = %(problem)s WHERE id = %(id)s;
+
+-- name: cancel_on_runs
+-- Live runs of a workflow created no later than the event (and not before the within= window).
+SELECT id, payload, ticket, created_at FROM lockgate_runs
+WHERE workflow = %(workflow)s AND status IN ('running', 'suspended')
+  AND created_at <= %(before)s AND (%(after)s::double precision IS NULL OR created_at >= %(after)s::double precision)
+ORDER BY created_at
+LIMIT %(limit)s;
+
+-- name: cancel_on_parked
+-- Starts of a workflow parked at the gate whose first arrival came no later than the event.
+SELECT id, ticket, payload, items, first_at FROM lockgate_pending
+WHERE workflow = %(workflow)s AND first_at <= %(before)s AND (%(after)s::double precision IS NULL OR first_at >= %(after)s::double precision)
+ORDER BY seq
+LIMIT %(limit)s;
+
+-- name: forget_domain_events
+DELETE FROM lockgate_events WHERE id IN (
+    SELECT id FROM lockgate_events WHERE occurred_at < %(cutoff)s LIMIT %(limit)s
+)
+RETURNING id;
+
+-- name: forget_deliveries
+DELETE FROM lockgate_deliveries WHERE id IN (
+    SELECT id FROM lockgate_deliveries WHERE created_at < %(cutoff)s AND status <> 'pending' LIMIT %(limit)s
+)
+RETURNING id;

@@ -1,0 +1,40 @@
+"""Events for crash tests, run by worker subprocesses (``python -m tests.apps.runner --app ...``)."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel
+
+import lockgate as lg
+
+from .crashy import die_while, record
+
+__all__ = ["app", "happened"]
+
+app = lg.App("crash-event-tests")
+
+
+class Tag(BaseModel):
+    tag: str
+
+
+class Happened(BaseModel):
+    n: int
+
+
+happened = app.event("crash.happened", key=Tag, payload=Happened)
+
+
+@app.workflow(name="crashev.publisher")
+async def publisher(ctx: lg.Context, p: Tag) -> str:
+    record(f"{p.tag}:body")
+    event_id = await ctx.publish(happened, {"tag": p.tag}, {"n": 1})
+    await ctx.step("after", die_while, p.tag, "after", 1)  # the first entry dies here, after publishing
+    return event_id
+
+
+@app.workflow(name="crashev.react")
+async def react(ctx: lg.Context, p: Tag) -> str:
+    return p.tag
+
+
+app.trigger(on=happened, workflow="crashev.react", payload=lambda ev: {"tag": ev.key.tag})

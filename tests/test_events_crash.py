@@ -1,0 +1,97 @@
+"""Events survive SIGKILL: a replayed publish publishes once; a fan-out cut short delivers once."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import pytest
+
+import lockgate as lg
+
+from .apps import crashy_events
+from .test_crash import ROOT, Workers
+
+pytestmark = pytest.mark.slow
+
+APP = "tests.apps.crashy_events:app"
+
+
+class EventWorkers(Workers):
+    """``Workers`` running the event crash app."""
+
+    def spawn(self, *, max_reclaims: int = 3, lease: str = "1h") -> subprocess.Popen[bytes]:
+        env = {
+            **os.environ,
+            "LOCKGATE_TEST_EFFECTS": str(self.effects),
+            "LOCKGATE_TEST_FLAGS": str(self.flags),
+            "PYTHONPATH": os.pathsep.join(p for p in (str(ROOT / "src"), os.environ.get("PYTHONPATH")) if p),
+        }
+        log = (self.logs / f"worker-{len(self.procs)}.log").open("wb")
+        cmd = [sys.executable, "-m", "tests.apps.runner", "--store", self.store_url, "--app", APP]
+        cmd += ["--max-reclaims", str(max_reclaims), "--lease", lease]
+        proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
+        log.close()
+        self.procs.append(proc)
+        return proc
+
+
+@pytest.fixture
+def workers(store_url: str, tmp_path: Path) -> Iterator[EventWorkers]:
+    pool = EventWorkers(store_url, tmp_path)
+    try:
+        yield pool
+    finally:
+        pool.stop_all()
+
+
+@pytest.fixture
+async def client(store_url: str) -> AsyncIterator[lg.Client]:
+    async with lg.Client(crashy_events.app, store_url, poll_interval=0.05) as c:
+        yield c
+
+
+async def test_a_publish_replayed_after_sigkill_publishes_once(workers: EventWorkers, client: lg.Client) -> None:
+    h = await client.start("crashev.publisher", {"tag": "p1"})
+    assert h.run_id is not None
+    first = workers.spawn()
+    assert await workers.exited(first) == 17  # died in the step after the publish
+    workers.spawn()
+    event_id = await client.result(h.run_id, timeout=60)
+    events = await client.list_events(name="crash.happened")
+    assert [e.id for e in events] == [event_id]
+    assert workers.count("p1:body") == 2  # the body ran twice, the publish once
+
+    async def delivered() -> bool:
+        return [d.status for d in await client.deliveries(event_id)] == ["started"]
+
+    await workers.until(delivered, "the event delivered")
+    assert len(await client.list_runs(workflow="crashev.react")) == 1
+
+
+async def test_a_fan_out_cut_short_by_sigkill_delivers_each_event_once(
+    workers: EventWorkers, client: lg.Client
+) -> None:
+    ids = [await client.publish(crashy_events.happened, {"tag": f"t{n}"}, {"n": n}) for n in range(40)]
+    first = workers.spawn()  # nothing fanned out before: the deliveries wait, pending, in the store
+
+    async def some_started() -> bool:
+        return len(await client.list_runs(workflow="crashev.react", limit=100)) >= 5
+
+    await workers.until(some_started, "a few deliveries")
+    workers.kill(first)
+    workers.spawn()
+
+    async def all_settled() -> bool:
+        for eid in ids:
+            if [d.status for d in await client.deliveries(eid)] != ["started"]:
+                return False
+        return True
+
+    await workers.until(all_settled, "every delivery settled")
+    runs = await client.list_runs(workflow="crashev.react", limit=200)
+    assert sorted(r.payload["tag"] for r in runs) == sorted(f"t{n}" for n in range(40))
+    assert {r.source for r in runs} == {"event:crash.happened"}
