@@ -32,6 +32,7 @@ from ..store import journal as store_journal
 from ..store import runs, shared, workers
 from ..store.base import Row
 from .core import Core, WorkflowRef
+from .durable import Running
 from .executor import Execution
 from .leases import Outages, Wakeup, backoff, release_dead_local_workers
 
@@ -297,7 +298,7 @@ class Dispatcher:
     def message_settled(self, message_id: str) -> None:
         self.core.message_settled(message_id)
 
-    def on_step_error(self, execution: Execution, step_key: str, error: BaseException) -> None:
+    def on_step_error(self, execution: Running, step_key: str, error: BaseException) -> None:
         """A step error that carries ``retry_after`` pauses the run's flow-control keys until then."""
         hint = retry_hint(error)
         if hint is None or hint <= 0:

@@ -32,7 +32,7 @@ from ..sweeps import SweepSettings, start_sweeps
 from .client import DEFAULT_STORE, Client
 from .core import Core, WorkflowRef
 from .dispatcher import Dispatcher
-from .executor import Execution
+from .durable import Running
 from .operator import BulkResult
 
 __all__ = ["MIN_RETENTION", "Engine"]
@@ -196,7 +196,7 @@ class Engine:
         """Runs ended from outside: stop their executions here and release their result waiters."""
         self.dispatcher.stopped(run_ids, reason)
 
-    def on_step_error(self, execution: Execution, step_key: str, error: BaseException) -> None:
+    def on_step_error(self, execution: Running, step_key: str, error: BaseException) -> None:
         """A step error that carries ``retry_after`` pauses the run's flow-control keys until then."""
         self.dispatcher.on_step_error(execution, step_key, error)
 
