@@ -20,6 +20,7 @@ from . import bulk as bulk
 from . import cluster as cluster
 from . import demo as demo  # each import registers that module's commands on its group
 from . import gate as gate
+from . import keys as keys
 from . import serve as serve
 from . import stats as stats
 from . import verbs as verbs

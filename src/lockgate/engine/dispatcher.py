@@ -59,6 +59,7 @@ class Dispatcher:
         self.app = core.app
         self.store = core.store
         self.clock = core.clock
+        self.keyring = core.keyring
         self.max_concurrent_runs = max_concurrent_runs
         self.lease = lease
         self.inline_sleep = inline_sleep

@@ -23,6 +23,7 @@ from pydantic import BaseModel
 
 from ..app import App
 from ..clock import Clock
+from ..crypto import Keyring, Sealer
 from ..definitions import WorkflowDef
 from ..errors import StepFailed
 from ..gate.handoff import HandOff, Passed
@@ -34,9 +35,11 @@ __all__ = [
     "Parked",
     "Running",
     "Wait",
+    "attempt_row",
     "call",
     "callable_facts",
     "describe",
+    "divergence",
     "model_ref",
 ]
 
@@ -49,6 +52,7 @@ class Host(Protocol):
     app: App
     store: Store
     clock: Clock
+    keyring: Keyring
     inline_sleep: float
 
     def wake(self, at: float | None = None) -> None: ...
@@ -110,6 +114,11 @@ class Running(Protocol):
 
     @property
     def rng(self) -> random.Random: ...
+
+    @property
+    def sealer(self) -> Sealer | None:
+        """What seals and opens the run's values when it is encrypted; ``None`` otherwise."""
+        ...
 
     def key(self, name: str) -> str:
         """The journal key of the next occurrence of ``name`` in this entry."""
@@ -183,3 +192,45 @@ def describe(exc: BaseException) -> tuple[str, str]:
     if isinstance(exc, StepFailed):
         return exc.error_tag, str(exc)
     return type(exc).__name__, str(exc) or type(exc).__name__
+
+
+def attempt_row(
+    run_id: str,
+    key: str,
+    attempt: int,
+    started: float,
+    finished: float,
+    input_: str | None,
+    tag: str | None = None,
+    message: str | None = None,
+) -> dict[str, Any]:
+    """A step attempt's introspection row: failed when it has an error tag, else completed."""
+    return {
+        "run_id": run_id,
+        "step_key": key,
+        "attempt": attempt,
+        "status": "completed" if tag is None else "failed",
+        "input": input_,
+        "error_tag": tag,
+        "error_message": message,
+        "started_at": started,
+        "finished_at": finished,
+    }
+
+
+def divergence(
+    recorded: list[str], reached: set[str], extra: list[str], journal: dict[str, Row], *, parked: bool
+) -> dict[str, Any] | None:
+    """What suggests a body no longer follows its journal: recorded keys not reached, new keys among them.
+
+    ``extra`` holds the new keys made before some recorded one. A parked body has not run past
+    its wait, so only completed steps it skipped beside such extras are telling.
+    """
+    unreached = [k for k in recorded if k not in reached]
+    if parked:
+        unreached = [
+            k for k in unreached if journal[k]["status"] == "completed" and journal[k]["kind"] == "step" and extra
+        ]
+    if unreached or extra:
+        return {"unreached": unreached, "extra": extra}
+    return None

@@ -8,6 +8,7 @@ and a ``Dispatcher`` that claims runnable runs and executes them; both are built
 from __future__ import annotations
 
 import socket
+from collections.abc import Sequence
 from datetime import datetime
 from types import TracebackType
 from typing import Any, Self
@@ -16,6 +17,7 @@ from pydantic import BaseModel
 
 from ..app import App
 from ..clock import Clock
+from ..crypto import Keyring
 from ..definitions import WorkflowDef
 from ..durations import Duration, to_seconds
 from ..gate.drainer import Drainer
@@ -66,9 +68,15 @@ class Engine:
         recording: str = "full",
         clock: Clock | None = None,
         worker_id: str | None = None,
+        encryption_keys: str | Sequence[str] | None = None,
     ) -> None:
         self.client = Client(
-            app, store, clock=clock, poll_interval=to_seconds(poll_interval, what="poll_interval"), recording=recording
+            app,
+            store,
+            clock=clock,
+            poll_interval=to_seconds(poll_interval, what="poll_interval"),
+            recording=recording,
+            encryption_keys=encryption_keys,
         )
         if max_concurrent_runs < 1:
             raise ValueError("max_concurrent_runs must be >= 1")
@@ -131,6 +139,11 @@ class Engine:
     @property
     def clock(self) -> Clock:
         return self.client.core.clock
+
+    @property
+    def keyring(self) -> Keyring:
+        """The encryption keys, newest first (``encryption_keys`` or ``LOCKGATE_ENCRYPTION_KEYS``)."""
+        return self.client.core.keyring
 
     @property
     def poll_interval(self) -> float:

@@ -24,16 +24,17 @@ from pydantic import BaseModel
 from ..clock import Clock
 from ..context import ChildHandle, Context, ParentClose
 from ..controls import FailureReport
+from ..crypto import Sealer, is_sealed, open_for_replay
 from ..definitions import Retry, WorkflowDef
 from ..durations import Duration, to_seconds
-from ..errors import StepFailed, StoreError
+from ..errors import JournalDecryptionError, StepFailed, StoreError
 from ..gate.handoff import finish_passing
 from ..serde import decode, encode
 from ..store import Store, runs, shared
 from ..store import journal as store_journal
 from ..store.base import Row
 from . import operations
-from .durable import Host, Parked, Wait, call, callable_facts, describe
+from .durable import Host, Parked, Wait, attempt_row, call, callable_facts, describe, divergence
 
 __all__ = ["Execution", "Host"]
 
@@ -106,12 +107,23 @@ class Execution(Context):
         self._held_since = 0.0  # the event loop's time when the oldest held entry was held
         self._hold_timer: asyncio.TimerHandle | None = None
         self._flushing: asyncio.Future[None] | None = None  # held entries written alone, not yet durable
+        # An encrypted run's values are sealed as they are written and opened as they are read;
+        # any other run has no sealer, and each write site pays one attribute test.
+        sealed = defn.encrypt_steps or is_sealed(row["payload"])
+        self._sealer: Sealer | None = Sealer(host.keyring, self.run_id) if sealed else None
 
     # -- running the body ----------------------------------------------------------------
 
     async def run(self) -> None:
         """Enter the body and see it through to a park, a finish or a stop."""
-        payload = self.defn.payload_model.model_validate_json(self.row["payload"])
+        text = self.row["payload"]
+        if self._sealer is not None or "$sealed" in text:
+            try:
+                text = self._open_stored(text)
+            except JournalDecryptionError as exc:
+                await self._undecryptable(exc)
+                return
+        payload = self.defn.payload_model.model_validate_json(text)
         loop = asyncio.get_running_loop()
         self.task = asyncio.ensure_future(self.defn.fn(self, payload))
         self.task.add_done_callback(self._poke)
@@ -132,6 +144,21 @@ class Execution(Context):
                 await self._park()
                 return
         await self._finish()
+
+    def _open_stored(self, text: str) -> str:
+        """The run's payload in clear, its journal opened: what an encrypted run replays from."""
+        report = issubclass(self.defn.payload_model, FailureReport)
+        text, self._sealer, self._journal = open_for_replay(
+            self._host.keyring, self.row, text, self._journal, self._sealer, report=report
+        )
+        return text
+
+    async def _undecryptable(self, exc: JournalDecryptionError) -> None:
+        """Suspend a run whose stored values do not open: running its steps again blindly could repeat effects."""
+        log.error("%s; the run is suspended", exc)
+        message = str(exc)  # names the run and the key, never the value
+        event = {"error_tag": type(exc).__name__, "error_message": message, "reason": "decryption"}
+        await self._end(self._clock.now(), "suspended", tag=type(exc).__name__, message=message, event=event)
 
     def _is_blocked(self) -> bool:
         return self._busy == 0 and bool(self._waits)
@@ -160,6 +187,10 @@ class Execution(Context):
         if self._random is None:  # seeding costs tens of microseconds; most runs never draw
             self._random = _random.Random()
         return self._random
+
+    @property
+    def sealer(self) -> Sealer | None:
+        return self._sealer
 
     def entry(self, key: str) -> Row | None:
         return self._journal.get(key)
@@ -205,15 +236,24 @@ class Execution(Context):
         except StoreError:
             self._take_held()  # whoever takes the run next runs those steps again
             raise  # the store failed under the body, not the body: the engine hands the run back
+        except JournalDecryptionError as exc:
+            self._take_held()
+            await self._undecryptable(exc)
+            return
         except Exception as exc:
             await self._fail(exc)
             return
         self._tripwire(parked=False)
         output = encode(value, self.defn.result_type)
+        if self._sealer is not None:
+            output = self._sealer.seal("", "output", output)
         await self._end(now, "succeeded", output=output)
 
     async def _fail(self, exc: Exception) -> None:
         tag, message = describe(exc)
+        clear = message
+        if self._sealer is not None:
+            message = self._sealer.seal("", "error", message)
         self._tripwire(parked=False)
         now = self._clock.now()
         status = "suspended" if self.defn.suspend_on_failure else "failed"
@@ -222,7 +262,7 @@ class Execution(Context):
             return
         if status == "failed" and issubclass(self.defn.payload_model, FailureReport):
             # there is no on_failure for an on_failure: the log is where a failing handler is seen
-            log.error("failure handler %s (run %s) failed: %s: %s", self.defn.name, self.run_id, tag, message)
+            log.error("failure handler %s (run %s) failed: %s: %s", self.defn.name, self.run_id, tag, clear)
 
     async def _end(
         self,
@@ -298,17 +338,9 @@ class Execution(Context):
     def _tripwire(self, *, parked: bool) -> None:
         if not self._recorded:
             return
-        unreached = [k for k in self._recorded if k not in self._reached]
         # new keys past the last recorded one are the body going further than before, as expected
-        extra = self._extra[: self._confirmed]
-        if parked:  # a parked body has not run past its wait; only the extras are telling
-            unreached = [
-                k
-                for k in unreached
-                if self._journal[k]["status"] == "completed" and self._journal[k]["kind"] == "step" and extra
-            ]
-        if unreached or extra:
-            data = {"unreached": unreached, "extra": extra}
+        data = divergence(self._recorded, self._reached, self._extra[: self._confirmed], self._journal, parked=parked)
+        if data is not None:
             self.event("nondeterminism-suspected", data)
 
     def event(self, type_: str, data: dict[str, Any] | None = None) -> None:
@@ -461,6 +493,8 @@ class Execution(Context):
             first = self._clock.now()
             attempt = 0
             recorded_input = None if input is None or self._coarse else encode(input)
+            if recorded_input is not None and self._sealer is not None:
+                recorded_input = self._sealer.seal(key, "input", recorded_input)
             while True:
                 attempt += 1
                 started = first if attempt == 1 else self._clock.now()
@@ -470,7 +504,8 @@ class Execution(Context):
                     raise
                 except Exception as exc:
                     tag, message = describe(exc)
-                    tried = self._attempt(key, attempt, "failed", started, recorded_input, tag, message)
+                    stored = message if self._sealer is None else self._sealer.seal(key, "error", message)
+                    tried = self._attempt_row(key, attempt, started, recorded_input, tag, stored)
                     give_up = attempt >= policy.max_attempts or not policy.is_retryable(exc)
                     delay = 0.0 if give_up else policy.next_delay(attempt, exc, self.rng)
                     if not give_up and policy.max_elapsed is not None:
@@ -483,7 +518,7 @@ class Execution(Context):
                                 "kind": "step",
                                 "status": "failed",
                                 "error_tag": tag,
-                                "error_message": message,
+                                "error_message": stored,
                                 "attempts": attempt,
                                 "started_at": first,
                             },
@@ -499,6 +534,8 @@ class Execution(Context):
                     output = encode(result, rtype)
                 except Exception as exc:
                     raise TypeError(f"ctx.step({name!r}): its result cannot be stored as JSON: {exc}") from exc
+                if self._sealer is not None:
+                    output = self._sealer.seal(key, "output", output)
                 await self._settle(
                     {
                         "step_key": key,
@@ -511,34 +548,17 @@ class Execution(Context):
                     # A first attempt that completes the step is recorded by the journal entry alone.
                     None
                     if attempt == 1 and recorded_input is None
-                    else self._attempt(key, attempt, "completed", started, recorded_input, None, None),
+                    else self._attempt_row(key, attempt, started, recorded_input),
                 )
                 return result
 
-    def _attempt(
-        self,
-        key: str,
-        attempt: int,
-        status: str,
-        started: float,
-        input_: str | None,
-        tag: str | None,
-        message: str | None,
+    def _attempt_row(
+        self, key: str, attempt: int, started: float, input_: str | None, tag: str | None = None, msg: str | None = None
     ) -> dict[str, Any] | None:
         """The attempt's introspection row (``None`` when recording coarsely)."""
         if self._coarse:
             return None
-        return {
-            "run_id": self.run_id,
-            "step_key": key,
-            "attempt": attempt,
-            "status": status,
-            "input": input_,
-            "error_tag": tag,
-            "error_message": message,
-            "started_at": started,
-            "finished_at": self._clock.now(),
-        }
+        return attempt_row(self.run_id, key, attempt, started, self._clock.now(), input_, tag, msg)
 
     # -- Context: the durable operations (engine/operations.py) -------------------------
 

@@ -18,8 +18,9 @@ from pydantic import BaseModel
 
 from ..clock import to_datetime
 from ..context import ChildHandle, ParentClose
+from ..crypto import Sealer, is_sealed, seal_payload
 from ..durations import Duration, to_seconds
-from ..errors import PayloadError, RunCancelled, RunFailed
+from ..errors import JournalDecryptionError, PayloadError, RunCancelled, RunFailed
 from ..ids import new_id
 from ..serde import decode, dump_json, encode, validate_payload
 from ..store import messages, runs, shared
@@ -115,8 +116,15 @@ async def _value(x: Running, name: str, make: Callable[[], Any], tp: Any) -> Any
         return decode(entry["output"], tp)
     async with x.busy():
         value = make()
-        await x.record({"step_key": key, "kind": "value", "status": "completed", "output": encode(value)})
+        output = _stored(x, key, "output", encode(value))
+        await x.record({"step_key": key, "kind": "value", "status": "completed", "output": output})
         return value
+
+
+def _stored(x: Running, key: str, field: str, text: str) -> str:
+    """``text`` as it is stored: sealed when the run is encrypted."""
+    sealer = x.sealer
+    return text if sealer is None else sealer.seal(key, field, text)
 
 
 # -- signals and updates --------------------------------------------------------------------
@@ -151,8 +159,11 @@ async def wait_for_signal(x: Running, name: str, model: type[M], *, timeout: Dur
             message = await store.read(messages.next_message, x.run_id, "signal", name)
             if message is None:
                 break
+            body = message["payload"]
+            if x.sealer is not None:
+                body = x.sealer.open(f"msg:{message['id']}", "payload", body)
             try:
-                value = validate_payload(model, message["payload"], what=f"signal {name!r}")
+                value = validate_payload(model, body, what=f"signal {name!r}")
             except PayloadError as exc:
                 await store.write(
                     messages.settle_message,
@@ -169,7 +180,7 @@ async def wait_for_signal(x: Running, name: str, model: type[M], *, timeout: Dur
                     "step_key": key,
                     "kind": "signal",
                     "status": "completed",
-                    "output": value.model_dump_json(),
+                    "output": _stored(x, key, "output", value.model_dump_json()),
                     "due_at": due,
                 },
                 message={"id": message["id"], "status": "consumed"},
@@ -199,15 +210,22 @@ async def handle_update(x: Running, name: str, model: type[M], handler: Callable
                 break
             mid = message["id"]
             x.event("update-received", {"name": name, "message_id": mid})
+            sealer = x.sealer
             try:
-                value = validate_payload(model, message["payload"], what=f"update {name!r}")
+                body = message["payload"]
+                if sealer is not None:
+                    body = sealer.open(f"msg:{mid}", "payload", body)
+                value = validate_payload(model, body, what=f"update {name!r}")
                 result = await call(handler, (value,), {})
-            except (asyncio.CancelledError, shared.Fenced, Parked):
+            except (asyncio.CancelledError, shared.Fenced, Parked, JournalDecryptionError):
                 raise
             except Exception as exc:
                 tag, text = describe(exc)
                 # a rejected payload keeps its field errors, so the caller's PayloadError names them
                 detail = dump_json(exc.errors) if isinstance(exc, PayloadError) else None
+                if sealer is not None:  # the errors may quote the payload
+                    detail = sealer.seal(f"msg:{mid}", "result", detail)
+                    text = sealer.seal(f"msg:{mid}", "error", text) or ""
                 await store.write(
                     messages.settle_message,
                     mid,
@@ -221,9 +239,13 @@ async def handle_update(x: Running, name: str, model: type[M], handler: Callable
                 host.message_settled(mid)
                 continue
             output = encode(result, rtype)
+            answer = output
+            if sealer is not None:
+                answer = sealer.seal(f"msg:{mid}", "result", output)
+                output = sealer.seal(key, "output", output)
             await x.record(
                 {"step_key": key, "kind": "update", "status": "completed", "output": output},
-                message={"id": mid, "status": "completed", "result": output},
+                message={"id": mid, "status": "completed", "result": answer},
             )
             x.event("update-completed", {"name": name, "message_id": mid, "step": key})
             host.message_settled(mid)
@@ -250,7 +272,10 @@ async def start_child(
     async with x.busy():
         now = x.clock.now()
         child_id = new_id("run")
-        run = host.new_run_row(child_def, model, run_id=child_id, identity=f"child:{x.run_id}:{key}")
+        body = model.model_dump_json()
+        if x.sealer is not None:  # an encrypted run's children carry its data: theirs are sealed too
+            body = seal_payload(host.keyring, child_def.name, body)
+        run = host.new_run_row(child_def, body, run_id=child_id, identity=f"child:{x.run_id}:{key}")
         run.update(parent_id=x.run_id, parent_close=parent_close, recording=x.row["recording"])
         entry_row = {"step_key": key, "kind": "child", "status": "completed", "output": encode(child_id)}
 
@@ -281,11 +306,15 @@ async def wait_child(x: Running, handle: ChildHandle) -> Any:
                     "handle from ctx.start_child"
                 )
             if row["status"] in shared.TERMINAL:
+                output, error = row["output"], row["error_message"]
+                if is_sealed(output) or is_sealed(error):  # opened here; sealed again as this run's values
+                    child = Sealer(x.host.keyring, handle.run_id)
+                    output, error = child.open("", "output", output), child.open("", "error", error)
                 outcome = {
                     "status": row["status"],
-                    "output": row["output"],
+                    "output": output,
                     "error_tag": row["error_tag"],
-                    "error_message": row["error_message"],
+                    "error_message": error,
                 }
                 # A child that did not succeed is a failed entry: a redrive or resume of this run
                 # then looks at the child again (it may have been redriven meanwhile).
@@ -295,9 +324,19 @@ async def wait_child(x: Running, handle: ChildHandle) -> Any:
                     "status": "completed" if row["status"] == "succeeded" else "failed",
                     "output": encode(outcome),
                     "error_tag": row["error_tag"],
-                    "error_message": row["error_message"],
+                    "error_message": error,
                 }
-                await x.record(entry)
+                sealer = x.sealer
+                if sealer is None:
+                    await x.record(entry)
+                else:  # stored sealed; read below in clear
+                    await x.record(
+                        {
+                            **entry,
+                            "output": sealer.seal(key, "output", entry["output"]),
+                            "error_message": sealer.seal(key, "error", error),
+                        }
+                    )
         if entry is None or entry["status"] not in ("completed", "failed"):
             await x.block(Wait("child", children=[handle.run_id]))
     outcome = decode(entry["output"])
