@@ -3,6 +3,7 @@
     python -m bench.core                          # SQLite, synchronous FULL and NORMAL
     python -m bench.core --store postgresql://postgres@127.0.0.1:5432/postgres
     python -m bench.core --json /tmp/core.json --plain
+    python -m bench.core --encrypt                # also case (a) on a workflow with encrypt_steps=True
 
 Cases, each on a fresh database and a fresh engine:
 
@@ -11,6 +12,9 @@ Cases, each on a fresh database and a fresh engine:
 (c) ``--sequential`` start-and-await calls (``engine.run``) one after the other: latency;
 (d) the floor: one-row insert + commit in a loop with the store's own settings (on PostgreSQL,
     case (a) divides by floor samples interleaved with its steps instead: ``case_steps``);
+(a-enc) with ``--encrypt``: case (a)'s steps on a workflow declared with ``encrypt_steps=True``
+    (each step's output sealed with AES-256-GCM), alternating in one engine with as many plain
+    steps: µs per step, and its ratio to those plain steps (target on SQLite FULL: under 1.10);
 (e) PostgreSQL only: the workflows of (b) executed by ``--workers`` ``lockgate serve bench.core:app``
     processes sharing one database, started and awaited from this process by an ``lg.Client``
     (which executes nothing): workflows/s, beside (b) of the same round.
@@ -41,6 +45,7 @@ from urllib.parse import urlsplit, urlunsplit
 from pydantic import BaseModel
 
 import lockgate as lg
+from lockgate.crypto import generate_key
 
 from .floor import Floor, postgres_floor, postgres_floor_async, sqlite_floor
 from .report import Cell, machine, print_table, ratio, write_json
@@ -57,6 +62,7 @@ TARGETS: dict[tuple[str, str, str], tuple[str, float]] = {
     ("sqlite", "full", "b"): ("value>=", 3000.0),
     ("sqlite", "full", "c"): ("value<=", 1.5),
     ("sqlite", "normal", "a"): ("value<=", 60.0),
+    ("sqlite", "full", "a-enc"): ("vs_a<=", 1.10),
     ("postgres", "default", "a"): ("ratio<=", 1.3),
     ("postgres", "default", "b"): ("value>=", 2000.0),
     ("postgres", "default", "c"): ("value<=", 3.0),
@@ -76,16 +82,20 @@ async def noop(i: int) -> int:
     return i
 
 
-def build_app(marks: dict[str, float]) -> lg.App:
+def build_app(marks: dict[str, float], *, encrypt: bool = False) -> lg.App:
+    """The bench workflows; with ``encrypt``, also ``bench.steps.sealed`` (``encrypt_steps=True``: needs a key)."""
     app = lg.App()
 
-    @app.workflow(name="bench.steps")
     async def steps(ctx: lg.Context, p: Count) -> int:
         started = time.perf_counter()
         for i in range(p.n):
             await ctx.step("s", noop, i)
         marks["steps"] = time.perf_counter() - started
         return p.n
+
+    app.workflow(name="bench.steps")(steps)
+    if encrypt:
+        app.workflow(name="bench.steps.sealed", encrypt_steps=True)(steps)
 
     @app.workflow(name="bench.one")
     async def one(ctx: lg.Context, p: Item) -> int:
@@ -125,8 +135,8 @@ class ModeResult:
 # -- the cases --------------------------------------------------------------------------------
 
 
-def _engine(app: lg.App, url: str, recording: str) -> lg.Engine:
-    return lg.Engine(app, url, recording=recording)
+def _engine(app: lg.App, url: str, recording: str, keys: list[str] | None = None) -> lg.Engine:
+    return lg.Engine(app, url, recording=recording, encryption_keys=keys)
 
 
 async def case_steps(
@@ -164,6 +174,37 @@ async def case_steps(
         extra["floor_us"] = (sum(floors) - (floors[0] + floors[-1]) / 2) / parts
         extra["floor_samples_us"] = floors
     return Case("a", f"{n:,} sequential steps, one workflow", per_step, "µs/step", per_step, extra)
+
+
+async def case_steps_encrypted(url: str, n: int, recording: str, parts: int = 8) -> Case:
+    """(a-enc): ``n`` sequential steps of a workflow declared ``encrypt_steps=True``, beside as many plain ones.
+
+    One engine, one database: the steps run as ``parts`` encrypted and ``parts`` plain
+    workflows, alternating (plain first, then encrypted first, ...), so that both halves
+    see the same disk and the same database size; ``vs_a`` divides the encrypted µs per
+    step by the plain µs per step measured among them.
+    """
+    marks: dict[str, float] = {}
+    sizes = [n // parts + (1 if i < n % parts else 0) for i in range(parts)]
+    spent = {"bench.steps": 0.0, "bench.steps.sealed": 0.0}
+    cpu = dict.fromkeys(spent, 0.0)
+    async with _engine(build_app(marks, encrypt=True), url, recording, [generate_key("bench")]) as engine:
+        for workflow in spent:
+            await engine.run(workflow, {"n": 10})  # warm-up
+        for i, size in enumerate(sizes):
+            for workflow in list(spent)[:: 1 if i % 2 == 0 else -1]:
+                cpu_at = time.process_time()
+                assert await engine.run(workflow, {"n": size}, timeout=600) == size
+                cpu[workflow] += time.process_time() - cpu_at
+                spent[workflow] += marks["steps"]
+    sealed, plain = spent["bench.steps.sealed"] / n * 1e6, spent["bench.steps"] / n * 1e6
+    extra: dict[str, Any] = {
+        "vs_a": sealed / plain,
+        "plain_us_per_step": plain,
+        "cpu_us_per_unit": cpu["bench.steps.sealed"] / n * 1e6,
+        "plain_cpu_us_per_unit": cpu["bench.steps"] / n * 1e6,
+    }
+    return Case("a-enc", f"{n:,} sequential steps, encrypt_steps", sealed, "µs/step", sealed, extra)
 
 
 async def case_concurrent(url: str, n: int, recording: str) -> Case:
@@ -420,6 +461,8 @@ async def run_mode(place: Place, args: argparse.Namespace) -> ModeResult:
             await case_concurrent(place.url(f"concurrent{r}"), args.concurrent, args.recording),
             await case_sequential(place.url(f"sequential{r}"), args.sequential, args.recording),
         ]
+        if args.encrypt:  # after the default cases, so that they run as they do without the flag
+            cases.append(await case_steps_encrypted(place.url(f"steps-enc{r}"), args.steps, args.recording))
         if place.store == "postgres" and args.workers:
             workers = await case_workers(place.url(f"workers{r}"), args.concurrent, args.recording, args.workers)
             workers.extra["vs_b"] = workers.value / next(c.value for c in cases if c.case == "b")
@@ -437,9 +480,10 @@ async def run_mode(place: Place, args: argparse.Namespace) -> ModeResult:
         ratios = [c.ratio for c in samples if c.ratio is not None]
         chosen.extra["ratio_samples"] = ratios
         chosen.ratio = _median(ratios, float) if ratios else None
-        if "vs_b" in chosen.extra:
-            chosen.extra["vs_b_samples"] = [c.extra["vs_b"] for c in samples]
-            chosen.extra["vs_b"] = _median(chosen.extra["vs_b_samples"], float)
+        for vs in ("vs_a", "vs_b"):
+            if vs in chosen.extra:
+                chosen.extra[f"{vs}_samples"] = [c.extra[vs] for c in samples]
+                chosen.extra[vs] = _median(chosen.extra[f"{vs}_samples"], float)
         cases.append(chosen)
     floor_async = _median(async_floors, lambda f: f.us_per_commit) if async_floors else None
     return ModeResult(place.store, place.mode, floor, cases, [f.us_per_commit for f in floors], floor_async)
@@ -459,6 +503,8 @@ def _target(store: str, mode: str, case: Case, floor: Floor) -> tuple[str | None
     if (store, mode, case.case) not in TARGETS:
         return None, None
     kind, bound = TARGETS[(store, mode, case.case)]
+    if kind == "vs_a<=":
+        return f"≤ {bound:g}x plain", case.extra["vs_a"] <= bound
     if kind == "ratio<=":
         value = case.ratio
         return f"≤ {bound}x floor", value is not None and value <= bound
@@ -490,6 +536,10 @@ def _rows(results: list[ModeResult]) -> list[list[Cell]]:
             beside_async = c.extra.get("ratio_to_async_floor")
             if c.case == "a" and beside_async is not None:
                 detail = ", ".join(x for x in (detail, f"{beside_async:.2f}x asyncio floor") if x)
+            if c.case == "a-enc":
+                plain = f"{c.extra['vs_a']:.3f}x plain ({c.extra['plain_us_per_step']:,.0f} µs/step, "
+                plain += f"cpu {c.extra['plain_cpu_us_per_unit']:.0f})"
+                detail = ", ".join(x for x in (plain, detail) if x)
             if c.case == "e":
                 spread = "/".join(str(v) for v in c.extra["runs_per_worker"].values())
                 ended = f"{c.extra['finished_per_s']:,.0f}/s by finished_at"
@@ -537,6 +587,7 @@ def _document(results: list[ModeResult], args: argparse.Namespace) -> dict[str, 
             "sequential": args.sequential,
             "workers": args.workers,
             "recording": args.recording,
+            "encrypt": args.encrypt,
             "floor_seconds": args.floor_seconds,
             "repeat": args.repeat,
         },
@@ -564,6 +615,9 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--recording", choices=("full", "coarse"), default="full", help="the engine's recording")
     parser.add_argument("--floor-seconds", type=float, default=1.0, help="how long each floor loop runs")
     parser.add_argument("--repeat", type=int, default=3, help="rounds of every case; the median is reported")
+    parser.add_argument(
+        "--encrypt", action="store_true", help="also case (a) on an encrypt_steps=True workflow, beside (a)"
+    )
     parser.add_argument("--plain", action="store_true", help="plain-text table")
     args = parser.parse_args(argv)
     for name in ("steps", "concurrent", "sequential", "repeat"):

@@ -36,6 +36,7 @@ _CORE_OPTIONS = {
     "compatible_with",
     "patches",
     "suspend_on_failure",
+    "encrypt_steps",
     "stall_after",
     "on_stalled",
     "signals",
@@ -139,6 +140,9 @@ class App:
                 raise DefinitionError(decl.name, "name", "registered twice")
             drafts[decl.name] = _build(decl)
         controls = {decl.name: _controls(decl) for decl in self._declared}
+        for name, options in controls.items():
+            if drafts[name].encrypt_steps:
+                _check_sealable(name, options)
         plans = {name: plan_for(name, drafts[name].payload_model, options) for name, options in controls.items()}
         check_shared(plans, {name: d.payload_model for name, d in drafts.items()})
         return {
@@ -206,6 +210,9 @@ def _build(decl: _Declaration) -> WorkflowDef:
         raise DefinitionError(name, "idempotency_key", "must be a callable taking the payload model")
     version, compatible, patches = _versioning(name, opts)
     stall_after, on_stalled = _staleness(name, opts)
+    encrypt_steps = opts.get("encrypt_steps", False)
+    if not isinstance(encrypt_steps, bool):
+        raise DefinitionError(name, "encrypt_steps", f"must be True or False, got {encrypt_steps!r}")
     return WorkflowDef(
         name=name,
         fn=decl.fn,
@@ -216,6 +223,7 @@ def _build(decl: _Declaration) -> WorkflowDef:
         compatible_with=compatible,
         patches=patches,
         suspend_on_failure=bool(opts.get("suspend_on_failure", False)),
+        encrypt_steps=encrypt_steps,
         stall_after=stall_after,
         on_stalled=on_stalled,
         signals=_messages(name, "signals", opts.get("signals")),
@@ -223,6 +231,17 @@ def _build(decl: _Declaration) -> WorkflowDef:
         cancel_on=tuple(opts.get("cancel_on") or ()),
         gate=GatePlan(workflow=name),
     )
+
+
+def _check_sealable(name: str, options: WorkflowOptions) -> None:
+    """An ``encrypt_steps`` workflow may not declare a control that merges its payloads in the gate."""
+    if options.batch is not None:
+        # the gate merges a batch's items as it folds them: they would have to wait in clear
+        raise DefinitionError(name, ["encrypt_steps", "batch"], "cannot both be declared: batch items are merged")
+    if options.debounce is not None and options.debounce.keep == "all":
+        raise DefinitionError(
+            name, ["encrypt_steps", "debounce.keep"], "keep='all' cannot be encrypted: the items are merged"
+        )
 
 
 def _body_types(name: str, fn: Body) -> tuple[type[BaseModel], Any]:

@@ -136,6 +136,7 @@ class WorkflowDef:
     compatible_with: tuple[str, ...] = ()
     patches: tuple[str, ...] = ()
     suspend_on_failure: bool = False
+    encrypt_steps: bool = False
     stall_after: float | None = None
     on_stalled: Callable[[Any], Any] | None = None
     signals: dict[str, type[BaseModel]] = field(default_factory=dict)

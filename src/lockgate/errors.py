@@ -20,6 +20,8 @@
      ├── RateLimited                a start was dropped by a rate limit
      ├── SingletonHeld              a singleton start found an incumbent
      ├── BlockingStartRefused       a blocking start on a deferring workflow
+     ├── EncryptionKeyError         an encryption key is malformed (raised at boot)
+     ├── JournalDecryptionError     a stored value of an encrypted run does not open
      └── StoreError                 the store refused or could not be reached
 
 Control-flow signals used inside workflow bodies derive from ``BaseException`` so a
@@ -35,8 +37,10 @@ from typing import Any
 __all__ = [
     "BlockingStartRefused",
     "DefinitionError",
+    "EncryptionKeyError",
     "EngineClosed",
     "InvalidArgument",
+    "JournalDecryptionError",
     "LockgateError",
     "PayloadError",
     "RateLimited",
@@ -229,6 +233,24 @@ class BlockingStartRefused(LockgateError):
             f"workflow {workflow!r}: {blocking} cannot be combined with {control}: "
             f"the start may be deferred or folded; use start() and await the run later"
         )
+
+
+class EncryptionKeyError(LockgateError, ValueError):
+    """An encryption key is malformed; the message names where it came from (the variable or argument)."""
+
+
+class JournalDecryptionError(LockgateError):
+    """A stored value of an encrypted run does not open with any key this process holds.
+
+    The engine suspends such a run rather than run its steps again blindly; give the
+    process the key that sealed it (or restore the value) and ``resume`` it.
+    """
+
+    def __init__(self, run_id: str, journal_key: str, why: str) -> None:
+        self.run_id = run_id
+        self.journal_key = journal_key
+        self.why = why
+        super().__init__(f"run {run_id}: stored value {journal_key!r} does not decrypt: {why}")
 
 
 class StoreError(LockgateError):

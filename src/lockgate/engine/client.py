@@ -11,7 +11,7 @@ import asyncio
 import contextlib
 import importlib
 import json
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from contextlib import AbstractContextManager
 from datetime import datetime
 from types import TracebackType
@@ -21,6 +21,7 @@ from pydantic import BaseModel
 
 from ..app import App
 from ..clock import Clock, SystemClock, wait_event
+from ..crypto import Keyring, Sealer, is_sealed, open_payload, reveal_row
 from ..definitions import WorkflowDef
 from ..errors import (
     InvalidArgument,
@@ -62,6 +63,7 @@ class Client(OperatorVerbs):
         clock: Clock | None = None,
         poll_interval: float = 0.5,
         recording: str = "full",
+        encryption_keys: str | Sequence[str] | None = None,
     ) -> None:
         if recording not in ("full", "coarse"):
             raise InvalidArgument(f"recording must be 'full' or 'coarse', not {recording!r}")
@@ -72,6 +74,7 @@ class Client(OperatorVerbs):
                 clock or SystemClock(),
                 poll_interval,
                 recording,
+                Keyring.load(encryption_keys),  # newest first; LOCKGATE_ENCRYPTION_KEYS when not given
             )
         )
         self.schedule_owner = "client"
@@ -80,6 +83,11 @@ class Client(OperatorVerbs):
     @property
     def app(self) -> App:
         return self.core.app
+
+    @property
+    def keyring(self) -> Keyring:
+        """The encryption keys, newest first (``encryption_keys`` or ``LOCKGATE_ENCRYPTION_KEYS``)."""
+        return self.core.keyring
 
     @property
     def store(self) -> Store:
@@ -259,7 +267,7 @@ class Client(OperatorVerbs):
 
     async def get_run(self, run_id: str) -> RunInfo:
         """One run (``UnknownRun`` if there is none)."""
-        return RunInfo.from_row(await self.store.read(shared.get_run, run_id))
+        return RunInfo.from_row(reveal_row(self.keyring, await self.store.read(shared.get_run, run_id)))
 
     async def list_runs(
         self,
@@ -285,21 +293,21 @@ class Client(OperatorVerbs):
             limit=limit,
             offset=offset,
         )
-        return [RunInfo.from_row(r) for r in rows]
+        return [RunInfo.from_row(reveal_row(self.keyring, r)) for r in rows]
 
     async def steps(self, run_id: str) -> list[StepInfo]:
         """The run's journal, in the order its body reached each entry."""
         rows = await self.store.read(journal.load_journal, run_id)
-        return [StepInfo.from_row(r) for r in rows]
+        return [StepInfo.from_row(reveal_row(self.keyring, r)) for r in rows]
 
     async def attempts(self, run_id: str) -> list[AttemptInfo]:
         rows = await self.store.read(journal.list_attempts, run_id)
-        return [AttemptInfo.from_row(r) for r in rows]
+        return [AttemptInfo.from_row(reveal_row(self.keyring, r)) for r in rows]
 
     async def events(self, run_id: str) -> list[EventInfo]:
         """The run's lifecycle events, oldest first."""
         rows = await self.store.read(journal.list_events, run_id)
-        return [EventInfo.from_row(r) for r in rows]
+        return [EventInfo.from_row(reveal_row(self.keyring, r)) for r in rows]
 
     # -- domain events (engine/events.py; read through inspect/events.py) ----------------------
 
@@ -352,7 +360,10 @@ class Client(OperatorVerbs):
         row = await self.store.read(shared.get_run, run_id)
         model = self._message_model(row, "signal", name)
         body = _payload_json(model, payload, what=f"signal {name!r}")
-        message = {"id": new_id("msg"), "run_id": run_id, "kind": "signal", "name": name, "payload": body}
+        mid = new_id("msg")
+        if self._sealed(row):
+            body = Sealer(self.keyring, run_id).seal(f"msg:{mid}", "payload", body)
+        message = {"id": mid, "run_id": run_id, "kind": "signal", "name": name, "payload": body}
         now = self.clock.now()
         await self.store.write(messages.send_message, message, now)
         self.wake(now)
@@ -367,6 +378,8 @@ class Client(OperatorVerbs):
         model = self._message_model(row, "update", name)
         body = _payload_json(model, payload, what=f"update {name!r}")
         mid = new_id("msg")
+        if self._sealed(row):
+            body = Sealer(self.keyring, run_id).seal(f"msg:{mid}", "payload", body)
         message = {"id": mid, "run_id": run_id, "kind": "update", "name": name, "payload": body}
         now = self.clock.now()
         event = self.core.settled.setdefault(mid, asyncio.Event())
@@ -386,6 +399,15 @@ class Client(OperatorVerbs):
         while True:
             msg = await self.store.read(messages.get_message, mid)
             assert msg is not None
+            sealed = is_sealed(msg["result"]) or is_sealed(msg["error_message"])
+            if sealed and msg["status"] in ("completed", "failed"):
+                sealer = Sealer(self.keyring, run_id)
+                key = f"msg:{mid}"
+                msg = {
+                    **msg,
+                    "result": sealer.open(key, "result", msg["result"]),
+                    "error_message": sealer.open(key, "error", msg["error_message"]),
+                }
             if msg["status"] == "completed":
                 return None if msg["result"] is None else json.loads(msg["result"])
             if msg["status"] == "failed":
@@ -401,6 +423,15 @@ class Client(OperatorVerbs):
                 raise ResultTimeout(f"update {name!r} on run {run_id} was not answered within {timeout}s")
             await wait_event(event, wait)
             delay = min(delay * 2, self.poll_interval)
+
+    def _sealed(self, row: Row) -> bool:
+        """Whether the run's values are sealed: its workflow encrypts, or its payload came sealed."""
+        if is_sealed(row["payload"]):
+            return True
+        try:
+            return self.app.get(row["workflow"]).encrypt_steps
+        except Exception:
+            return False
 
     def _message_model(self, row: dict[str, Any], kind: str, name: str) -> type[BaseModel] | None:
         """The model a signal/update must match: declared on the workflow, or the one the body waits with."""
@@ -452,7 +483,7 @@ class Client(OperatorVerbs):
         if row["status"] not in ("failed", "cancelled"):
             raise RunNotEligible("retry", run_id, row["status"], "only failed or cancelled runs can be retried")
         defn = self.app.get(row["workflow"])
-        source = row["payload"] if payload_override is None else payload_override
+        source = open_payload(self.keyring, row) if payload_override is None else payload_override
         now = self.clock.now()
         if defn.gate.item_model is None:  # through the gate, like any start: limits and windows count it
             source = validate_payload(defn.payload_model, source, what=f"retry of {defn.name!r} payload")

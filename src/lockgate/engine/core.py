@@ -17,6 +17,7 @@ from pydantic import BaseModel
 
 from ..app import App
 from ..clock import Clock
+from ..crypto import Keyring, Sealer, check_keys, is_sealed, seal_payload
 from ..definitions import WorkflowDef
 from ..errors import ResultTimeout, RunCancelled, RunFailed
 from ..gate.pipeline import Decision
@@ -78,12 +79,21 @@ class Local(Protocol):
 class Core:
     """The state a client and an engine share, and the ``Runtime`` seam built from it."""
 
-    def __init__(self, app: App, store: Store, clock: Clock, poll_interval: float, recording: str) -> None:
+    def __init__(
+        self,
+        app: App,
+        store: Store,
+        clock: Clock,
+        poll_interval: float,
+        recording: str,
+        keyring: Keyring | None = None,
+    ) -> None:
         self.app = app
         self.store = store
         self.clock = clock
         self.poll_interval = poll_interval
         self.recording = recording
+        self.keyring = keyring if keyring is not None else Keyring.load()  # newest first
         self.results = ResultWaiters(store, lambda: self.poll_interval)
         self.admissions = Admissions(store, lambda: self.poll_interval)
         self.pauses = PauseCache(store, clock)
@@ -135,7 +145,7 @@ class Core:
 
     async def open(self) -> None:
         """Validate the definitions, connect, migrate."""
-        self.app.definitions()  # a DefinitionError here refuses the boot
+        check_keys(self.app.definitions(), self.keyring)  # a DefinitionError here refuses the boot
         await self.store.open()
         self.results.open()
         self.admissions.open()
@@ -161,10 +171,13 @@ class Core:
     ) -> dict[str, Any]:
         """The row a new run of ``defn`` is inserted as (``payload``: a model or its JSON)."""
         rid = run_id or new_id("run")
+        text = payload if isinstance(payload, str) else payload.model_dump_json()
+        if defn.encrypt_steps:
+            text = seal_payload(self.keyring, defn.name, text)
         return {
             "id": rid,
             "workflow": defn.name,
-            "payload": payload if isinstance(payload, str) else payload.model_dump_json(),
+            "payload": text,
             "identity": identity or (f"{defn.name}\x1f{idempotency_key}" if idempotency_key else rid),
             "idempotency_key": idempotency_key,
             "version": defn.version,
@@ -244,10 +257,16 @@ class Core:
                 rtype = self.app.get(row["workflow"]).result_type
             except Exception:
                 rtype = None
-            return decode(row["output"], rtype)
+            output = row["output"]
+            if is_sealed(output):
+                output = Sealer(self.keyring, row["id"]).open("", "output", output)
+            return decode(output, rtype)
+        message = row["error_message"]
+        if is_sealed(message):
+            message = Sealer(self.keyring, row["id"]).open("", "error", message)
         if row["status"] == "cancelled":
-            raise RunCancelled(row["id"], row["error_message"])
-        raise RunFailed(row["id"], row["error_tag"], row["error_message"])
+            raise RunCancelled(row["id"], message)
+        raise RunFailed(row["id"], row["error_tag"], message)
 
 
 def _no_workers(at: float | None = None) -> None:

@@ -32,6 +32,7 @@ from ..store import journal as store_journal
 from ..store import runs, shared, workers
 from ..store.base import Row
 from .core import Core, WorkflowRef
+from .durable import Running
 from .executor import Execution
 from .identity import ScopeResolver
 from .leases import Outages, Wakeup, backoff, release_dead_local_workers
@@ -61,6 +62,7 @@ class Dispatcher:
         self.app = core.app
         self.store = core.store
         self.clock = core.clock
+        self.keyring = core.keyring
         self.max_concurrent_runs = max_concurrent_runs
         self.lease = lease
         self.inline_sleep = inline_sleep
@@ -304,7 +306,7 @@ class Dispatcher:
     def message_settled(self, message_id: str) -> None:
         self.core.message_settled(message_id)
 
-    def on_step_error(self, execution: Execution, step_key: str, error: BaseException) -> None:
+    def on_step_error(self, execution: Running, step_key: str, error: BaseException) -> None:
         """A step error that carries ``retry_after`` pauses the run's flow-control keys until then."""
         hint = retry_hint(error)
         if hint is None or hint <= 0:

@@ -8,6 +8,7 @@ and a ``Dispatcher`` that claims runnable runs and executes them; both are built
 from __future__ import annotations
 
 import socket
+from collections.abc import Sequence
 from datetime import datetime
 from types import TracebackType
 from typing import Any, Self
@@ -16,6 +17,7 @@ from pydantic import BaseModel
 
 from ..app import App
 from ..clock import Clock
+from ..crypto import Keyring
 from ..definitions import WorkflowDef
 from ..durations import Duration, to_seconds
 from ..events import DeliveryRecord, EventDef, EventRecord, Subject
@@ -33,7 +35,7 @@ from ..sweeps import SweepSettings, start_sweeps
 from .client import DEFAULT_STORE, Client
 from .core import Core, WorkflowRef
 from .dispatcher import Dispatcher
-from .executor import Execution
+from .durable import Running
 from .firing import Fired
 from .identity import ScopeResolver
 from .operator import BulkResult
@@ -73,9 +75,15 @@ class Engine:
         recording: str = "full",
         clock: Clock | None = None,
         worker_id: str | None = None,
+        encryption_keys: str | Sequence[str] | None = None,
     ) -> None:
         self.client = Client(
-            app, store, clock=clock, poll_interval=to_seconds(poll_interval, what="poll_interval"), recording=recording
+            app,
+            store,
+            clock=clock,
+            poll_interval=to_seconds(poll_interval, what="poll_interval"),
+            recording=recording,
+            encryption_keys=encryption_keys,
         )
         if max_concurrent_runs < 1:
             raise ValueError("max_concurrent_runs must be >= 1")
@@ -153,6 +161,11 @@ class Engine:
         return self.client.core.clock
 
     @property
+    def keyring(self) -> Keyring:
+        """The encryption keys, newest first (``encryption_keys`` or ``LOCKGATE_ENCRYPTION_KEYS``)."""
+        return self.client.core.keyring
+
+    @property
     def poll_interval(self) -> float:
         """Seconds between reads of what no wake-up tells this process about (another process's work)."""
         return self.client.core.poll_interval
@@ -216,7 +229,7 @@ class Engine:
         """Runs ended from outside: stop their executions here and release their result waiters."""
         self.dispatcher.stopped(run_ids, reason)
 
-    def on_step_error(self, execution: Execution, step_key: str, error: BaseException) -> None:
+    def on_step_error(self, execution: Running, step_key: str, error: BaseException) -> None:
         """A step error that carries ``retry_after`` pauses the run's flow-control keys until then."""
         self.dispatcher.on_step_error(execution, step_key, error)
 

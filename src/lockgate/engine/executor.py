@@ -11,35 +11,31 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import inspect
 import logging
 import random as _random
 import typing
-import uuid as _uuid
-import weakref
 from collections import Counter
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Protocol, TypeVar
+from typing import Any, TypeVar
 
 from pydantic import BaseModel
 
-from ..app import App
-from ..clock import Clock, to_datetime
+from ..clock import Clock
 from ..context import ChildHandle, Context, ParentClose
 from ..controls import FailureReport
+from ..crypto import Sealer, is_sealed, open_for_replay
 from ..definitions import Retry, WorkflowDef
 from ..durations import Duration, to_seconds
-from ..errors import PayloadError, RunCancelled, RunFailed, StepFailed, StoreError
+from ..errors import JournalDecryptionError, StepFailed, StoreError
 from ..events import Subject
-from ..gate.handoff import HandOff, Passed, finish_passing
-from ..ids import new_id
-from ..serde import decode, dump_json, encode, validate_payload
-from ..store import Store, messages, runs, shared
+from ..gate.handoff import finish_passing
+from ..serde import decode, encode
+from ..store import Store, runs, shared
 from ..store import journal as store_journal
 from ..store.base import Row
-from . import run_events
+from . import operations, run_events
+from .durable import Host, Parked, Wait, attempt_row, call, callable_facts, describe, divergence
 
 __all__ = ["Execution", "Host"]
 
@@ -52,79 +48,8 @@ HOLD = 0.05
 """Seconds a completed step's journal entry waits for the run's next write to carry it before it is written alone."""
 
 
-class Host(Protocol):
-    """What an execution calls on the worker that runs it (the dispatcher)."""
-
-    app: App
-    store: Store
-    clock: Clock
-    inline_sleep: float
-    resolve_scopes: run_events.ScopeResolver | None
-
-    def wake(self, at: float | None = None) -> None: ...
-
-    async def hand_off(self, defn: WorkflowDef, row: Row, status: str) -> HandOff | None: ...
-
-    def after_finish(
-        self, run_id: str, stopped: list[str], ended: Row | None = None, *, settled: bool = False
-    ) -> None: ...
-
-    def passed(self, passed: Passed) -> None: ...
-
-    def on_step_error(self, execution: Execution, step_key: str, error: BaseException) -> None: ...
-
-    def message_settled(self, message_id: str) -> None: ...
-
-    def published(self) -> None: ...
-
-    def new_run_row(
-        self,
-        defn: WorkflowDef,
-        payload: BaseModel | str,
-        *,
-        run_id: str | None = None,
-        identity: str | None = None,
-        idempotency_key: str | None = None,
-        ticket: str | None = None,
-    ) -> dict[str, Any]: ...
-
-
-@dataclass
-class _Wait:
-    kind: str
-    wake_at: float | None = None
-    names: list[str] = field(default_factory=list)
-    children: list[str] = field(default_factory=list)
-    models: dict[str, str] = field(default_factory=dict)
-
-
-class _Parked(BaseException):
-    """The body is blocked for good; the executor parks the run."""
-
-
-_FACTS: weakref.WeakKeyDictionary[Any, tuple[Any, bool]] = weakref.WeakKeyDictionary()
-
-
-def _callable_facts(fn: Callable[..., Any]) -> tuple[Any, bool]:
-    """``fn``'s return annotation and whether it is async, worked out once per function."""
-    target = getattr(fn, "func", fn)  # functools.partial
-    target = getattr(target, "__func__", target)  # a bound method: its function
-    try:
-        return _FACTS[target]
-    except (KeyError, TypeError):
-        pass
-    try:
-        rtype = typing.get_type_hints(target).get("return")
-    except Exception:
-        rtype = None
-    facts = (rtype, inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(getattr(fn, "func", None)))
-    with contextlib.suppress(TypeError):  # not weakly referenceable: worked out each time
-        _FACTS[target] = facts
-    return facts
-
-
 class _Busy:
-    """``async with execution._op()``: the body is doing something only it can finish."""
+    """``async with execution.busy()``: the body is doing something only it can finish."""
 
     __slots__ = ("_execution",)
 
@@ -172,7 +97,7 @@ class Execution(Context):
         self._confirmed = 0  # how many extras came before a recorded key: inserted into recorded history
         self._busy = 0
         self._busy_cm = _Busy(self)
-        self._waits: list[_Wait] = []
+        self._waits: list[Wait] = []
         self._attention: asyncio.Future[None] | None = None
         self._random: _random.Random | None = None
         self.task: asyncio.Task[Any] | None = None
@@ -183,13 +108,24 @@ class Execution(Context):
         self._held_since = 0.0  # the event loop's time when the oldest held entry was held
         self._hold_timer: asyncio.TimerHandle | None = None
         self._flushing: asyncio.Future[None] | None = None  # held entries written alone, not yet durable
+        # An encrypted run's values are sealed as they are written and opened as they are read;
+        # any other run has no sealer, and each write site pays one attribute test.
+        sealed = defn.encrypt_steps or is_sealed(row["payload"])
+        self._sealer: Sealer | None = Sealer(host.keyring, self.run_id) if sealed else None
         self._scopes: frozenset[str] = frozenset()  # asked of Engine(resolve_scopes=) as the body is entered
 
     # -- running the body ----------------------------------------------------------------
 
     async def run(self) -> None:
         """Enter the body and see it through to a park, a finish or a stop."""
-        payload = self.defn.payload_model.model_validate_json(self.row["payload"])
+        text = self.row["payload"]
+        if self._sealer is not None or "$sealed" in text:
+            try:
+                text = self._open_stored(text)
+            except JournalDecryptionError as exc:
+                await self._undecryptable(exc)
+                return
+        payload = self.defn.payload_model.model_validate_json(text)
         self._scopes = await run_events.scopes(self._host.resolve_scopes, self.subject)  # each attempt
         loop = asyncio.get_running_loop()
         self.task = asyncio.ensure_future(self.defn.fn(self, payload))
@@ -212,6 +148,21 @@ class Execution(Context):
                 return
         await self._finish()
 
+    def _open_stored(self, text: str) -> str:
+        """The run's payload in clear, its journal opened: what an encrypted run replays from."""
+        report = issubclass(self.defn.payload_model, FailureReport)
+        text, self._sealer, self._journal = open_for_replay(
+            self._host.keyring, self.row, text, self._journal, self._sealer, report=report
+        )
+        return text
+
+    async def _undecryptable(self, exc: JournalDecryptionError) -> None:
+        """Suspend a run whose stored values do not open: running its steps again blindly could repeat effects."""
+        log.error("%s; the run is suspended", exc)
+        message = str(exc)  # names the run and the key, never the value
+        event = {"error_tag": type(exc).__name__, "error_message": message, "reason": "decryption"}
+        await self._end(self._clock.now(), "suspended", tag=type(exc).__name__, message=message, event=event)
+
     def _is_blocked(self) -> bool:
         return self._busy == 0 and bool(self._waits)
 
@@ -220,11 +171,32 @@ class Execution(Context):
         if attention is not None and not attention.done():
             attention.set_result(None)
 
+    # -- what the durable operations use (``durable.Running``) ----------------------------
+
     @property
-    def _rng(self) -> _random.Random:
+    def host(self) -> Host:
+        return self._host
+
+    @property
+    def store(self) -> Store:
+        return self._store
+
+    @property
+    def clock(self) -> Clock:
+        return self._clock
+
+    @property
+    def rng(self) -> _random.Random:
         if self._random is None:  # seeding costs tens of microseconds; most runs never draw
             self._random = _random.Random()
         return self._random
+
+    @property
+    def sealer(self) -> Sealer | None:
+        return self._sealer
+
+    def entry(self, key: str) -> Row | None:
+        return self._journal.get(key)
 
     async def _park(self) -> None:
         assert self.task is not None
@@ -262,20 +234,29 @@ class Execution(Context):
         now = self._clock.now()
         try:
             value = self.task.result()
-        except (asyncio.CancelledError, shared.Fenced, _Parked):
+        except (asyncio.CancelledError, shared.Fenced, Parked):
             return  # stopped from outside (cancel, suspend, lost lease, shutdown)
         except StoreError:
             self._take_held()  # whoever takes the run next runs those steps again
             raise  # the store failed under the body, not the body: the engine hands the run back
+        except JournalDecryptionError as exc:
+            self._take_held()
+            await self._undecryptable(exc)
+            return
         except Exception as exc:
             await self._fail(exc)
             return
         self._tripwire(parked=False)
         output = encode(value, self.defn.result_type)
+        if self._sealer is not None:
+            output = self._sealer.seal("", "output", output)
         await self._end(now, "succeeded", output=output)
 
     async def _fail(self, exc: Exception) -> None:
-        tag, message = _describe(exc)
+        tag, message = describe(exc)
+        clear = message
+        if self._sealer is not None:
+            message = self._sealer.seal("", "error", message)
         self._tripwire(parked=False)
         now = self._clock.now()
         status = "suspended" if self.defn.suspend_on_failure else "failed"
@@ -284,7 +265,7 @@ class Execution(Context):
             return
         if status == "failed" and issubclass(self.defn.payload_model, FailureReport):
             # there is no on_failure for an on_failure: the log is where a failing handler is seen
-            log.error("failure handler %s (run %s) failed: %s: %s", self.defn.name, self.run_id, tag, message)
+            log.error("failure handler %s (run %s) failed: %s: %s", self.defn.name, self.run_id, tag, clear)
 
     async def _end(
         self,
@@ -340,7 +321,7 @@ class Execution(Context):
 
     # -- bookkeeping ---------------------------------------------------------------------
 
-    def _key(self, name: str) -> str:
+    def key(self, name: str) -> str:
         n = self._occurrences[name]
         self._occurrences[name] = n + 1
         key = f"{name}#{n}"
@@ -360,27 +341,19 @@ class Execution(Context):
     def _tripwire(self, *, parked: bool) -> None:
         if not self._recorded:
             return
-        unreached = [k for k in self._recorded if k not in self._reached]
         # new keys past the last recorded one are the body going further than before, as expected
-        extra = self._extra[: self._confirmed]
-        if parked:  # a parked body has not run past its wait; only the extras are telling
-            unreached = [
-                k
-                for k in unreached
-                if self._journal[k]["status"] == "completed" and self._journal[k]["kind"] == "step" and extra
-            ]
-        if unreached or extra:
-            data = {"unreached": unreached, "extra": extra}
-            self._event("nondeterminism-suspected", data)
+        data = divergence(self._recorded, self._reached, self._extra[: self._confirmed], self._journal, parked=parked)
+        if data is not None:
+            self.event("nondeterminism-suspected", data)
 
-    def _event(self, type_: str, data: dict[str, Any] | None = None) -> None:
+    def event(self, type_: str, data: dict[str, Any] | None = None) -> None:
         now = self._clock.now()
         self._store.write_nowait(shared.add_event, self.run_id, type_, now, data)
 
-    def _op(self) -> _Busy:
+    def busy(self) -> _Busy:
         return self._busy_cm
 
-    async def _block(self, wait: _Wait) -> typing.NoReturn:
+    async def block(self, wait: Wait) -> typing.NoReturn:
         """Wait for something only the outside world ends; the run parks meanwhile."""
         self._waits.append(wait)
         self._poke()
@@ -388,9 +361,9 @@ class Execution(Context):
             await asyncio.Future()  # never resolved: the body is cancelled at park
         finally:
             self._waits.remove(wait)
-        raise _Parked()
+        raise Parked()
 
-    async def _record(
+    async def record(
         self, entry: dict[str, Any], *, message: dict[str, Any] | None = None, attempt: dict[str, Any] | None = None
     ) -> None:
         now = self._clock.now()
@@ -407,6 +380,26 @@ class Execution(Context):
             self._progress_at = now
         self._journal[entry["step_key"]] = entry
 
+    async def record_with(self, entry: dict[str, Any], before: Callable[[Any], Awaitable[T]]) -> T:
+        now = self._clock.now()
+        entry = {"seq": self._seq(), **entry}
+        touch = self._touch_due(now)
+
+        async def write(tx: Any) -> T:
+            result = await before(tx)
+            await store_journal.record_entry(tx, self.fence, entry, now, progress=touch)
+            return result
+
+        try:
+            result = await self._store.write(write)
+        except shared.Fenced:
+            self.stop("lease lost")
+            raise
+        if touch:
+            self._progress_at = now
+        self._journal[entry["step_key"]] = entry
+        return result
+
     def _touch_due(self, now: float) -> bool:
         """Whether a journal write should move the run's ``progress_at`` too (at most once a resolution)."""
         return now - self._progress_at >= store_journal.PROGRESS_RESOLUTION
@@ -421,7 +414,7 @@ class Execution(Context):
         crash just before its entry's commit would: steps run at least once either way.
         """
         if self._busy > 1:  # another step of the body is running: this one must stay done whatever happens to it
-            await self._record(entry, attempt=attempt)
+            await self.record(entry, attempt=attempt)
             return
         entry = {"seq": self._seq(), **entry}
         if not self._held:
@@ -491,30 +484,33 @@ class Execution(Context):
     ) -> Any:
         if not callable(fn):
             raise TypeError(f"ctx.step({name!r}, ...): fn must be callable, got {type(fn).__name__}")
-        key = self._key(name)
-        rtype, is_async = _callable_facts(fn)
+        key = self.key(name)
+        rtype, is_async = callable_facts(fn)
         entry = self._journal.get(key)
         if entry is not None and entry["status"] == "completed":
             return decode(entry["output"], rtype)
         if entry is not None and entry["status"] == "failed":
             raise StepFailed(name, entry["error_tag"], entry["error_message"], int(entry["attempts"]))
         policy = retry or _NO_RETRY
-        async with self._op():
+        async with self.busy():
             first = self._clock.now()
             attempt = 0
             recorded_input = None if input is None or self._coarse else encode(input)
+            if recorded_input is not None and self._sealer is not None:
+                recorded_input = self._sealer.seal(key, "input", recorded_input)
             while True:
                 attempt += 1
                 started = first if attempt == 1 else self._clock.now()
                 try:
-                    result = await (fn(*args, **kwargs) if is_async else _call(fn, args, kwargs))
-                except (asyncio.CancelledError, shared.Fenced, _Parked):
+                    result = await (fn(*args, **kwargs) if is_async else call(fn, args, kwargs))
+                except (asyncio.CancelledError, shared.Fenced, Parked):
                     raise
                 except Exception as exc:
-                    tag, message = _describe(exc)
-                    tried = self._attempt(key, attempt, "failed", started, recorded_input, tag, message)
+                    tag, message = describe(exc)
+                    stored = message if self._sealer is None else self._sealer.seal(key, "error", message)
+                    tried = self._attempt_row(key, attempt, started, recorded_input, tag, stored)
                     give_up = attempt >= policy.max_attempts or not policy.is_retryable(exc)
-                    delay = 0.0 if give_up else policy.next_delay(attempt, exc, self._rng)
+                    delay = 0.0 if give_up else policy.next_delay(attempt, exc, self.rng)
                     if not give_up and policy.max_elapsed is not None:
                         budget = to_seconds(policy.max_elapsed)
                         give_up = self._clock.now() + delay - first > budget
@@ -525,7 +521,7 @@ class Execution(Context):
                                 "kind": "step",
                                 "status": "failed",
                                 "error_tag": tag,
-                                "error_message": message,
+                                "error_message": stored,
                                 "attempts": attempt,
                                 "started_at": first,
                             },
@@ -541,6 +537,8 @@ class Execution(Context):
                     output = encode(result, rtype)
                 except Exception as exc:
                     raise TypeError(f"ctx.step({name!r}): its result cannot be stored as JSON: {exc}") from exc
+                if self._sealer is not None:
+                    output = self._sealer.seal(key, "output", output)
                 await self._settle(
                     {
                         "step_key": key,
@@ -553,219 +551,43 @@ class Execution(Context):
                     # A first attempt that completes the step is recorded by the journal entry alone.
                     None
                     if attempt == 1 and recorded_input is None
-                    else self._attempt(key, attempt, "completed", started, recorded_input, None, None),
+                    else self._attempt_row(key, attempt, started, recorded_input),
                 )
                 return result
 
-    def _attempt(
-        self,
-        key: str,
-        attempt: int,
-        status: str,
-        started: float,
-        input_: str | None,
-        tag: str | None,
-        message: str | None,
+    def _attempt_row(
+        self, key: str, attempt: int, started: float, input_: str | None, tag: str | None = None, msg: str | None = None
     ) -> dict[str, Any] | None:
         """The attempt's introspection row (``None`` when recording coarsely)."""
         if self._coarse:
             return None
-        return {
-            "run_id": self.run_id,
-            "step_key": key,
-            "attempt": attempt,
-            "status": status,
-            "input": input_,
-            "error_tag": tag,
-            "error_message": message,
-            "started_at": started,
-            "finished_at": self._clock.now(),
-        }
+        return attempt_row(self.run_id, key, attempt, started, self._clock.now(), input_, tag, msg)
 
-    # -- Context: time -------------------------------------------------------------------
+    # -- Context: the durable operations (engine/operations.py) -------------------------
 
     async def sleep(self, name: str, duration: Duration) -> None:
-        seconds = to_seconds(duration, what=f"ctx.sleep({name!r})")
-        await self._timer(name, lambda now: now + seconds)
+        await operations.sleep(self, name, duration)
 
     async def sleep_until(self, name: str, when: datetime) -> None:
-        if when.tzinfo is None:
-            raise ValueError(f"ctx.sleep_until({name!r}): 'when' must be timezone-aware")
-        await self._timer(name, lambda now: when.timestamp())
-
-    async def _timer(self, name: str, due_from: Callable[[float], float]) -> None:
-        key = self._key(name)
-        entry = self._journal.get(key)
-        if entry is not None and entry["status"] == "completed":
-            return
-        async with self._op():
-            if entry is None:
-                now = self._clock.now()
-                due = due_from(now)
-                await self._record(
-                    {
-                        "step_key": key,
-                        "kind": "sleep",
-                        "status": "pending",
-                        "due_at": due,
-                        "started_at": now,
-                        "finished_at": None,
-                    }
-                )
-                self._event("timer-set", {"step": key, "due_at": due})
-            else:
-                due = float(entry["due_at"])
-            if due - self._clock.now() <= self._host.inline_sleep:
-                await self._clock.sleep_until(due)
-        if due > self._clock.now():
-            await self._block(_Wait("timer", wake_at=due))
-        async with self._op():
-            await self._record(
-                {
-                    "step_key": key,
-                    "kind": "sleep",
-                    "status": "completed",
-                    "due_at": due,
-                    "started_at": (entry or self._journal[key])["started_at"],
-                }
-            )
-            self._event("timer-fired", {"step": key})
+        await operations.sleep_until(self, name, when)
 
     async def now(self) -> datetime:
-        value = await self._value("$now", lambda: self._clock.now(), float)
-        result = to_datetime(value)
-        assert result is not None
-        return result
+        return await operations.now(self)
 
     async def uuid(self) -> str:
-        return await self._value("$uuid", lambda: str(_uuid.uuid4()), str)  # type: ignore[no-any-return]
+        return await operations.uuid(self)
 
     async def random(self) -> float:
-        return await self._value("$random", self._rng.random, float)  # type: ignore[no-any-return]
-
-    async def _value(self, name: str, make: Callable[[], Any], tp: Any) -> Any:
-        key = self._key(name)
-        entry = self._journal.get(key)
-        if entry is not None and entry["status"] == "completed":
-            return decode(entry["output"], tp)
-        async with self._op():
-            value = make()
-            await self._record({"step_key": key, "kind": "value", "status": "completed", "output": encode(value)})
-            return value
+        return await operations.random(self)
 
     def patch(self, marker: str) -> bool:
         return marker in self._patches
 
-    # -- Context: signals and updates ----------------------------------------------------
-
     async def wait_for_signal(self, name: str, model: type[M], *, timeout: Duration | None = None) -> M | None:
-        key = self._key(f"signal:{name}")
-        entry = self._journal.get(key)
-        if entry is not None and entry["status"] == "completed":
-            return None if entry["output"] is None else model.model_validate_json(entry["output"])
-        due: float | None = None
-        async with self._op():
-            if timeout is not None:
-                if entry is None:
-                    now = self._clock.now()
-                    due = now + to_seconds(timeout, what=f"ctx.wait_for_signal({name!r}, timeout)")
-                    await self._record(
-                        {
-                            "step_key": key,
-                            "kind": "signal",
-                            "status": "pending",
-                            "due_at": due,
-                            "started_at": now,
-                            "finished_at": None,
-                        }
-                    )
-                else:
-                    due = float(entry["due_at"])
-            while True:
-                message = await self._store.read(messages.next_message, self.run_id, "signal", name)
-                if message is None:
-                    break
-                try:
-                    value = validate_payload(model, message["payload"], what=f"signal {name!r}")
-                except PayloadError as exc:
-                    now = self._clock.now()
-                    await self._store.write(
-                        messages.settle_message,
-                        message["id"],
-                        now,
-                        status="failed",
-                        error_tag="PayloadError",
-                        error_message=str(exc),
-                    )
-                    self._event("signal-rejected", {"name": name, "message_id": message["id"], "error": str(exc)})
-                    continue
-                await self._record(
-                    {
-                        "step_key": key,
-                        "kind": "signal",
-                        "status": "completed",
-                        "output": value.model_dump_json(),
-                        "due_at": due,
-                    },
-                    message={"id": message["id"], "status": "consumed"},
-                )
-                self._event("signal-received", {"name": name, "message_id": message["id"], "step": key})
-                return value
-            if due is not None and due <= self._clock.now():
-                await self._record(
-                    {"step_key": key, "kind": "signal", "status": "completed", "output": None, "due_at": due}
-                )
-                self._event("signal-timed-out", {"name": name, "step": key})
-                return None
-            self._event("signal-awaited", {"name": name, "step": key, "timeout_at": due})
-        await self._block(_Wait("signal", wake_at=due, names=[name], models=_model_ref(name, model)))
+        return await operations.wait_for_signal(self, name, model, timeout=timeout)
 
     async def handle_update(self, name: str, model: type[M], handler: Callable[[M], Awaitable[T] | T]) -> T:
-        key = self._key(f"update:{name}")
-        entry = self._journal.get(key)
-        rtype, _ = _callable_facts(handler)
-        if entry is not None and entry["status"] == "completed":
-            return decode(entry["output"], rtype)  # type: ignore[no-any-return]
-        async with self._op():
-            while True:
-                message = await self._store.read(messages.next_message, self.run_id, "update", name)
-                if message is None:
-                    break
-                mid = message["id"]
-                self._event("update-received", {"name": name, "message_id": mid})
-                try:
-                    value = validate_payload(model, message["payload"], what=f"update {name!r}")
-                    result = await _call(handler, (value,), {})
-                except (asyncio.CancelledError, shared.Fenced, _Parked):
-                    raise
-                except Exception as exc:
-                    tag, text = _describe(exc)
-                    now = self._clock.now()
-                    # a rejected payload keeps its field errors, so the caller's PayloadError names them
-                    detail = dump_json(exc.errors) if isinstance(exc, PayloadError) else None
-                    await self._store.write(
-                        messages.settle_message,
-                        mid,
-                        now,
-                        status="failed",
-                        result=detail,
-                        error_tag=tag,
-                        error_message=text,
-                    )
-                    self._event(
-                        "update-failed", {"name": name, "message_id": mid, "error_tag": tag, "error_message": text}
-                    )
-                    self._host.message_settled(mid)
-                    continue
-                output = encode(result, rtype)
-                await self._record(
-                    {"step_key": key, "kind": "update", "status": "completed", "output": output},
-                    message={"id": mid, "status": "completed", "result": output},
-                )
-                self._event("update-completed", {"name": name, "message_id": mid, "step": key})
-                self._host.message_settled(mid)
-                return result  # type: ignore[no-any-return]
-        await self._block(_Wait("update", names=[name], models=_model_ref(name, model)))
+        return await operations.handle_update(self, name, model, handler)
 
     @property
     def subject(self) -> Subject:
@@ -778,117 +600,15 @@ class Execution(Context):
     async def publish(self, event: Any, key: Any = None, payload: Any = None) -> str:
         return await run_events.publish(self, event, key, payload)
 
-    # -- Context: children ---------------------------------------------------------------
-
     async def start_child(
         self, workflow: str | Callable[..., Any], payload: Any, *, parent_close: ParentClose = "cancel"
     ) -> ChildHandle:
-        if parent_close not in ("cancel", "terminate", "abandon"):
-            raise ValueError(f"parent_close must be 'cancel', 'terminate' or 'abandon', not {parent_close!r}")
-        child_def = self._host.app.get(workflow)
-        key = self._key(f"child:{child_def.name}")
-        entry = self._journal.get(key)
-        if entry is not None and entry["status"] == "completed":
-            return ChildHandle(run_id=decode(entry["output"], str), workflow=child_def.name)
-        model = validate_payload(child_def.payload_model, payload, what=f"child {child_def.name!r} payload")
-        async with self._op():
-            now = self._clock.now()
-            child_id = new_id("run")
-            run = self._host.new_run_row(child_def, model, run_id=child_id, identity=f"child:{self.run_id}:{key}")
-            run.update(parent_id=self.run_id, parent_close=parent_close, recording=self.row["recording"])
-            run.update(source=f"child:{self.run_id}", trace_id=self.row["trace_id"], subject=self.row["subject"])
-            entry_row = {
-                "step_key": key,
-                "seq": self._seq(),
-                "kind": "child",
-                "status": "completed",
-                "output": encode(child_id),
-            }
-
-            touch = self._touch_due(now)
-
-            async def start(tx: Any) -> str:
-                row, _ = await runs.create_run(tx, run, now)
-                entry_row["output"] = encode(row["id"])
-                await store_journal.record_entry(tx, self.fence, entry_row, now, progress=touch)
-                return str(row["id"])
-
-            try:
-                child_id = await self._store.write(start)
-            except shared.Fenced:
-                self.stop("lease lost")
-                raise
-            if touch:
-                self._progress_at = now
-            self._journal[key] = entry_row
-            self._host.wake(now)
-            return ChildHandle(run_id=child_id, workflow=child_def.name)
+        return await operations.start_child(self, workflow, payload, parent_close=parent_close)
 
     async def wait_child(self, handle: ChildHandle) -> Any:
-        key = self._key(f"wait:{handle.run_id}")
-        entry = self._journal.get(key)
-        try:
-            rtype = self._host.app.get(handle.workflow).result_type
-        except Exception:
-            rtype = None
-        if entry is None or entry["status"] not in ("completed", "failed"):
-            async with self._op():
-                row = await self._store.read(shared.get_run, handle.run_id)
-                if row["parent_id"] != self.run_id:  # only a child's end wakes this run
-                    raise ValueError(
-                        f"run {handle.run_id} is not a child of run {self.run_id}; wait for it with a "
-                        "handle from ctx.start_child"
-                    )
-                if row["status"] in shared.TERMINAL:
-                    outcome = {
-                        "status": row["status"],
-                        "output": row["output"],
-                        "error_tag": row["error_tag"],
-                        "error_message": row["error_message"],
-                    }
-                    # A child that did not succeed is a failed entry: a redrive or resume of this run
-                    # then looks at the child again (it may have been redriven meanwhile).
-                    entry = {
-                        "step_key": key,
-                        "kind": "wait_child",
-                        "status": "completed" if row["status"] == "succeeded" else "failed",
-                        "output": encode(outcome),
-                        "error_tag": row["error_tag"],
-                        "error_message": row["error_message"],
-                    }
-                    await self._record(entry)
-            if entry is None or entry["status"] not in ("completed", "failed"):
-                await self._block(_Wait("child", children=[handle.run_id]))
-        outcome = decode(entry["output"])
-        if outcome["status"] == "succeeded":
-            return decode(outcome["output"], rtype)
-        if outcome["status"] == "cancelled":
-            raise RunCancelled(handle.run_id, outcome["error_message"])
-        raise RunFailed(handle.run_id, outcome["error_tag"], outcome["error_message"])
+        return await operations.wait_child(self, handle)
 
 
 def _seen(future: asyncio.Future[Any]) -> None:
     if not future.cancelled():
         future.exception()
-
-
-async def _call(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-    if _callable_facts(fn)[1]:
-        return await fn(*args, **kwargs)
-    result = await asyncio.to_thread(fn, *args, **kwargs)
-    if inspect.isawaitable(result):
-        return await result
-    return result
-
-
-def _model_ref(name: str, model: type[BaseModel]) -> dict[str, str]:
-    """Where a client can import the model a body waits with (none for local classes)."""
-    if "<locals>" in model.__qualname__:
-        return {}
-    return {name: f"{model.__module__}:{model.__qualname__}"}
-
-
-def _describe(exc: BaseException) -> tuple[str, str]:
-    if isinstance(exc, StepFailed):
-        return exc.error_tag, str(exc)
-    return type(exc).__name__, str(exc) or type(exc).__name__

@@ -87,7 +87,8 @@ async def admit(
         defn=defn,
         plan=plan,
         ticket=ticket,
-        payload=model.model_dump_json(),
+        # the run row's payload: sealed when the workflow encrypts
+        payload=model.model_dump_json() if item_model is not None else run["payload"],
         keys=control_keys(defn, plan, model),
         priority=_priority(defn, plan, model),
         fair=_fair(defn, plan, model),

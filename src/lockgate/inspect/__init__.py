@@ -7,6 +7,7 @@ behind each answer (``flow``, ``trace``, ...), for callers that compose their ow
 
 from __future__ import annotations
 
+from ..store.keys import Rotation, Unopened
 from .cluster import ClusterStatus, SweepLease, WorkerStatus
 from .connect import StoreLocation, connect, locate
 from .flow import FlowRow
@@ -27,6 +28,7 @@ __all__ = [
     "LedgerEntry",
     "ParkedStart",
     "Pause",
+    "Rotation",
     "RunDetail",
     "ScheduleInfo",
     "Stats",
@@ -34,6 +36,7 @@ __all__ = [
     "StoreLocation",
     "SweepLease",
     "Trace",
+    "Unopened",
     "WorkerStatus",
     "WorkflowStats",
     "connect",

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 from ..app import App
 from ..clock import Clock
+from ..crypto import Keyring
 from ..store import Store, open_store
 from .inspector import Inspector
 
@@ -33,17 +34,18 @@ def locate(url: str) -> StoreLocation:
 
 @asynccontextmanager
 async def connect(
-    store: str | Store, app: App | None = None, *, clock: Clock | None = None
+    store: str | Store, app: App | None = None, *, clock: Clock | None = None, keyring: Keyring | None = None
 ) -> AsyncIterator[Inspector]:
     """An ``Inspector`` on ``store`` (a URL or a store), opened (migrated) here and closed on exit.
 
-    ``app``'s definitions are validated first, as an engine's are at boot.
+    ``app``'s definitions are validated first, as an engine's are at boot. ``keyring`` opens the
+    values of encrypted runs (default: ``LOCKGATE_ENCRYPTION_KEYS``).
     """
     app = app or App()
     app.definitions()
     opened = open_store(store) if isinstance(store, str) else store
     await opened.open()
     try:
-        yield Inspector(opened, app, clock)
+        yield Inspector(opened, app, clock, keyring=keyring)
     finally:
         await opened.close()

@@ -12,10 +12,13 @@ from datetime import datetime
 
 from ..app import App
 from ..clock import Clock, SystemClock
+from ..crypto import Keyring, reveal_row
 from ..errors import InvalidArgument, LockgateError
 from ..events import DeliveryRecord, EventRecord
 from ..records import AttemptInfo, EventInfo, RunInfo, StepInfo
 from ..store import Store, journal, shared
+from ..store.base import Row
+from ..store.keys import Rotation, rotate_keys
 from . import events as domain_events
 from .cluster import ClusterStatus, cluster_status
 from .flow import FlowRow, flow
@@ -31,12 +34,19 @@ DEAD_LETTER_PAGE = 100  # runs read per query while skipping discarded failures
 
 
 class Inspector:
-    """Read-only queries over one open ``store``; ``app`` gives the concurrency limits ``trace`` estimates with."""
+    """Read-only queries over one open ``store``; ``app`` gives the concurrency limits ``trace`` estimates with.
 
-    def __init__(self, store: Store, app: App | None = None, clock: Clock | None = None) -> None:
+    Values of encrypted runs show in clear where ``keyring`` (default: ``LOCKGATE_ENCRYPTION_KEYS``)
+    opens them, and as ``<encrypted>`` elsewhere.
+    """
+
+    def __init__(
+        self, store: Store, app: App | None = None, clock: Clock | None = None, *, keyring: Keyring | None = None
+    ) -> None:
         self.store = store
         self.app = app or App()
         self.clock = clock or SystemClock()
+        self.keyring = keyring if keyring is not None else Keyring.load()
 
     # -- runs ------------------------------------------------------------------------------
 
@@ -71,6 +81,7 @@ class Inspector:
                 before=before,
                 limit=limit,
                 offset=offset,
+                keyring=self.keyring,
             )
         if source is not None:
             raise InvalidArgument("dead letters cannot be filtered by source")
@@ -87,7 +98,14 @@ class Inspector:
         at = 0
         while len(found) < limit:
             batch = await self.store.read(
-                runs_page, workflow=workflow, status="failed", parent_id=parent_id, before=before, limit=page, offset=at
+                runs_page,
+                workflow=workflow,
+                status="failed",
+                parent_id=parent_id,
+                before=before,
+                limit=page,
+                offset=at,
+                keyring=self.keyring,
             )
             for run in batch:
                 if run.discarded:
@@ -105,25 +123,38 @@ class Inspector:
 
     async def run(self, run_id: str) -> RunInfo:
         """One run (``UnknownRun`` if there is none)."""
-        return RunInfo.from_row(await self.store.read(shared.get_run, run_id))
+        return RunInfo.from_row(self._shown(await self.store.read(shared.get_run, run_id)))
 
     async def run_detail(self, run_id: str, *, children_limit: int = 1000) -> RunDetail:
         """One run with its journal, step attempts, events and children (``UnknownRun`` if there is none)."""
         if children_limit < 1:
             raise InvalidArgument("children_limit must be >= 1")
-        return await self.store.read(run_detail, run_id, children_limit=children_limit)
+        return await self.store.read(run_detail, run_id, children_limit=children_limit, keyring=self.keyring)
 
     async def steps(self, run_id: str) -> list[StepInfo]:
         """The run's journal, in the order its body reached each entry."""
-        return [StepInfo.from_row(r) for r in await self.store.read(journal.load_journal, run_id)]
+        return [StepInfo.from_row(self._shown(r)) for r in await self.store.read(journal.load_journal, run_id)]
 
     async def attempts(self, run_id: str) -> list[AttemptInfo]:
         """Every recorded attempt of the run's steps."""
-        return [AttemptInfo.from_row(r) for r in await self.store.read(journal.list_attempts, run_id)]
+        return [AttemptInfo.from_row(self._shown(r)) for r in await self.store.read(journal.list_attempts, run_id)]
 
     async def events(self, run_id: str) -> list[EventInfo]:
         """The run's lifecycle events, oldest first."""
-        return [EventInfo.from_row(r) for r in await self.store.read(journal.list_events, run_id)]
+        return [EventInfo.from_row(self._shown(r)) for r in await self.store.read(journal.list_events, run_id)]
+
+    def _shown(self, row: Row) -> Row:
+        return reveal_row(self.keyring, row)
+
+    # -- encryption keys ---------------------------------------------------------------------
+
+    async def rotate_keys(self, *, workflow: str | None = None, batch: int = 500, dry_run: bool = False) -> Rotation:
+        """Seal every stored value again under the keyring's newest key, ``batch`` rows per commit.
+
+        The one write the inspector makes: a maintenance pass over what is stored, safe while
+        workers run and resumable (see ``store/keys.py``).
+        """
+        return await rotate_keys(self.store, self.keyring, workflow=workflow, batch=batch, dry_run=dry_run)
 
     # -- domain events -------------------------------------------------------------------------
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..crypto import Keyring, reveal_row
 from ..errors import InvalidArgument
 from ..records import AttemptInfo, EventInfo, RunInfo, StepInfo
 from ..store import journal, runs, shared
@@ -17,6 +18,8 @@ RUN_STATUSES = ("running", "suspended", "succeeded", "failed", "cancelled")
 
 TERMINAL: tuple[str, ...] = tuple(shared.TERMINAL)
 """The statuses a run does not leave on its own."""
+
+_NO_KEYS = Keyring()  # opens nothing: sealed values show as ``<encrypted>``
 
 
 @dataclass(frozen=True)
@@ -61,11 +64,13 @@ async def runs_page(
     before: str | None = None,
     limit: int = 50,
     offset: int = 0,
+    keyring: Keyring | None = None,
 ) -> list[RunInfo]:
     """Runs matching the filters, newest first (``created_at``, then id, descending).
 
     ``before`` (a run id: the last one of the previous page) continues after that run, so a
-    page is stable while new runs arrive; ``UnknownRun`` if there is no such run."""
+    page is stable while new runs arrive; ``UnknownRun`` if there is no such run. Sealed values
+    show in clear where ``keyring`` opens them, ``<encrypted>`` elsewhere."""
     if before is None:
         rows = await runs.list_runs(
             tx, workflow=workflow, status=status, parent_id=parent_id, source=source, limit=limit, offset=offset
@@ -81,16 +86,21 @@ async def runs_page(
             limit=limit,
             offset=offset,
         )
-    return [RunInfo.from_row(r) for r in rows]
+    return [RunInfo.from_row(reveal_row(keyring or _NO_KEYS, r)) for r in rows]
 
 
-async def run_detail(tx: Tx, run_id: str, *, children_limit: int = 1000) -> RunDetail:
-    """``run_id`` with its journal, attempts, events and (up to ``children_limit``) children; ``UnknownRun``."""
-    run = RunInfo.from_row(await shared.get_run(tx, run_id))
+async def run_detail(
+    tx: Tx, run_id: str, *, children_limit: int = 1000, keyring: Keyring | None = None
+) -> RunDetail:
+    """``run_id`` with its journal, attempts, events and (up to ``children_limit``) children; ``UnknownRun``.
+
+    Sealed values show in clear where ``keyring`` opens them, ``<encrypted>`` elsewhere."""
+    keys = keyring or _NO_KEYS
+    run = RunInfo.from_row(reveal_row(keys, await shared.get_run(tx, run_id)))
     return RunDetail(
         run=run,
-        steps=[StepInfo.from_row(r) for r in await journal.load_journal(tx, run_id)],
-        attempts=[AttemptInfo.from_row(r) for r in await journal.list_attempts(tx, run_id)],
-        events=[EventInfo.from_row(r) for r in await journal.list_events(tx, run_id)],
-        children=await runs_page(tx, parent_id=run_id, limit=children_limit),
+        steps=[StepInfo.from_row(reveal_row(keys, r)) for r in await journal.load_journal(tx, run_id)],
+        attempts=[AttemptInfo.from_row(reveal_row(keys, r)) for r in await journal.list_attempts(tx, run_id)],
+        events=[EventInfo.from_row(reveal_row(keys, r)) for r in await journal.list_events(tx, run_id)],
+        children=await runs_page(tx, parent_id=run_id, limit=children_limit, keyring=keys),
     )

@@ -1,0 +1,240 @@
+"""What the executor and its durable operations share.
+
+``Host`` is what an execution calls on the worker that runs it; ``Running`` is what the
+durable operations (timers, values, messages, children) call on the execution they run
+in. Both are protocols so that the operations, the execution and the dispatcher depend
+on this module and not on each other.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import inspect
+import random
+import typing
+import weakref
+from collections.abc import Awaitable, Callable
+from contextlib import AbstractAsyncContextManager
+from dataclasses import dataclass, field
+from typing import Any, Protocol, TypeVar
+
+from pydantic import BaseModel
+
+from ..app import App
+from ..clock import Clock
+from ..crypto import Keyring, Sealer
+from ..definitions import WorkflowDef
+from ..errors import StepFailed
+from ..gate.handoff import HandOff, Passed
+from ..store import Store, shared
+from ..store.base import Row
+from .identity import ScopeResolver
+
+__all__ = [
+    "Host",
+    "Parked",
+    "Running",
+    "Wait",
+    "attempt_row",
+    "call",
+    "callable_facts",
+    "describe",
+    "divergence",
+    "model_ref",
+]
+
+T = TypeVar("T")
+
+
+class Host(Protocol):
+    """What an execution calls on the worker that runs it (the dispatcher)."""
+
+    app: App
+    store: Store
+    clock: Clock
+    keyring: Keyring
+    inline_sleep: float
+    resolve_scopes: ScopeResolver | None
+
+    def wake(self, at: float | None = None) -> None: ...
+
+    async def hand_off(self, defn: WorkflowDef, row: Row, status: str) -> HandOff | None: ...
+
+    def after_finish(
+        self, run_id: str, stopped: list[str], ended: Row | None = None, *, settled: bool = False
+    ) -> None: ...
+
+    def passed(self, passed: Passed) -> None: ...
+
+    def on_step_error(self, execution: Running, step_key: str, error: BaseException) -> None: ...
+
+    def message_settled(self, message_id: str) -> None: ...
+
+    def published(self) -> None: ...
+
+    def new_run_row(
+        self,
+        defn: WorkflowDef,
+        payload: BaseModel | str,
+        *,
+        run_id: str | None = None,
+        identity: str | None = None,
+        idempotency_key: str | None = None,
+        ticket: str | None = None,
+    ) -> dict[str, Any]: ...
+
+
+@dataclass
+class Wait:
+    """Something only the outside world ends, that a blocked body waits for."""
+
+    kind: str
+    wake_at: float | None = None
+    names: list[str] = field(default_factory=list)
+    children: list[str] = field(default_factory=list)
+    models: dict[str, str] = field(default_factory=dict)
+
+
+class Parked(BaseException):
+    """The body is blocked for good; the executor parks the run."""
+
+
+class Running(Protocol):
+    """What a durable operation uses of the execution it runs in."""
+
+    run_id: str
+    row: Row
+    fence: shared.Fence
+
+    @property
+    def host(self) -> Host: ...
+
+    @property
+    def store(self) -> Store: ...
+
+    @property
+    def clock(self) -> Clock: ...
+
+    @property
+    def rng(self) -> random.Random: ...
+
+    @property
+    def sealer(self) -> Sealer | None:
+        """What seals and opens the run's values when it is encrypted; ``None`` otherwise."""
+        ...
+
+    def key(self, name: str) -> str:
+        """The journal key of the next occurrence of ``name`` in this entry."""
+        ...
+
+    def entry(self, key: str) -> Row | None:
+        """The journal entry recorded under ``key``, if any."""
+        ...
+
+    def busy(self) -> AbstractAsyncContextManager[None]:
+        """``async with``: the body is doing something only it can finish."""
+        ...
+
+    async def record(self, entry: dict[str, Any], *, message: dict[str, Any] | None = None) -> None:
+        """Write a journal entry now (with a message's settlement in the same commit)."""
+        ...
+
+    async def record_with(self, entry: dict[str, Any], before: Callable[[Any], Awaitable[T]]) -> T:
+        """Write a journal entry in the transaction ``before(tx)`` runs in first."""
+        ...
+
+    def event(self, type_: str, data: dict[str, Any] | None = None) -> None:
+        """Add a lifecycle event to the run (not waited for)."""
+        ...
+
+    async def block(self, wait: Wait) -> typing.NoReturn:
+        """Wait for something only the outside world ends; the run parks meanwhile."""
+        ...
+
+
+_FACTS: weakref.WeakKeyDictionary[Any, tuple[Any, bool]] = weakref.WeakKeyDictionary()
+
+
+def callable_facts(fn: Callable[..., Any]) -> tuple[Any, bool]:
+    """``fn``'s return annotation and whether it is async, worked out once per function."""
+    target = getattr(fn, "func", fn)  # functools.partial
+    target = getattr(target, "__func__", target)  # a bound method: its function
+    try:
+        return _FACTS[target]
+    except (KeyError, TypeError):
+        pass
+    try:
+        rtype = typing.get_type_hints(target).get("return")
+    except Exception:
+        rtype = None
+    facts = (rtype, inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(getattr(fn, "func", None)))
+    with contextlib.suppress(TypeError):  # not weakly referenceable: worked out each time
+        _FACTS[target] = facts
+    return facts
+
+
+async def call(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    """Call ``fn``: awaited if async, in a thread if not."""
+    if callable_facts(fn)[1]:
+        return await fn(*args, **kwargs)
+    result = await asyncio.to_thread(fn, *args, **kwargs)
+    if inspect.isawaitable(result):
+        return await result
+    return result
+
+
+def model_ref(name: str, model: type[BaseModel]) -> dict[str, str]:
+    """Where a client can import the model a body waits with (none for local classes)."""
+    if "<locals>" in model.__qualname__:
+        return {}
+    return {name: f"{model.__module__}:{model.__qualname__}"}
+
+
+def describe(exc: BaseException) -> tuple[str, str]:
+    """The error tag and message an exception is recorded with."""
+    if isinstance(exc, StepFailed):
+        return exc.error_tag, str(exc)
+    return type(exc).__name__, str(exc) or type(exc).__name__
+
+
+def attempt_row(
+    run_id: str,
+    key: str,
+    attempt: int,
+    started: float,
+    finished: float,
+    input_: str | None,
+    tag: str | None = None,
+    message: str | None = None,
+) -> dict[str, Any]:
+    """A step attempt's introspection row: failed when it has an error tag, else completed."""
+    return {
+        "run_id": run_id,
+        "step_key": key,
+        "attempt": attempt,
+        "status": "completed" if tag is None else "failed",
+        "input": input_,
+        "error_tag": tag,
+        "error_message": message,
+        "started_at": started,
+        "finished_at": finished,
+    }
+
+
+def divergence(
+    recorded: list[str], reached: set[str], extra: list[str], journal: dict[str, Row], *, parked: bool
+) -> dict[str, Any] | None:
+    """What suggests a body no longer follows its journal: recorded keys not reached, new keys among them.
+
+    ``extra`` holds the new keys made before some recorded one. A parked body has not run past
+    its wait, so only completed steps it skipped beside such extras are telling.
+    """
+    unreached = [k for k in recorded if k not in reached]
+    if parked:
+        unreached = [
+            k for k in unreached if journal[k]["status"] == "completed" and journal[k]["kind"] == "step" and extra
+        ]
+    if unreached or extra:
+        return {"unreached": unreached, "extra": extra}
+    return None

@@ -1,0 +1,348 @@
+"""The durable operations a body calls besides steps: timers, recorded values, messages, children.
+
+Each takes the execution it runs in as a ``Running`` and keeps to what that names: the
+journal lookup, the busy guard, the journal writes and the park. The execution's
+``Context`` methods call these in one line each; ``ctx.step``, the hot path, stays in the
+executor.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid as _uuid
+from collections.abc import Awaitable, Callable
+from datetime import datetime
+from typing import Any, TypeVar
+
+from pydantic import BaseModel
+
+from ..clock import to_datetime
+from ..context import ChildHandle, ParentClose
+from ..crypto import Sealer, is_sealed, seal_payload
+from ..durations import Duration, to_seconds
+from ..errors import JournalDecryptionError, PayloadError, RunCancelled, RunFailed
+from ..ids import new_id
+from ..serde import decode, dump_json, encode, validate_payload
+from ..store import messages, runs, shared
+from .durable import Parked, Running, Wait, call, callable_facts, describe, model_ref
+
+__all__ = [
+    "handle_update",
+    "now",
+    "random",
+    "sleep",
+    "sleep_until",
+    "start_child",
+    "uuid",
+    "wait_child",
+    "wait_for_signal",
+]
+
+T = TypeVar("T")
+M = TypeVar("M", bound=BaseModel)
+
+
+# -- time and recorded values ---------------------------------------------------------------
+
+
+async def sleep(x: Running, name: str, duration: Duration) -> None:
+    """``ctx.sleep``: a durable timer ``duration`` from its first reaching."""
+    seconds = to_seconds(duration, what=f"ctx.sleep({name!r})")
+    await _timer(x, name, lambda now: now + seconds)
+
+
+async def sleep_until(x: Running, name: str, when: datetime) -> None:
+    """``ctx.sleep_until``: a durable timer due at ``when``."""
+    if when.tzinfo is None:
+        raise ValueError(f"ctx.sleep_until({name!r}): 'when' must be timezone-aware")
+    await _timer(x, name, lambda now: when.timestamp())
+
+
+async def _timer(x: Running, name: str, due_from: Callable[[float], float]) -> None:
+    key = x.key(name)
+    entry = x.entry(key)
+    if entry is not None and entry["status"] == "completed":
+        return
+    clock = x.clock
+    async with x.busy():
+        if entry is None:
+            now = clock.now()
+            due = due_from(now)
+            await x.record(
+                {
+                    "step_key": key,
+                    "kind": "sleep",
+                    "status": "pending",
+                    "due_at": due,
+                    "started_at": now,
+                    "finished_at": None,
+                }
+            )
+            x.event("timer-set", {"step": key, "due_at": due})
+        else:
+            due = float(entry["due_at"])
+        if due - clock.now() <= x.host.inline_sleep:
+            await clock.sleep_until(due)
+    if due > clock.now():
+        await x.block(Wait("timer", wake_at=due))
+    started = (entry or x.entry(key) or {}).get("started_at")
+    async with x.busy():
+        await x.record({"step_key": key, "kind": "sleep", "status": "completed", "due_at": due, "started_at": started})
+        x.event("timer-fired", {"step": key})
+
+
+async def now(x: Running) -> datetime:
+    """``ctx.now``: the clock's time, recorded once."""
+    value = await _value(x, "$now", x.clock.now, float)
+    result = to_datetime(value)
+    assert result is not None
+    return result
+
+
+async def uuid(x: Running) -> str:
+    """``ctx.uuid``: a random UUID, recorded once."""
+    return await _value(x, "$uuid", lambda: str(_uuid.uuid4()), str)  # type: ignore[no-any-return]
+
+
+async def random(x: Running) -> float:
+    """``ctx.random``: a random float in [0, 1), recorded once."""
+    return await _value(x, "$random", x.rng.random, float)  # type: ignore[no-any-return]
+
+
+async def _value(x: Running, name: str, make: Callable[[], Any], tp: Any) -> Any:
+    key = x.key(name)
+    entry = x.entry(key)
+    if entry is not None and entry["status"] == "completed":
+        return decode(entry["output"], tp)
+    async with x.busy():
+        value = make()
+        output = _stored(x, key, "output", encode(value))
+        await x.record({"step_key": key, "kind": "value", "status": "completed", "output": output})
+        return value
+
+
+def _stored(x: Running, key: str, field: str, text: str) -> str:
+    """``text`` as it is stored: sealed when the run is encrypted."""
+    sealer = x.sealer
+    return text if sealer is None else sealer.seal(key, field, text)
+
+
+# -- signals and updates --------------------------------------------------------------------
+
+
+async def wait_for_signal(x: Running, name: str, model: type[M], *, timeout: Duration | None = None) -> M | None:
+    """``ctx.wait_for_signal``: the next signal ``name``, or ``None`` at the timeout."""
+    key = x.key(f"signal:{name}")
+    entry = x.entry(key)
+    if entry is not None and entry["status"] == "completed":
+        return None if entry["output"] is None else model.model_validate_json(entry["output"])
+    clock, store = x.clock, x.store
+    due: float | None = None
+    async with x.busy():
+        if timeout is not None:
+            if entry is None:
+                now = clock.now()
+                due = now + to_seconds(timeout, what=f"ctx.wait_for_signal({name!r}, timeout)")
+                await x.record(
+                    {
+                        "step_key": key,
+                        "kind": "signal",
+                        "status": "pending",
+                        "due_at": due,
+                        "started_at": now,
+                        "finished_at": None,
+                    }
+                )
+            else:
+                due = float(entry["due_at"])
+        while True:
+            message = await store.read(messages.next_message, x.run_id, "signal", name)
+            if message is None:
+                break
+            body = message["payload"]
+            if x.sealer is not None:
+                body = x.sealer.open(f"msg:{message['id']}", "payload", body)
+            try:
+                value = validate_payload(model, body, what=f"signal {name!r}")
+            except PayloadError as exc:
+                await store.write(
+                    messages.settle_message,
+                    message["id"],
+                    clock.now(),
+                    status="failed",
+                    error_tag="PayloadError",
+                    error_message=str(exc),
+                )
+                x.event("signal-rejected", {"name": name, "message_id": message["id"], "error": str(exc)})
+                continue
+            await x.record(
+                {
+                    "step_key": key,
+                    "kind": "signal",
+                    "status": "completed",
+                    "output": _stored(x, key, "output", value.model_dump_json()),
+                    "due_at": due,
+                },
+                message={"id": message["id"], "status": "consumed"},
+            )
+            x.event("signal-received", {"name": name, "message_id": message["id"], "step": key})
+            return value
+        if due is not None and due <= clock.now():
+            await x.record({"step_key": key, "kind": "signal", "status": "completed", "output": None, "due_at": due})
+            x.event("signal-timed-out", {"name": name, "step": key})
+            return None
+        x.event("signal-awaited", {"name": name, "step": key, "timeout_at": due})
+    await x.block(Wait("signal", wake_at=due, names=[name], models=model_ref(name, model)))
+
+
+async def handle_update(x: Running, name: str, model: type[M], handler: Callable[[M], Awaitable[T] | T]) -> T:
+    """``ctx.handle_update``: answer the next update ``name`` with ``handler``."""
+    key = x.key(f"update:{name}")
+    entry = x.entry(key)
+    rtype, _ = callable_facts(handler)
+    if entry is not None and entry["status"] == "completed":
+        return decode(entry["output"], rtype)  # type: ignore[no-any-return]
+    store, host = x.store, x.host
+    async with x.busy():
+        while True:
+            message = await store.read(messages.next_message, x.run_id, "update", name)
+            if message is None:
+                break
+            mid = message["id"]
+            x.event("update-received", {"name": name, "message_id": mid})
+            sealer = x.sealer
+            try:
+                body = message["payload"]
+                if sealer is not None:
+                    body = sealer.open(f"msg:{mid}", "payload", body)
+                value = validate_payload(model, body, what=f"update {name!r}")
+                result = await call(handler, (value,), {})
+            except (asyncio.CancelledError, shared.Fenced, Parked, JournalDecryptionError):
+                raise
+            except Exception as exc:
+                tag, text = describe(exc)
+                # a rejected payload keeps its field errors, so the caller's PayloadError names them
+                detail = dump_json(exc.errors) if isinstance(exc, PayloadError) else None
+                if sealer is not None:  # the errors may quote the payload
+                    detail = sealer.seal(f"msg:{mid}", "result", detail)
+                    text = sealer.seal(f"msg:{mid}", "error", text) or ""
+                await store.write(
+                    messages.settle_message,
+                    mid,
+                    x.clock.now(),
+                    status="failed",
+                    result=detail,
+                    error_tag=tag,
+                    error_message=text,
+                )
+                x.event("update-failed", {"name": name, "message_id": mid, "error_tag": tag, "error_message": text})
+                host.message_settled(mid)
+                continue
+            output = encode(result, rtype)
+            answer = output
+            if sealer is not None:
+                answer = sealer.seal(f"msg:{mid}", "result", output)
+                output = sealer.seal(key, "output", output)
+            await x.record(
+                {"step_key": key, "kind": "update", "status": "completed", "output": output},
+                message={"id": mid, "status": "completed", "result": answer},
+            )
+            x.event("update-completed", {"name": name, "message_id": mid, "step": key})
+            host.message_settled(mid)
+            return result  # type: ignore[no-any-return]
+    await x.block(Wait("update", names=[name], models=model_ref(name, model)))
+
+
+# -- children -------------------------------------------------------------------------------
+
+
+async def start_child(
+    x: Running, workflow: str | Callable[..., Any], payload: Any, *, parent_close: ParentClose = "cancel"
+) -> ChildHandle:
+    """``ctx.start_child``: create a child run, once."""
+    if parent_close not in ("cancel", "terminate", "abandon"):
+        raise ValueError(f"parent_close must be 'cancel', 'terminate' or 'abandon', not {parent_close!r}")
+    host = x.host
+    child_def = host.app.get(workflow)
+    key = x.key(f"child:{child_def.name}")
+    entry = x.entry(key)
+    if entry is not None and entry["status"] == "completed":
+        return ChildHandle(run_id=decode(entry["output"], str), workflow=child_def.name)
+    model = validate_payload(child_def.payload_model, payload, what=f"child {child_def.name!r} payload")
+    async with x.busy():
+        now = x.clock.now()
+        child_id = new_id("run")
+        body = model.model_dump_json()
+        if x.sealer is not None:  # an encrypted run's children carry its data: theirs are sealed too
+            body = seal_payload(host.keyring, child_def.name, body)
+        run = host.new_run_row(child_def, body, run_id=child_id, identity=f"child:{x.run_id}:{key}")
+        run.update(parent_id=x.run_id, parent_close=parent_close, recording=x.row["recording"])
+        run.update(source=f"child:{x.run_id}", trace_id=x.row["trace_id"], subject=x.row["subject"])
+        entry_row = {"step_key": key, "kind": "child", "status": "completed", "output": encode(child_id)}
+
+        async def create(tx: Any) -> str:
+            row, _ = await runs.create_run(tx, run, now)
+            entry_row["output"] = encode(row["id"])  # an earlier attempt's child, if it made one
+            return str(row["id"])
+
+        child_id = await x.record_with(entry_row, create)
+        host.wake(now)
+        return ChildHandle(run_id=child_id, workflow=child_def.name)
+
+
+async def wait_child(x: Running, handle: ChildHandle) -> Any:
+    """``ctx.wait_child``: the child's result once it ends; its failure raised."""
+    key = x.key(f"wait:{handle.run_id}")
+    entry = x.entry(key)
+    try:
+        rtype = x.host.app.get(handle.workflow).result_type
+    except Exception:
+        rtype = None
+    if entry is None or entry["status"] not in ("completed", "failed"):
+        async with x.busy():
+            row = await x.store.read(shared.get_run, handle.run_id)
+            if row["parent_id"] != x.run_id:  # only a child's end wakes this run
+                raise ValueError(
+                    f"run {handle.run_id} is not a child of run {x.run_id}; wait for it with a "
+                    "handle from ctx.start_child"
+                )
+            if row["status"] in shared.TERMINAL:
+                output, error = row["output"], row["error_message"]
+                if is_sealed(output) or is_sealed(error):  # opened here; sealed again as this run's values
+                    child = Sealer(x.host.keyring, handle.run_id)
+                    output, error = child.open("", "output", output), child.open("", "error", error)
+                outcome = {
+                    "status": row["status"],
+                    "output": output,
+                    "error_tag": row["error_tag"],
+                    "error_message": error,
+                }
+                # A child that did not succeed is a failed entry: a redrive or resume of this run
+                # then looks at the child again (it may have been redriven meanwhile).
+                entry = {
+                    "step_key": key,
+                    "kind": "wait_child",
+                    "status": "completed" if row["status"] == "succeeded" else "failed",
+                    "output": encode(outcome),
+                    "error_tag": row["error_tag"],
+                    "error_message": error,
+                }
+                sealer = x.sealer
+                if sealer is None:
+                    await x.record(entry)
+                else:  # stored sealed; read below in clear
+                    await x.record(
+                        {
+                            **entry,
+                            "output": sealer.seal(key, "output", entry["output"]),
+                            "error_message": sealer.seal(key, "error", error),
+                        }
+                    )
+        if entry is None or entry["status"] not in ("completed", "failed"):
+            await x.block(Wait("child", children=[handle.run_id]))
+    outcome = decode(entry["output"])
+    if outcome["status"] == "succeeded":
+        return decode(outcome["output"], rtype)
+    if outcome["status"] == "cancelled":
+        raise RunCancelled(handle.run_id, outcome["error_message"])
+    raise RunFailed(handle.run_id, outcome["error_tag"], outcome["error_message"])
