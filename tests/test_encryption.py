@@ -430,3 +430,50 @@ async def test_a_start_parked_at_the_gate_waits_sealed(make_engine: Any, store_u
         await engine.signal(run_id, "go", {"text": "now"})
         assert await second.result(timeout=30) == f"2-{MARK}-went"
     assert MARK.encode() not in await raw_dump(store_url)
+
+
+def make_publishing_app() -> tuple[lg.App, list[str]]:
+    """An encrypted run publishes an event whose data carries the marker; a trigger and a cancel-on read it."""
+    app = lg.App()
+    seen: list[str] = []
+    noted = app.event("sealed.noted", payload=Secret)
+
+    @app.workflow(name="sealed.publisher", encrypt_steps=True)
+    async def publisher(ctx: lg.Context, p: Secret) -> str:
+        return await ctx.publish(noted, None, {"marker": p.marker})
+
+    @app.workflow(name="sealed.listener", encrypt_steps=True)
+    async def listener(ctx: lg.Context, p: Secret) -> str:
+        seen.append(p.marker)
+        return p.marker
+
+    @app.workflow(
+        name="sealed.sleeper",
+        encrypt_steps=True,
+        cancel_on=[lg.CancelOn(event=noted, match=lambda ev, p: ev.data.marker == p.marker)],
+    )
+    async def sleeper(ctx: lg.Context, p: Secret) -> None:
+        await ctx.sleep("nap", "1h")
+
+    app.trigger(on=noted, workflow="sealed.listener")
+    return app, seen
+
+
+async def test_an_encrypted_run_publishes_sealed_data_its_consumers_open(make_engine: Any, store_url: str) -> None:
+    app, seen = make_publishing_app()
+    async with make_engine(app, encryption_keys=[NEW]) as engine:
+        sleeping = await engine.start("sealed.sleeper", {"marker": MARK})
+        await eventually(lambda: _waiting(engine, sleeping.run_id, "timer"), what="the sleeper asleep")
+        h = await engine.start("sealed.publisher", {"marker": MARK})
+        event_id = await h.result(timeout=30)
+        await eventually(lambda: seen == [MARK], timeout=30, what="the triggered run")  # opened by the fan-out
+
+        async def cancelled() -> bool:
+            return (await engine.get_run(sleeping.run_id)).status == "cancelled"
+
+        await eventually(cancelled, timeout=30, what="the cancel-on")  # opened by the cancel-on sweep
+        assert (await engine.get_event(event_id)).data == {"marker": MARK}
+    dump = await raw_dump(store_url)
+    assert MARK.encode() not in dump
+    async with connect(store_url, keyring=Keyring.load([OLD])) as stranger:
+        assert (await stranger.get_event(event_id)).data == "<encrypted>"

@@ -40,6 +40,7 @@ __all__ = [
     "Undecryptable",
     "check_keys",
     "envelope_key",
+    "event_identity",
     "generate_key",
     "is_sealed",
     "open_for_replay",
@@ -297,6 +298,11 @@ class Sealer:
         if not (is_sealed(out) or is_sealed(err)):
             return entry
         return {**entry, "output": self.open(key, "output", out), "error_message": self.open(key, "error", err)}
+
+
+def event_identity(event_id: str) -> tuple[str, str, str]:
+    """A published event's data's identity: the event (sealed when an encrypted run publishes it)."""
+    return (event_id, "", "data")
 
 
 def payload_identity(workflow: str) -> tuple[str, str, str]:

@@ -15,6 +15,7 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
+from .crypto import Keyring, Undecryptable, event_identity, is_sealed
 from .definitions import WorkflowDef
 from .durations import Duration, to_seconds
 from .errors import DefinitionError, PayloadError
@@ -93,15 +94,25 @@ class Event:
     subject: Subject | None = None
 
 
-def decode_event(declared: EventDef | None, row: Mapping[str, Any], occurred_at: datetime) -> Event:
-    """The envelope of the stored event ``row``; ``ValueError`` when it does not decode against ``declared``."""
+def decode_event(
+    declared: EventDef | None, row: Mapping[str, Any], occurred_at: datetime, keyring: Keyring | None = None
+) -> Event:
+    """The envelope of the stored event ``row``; ``ValueError`` when it does not decode against ``declared``.
+
+    Data an encrypted run published is opened with ``keyring``; data no key opens does not decode.
+    """
     if declared is None:
         raise ValueError(f"event {row['name']!r} is not declared in this app")
+    text = row["data"]
     try:
+        if is_sealed(text):
+            if keyring is None:
+                raise ValueError("its data is encrypted and no key was given")
+            text = keyring.open(text, event_identity(row["id"]))
         key = json.loads(row["key"]) if declared.key is None else declared.key.model_validate_json(row["key"])
-        data = (
-            json.loads(row["data"]) if declared.payload is None else declared.payload.model_validate_json(row["data"])
-        )
+        data = json.loads(text) if declared.payload is None else declared.payload.model_validate_json(text)
+    except Undecryptable:
+        raise ValueError(f"event {row['name']!r} ({row['id']}) does not decode: no key opens its data") from None
     except (ValidationError, ValueError) as exc:
         raise ValueError(f"event {row['name']!r} ({row['id']}) does not decode: {exc}") from None
     return Event(

@@ -18,6 +18,7 @@ from pydantic import BaseModel
 
 from .app import App
 from .clock import Clock
+from .crypto import Keyring
 from .definitions import WorkflowDef
 from .gate.pipeline import Decision
 from .handles import Waiter
@@ -97,6 +98,8 @@ class Runtime:
     """What a ``RunHandle`` waits for its run with."""
     published: Published = field(default_factory=Published)
     """Called when this process publishes a domain event; the event sweeps listen to it."""
+    keyring: Keyring = field(default_factory=Keyring)
+    """The keys that open what encrypted runs sealed (an event's data, for the event sweeps)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -218,7 +218,7 @@ async def open_inspector(app: App, store: str) -> AsyncIterator[Inspector]:
 
 def inspector_of(client: Client | Engine) -> Inspector:
     """An ``Inspector`` on an open client's store, app and clock (a verb that reads before or after it acts)."""
-    return Inspector(client.store, client.app, client.clock, keyring=client.keyring)
+    return client.inspector
 
 
 def _check_exists(store: str, must_exist: bool) -> None:

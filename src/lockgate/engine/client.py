@@ -34,7 +34,6 @@ from ..events import DeliveryRecord, EventDef, EventRecord, Subject
 from ..gate.admission import admit, identity_key
 from ..handles import RunHandle
 from ..ids import new_id
-from ..inspect import Inspector
 from ..inspect.schedules import FiringInfo, ScheduleInfo
 from ..origin import current_origin, starting_from
 from ..records import AttemptInfo, EventInfo, RunInfo, StepInfo
@@ -340,18 +339,15 @@ class Client(OperatorVerbs):
         self, *, name: str | None = None, since: datetime | None = None, limit: int = 50
     ) -> list[EventRecord]:
         """Published events, newest first."""
-        return await self._inspector().list_events(name=name, since=since, limit=limit)
+        return await self.inspector.list_events(name=name, since=since, limit=limit)
 
     async def get_event(self, event_id: str) -> EventRecord:
         """One published event (``InvalidArgument`` if there is none)."""
-        return await self._inspector().get_event(event_id)
+        return await self.inspector.get_event(event_id)
 
     async def deliveries(self, event_id: str) -> list[DeliveryRecord]:
         """What became of ``event_id`` for each trigger listening for it."""
-        return await self._inspector().deliveries(event_id)
-
-    def _inspector(self) -> Inspector:
-        return Inspector(self.store, self.app, self.clock)
+        return await self.inspector.deliveries(event_id)
 
     # -- messages -----------------------------------------------------------------------
 
@@ -535,11 +531,11 @@ class Client(OperatorVerbs):
 
     async def list_schedules(self) -> list[ScheduleInfo]:
         """Every schedule, declared or stored (orphaned), with its next firing time."""
-        return await Inspector(self.store, self.app, self.clock).schedules()
+        return await self.inspector.schedules()
 
     async def schedule_firings(self, name: str, limit: int = 50) -> list[FiringInfo]:
         """The firing ledger of schedule ``name``: claimed, skipped (why), started, failed..., newest first."""
-        return await Inspector(self.store, self.app, self.clock).schedule_firings(name, limit)
+        return await self.inspector.schedule_firings(name, limit)
 
     async def pause_schedule(self, name: str, reason: str | None = None) -> None:
         """Stop ``name`` firing on every replica until ``unpause_schedule``."""

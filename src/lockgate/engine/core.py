@@ -125,6 +125,7 @@ class Core:
                 stopped=self.stopped,
                 waiter=self,
                 published=self.published,
+                keyring=self.keyring,
             )
         return Runtime(
             app=self.app,
@@ -139,6 +140,7 @@ class Core:
             stopped=local.stopped,
             waiter=self,
             published=self.published,
+            keyring=self.keyring,
         )
 
     # -- lifecycle ----------------------------------------------------------------------

@@ -26,7 +26,7 @@ from ..gate.handoff import HandOff, Passed
 from ..gate.pipeline import Decision
 from ..handles import RunHandle
 from ..ids import new_id
-from ..inspect import FiringInfo, FlowRow, ScheduleInfo, Trace
+from ..inspect import FiringInfo, FlowRow, Inspector, ScheduleInfo, Trace
 from ..records import AttemptInfo, EventInfo, RunInfo, StepInfo
 from ..runtime import Runtime, WorkerRuntime
 from ..store import Store
@@ -159,6 +159,11 @@ class Engine:
     @property
     def clock(self) -> Clock:
         return self.client.core.clock
+
+    @property
+    def inspector(self) -> Inspector:
+        """The read side over this engine's store, definitions, clock and keys."""
+        return self.client.inspector
 
     @property
     def keyring(self) -> Keyring:

@@ -135,7 +135,7 @@ class OperatorVerbs:
     @property
     def inspector(self) -> Inspector:
         """The read side over this client's store, definitions and clock (what the surfaces read through)."""
-        return Inspector(self.core.store, self.core.app, self.core.clock)
+        return Inspector(self.core.store, self.core.app, self.core.clock, keyring=self.core.keyring)
 
     def after_decision(self, defn: WorkflowDef, decision: Decision) -> None:
         """React to a gate decision: wake workers for a new run, stop evicted incumbents."""

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..crypto import event_identity
 from ..serde import decode, encode
 from ..store import events as store_events
 from . import events as domain_events
@@ -35,6 +36,8 @@ async def publish(run: Running, event: Any, key: Any = None, payload: Any = None
     async with run.busy():
         now = run.clock.now()
         row, deliveries = domain_events.run_event_rows(host.app, declared, key_json, data_json, now, run.row)
+        if run.sealer is not None:  # an encrypted run's data stays sealed in what it publishes
+            row["data"] = host.keyring.seal(row["data"], event_identity(row["id"]))
         entry_row = {"step_key": step_key, "kind": "publish", "status": "completed", "output": encode(row["id"])}
 
         async def write(tx: Any) -> None:  # the event, its deliveries and the journal entry commit together

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
+from ..crypto import Keyring, reveal_row
 from ..errors import InvalidArgument
 from ..events import DeliveryRecord, EventRecord
 from ..store import Store
@@ -13,7 +14,7 @@ __all__ = ["deliveries", "get_event", "list_events"]
 
 
 async def list_events(
-    store: Store, *, name: str | None = None, since: datetime | None = None, limit: int = 50
+    store: Store, keyring: Keyring, *, name: str | None = None, since: datetime | None = None, limit: int = 50
 ) -> list[EventRecord]:
     """Published events, newest first (``since``: a timezone-aware datetime)."""
     if limit < 1:
@@ -21,15 +22,15 @@ async def list_events(
     if since is not None and since.tzinfo is None:
         raise InvalidArgument("since must be a timezone-aware datetime")
     rows = await store.read(store_events.list_events, name, None if since is None else since.timestamp(), limit)
-    return [EventRecord.from_row(r) for r in rows]
+    return [EventRecord.from_row(reveal_row(keyring, r)) for r in rows]
 
 
-async def get_event(store: Store, event_id: str) -> EventRecord:
+async def get_event(store: Store, keyring: Keyring, event_id: str) -> EventRecord:
     """One event; ``InvalidArgument`` if there is none."""
     row = await store.read(store_events.get_event, event_id)
     if row is None:
         raise InvalidArgument(f"no event has the id {event_id!r}")
-    return EventRecord.from_row(row)
+    return EventRecord.from_row(reveal_row(keyring, row))
 
 
 async def deliveries(store: Store, event_id: str) -> list[DeliveryRecord]:

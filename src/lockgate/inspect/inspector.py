@@ -162,11 +162,11 @@ class Inspector:
         self, *, name: str | None = None, since: datetime | None = None, limit: int = 50
     ) -> list[EventRecord]:
         """Published domain events, newest first."""
-        return await domain_events.list_events(self.store, name=name, since=since, limit=limit)
+        return await domain_events.list_events(self.store, self.keyring, name=name, since=since, limit=limit)
 
     async def get_event(self, event_id: str) -> EventRecord:
         """One published event (``InvalidArgument`` if there is none)."""
-        return await domain_events.get_event(self.store, event_id)
+        return await domain_events.get_event(self.store, self.keyring, event_id)
 
     async def deliveries(self, event_id: str) -> list[DeliveryRecord]:
         """What became of ``event_id`` for each trigger listening for it."""

@@ -17,6 +17,7 @@ from typing import Any
 
 from ..app import App
 from ..clock import Clock
+from ..crypto import Keyring, Undecryptable, is_sealed, payload_identity
 from ..definitions import WorkflowDef
 from ..events import CancelOn, Event, decode_event
 from ..runtime import WorkerRuntime
@@ -43,6 +44,7 @@ class CancelOnSweep:
     app: App
     stopped: Callable[[list[str], str], None]  # runs ended here: stop local executions, wake waiters
     batch: int = BATCH
+    keyring: Keyring | None = None  # opens what an encrypted run published
 
 
 @dataclass
@@ -75,7 +77,7 @@ async def sweep_cancel_on(deps: CancelOnSweep) -> CancelOnPass:
         if entries:
             occurred = datetime.fromtimestamp(float(row["occurred_at"]), UTC)
             try:
-                event = decode_event(deps.app.events.get(row["name"]), row, occurred)
+                event = decode_event(deps.app.events.get(row["name"]), row, occurred, deps.keyring)
             except ValueError as exc:
                 problem = str(exc)
                 done.problems[row["id"]] = problem
@@ -96,12 +98,12 @@ async def _apply(
     reason = entry.reason_text
     # Parked starts first: a cancelled run frees its slot, and the drainer would admit the next one.
     for start in parked:
-        if not any(_matches(defn, entry, event, p) for p in _parked_payloads(start)):
+        if not any(_matches(defn, entry, event, p, deps.keyring) for p in _parked_payloads(start)):
             continue
         if await deps.store.write(event_ops.cancel_parked_for_event, start["id"], reason, deps.clock.now()):
             done.starts.append(start["ticket"])
     for run in runs:
-        if not _matches(defn, entry, event, run["payload"]):
+        if not _matches(defn, entry, event, run["payload"], deps.keyring):
             continue
         now = deps.clock.now()
         stopped = await deps.store.write(event_ops.cancel_run_for_event, run["id"], event.id, reason, now)
@@ -117,8 +119,14 @@ def _parked_payloads(row: Row) -> list[str]:
     return [str(row["payload"])]
 
 
-def _matches(defn: WorkflowDef, entry: CancelOn, event: Event, payload_json: str) -> bool:
+def _matches(defn: WorkflowDef, entry: CancelOn, event: Event, payload_json: str, keyring: Keyring | None) -> bool:
     model = defn.gate.item_model if defn.gate is not None and defn.gate.item_model is not None else defn.payload_model
+    if is_sealed(payload_json):  # an encrypted workflow's payload: match sees it opened, or never matches
+        try:
+            payload_json = (keyring or Keyring()).open(payload_json, payload_identity(defn.name))
+        except Undecryptable:
+            log.warning("cancel_on of %s: no key opens a payload; event %s not matched to it", defn.name, event.id)
+            return False
     try:
         payload: Any = model.model_validate_json(payload_json)
     except ValueError:
@@ -136,7 +144,7 @@ def cancel_on_sweep(worker: WorkerRuntime, settings: SweepSettings) -> Sweep | N
     rt = worker.runtime
     if not consumers(rt.app.definitions()):
         return None
-    deps = CancelOnSweep(rt.store, rt.clock, rt.app, rt.stopped)
+    deps = CancelOnSweep(rt.store, rt.clock, rt.app, rt.stopped, keyring=rt.keyring)
 
     async def tick(_: WorkerRuntime) -> CancelOnPass:
         return await sweep_cancel_on(deps)

@@ -19,6 +19,7 @@ from typing import Any
 
 from ..app import App
 from ..clock import Clock
+from ..crypto import Keyring
 from ..errors import LockgateError, StoreError
 from ..events import Event, TriggerDef, decode_event
 from ..gate.admission import admit
@@ -59,6 +60,7 @@ class FanOut:
     app: App
     start: StartFn
     batch: int = BATCH
+    keyring: Keyring | None = None  # opens what an encrypted run published
     # Seconds one pass may take: past it the rest wait for the next tick, so a pass ends while its replica
     # still holds the sweep's lease (another would otherwise work the same rows beside it).
     budget: float | None = None
@@ -96,7 +98,9 @@ async def _deliver(deps: FanOut, trigger: TriggerDef, row: dict[str, Any]) -> st
     did = row["id"]
     occurred = datetime.fromtimestamp(float(row["occurred_at"]), UTC)
     try:
-        event = decode_event(deps.app.events.get(row["name"]), {**row, "id": row["event_id"]}, occurred)
+        event = decode_event(
+            deps.app.events.get(row["name"]), {**row, "id": row["event_id"]}, occurred, deps.keyring
+        )
     except ValueError as exc:
         return await _settle(deps, did, "failed", reason=str(exc))
     try:
@@ -185,7 +189,7 @@ def fanout_sweep(worker: WorkerRuntime, settings: SweepSettings) -> PokedSweep |
     if not rt.app.triggers:
         return None
     interval = max(rt.poll_interval, 0.01)
-    deps = FanOut(rt.store, rt.clock, rt.app, gate_start(rt), budget=interval)
+    deps = FanOut(rt.store, rt.clock, rt.app, gate_start(rt), budget=interval, keyring=rt.keyring)
 
     async def tick(_: WorkerRuntime) -> Delivered:
         return await fan_out(deps)
