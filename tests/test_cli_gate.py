@@ -37,6 +37,7 @@ FLOW_KEYS = {
     "expired",
     "existing",
     "modes",
+    "sources",
 }
 
 

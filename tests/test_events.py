@@ -11,7 +11,7 @@ from pydantic import BaseModel
 import lockgate as lg
 from lockgate.store import events as event_ops
 
-from .apps.events import app, order_paid, user_signed_up
+from .apps.events import app, order_paid, row_edited, user_signed_up
 
 
 async def settled(engine: lg.Engine, event_id: str, timeout: float = 10.0) -> list[lg.DeliveryRecord]:
@@ -165,3 +165,13 @@ async def test_events_and_deliveries_have_their_own_retention(env_factory: Any) 
         assert onboard.status == "started"
         await env.advance("1h")
         assert (await forget_expired(engine.worker, engine.retention, **_ttls(engine))).events == 1
+
+
+async def test_flow_names_the_event_a_parked_start_came_from(env_factory: Any) -> None:
+    async with env_factory(app) as env:
+        engine = env.engine
+        ids = [await engine.publish(row_edited, {"row_id": "r9"}, {"row_id": "r9", "n": n}) for n in range(3)]
+        for eid in ids:
+            await settled(engine, eid)
+        (row,) = [r for r in await engine.flow("ev.debounced") if r.key == "r9"]
+        assert (row.queued, row.collapsed, row.sources) == (1, 2, {"event:row.edited": 1})

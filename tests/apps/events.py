@@ -8,7 +8,7 @@ from pydantic import BaseModel
 
 import lockgate as lg
 
-__all__ = ["app", "order_paid", "row_deleted", "user_signed_up"]
+__all__ = ["app", "order_paid", "row_deleted", "row_edited", "user_signed_up"]
 
 app = lg.App("event-tests")
 
@@ -56,6 +56,7 @@ class Ping(BaseModel):
 order_paid = app.event("order.paid", key=OrderKey, payload=OrderPaid)
 user_signed_up = app.event("user.signed_up", key=UserKey, payload=SignedUp)
 row_deleted = app.event("row.deleted", key=RowKey, payload=RowKey)
+row_edited = app.event("row.edited", key=RowKey, payload=Edit)
 
 
 @app.workflow(name="ev.fulfil")
@@ -104,6 +105,8 @@ app.trigger(
     payload=lambda ev: {"user_id": ev.key.user_id},
     idempotency_key=lambda ev: f"onboard:{ev.key.user_id}",
 )
+
+app.trigger(on=row_edited, workflow="ev.debounced")  # a burst of edits folds into one debounced start
 
 # -- cancel-on -------------------------------------------------------------------------------
 

@@ -86,6 +86,7 @@ def flow_entry(row: FlowRow) -> dict[str, Any]:
         "waiting": None if row.oldest_waiting is None else round(row.oldest_waiting, 3),
         **{name: getattr(row, name) for name in FLOW_COUNTS},
         "modes": dict(sorted(row.modes.items())),
+        "sources": dict(sorted(row.sources.items())),
     }
 
 
@@ -138,7 +139,11 @@ def _queued_cell(row: FlowRow) -> Text:
     if not row.queued:
         return Text("0", style="dim")
     modes = ", ".join(f"{mode} {n}" if len(row.modes) > 1 else mode for mode, n in sorted(row.modes.items()))
-    return Text(f"{row.queued} ({modes}) waiting={human_seconds(row.oldest_waiting)}", style="yellow")
+    text = f"{row.queued} ({modes}) waiting={human_seconds(row.oldest_waiting)}"
+    events = [f"{source} {n}" for source, n in sorted(row.sources.items()) if source.startswith("event:")]
+    if events:  # a start an event triggered names the event it came from
+        text += " from " + ", ".join(events)
+    return Text(text, style="yellow")
 
 
 def _count(n: int) -> Text:

@@ -32,6 +32,7 @@ class FlowRow:
     expired: int = 0
     existing: int = 0
     modes: dict[str, int] = field(default_factory=dict)
+    sources: dict[str, int] = field(default_factory=dict)  # parked starts by where they came from (event:<name>, ...)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -43,11 +44,13 @@ async def flow(tx: Tx, now: float, *, workflow: str | None = None, since: float 
     A store operation (``store.read(flow, now, ...)``). Every read is bounded by what is parked or
     running now and by the (workflow, key, outcome) groups; only a read ``since`` a time walks the
     ledger rows of that period."""
-    rows: dict[tuple[str, str], dict[str, Any]] = defaultdict(lambda: {"modes": {}})
+    rows: dict[tuple[str, str], dict[str, Any]] = defaultdict(lambda: {"modes": {}, "sources": {}})
     for r in await ledger.flow_pending(tx, workflow):
         entry = rows[(r["workflow"], r["key"])]
         entry["queued"] = entry.get("queued", 0) + int(r["queued"])
-        entry["modes"][r["mode"]] = int(r["queued"])
+        entry["modes"][r["mode"]] = entry["modes"].get(r["mode"], 0) + int(r["queued"])
+        if r["source"]:
+            entry["sources"][r["source"]] = entry["sources"].get(r["source"], 0) + int(r["queued"])
         waited = now - float(r["oldest"])
         entry["oldest_waiting"] = max(entry.get("oldest_waiting") or 0.0, waited)
     slotted: set[str] = set()

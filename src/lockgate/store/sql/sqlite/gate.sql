@@ -244,15 +244,15 @@ SELECT AVG(finished_at - created_at) AS avg FROM (
     WHERE workflow = :workflow AND status = 'succeeded' ORDER BY created_at DESC LIMIT 50);
 
 -- name: flow_pending
--- Parked rows per workflow, mode and key: one workflow's (found through lockgate_pending_workflow), or
+-- Parked rows per workflow, mode, key and source (where a start came from, e.g. event:<name>): one workflow's (found through lockgate_pending_workflow), or
 -- (no :workflow) every workflow's. As many rows to read as are parked: none once they have drained.
-SELECT workflow, mode, COALESCE(hold_key, '') AS key, COUNT(*) AS queued, MIN(first_at) AS oldest
+SELECT workflow, mode, COALESCE(hold_key, '') AS key, COALESCE(source, '') AS source, COUNT(*) AS queued, MIN(first_at) AS oldest
 FROM lockgate_pending WHERE workflow = :workflow
-GROUP BY workflow, mode, COALESCE(hold_key, '')
+GROUP BY workflow, mode, COALESCE(hold_key, ''), COALESCE(source, '')
 UNION ALL
-SELECT workflow, mode, COALESCE(hold_key, '') AS key, COUNT(*) AS queued, MIN(first_at) AS oldest
+SELECT workflow, mode, COALESCE(hold_key, '') AS key, COALESCE(source, '') AS source, COUNT(*) AS queued, MIN(first_at) AS oldest
 FROM lockgate_pending WHERE :workflow IS NULL
-GROUP BY workflow, mode, COALESCE(hold_key, '');
+GROUP BY workflow, mode, COALESCE(hold_key, ''), COALESCE(source, '');
 
 -- name: flow_slots
 SELECT workflow, key, COUNT(*) AS in_flight FROM lockgate_slots
