@@ -411,11 +411,16 @@ def test_demo_runs_to_completion(cli: Lockgate, tmp_path: Path) -> None:
     runs = [r for r in listed if r["workflow"] != "demo.heartbeat"]
     assert sorted(r["workflow"] for r in runs) == sorted(
         ["demo.checkout", "demo.checkout", "demo.receipt", "demo.receipt", "demo.approval", "demo.quote"]
+        + ["demo.reminder", "demo.fulfil", "demo.fulfil"]
         + ["demo.narrate"]
         + ["demo.label"] * 5
         + ["demo.sms"] * 3
     )
-    assert {r["status"] for r in runs} == {"succeeded"}
+    # Every run succeeds but the reminder, which the demo's demo.order.cancelled event cancels as it sleeps.
+    assert {r["status"] for r in runs if r["workflow"] != "demo.reminder"} == {"succeeded"}
+    reminder = next(r for r in runs if r["workflow"] == "demo.reminder")
+    assert (reminder["status"], reminder["error_message"]) == ("cancelled", "order cancelled")
+    assert "demo.reminder A-1004: cancelled by demo.order.cancelled ('order cancelled')" in result.out
     assert any(r["status"] == "succeeded" for r in beats)  # the schedule fired at least once
     firings = cli.json("schedules", "firings", "demo.heartbeat", "--store", url)["firings"]
     fired = {f["status"] for f in firings}
@@ -441,10 +446,26 @@ def test_demo_runs_to_completion(cli: Lockgate, tmp_path: Path) -> None:
     why = next(line.split()[3] for line in result.out.splitlines() if "lockgate workflows why" in line)
     traced = cli.json("workflows", "why", why, "--store", url)
     assert (traced["outcome"], traced["run_id"]) == ("collapsed", narrate["id"])
+    # the events: each checkout publishes demo.order.paid once, and its trigger starts one demo.fulfil
+    assert f"lockgate events list --store sqlite:///{tmp_path}/demo.db" in result.out
+    events = cli.json("events", "list", "--store", url)["events"]
+    paid = sorted((e for e in events if e["name"] == "demo.order.paid"), key=lambda e: e["key"]["order_id"])
+    checkouts = sorted((r for r in runs if r["workflow"] == "demo.checkout"), key=lambda r: r["payload"]["order_id"])
+    assert [e["key"]["order_id"] for e in paid] == ["A-1001", "A-1002"]
+    assert [e["source"] for e in paid] == [f"run:{r['id']}" for r in checkouts]
+    cancelled = [e for e in events if e["name"] == "demo.order.cancelled"]
+    assert [(e["key"], e["source"]) for e in cancelled] == [({"order_id": "A-1004"}, "api")]
+    fulfils = {r["id"]: r for r in runs if r["workflow"] == "demo.fulfil"}
+    for event in paid:
+        deliveries = cli.json("events", "show", event["id"], "--store", url)["deliveries"]
+        assert [(d["workflow"], d["status"]) for d in deliveries] == [("demo.fulfil", "started")]
+        fulfil = fulfils.pop(deliveries[0]["run_id"])
+        assert fulfil["payload"] == event["key"] and fulfil["source"] == "event:demo.order.paid"
+    assert cli.json("events", "show", cancelled[0]["id"], "--store", url)["deliveries"] == []
 
     cli("demo", "--store", url, "--timeout", "40s")  # a second demo starts from an empty database
     again = cli.json("workflows", "list", "--store", url)["runs"]
-    assert len([r for r in again if r["workflow"] != "demo.heartbeat"]) == 15
+    assert len([r for r in again if r["workflow"] != "demo.heartbeat"]) == 18
 
 
 def test_demo_refuses_to_reset_a_database_of_other_runs(cli: Lockgate, tmp_path: Path) -> None:

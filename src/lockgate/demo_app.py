@@ -1,7 +1,8 @@
 """The example app behind ``lockgate demo``: a small shop whose workflows use each durable feature.
 
 - ``demo.checkout``: steps, a payment provider that is down twice before it answers (a
-  step retry), a durable sleep long enough to park the run, and a child workflow.
+  step retry), a durable sleep long enough to park the run, a child workflow, and at its
+  end the domain event ``demo.order.paid`` (published once: journaled).
 - ``demo.receipt``: the child; one step.
 - ``demo.approval``: waits for the ``approve`` signal (the demo sends it).
 - ``demo.quote``: serves one ``discount`` update and answers the caller with the new price.
@@ -15,6 +16,13 @@ And three whose flow control the admission gate decides before a run exists:
 And one that starts by the clock:
 
 - ``demo.heartbeat``: a schedule fires it every two seconds, with the slot's time as payload.
+
+And two that domain events start and stop:
+
+- ``demo.fulfil``: a trigger starts it for every ``demo.order.paid``; one step.
+- ``demo.reminder``: sleeps an hour before reminding a customer of their order, unless
+  ``demo.order.cancelled`` is published for that order first (``cancel_on``): the sweep
+  cancels the sleeping run with the reason ``order cancelled``.
 
 Serve it yourself with ``lockgate serve lockgate.demo_app:app``.
 """
@@ -31,22 +39,29 @@ from .app import App
 from .context import Context
 from .controls import Concurrency, Debounce, RateLimit
 from .definitions import Retry
+from .events import CancelOn
 from .schedule import Schedule
 
 __all__ = [
+    "CANCEL_REASON",
     "HEARTBEAT_EVERY",
     "Approval",
     "Beat",
+    "Cancelled",
     "Discount",
     "Edit",
     "FlakyProvider",
     "Label",
     "Order",
+    "OrderKey",
+    "Paid",
     "ProviderDown",
     "Quote",
     "Receipt",
     "Text",
     "app",
+    "order_cancelled",
+    "order_paid",
     "provider",
 ]
 
@@ -96,6 +111,23 @@ class Beat(BaseModel):
     at: str
 
 
+class OrderKey(BaseModel):
+    order_id: str
+
+
+class Paid(BaseModel):
+    amount: int
+    charge_id: str
+
+
+class Cancelled(BaseModel):
+    by: str
+
+
+order_paid = app.event("demo.order.paid", key=OrderKey, payload=Paid)
+order_cancelled = app.event("demo.order.cancelled", key=OrderKey, payload=Cancelled)
+
+
 class ProviderDown(Exception):
     """The payment provider did not answer."""
 
@@ -138,6 +170,8 @@ async def checkout(ctx: Context, order: Order) -> str:
     await ctx.sleep("settlement", "3s")  # longer than the engine's inline sleep: the run parks, the worker is free
     child = await ctx.start_child(send_receipt, Receipt(order_id=order.order_id, charge_id=charge_id))
     sent: str = await ctx.wait_child(child)
+    # Journaled: a body re-entered after a crash returns the recorded event id, it does not publish twice.
+    await ctx.publish(order_paid, {"order_id": order.order_id}, {"amount": order.amount, "charge_id": charge_id})
     return f"{charge_id}; {sent}"
 
 
@@ -212,3 +246,36 @@ async def heartbeat(ctx: Context, beat: Beat) -> str:
     """Check the shop's health; a schedule starts it every two seconds (one firing per slot)."""
     checked: str = await ctx.step("check", check_health, beat.at)
     return checked
+
+
+def pack_order(order_id: str) -> str:
+    return f"packed {order_id}"
+
+
+@app.workflow(name="demo.fulfil")
+async def fulfil(ctx: Context, order: OrderKey) -> str:
+    """Pack a paid order; the trigger below starts it for every ``demo.order.paid``."""
+    packed: str = await ctx.step("pack", pack_order, order.order_id)
+    return packed
+
+
+app.trigger(on=order_paid, workflow=fulfil, payload=lambda ev: {"order_id": ev.key.order_id})
+
+CANCEL_REASON = "order cancelled"
+
+
+def send_reminder(order_id: str) -> str:
+    return f"reminded the customer of {order_id}"
+
+
+@app.workflow(
+    name="demo.reminder",
+    cancel_on=[
+        CancelOn(event=order_cancelled, match=lambda ev, r: ev.key.order_id == r.order_id, reason=CANCEL_REASON)
+    ],
+)
+async def reminder(ctx: Context, order: OrderKey) -> str:
+    """Remind the customer of an order in an hour, unless ``demo.order.cancelled`` is published for it first."""
+    await ctx.sleep("wait", "1h")  # parks the run: the cancellation reaches it without waking it
+    reminded: str = await ctx.step("remind", send_reminder, order.order_id)
+    return reminded

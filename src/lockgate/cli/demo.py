@@ -2,10 +2,13 @@
 
 The demo starts a few runs on an engine in this process, sends the signal and the update
 they wait for, offers bursts of starts to gated workflows (debounce, concurrency, rate
-limit), and shows a table of runs until every run has ended, nothing waits at the gate and
-the app's schedule (``demo.heartbeat``, every two seconds) has fired; then a table of the
-gate's decisions. On a terminal the table
-updates in place; otherwise each change is printed as one line, so logs and CI read well.
+limit), publishes ``demo.order.cancelled`` once the reminder sleeps (its ``cancel_on``
+cancels it), and shows a table of runs until every run has ended, every event's
+deliveries are settled (each checkout's ``demo.order.paid`` starts a ``demo.fulfil``),
+nothing waits at the gate and the app's schedule (``demo.heartbeat``, every two seconds)
+has fired; then a table of the gate's decisions and a summary of the events. On a
+terminal the table updates in place; otherwise each change is printed as one line, so
+logs and CI read well.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ import os
 import shlex
 from collections import Counter
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 import click
@@ -27,6 +31,7 @@ from .. import demo_app
 from ..app import App
 from ..clock import to_datetime
 from ..engine import Engine
+from ..events import DeliveryRecord, EventRecord
 from ..inspect import TERMINAL, FiringInfo, FlowRow, Inspector
 from ..records import EventInfo
 from .common import DurationType, check_store, inspector_of, open_inspector, run_async, sqlite_path
@@ -51,10 +56,15 @@ class RunRow:
     steps_done: int
     retries: int
     last_event: str
+    error: str | None = None  # the run's error message (a cancellation's reason)
 
     @property
     def finished(self) -> bool:
         return self.status in TERMINAL
+
+
+Published = tuple[EventRecord, list[DeliveryRecord]]
+"""A domain event and what became of it for each trigger."""
 
 
 @dataclass
@@ -64,6 +74,7 @@ class Outcome:
     flow: list[FlowRow] = field(default_factory=list)  # the gate's decisions on the demo's gated starts
     collapsed_ticket: str | None = None  # a debounced edit folded into another, for ``workflows why``
     firings: list[FiringInfo] = field(default_factory=list)  # the heartbeat schedule's, oldest first
+    published: list[Published] = field(default_factory=list)  # the domain events of this demo, oldest first
 
 
 # The gated workflows and the bursts of starts the demo offers them.
@@ -76,6 +87,11 @@ GATED_NAMES = tuple(wf.__lockgate_workflow__ for wf, _ in GATED)
 
 HEARTBEAT = demo_app.heartbeat.__lockgate_workflow__  # type: ignore[attr-defined]
 """The demo's schedule: declared on its workflow, so it bears the workflow's name."""
+
+CHECKOUT = demo_app.checkout.__lockgate_workflow__  # type: ignore[attr-defined]
+REMINDER = demo_app.reminder.__lockgate_workflow__  # type: ignore[attr-defined]
+CANCELLED_ORDER = "A-1004"
+"""The order whose reminder the demo cancels by publishing ``demo.order.cancelled``."""
 
 
 class Board:
@@ -150,10 +166,28 @@ def _describe(event: EventInfo | None) -> str:
     return f"{when(event.at)[11:]} {event.type} {short(detail, 40)}".rstrip()
 
 
-async def _snapshot(inspector: Inspector, roots: list[str], tickets: set[str], scheduled: list[str]) -> list[RunRow]:
+def _deliveries(count: int) -> str:
+    return f"{count} deliver{'y' if count == 1 else 'ies'}"
+
+
+def _order(event: EventRecord) -> str:
+    key = event.key if isinstance(event.key, dict) else {}
+    return str(key.get("order_id", "?"))
+
+
+async def _published(inspector: Inspector, since: datetime | None) -> list[Published]:
+    """The domain events published since ``since``, oldest first, each with its deliveries."""
+    events = reversed(await inspector.list_events(since=since, limit=100))
+    return [(event, await inspector.deliveries(event.id)) for event in events]
+
+
+async def _snapshot(
+    inspector: Inspector, roots: list[str], triggered: list[str], tickets: set[str], scheduled: list[str]
+) -> list[RunRow]:
     ids = list(roots)
     for root in roots:
         ids += [child.id for child in await inspector.runs(parent_id=root, limit=100)]
+    ids += triggered
     for name in GATED_NAMES:  # gated runs appear once the gate admits them; oldest first
         runs = await inspector.runs(workflow=name, limit=100)
         ids += [r.id for r in reversed(runs) if r.ticket in tickets]
@@ -166,7 +200,7 @@ async def _snapshot(inspector: Inspector, roots: list[str], tickets: set[str], s
         retries = sum(1 for a in await inspector.attempts(run_id) if a.status == "failed")
         done = sum(1 for s in steps if s.kind == "step" and s.status == "completed")
         last = _describe(events[-1] if events else None)
-        rows.append(RunRow(run.workflow, run.id, run.status, run.waiting_on, done, retries, last))
+        rows.append(RunRow(run.workflow, run.id, run.status, run.waiting_on, done, retries, last, run.error_message))
     return rows
 
 
@@ -182,13 +216,15 @@ async def run_demo(store: str, board: Board, *, timeout: float, poll: float = 0.
             (demo_app.checkout, {"order_id": "A-1002", "amount": 1250}),
             (demo_app.approval, {"order_id": "A-1003", "amount": 99000}),
             (demo_app.quote, {"customer": "acme", "items": 3}),
+            (demo_app.reminder, {"order_id": CANCELLED_ORDER}),
         ]
+        began = to_datetime(engine.clock.now())
         roots = []
         for workflow, payload in starts:
             handle = await engine.start(workflow, payload)
             assert handle.run_id is not None
             roots.append(handle.run_id)
-        approval_id, quote_id = roots[2], roots[3]
+        approval_id, quote_id, reminder_id = roots[2], roots[3], roots[4]
         since = to_datetime(engine.clock.now())
         tickets: set[str] = set()
         for workflow, payloads in GATED:
@@ -202,6 +238,9 @@ async def run_demo(store: str, board: Board, *, timeout: float, poll: float = 0.
         signal_sent = False
         update: asyncio.Task[Any] | None = None
         told: set[int] = set()  # firings already noted
+        cancel_sent = False
+        settled: set[str] = set()  # events whose deliveries were noted
+        reminder_told = False
         with board:
             while True:
                 firings = list(reversed(await inspector.schedule_firings(HEARTBEAT, limit=100)))
@@ -210,13 +249,31 @@ async def run_demo(store: str, board: Board, *, timeout: float, poll: float = 0.
                         told.add(f.id)
                         board.note(f"schedule {HEARTBEAT} fired its {when(f.scheduled_at)[11:]} slot: run {f.status}")
                 scheduled = [f.run_id for f in firings if f.run_id is not None]
-                rows = await _snapshot(inspector, roots, tickets, scheduled)
+                # Events before runs: a checkout succeeds only after its event is stored, so one that
+                # succeeds between the two reads shows as a paid event missing here, and the demo waits.
+                published = await _published(inspector, began)
+                triggered = [d.run_id for _, ds in published for d in ds if d.run_id is not None]
+                rows = await _snapshot(inspector, roots, triggered, tickets, scheduled)
                 # The scenes' runs decide when the demo ends; the schedule's go on firing meanwhile.
                 scenes = [r for r in rows if r.workflow != HEARTBEAT]
                 fired = any(f.status == "succeeded" for f in firings)
                 gate = [f for f in await inspector.flow(since=since) if f.workflow in GATED_NAMES]
                 board.show(rows)
+                for event, ds in published:
+                    if event.id not in settled and not any(d.status == "pending" for d in ds):
+                        settled.add(event.id)
+                        what = ", ".join(f"{d.workflow} {d.outcome or d.status}" for d in ds) or "no trigger"
+                        board.note(f"event {event.name} for {_order(event)}: {_deliveries(len(ds))} ({what})")
+                reminder = next(r for r in scenes if r.run_id == reminder_id)
+                if reminder.finished and not reminder_told:
+                    reminder_told = True
+                    board.note(f"{REMINDER} {reminder.run_id} {reminder.status}: {reminder.error or 'no error'}")
                 waiting = {r.run_id: r.waiting_on for r in scenes if r.status == "running"}
+                if not cancel_sent and waiting.get(reminder_id) == "timer":
+                    # The reminder sleeps (parked for an hour): the event's cancel_on reaches it there.
+                    await engine.publish(demo_app.order_cancelled, {"order_id": CANCELLED_ORDER}, {"by": "customer"})
+                    cancel_sent = True
+                    board.note(f"published demo.order.cancelled for {CANCELLED_ORDER} while its reminder sleeps")
                 if not signal_sent and waiting.get(approval_id) == "signal":
                     await engine.signal(approval_id, "approve", {"approved": True, "by": "ops@example.com"})
                     signal_sent = True
@@ -228,12 +285,24 @@ async def run_demo(store: str, board: Board, *, timeout: float, poll: float = 0.
                     )
                     board.note(f"sent update 'discount' (10%) to {quote_id}; waiting for its answer")
                 parked = sum(f.queued for f in gate)
-                if all(r.finished for r in scenes) and not parked and fired and (update is None or update.done()):
+                pending = sum(1 for _, ds in published for d in ds if d.status == "pending")
+                paid = sum(1 for event, _ in published if event.name == demo_app.order_paid.name)
+                checkouts = sum(1 for r in scenes if r.workflow == CHECKOUT and r.status == "succeeded")
+                events_done = cancel_sent and not pending and paid >= checkouts
+                if (
+                    all(r.finished for r in scenes)
+                    and events_done
+                    and not parked
+                    and fired
+                    and (update is None or update.done())
+                ):
                     break
                 if loop.time() > deadline:
                     outcome.problems.append(f"not every run finished within {timeout:g}s")
                     if parked:
                         outcome.problems.append(f"{parked} start(s) still parked at the gate")
+                    if pending:
+                        outcome.problems.append(f"{pending} event deliveries still pending")
                     if not fired:
                         outcome.problems.append(f"the schedule {HEARTBEAT} did not fire within {timeout:g}s")
                     break
@@ -250,7 +319,26 @@ async def run_demo(store: str, board: Board, *, timeout: float, poll: float = 0.
         outcome.rows = rows
         outcome.flow = gate
         outcome.firings = firings
-        outcome.problems += [f"{r.workflow} run {r.run_id} ended {r.status}" for r in scenes if r.status != "succeeded"]
+        outcome.published = published
+        # The reminder is meant to end cancelled by demo.order.cancelled; every other run to succeed.
+        outcome.problems += [
+            f"{r.workflow} run {r.run_id} ended {r.status}"
+            for r in scenes
+            if r.status != "succeeded" and r.run_id != reminder_id
+        ]
+        if not cancel_sent:
+            outcome.problems.append("the reminder never slept, so demo.order.cancelled was not published")
+        elif (reminder.status, reminder.error) != ("cancelled", demo_app.CANCEL_REASON):
+            outcome.problems.append(
+                f"{REMINDER} run {reminder_id} ended {reminder.status} ({reminder.error}),"
+                f" not cancelled with {demo_app.CANCEL_REASON!r}"
+            )
+        outcome.problems += [
+            f"delivery of {event.name} to {d.workflow} {d.status} ({d.reason})"
+            for event, ds in published
+            for d in ds
+            if d.status not in ("started", "pending")
+        ]
         outcome.problems += [
             f"schedule {HEARTBEAT}: firing of {when(f.scheduled_at)} {f.status} ({f.why})"
             for f in firings
@@ -290,6 +378,27 @@ def schedule_summary(firings: list[FiringInfo]) -> str:
     ended = Counter(f.status for f in firings)
     counts = ", ".join(f"{n} {status}" for status, n in sorted(ended.items()))
     return f"schedule {HEARTBEAT} (every {demo_app.HEARTBEAT_EVERY}): {len(firings)} firing(s): {counts}."
+
+
+def events_summary(published: list[Published], rows: list[RunRow]) -> list[str]:
+    """Lines on the demo's domain events: per name, the deliveries and how their runs ended; the reminder."""
+    ended = {r.run_id: r.status for r in rows}
+    lines = []
+    for name in dict.fromkeys(event.name for event, _ in published):
+        ds = [d for event, dl in published if event.name == name for d in dl]
+        count = sum(1 for event, _ in published if event.name == name)
+        runs = Counter(f"{d.workflow} {ended.get(d.run_id or '', d.status)}" for d in ds)
+        tail = "".join(f", {n} {what}" for what, n in runs.items())
+        lines.append(f"{name}: published {count}x, {_deliveries(len(ds))}{tail}")
+    for row in rows:
+        if row.workflow != REMINDER:
+            continue
+        if (row.status, row.error) == ("cancelled", demo_app.CANCEL_REASON):
+            ended_by = f"cancelled by {demo_app.order_cancelled.name} ({row.error!r})"
+        else:
+            ended_by = f"{row.status} ({row.error or 'no error'})"
+        lines.append(f"{row.workflow} {CANCELLED_ORDER}: {ended_by}")
+    return lines
 
 
 async def _reset(store: str) -> str | None:
@@ -333,7 +442,9 @@ def demo(ctx: click.Context, store: str, keep: bool, timeout: float) -> None:
     run, a child workflow, an approval waiting for a signal and a quote answering an update.
     Then the admission gate: 20 quick edits debounced into one run, 5 labels printed at most 2
     at a time, 5 texts under a limit of 3 a minute; a table of its decisions closes the demo.
-    Meanwhile a schedule starts a heartbeat every two seconds, once per slot.
+    Meanwhile a schedule starts a heartbeat every two seconds, once per slot. Each paid
+    checkout publishes demo.order.paid, whose trigger starts a fulfilment; a sleeping
+    reminder is cancelled by publishing demo.order.cancelled for its order.
     By default a previous demo database is reset first (only one that holds demo runs alone).
     """
     console = make_console()
@@ -352,6 +463,10 @@ def demo(ctx: click.Context, store: str, keep: bool, timeout: float) -> None:
         console.print(gate_summary(outcome.flow))
     if outcome.firings:
         console.print(schedule_summary(outcome.firings))
+    if outcome.published:
+        console.print("Domain events:")
+        for line in events_summary(outcome.published, outcome.rows):
+            console.print(f"  {line}")
     console.print()
     console.print(f"Database: {path}" if path is not None else f"Store: {display_url(store)}")
     console.print("Inspect it:")
@@ -363,6 +478,9 @@ def demo(ctx: click.Context, store: str, keep: bool, timeout: float) -> None:
     console.print(
         f"  lockgate schedules firings {HEARTBEAT} --store {quoted}   # the schedule's ledger", soft_wrap=True
     )
+    console.print(f"  lockgate events list --store {quoted}   # the domain events", soft_wrap=True)
+    paid = next((e.id for e, _ in outcome.published if e.name == demo_app.order_paid.name), "EVENT_ID")
+    console.print(f"  lockgate events show {paid} --store {quoted}", soft_wrap=True)
     console.print(
         f"  lockgate serve lockgate.demo_app:app --store {quoted}   # serve the demo app yourself", soft_wrap=True
     )
