@@ -15,7 +15,15 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["SYSTEM_SUBJECT", "Origin", "Subject", "current_origin", "origin_columns", "starting_from"]
+__all__ = [
+    "SYSTEM_SUBJECT",
+    "Origin",
+    "Subject",
+    "current_columns",
+    "current_origin",
+    "origin_columns",
+    "starting_from",
+]
 
 
 @dataclass(frozen=True)
@@ -78,6 +86,21 @@ def starting_from(source: str, trace_id: str | None = None, subject: str | None 
         yield origin
     finally:
         _ORIGIN.reset(token)
+
+
+def current_columns(default: str = "api") -> dict[str, Any]:
+    """``origin_columns(current_origin(default))``, without building anything for a bare source.
+
+    Every start asks; most have nothing set around them, so their columns are one shared dict
+    per source (callers spread it into their row, never change it).
+    """
+    origin = _ORIGIN.get()
+    return _plain_columns(default) if origin is None else origin_columns(origin)
+
+
+@functools.cache
+def _plain_columns(source: str) -> dict[str, Any]:
+    return {"source": source, "trace_id": None, "subject": None}
 
 
 def origin_columns(origin: Origin | Mapping[str, Any]) -> dict[str, Any]:

@@ -8,7 +8,6 @@ the store only.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import importlib
 import json
 from collections.abc import Awaitable, Callable, Sequence
@@ -172,10 +171,15 @@ class Client(OperatorVerbs):
         ``handle.result()``, or raised when it failed). ``subject`` (the starter's identity,
         never its authority) and ``trace_id`` are recorded with the run (``ctx.subject``).
         """
-        with self._starting(subject, trace_id):
+        if subject is None and trace_id is None:  # nearly every start: nothing to record around it
             handle = await self._admit(
                 workflow, payload, at=at, wait=wait, idempotency_key=idempotency_key, flow_control=flow_control
             )
+        else:
+            with self._starting(subject, trace_id):
+                handle = await self._admit(
+                    workflow, payload, at=at, wait=wait, idempotency_key=idempotency_key, flow_control=flow_control
+                )
         if wait and handle.run_id is not None:
             await self.result(handle.run_id, timeout=timeout)
         return handle
@@ -223,8 +227,6 @@ class Client(OperatorVerbs):
 
     def _starting(self, subject: Subject | None, trace_id: str | None) -> AbstractContextManager[Any]:
         """Around a start given a starter or a trace id: record them (origin.py)."""
-        if subject is None and trace_id is None:
-            return contextlib.nullcontext()
         base = current_origin(self.source)
         who = base.subject if subject is None else subject.to_json()
         return starting_from(base.source, trace_id or base.trace_id, who)

@@ -23,7 +23,7 @@ from ..errors import ResultTimeout, RunCancelled, RunFailed
 from ..gate.pipeline import Decision
 from ..handles import RunHandle
 from ..ids import new_id
-from ..origin import current_origin, origin_columns
+from ..origin import current_columns
 from ..runtime import Published, Runtime
 from ..serde import decode
 from ..store import Store, shared
@@ -186,7 +186,7 @@ class Core:
             "patches": defn.patches_json,
             "ticket": ticket or new_id("tkt"),
             "recording": self.recording,
-            **origin_columns(current_origin(self.source)),  # where the start came from (origin.py)
+            **current_columns(self.source),  # where the start came from (origin.py)
         }
 
     def after_decision(self, defn: WorkflowDef, decision: Decision) -> None:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 
 from ..ids import new_id
-from ..origin import origin_columns
 from ..store import gate
 from ..store.base import Row, Tx
 from .keys import singleton_key
@@ -166,7 +165,9 @@ def arrival_rows(
         "fair_key": o.fair,
         "on_failure": o.plan.on_failure,
         "retry_of": o.run.get("retry_of"),
-        **origin_columns(o.run),  # where the start came from (origin.py)
+        "source": o.run.get("source"),  # where the start came from (origin.py)
+        "trace_id": o.run.get("trace_id"),
+        "subject": o.run.get("subject"),
         "first_at": now,
         "last_at": now,
         "due_at": due,
