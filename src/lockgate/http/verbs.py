@@ -5,7 +5,6 @@ from __future__ import annotations
 from fastapi import APIRouter, Request
 
 from ..engine import Client
-from ..origin import starting_from
 from .models import (
     BulkOut,
     CancelManyBody,
@@ -76,9 +75,7 @@ async def discard(request: Request, run_id: str) -> None:
 @router.post("/runs/{run_id}/retry", response_model=StartOut)
 async def retry(request: Request, run_id: str, body: RetryBody | None = None) -> StartOut:
     """A fresh run of a failed or cancelled run, with its payload or ``payload``."""
-    with starting_from("http"):
-        handle = await client(request).retry(run_id, None if body is None else body.payload)
-    return StartOut.of(handle)
+    return StartOut.of(await client(request).retry(run_id, None if body is None else body.payload))
 
 
 @router.post("/runs/{run_id}/signal", status_code=204)
