@@ -244,6 +244,7 @@ async def test_gate_and_bulk_verbs(env_factory: Callable[..., TestEnv]) -> None:
         assert started.status_code == 200 and started.json()["status"] == "started"
         await env.settle()
         assert await engine.result(started.json()["run_id"], timeout=10) == 5
+        assert (await engine.get_run(started.json()["run_id"])).source == "http"
         problem(await http.post(f"{API}/starts", json={"workflow": "nope"}), 404, "UnknownWorkflow")
         problem(
             await http.post(f"{API}/starts", json={"workflow": "plain", "payload": {"n": "x"}}), 422, "PayloadError"

@@ -5,6 +5,7 @@ from __future__ import annotations
 from fastapi import APIRouter, Request
 
 from ..engine import Client
+from ..origin import starting_from
 from .models import (
     BulkOut,
     CancelManyBody,
@@ -111,7 +112,10 @@ async def replay_many(request: Request, body: ReplayManyBody) -> BulkOut:
 @router.post("/starts", response_model=StartOut)
 async def start(request: Request, body: StartBody) -> StartOut:
     """Offer a start to the gate; the answer says what became of it."""
-    handle = await client(request).start(body.workflow, body.payload, at=body.at, idempotency_key=body.idempotency_key)
+    with starting_from("http"):  # the run records that it came through the API
+        handle = await client(request).start(
+            body.workflow, body.payload, at=body.at, idempotency_key=body.idempotency_key
+        )
     return StartOut.of(handle)
 
 
