@@ -17,7 +17,7 @@ from collections.abc import Awaitable, Callable, MutableMapping
 from dataclasses import dataclass
 from typing import Any
 
-from .problems import PROBLEM_JSON, ApiProblem
+from .problems import PROBLEM_JSON
 
 __all__ = [
     "DEFAULT_MAX_BODY",
@@ -110,7 +110,14 @@ class GuardMiddleware:
         if length is not None and (not length.isdigit() or int(length) > limit):
             await _problem(send, 413, "BodyTooLarge", f"request body over {limit} bytes")
             return
-        await self.app(scope, _capped(receive, limit), send)
+        if length is None and scope["method"] not in READ_METHODS:
+            # no declared length (chunked): read at most ``limit`` bytes before the app sees any
+            messages = await _buffered(receive, limit)
+            if messages is None:
+                await _problem(send, 413, "BodyTooLarge", f"request body over {limit} bytes")
+                return
+            receive = _replay(messages, receive)
+        await self.app(scope, receive, send)
 
     def _refusal(self, scope: Scope) -> tuple[int, str, str] | None:
         if self.policy.open:
@@ -125,21 +132,30 @@ class GuardMiddleware:
         return None
 
 
-def _capped(receive: Receive, limit: int) -> Receive:
-    """``receive`` that refuses a chunked body once it passes ``limit`` bytes."""
+async def _buffered(receive: Receive, limit: int) -> list[Message] | None:
+    """The request's body messages, or ``None`` once they pass ``limit`` bytes (a body sent without length)."""
+    messages: list[Message] = []
     seen = 0
-
-    async def wrapped() -> Message:
-        nonlocal seen
+    while True:
         message = await receive()
-        if message["type"] == "http.request":
-            seen += len(message.get("body", b""))
-            if seen > limit:
-                # raised inside the app, so its problem handler answers 413
-                raise ApiProblem(413, "BodyTooLarge", f"request body over {limit} bytes")
-        return message
+        messages.append(message)
+        if message["type"] != "http.request":
+            return messages
+        seen += len(message.get("body", b""))
+        if seen > limit:
+            return None
+        if not message.get("more_body", False):
+            return messages
 
-    return wrapped
+
+def _replay(messages: list[Message], receive: Receive) -> Receive:
+    """``receive`` that hands out ``messages`` first, then whatever the client sends next (a disconnect)."""
+    pending = list(messages)
+
+    async def replayed() -> Message:
+        return pending.pop(0) if pending else await receive()
+
+    return replayed
 
 
 def _header(scope: Scope, name: bytes) -> str | None:
