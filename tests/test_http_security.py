@@ -145,3 +145,15 @@ def test_serve_answers_healthz_beside_its_workers(tmp_path: Path) -> None:
         process.wait(timeout=30)
     assert process.returncode == 0, log.read_text()
     assert "HTTP API on http://127.0.0.1" in log.read_text()
+
+
+async def test_an_unreachable_store_is_a_503(tmp_path: Path) -> None:
+    client = Client(lg.App(), f"sqlite:///{tmp_path}/lockgate.db")
+    await client.open()
+    app = create_app(client, policy=AccessPolicy())
+    await client.close()  # the store is gone under the API
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://testserver") as http:
+        for path in (f"{API}/healthz", f"{API}/runs", "/metrics"):
+            refused(await http.get(path), 503, "StoreError")
+        scraped = await http.get("/metrics")
+        assert scraped.status_code == 503
