@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import socket
 import subprocess
@@ -14,9 +15,9 @@ import httpx
 import pytest
 
 import lockgate as lg
-from lockgate.cli.serve import BindRefused, check_http_bind
+from lockgate.cli.serve import BindRefused, ServeConfig, build_services, check_http_bind
 from lockgate.engine import Client
-from lockgate.http import AccessPolicy, bind_refusal, create_app, is_loopback
+from lockgate.http import AccessPolicy, bind_refusal, bind_socket, create_app, is_loopback
 
 API = "/api/v1"
 OPERATE, READ = "operate-secret", "read-secret"
@@ -157,3 +158,26 @@ async def test_an_unreachable_store_is_a_503(tmp_path: Path) -> None:
             refused(await http.get(path), 503, "StoreError")
         scraped = await http.get("/metrics")
         assert scraped.status_code == 503
+
+
+async def test_a_taken_default_port_leaves_the_workers_running(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    taken = bind_socket("127.0.0.1", 0)
+    port = taken.getsockname()[1]
+    try:
+        engine = lg.Engine(lg.App(), f"sqlite:///{tmp_path}/x.db")
+        base = {"app_ref": "x:app", "store": "sqlite://", "max_concurrent_runs": 1, "lease": 1.0, "retention": None}
+        optional = ServeConfig(**base, http=("127.0.0.1", port), http_required=False)  # type: ignore[arg-type]
+        [service] = build_services(engine, optional)
+        task = asyncio.create_task(service.run())
+        await asyncio.sleep(0.3)
+        assert not task.done() and "HTTP API not served" in caplog.text
+        task.cancel()
+        required = ServeConfig(**base, http=("127.0.0.1", port))  # type: ignore[arg-type]
+        [service] = build_services(engine, required)
+        with pytest.raises(OSError):
+            await service.run()
+        assert build_services(engine, ServeConfig(**base)) == []  # type: ignore[arg-type]
+    finally:
+        taken.close()

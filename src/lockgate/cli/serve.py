@@ -24,7 +24,7 @@ from ..app import App
 from ..durations import format_seconds
 from ..engine import Engine
 from ..engine.engine import MIN_RETENTION
-from ..http import DEFAULT_BIND, AccessPolicy, bind_refusal, create_app, parse_bind, serve_http
+from ..http import DEFAULT_BIND, AccessPolicy, bind_refusal, bind_socket, create_app, parse_bind, serve_http
 from .common import DurationType, load_app, run_async, store_option
 from .groups import cli
 
@@ -54,6 +54,7 @@ class ServeConfig:
     event_retention: float | None = 30 * 86400.0  # domain events (docs/events.md)
     delivery_retention: float | None = 30 * 86400.0  # their deliveries: a custom key's dedupe window
     http: tuple[str, int] | None = None  # where the HTTP API listens (None: not served)
+    http_required: bool = True  # False (the default bind): a taken port leaves the workers running without it
 
 
 @dataclass(frozen=True)
@@ -74,8 +75,21 @@ def build_services(engine: Engine, config: ServeConfig) -> list[Service]:
         return []
     host, port = config.http
     api = create_app(engine.client)
-    log.info("HTTP API on http://%s:%d/api/v1 (metrics on /metrics)", host, port)
-    return [Service("http", lambda: serve_http(api, host, port))]
+
+    async def run() -> None:
+        try:
+            sock = bind_socket(host, port)
+        except OSError as exc:
+            if config.http_required:
+                raise
+            # several workers on one host: the first serves the API, the others run without it
+            log.warning("HTTP API not served: cannot listen on %s:%d (%s); pass --http or --no-http", host, port, exc)
+            await asyncio.Event().wait()
+            return
+        log.info("HTTP API on http://%s:%d/api/v1 (metrics on /metrics)", host, port)
+        await serve_http(api, host, port, sock)
+
+    return [Service("http", run)]
 
 
 class BindRefused(click.ClickException):
@@ -264,6 +278,7 @@ def serve(
         event_retention=event_retention,
         delivery_retention=delivery_retention,
         http=http,
+        http_required=ctx.get_parameter_source("http_bind") is not click.core.ParameterSource.DEFAULT,
     )
     code = run_async(serve_app(app, config))
     ctx.exit(code)

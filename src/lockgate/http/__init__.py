@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from .app import API_PREFIX, create_app
 from .security import DEFAULT_MAX_BODY, READ_TOKEN_ENV, TOKEN_ENV, AccessPolicy, bind_refusal, is_loopback
-from .serving import DEFAULT_BIND, parse_bind, serve_http
+from .serving import DEFAULT_BIND, bind_socket, parse_bind, serve_http
 
 __all__ = [
     "API_PREFIX",
@@ -18,6 +18,7 @@ __all__ = [
     "TOKEN_ENV",
     "AccessPolicy",
     "bind_refusal",
+    "bind_socket",
     "create_app",
     "is_loopback",
     "parse_bind",

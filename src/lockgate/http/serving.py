@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import contextlib
+import socket
 from collections.abc import Generator
 
 import uvicorn
 from fastapi import FastAPI
 
-__all__ = ["DEFAULT_BIND", "parse_bind", "serve_http"]
+__all__ = ["DEFAULT_BIND", "bind_socket", "parse_bind", "serve_http"]
 
 DEFAULT_BIND = "127.0.0.1:8484"
 
@@ -21,6 +22,23 @@ def parse_bind(text: str) -> tuple[str, int]:
     return host.strip("[]"), int(port)
 
 
+def bind_socket(host: str, port: int) -> socket.socket:
+    """A listening socket on ``host:port``; ``OSError`` when the address is taken or not ours.
+
+    Binding before uvicorn starts turns a taken port into an exception the caller can handle
+    (uvicorn itself exits the process)."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # a restart need not wait for TIME_WAIT
+        sock.bind((host, port))
+        sock.listen(128)
+    except OSError:
+        sock.close()
+        raise
+    return sock
+
+
 class _Server(uvicorn.Server):
     """A uvicorn server that leaves signals to its host process (``serve`` handles SIGINT/SIGTERM)."""
 
@@ -29,11 +47,13 @@ class _Server(uvicorn.Server):
         yield
 
 
-async def serve_http(app: FastAPI, host: str, port: int) -> None:
-    """Serve ``app`` on ``host:port`` in the current loop until cancelled."""
+async def serve_http(app: FastAPI, host: str, port: int, sock: socket.socket | None = None) -> None:
+    """Serve ``app`` on ``host:port`` (or the bound ``sock``) in the current loop until cancelled."""
+    sock = sock or bind_socket(host, port)
     config = uvicorn.Config(app, host=host, port=port, lifespan="off", log_level="warning", access_log=False)
     server = _Server(config)
     try:
-        await server.serve()
+        await server.serve(sockets=[sock])
     finally:
         server.should_exit = True
+        sock.close()
