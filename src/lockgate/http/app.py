@@ -12,6 +12,7 @@ from fastapi.responses import Response
 from .. import __version__
 from ..engine import Client
 from .metrics import CONTENT_TYPE_LATEST, StoreMetrics
+from .openapi import install_openapi
 from .problems import install_problem_handlers
 from .reads import router as reads
 from .security import AccessPolicy, GuardMiddleware
@@ -51,5 +52,6 @@ def create_app(client: Client, *, policy: AccessPolicy | None = None) -> FastAPI
     async def scrape(request: Request) -> Response:
         return Response(await metrics.render(), media_type=CONTENT_TYPE_LATEST)
 
+    install_openapi(app)
     app.add_middleware(GuardMiddleware, policy=policy)
     return app
