@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import Any
@@ -312,3 +315,22 @@ async def test_metrics_count_a_known_workload(env_factory: Callable[..., TestEnv
         assert samples[("lockgate_oldest_waiting_seconds", (("workflow", "folded"),))] >= 30
         assert sum(v for (name, _), v in samples.items() if name == "lockgate_workers") == 1
         assert samples[("lockgate_scrape_errors", ())] == 0
+
+
+async def test_the_cli_and_the_api_show_the_same_run(env_factory: Callable[..., TestEnv]) -> None:
+    async with env_factory(make_app()) as env, api(env) as http:
+        failed = await env.engine.start("plain", {"n": 4, "fail": True})
+        await env.settle()
+        await wait_runs(env.engine, "plain", 1, status="failed")
+        argv = [sys.executable, "-m", "lockgate.cli", "workflows", "show", str(failed.run_id)]
+        argv += ["--store", env.store_url, "--format", "json"]
+        shown = subprocess.run(argv, capture_output=True, text=True, timeout=60, check=True)
+        cli = json.loads(shown.stdout)
+        served = (await http.get(f"{API}/runs/{failed.run_id}")).json()
+
+        def same(document: dict[str, Any]) -> dict[str, Any]:  # times are spelled differently
+            return {k: v for k, v in document.items() if not k.endswith("_at") and k not in ("at", "raw")}
+
+        assert same(cli["run"]) == same(served["run"])
+        for part in ("steps", "attempts", "events", "children"):
+            assert [same(x) for x in cli[part]] == [same(x) for x in served[part]], part
