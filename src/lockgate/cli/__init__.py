@@ -21,6 +21,7 @@ from . import cluster as cluster
 from . import demo as demo  # each import registers that module's commands on its group
 from . import events as events
 from . import gate as gate
+from . import inspect_api as inspect_api
 from . import keys as keys
 from . import schedules as schedules
 from . import serve as serve

@@ -24,10 +24,20 @@ from ..app import App
 from ..durations import format_seconds
 from ..engine import Engine
 from ..engine.engine import MIN_RETENTION
+from ..http import DEFAULT_BIND, AccessPolicy, bind_refusal, bind_socket, create_app, parse_bind, serve_http
 from .common import DurationType, load_app, run_async, store_option
 from .groups import cli
 
-__all__ = ["ServeConfig", "Service", "build_services", "display_url", "serve_app"]
+__all__ = [
+    "BindRefused",
+    "ServeConfig",
+    "Service",
+    "build_services",
+    "check_http_bind",
+    "display_url",
+    "http_options",
+    "serve_app",
+]
 
 log = logging.getLogger("lockgate.serve")
 
@@ -43,6 +53,8 @@ class ServeConfig:
     retention: float | None
     event_retention: float | None = 30 * 86400.0  # domain events (docs/events.md)
     delivery_retention: float | None = 30 * 86400.0  # their deliveries: a custom key's dedupe window
+    http: tuple[str, int] | None = None  # where the HTTP API listens (None: not served)
+    http_required: bool = True  # False (the default bind): a taken port leaves the workers running without it
 
 
 @dataclass(frozen=True)
@@ -59,7 +71,58 @@ def build_services(engine: Engine, config: ServeConfig) -> list[Service]:
     This is where surfaces that need an open engine join ``serve`` (the HTTP inspect API).
     A service that ends or fails before shutdown stops the whole process with exit code 1.
     """
-    return []
+    if config.http is None:
+        return []
+    host, port = config.http
+    api = create_app(engine.client)
+
+    async def run() -> None:
+        try:
+            sock = bind_socket(host, port)
+        except OSError as exc:
+            if config.http_required:
+                raise
+            # several workers on one host: the first serves the API, the others run without it
+            log.warning("HTTP API not served: cannot listen on %s:%d (%s); pass --http or --no-http", host, port, exc)
+            await asyncio.Event().wait()
+            return
+        log.info("HTTP API on http://%s:%d/api/v1 (metrics on /metrics)", host, port)
+        await serve_http(api, host, port, sock)
+
+    return [Service("http", run)]
+
+
+class BindRefused(click.ClickException):
+    """The HTTP API may not listen where it was asked to (exit code 2)."""
+
+    exit_code = 2
+
+
+def check_http_bind(bind: str | None, policy: AccessPolicy | None = None) -> tuple[str, int] | None:
+    """``--http HOST:PORT`` checked: ``BindRefused`` for a malformed one, or a non-loopback one without a token."""
+    if bind is None:
+        return None
+    try:
+        host, port = parse_bind(bind)
+    except ValueError as exc:
+        raise BindRefused(f"--http: {exc}") from exc
+    why = bind_refusal(host, policy or AccessPolicy.from_env())
+    if why is not None:
+        raise BindRefused(why)
+    return host, port
+
+
+def http_options(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """``--http HOST:PORT`` and ``--no-http``, shared by ``serve`` and ``inspect``."""
+    fn = click.option("--no-http", is_flag=True, help="Do not serve the HTTP API.")(fn)
+    return click.option(
+        "--http",
+        "http_bind",
+        metavar="HOST:PORT",
+        default=DEFAULT_BIND,
+        show_default=True,
+        help="Where the HTTP inspect API listens; off loopback it needs LOCKGATE_TOKEN or LOCKGATE_TOKEN_READ.",
+    )(fn)
 
 
 class RetentionType(DurationType):
@@ -181,6 +244,7 @@ async def serve_app(app: App, config: ServeConfig) -> int:
     help="Delete event deliveries older than this; a trigger's custom idempotency key deduplicates only "
     "this long ('never' keeps them).",
 )
+@http_options
 @click.pass_context
 def serve(
     ctx: click.Context,
@@ -191,14 +255,18 @@ def serve(
     retention: float | None,
     event_retention: float | None,
     delivery_retention: float | None,
+    http_bind: str,
+    no_http: bool,
 ) -> None:
     """Run the workflows of MODULE:APP (workers + sweeps) until SIGINT or SIGTERM.
 
     MODULE is imported from the current directory or the Python path; APP defaults to
-    `app`. Several `serve` processes may share one store.
+    `app`. Several `serve` processes may share one store. The HTTP inspect API listens on
+    127.0.0.1:8484 unless `--no-http`.
     """
     if lease < 0.5:
         raise click.BadParameter("must be at least 500ms", param_hint="'--lease'")
+    http = None if no_http else check_http_bind(http_bind)
     app = load_app(app_ref, param_hint="'MODULE:APP'")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
     config = ServeConfig(
@@ -209,6 +277,8 @@ def serve(
         retention=retention,
         event_retention=event_retention,
         delivery_retention=delivery_retention,
+        http=http,
+        http_required=ctx.get_parameter_source("http_bind") is not click.core.ParameterSource.DEFAULT,
     )
     code = run_async(serve_app(app, config))
     ctx.exit(code)

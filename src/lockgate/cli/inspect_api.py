@@ -1,0 +1,61 @@
+"""``lockgate inspect --store URL``: serve the HTTP inspect API without running any workflow.
+
+For an operator's machine against a shared database: reads and verbs only, no workers and
+no sweeps. ``--app`` lends the declared models (payload validation, concurrency limits).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+import sys
+
+import click
+
+from ..app import App
+from ..http import create_app, serve_http
+from .common import app_option, load_app, open_client, run_async, store_option
+from .groups import cli
+from .serve import check_http_bind, display_url, http_options
+
+__all__: list[str] = []
+
+log = logging.getLogger("lockgate.inspect")
+
+
+async def _serve(app: App, store: str, host: str, port: int) -> None:
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    async with open_client(app, store) as client:
+        client.source = "http"
+        log.info("HTTP API for %s on http://%s:%d/api/v1 (no workers)", display_url(store), host, port)
+        server = asyncio.create_task(serve_http(create_app(client), host, port))
+        stopper = asyncio.create_task(stop.wait())
+        done, _ = await asyncio.wait({server, stopper}, return_when=asyncio.FIRST_COMPLETED)
+        for task in (server, stopper):
+            task.cancel()
+        for task in (server, stopper):
+            with contextlib.suppress(BaseException):
+                await task
+        if server in done and server.exception() is not None:
+            raise click.ClickException(f"the HTTP server stopped: {server.exception()!r}")
+    log.info("HTTP API stopped")
+
+
+@cli.command("inspect")
+@store_option
+@app_option(required=False, purpose="payload models and concurrency limits")
+@http_options
+def inspect_api(store: str, app_ref: str | None, http_bind: str, no_http: bool) -> None:
+    """Serve the HTTP inspect API over STORE without running workers, until SIGINT or SIGTERM."""
+    if no_http:
+        raise click.UsageError("inspect only serves the HTTP API: drop --no-http")
+    bind = check_http_bind(http_bind)
+    assert bind is not None
+    app = load_app(app_ref)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
+    run_async(_serve(app, store, *bind))

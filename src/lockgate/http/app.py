@@ -1,0 +1,57 @@
+"""``create_app(client)``: the HTTP inspect-and-operate API as a FastAPI app.
+
+Reads go through ``client.inspector`` and actions through the client's verbs; the app opens
+and closes nothing, so the caller keeps the client open while the app serves.
+"""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, FastAPI, Request
+from fastapi.responses import Response
+
+from .. import __version__
+from ..engine import Client
+from .metrics import CONTENT_TYPE_LATEST, StoreMetrics
+from .openapi import install_openapi
+from .problems import install_problem_handlers
+from .reads import router as reads
+from .security import AccessPolicy, GuardMiddleware
+from .verbs import router as verbs
+
+__all__ = ["API_PREFIX", "create_app"]
+
+API_PREFIX = "/api/v1"
+
+
+def create_app(client: Client, *, policy: AccessPolicy | None = None) -> FastAPI:
+    """The API over an open ``client``, under ``/api/v1``, with ``/metrics`` beside it.
+
+    ``policy`` holds the tokens and the body limit (default: from ``LOCKGATE_TOKEN`` and
+    ``LOCKGATE_TOKEN_READ``, 1 MiB). No CORS headers are sent: mount it behind your own
+    middleware to allow a browser origin.
+    """
+    policy = policy or AccessPolicy.from_env()
+    app = FastAPI(
+        title="lockgate",
+        version=__version__,
+        openapi_url=f"{API_PREFIX}/openapi.json",
+        docs_url=f"{API_PREFIX}/docs",
+        redoc_url=None,
+    )
+    app.state.lockgate_client = client
+    app.state.lockgate_inspector = client.inspector
+    metrics = StoreMetrics(client.inspector)
+    app.state.lockgate_metrics = metrics
+    install_problem_handlers(app)
+    api = APIRouter(prefix=API_PREFIX)
+    api.include_router(reads)
+    api.include_router(verbs)
+    app.include_router(api)
+
+    @app.get("/metrics", include_in_schema=False)
+    async def scrape(request: Request) -> Response:
+        return Response(await metrics.render(), media_type=CONTENT_TYPE_LATEST)
+
+    install_openapi(app)
+    app.add_middleware(GuardMiddleware, policy=policy)
+    return app

@@ -1,0 +1,131 @@
+"""``GET /metrics``: Prometheus gauges sampled from the store through the Inspector on each scrape.
+
+Each app has its own ``CollectorRegistry`` (two apps in one process never share series). A
+scrape reads ``stats``, ``flow`` and ``cluster_status`` (a few grouped queries), then the
+collector below turns that snapshot into metric families.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import defaultdict
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from ..inspect import ClusterStatus, FlowRow, Inspector, Stats
+
+__all__ = ["ADMISSION_OUTCOMES", "CONTENT_TYPE_LATEST", "StoreMetrics"]
+
+ADMISSION_OUTCOMES = ("admitted", "collapsed", "batched", "dropped", "skipped", "expired", "existing")
+"""The ledger outcomes ``lockgate_admissions`` counts, as ``FlowRow`` holds them."""
+
+
+@dataclass
+class _Snapshot:
+    stats: Stats | None = None
+    flow: list[FlowRow] = field(default_factory=list)
+    cluster: ClusterStatus | None = None
+    duration: float = 0.0
+    errors: int = 0
+
+
+class StoreMetrics(Collector):
+    """The store's state as Prometheus metrics, in a registry of its own."""
+
+    def __init__(self, inspector: Inspector) -> None:
+        self.inspector = inspector
+        self.registry = CollectorRegistry(auto_describe=False)
+        self.registry.register(self)
+        self._snapshot = _Snapshot()
+        self._lock = asyncio.Lock()  # one scrape at a time: the collector reads the snapshot it set
+
+    async def render(self) -> bytes:
+        """Sample the store, then the whole registry in the Prometheus text format."""
+        async with self._lock:
+            started = time.perf_counter()
+            errors = self._snapshot.errors
+            try:
+                stats, flow, cluster = await asyncio.gather(
+                    self.inspector.stats(), self.inspector.flow(), self.inspector.cluster_status()
+                )
+            except Exception:
+                self._snapshot = _Snapshot(errors=errors + 1, duration=time.perf_counter() - started)
+                raise
+            self._snapshot = _Snapshot(stats, flow, cluster, time.perf_counter() - started, errors)
+            return generate_latest(self.registry)
+
+    def collect(self) -> Iterator[Metric]:
+        snap = self._snapshot
+        runs = GaugeMetricFamily(
+            "lockgate_runs", "Runs in the store by workflow and status.", labels=["workflow", "status"]
+        )
+        parked = GaugeMetricFamily(
+            "lockgate_parked_starts", "Starts parked at the gate by workflow and mode.", labels=["workflow", "mode"]
+        )
+        if snap.stats is not None:
+            for wf in snap.stats.workflows:
+                for status, count in wf.runs.items():
+                    if status == "total":  # a sum of the others: PromQL sums it
+                        continue
+                    runs.add_metric([wf.workflow, status], count)
+                for mode, count in wf.parked.items():
+                    parked.add_metric([wf.workflow, mode], count)
+        yield runs
+        yield parked
+        yield from _flow_families(snap.flow)
+        workers = GaugeMetricFamily("lockgate_workers", "Workers registered in the store by state.", labels=["state"])
+        if snap.cluster is not None:
+            states: dict[str, int] = defaultdict(int)
+            for w in snap.cluster.workers:
+                states[w.state] += 1
+            for state, count in sorted(states.items()):
+                workers.add_metric([state], count)
+        yield workers
+        yield GaugeMetricFamily(
+            "lockgate_scrape_duration_seconds", "Time the last scrape spent reading the store.", value=snap.duration
+        )
+        yield GaugeMetricFamily(
+            "lockgate_scrape_errors", "Scrapes of this process whose store read failed.", value=snap.errors
+        )
+
+
+def _flow_families(rows: list[FlowRow]) -> Iterator[Metric]:
+    admissions = GaugeMetricFamily(
+        "lockgate_admissions",
+        "Gate decisions in the ledger (kept as long as its retention) by workflow and outcome.",
+        labels=["workflow", "outcome"],
+    )
+    depth = GaugeMetricFamily("lockgate_queue_depth", "Starts waiting at the gate per workflow.", labels=["workflow"])
+    oldest = GaugeMetricFamily(
+        "lockgate_oldest_waiting_seconds",
+        "Age of the oldest start waiting at the gate per workflow.",
+        labels=["workflow"],
+    )
+    in_flight = GaugeMetricFamily(
+        "lockgate_in_flight", "Runs holding a concurrency slot per workflow.", labels=["workflow"]
+    )
+    totals: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))
+    ages: dict[str, float] = {}
+    for row in rows:
+        per = totals[row.workflow]
+        for outcome in ADMISSION_OUTCOMES:
+            per[outcome] += getattr(row, outcome)
+        per["queued"] += row.queued
+        per["in_flight"] += row.in_flight
+        if row.oldest_waiting is not None:
+            ages[row.workflow] = max(ages.get(row.workflow, 0.0), row.oldest_waiting)
+    for workflow, per in sorted(totals.items()):
+        for outcome in ADMISSION_OUTCOMES:
+            admissions.add_metric([workflow, outcome], per[outcome])
+        depth.add_metric([workflow], per["queued"])
+        in_flight.add_metric([workflow], per["in_flight"])
+        oldest.add_metric([workflow], ages.get(workflow, 0.0))
+    yield admissions
+    yield depth
+    yield oldest
+    yield in_flight

@@ -1,0 +1,188 @@
+"""``GET`` endpoints: every answer comes from the ``Inspector`` (the one query layer)."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated
+
+from fastapi import APIRouter, Query, Request
+
+from ..errors import InvalidArgument, LockgateError
+from ..events import DeliveryRecord, EventRecord
+from ..inspect import (
+    ClusterStatus,
+    FiringInfo,
+    FlowRow,
+    Inspector,
+    ParkedStart,
+    Pause,
+    ScheduleInfo,
+    Stats,
+    Trace,
+)
+from ..records import EventInfo
+from .models import Health, LedgerPage, Run, RunDetailOut, RunPage
+from .problems import ApiProblem
+
+__all__ = ["router"]
+
+router = APIRouter()
+
+Limit = Annotated[int, Query(ge=1, le=1000)]
+
+
+def inspector(request: Request) -> Inspector:
+    """The Inspector ``create_app`` put on the app's state."""
+    found: Inspector = request.app.state.lockgate_inspector
+    return found
+
+
+@router.get("/healthz", response_model=Health, tags=["health"])
+async def healthz(request: Request) -> Health:
+    """The store answers a query (503 when it does not)."""
+    status = await inspector(request).cluster_status()
+    return Health(ok=True, dialect=status.dialect)
+
+
+@router.get("/runs", response_model=RunPage, tags=["runs"])
+async def list_runs(
+    request: Request,
+    workflow: str | None = None,
+    status: str | None = None,
+    source: str | None = None,
+    parent_id: str | None = None,
+    dead_letter: bool = False,
+    before: Annotated[str | None, Query(description="the last run id of the previous page")] = None,
+    limit: Limit = 50,
+) -> RunPage:
+    """Runs newest first; ``before`` continues after the previous page's last run (stable while runs arrive)."""
+    runs = await inspector(request).runs(
+        workflow=workflow,
+        status=status,
+        source=source,
+        parent_id=parent_id,
+        dead_letter=dead_letter,
+        before=before,
+        limit=limit,
+    )
+    items = [Run.of(r) for r in runs]
+    return RunPage(items=items, next_before=items[-1].id if len(items) == limit else None)
+
+
+@router.get("/runs/{run_id}", response_model=RunDetailOut, tags=["runs"])
+async def get_run(request: Request, run_id: str) -> RunDetailOut:
+    """One run with its steps, step attempts, events and children."""
+    return RunDetailOut.of(await inspector(request).run_detail(run_id))
+
+
+@router.get("/runs/{run_id}/events", response_model=list[EventInfo], tags=["runs"])
+async def run_events(request: Request, run_id: str) -> list[EventInfo]:
+    """The run's lifecycle events, oldest first."""
+    found = inspector(request)
+    await found.run(run_id)  # 404 for an unknown run rather than an empty list
+    return await found.events(run_id)
+
+
+@router.get("/flow", response_model=list[FlowRow], tags=["gate"])
+async def flow(request: Request, workflow: str | None = None, since: datetime | None = None) -> list[FlowRow]:
+    """Per workflow and key: queued, oldest waiting, in flight, and the gate's decisions since ``since``."""
+    return await inspector(request).flow(workflow, since=since)
+
+
+@router.get("/ledger", response_model=LedgerPage, tags=["gate"])
+async def ledger(
+    request: Request,
+    workflow: str | None = None,
+    ticket: str | None = None,
+    kind: str | None = None,
+    outcome: str | None = None,
+    since: datetime | None = None,
+    before: int | None = None,
+    limit: Limit = 100,
+) -> LedgerPage:
+    """Gate decisions newest first; ``before`` continues after the previous page's last entry."""
+    items = await inspector(request).ledger(
+        workflow=workflow, ticket=ticket, kind=kind, outcome=outcome, since=since, before=before, limit=limit
+    )
+    return LedgerPage(items=items, next_before=items[-1].id if len(items) == limit else None)
+
+
+@router.get("/tickets/{ticket}", response_model=Trace, tags=["gate"])
+async def trace(request: Request, ticket: str) -> Trace:
+    """What became of one arrival at the gate."""
+    try:
+        return await inspector(request).trace(ticket)
+    except LockgateError as exc:
+        if type(exc) is LockgateError:  # the inspector's "no arrival with ticket"
+            raise ApiProblem(404, "UnknownTicket", str(exc)) from exc
+        raise
+
+
+@router.get("/pending", response_model=list[ParkedStart], tags=["gate"])
+async def pending(
+    request: Request,
+    workflow: str | None = None,
+    mode: str | None = None,
+    after: Annotated[int | None, Query(description="the last seq of the previous page")] = None,
+    limit: Limit = 100,
+) -> list[ParkedStart]:
+    """Starts parked at the gate, oldest arrival first."""
+    return await inspector(request).parked(workflow=workflow, mode=mode, after=after, limit=limit)
+
+
+@router.get("/pauses", response_model=list[Pause], tags=["gate"])
+async def pauses(request: Request) -> list[Pause]:
+    """Paused workflows and held flow-control keys."""
+    return await inspector(request).pauses()
+
+
+@router.get("/stats", response_model=Stats, tags=["totals"])
+async def stats(request: Request, workflow: str | None = None) -> Stats:
+    """Runs per workflow and status, and parked starts per mode."""
+    return await inspector(request).stats(workflow)
+
+
+@router.get("/cluster", response_model=ClusterStatus, tags=["totals"])
+async def cluster(request: Request) -> ClusterStatus:
+    """The workers sharing the store and the sweep leases."""
+    return await inspector(request).cluster_status()
+
+
+@router.get("/events", response_model=list[EventRecord], tags=["events"])
+async def list_events(
+    request: Request, name: str | None = None, since: datetime | None = None, limit: Limit = 50
+) -> list[EventRecord]:
+    """Published domain events, newest first."""
+    return await inspector(request).list_events(name=name, since=since, limit=limit)
+
+
+@router.get("/events/{event_id}", response_model=EventRecord, tags=["events"])
+async def get_event(request: Request, event_id: str) -> EventRecord:
+    """One published event."""
+    try:
+        return await inspector(request).get_event(event_id)
+    except InvalidArgument as exc:
+        raise ApiProblem(404, "UnknownEvent", str(exc)) from exc
+
+
+@router.get("/events/{event_id}/deliveries", response_model=list[DeliveryRecord], tags=["events"])
+async def deliveries(request: Request, event_id: str) -> list[DeliveryRecord]:
+    """What became of the event for each trigger listening for it."""
+    found = inspector(request)
+    try:
+        await found.get_event(event_id)
+    except InvalidArgument as exc:
+        raise ApiProblem(404, "UnknownEvent", str(exc)) from exc
+    return await found.deliveries(event_id)
+
+
+@router.get("/schedules", response_model=list[ScheduleInfo], tags=["schedules"])
+async def schedules(request: Request) -> list[ScheduleInfo]:
+    """Every schedule, with its next firing time."""
+    return await inspector(request).schedules()
+
+
+@router.get("/schedules/{name}/firings", response_model=list[FiringInfo], tags=["schedules"])
+async def schedule_firings(request: Request, name: str, limit: Limit = 50) -> list[FiringInfo]:
+    """The firing ledger of one schedule, newest first."""
+    return await inspector(request).schedule_firings(name, limit)

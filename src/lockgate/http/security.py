@@ -1,0 +1,177 @@
+"""Who may call the API, and how much they may send.
+
+Two bearer tokens give two scopes: ``LOCKGATE_TOKEN`` may read and operate,
+``LOCKGATE_TOKEN_READ`` may only read (``GET``/``HEAD``). With neither set the API is open,
+which ``lockgate serve``/``inspect`` allow only on a loopback address. Tokens are compared
+in constant time. Bodies over ``max_body`` bytes are refused with 413 before they are read
+whole. The middleware is plain ASGI so it guards every path, the OpenAPI document included.
+"""
+
+from __future__ import annotations
+
+import hmac
+import ipaddress
+import json
+import os
+from collections.abc import Awaitable, Callable, MutableMapping
+from dataclasses import dataclass
+from typing import Any
+
+from .problems import PROBLEM_JSON
+
+__all__ = [
+    "DEFAULT_MAX_BODY",
+    "READ_TOKEN_ENV",
+    "TOKEN_ENV",
+    "AccessPolicy",
+    "GuardMiddleware",
+    "bind_refusal",
+    "is_loopback",
+]
+
+TOKEN_ENV = "LOCKGATE_TOKEN"
+READ_TOKEN_ENV = "LOCKGATE_TOKEN_READ"
+DEFAULT_MAX_BODY = 1024 * 1024
+READ_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
+
+Scope = MutableMapping[str, Any]
+Message = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
+
+
+@dataclass(frozen=True)
+class AccessPolicy:
+    """The tokens the API accepts (``None``: that scope has no token) and the largest body it reads."""
+
+    token: str | None = None
+    read_token: str | None = None
+    max_body: int = DEFAULT_MAX_BODY
+
+    @classmethod
+    def from_env(cls, *, max_body: int = DEFAULT_MAX_BODY) -> AccessPolicy:
+        """Tokens from ``LOCKGATE_TOKEN`` and ``LOCKGATE_TOKEN_READ`` (empty counts as unset)."""
+        return cls(os.environ.get(TOKEN_ENV) or None, os.environ.get(READ_TOKEN_ENV) or None, max_body)
+
+    @property
+    def open(self) -> bool:
+        """No token is configured: every request is allowed."""
+        return self.token is None and self.read_token is None
+
+    def scope_of(self, presented: str) -> str | None:
+        """``operate``, ``read`` or ``None`` for the bearer token ``presented`` (constant-time compares)."""
+        given = presented.encode()
+        operate = self.token is not None and hmac.compare_digest(given, self.token.encode())
+        read = self.read_token is not None and hmac.compare_digest(given, self.read_token.encode())
+        if operate:
+            return "operate"
+        return "read" if read else None
+
+
+def is_loopback(host: str) -> bool:
+    """``host`` only accepts connections from this machine (``127.0.0.0/8``, ``::1``, ``localhost``)."""
+    if host.strip("[]").lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False  # a host name may resolve anywhere
+
+
+def bind_refusal(host: str, policy: AccessPolicy) -> str | None:
+    """Why the API must not listen on ``host`` with ``policy``, or ``None`` when it may."""
+    if is_loopback(host) or not policy.open:
+        return None
+    return (
+        f"refusing to serve the HTTP API on {host}, which is not a loopback address, without a token: "
+        f"set {TOKEN_ENV} (read and operate) and/or {READ_TOKEN_ENV} (read only), "
+        "or bind to 127.0.0.1"
+    )
+
+
+class GuardMiddleware:
+    """Checks the bearer token and scope of every HTTP request and caps its body size."""
+
+    def __init__(self, app: ASGIApp, policy: AccessPolicy) -> None:
+        self.app = app
+        self.policy = policy
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        refused = self._refusal(scope)
+        if refused is not None:
+            await _problem(send, *refused)
+            return
+        limit = self.policy.max_body
+        length = _header(scope, b"content-length")
+        if length is not None and (not length.isdigit() or int(length) > limit):
+            await _problem(send, 413, "BodyTooLarge", f"request body over {limit} bytes")
+            return
+        if length is None and scope["method"] not in READ_METHODS:
+            # no declared length (chunked): read at most ``limit`` bytes before the app sees any
+            messages = await _buffered(receive, limit)
+            if messages is None:
+                await _problem(send, 413, "BodyTooLarge", f"request body over {limit} bytes")
+                return
+            receive = _replay(messages, receive)
+        await self.app(scope, receive, send)
+
+    def _refusal(self, scope: Scope) -> tuple[int, str, str] | None:
+        if self.policy.open:
+            return None
+        auth = _header(scope, b"authorization") or ""
+        kind, _, presented = auth.partition(" ")
+        granted = self.policy.scope_of(presented.strip()) if kind.lower() == "bearer" and presented else None
+        if granted is None:
+            return 401, "Unauthorized", "a valid 'Authorization: Bearer <token>' header is required"
+        if granted == "read" and scope["method"] not in READ_METHODS:
+            return 403, "Forbidden", f"the read token cannot {scope['method']}: operating needs {TOKEN_ENV}"
+        return None
+
+
+async def _buffered(receive: Receive, limit: int) -> list[Message] | None:
+    """The request's body messages, or ``None`` once they pass ``limit`` bytes (a body sent without length)."""
+    messages: list[Message] = []
+    seen = 0
+    while True:
+        message = await receive()
+        messages.append(message)
+        if message["type"] != "http.request":
+            return messages
+        seen += len(message.get("body", b""))
+        if seen > limit:
+            return None
+        if not message.get("more_body", False):
+            return messages
+
+
+def _replay(messages: list[Message], receive: Receive) -> Receive:
+    """``receive`` that hands out ``messages`` first, then whatever the client sends next (a disconnect)."""
+    pending = list(messages)
+
+    async def replayed() -> Message:
+        return pending.pop(0) if pending else await receive()
+
+    return replayed
+
+
+def _header(scope: Scope, name: bytes) -> str | None:
+    for key, value in scope.get("headers", ()):
+        if key.lower() == name:
+            return bytes(value).decode("latin-1")
+    return None
+
+
+async def _problem(send: Send, status: int, name: str, detail: str) -> None:
+    titles = {401: "Unauthorized", 403: "Forbidden", 413: "Content Too Large"}
+    body = json.dumps(
+        {"type": f"urn:lockgate:error:{name}", "title": titles.get(status, name), "status": status, "detail": detail}
+    ).encode()
+    headers = [(b"content-type", PROBLEM_JSON.encode()), (b"content-length", str(len(body)).encode())]
+    if status == 401:
+        headers.append((b"www-authenticate", b'Bearer realm="lockgate"'))
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": body})
