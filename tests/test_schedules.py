@@ -104,6 +104,8 @@ async def test_daily_slots_fire_once_each_with_their_own_payload_and_a_ledger(en
         ]
         assert {f.status for f in firings} == {"succeeded"}
         assert {f.source for f in firings} == {"schedule:nightly"}
+        started = {(await env.engine.get_run(f.run_id)).source for f in firings if f.run_id}
+        assert started == {"schedule:nightly"}  # the runs record where they came from, as the firings do
         assert {f.cause for f in firings} == {"catch-up"}  # each was reached a day late: caught up once
         results = [await env.engine.result(f.run_id) for f in firings if f.run_id]
         assert results == ["2026-03-27 03:00", "2026-03-28 03:00", "2026-03-29 03:00", "2026-03-30 03:00"]

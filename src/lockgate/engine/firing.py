@@ -19,6 +19,7 @@ from typing import Any
 from ..clock import Clock
 from ..gate.admission import admit
 from ..handles import RunHandle
+from ..origin import starting_from
 from ..runtime import Runtime
 from ..schedule import DEFAULT_MAX_RUNTIME, ScheduleDef, slot_key
 from ..store import Store, runs
@@ -164,7 +165,8 @@ async def start_claimed(rt: ScheduleRuntime, sched: ScheduleDef, row: Row, expec
     slot, fid = float(row["scheduled_at"]), int(row["id"])
     try:
         payload = sched.payload_for(slot)
-        handle = await start_run(rt, sched.workflow, payload, row["idempotency_key"])
+        with starting_from(row["source"] or source_of(sched.name)):  # the run records schedule:<name>
+            handle = await start_run(rt, sched.workflow, payload, row["idempotency_key"])
     except Exception as exc:
         why = f"{type(exc).__name__}: {exc}"
         log.error("schedule %s: firing of %s failed to start: %s", sched.name, slot_key(sched.name, slot), why)
