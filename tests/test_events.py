@@ -175,3 +175,6 @@ async def test_flow_names_the_event_a_parked_start_came_from(env_factory: Any) -
             await settled(engine, eid)
         (row,) = [r for r in await engine.flow("ev.debounced") if r.key == "r9"]
         assert (row.queued, row.collapsed, row.sources) == (1, 2, {"event:row.edited": 1})
+        await env.advance("16m")  # the debounce settles: the drainer admits the folded start
+        drained = await env.engine.inspector.ledger(workflow="ev.debounced", kind="drain")
+        assert [(d.outcome, d.source) for d in drained] == [("admitted", "event:row.edited")]

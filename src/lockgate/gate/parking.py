@@ -60,7 +60,8 @@ def ledger_row(
         "pending_id": pending_id,
         "run_id": run_id,
         "at": now,
-        **({"source": o.run.get("source"), "trace_id": o.run.get("trace_id")} if row is None else {}),
+        "source": o.run.get("source"),  # a re-offered start's run carries its parked row's (offer.reoffer)
+        "trace_id": o.run.get("trace_id"),
     }
 
 

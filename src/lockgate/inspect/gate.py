@@ -88,6 +88,8 @@ class LedgerEntry:
     pending_id: str | None
     run_id: str | None
     at: datetime | None
+    source: str | None = None  # where the start came from (api, cli, event:<name>, schedule:<name>, ...)
+    trace_id: str | None = None
 
     @classmethod
     def from_row(cls, row: Row) -> LedgerEntry:
@@ -105,6 +107,8 @@ class LedgerEntry:
             pending_id=row["pending_id"],
             run_id=row["run_id"],
             at=_at(row["at"]),
+            source=row.get("source"),
+            trace_id=row.get("trace_id"),
         )
 
     def to_dict(self) -> dict[str, Any]:
