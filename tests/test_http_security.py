@@ -171,7 +171,9 @@ async def test_a_taken_default_port_leaves_the_workers_running(
         optional = ServeConfig(**base, http=("127.0.0.1", port), http_required=False)  # type: ignore[arg-type]
         [service] = build_services(engine, optional)
         task = asyncio.create_task(service.run())
-        await asyncio.sleep(0.3)
+        deadline = asyncio.get_running_loop().time() + 10
+        while "HTTP API not served" not in caplog.text and asyncio.get_running_loop().time() < deadline:
+            await asyncio.sleep(0.01)  # until the refusal is logged, with a deadline
         assert not task.done() and "HTTP API not served" in caplog.text
         task.cancel()
         required = ServeConfig(**base, http=("127.0.0.1", port))  # type: ignore[arg-type]
