@@ -8,6 +8,7 @@ about a total, and says so.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -161,7 +162,10 @@ def lockgate(bin_: Path, url: str, case: Case) -> Workers | str:
         settings.append(f"concurrency=lg.Concurrency(limit={case.limit})")
     if case.rate is not None:
         env["PEERS_RATE"] = str(case.rate)
-        settings.append(f"throttle=lg.Throttle({case.rate}, '1s')")
+        if os.environ.get("PEERS_RATE_AT") == "gate":
+            settings.append(f"throttle=lg.Throttle({case.rate}, '1s') (paces admissions)")
+        else:
+            settings.append(f"flow_control=lg.FlowControl('provider', rate={case.rate}, period='1s') (step starts)")
     commands = [
         [str(bin_ / "lockgate"), "serve", "bench.peers.apps.lockgate_app:app", "--store", url,
          "--max-concurrent-runs", str(case.concurrency), "--no-http"]

@@ -161,9 +161,16 @@ async def case_j5(enqueue: Enqueue, n: int, wait_s: float, settle_s: float) -> d
         conn.execute("CREATE TABLE peers_side (job integer PRIMARY KEY, runs integer NOT NULL)")
     await _enqueue(enqueue, "hold", list(range(n)))
     client = probe.redis_client()
+    # Kill once all are in flight, or once the number in flight stops growing (the worker is full).
     deadline = time.monotonic() + 120
-    while int(client.get("inflight") or 0) < n and time.monotonic() < deadline:
+    holding, grew_at = 0, time.monotonic()
+    while holding < n and time.monotonic() < deadline:
         await asyncio.sleep(0.01)
+        now_in = int(client.get("inflight") or 0)
+        if now_in > holding:
+            holding, grew_at = now_in, time.monotonic()
+        elif holding and time.monotonic() - grew_at > min(2.0, probe.HOLD_S / 2):
+            break
     holding = int(client.get("inflight") or 0)
     print(f"HOLDING {holding}", flush=True)
     sys.stdin.readline()  # the harness killed the worker and started it again

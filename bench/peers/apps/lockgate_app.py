@@ -1,6 +1,8 @@
 """lockgate: ``lockgate serve bench.peers.apps.lockgate_app:app``. Case j3 declares
-``concurrency=lg.Concurrency(limit=10)`` on the workflow, case j4 ``throttle=lg.Throttle(50, "1s")``
-(the excess waits, as a queue's rate limit does; ``lg.RateLimit`` would drop it)."""
+``concurrency=lg.Concurrency(limit=10)`` on the workflow; case j4 declares
+``flow_control=lg.FlowControl("provider", rate=50, period="1s")``: the limit holds where the
+provider is called, at the start of each step, across every worker (``PEERS_RATE_AT=gate`` declares
+``throttle=lg.Throttle(50, "1s")`` instead, which paces admissions, not the steps' starts)."""
 
 from __future__ import annotations
 
@@ -26,7 +28,11 @@ def options() -> dict[str, Any]:
     if os.environ.get("PEERS_GLOBAL"):
         found["concurrency"] = lg.Concurrency(limit=int(os.environ["PEERS_GLOBAL"]))
     if os.environ.get("PEERS_RATE"):
-        found["throttle"] = lg.Throttle(int(os.environ["PEERS_RATE"]), "1s")
+        rate = int(os.environ["PEERS_RATE"])
+        if os.environ.get("PEERS_RATE_AT") == "gate":
+            found["throttle"] = lg.Throttle(rate, "1s")
+        else:
+            found["flow_control"] = lg.FlowControl("provider", rate=rate, period="1s")
     return found
 
 

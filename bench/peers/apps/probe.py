@@ -62,16 +62,20 @@ def end(job: int) -> None:
     pipe.execute()
 
 
+_side_lock = threading.Lock()
+_side: list[psycopg.Connection[tuple[object, ...]]] = []
+
+
 def side_effect(job: int) -> None:
-    """Count one completion of ``job`` in the side table (its own autocommit connection per thread)."""
-    conn: psycopg.Connection[tuple[object, ...]] | None = getattr(_local, "pg", None)
-    if conn is None or conn.closed:
-        conn = psycopg.connect(os.environ["PEERS_SIDE"], autocommit=True)
-        _local.pg = conn
-    conn.execute(
-        "INSERT INTO peers_side (job, runs) VALUES (%s, 1) ON CONFLICT (job) DO UPDATE SET runs = peers_side.runs + 1",
-        (job,),
-    )
+    """Count one completion of ``job`` in the side table: one autocommit connection per process,
+    shared under a lock (a hundred threads each with its own would exhaust the server's connections)."""
+    with _side_lock:
+        if not _side or _side[0].closed:
+            _side[:] = [psycopg.connect(os.environ["PEERS_SIDE"], autocommit=True)]
+        _side[0].execute(
+            "INSERT INTO peers_side (job, runs) VALUES (%s, 1) ON CONFLICT (job) DO UPDATE SET runs = peers_side.runs + 1",
+            (job,),
+        )
 
 
 def work(kind: str, job: int) -> None:
