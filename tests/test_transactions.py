@@ -375,3 +375,38 @@ async def test_a_store_in_its_own_schema_joins_the_application_transaction(bare_
             where = "SELECT table_schema FROM information_schema.tables WHERE table_name = 'lockgate_runs'"
             found = await (await pg.execute(where)).fetchall()
             assert found == [("lockgate",)]
+
+
+async def test_a_sync_psycopg_connection_carries_the_start(store_url: str, db: AppDb) -> None:
+    if db.sqlite:
+        pytest.skip("psycopg: PostgreSQL only")
+    async with engine_on(store_url) as engine:
+        with psycopg.connect(store_url) as sync:
+            sync.execute("INSERT INTO app_orders (id, total) VALUES ('y1', 1)")
+            handle = await engine.start("txn.fulfil", {"order_id": "y1"}, conn=sync)
+            sync.commit()
+        assert await handle.result(timeout=10) == "fulfilled y1"
+
+
+async def test_a_start_parked_in_the_transaction_is_parked_only_if_it_commits(store_url: str, db: AppDb) -> None:
+    async with engine_on(store_url) as engine:
+        holder = await engine.start("txn.limited", {"order_id": "h", "tenant": "t"})  # takes the one slot
+        assert holder.status == "started"
+        await db.insert("q1")
+        rolled = await engine.start("txn.limited", {"order_id": "q1", "tenant": "t"}, conn=db.conn)
+        assert rolled.status == "queued" and rolled.run_id is None
+        await db.rollback()
+        with pytest.raises(lg.StartRolledBack):
+            await rolled.admitted(timeout=5)
+        await db.insert("q2")
+        kept = await engine.start("txn.limited", {"order_id": "q2", "tenant": "t"}, conn=db.conn)
+        assert kept.status == "queued"
+        await db.commit()
+        counts = await db.counts()
+        assert counts["lockgate_pending"] == 1 and counts["lockgate_runs"] == 1
+        assert (await engine.trace(kept.ticket)).state == "parked"
+
+
+def test_a_schema_must_be_a_plain_identifier() -> None:
+    with pytest.raises(ValueError, match="schema must be a lower-case identifier"):
+        lg.Client(app, "postgresql://postgres@127.0.0.1:5432/x?schema=Bad-Name")
