@@ -119,18 +119,21 @@ async def engine_on(store_url: str) -> AsyncIterator[lg.Engine]:
 
 
 async def test_commit_starts_the_run(store_url: str, db: AppDb) -> None:
-    async with engine_on(store_url) as engine:
+    # A client (which writes nothing in the background) waits before the COMMIT: on SQLite an engine's
+    # own writes would wait for the application's open write transaction meanwhile.
+    async with lg.Client(app, store_url, poll_interval=0.05) as client:
         await db.insert("o1")
-        handle = await engine.start("txn.fulfil", {"order_id": "o1"}, conn=db.conn)
+        handle = await client.start("txn.fulfil", {"order_id": "o1"}, conn=db.conn)
         assert handle.status == "started" and handle.run_id is not None and handle.ticket
-        waiting = asyncio.ensure_future(handle.result(timeout=10))  # before the COMMIT: it waits
+        waiting = asyncio.ensure_future(handle.result(timeout=20))  # before the COMMIT: it waits
         await asyncio.sleep(0.05)
         assert not waiting.done()
         await db.commit()
-        assert await waiting == "fulfilled o1"
-        assert (await engine.get_run(handle.run_id)).status == "succeeded"
-        trace = await engine.trace(handle.ticket)
-        assert trace.run_id == handle.run_id
+        async with engine_on(store_url) as engine:
+            assert await waiting == "fulfilled o1"
+            assert (await engine.get_run(handle.run_id)).status == "succeeded"
+            trace = await engine.trace(handle.ticket)
+            assert trace.run_id == handle.run_id
 
 
 async def test_rollback_leaves_nothing(store_url: str, db: AppDb) -> None:
