@@ -17,6 +17,8 @@
      ├── WorkflowCrashLooped
      ├── StepFailed                 a step exhausted its retry policy
      ├── StartNotAdmitted           a parked start ended without a run
+     ├── StartRolledBack            a start made in the caller's transaction was rolled back with it
+     ├── ForeignTransaction         conn= is not a transaction on the store's own database (an InvalidArgument)
      ├── RateLimited                a start was dropped by a rate limit
      ├── SingletonHeld              a singleton start found an incumbent
      ├── BlockingStartRefused       a blocking start on a deferring workflow
@@ -39,6 +41,7 @@ __all__ = [
     "DefinitionError",
     "EncryptionKeyError",
     "EngineClosed",
+    "ForeignTransaction",
     "InvalidArgument",
     "JournalDecryptionError",
     "LockgateError",
@@ -51,6 +54,7 @@ __all__ = [
     "RunNotEligible",
     "SingletonHeld",
     "StartNotAdmitted",
+    "StartRolledBack",
     "StepFailed",
     "StoreError",
     "UnknownRun",
@@ -211,6 +215,24 @@ class StartNotAdmitted(LockgateError):
         self.reason = reason
         why = f": {reason}" if reason else ""
         super().__init__(f"start {ticket} ended without a run ({outcome}{why})")
+
+
+class StartRolledBack(LockgateError):
+    """A start made inside the caller's transaction (``conn=``) was rolled back with it: no run, no ledger row."""
+
+    def __init__(self, workflow: str, ticket: str) -> None:
+        self.workflow = workflow
+        self.ticket = ticket
+        super().__init__(
+            f"start {ticket} of workflow {workflow!r} was made in a transaction that rolled back: nothing of it exists"
+        )
+
+
+class ForeignTransaction(InvalidArgument):
+    """``conn=`` cannot carry a start: not in a transaction, another database than the store's, or another driver.
+
+    The message names both sides (the caller's connection and the store). Nothing was written.
+    """
 
 
 class SingletonHeld(LockgateError):

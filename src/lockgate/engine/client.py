@@ -31,6 +31,7 @@ from ..errors import (
 )
 from ..events import DeliveryRecord, EventDef, EventRecord, Subject
 from ..gate.admission import admit, identity_key
+from ..gate.joined import admit_within
 from ..handles import RunHandle
 from ..ids import new_id
 from ..inspect.schedules import FiringInfo, ScheduleInfo
@@ -164,13 +165,19 @@ class Client(OperatorVerbs):
         timeout: float | None = None,
         subject: Subject | None = None,
         trace_id: str | None = None,
+        conn: Any = None,
     ) -> RunHandle:
         """Offer a start to the gate; the handle says what became of it.
 
         With ``wait=True`` the call returns once the run has ended (its result via
         ``handle.result()``, or raised when it failed). ``subject`` (the starter's identity,
         never its authority) and ``trace_id`` are recorded with the run (``ctx.subject``).
+        ``conn``: the caller's connection (psycopg 3, ``sqlite3``, an SQLAlchemy session or
+        connection) inside its open transaction on the store's database; the start is decided
+        and written there, and exists if and only if that transaction commits (docs/transactions.md).
         """
+        if conn is not None:
+            return await self._start_within(conn, workflow, payload, at, wait, idempotency_key, subject, trace_id)
         if subject is None and trace_id is None:  # nearly every start: nothing to record around it
             handle = await self._admit(
                 workflow, payload, at=at, wait=wait, idempotency_key=idempotency_key, flow_control=flow_control
@@ -224,6 +231,25 @@ class Client(OperatorVerbs):
             idempotency_key=idempotency_key,
             flow_control=flow_control,
         )
+
+    async def _start_within(
+        self,
+        conn: Any,
+        workflow: WorkflowRef,
+        payload: Any,
+        at: datetime | None,
+        wait: bool,
+        idempotency_key: str | None,
+        subject: Subject | None,
+        trace_id: str | None,
+    ) -> RunHandle:
+        """A start written in the caller's transaction (``gate/joined.py``)."""
+        if wait:
+            raise InvalidArgument("wait=True cannot be combined with conn=: the run starts only once conn commits")
+        with self._starting(subject, trace_id):
+            return await admit_within(
+                self.core.runtime, conn, workflow, payload, at=at, idempotency_key=idempotency_key
+            )
 
     def _starting(self, subject: Subject | None, trace_id: str | None) -> AbstractContextManager[Any]:
         """Around a start given a starter or a trace id: record them (origin.py)."""
@@ -320,8 +346,13 @@ class Client(OperatorVerbs):
         *,
         trace_id: str | None = None,
         subject: Subject | None = None,
+        conn: Any = None,
     ) -> str:
-        """Publish a declared event (validated first; nothing written if it is refused); its id."""
+        """Publish a declared event (validated first; nothing written if it is refused); its id.
+
+        ``conn``: as for ``start``, the caller's open transaction the event and its
+        deliveries are written in; the triggers fire only if it commits.
+        """
         origin = current_origin(self.source)
         event_id = await domain_events.publish(
             self.app,
@@ -333,8 +364,10 @@ class Client(OperatorVerbs):
             source=origin.source,
             trace_id=trace_id or origin.trace_id,
             subject=subject or Subject.from_json(origin.subject),
+            conn=conn,
         )
-        self.core.published()
+        if conn is None:  # else the event sweeps find it once it is committed
+            self.core.published()
         return event_id
 
     async def list_events(

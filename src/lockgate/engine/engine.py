@@ -275,8 +275,9 @@ class Engine:
         timeout: float | None = None,
         subject: Subject | None = None,
         trace_id: str | None = None,
+        conn: Any = None,
     ) -> RunHandle:
-        """Offer a start to the gate; the handle says what became of it."""
+        """Offer a start to the gate; the handle says what became of it (``conn``: see ``Client.start``)."""
         return await self.client.start(
             workflow,
             payload,
@@ -287,6 +288,7 @@ class Engine:
             timeout=timeout,
             subject=subject,
             trace_id=trace_id,
+            conn=conn,
         )
 
     async def run(
@@ -357,9 +359,10 @@ class Engine:
         *,
         trace_id: str | None = None,
         subject: Subject | None = None,
+        conn: Any = None,
     ) -> str:
-        """Publish a declared domain event; its id (``Client.publish``)."""
-        return await self.client.publish(event, key, payload, trace_id=trace_id, subject=subject)
+        """Publish a declared domain event; its id (``Client.publish``; ``conn``: the caller's transaction)."""
+        return await self.client.publish(event, key, payload, trace_id=trace_id, subject=subject, conn=conn)
 
     async def list_events(
         self, *, name: str | None = None, since: datetime | None = None, limit: int = 50

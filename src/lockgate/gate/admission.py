@@ -22,7 +22,7 @@ from ..store.base import Tx
 from ..store.coalesce import Args, with_many
 from .pipeline import Decision, Offer, offer
 
-__all__ = ["admit", "control_keys", "handle_for", "identity_key"]
+__all__ = ["admit", "admit_bare", "bare_run", "control_keys", "handle_for", "identity_key", "offer_of", "prepare"]
 
 
 async def admit(
@@ -41,6 +41,50 @@ async def admit(
     ``retry_of`` marks a fresh run of a failed or cancelled one: it passes the gate like
     any start (so it counts against limits and windows) under a new identity.
     """
+    defn, model, key, run = prepare(
+        rt, workflow, payload, at=at, wait=wait, idempotency_key=idempotency_key, retry=bool(retry_of)
+    )
+    plan: GatePlan = defn.gate
+    if retry_of:
+        run["retry_of"] = retry_of
+        run["source"] = f"retry:{retry_of}"  # where the start came from (origin.py)
+    now = rt.clock.now()
+    ticket = run["ticket"]
+    if plan.bare and at is None and not await rt.pauses.paused(defn.name):
+        created, fresh = await rt.store.write(_admit_bare, bare_run(plan, run, now), now)
+        if fresh:
+            rt.created_here(created, now)
+            rt.wake(now)
+        return RunHandle(
+            workflow=defn.name,
+            status="started" if fresh else "existing",
+            ticket=ticket,
+            run_id=created["id"],
+            _client=rt.waiter,
+        )
+    o = await offer_of(rt, defn, model, key, run, at)
+    decision = await rt.store.write(offer, o, now)
+    rt.after_decision(defn, decision)
+    handle = handle_for(rt.waiter, defn.name, decision)
+    if wait:
+        if decision.status == "dropped":
+            raise RateLimited(defn.name, handle.retry_after or timedelta(0))
+        if decision.status == "skipped":
+            raise SingletonHeld(defn.name, decision.run_id or decision.reason or "a parked start")
+    return handle
+
+
+def prepare(
+    rt: Runtime,
+    workflow: str | Callable[..., Any],
+    payload: Any,
+    *,
+    at: datetime | None,
+    wait: bool,
+    idempotency_key: str | None,
+    retry: bool = False,
+) -> tuple[WorkflowDef, BaseModel, str | None, dict[str, Any]]:
+    """Check a start before anything is written: its definition, payload model, identity key and new run row."""
     defn = rt.app.get(workflow)
     plan: GatePlan = defn.gate
     if at is not None and (not isinstance(at, datetime) or at.tzinfo is None):
@@ -60,33 +104,30 @@ async def admit(
             "idempotency_key cannot be given for one item: the batch's identity comes from the "
             "workflow's idempotency_key callback",
         )
-    key = None if item_model is not None or retry_of else identity_key(defn, model, idempotency_key)
-    ticket = new_id("tkt")
-    run = rt.new_run_row(defn, "{}" if item_model is not None else model, idempotency_key=key, ticket=ticket)
-    run["retry_of"] = retry_of
-    if retry_of:
-        run["source"] = f"retry:{retry_of}"  # where the start came from (origin.py)
-    now = rt.clock.now()
-    if plan.bare and at is None and not await rt.pauses.paused(defn.name):
-        # no control to pass, but the run still carries what happens when it fails or overruns
-        run["on_failure"] = plan.on_failure
-        if plan.finish_timeout is not None:
-            run["deadline_at"] = now + plan.finish_timeout
-        created, fresh = await rt.store.write(_admit_bare, run, now)
-        if fresh:
-            rt.created_here(created, now)
-            rt.wake(now)
-        return RunHandle(
-            workflow=defn.name,
-            status="started" if fresh else "existing",
-            ticket=ticket,
-            run_id=created["id"],
-            _client=rt.waiter,
-        )
-    o = Offer(
+    key = None if item_model is not None or retry else identity_key(defn, model, idempotency_key)
+    run = rt.new_run_row(defn, "{}" if item_model is not None else model, idempotency_key=key, ticket=new_id("tkt"))
+    run["retry_of"] = None
+    return defn, model, key, run
+
+
+def bare_run(plan: GatePlan, run: dict[str, Any], now: float) -> dict[str, Any]:
+    """A start with no control to pass still carries what happens when its run fails or overruns."""
+    run["on_failure"] = plan.on_failure
+    if plan.finish_timeout is not None:
+        run["deadline_at"] = now + plan.finish_timeout
+    return run
+
+
+async def offer_of(
+    rt: Runtime, defn: WorkflowDef, model: BaseModel, key: str | None, run: dict[str, Any], at: datetime | None
+) -> Offer:
+    """What the gate's stages decide for a start with controls (or paused, or ``at=``)."""
+    plan = defn.gate
+    item_model = plan.item_model
+    return Offer(
         defn=defn,
         plan=plan,
-        ticket=ticket,
+        ticket=run["ticket"],
         # the run row's payload: sealed when the workflow encrypts
         payload=model.model_dump_json() if item_model is not None else run["payload"],
         keys=control_keys(defn, plan, model),
@@ -98,15 +139,11 @@ async def admit(
         at=None if at is None else at.timestamp(),
         pauses=await rt.pauses.snapshot(),
     )
-    decision = await rt.store.write(offer, o, now)
-    rt.after_decision(defn, decision)
-    handle = handle_for(rt.waiter, defn.name, decision)
-    if wait:
-        if decision.status == "dropped":
-            raise RateLimited(defn.name, handle.retry_after or timedelta(0))
-        if decision.status == "skipped":
-            raise SingletonHeld(defn.name, decision.run_id or decision.reason or "a parked start")
-    return handle
+
+
+async def admit_bare(tx: Tx, run: dict[str, Any], now: float) -> tuple[dict[str, Any], bool]:
+    """A start with no control to pass: its run and its ledger row (one group commit's many together)."""
+    return await _admit_bare(tx, run, now)
 
 
 async def _admit_bare(tx: Tx, run: dict[str, Any], now: float) -> tuple[dict[str, Any], bool]:

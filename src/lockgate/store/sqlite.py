@@ -25,10 +25,11 @@ from typing import Any, ParamSpec, TypeVar
 from urllib.parse import parse_qs, urlsplit
 
 from ..errors import StoreError
-from .base import Op, Row, Store, Tx
+from .base import Joined, Op, Row, Store, Tx
 from .coalesce import Call, run_calls
 from .multirow import multirow
 from .sql_files import load_queries, migrations
+from .sqlite_joined import join_sqlite
 
 __all__ = ["SQLiteStore"]
 
@@ -313,6 +314,11 @@ class SQLiteStore(Store):
             conn.execute("ROLLBACK")
             conn.execute("BEGIN IMMEDIATE")
             return []
+
+    def join(self, conn: Any) -> contextlib.AbstractAsyncContextManager[Joined]:
+        """Run ops in the caller's open transaction on ``conn``, a ``sqlite3`` connection to this file."""
+        self._require()
+        return join_sqlite(self.path, lambda raw: _SQLiteTx(raw, self._queries), self.read, conn)
 
     # -- reads --------------------------------------------------------------------------
 

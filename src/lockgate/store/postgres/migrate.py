@@ -18,8 +18,8 @@ log = logging.getLogger("lockgate.store")
 _MIGRATION_LOCK = 0x6C6F636B67617465  # "lockgate": serialises the migrations of processes booting together
 
 
-async def migrate(conninfo: str, where: str) -> None:
-    """Apply pending migrations in one transaction, one process at a time."""
+async def migrate(conninfo: str, where: str, schema: str | None = None) -> None:
+    """Apply pending migrations in one transaction, one process at a time (in ``schema``, created if need be)."""
     try:
         conn = await psycopg.AsyncConnection.connect(conninfo, autocommit=True, row_factory=dict_row)
     except psycopg.OperationalError as exc:
@@ -27,6 +27,8 @@ async def migrate(conninfo: str, where: str) -> None:
     try:
         async with conn, conn.transaction():
             await conn.execute("SELECT pg_advisory_xact_lock(%s)", (_MIGRATION_LOCK,))
+            if schema is not None:  # an identifier checked by the store; the connection's search_path names it
+                await conn.execute(f'CREATE SCHEMA IF NOT EXISTS "{schema}"')
             await conn.execute(
                 "CREATE TABLE IF NOT EXISTS lockgate_migrations "
                 "(version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at DOUBLE PRECISION NOT NULL)"
