@@ -20,6 +20,7 @@ from ..store import Store, journal, shared
 from ..store.base import Row
 from ..store.keys import Rotation, rotate_keys
 from . import events as domain_events
+from . import views as saved_views
 from .cluster import ClusterStatus, cluster_status
 from .flow import FlowRow, flow
 from .gate import LedgerEntry, ParkedStart, Pause, ledger_page, parked_page, pauses
@@ -27,6 +28,7 @@ from .runs import RunDetail, check_page, check_status, run_detail, runs_page
 from .schedules import FiringInfo, ScheduleInfo, firings_page, schedule_infos
 from .stats import Stats, stats
 from .trace import Trace, trace
+from .views import SavedView
 
 __all__ = ["Inspector"]
 
@@ -254,3 +256,20 @@ class Inspector:
     async def cluster_status(self) -> ClusterStatus:
         """The workers sharing the store, what each holds, which look dead, and the sweep leases."""
         return await self.store.read(cluster_status, self.clock.now())
+
+    # -- saved views (the dashboard's) -------------------------------------------------------------
+
+    async def saved_views(self) -> list[SavedView]:
+        """The runs-list views operators saved, by name."""
+        return await saved_views.list_views(self.store)
+
+    async def save_view(self, name: str, query: str) -> SavedView:
+        """Save the runs-list filters ``query`` (a URL query string) as ``name``, replacing one of that name.
+
+        Like ``rotate_keys``, a write the inspector makes: a preference of the people reading, not
+        a change to any run."""
+        return await saved_views.save_view(self.store, name, query, self.clock.now())
+
+    async def delete_view(self, name: str) -> bool:
+        """Forget the saved view ``name``; whether there was one."""
+        return await saved_views.delete_view(self.store, name)
