@@ -1,0 +1,290 @@
+"""The dashboard in a real browser (Debian's Chromium driven by Playwright) against a live engine.
+
+One browser for the module; each test opens its own page. Screenshots of every page go to
+``tests/artifacts/`` for a person to look at; with ``LOCKGATE_DOCS_SCREENSHOTS=1`` they also
+replace the documentation's images under ``docs/images/``.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from pydantic import BaseModel
+
+import lockgate as lg
+from lockgate.records import RunInfo
+
+from .dashboard_site import Site, wait_until
+
+playwright_api = pytest.importorskip("playwright.sync_api")
+expect = playwright_api.expect
+
+CHROMIUM = "/usr/bin/chromium"
+ROOT = Path(__file__).resolve().parents[1]
+ARTIFACTS = ROOT / "tests" / "artifacts"
+DOC_IMAGES = ROOT / "docs" / "images"
+
+if not Path(CHROMIUM).exists():
+    if os.environ.get("CI") == "true":
+        raise RuntimeError(f"{CHROMIUM} is missing: scripts/test installs it (apt-get install chromium)")
+    pytest.skip(f"{CHROMIUM} is not installed", allow_module_level=True)
+
+
+class Order(BaseModel):
+    id: str = "o1"
+    note: str = ""
+
+
+class Edit(BaseModel):
+    row: str
+    n: int = 0
+
+
+class Go(BaseModel):
+    ok: bool = True
+
+
+def prepare(order_id: str) -> str:
+    return f"prepared {order_id}"
+
+
+_flaky_calls: dict[str, int] = {}
+
+
+def flaky(order_id: str) -> str:
+    _flaky_calls[order_id] = _flaky_calls.get(order_id, 0) + 1
+    if _flaky_calls[order_id] < 3:
+        raise ConnectionError(f"carrier busy (call {_flaky_calls[order_id]})")
+    return "shipped"
+
+
+async def _hold(ctx: lg.Context, p: Order) -> str:
+    await ctx.step("prepare", prepare, p.id)
+    await ctx.wait_for_signal("go", Go)
+    return "released"
+
+
+async def _ship(ctx: lg.Context, p: Order) -> str:
+    await ctx.step("prepare", prepare, p.id)
+    return await ctx.step("ship", flaky, p.id, retry=lg.Retry(max_attempts=3, base_delay=0.05, strategy="fixed"))
+
+
+async def _echo(ctx: lg.Context, p: Order) -> dict[str, str]:
+    return {"note": p.note}
+
+
+async def _edit(ctx: lg.Context, p: Edit) -> int:
+    return p.n
+
+
+def row_key(p: Edit) -> str:
+    return p.row
+
+
+def make_app() -> lg.App:
+    app = lg.App()
+    app.workflow(name="hold")(_hold)
+    app.workflow(name="ship")(_ship)
+    app.workflow(name="echo")(_echo)
+    app.workflow(name="edits", debounce=lg.Debounce(period="300ms", key=row_key))(_edit)
+    return app
+
+
+@pytest.fixture(scope="module")
+def site() -> Iterator[Site]:
+    with Site(make_app()) as live:
+        yield live
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[object]:
+    with playwright_api.sync_playwright() as pw:
+        found = pw.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox", "--disable-gpu"])
+        yield found
+        found.close()
+
+
+@pytest.fixture
+def page(browser: object) -> Iterator[object]:
+    context = browser.new_context(viewport={"width": 1100, "height": 760})  # type: ignore[attr-defined]
+    found = context.new_page()
+    found.set_default_timeout(10_000)
+    yield found
+    context.close()
+
+
+def shot(page: object, name: str) -> None:
+    """A screenshot of the page for a person, and for the docs when asked."""
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    path = ARTIFACTS / f"{name}.png"
+    page.screenshot(path=str(path), full_page=False)  # type: ignore[attr-defined]
+    if os.environ.get("LOCKGATE_DOCS_SCREENSHOTS") == "1":
+        DOC_IMAGES.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(path, DOC_IMAGES / f"dashboard-{name}.png")
+
+
+def run_of(site: Site, run_id: str) -> RunInfo:
+    return site.call(lambda: site.client.inspector.run(run_id))
+
+
+def wait_status(site: Site, run_id: str, *statuses: str) -> None:
+    async def reached() -> bool:
+        return (await site.client.inspector.run(run_id)).status in statuses
+
+    wait_until(site, reached)
+
+
+def test_runs_list_filter_follow_a_run_and_cancel_it_live(site: Site, page: object) -> None:
+    shipped = site.call(lambda: site.client.start("ship", Order(id="s1")))
+    held = site.call(lambda: site.client.start("hold", Order(id="h1")))
+    for n in range(3):
+        site.call(lambda n=n: site.client.start("echo", Order(id=f"e{n}")))  # type: ignore[misc]
+    assert shipped.run_id and held.run_id
+    wait_status(site, shipped.run_id, "succeeded")
+
+    async def waiting() -> bool:
+        return (await site.client.inspector.run(held.run_id)).waiting_on is not None  # type: ignore[arg-type]
+
+    wait_until(site, waiting)
+
+    page.goto(f"{site.url}/ui/runs")  # type: ignore[attr-defined]
+    expect(page.locator("table.runs tbody tr")).to_have_count(5)  # type: ignore[attr-defined]
+    shot(page, "runs")
+
+    # filter: the URL mirrors it, so the link reproduces the view
+    page.select_option("#f-status", "running")  # type: ignore[attr-defined]
+    page.fill("#f-workflow", "hold")  # type: ignore[attr-defined]
+    page.press("#f-workflow", "Enter")  # type: ignore[attr-defined]
+    expect(page).to_have_url(re.compile(r"workflow=hold"))
+    expect(page).to_have_url(re.compile(r"status=running"))
+    rows = page.locator("table.runs tbody tr")  # type: ignore[attr-defined]
+    expect(rows).to_have_count(1)
+    expect(rows.first).to_contain_text("hold")
+
+    # a second tab follows the run and cancels it; the list in the first one sees it live
+    other = page.context.new_page()  # type: ignore[attr-defined]
+    other.goto(f"{site.url}/ui/runs")
+    other.click(f'a[href="/ui/runs/{shipped.run_id}"]')
+    expect(other.locator("h1")).to_contain_text(shipped.run_id)
+    lanes = other.locator(".lane")
+    expect(lanes).to_have_count(2)  # prepare, ship
+    expect(other.locator(".lane").nth(1).locator(".bar-failed")).to_have_count(2)  # two failed attempts
+    expect(other.locator(".lane").nth(1).locator(".bar-wait")).to_have_count(2)  # with the retry gaps
+    expect(other.locator(".lane").nth(1).locator(".bar-completed")).to_have_count(1)
+    shot(other, "run")
+
+    other.goto(f"{site.url}/ui/runs/{held.run_id}")
+    expect(other.locator('[data-verb="resume"]')).to_have_attribute("aria-disabled", "true")
+    other.click('a[data-verb="cancel"]')
+    expect(other.locator("h1")).to_contain_text("Cancel")
+    other.fill("#c-reason", "customer asked")
+    shot(other, "confirm")
+    other.click("#confirm")
+    expect(other.locator("#run-live .run-head .chip")).to_have_text("cancelled")
+    assert run_of(site, held.run_id).status == "cancelled"
+    # the filtered list (running hold runs) empties without a reload
+    expect(rows).to_have_count(1)
+    expect(rows.first).to_contain_text("No run matches")
+    # and the run's own page, open before, shows the refusal of a second cancel
+    other.goto(f"{site.url}/ui/runs/{held.run_id}/do/cancel")
+    other.click("#confirm")
+    expect(other.locator("#refusal")).to_contain_text("RunNotEligible")
+    other.close()
+
+
+def test_a_run_page_updates_live(site: Site, page: object) -> None:
+    held = site.call(lambda: site.client.start("hold", Order(id="h2")))
+    assert held.run_id
+    page.goto(f"{site.url}/ui/runs/{held.run_id}")  # type: ignore[attr-defined]
+    chip = page.locator("#run-live .run-head .chip")  # type: ignore[attr-defined]
+    expect(chip).to_have_text("running")
+    site.call(lambda: site.client.signal(held.run_id, "go", Go()))  # type: ignore[arg-type]
+    expect(chip).to_have_text("succeeded")
+    expect(page.locator('[data-verb="cancel"]')).to_have_attribute("aria-disabled", "true")  # type: ignore[attr-defined]
+
+
+def test_flow_shows_a_debounced_burst_as_one_run_and_the_rest_collapsed(site: Site, page: object) -> None:
+    handles = [site.call(lambda n=n: site.client.start("edits", Edit(row="r-7", n=n))) for n in range(6)]  # type: ignore[misc]
+
+    async def started() -> bool:
+        runs = await site.client.inspector.runs(workflow="edits")
+        return len(runs) == 1 and runs[0].status == "succeeded"
+
+    wait_until(site, started)
+    page.goto(f"{site.url}/ui/flow?window=15m")  # type: ignore[attr-defined]
+    row = page.locator('tr[data-flow="edits|r-7"]')  # type: ignore[attr-defined]
+    expect(row.locator('[data-col="admitted"]')).to_have_text("1")
+    expect(row.locator('[data-col="collapsed"]')).to_have_text("5")
+    expect(row.locator("svg.spark polyline")).to_have_count(1)
+    shot(page, "flow")
+    page.goto(f"{site.url}/ui/runs?workflow=edits")  # type: ignore[attr-defined]
+    expect(page.locator("table.runs tbody tr")).to_have_count(1)  # type: ignore[attr-defined]
+
+    # why: a later edit's ticket was absorbed by the first; the ticket box traces it to the run
+    page.goto(f"{site.url}/ui/why")  # type: ignore[attr-defined]
+    page.fill("#ticket", handles[3].ticket)  # type: ignore[attr-defined]
+    page.press("#ticket", "Enter")  # type: ignore[attr-defined]
+    diagram = page.locator("figure.trace")  # type: ignore[attr-defined]
+    expect(diagram).to_contain_text("edits")
+    expect(diagram).to_contain_text("succeeded")
+    expect(diagram.locator(".node")).to_have_count(4)  # arrival, control, absorbed by, run
+    expect(diagram).to_contain_text("absorbed by")
+    shot(page, "why")
+
+
+def test_a_script_in_a_payload_is_shown_as_text(site: Site, page: object) -> None:
+    evil = "<script>alert(1)</script>"
+    handle = site.call(lambda: site.client.start("echo", Order(id="x", note=evil)))
+    assert handle.run_id
+    wait_status(site, handle.run_id, "succeeded")
+    dialogs: list[str] = []
+    page.on("dialog", lambda d: (dialogs.append(d.message), d.dismiss()))  # type: ignore[attr-defined]
+    page.goto(f"{site.url}/ui/runs/{handle.run_id}")  # type: ignore[attr-defined]
+    payload = page.locator('pre[aria-label="run payload"]')  # type: ignore[attr-defined]
+    expect(payload).to_contain_text(evil)
+    expect(page.locator('pre[aria-label="run output"]')).to_contain_text(evil)  # type: ignore[attr-defined]
+    assert page.locator("main script").count() == 0  # type: ignore[attr-defined]
+    page.goto(f"{site.url}/ui/runs?q=alert")  # type: ignore[attr-defined]
+    expect(page.locator("table.runs tbody tr")).to_have_count(1)  # type: ignore[attr-defined]
+    assert dialogs == []
+
+
+def test_a_saved_view_reloads_from_its_url(site: Site, page: object) -> None:
+    page.goto(f"{site.url}/ui/runs?workflow=echo&status=succeeded")  # type: ignore[attr-defined]
+    page.fill("#view-name", "echo done")  # type: ignore[attr-defined]
+    page.click("text=Save view")  # type: ignore[attr-defined]
+    expect(page).to_have_url(re.compile(r"/ui/runs\?workflow=echo&status=succeeded$"))
+    expect(page.locator(".views a", has_text="echo done")).to_have_count(1)  # type: ignore[attr-defined]
+    fresh = page.context.new_page()  # type: ignore[attr-defined]
+    fresh.goto(f"{site.url}/ui/views/echo%20done")
+    expect(fresh).to_have_url(re.compile(r"workflow=echo"))
+    expect(fresh.locator("#f-status")).to_have_value("succeeded")
+    expect(fresh.locator("#f-workflow")).to_have_value("echo")
+    for cell in fresh.locator("table.runs tbody tr td:nth-child(2)").all_inner_texts():
+        assert cell == "echo"
+    fresh.close()
+
+
+def test_pages_read_without_javascript_and_by_keyboard(site: Site, browser: object) -> None:
+    context = browser.new_context(java_script_enabled=False, viewport={"width": 1100, "height": 760})  # type: ignore[attr-defined]
+    page = context.new_page()
+    try:
+        page.goto(f"{site.url}/ui/runs")
+        page.keyboard.press("Tab")
+        expect(page.locator(".skip")).to_be_focused()
+        page.select_option("#f-status", "succeeded")
+        page.click("text=Apply")  # a plain GET: the filters land in the URL
+        expect(page).to_have_url(re.compile(r"status=succeeded"))
+        assert page.locator("table.runs tbody tr").count() >= 1
+        for name in ("events", "schedules", "cluster"):
+            page.goto(f"{site.url}/ui/{name}")
+            expect(page.locator("h1")).to_be_visible()
+            shot(page, name)
+        expect(page.locator("table tbody tr").first).to_contain_text("live")
+    finally:
+        context.close()
