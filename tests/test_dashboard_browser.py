@@ -14,15 +14,13 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from playwright.sync_api import Browser, Page, expect, sync_playwright
 from pydantic import BaseModel
 
 import lockgate as lg
 from lockgate.records import RunInfo
 
 from .dashboard_site import Site, wait_until
-
-playwright_api = pytest.importorskip("playwright.sync_api")
-expect = playwright_api.expect
 
 CHROMIUM = "/usr/bin/chromium"
 ROOT = Path(__file__).resolve().parents[1]
@@ -102,27 +100,27 @@ def site() -> Iterator[Site]:
 
 
 @pytest.fixture(scope="module")
-def browser() -> Iterator[object]:
-    with playwright_api.sync_playwright() as pw:
+def browser() -> Iterator[Browser]:
+    with sync_playwright() as pw:
         found = pw.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox", "--disable-gpu"])
         yield found
         found.close()
 
 
 @pytest.fixture
-def page(browser: object) -> Iterator[object]:
-    context = browser.new_context(viewport={"width": 1100, "height": 760})  # type: ignore[attr-defined]
+def page(browser: Browser) -> Iterator[Page]:
+    context = browser.new_context(viewport={"width": 1100, "height": 760})
     found = context.new_page()
     found.set_default_timeout(10_000)
     yield found
     context.close()
 
 
-def shot(page: object, name: str) -> None:
+def shot(page: Page, name: str) -> None:
     """A screenshot of the page for a person, and for the docs when asked."""
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     path = ARTIFACTS / f"{name}.png"
-    page.screenshot(path=str(path), full_page=False)  # type: ignore[attr-defined]
+    page.screenshot(path=str(path), full_page=False)
     if os.environ.get("LOCKGATE_DOCS_SCREENSHOTS") == "1":
         DOC_IMAGES.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(path, DOC_IMAGES / f"dashboard-{name}.png")
@@ -139,35 +137,35 @@ def wait_status(site: Site, run_id: str, *statuses: str) -> None:
     wait_until(site, reached)
 
 
-def test_runs_list_filter_follow_a_run_and_cancel_it_live(site: Site, page: object) -> None:
+def test_runs_list_filter_follow_a_run_and_cancel_it_live(site: Site, page: Page) -> None:
     shipped = site.call(lambda: site.client.start("ship", Order(id="s1")))
     held = site.call(lambda: site.client.start("hold", Order(id="h1")))
     for n in range(3):
-        site.call(lambda n=n: site.client.start("echo", Order(id=f"e{n}")))  # type: ignore[misc]
+        site.call(lambda n=n: site.client.start("echo", Order(id=f"e{n}")))
     assert shipped.run_id and held.run_id
     wait_status(site, shipped.run_id, "succeeded")
 
     async def waiting() -> bool:
-        return (await site.client.inspector.run(held.run_id)).waiting_on is not None  # type: ignore[arg-type]
+        return (await site.client.inspector.run(held.run_id)).waiting_on is not None
 
     wait_until(site, waiting)
 
-    page.goto(f"{site.url}/ui/runs")  # type: ignore[attr-defined]
-    expect(page.locator("table.runs tbody tr")).to_have_count(5)  # type: ignore[attr-defined]
+    page.goto(f"{site.url}/ui/runs")
+    expect(page.locator("table.runs tbody tr")).to_have_count(5)
     shot(page, "runs")
 
     # filter: the URL mirrors it, so the link reproduces the view
-    page.select_option("#f-status", "running")  # type: ignore[attr-defined]
-    page.fill("#f-workflow", "hold")  # type: ignore[attr-defined]
-    page.press("#f-workflow", "Enter")  # type: ignore[attr-defined]
+    page.select_option("#f-status", "running")
+    page.fill("#f-workflow", "hold")
+    page.press("#f-workflow", "Enter")
     expect(page).to_have_url(re.compile(r"workflow=hold"))
     expect(page).to_have_url(re.compile(r"status=running"))
-    rows = page.locator("table.runs tbody tr")  # type: ignore[attr-defined]
+    rows = page.locator("table.runs tbody tr")
     expect(rows).to_have_count(1)
     expect(rows.first).to_contain_text("hold")
 
     # a second tab follows the run and cancels it; the list in the first one sees it live
-    other = page.context.new_page()  # type: ignore[attr-defined]
+    other = page.context.new_page()
     other.goto(f"{site.url}/ui/runs")
     other.click(f'a[href="/ui/runs/{shipped.run_id}"]')
     expect(other.locator("h1")).to_contain_text(shipped.run_id)
@@ -197,39 +195,39 @@ def test_runs_list_filter_follow_a_run_and_cancel_it_live(site: Site, page: obje
     other.close()
 
 
-def test_a_run_page_updates_live(site: Site, page: object) -> None:
+def test_a_run_page_updates_live(site: Site, page: Page) -> None:
     held = site.call(lambda: site.client.start("hold", Order(id="h2")))
     assert held.run_id
-    page.goto(f"{site.url}/ui/runs/{held.run_id}")  # type: ignore[attr-defined]
-    chip = page.locator("#run-live .run-head .chip")  # type: ignore[attr-defined]
+    page.goto(f"{site.url}/ui/runs/{held.run_id}")
+    chip = page.locator("#run-live .run-head .chip")
     expect(chip).to_have_text("running")
-    site.call(lambda: site.client.signal(held.run_id, "go", Go()))  # type: ignore[arg-type]
+    site.call(lambda: site.client.signal(held.run_id, "go", Go()))
     expect(chip).to_have_text("succeeded")
-    expect(page.locator('[data-verb="cancel"]')).to_have_attribute("aria-disabled", "true")  # type: ignore[attr-defined]
+    expect(page.locator('[data-verb="cancel"]')).to_have_attribute("aria-disabled", "true")
 
 
-def test_flow_shows_a_debounced_burst_as_one_run_and_the_rest_collapsed(site: Site, page: object) -> None:
-    handles = [site.call(lambda n=n: site.client.start("edits", Edit(row="r-7", n=n))) for n in range(6)]  # type: ignore[misc]
+def test_flow_shows_a_debounced_burst_as_one_run_and_the_rest_collapsed(site: Site, page: Page) -> None:
+    handles = [site.call(lambda n=n: site.client.start("edits", Edit(row="r-7", n=n))) for n in range(6)]
 
     async def started() -> bool:
         runs = await site.client.inspector.runs(workflow="edits")
         return len(runs) == 1 and runs[0].status == "succeeded"
 
     wait_until(site, started)
-    page.goto(f"{site.url}/ui/flow?window=15m")  # type: ignore[attr-defined]
-    row = page.locator('tr[data-flow="edits|r-7"]')  # type: ignore[attr-defined]
+    page.goto(f"{site.url}/ui/flow?window=15m")
+    row = page.locator('tr[data-flow="edits|r-7"]')
     expect(row.locator('[data-col="admitted"]')).to_have_text("1")
     expect(row.locator('[data-col="collapsed"]')).to_have_text("5")
     expect(row.locator("svg.spark polyline")).to_have_count(1)
     shot(page, "flow")
-    page.goto(f"{site.url}/ui/runs?workflow=edits")  # type: ignore[attr-defined]
-    expect(page.locator("table.runs tbody tr")).to_have_count(1)  # type: ignore[attr-defined]
+    page.goto(f"{site.url}/ui/runs?workflow=edits")
+    expect(page.locator("table.runs tbody tr")).to_have_count(1)
 
     # why: a later edit's ticket was absorbed by the first; the ticket box traces it to the run
-    page.goto(f"{site.url}/ui/why")  # type: ignore[attr-defined]
-    page.fill("#ticket", handles[3].ticket)  # type: ignore[attr-defined]
-    page.press("#ticket", "Enter")  # type: ignore[attr-defined]
-    diagram = page.locator("figure.trace")  # type: ignore[attr-defined]
+    page.goto(f"{site.url}/ui/why")
+    page.fill("#ticket", handles[3].ticket)
+    page.press("#ticket", "Enter")
+    diagram = page.locator("figure.trace")
     expect(diagram).to_contain_text("edits")
     expect(diagram).to_contain_text("succeeded")
     expect(diagram.locator(".node")).to_have_count(4)  # arrival, control, absorbed by, run
@@ -237,30 +235,30 @@ def test_flow_shows_a_debounced_burst_as_one_run_and_the_rest_collapsed(site: Si
     shot(page, "why")
 
 
-def test_a_script_in_a_payload_is_shown_as_text(site: Site, page: object) -> None:
+def test_a_script_in_a_payload_is_shown_as_text(site: Site, page: Page) -> None:
     evil = "<script>alert(1)</script>"
     handle = site.call(lambda: site.client.start("echo", Order(id="x", note=evil)))
     assert handle.run_id
     wait_status(site, handle.run_id, "succeeded")
     dialogs: list[str] = []
-    page.on("dialog", lambda d: (dialogs.append(d.message), d.dismiss()))  # type: ignore[attr-defined]
-    page.goto(f"{site.url}/ui/runs/{handle.run_id}")  # type: ignore[attr-defined]
-    payload = page.locator('pre[aria-label="run payload"]')  # type: ignore[attr-defined]
+    page.on("dialog", lambda d: (dialogs.append(d.message), d.dismiss()))
+    page.goto(f"{site.url}/ui/runs/{handle.run_id}")
+    payload = page.locator('pre[aria-label="run payload"]')
     expect(payload).to_contain_text(evil)
-    expect(page.locator('pre[aria-label="run output"]')).to_contain_text(evil)  # type: ignore[attr-defined]
-    assert page.locator("main script").count() == 0  # type: ignore[attr-defined]
-    page.goto(f"{site.url}/ui/runs?q=alert")  # type: ignore[attr-defined]
-    expect(page.locator("table.runs tbody tr")).to_have_count(1)  # type: ignore[attr-defined]
+    expect(page.locator('pre[aria-label="run output"]')).to_contain_text(evil)
+    assert page.locator("main script").count() == 0
+    page.goto(f"{site.url}/ui/runs?q=alert")
+    expect(page.locator("table.runs tbody tr")).to_have_count(1)
     assert dialogs == []
 
 
-def test_a_saved_view_reloads_from_its_url(site: Site, page: object) -> None:
-    page.goto(f"{site.url}/ui/runs?workflow=echo&status=succeeded")  # type: ignore[attr-defined]
-    page.fill("#view-name", "echo done")  # type: ignore[attr-defined]
-    page.click("text=Save view")  # type: ignore[attr-defined]
+def test_a_saved_view_reloads_from_its_url(site: Site, page: Page) -> None:
+    page.goto(f"{site.url}/ui/runs?workflow=echo&status=succeeded")
+    page.fill("#view-name", "echo done")
+    page.click("text=Save view")
     expect(page).to_have_url(re.compile(r"/ui/runs\?workflow=echo&status=succeeded$"))
-    expect(page.locator(".views a", has_text="echo done")).to_have_count(1)  # type: ignore[attr-defined]
-    fresh = page.context.new_page()  # type: ignore[attr-defined]
+    expect(page.locator(".views a", has_text="echo done")).to_have_count(1)
+    fresh = page.context.new_page()
     fresh.goto(f"{site.url}/ui/views/echo%20done")
     expect(fresh).to_have_url(re.compile(r"workflow=echo"))
     expect(fresh.locator("#f-status")).to_have_value("succeeded")
@@ -270,8 +268,8 @@ def test_a_saved_view_reloads_from_its_url(site: Site, page: object) -> None:
     fresh.close()
 
 
-def test_pages_read_without_javascript_and_by_keyboard(site: Site, browser: object) -> None:
-    context = browser.new_context(java_script_enabled=False, viewport={"width": 1100, "height": 760})  # type: ignore[attr-defined]
+def test_pages_read_without_javascript_and_by_keyboard(site: Site, browser: Browser) -> None:
+    context = browser.new_context(java_script_enabled=False, viewport={"width": 1100, "height": 760})
     page = context.new_page()
     try:
         page.goto(f"{site.url}/ui/runs")

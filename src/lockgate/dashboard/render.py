@@ -18,8 +18,10 @@ from ..durations import format_seconds
 __all__ = ["environment", "pretty", "since", "when"]
 
 
-def when(value: datetime | None) -> str:
-    """A UTC time to the second (``2026-12-04 21:30:05``), or an empty string."""
+def when(value: datetime | str | None) -> str:
+    """A UTC time (or an ISO 8601 one) to the second (``2026-12-04 21:30:05``), or an empty string."""
+    if isinstance(value, str):
+        value = datetime.fromisoformat(value)
     return "" if value is None else value.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S")
 
 

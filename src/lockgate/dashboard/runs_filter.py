@@ -18,6 +18,7 @@ from urllib.parse import urlencode
 
 from ..errors import InvalidArgument
 from ..inspect import Inspector
+from ..inspect.runs import check_status
 from ..records import RunInfo
 
 __all__ = ["SCAN_LIMIT", "RunFilter", "RunsPage", "fetch_runs"]
@@ -52,6 +53,7 @@ class RunFilter:
             raise InvalidArgument(f"limit must be a number from 1 to {_MAX_LIMIT}")
         dead = raw.pop("dead_letter").lower() in ("1", "true", "on", "yes")
         found = cls(**raw, dead_letter=dead, limit=int(limit))
+        check_status(found.status or None)
         found.since_time()
         found.until_time()
         return found

@@ -100,6 +100,14 @@ def build_timeline(detail: RunDetail, now: datetime, gate_wait: float | None = N
             title = f"{reason}: {span((finish - step.started_at).total_seconds())}"
             lane.bars.append(axis.bar(step.started_at, finish, "wait", reason, title))
         lanes.append(lane)
+    if run.waiting_on and run.finished_at is None and not any(s.key == run.waiting_on for s in detail.steps):
+        # a wait the journal records only once it ends: from the last thing the run did until now
+        since = max((s.finished_at for s in detail.steps if s.finished_at is not None), default=admitted)
+        kind = run.waiting_on.split(":", 1)[0]
+        reason = f"{WAIT_KINDS.get(kind, kind)} ({run.waiting_on})"
+        lane = Lane(run.waiting_on, kind)
+        lane.bars.append(axis.bar(since, now, "wait", reason, f"{reason} for {span((now - since).total_seconds())}"))
+        lanes.append(lane)
     return Timeline(start, end, lanes, _ticks(start, axis.total))
 
 
