@@ -8,16 +8,18 @@ no connection outlives a server's shutdown for long.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import AsyncIterator, Awaitable, Callable
 
 from fastapi import APIRouter, Request
 from fastapi.responses import StreamingResponse
+from starlette.types import Receive, Scope, Send
 
 from ..errors import LockgateError
 from .pages import flow_context, run_context, runs_context
 from .site import dashboard
 
-__all__ = ["INTERVAL", "LIFETIME", "router", "sse"]
+__all__ = ["INTERVAL", "LIFETIME", "EventStream", "router", "sse"]
 
 router = APIRouter()
 
@@ -52,9 +54,23 @@ async def _changes(request: Request, render: Callable[[], Awaitable[str]]) -> As
         await asyncio.sleep(INTERVAL)
 
 
+class EventStream(StreamingResponse):
+    """An event stream that ends its response quietly when the server shuts down under it.
+
+    Stopping ``serve`` or ``inspect`` cancels the connections still open; a browser's stream
+    always is, and that is no error to log: the browser reconnects to the next server."""
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        except asyncio.CancelledError:
+            with contextlib.suppress(Exception):
+                await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+
 def _stream(request: Request, render: Callable[[], Awaitable[str]]) -> StreamingResponse:
     headers = {"Cache-Control": "no-store", "X-Accel-Buffering": "no"}
-    return StreamingResponse(_changes(request, render), media_type="text/event-stream", headers=headers)
+    return EventStream(_changes(request, render), media_type="text/event-stream", headers=headers)
 
 
 @router.get("/live/runs")
