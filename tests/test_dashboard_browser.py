@@ -84,12 +84,24 @@ def row_key(p: Edit) -> str:
     return p.row
 
 
+class OrderKey(BaseModel):
+    order_id: str
+
+
+class Paid(BaseModel):
+    total: float
+
+
 def make_app() -> lg.App:
     app = lg.App()
     app.workflow(name="hold")(_hold)
     app.workflow(name="ship")(_ship)
     app.workflow(name="echo")(_echo)
     app.workflow(name="edits", debounce=lg.Debounce(period="300ms", key=row_key))(_edit)
+    app.workflow(name="printer", concurrency=lg.Concurrency(limit=1))(_hold)
+    app.workflow(name="nightly", schedule=lg.Schedule(cron="0 3 * * *", payload={"id": "nightly"}))(_echo)
+    paid = app.event("order.paid", key=OrderKey, payload=Paid)
+    app.trigger(on=paid, workflow="echo", payload=lambda ev: {"id": ev.key.order_id, "note": f"paid {ev.data.total}"})
     return app
 
 
@@ -214,12 +226,38 @@ def test_flow_shows_a_debounced_burst_as_one_run_and_the_rest_collapsed(site: Si
         return len(runs) == 1 and runs[0].status == "succeeded"
 
     wait_until(site, started)
+    printers = [site.call(lambda n=n: site.client.start("printer", Order(id=f"p{n}"))) for n in range(3)]
+    site.call(lambda: site.client.pause("echo", "deploy"))
     page.goto(f"{site.url}/ui/flow?window=15m")
     row = page.locator('tr[data-flow="edits|r-7"]')
     expect(row.locator('[data-col="admitted"]')).to_have_text("1")
     expect(row.locator('[data-col="collapsed"]')).to_have_text("5")
     expect(row.locator("svg.spark polyline")).to_have_count(1)
+    # the pending queue, with positions, fills in live as the printers queue behind the first
+    queue = page.locator("#queue tbody tr", has_text="printer")
+    expect(queue).to_have_count(2)
+    expect(queue.nth(0).locator('[data-col="position"]')).to_have_text("0")
+    expect(queue.nth(1).locator('[data-col="position"]')).to_have_text("1")
     shot(page, "flow")
+
+    # a pause lifted from its button
+    page.click('button[aria-label="Unpause workflow echo"]')
+    expect(page.locator("#pauses")).to_contain_text("No pause in force")
+    assert site.call(lambda: site.client.inspector.pauses()) == []
+
+    # bulk cancel: the dry run lists the running printer before the commit button appears
+    page.select_option("#b-verb", "cancel")
+    page.fill("#b-workflow", "printer")
+    page.fill("#b-reason", "reprint later")
+    page.click("text=Preview")
+    expect(page.locator("h1")).to_contain_text("preview")
+    expect(page.locator("table.bulk tbody tr")).to_have_count(1)
+    assert printers[0].run_id and printers[0].run_id in page.content()
+    assert run_of(site, printers[0].run_id).status == "running"
+    shot(page, "bulk")
+    page.click("#commit")
+    expect(page.locator("[role=status]")).to_contain_text("Done on 1 run")
+    wait_status(site, printers[0].run_id, "cancelled")
     page.goto(f"{site.url}/ui/runs?workflow=edits")
     expect(page.locator("table.runs tbody tr")).to_have_count(1)
 
@@ -279,10 +317,30 @@ def test_pages_read_without_javascript_and_by_keyboard(site: Site, browser: Brow
         page.click("text=Apply")  # a plain GET: the filters land in the URL
         expect(page).to_have_url(re.compile(r"status=succeeded"))
         assert page.locator("table.runs tbody tr").count() >= 1
-        for name in ("events", "schedules", "cluster"):
-            page.goto(f"{site.url}/ui/{name}")
-            expect(page.locator("h1")).to_be_visible()
-            shot(page, name)
+        page.goto(f"{site.url}/ui/cluster")
         expect(page.locator("table tbody tr").first).to_contain_text("live")
     finally:
         context.close()
+
+
+def test_events_with_deliveries_schedules_and_the_cluster(site: Site, page: Page) -> None:
+    event_id = site.call(lambda: site.client.publish("order.paid", {"order_id": "A-7"}, {"total": 12.5}))
+
+    async def delivered() -> bool:
+        found = await site.client.inspector.deliveries(event_id)
+        return bool(found) and found[0].status == "started"
+
+    wait_until(site, delivered)
+    page.goto(f"{site.url}/ui/events")
+    row = page.locator("table.events tbody tr", has_text="order.paid")
+    expect(row).to_contain_text("started")
+    row.locator("a").first.click()
+    expect(page.locator("#run-live")).to_contain_text("paid 12.5")
+    page.goto(f"{site.url}/ui/events")
+    shot(page, "events")
+    page.goto(f"{site.url}/ui/schedules")
+    expect(page.locator("table tbody tr", has_text="nightly").first).to_contain_text("0 3 * * *")
+    shot(page, "schedules")
+    page.goto(f"{site.url}/ui/cluster")
+    expect(page.locator("table tbody tr").first).to_contain_text("live")
+    shot(page, "cluster")
