@@ -307,7 +307,9 @@ def test_a_saved_view_reloads_from_its_url(site: Site, page: Page) -> None:
 
 
 def test_pages_read_without_javascript_and_by_keyboard(site: Site, browser: Browser) -> None:
-    context = browser.new_context(java_script_enabled=False, viewport={"width": 1100, "height": 760})
+    context = browser.new_context(
+        java_script_enabled=False, color_scheme="dark", viewport={"width": 1100, "height": 760}
+    )
     page = context.new_page()
     try:
         page.goto(f"{site.url}/ui/runs")
@@ -317,6 +319,7 @@ def test_pages_read_without_javascript_and_by_keyboard(site: Site, browser: Brow
         page.click("text=Apply")  # a plain GET: the filters land in the URL
         expect(page).to_have_url(re.compile(r"status=succeeded"))
         assert page.locator("table.runs tbody tr").count() >= 1
+        shot(page, "runs-dark")
         page.goto(f"{site.url}/ui/cluster")
         expect(page.locator("table tbody tr").first).to_contain_text("live")
     finally:
