@@ -5,7 +5,7 @@
     python -m bench.dashboard --keep /tmp/dash.db   # seed once, reuse the file on later runs
 
 The store is seeded through a ``Client`` (runs of two workflows, no worker executes them),
-then most runs are marked finished and some failed directly in the file, so that status
+then spread over 30 days and most marked finished, some failed, directly in the file, so that status
 filters and dead letters have something to find. Each page is then requested ``--repeat``
 times in process (``httpx`` over ASGI, no sockets): p50 and p95 in milliseconds. The goal is
 every page under 200 ms; ``runs?q=`` searches text the store does not index yet, over a
@@ -32,6 +32,8 @@ from lockgate.http import create_app
 from .report import machine, print_table
 
 __all__ = ["main"]
+
+SPAN = 30 * 86400.0
 
 
 class Job(BaseModel):
@@ -62,12 +64,24 @@ async def seed(url: str, path: Path, runs: int) -> None:
             )
         for n in range(200):  # a few debounced arrivals: parked starts and collapsed ones on the flow page
             await client.start("bench.mail", Job(customer=f"c{n % 20}", n=n))
-    with sqlite3.connect(path) as db:  # most runs end; one in twenty fails
+    with sqlite3.connect(path) as db:
+        spread(db)
+        # most runs end; one in twenty fails
         db.execute(
-            "UPDATE lockgate_runs SET status = CASE WHEN rowid % 20 = 0 THEN 'failed' ELSE 'succeeded' END, "
-            "finished_at = created_at + 0.5, error_tag = CASE WHEN rowid % 20 = 0 THEN 'CardDeclined' END, "
-            "error_message = CASE WHEN rowid % 20 = 0 THEN 'card declined' END WHERE rowid % 10 != 0"
+            "UPDATE lockgate_runs SET status = CASE WHEN rowid % 20 = 1 THEN 'failed' ELSE 'succeeded' END, "
+            "finished_at = created_at + 0.5, error_tag = CASE WHEN rowid % 20 = 1 THEN 'CardDeclined' END, "
+            "error_message = CASE WHEN rowid % 20 = 1 THEN 'card declined' END WHERE rowid % 10 != 0"
         )
+
+
+def spread(db: sqlite3.Connection) -> None:
+    """Spread the runs and their gate decisions evenly over the last 30 days, as a store that has
+    grown to this size would hold them (a window of the flow page then reads its own share)."""
+    for table, column in (("lockgate_runs", "created_at"), ("lockgate_ledger", "at")):
+        last, count = db.execute(f"SELECT MAX(rowid), COUNT(*) FROM {table}").fetchone()
+        step = SPAN / max(count, 1)
+        db.execute(f"UPDATE {table} SET {column} = {column} - ({last} - rowid) * {step}")
+    db.execute("UPDATE lockgate_runs SET updated_at = created_at")
 
 
 async def measure(url: str, repeat: int) -> list[tuple[str, float, float, int]]:
@@ -85,6 +99,7 @@ async def measure(url: str, repeat: int) -> list[tuple[str, float, float, int]]:
             f"/ui/runs/{failed[0].id}",
             "/ui/flow",
             "/ui/flow?window=24h",
+            "/ui/flow?window=7d",
             f"/ui/why?ticket={tickets[0].ticket}",
             "/ui/events",
             "/ui/schedules",

@@ -229,3 +229,23 @@ async def test_a_run_timeline_shows_retries_and_waits(env_factory: Callable[...,
         page = (await http.get(f"{UI}/runs/{handle.run_id}")).text
         assert "sleep until" in page and "retry backoff" in page and "waiting for a signal" in page
         assert page.count('class="bar bar-failed"') == 1 and page.count('class="bar bar-completed"') == 1
+
+
+async def test_admissions_are_counted_per_bucket_by_the_store(env_factory: Callable[..., TestEnv]) -> None:
+    async with env_factory(make_app()) as env:
+        client = env.engine.client
+        start = datetime.fromtimestamp(env.clock.now(), UTC)
+        await client.start("plain", Job(n=1))
+        await client.start("plain", Job(n=2))
+        env.clock.advance("10m")
+        await client.start("plain", Job(n=3))
+        await env.settle()
+        counts = await client.inspector.admissions(
+            start - timedelta(seconds=1), buckets=2, until=start + timedelta(minutes=20)
+        )
+        assert counts == {("plain", ""): [2, 1]}
+        assert await client.inspector.admissions(start + timedelta(minutes=5), until=start + timedelta(minutes=9)) == {}
+        with pytest.raises(InvalidArgument, match="since must be before until"):
+            await client.inspector.admissions(start, until=start)
+        with pytest.raises(InvalidArgument, match="buckets from 1"):
+            await client.inspector.admissions(start - timedelta(hours=1), buckets=0)

@@ -4,7 +4,6 @@ and the pending queue with each start's position and estimated admission."""
 from __future__ import annotations
 
 import asyncio
-from collections import defaultdict
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
@@ -15,7 +14,6 @@ __all__ = ["BUCKETS", "WINDOWS", "FlowPage", "Sparkline", "flow_page", "sparklin
 
 WINDOWS = {"15m": 900, "1h": 3600, "6h": 21600, "24h": 86400, "7d": 604800}
 BUCKETS = 30
-LEDGER_SCAN = 5000  # admissions read at most for the sparklines of one window
 TRACED = 20  # parked starts whose position and ETA are read (one trace each)
 
 
@@ -58,7 +56,6 @@ class FlowPage:
     pauses: list[Pause] = field(default_factory=list)
     decisions: list[LedgerEntry] = field(default_factory=list)
     bucket: str = ""
-    truncated: bool = False
 
 
 async def flow_page(inspector: Inspector, window: str, workflow: str | None = None) -> FlowPage:
@@ -68,21 +65,15 @@ async def flow_page(inspector: Inspector, window: str, workflow: str | None = No
     seconds = WINDOWS[window]
     now = inspector.clock.now()
     since = datetime.fromtimestamp(now - seconds, tz=UTC)
-    rows, admitted, parked, pauses, decisions = await asyncio.gather(
+    rows, counts, parked, pauses, decisions = await asyncio.gather(
         inspector.flow(workflow, since=since),
-        inspector.ledger(workflow=workflow, outcome="admitted", since=since, limit=LEDGER_SCAN),
+        inspector.admissions(since, buckets=BUCKETS, workflow=workflow),
         inspector.parked(workflow=workflow, limit=100),
         inspector.pauses(),
         inspector.ledger(workflow=workflow, limit=20),
     )
     width = seconds / BUCKETS
-    counts: dict[tuple[str, str], list[int]] = defaultdict(lambda: [0] * BUCKETS)
-    for entry in admitted:
-        if entry.at is None:
-            continue
-        index = min(int((entry.at.timestamp() - (now - seconds)) / width), BUCKETS - 1)
-        if index >= 0:
-            counts[(entry.workflow, entry.key or "")][index] += 1
+    quiet = [0] * BUCKETS
     traces = await asyncio.gather(*(_trace(inspector, p.ticket) for p in parked[:TRACED]))
     queue = [
         Queued(p, t.position if t else None, t.estimated_admission if t else None)
@@ -91,12 +82,11 @@ async def flow_page(inspector: Inspector, window: str, workflow: str | None = No
     return FlowPage(
         window=window,
         since=since,
-        rows=[(r, sparkline(counts[(r.workflow, r.key)])) for r in rows],
+        rows=[(r, sparkline(counts.get((r.workflow, r.key), quiet))) for r in rows],
         queue=queue,
         pauses=pauses,
         decisions=decisions,
         bucket=_bucket_label(width),
-        truncated=len(admitted) == LEDGER_SCAN,
     )
 
 

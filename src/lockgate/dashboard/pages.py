@@ -10,7 +10,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse, RedirectResponse
 
 from ..errors import LockgateError, UnknownRun
-from ..inspect import RUN_STATUSES, Inspector
+from ..inspect import RUN_STATUSES, Inspector, RunDetail
 from .flowview import WINDOWS, flow_page
 from .runs_filter import RunFilter, fetch_runs
 from .site import Dashboard, dashboard
@@ -20,6 +20,8 @@ from .verbs import VERBS, allowed
 __all__ = ["flow_context", "router", "run_context", "runs_context"]
 
 router = APIRouter()
+
+CHILDREN_SHOWN = 100
 
 
 def _is_partial(request: Request) -> bool:
@@ -49,8 +51,10 @@ async def runs(request: Request) -> HTMLResponse:
     context = await runs_context(d, request.query_params)
     if _is_partial(request):
         return d.html(request, "_runs_body.html", **context)
-    views, stats = await asyncio.gather(d.inspector.saved_views(), d.inspector.stats())
-    workflows = sorted({w.workflow for w in stats.workflows} | set(d.inspector.app.definitions()))
+    views = await d.inspector.saved_views()
+    # the declared workflows, and those on this page (a grouped count of every run costs too much here)
+    shown = context["page"].items if context["page"] else []
+    workflows = sorted(set(d.inspector.app.definitions()) | {r.workflow for r in shown})
     status = 422 if context["problem"] is not None else 200
     return d.html(request, "runs.html", status, views=views, workflows=workflows, active="runs", **context)
 
@@ -68,7 +72,7 @@ async def open_view(request: Request, name: str) -> RedirectResponse:
 async def run_context(d: Dashboard, run_id: str) -> dict[str, Any]:
     """A run with its timeline and the verbs its state allows; ``UnknownRun`` if there is none."""
     inspector = d.inspector
-    detail = await inspector.run_detail(run_id, children_limit=100)
+    detail = await _detail(inspector, run_id)
     gate_wait = await _gate_wait(inspector, detail.run.ticket)
     now = d.now()
     attempts: dict[str, list[Any]] = {}
@@ -82,6 +86,20 @@ async def run_context(d: Dashboard, run_id: str) -> dict[str, Any]:
         "verbs": VERBS,
         "allowed": allowed(detail.run),
     }
+
+
+async def _detail(inspector: Inspector, run_id: str) -> RunDetail:
+    """The run with its journal, attempts and events, and its children when its body started any.
+
+    Only a body's ``child`` journal entry makes children, so a run without one skips the
+    children query (which a store with many runs answers slowest)."""
+    run = await inspector.run(run_id)
+    steps, attempts, events = await asyncio.gather(
+        inspector.steps(run_id), inspector.attempts(run_id), inspector.events(run_id)
+    )
+    parent = any(s.kind in ("child", "wait_child") for s in steps)
+    children = await inspector.runs(parent_id=run_id, limit=CHILDREN_SHOWN) if parent else []
+    return RunDetail(run=run, steps=steps, attempts=attempts, events=events, children=children)
 
 
 async def _gate_wait(inspector: Inspector, ticket: str | None) -> float | None:

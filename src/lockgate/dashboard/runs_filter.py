@@ -23,7 +23,7 @@ from ..records import RunInfo
 
 __all__ = ["SCAN_LIMIT", "RunFilter", "RunsPage", "fetch_runs"]
 
-SCAN_LIMIT = 5000
+SCAN_LIMIT = 1000
 """Runs read at most per page while applying a filter the Inspector does not take itself."""
 
 _PAGE = 200

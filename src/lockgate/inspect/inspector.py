@@ -21,6 +21,7 @@ from ..store.base import Row
 from ..store.keys import Rotation, rotate_keys
 from . import events as domain_events
 from . import views as saved_views
+from .activity import admissions
 from .cluster import ClusterStatus, cluster_status
 from .flow import FlowRow, flow
 from .gate import LedgerEntry, ParkedStart, Pause, ledger_page, parked_page, pauses
@@ -181,6 +182,16 @@ class Inspector:
         return await self.store.read(
             flow, self.clock.now(), workflow=workflow, since=None if since is None else since.timestamp()
         )
+
+    async def admissions(
+        self, since: datetime, *, buckets: int = 30, until: datetime | None = None, workflow: str | None = None
+    ) -> dict[tuple[str, str], list[int]]:
+        """Starts admitted per (workflow, key) in ``buckets`` equal buckets from ``since`` to ``until`` (now)."""
+        start = since.timestamp()
+        end = self.clock.now() if until is None else until.timestamp()
+        if end <= start:
+            raise InvalidArgument("since must be before until")
+        return await self.store.read(admissions, start, (end - start) / max(buckets, 1), buckets, workflow)
 
     async def trace(self, ticket: str) -> Trace:
         """What became of the arrival ``ticket`` (``LockgateError`` for an unknown ticket)."""
