@@ -165,6 +165,9 @@ def test_runs_list_filter_follow_a_run_and_cancel_it_live(site: Site, page: Page
     page.goto(f"{site.url}/ui/runs")
     expect(page.locator("table.runs tbody tr")).to_have_count(5)
     shot(page, "runs")
+    late = site.call(lambda: site.client.start("echo", Order(id="late")))
+    expect(page.locator("table.runs tbody tr").first).to_contain_text(str(late.run_id))  # appears live
+    expect(page.locator("table.runs tbody tr")).to_have_count(6)
 
     # filter: the URL mirrors it, so the link reproduces the view
     page.select_option("#f-status", "running")
@@ -238,6 +241,7 @@ def test_flow_shows_a_debounced_burst_as_one_run_and_the_rest_collapsed(site: Si
     expect(queue).to_have_count(2)
     expect(queue.nth(0).locator('[data-col="position"]')).to_have_text("0")
     expect(queue.nth(1).locator('[data-col="position"]')).to_have_text("1")
+    expect(page.locator('tr[data-flow="printer|"] [data-col="in_flight"]')).to_have_text("1 / 1")
     shot(page, "flow")
 
     # a pause lifted from its button

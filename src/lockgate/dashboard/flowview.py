@@ -52,6 +52,7 @@ class FlowPage:
     window: str
     since: datetime
     rows: list[tuple[FlowRow, Sparkline]] = field(default_factory=list)
+    limits: dict[str, int] = field(default_factory=dict)  # concurrency limit per workflow that declares one
     queue: list[Queued] = field(default_factory=list)
     pauses: list[Pause] = field(default_factory=list)
     decisions: list[LedgerEntry] = field(default_factory=list)
@@ -87,6 +88,11 @@ async def flow_page(inspector: Inspector, window: str, workflow: str | None = No
         pauses=pauses,
         decisions=decisions,
         bucket=_bucket_label(width),
+        limits={
+            name: d.gate.concurrency.limit
+            for name, d in inspector.app.definitions().items()
+            if d.gate is not None and d.gate.concurrency is not None
+        },
     )
 
 
