@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import re
 from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import httpx
 import pytest
@@ -18,6 +19,8 @@ from lockgate.errors import InvalidArgument
 from lockgate.http import create_app
 from lockgate.testing import TestEnv
 
+from .test_encryption import MARK, NEW, OLD
+from .test_encryption import make_app as sealed_app
 from .test_http import Go, Job, make_app
 
 UI = "/ui"
@@ -25,10 +28,14 @@ EVIL = "<script>alert(1)</script>"
 
 
 @asynccontextmanager
-async def site(env: TestEnv, **headers: str) -> AsyncIterator[httpx.AsyncClient]:
-    transport = httpx.ASGITransport(app=create_app(env.engine.client))
+async def site_of(client: lg.Client, **headers: str) -> AsyncIterator[httpx.AsyncClient]:
+    transport = httpx.ASGITransport(app=create_app(client))
     async with httpx.AsyncClient(transport=transport, base_url="http://testserver", headers=headers) as http:
         yield http
+
+
+def site(env: TestEnv, **headers: str) -> AbstractAsyncContextManager[httpx.AsyncClient]:
+    return site_of(env.engine.client, **headers)
 
 
 async def test_every_page_answers_and_escapes_payloads(env_factory: Callable[..., TestEnv]) -> None:
@@ -249,3 +256,15 @@ async def test_admissions_are_counted_per_bucket_by_the_store(env_factory: Calla
             await client.inspector.admissions(start, until=start)
         with pytest.raises(InvalidArgument, match="buckets from 1"):
             await client.inspector.admissions(start - timedelta(hours=1), buckets=0)
+
+
+async def test_sealed_values_show_as_encrypted_without_the_key(make_engine: Any, store_url: str) -> None:
+    async with make_engine(sealed_app(), encryption_keys=[NEW]) as engine:
+        handle = await engine.start("sealed.simple", {"marker": MARK})
+        assert await handle.result(timeout=30) == f"{MARK}-out"
+        async with site_of(engine.client) as http:  # the engine holds the key: values in clear
+            assert MARK in (await http.get(f"{UI}/runs/{handle.run_id}")).text
+    async with lg.Client(lg.App(), store_url, encryption_keys=[OLD]) as stranger, site_of(stranger) as http:
+        page = (await http.get(f"{UI}/runs/{handle.run_id}")).text
+        assert MARK not in page
+        assert page.count("&#34;&lt;encrypted&gt;&#34;") >= 3  # payload, output and the step's output
