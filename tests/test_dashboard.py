@@ -16,7 +16,7 @@ import lockgate as lg
 from lockgate.dashboard import RunFilter, fetch_runs
 from lockgate.dashboard.flowview import sparkline
 from lockgate.errors import InvalidArgument
-from lockgate.http import create_app
+from lockgate.http import AccessPolicy, create_app
 from lockgate.testing import TestEnv
 
 from .test_encryption import MARK, NEW, OLD
@@ -24,6 +24,7 @@ from .test_encryption import make_app as sealed_app
 from .test_http import Go, Job, make_app
 
 UI = "/ui"
+API = "/api/v1"
 EVIL = "<script>alert(1)</script>"
 
 
@@ -268,3 +269,35 @@ async def test_sealed_values_show_as_encrypted_without_the_key(make_engine: Any,
         page = (await http.get(f"{UI}/runs/{handle.run_id}")).text
         assert MARK not in page
         assert page.count("&#34;&lt;encrypted&gt;&#34;") >= 3  # payload, output and the step's output
+
+
+async def test_with_tokens_a_browser_signs_in_with_a_cookie_for_the_dashboard_only(
+    env_factory: Callable[..., TestEnv],
+) -> None:
+    policy = AccessPolicy(token="operate-secret", read_token="read-secret")
+    async with env_factory(make_app()) as env:
+        held = await env.engine.client.start("plain", Job(hold=True))
+        await env.settle()
+        transport = httpx.ASGITransport(app=create_app(env.engine.client, policy=policy))
+        async with httpx.AsyncClient(transport=transport, base_url="http://testserver") as http:
+            away = await http.get(f"{UI}/runs?status=running")
+            assert away.status_code == 303
+            assert away.headers["location"] == f"{UI}/login?next=/ui/runs%3Fstatus%3Drunning"
+            login = await http.get(away.headers["location"])
+            assert login.status_code == 200 and 'type="password"' in login.text
+            wrong = await http.post(f"{UI}/login", data={"token": "guess", "next": "/ui/runs"})
+            assert wrong.status_code == 401 and "set-cookie" not in wrong.headers
+            offsite = await http.post(
+                f"{UI}/login", data={"token": "read-secret", "next": "https://elsewhere.example/"}
+            )
+            assert offsite.headers["location"] == f"{UI}/runs"  # never sent to another site
+            cookie = offsite.headers["set-cookie"]
+            assert "HttpOnly" in cookie and "SameSite=Strict" in cookie and f"Path={UI}" in cookie
+            assert (await http.get(f"{UI}/runs?status=running")).status_code == 200  # the cookie reads
+            assert (await http.get(f"{API}/runs")).status_code == 401  # the API never takes the cookie
+            refused = await http.post(f"{UI}/runs/{held.run_id}/do/cancel", data={})
+            assert refused.status_code == 403  # the read token cannot act
+            await http.post(f"{UI}/login", data={"token": "operate-secret", "next": f"{UI}/runs"})
+            done = await http.post(f"{UI}/runs/{held.run_id}/do/cancel", data={"reason": "signed in"})
+            assert done.status_code == 303
+        assert (await env.engine.client.inspector.run(held.run_id)).status == "cancelled"  # type: ignore[arg-type]

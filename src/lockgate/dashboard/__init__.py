@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from .app import install_dashboard
 from .runs_filter import RunFilter, RunsPage, fetch_runs
+from .session import DashboardSession
 from .site import DASHBOARD_PREFIX
 
-__all__ = ["DASHBOARD_PREFIX", "RunFilter", "RunsPage", "fetch_runs", "install_dashboard"]
+__all__ = ["DASHBOARD_PREFIX", "DashboardSession", "RunFilter", "RunsPage", "fetch_runs", "install_dashboard"]

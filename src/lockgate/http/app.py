@@ -10,7 +10,7 @@ from fastapi import APIRouter, FastAPI, Request
 from fastapi.responses import Response
 
 from .. import __version__
-from ..dashboard import install_dashboard
+from ..dashboard import DASHBOARD_PREFIX, DashboardSession, install_dashboard
 from ..engine import Client
 from .metrics import CONTENT_TYPE_LATEST, StoreMetrics
 from .openapi import install_openapi
@@ -58,4 +58,6 @@ def create_app(client: Client, *, policy: AccessPolicy | None = None, dashboard:
         install_dashboard(app, client)
     install_openapi(app)
     app.add_middleware(GuardMiddleware, policy=policy)
+    if dashboard:  # outside the guard: a browser signs in with a cookie the guard then sees as a token
+        app.add_middleware(DashboardSession, policy=policy, prefix=DASHBOARD_PREFIX)
     return app
