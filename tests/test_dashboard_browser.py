@@ -22,6 +22,8 @@ from lockgate.records import RunInfo
 
 from .dashboard_site import Site, wait_until
 
+pytestmark = pytest.mark.slow  # a real browser and a live server: seconds per test
+
 CHROMIUM = "/usr/bin/chromium"
 ROOT = Path(__file__).resolve().parents[1]
 ARTIFACTS = ROOT / "tests" / "artifacts"
@@ -132,7 +134,9 @@ def shot(page: Page, name: str) -> None:
     """A screenshot of the page for a person, and for the docs when asked."""
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     path = ARTIFACTS / f"{name}.png"
-    page.screenshot(path=str(path), full_page=False)
+    width, height = page.evaluate("[document.documentElement.scrollWidth, document.body.scrollHeight + 8]")
+    clip = {"x": 0, "y": 0, "width": width, "height": min(height, 900)}  # the content, not the empty window
+    page.screenshot(path=str(path), full_page=True, clip=clip)
     if os.environ.get("LOCKGATE_DOCS_SCREENSHOTS") == "1":
         DOC_IMAGES.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(path, DOC_IMAGES / f"dashboard-{name}.png")
