@@ -11,6 +11,7 @@ from typing import Any
 
 import httpx
 import pytest
+from fastapi import FastAPI
 
 import lockgate as lg
 from lockgate.dashboard import RunFilter, fetch_runs
@@ -301,3 +302,18 @@ async def test_with_tokens_a_browser_signs_in_with_a_cookie_for_the_dashboard_on
             done = await http.post(f"{UI}/runs/{held.run_id}/do/cancel", data={"reason": "signed in"})
             assert done.status_code == 303
         assert (await env.engine.client.inspector.run(held.run_id)).status == "cancelled"  # type: ignore[arg-type]
+
+
+async def test_the_dashboard_works_mounted_inside_another_app(env_factory: Callable[..., TestEnv]) -> None:
+    async with env_factory(make_app()) as env:
+        web = FastAPI()
+        web.mount("/ops", create_app(env.engine.client, policy=AccessPolicy(token="operate-secret")))
+        transport = httpx.ASGITransport(app=web)
+        async with httpx.AsyncClient(transport=transport, base_url="http://testserver") as http:
+            away = await http.get("/ops/ui/runs")
+            assert away.headers["location"] == "/ops/ui/login?next=/ops/ui/runs"
+            signed = await http.post("/ops/ui/login", data={"token": "operate-secret", "next": "/ops/ui/runs"})
+            assert signed.headers["location"] == "/ops/ui/runs" and "Path=/ops/ui;" in signed.headers["set-cookie"]
+            page = await http.get("/ops/ui/runs")
+            assert page.status_code == 200 and 'href="/ops/ui/static/dashboard.css"' in page.text
+            assert (await http.get("/ops/ui/static/dashboard.js")).status_code == 200

@@ -57,7 +57,10 @@ class DashboardSession:
         self.prefix = prefix
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        root = str(scope.get("root_path", ""))
         path = str(scope.get("path", ""))
+        if root and path.startswith(root):  # mounted in another app: paths are the app's own below its root
+            path = path[len(root) :]
         if (
             scope["type"] != "http"
             or self.policy.open
@@ -65,7 +68,7 @@ class DashboardSession:
         ):
             await self.app(scope, receive, send)
             return
-        base = str(scope.get("root_path", "")) + self.prefix
+        base = root + self.prefix
         if path == f"{self.prefix}/login":
             await self._login(scope, receive, send, base)
             return
