@@ -195,6 +195,9 @@ async def test_the_runs_filter_applies_what_the_inspector_does_not(env_factory: 
         inspector = client.inspector
         found = await fetch_runs(inspector, RunFilter(q="ACME-3"))
         assert [r.id for r in found.items] == [late[3].run_id]
+        by_id = await fetch_runs(inspector, RunFilter(id_prefix=str(late[1].run_id)[:-2]))
+        assert late[1].run_id in [r.id for r in by_id.items]
+        assert all(r.id.startswith(str(late[1].run_id)[:-2]) for r in by_id.items)
         cut = datetime.fromtimestamp(env.clock.now(), UTC) - timedelta(minutes=30)
         older = await fetch_runs(inspector, RunFilter(until=cut.isoformat()))
         assert [r.id for r in older.items] == [early.run_id]

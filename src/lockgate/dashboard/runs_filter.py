@@ -27,6 +27,9 @@ SCAN_LIMIT = 1000
 """Runs read at most per page while applying a filter the Inspector does not take itself."""
 
 _PAGE = 200
+
+NATIVE_NAMES = {"q": ("text", "q")}
+"""The names ``Inspector.runs`` may give a filter of this page (the first it accepts is used)."""
 _MAX_LIMIT = 500
 
 
@@ -40,6 +43,7 @@ class RunFilter:
     since: str = ""  # an ISO date or time (UTC when no offset is given)
     until: str = ""
     q: str = ""  # text searched in the id, payload, output and error
+    id_prefix: str = ""  # runs whose id starts with this
     dead_letter: bool = False
     before: str = ""  # the last run id of the previous page
     limit: int = 50
@@ -115,10 +119,19 @@ async def fetch_runs(inspector: Inspector, wanted: RunFilter) -> RunsPage:
         "dead_letter": wanted.dead_letter,
     }
     here: dict[str, Any] = {}
-    for name, value in (("since", wanted.since_time()), ("until", wanted.until_time()), ("q", wanted.q or None)):
+    for name, value in (
+        ("since", wanted.since_time()),
+        ("until", wanted.until_time()),
+        ("q", wanted.q or None),
+        ("id_prefix", wanted.id_prefix or None),
+    ):
         if value is None:
             continue
-        (native if name in accepted else here)[name] = value
+        given = next((n for n in NATIVE_NAMES.get(name, (name,)) if n in accepted), None)
+        if given is not None:
+            native[given] = value
+        else:
+            here[name] = value
     if not here:
         items = await inspector.runs(**native, before=wanted.before or None, limit=wanted.limit)
         return RunsPage(items, items[-1].id if len(items) == wanted.limit else None)
@@ -142,6 +155,8 @@ async def fetch_runs(inspector: Inspector, wanted: RunFilter) -> RunsPage:
 
 
 def _matches(run: RunInfo, here: dict[str, Any]) -> bool:
+    if "id_prefix" in here and not run.id.startswith(here["id_prefix"]):
+        return False
     if "since" in here and run.created_at < here["since"]:
         return False
     if "until" in here and run.created_at >= here["until"]:
