@@ -182,6 +182,7 @@ async def test_saved_views_are_kept_in_the_store(env_factory: Callable[..., Test
         assert len(await env.engine.client.inspector.saved_views()) == 1
         assert (await http.post(f"{UI}/views/failed%20plain/delete")).status_code == 303
         assert await env.engine.client.inspector.saved_views() == []
+        assert (await http.get(f"{UI}/views/failed%20plain")).status_code == 404
         assert await env.engine.client.inspector.delete_view("failed plain") is False
 
 

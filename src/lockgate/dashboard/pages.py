@@ -59,13 +59,13 @@ async def runs(request: Request) -> HTMLResponse:
     return d.html(request, "runs.html", status, views=views, workflows=workflows, active="runs", **context)
 
 
-@router.get("/views/{name}")
-async def open_view(request: Request, name: str) -> RedirectResponse:
+@router.get("/views/{name}", response_model=None)
+async def open_view(request: Request, name: str) -> HTMLResponse | RedirectResponse:
     """A saved view's link: the runs list with its filters in the URL."""
     d = dashboard(request)
     found = next((v for v in await d.inspector.saved_views() if v.name == name), None)
     if found is None:
-        return RedirectResponse(f"{d.base(request)}/runs?missing_view=1", status_code=303)
+        return d.html(request, "missing.html", 404, what="saved view", problem=f"no view is named {name!r}")
     return RedirectResponse(f"{d.base(request)}/runs?{found.query}", status_code=303)
 
 
