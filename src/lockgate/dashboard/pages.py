@@ -45,9 +45,17 @@ async def runs_context(d: Dashboard, query: Mapping[str, str]) -> dict[str, Any]
     return {"filter": wanted, "page": page, "problem": problem, "statuses": RUN_STATUSES}
 
 
-@router.get("/runs", response_class=HTMLResponse)
-async def runs(request: Request) -> HTMLResponse:
+@router.get("/runs", response_model=None)
+async def runs(request: Request) -> HTMLResponse | RedirectResponse:
     d = dashboard(request)
+    if not _is_partial(request) and "" in request.query_params.values():
+        # a form sent without script carries its empty fields: the link to share leaves them out
+        try:
+            canonical = RunFilter.from_query(request.query_params).query()
+        except LockgateError:
+            pass
+        else:
+            return RedirectResponse(f"{d.base(request)}/runs" + (f"?{canonical}" if canonical else ""), 303)
     context = await runs_context(d, request.query_params)
     if _is_partial(request):
         return d.html(request, "_runs_body.html", **context)
