@@ -448,6 +448,7 @@ def test_demo_runs_to_completion(cli: Lockgate, tmp_path: Path) -> None:
     assert (traced["outcome"], traced["run_id"]) == ("collapsed", narrate["id"])
     # the events: each checkout publishes demo.order.paid once, and its trigger starts one demo.fulfil
     assert f"lockgate events list --store sqlite:///{tmp_path}/demo.db" in result.out
+    assert "then open http://127.0.0.1:8484/ui/runs" in result.out  # the dashboard over the same store
     events = cli.json("events", "list", "--store", url)["events"]
     paid = sorted((e for e in events if e["name"] == "demo.order.paid"), key=lambda e: e["key"]["order_id"])
     checkouts = sorted((r for r in runs if r["workflow"] == "demo.checkout"), key=lambda r: r["payload"]["order_id"])

@@ -51,6 +51,7 @@ LAYERS: dict[str, int] = {
     "lockgate.inspect": INSPECT,
     "lockgate.cli": SURFACES,
     "lockgate.http": SURFACES,
+    "lockgate.dashboard": SURFACES,
     "lockgate.testing": SURFACES,
     "lockgate.demo_app": SURFACES,
 }

@@ -142,6 +142,7 @@ class AttemptInfo:
     error_message: str | None
     started_at: datetime | None
     finished_at: datetime | None
+    input: Any = None  # the step's arguments as recorded for this attempt (``<encrypted>`` where sealed)
 
     @classmethod
     def from_row(cls, row: dict[str, Any]) -> AttemptInfo:
@@ -153,6 +154,7 @@ class AttemptInfo:
             error_message=row["error_message"],
             started_at=to_datetime(row["started_at"]),
             finished_at=to_datetime(row["finished_at"]),
+            input=_json(row.get("input")),
         )
 
     def to_dict(self) -> dict[str, Any]:

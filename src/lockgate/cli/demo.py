@@ -30,8 +30,10 @@ from rich.text import Text
 from .. import demo_app
 from ..app import App
 from ..clock import to_datetime
+from ..dashboard import DASHBOARD_PREFIX
 from ..engine import Engine
 from ..events import DeliveryRecord, EventRecord
+from ..http import DEFAULT_BIND
 from ..inspect import TERMINAL, FiringInfo, FlowRow, Inspector
 from ..records import EventInfo
 from .common import DurationType, check_store, inspector_of, open_inspector, run_async, sqlite_path
@@ -42,6 +44,7 @@ from .serve import display_url
 __all__ = ["RunRow", "run_demo"]
 
 DEFAULT_DEMO_STORE = "sqlite:///lockgate-demo.db"
+DASHBOARD_URL = f"http://{DEFAULT_BIND}{DASHBOARD_PREFIX}/runs"
 _SQLITE_MAGIC = b"SQLite format 3\x00"
 
 
@@ -484,6 +487,9 @@ def demo(ctx: click.Context, store: str, keep: bool, timeout: float) -> None:
     console.print(
         f"  lockgate serve lockgate.demo_app:app --store {quoted}   # serve the demo app yourself", soft_wrap=True
     )
+    console.print("See it in the browser (the dashboard):")
+    console.print(f"  lockgate inspect --store {quoted} --app lockgate.demo_app:app", soft_wrap=True)
+    console.print(f"  then open {DASHBOARD_URL}", soft_wrap=True)
     if outcome.problems:
         for problem in outcome.problems:
             click.echo(f"error: {problem}", err=True)

@@ -32,7 +32,14 @@ async def _serve(app: App, store: str, host: str, port: int) -> None:
         loop.add_signal_handler(sig, stop.set)
     async with open_client(app, store) as client:
         client.source = "http"
-        log.info("HTTP API for %s on http://%s:%d/api/v1 (no workers)", display_url(store), host, port)
+        log.info(
+            "HTTP API for %s on http://%s:%d/api/v1, dashboard on http://%s:%d/ui (no workers)",
+            display_url(store),
+            host,
+            port,
+            host,
+            port,
+        )
         server = asyncio.create_task(serve_http(create_app(client), host, port))
         stopper = asyncio.create_task(stop.wait())
         done, _ = await asyncio.wait({server, stopper}, return_when=asyncio.FIRST_COMPLETED)

@@ -86,7 +86,8 @@ def build_services(engine: Engine, config: ServeConfig) -> list[Service]:
             log.warning("HTTP API not served: cannot listen on %s:%d (%s); pass --http or --no-http", host, port, exc)
             await asyncio.Event().wait()
             return
-        log.info("HTTP API on http://%s:%d/api/v1 (metrics on /metrics)", host, port)
+        where = f"http://{host}:{port}"
+        log.info("HTTP API on %s/api/v1, dashboard on %s/ui (metrics on /metrics)", where, where)
         await serve_http(api, host, port, sock)
 
     return [Service("http", run)]

@@ -10,6 +10,7 @@ from fastapi import APIRouter, FastAPI, Request
 from fastapi.responses import Response
 
 from .. import __version__
+from ..dashboard import DASHBOARD_PREFIX, DashboardSession, install_dashboard
 from ..engine import Client
 from .metrics import CONTENT_TYPE_LATEST, StoreMetrics
 from .openapi import install_openapi
@@ -23,12 +24,13 @@ __all__ = ["API_PREFIX", "create_app"]
 API_PREFIX = "/api/v1"
 
 
-def create_app(client: Client, *, policy: AccessPolicy | None = None) -> FastAPI:
+def create_app(client: Client, *, policy: AccessPolicy | None = None, dashboard: bool = True) -> FastAPI:
     """The API over an open ``client``, under ``/api/v1``, with ``/metrics`` beside it.
 
     ``policy`` holds the tokens and the body limit (default: from ``LOCKGATE_TOKEN`` and
     ``LOCKGATE_TOKEN_READ``, 1 MiB). No CORS headers are sent: mount it behind your own
-    middleware to allow a browser origin.
+    middleware to allow a browser origin. ``dashboard`` serves the pages of docs/dashboard.md
+    under ``/ui`` (``/`` leads there).
     """
     policy = policy or AccessPolicy.from_env()
     app = FastAPI(
@@ -52,6 +54,10 @@ def create_app(client: Client, *, policy: AccessPolicy | None = None) -> FastAPI
     async def scrape(request: Request) -> Response:
         return Response(await metrics.render(), media_type=CONTENT_TYPE_LATEST)
 
+    if dashboard:
+        install_dashboard(app, client)
     install_openapi(app)
     app.add_middleware(GuardMiddleware, policy=policy)
+    if dashboard:  # outside the guard: a browser signs in with a cookie the guard then sees as a token
+        app.add_middleware(DashboardSession, policy=policy, prefix=DASHBOARD_PREFIX)
     return app

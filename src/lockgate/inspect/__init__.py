@@ -17,6 +17,7 @@ from .runs import RUN_STATUSES, TERMINAL, RunDetail
 from .schedules import FiringInfo, ScheduleInfo
 from .stats import Stats, StatsTotals, WorkflowStats
 from .trace import Trace
+from .views import SavedView
 
 __all__ = [
     "RUN_STATUSES",
@@ -30,6 +31,7 @@ __all__ = [
     "Pause",
     "Rotation",
     "RunDetail",
+    "SavedView",
     "ScheduleInfo",
     "Stats",
     "StatsTotals",

@@ -20,6 +20,8 @@ from ..store import Store, journal, shared
 from ..store.base import Row
 from ..store.keys import Rotation, rotate_keys
 from . import events as domain_events
+from . import views as saved_views
+from .activity import admissions
 from .cluster import ClusterStatus, cluster_status
 from .flow import FlowRow, flow
 from .gate import LedgerEntry, ParkedStart, Pause, ledger_page, parked_page, pauses
@@ -27,6 +29,7 @@ from .runs import RunDetail, check_page, check_status, run_detail, runs_page
 from .schedules import FiringInfo, ScheduleInfo, firings_page, schedule_infos
 from .stats import Stats, stats
 from .trace import Trace, trace
+from .views import SavedView
 
 __all__ = ["Inspector"]
 
@@ -180,6 +183,16 @@ class Inspector:
             flow, self.clock.now(), workflow=workflow, since=None if since is None else since.timestamp()
         )
 
+    async def admissions(
+        self, since: datetime, *, buckets: int = 30, until: datetime | None = None, workflow: str | None = None
+    ) -> dict[tuple[str, str], list[int]]:
+        """Starts admitted per (workflow, key) in ``buckets`` equal buckets from ``since`` to ``until`` (now)."""
+        start = since.timestamp()
+        end = self.clock.now() if until is None else until.timestamp()
+        if end <= start:
+            raise InvalidArgument("since must be before until")
+        return await self.store.read(admissions, start, (end - start) / max(buckets, 1), buckets, workflow)
+
     async def trace(self, ticket: str) -> Trace:
         """What became of the arrival ``ticket`` (``LockgateError`` for an unknown ticket)."""
         found = await self.store.read(trace, ticket, self.clock.now(), self.concurrency_limits())
@@ -254,3 +267,20 @@ class Inspector:
     async def cluster_status(self) -> ClusterStatus:
         """The workers sharing the store, what each holds, which look dead, and the sweep leases."""
         return await self.store.read(cluster_status, self.clock.now())
+
+    # -- saved views (the dashboard's) -------------------------------------------------------------
+
+    async def saved_views(self) -> list[SavedView]:
+        """The runs-list views operators saved, by name."""
+        return await saved_views.list_views(self.store)
+
+    async def save_view(self, name: str, query: str) -> SavedView:
+        """Save the runs-list filters ``query`` (a URL query string) as ``name``, replacing one of that name.
+
+        Like ``rotate_keys``, a write the inspector makes: a preference of the people reading, not
+        a change to any run."""
+        return await saved_views.save_view(self.store, name, query, self.clock.now())
+
+    async def delete_view(self, name: str) -> bool:
+        """Forget the saved view ``name``; whether there was one."""
+        return await saved_views.delete_view(self.store, name)
