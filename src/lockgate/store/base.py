@@ -14,6 +14,8 @@ import abc
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
+from ..observer import Observer
+
 __all__ = ["Op", "Row", "Store", "Tx"]
 
 T = TypeVar("T")
@@ -95,6 +97,7 @@ class Store(abc.ABC):
 
     dialect: str
     url: str
+    observer: Observer | None = None  # told of each group commit's size and of each failure (observer.py)
 
     @abc.abstractmethod
     async def open(self) -> None:
