@@ -6,6 +6,7 @@ import asyncio
 import sqlite3
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -254,3 +255,43 @@ def test_tracing_is_off_without_a_configured_provider(monkeypatch: pytest.Monkey
     monkeypatch.setenv("LOCKGATE_TRACING", "0")
     assert not configured()
     assert Observer().trace_parent() is None
+
+
+_release: dict[str, asyncio.Event] = {}  # made in the test's own event loop
+
+
+async def hold_step() -> str:
+    await _release["event"].wait()
+    return "done"
+
+
+async def held(ctx: lg.Context, p: Job) -> str:
+    return str(await ctx.step("hold", hold_step))
+
+
+async def test_a_lease_takeover_is_counted_where_the_run_is_taken(tmp_path: Path) -> None:
+    _release["event"] = asyncio.Event()
+    url = f"sqlite:///{tmp_path}/lockgate.db"
+    app = lg.App()
+    app.workflow(name="held")(held)
+    async with lg.Engine(app, url, poll_interval=0.05, lease="30s") as first:
+        handle = await first.start("held", {})
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + 20
+        while str(handle.run_id) not in first.dispatcher.executions:
+            assert loop.time() < deadline
+            await asyncio.sleep(0.01)
+        async with lg.Engine(app, url, poll_interval=0.05, lease="30s") as second:
+            metrics = second.core.metrics()
+            with sqlite3.connect(f"{tmp_path}/lockgate.db") as raw:  # the first holder's lease runs out
+                raw.execute("UPDATE lockgate_runs SET lease_until = 0 WHERE id = ?", (handle.run_id,))
+            second.wake()
+            while str(handle.run_id) not in second.dispatcher.executions:
+                assert loop.time() < deadline
+                await asyncio.sleep(0.01)
+            _release["event"].set()
+            assert await handle.result(timeout=20) == "done"
+            assert metrics.registry.get_sample_value("lockgate_lease_takeovers_total", {"workflow": "held"}) == 1
+            assert metrics.registry.get_sample_value(
+                "lockgate_runs_ended_total", {"workflow": "held", "status": "succeeded"}
+            ) == 1
