@@ -295,3 +295,25 @@ async def test_a_lease_takeover_is_counted_where_the_run_is_taken(tmp_path: Path
             assert metrics.registry.get_sample_value(
                 "lockgate_runs_ended_total", {"workflow": "held", "status": "succeeded"}
             ) == 1
+
+
+async def test_a_client_started_run_and_a_blocking_run_keep_their_starters(
+    make_engine: Callable[..., lg.Engine], store_url: str, spans: tuple[TracerProvider, InMemorySpanExporter]
+) -> None:
+    provider, exporter = spans
+    tracer = provider.get_tracer("web")
+    async with make_engine(make_app()) as engine, lg.Client(make_app(), store_url) as client:
+        engine.core.observe(Tracing(provider))
+        client.core.observe(Tracing(provider))  # the web process: it only starts
+        with tracer.start_as_current_span("from the web") as web:
+            started = await client.start("jobs", {"n": 5})
+        with tracer.start_as_current_span("blocking") as blocking:
+            assert await engine.run("jobs", {"n": 6}) == 12
+        assert await started.result(timeout=20) == 10
+    finished = exporter.get_finished_spans()
+    parents = {(s.attributes or {})["lockgate.run_id"]: s.parent for s in _named(finished, "run jobs")}
+    assert parents[started.run_id] is not None
+    assert parents[started.run_id].span_id == web.get_span_context().span_id  # type: ignore[union-attr]
+    [blocked] = [rid for rid in parents if rid != started.run_id]
+    assert parents[blocked] is not None
+    assert parents[blocked].span_id == blocking.get_span_context().span_id  # type: ignore[union-attr]

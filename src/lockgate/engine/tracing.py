@@ -61,7 +61,8 @@ class Tracing(Observer):
 
     @contextlib.contextmanager
     def run_attempt(self, row: Mapping[str, Any], outcome: RunOutcome) -> Iterator[None]:
-        parent = _parent_context(row.get("trace_id"))
+        # No recorded starter: a trace of its own, whatever span the task launching it was created under.
+        parent = _parent_context(row.get("trace_id")) or otel_context.Context()
         attributes: dict[str, str | int] = {
             "lockgate.workflow": row["workflow"],
             "lockgate.run_id": row["id"],
