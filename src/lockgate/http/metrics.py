@@ -21,7 +21,10 @@ from prometheus_client.registry import Collector
 
 from ..inspect import ClusterStatus, FlowRow, Inspector, Stats
 
-__all__ = ["ADMISSION_OUTCOMES", "CONTENT_TYPE_LATEST", "StoreMetrics"]
+__all__ = ["ADMISSION_OUTCOMES", "CONTENT_TYPE_LATEST", "TOP_KEYS", "StoreMetrics"]
+
+TOP_KEYS = 20
+"""Per-key gauges keep the keys with the most waiting (or in flight): a key is a label value, so bounded."""
 
 ADMISSION_OUTCOMES = ("admitted", "collapsed", "batched", "dropped", "skipped", "expired", "existing")
 """The ledger outcomes ``lockgate_admissions`` counts, as ``FlowRow`` holds them."""
@@ -150,5 +153,33 @@ def _flow_families(rows: list[FlowRow]) -> Iterator[Metric]:
         oldest.add_metric([workflow], ages.get(workflow, 0.0))
     yield admissions
     yield depth
+    yield oldest
+    yield in_flight
+    yield from _key_families([r for r in rows if r.key])
+
+
+def _key_families(rows: list[FlowRow]) -> Iterator[Metric]:
+    """Waiting and in-flight per flow-control key, for the ``TOP_KEYS`` busiest keys of each."""
+    waiting = GaugeMetricFamily(
+        "lockgate_key_waiting",
+        f"Starts waiting at the gate per flow-control key (the {TOP_KEYS} keys with most).",
+        labels=["workflow", "key"],
+    )
+    oldest = GaugeMetricFamily(
+        "lockgate_key_oldest_waiting_seconds",
+        f"Age of the oldest start waiting per flow-control key (the {TOP_KEYS} keys with most waiting).",
+        labels=["workflow", "key"],
+    )
+    for row in sorted((r for r in rows if r.queued), key=lambda r: -r.queued)[:TOP_KEYS]:
+        waiting.add_metric([row.workflow, row.key], row.queued)
+        oldest.add_metric([row.workflow, row.key], row.oldest_waiting or 0.0)
+    in_flight = GaugeMetricFamily(
+        "lockgate_key_in_flight",
+        f"Runs holding a concurrency slot per key (the {TOP_KEYS} keys with most).",
+        labels=["workflow", "key"],
+    )
+    for row in sorted((r for r in rows if r.in_flight), key=lambda r: -r.in_flight)[:TOP_KEYS]:
+        in_flight.add_metric([row.workflow, row.key], row.in_flight)
+    yield waiting
     yield oldest
     yield in_flight
