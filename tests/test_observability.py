@@ -317,3 +317,21 @@ async def test_a_client_started_run_and_a_blocking_run_keep_their_starters(
     [blocked] = [rid for rid in parents if rid != started.run_id]
     assert parents[blocked] is not None
     assert parents[blocked].span_id == blocking.get_span_context().span_id  # type: ignore[union-attr]
+
+
+async def test_a_replica_that_does_not_report_the_store_serves_only_its_own(
+    make_engine: Callable[..., lg.Engine],
+) -> None:
+    async with make_engine(make_app()) as engine:
+        reporting = [False]
+        transport = httpx.ASGITransport(app=create_app(engine.client, cluster_metrics=lambda: reporting[0]))
+        async with httpx.AsyncClient(transport=transport, base_url="http://testserver") as http:
+            await (await engine.start("jobs", {"n": 1})).result(timeout=20)
+            quiet = samples((await http.get("/metrics")).text)
+            reporting[0] = True
+            loud = samples((await http.get("/metrics")).text)
+    assert quiet[("lockgate_cluster_reporter", ())] == 0
+    assert not any(name in ("lockgate_runs", "lockgate_workers") for name, _ in quiet)
+    assert quiet[("lockgate_runs_started_total", (("workflow", "jobs"),))] == 1  # its own metrics all the same
+    assert loud[("lockgate_cluster_reporter", ())] == 1
+    assert loud[("lockgate_runs", (("status", "succeeded"), ("workflow", "jobs")))] == 1
