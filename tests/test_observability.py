@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
+import subprocess
+import sys
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -335,3 +337,42 @@ async def test_a_replica_that_does_not_report_the_store_serves_only_its_own(
     assert quiet[("lockgate_runs_started_total", (("workflow", "jobs"),))] == 1  # its own metrics all the same
     assert loud[("lockgate_cluster_reporter", ())] == 1
     assert loud[("lockgate_runs", (("status", "succeeded"), ("workflow", "jobs")))] == 1
+
+
+NO_OTEL = """
+import asyncio, sys
+sys.modules["opentelemetry"] = None  # as if the otel extra were not installed
+from pydantic import BaseModel
+import lockgate as lg
+from lockgate.engine import tracing
+assert not tracing.AVAILABLE and not tracing.configured()
+app = lg.App()
+
+class P(BaseModel):
+    n: int = 1
+
+@app.workflow(name="w")
+async def w(ctx: lg.Context, p: P) -> int:
+    return int(await ctx.step("s", lambda: p.n))
+
+async def main() -> None:
+    async with lg.Engine(app, sys.argv[1]) as engine:
+        assert engine.core.observer is None
+        assert await engine.run("w", {}) == 1
+        try:
+            tracing.Tracing()
+        except RuntimeError as exc:
+            assert "lockgate[otel]" in str(exc)
+        else:
+            raise AssertionError("Tracing() without OpenTelemetry")
+
+asyncio.run(main())
+print("ok")
+"""
+
+
+def test_without_the_otel_extra_nothing_is_traced(tmp_path: Path) -> None:
+    done = subprocess.run(
+        [sys.executable, "-c", NO_OTEL, f"sqlite:///{tmp_path}/x.db"], capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr
