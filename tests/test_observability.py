@@ -376,3 +376,29 @@ def test_without_the_otel_extra_nothing_is_traced(tmp_path: Path) -> None:
         [sys.executable, "-c", NO_OTEL, f"sqlite:///{tmp_path}/x.db"], capture_output=True, text=True, timeout=60
     )
     assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr
+
+
+async def parent(ctx: lg.Context, p: Job) -> int:
+    child = await ctx.start_child("jobs", {"n": p.n})
+    return int(await ctx.wait_child(child)) + 1
+
+
+async def test_a_childs_run_span_is_under_its_parents_run(
+    make_engine: Callable[..., lg.Engine], spans: tuple[TracerProvider, InMemorySpanExporter]
+) -> None:
+    provider, exporter = spans
+    app = make_app()
+    app.workflow(name="parent")(parent)
+    async with make_engine(app) as engine:
+        engine.core.observe(Tracing(provider))
+        with provider.get_tracer("web").start_as_current_span("POST /parents") as request:
+            handle = await engine.start("parent", {"n": 3})
+        assert await handle.result(timeout=20) == 7
+    finished = exporter.get_finished_spans()
+    parents = _named(finished, "run parent")
+    [child] = _named(finished, "run jobs")
+    assert all(s.parent is not None and s.parent.span_id == request.get_span_context().span_id for s in parents)
+    first = min(parents, key=lambda s: int((s.attributes or {})["lockgate.attempt"]))
+    assert first.context is not None and child.parent is not None
+    assert child.parent.span_id == first.context.span_id  # started by the parent's first entry
+    assert child.context is not None and child.context.trace_id == request.get_span_context().trace_id
