@@ -312,6 +312,8 @@ async def test_metrics_count_a_known_workload(env_factory: Callable[..., TestEnv
         assert samples[("lockgate_admissions", (("outcome", "admitted"), ("workflow", "plain")))] == 4
         assert samples[("lockgate_admissions", (("outcome", "collapsed"), ("workflow", "folded")))] == 1
         assert samples[("lockgate_queue_depth", (("workflow", "folded"),))] == 1
+        waiting = {labels: v for (name, labels), v in samples.items() if name == "lockgate_key_waiting"}
+        assert list(waiting.values()) == [1] and dict(next(iter(waiting)))["workflow"] == "folded"
         assert samples[("lockgate_oldest_waiting_seconds", (("workflow", "folded"),))] >= 30
         assert sum(v for (name, _), v in samples.items() if name == "lockgate_workers") == 1
         assert samples[("lockgate_scrape_errors", ())] == 0

@@ -24,7 +24,17 @@ from ..app import App
 from ..durations import format_seconds
 from ..engine import Engine
 from ..engine.engine import MIN_RETENTION
-from ..http import DEFAULT_BIND, AccessPolicy, bind_refusal, bind_socket, create_app, parse_bind, serve_http
+from ..http import (
+    DEFAULT_BIND,
+    READ_TOKEN_ENV,
+    TOKEN_ENV,
+    AccessPolicy,
+    bind_refusal,
+    bind_socket,
+    create_app,
+    parse_bind,
+    serve_http,
+)
 from .common import DurationType, load_app, run_async, store_option
 from .groups import cli
 
@@ -32,8 +42,10 @@ __all__ = [
     "BindRefused",
     "ServeConfig",
     "Service",
+    "access_policy",
     "build_services",
     "check_http_bind",
+    "cluster_reporter",
     "display_url",
     "http_options",
     "serve_app",
@@ -55,6 +67,8 @@ class ServeConfig:
     delivery_retention: float | None = 30 * 86400.0  # their deliveries: a custom key's dedupe window
     http: tuple[str, int] | None = None  # where the HTTP API listens (None: not served)
     http_required: bool = True  # False (the default bind): a taken port leaves the workers running without it
+    policy: AccessPolicy | None = None  # the API's tokens (None: from the environment)
+    cluster_metrics: str = "auto"  # which replica serves the store-wide gauges on /metrics (cluster_reporter)
 
 
 @dataclass(frozen=True)
@@ -74,7 +88,7 @@ def build_services(engine: Engine, config: ServeConfig) -> list[Service]:
     if config.http is None:
         return []
     host, port = config.http
-    api = create_app(engine.client)
+    api = create_app(engine.client, policy=config.policy, cluster_metrics=cluster_reporter(engine, config))
 
     async def run() -> None:
         try:
@@ -91,6 +105,19 @@ def build_services(engine: Engine, config: ServeConfig) -> list[Service]:
         await serve_http(api, host, port, sock)
 
     return [Service("http", run)]
+
+
+def cluster_reporter(engine: Engine, config: ServeConfig) -> bool | Callable[[], bool]:
+    """Whether this replica's ``/metrics`` serves the store-wide gauges: ``on``, ``off``, or ``auto``.
+
+    ``auto``: always on SQLite; on PostgreSQL only the replica holding the drain lease (one at
+    a time), so that a sum over replicas counts the store once.
+    """
+    if config.cluster_metrics != "auto":
+        return config.cluster_metrics == "on"
+    if engine.store.dialect == "sqlite":
+        return True
+    return lambda: engine.drainer.holds_lease
 
 
 class BindRefused(click.ClickException):
@@ -113,8 +140,27 @@ def check_http_bind(bind: str | None, policy: AccessPolicy | None = None) -> tup
     return host, port
 
 
+def access_policy(token_file: str | None, read_token_file: str | None) -> AccessPolicy:
+    """The API's tokens from ``--token-file`` / ``--read-token-file``, else the environment."""
+    try:
+        return AccessPolicy.load(token_file, read_token_file)
+    except ValueError as exc:
+        hint = "'--token-file'" if token_file is not None and token_file in str(exc) else "'--read-token-file'"
+        raise click.BadParameter(str(exc), param_hint=hint) from exc
+
+
 def http_options(fn: Callable[..., Any]) -> Callable[..., Any]:
-    """``--http HOST:PORT`` and ``--no-http``, shared by ``serve`` and ``inspect``."""
+    """``--http HOST:PORT``, ``--no-http`` and the token files, shared by ``serve`` and ``inspect``."""
+    fn = click.option(
+        "--read-token-file",
+        type=click.Path(dir_okay=False),
+        help=f"A file holding the read-only token (instead of {READ_TOKEN_ENV}).",
+    )(fn)
+    fn = click.option(
+        "--token-file",
+        type=click.Path(dir_okay=False),
+        help=f"A file holding the read-and-operate token (instead of {TOKEN_ENV}).",
+    )(fn)
     fn = click.option("--no-http", is_flag=True, help="Do not serve the HTTP API.")(fn)
     return click.option(
         "--http",
@@ -246,6 +292,14 @@ async def serve_app(app: App, config: ServeConfig) -> int:
     "this long ('never' keeps them).",
 )
 @http_options
+@click.option(
+    "--cluster-metrics",
+    type=click.Choice(["auto", "on", "off"]),
+    default="auto",
+    show_default=True,
+    help="Serve the store-wide gauges on /metrics: auto = on SQLite, and on PostgreSQL from the replica "
+    "holding the drain lease only.",
+)
 @click.pass_context
 def serve(
     ctx: click.Context,
@@ -258,6 +312,9 @@ def serve(
     delivery_retention: float | None,
     http_bind: str,
     no_http: bool,
+    token_file: str | None,
+    read_token_file: str | None,
+    cluster_metrics: str,
 ) -> None:
     """Run the workflows of MODULE:APP (workers + sweeps) until SIGINT or SIGTERM.
 
@@ -267,7 +324,8 @@ def serve(
     """
     if lease < 0.5:
         raise click.BadParameter("must be at least 500ms", param_hint="'--lease'")
-    http = None if no_http else check_http_bind(http_bind)
+    policy = access_policy(token_file, read_token_file)
+    http = None if no_http else check_http_bind(http_bind, policy)
     app = load_app(app_ref, param_hint="'MODULE:APP'")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
     config = ServeConfig(
@@ -280,6 +338,8 @@ def serve(
         delivery_retention=delivery_retention,
         http=http,
         http_required=ctx.get_parameter_source("http_bind") is not click.core.ParameterSource.DEFAULT,
+        policy=policy,
+        cluster_metrics=cluster_metrics,
     )
     code = run_async(serve_app(app, config))
     ctx.exit(code)

@@ -27,6 +27,7 @@ from ..gate.drainer import Drainer
 from ..gate.handoff import HandOff, Passed, hand_off_for
 from ..gate.pipeline import Decision
 from ..handles import RunHandle
+from ..observer import Observer, RunOutcome
 from ..runtime import WorkerRuntime
 from ..store import journal as store_journal
 from ..store import runs, shared, workers
@@ -273,8 +274,15 @@ class Dispatcher:
             self._reserved += 1
         return row
 
+    @property
+    def observer(self) -> Observer | None:
+        """The core's observer (metrics, traces), if any."""
+        return self.core.observer
+
     def created_here(self, created: Row, now: float) -> None:
         """A start made here created ``created``: a blocking start executes it from the row inserted."""
+        if self.core.observer is not None:
+            self.core.observer.run_started(created["workflow"])
         claim = _CLAIM_AT_START.get()
         if claim is not None and claim.run_id == created["id"]:  # executed from the row inserted, not read back
             claim.row = {**created, "reclaim_count": 0, "updated_at": now, "progress_at": now}
@@ -397,7 +405,11 @@ class Dispatcher:
             journal = [] if int(row["entries"]) <= 1 else await self.store.read(store_journal.load_journal, run_id)
             execution = Execution(self, defn, row, journal)
             self.executions[run_id] = execution
-            await execution.run()
+            observer = self.core.observer
+            if observer is None:
+                await execution.run()
+            else:
+                await self._observed(observer, execution)
             if execution.stop_reason == "lease lost":
                 log.warning("run %s: %s; this execution stopped, its late writes refused", run_id, _LOST)
         except shared.Fenced:
@@ -417,6 +429,20 @@ class Dispatcher:
         finally:
             self.executions.pop(run_id, None)
             self.inflight.discard(run_id)
+
+    async def _observed(self, observer: Observer, execution: Execution) -> None:
+        """``execution.run()`` reported: its attempt (a span around the body), a takeover, the run's end."""
+        row = execution.row
+        if int(row["reclaim_count"]) > 0:
+            observer.lease_takeover(row["workflow"])
+        outcome = RunOutcome()
+        with observer.run_attempt(row, outcome):
+            try:
+                await execution.run()
+            finally:
+                outcome.value = execution.outcome
+        if outcome.value in ("succeeded", "failed", "suspended"):
+            observer.run_ended(row["workflow"], outcome.value)
 
     async def _crash_looped(self, row: Row, fence: shared.Fence) -> None:
         now = self.clock.now()

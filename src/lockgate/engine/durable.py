@@ -27,6 +27,7 @@ from ..crypto import Keyring, Sealer
 from ..definitions import WorkflowDef
 from ..errors import StepFailed
 from ..gate.handoff import HandOff, Passed
+from ..observer import Observer
 from ..store import Store, shared
 from ..store.base import Row
 from .identity import ScopeResolver
@@ -56,6 +57,11 @@ class Host(Protocol):
     keyring: Keyring
     inline_sleep: float
     resolve_scopes: ScopeResolver | None
+
+    @property
+    def observer(self) -> Observer | None:
+        """Where step attempts are reported (metrics, traces), if anywhere."""
+        ...
 
     def wake(self, at: float | None = None) -> None: ...
 

@@ -113,6 +113,8 @@ class Execution(Context):
         sealed = defn.encrypt_steps or is_sealed(row["payload"])
         self._sealer: Sealer | None = Sealer(host.keyring, self.run_id) if sealed else None
         self._scopes: frozenset[str] = frozenset()  # asked of Engine(resolve_scopes=) as the body is entered
+        self._observer = host.observer  # metrics and traces of step attempts (None: nothing to report)
+        self.outcome = "stopped"  # how this entry ended: a status, "parked" or "stopped" (observer.RunOutcome)
 
     # -- running the body ----------------------------------------------------------------
 
@@ -227,6 +229,7 @@ class Execution(Context):
             )
         except shared.Fenced:
             return
+        self.outcome = "parked"
         self._host.wake(woke)
 
     async def _finish(self) -> None:
@@ -293,6 +296,7 @@ class Execution(Context):
                 stopped = passed.stopped
         except shared.Fenced:
             return False
+        self.outcome = status
         ended = self._ended(status, output, tag, message)
         self._host.after_finish(self.run_id, stopped, ended, settled=passed is not None and passed.settled)
         if passed is not None:
@@ -502,7 +506,11 @@ class Execution(Context):
                 attempt += 1
                 started = first if attempt == 1 else self._clock.now()
                 try:
-                    result = await (fn(*args, **kwargs) if is_async else call(fn, args, kwargs))
+                    if self._observer is None:
+                        result = await (fn(*args, **kwargs) if is_async else call(fn, args, kwargs))
+                    else:
+                        with self._observer.step_attempt(self.workflow, self.run_id, name, attempt):
+                            result = await (fn(*args, **kwargs) if is_async else call(fn, args, kwargs))
                 except (asyncio.CancelledError, shared.Fenced, Parked):
                     raise
                 except Exception as exc:

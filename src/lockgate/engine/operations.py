@@ -277,7 +277,9 @@ async def start_child(
             body = seal_payload(host.keyring, child_def.name, body)
         run = host.new_run_row(child_def, body, run_id=child_id, identity=f"child:{x.run_id}:{key}")
         run.update(parent_id=x.run_id, parent_close=parent_close, recording=x.row["recording"])
-        run.update(source=f"child:{x.run_id}", trace_id=x.row["trace_id"], subject=x.row["subject"])
+        # traced: the child's spans continue under this run's (else it keeps the parent's starter)
+        traced = None if host.observer is None else host.observer.trace_parent()
+        run.update(source=f"child:{x.run_id}", trace_id=traced or x.row["trace_id"], subject=x.row["subject"])
         entry_row = {"step_key": key, "kind": "child", "status": "completed", "output": encode(child_id)}
 
         async def create(tx: Any) -> str:

@@ -6,6 +6,8 @@ and closes nothing, so the caller keeps the client open while the app serves.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from fastapi import APIRouter, FastAPI, Request
 from fastapi.responses import Response
 
@@ -24,13 +26,21 @@ __all__ = ["API_PREFIX", "create_app"]
 API_PREFIX = "/api/v1"
 
 
-def create_app(client: Client, *, policy: AccessPolicy | None = None, dashboard: bool = True) -> FastAPI:
+def create_app(
+    client: Client,
+    *,
+    policy: AccessPolicy | None = None,
+    dashboard: bool = True,
+    cluster_metrics: bool | Callable[[], bool] = True,
+) -> FastAPI:
     """The API over an open ``client``, under ``/api/v1``, with ``/metrics`` beside it.
 
     ``policy`` holds the tokens and the body limit (default: from ``LOCKGATE_TOKEN`` and
     ``LOCKGATE_TOKEN_READ``, 1 MiB). No CORS headers are sent: mount it behind your own
     middleware to allow a browser origin. ``dashboard`` serves the pages of docs/dashboard.md
-    under ``/ui`` (``/`` leads there).
+    under ``/ui`` (``/`` leads there). ``/metrics`` serves this process's own metrics
+    (collected from now on) and, where ``cluster_metrics`` is (or answers) true, the gauges
+    sampled from the store, which are the same on every replica.
     """
     policy = policy or AccessPolicy.from_env()
     app = FastAPI(
@@ -42,7 +52,8 @@ def create_app(client: Client, *, policy: AccessPolicy | None = None, dashboard:
     )
     app.state.lockgate_client = client
     app.state.lockgate_inspector = client.inspector
-    metrics = StoreMetrics(client.inspector)
+    reports = cluster_metrics if callable(cluster_metrics) else (lambda: cluster_metrics)
+    metrics = StoreMetrics(client.inspector, reports, client.core.metrics().registry)
     app.state.lockgate_metrics = metrics
     install_problem_handlers(app)
     api = APIRouter(prefix=API_PREFIX)

@@ -128,10 +128,11 @@ class LedgerPage(BaseModel):
 
 
 class Health(BaseModel):
-    """The API answers and its store is reachable."""
+    """The API answers, its store is reachable and holds this code's migrations (``schema_version``: the last)."""
 
     ok: bool
     dialect: str
+    schema_version: int
 
 
 # -- verbs ---------------------------------------------------------------------------------------

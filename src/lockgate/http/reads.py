@@ -39,9 +39,17 @@ def inspector(request: Request) -> Inspector:
 
 @router.get("/healthz", response_model=Health, tags=["health"])
 async def healthz(request: Request) -> Health:
-    """The store answers a query (503 when it does not)."""
-    status = await inspector(request).cluster_status()
-    return Health(ok=True, dialect=status.dialect)
+    """The store answers and holds exactly this code's migrations (503 ``StoreError`` or ``MigrationsNotCurrent``)."""
+    schema = await inspector(request).schema()
+    if not schema.current:
+        missing = sorted(set(schema.known) - set(schema.applied))
+        unknown = sorted(set(schema.applied) - set(schema.known))
+        raise ApiProblem(
+            503,
+            "MigrationsNotCurrent",
+            f"the database's migrations are not this code's: missing {missing}, from a newer release {unknown}",
+        )
+    return Health(ok=True, dialect=inspector(request).store.dialect, schema_version=max(schema.applied, default=0))
 
 
 @router.get("/runs", response_model=RunPage, tags=["runs"])

@@ -19,6 +19,7 @@ from ..records import AttemptInfo, EventInfo, RunInfo, StepInfo
 from ..store import Store, journal, shared
 from ..store.base import Row
 from ..store.keys import Rotation, rotate_keys
+from ..store.schema import SchemaState, schema_state
 from . import events as domain_events
 from . import views as saved_views
 from .activity import admissions
@@ -267,6 +268,10 @@ class Inspector:
     async def cluster_status(self) -> ClusterStatus:
         """The workers sharing the store, what each holds, which look dead, and the sweep leases."""
         return await self.store.read(cluster_status, self.clock.now())
+
+    async def schema(self) -> SchemaState:
+        """The migrations the database has applied, against those this code ships."""
+        return await self.store.read(schema_state)
 
     # -- saved views (the dashboard's) -------------------------------------------------------------
 

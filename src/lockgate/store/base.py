@@ -16,6 +16,7 @@ from contextlib import AbstractAsyncContextManager
 from typing import Any, Concatenate, Literal, ParamSpec, TypeVar
 
 from ..errors import ForeignTransaction
+from ..observer import Observer
 
 __all__ = ["Joined", "Op", "Outcome", "Row", "Store", "Tx"]
 
@@ -114,6 +115,7 @@ class Store(abc.ABC):
 
     dialect: str
     url: str
+    observer: Observer | None = None  # told of each group commit's size and of each failure (observer.py)
 
     @abc.abstractmethod
     async def open(self) -> None:

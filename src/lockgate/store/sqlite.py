@@ -281,6 +281,8 @@ class SQLiteStore(Store):
             if conn.in_transaction:
                 with contextlib.suppress(sqlite3.Error):
                     conn.execute("ROLLBACK")
+            if self.observer is not None and (not single or isinstance(exc, sqlite3.Error)):
+                self.observer.store_error("commit")
             error = exc if single and not isinstance(exc, sqlite3.Error) else StoreError(f"SQLite commit failed: {exc}")
             for _, fut in batch:
                 if fut is not None and not fut.done():
@@ -288,6 +290,8 @@ class SQLiteStore(Store):
                 elif fut is None:
                     log.warning("introspection write lost: %s", exc)
             return
+        if self.observer is not None:
+            self.observer.committed(len(batch))
         for (_, fut), (ok, value) in zip(batch, outcomes, strict=True):
             if fut is None:
                 if not ok:
@@ -328,6 +332,8 @@ class SQLiteStore(Store):
         try:
             return run_sync(op(self._tx, *args, **kwargs))
         except sqlite3.Error as exc:
+            if self.observer is not None:
+                self.observer.store_error("read")
             raise StoreError(f"SQLite read failed: {exc}") from exc
 
 

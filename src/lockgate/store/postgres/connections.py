@@ -89,6 +89,11 @@ class Connections(Store):
             with contextlib.suppress(Exception):
                 await self._pool.check()  # discard every idle connection the outage killed, not one per query
 
+    def _failed(self, where: str) -> None:
+        """A read or a commit failed for good: the store's observer counts it."""
+        if self.observer is not None:
+            self.observer.store_error(where)
+
     def _reachable(self) -> None:
         if self._down:
             self._down = False

@@ -213,10 +213,12 @@ class PostgresStore(Writer, Wakeups, Joining):
             except (psycopg.OperationalError, StalePlan) as exc:
                 await self._trouble(exc, conn)
                 if attempt == RETRIES:
+                    self._failed("read")
                     raise StoreError(f"PostgreSQL at {self._where} is unreachable: {first_line(exc)}") from exc
                 await asyncio.sleep(backoff(attempt))
                 continue
             except psycopg.Error as exc:
+                self._failed("read")
                 raise StoreError(f"PostgreSQL read failed: {first_line(exc)}") from exc
             self._reachable()
             return value
