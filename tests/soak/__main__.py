@@ -20,7 +20,9 @@ from .run import Soak, soak
 def main() -> int:
     parser = argparse.ArgumentParser(prog="python -m tests.soak", description=__doc__)
     parser.add_argument("--minutes", type=float, default=10.0, help="how long the load runs")
-    parser.add_argument("--rate", type=float, default=8.0, help="arrivals a second")
+    parser.add_argument(
+        "--rate", type=float, default=4.0, help="arrival bursts a second (one in four is 3-8 starts at once)"
+    )
     parser.add_argument("--kill-every", type=float, default=4.0, help="seconds between kill -9s (on average)")
     parser.add_argument("--seed", type=int, default=None)
     parser.add_argument("--keep-logs", action="store_true", help="keep the workers' logs (their directory is printed)")

@@ -19,7 +19,7 @@ import lockgate as lg
 
 from ..cluster.app import RETRY, effect, sql
 
-__all__ = ["LIMITS", "SCHEMA", "app"]
+__all__ = ["BEGUN", "LIMITS", "SCHEMA", "app"]
 
 # The declared limits, read back by the checks.
 LIMITS = {
@@ -82,9 +82,20 @@ async def span(run_id: str, key: str, hold: float) -> int:
     return await effect(run_id, "hold")
 
 
+async def work(run_id: str, step: str, hold: float) -> int:
+    """Record the step's start, take ``hold`` seconds, then record its effect (a kill meanwhile: it runs again)."""
+    await effect(run_id, f"{step}{BEGUN}")
+    await asyncio.sleep(hold)
+    return await effect(run_id, step)
+
+
+HOLD = 0.2
+BEGUN = "-begun"  # the suffix of a step's start record (not an effect: a re-run after a kill begins again)
+
+
 @app.workflow(name="soak.plain")
 async def plain(ctx: lg.Context, job: Job) -> int:
-    return await ctx.step("only", effect, ctx.run_id, "only", retry=RETRY)  # type: ignore[no-any-return]
+    return await ctx.step("only", work, ctx.run_id, "only", HOLD, retry=RETRY)  # type: ignore[no-any-return]
 
 
 @app.workflow(name="soak.multi")
@@ -93,14 +104,14 @@ async def multi(ctx: lg.Context, job: Job) -> list[int]:
     first = await ctx.step("first", effect, ctx.run_id, "first", retry=RETRY)
     await ctx.sleep("nap", "300ms")
     go = await ctx.wait_for_signal("go", Go, timeout="120s")
-    second = await ctx.step("second", effect, ctx.run_id, "second", retry=RETRY)
+    second = await ctx.step("second", work, ctx.run_id, "second", HOLD, retry=RETRY)
     third = await ctx.step("third", effect, ctx.run_id, "third" if go else "third-timeout", retry=RETRY)
     return [first, second, third]
 
 
 @app.workflow(name="soak.debounced", debounce=lg.Debounce(key=lambda p: p.key, period="400ms", timeout="2s"))
 async def debounced(ctx: lg.Context, p: Keyed) -> int:
-    return await ctx.step("only", effect, ctx.run_id, "only", retry=RETRY)  # type: ignore[no-any-return]
+    return await ctx.step("only", work, ctx.run_id, "only", HOLD, retry=RETRY)  # type: ignore[no-any-return]
 
 
 @app.workflow(name="soak.limited", concurrency=lg.Concurrency(limit=LIMITS["concurrency"], key=lambda p: p.key))
@@ -110,17 +121,17 @@ async def limited(ctx: lg.Context, p: Keyed) -> int:
 
 @app.workflow(name="soak.throttled", throttle=lg.Throttle(limit=3, period="1s", key=lambda p: p.key))
 async def throttled(ctx: lg.Context, p: Keyed) -> int:
-    return await ctx.step("only", effect, ctx.run_id, "only", retry=RETRY)  # type: ignore[no-any-return]
+    return await ctx.step("only", work, ctx.run_id, "only", HOLD, retry=RETRY)  # type: ignore[no-any-return]
 
 
 @app.workflow(name="soak.rated", rate_limit=lg.RateLimit(limit=3, period="1s", key=lambda p: p.key))
 async def rated(ctx: lg.Context, p: Keyed) -> int:
-    return await ctx.step("only", effect, ctx.run_id, "only", retry=RETRY)  # type: ignore[no-any-return]
+    return await ctx.step("only", work, ctx.run_id, "only", HOLD, retry=RETRY)  # type: ignore[no-any-return]
 
 
 @app.workflow(name="soak.batched", batch=lg.Batch(item=Keyed, key=lambda i: i.key, max_size=4, timeout="1s"))
 async def batched(ctx: lg.Context, p: Batch) -> int:
-    return await ctx.step("only", effect, ctx.run_id, "only", retry=RETRY)  # type: ignore[no-any-return]
+    return await ctx.step("only", work, ctx.run_id, "only", HOLD, retry=RETRY)  # type: ignore[no-any-return]
 
 
 # -- step flow control -------------------------------------------------------------------------
@@ -132,7 +143,7 @@ async def batched(ctx: lg.Context, p: Batch) -> int:
 
 @app.workflow(name="soak.tick")
 async def tick(ctx: lg.Context, p: Slot) -> str:
-    await ctx.step("only", effect, ctx.run_id, "only", retry=RETRY)
+    await ctx.step("only", work, ctx.run_id, "only", HOLD, retry=RETRY)
     return p.at
 
 
@@ -151,7 +162,7 @@ ping = app.event("soak.ping", key=PingKey, payload=PingData)
 
 @app.workflow(name="soak.pinged")
 async def pinged(ctx: lg.Context, p: PingData) -> int:
-    return await ctx.step("only", effect, ctx.run_id, "only", retry=RETRY)  # type: ignore[no-any-return]
+    return await ctx.step("only", work, ctx.run_id, "only", HOLD, retry=RETRY)  # type: ignore[no-any-return]
 
 
 app.trigger(on=ping, workflow="soak.pinged", payload=lambda ev: {"n": ev.data.n})

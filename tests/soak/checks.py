@@ -15,7 +15,7 @@ from datetime import datetime
 from typing import Any
 
 from ..cluster.harness import Cluster
-from .app import LIMITS
+from .app import BEGUN, LIMITS
 
 __all__ = ["Arrival", "Report", "check", "max_overlap", "window_excess"]
 
@@ -152,24 +152,37 @@ async def _runs(cluster: Cluster, stopped: float, report: Report) -> None:
 
 async def _steps(cluster: Cluster, kills: list[tuple[int, float]], report: Report) -> None:
     rows = await cluster.fetch("SELECT run_id, step, pid, at FROM cluster_effects ORDER BY run_id, step, at")
-    runs: dict[tuple[str, str], list[tuple[int, float]]] = defaultdict(list)
+    runs: dict[tuple[str, str], list[tuple[int, float]]] = defaultdict(list)  # (run, step): (pid, at) in order
     for run_id, step, pid, at in rows:
         runs[(run_id, step)].append((pid, at))
     killed_at = dict(kills)
-    reruns, duplicates = 0, []
+    reruns, duplicates, gaps = 0, [], [0.0]
     for (run_id, step), done in runs.items():
+        if step.endswith(BEGUN):
+            continue
         for (pid, at), (_, next_at) in itertools.pairwise(done):
             kill = killed_at.get(pid)
             if kill is not None and at <= kill <= min(next_at, at + KILL_EXPLAINS):
                 reruns += 1  # the process died before the step's entry was committed: at least once
+                gaps.append(kill - at)
             else:
                 duplicates.append((run_id, step, pid))
-    moved = {r for (r, _), done in runs.items() if len({p for p, _ in done}) > 1}
-    report.figures["step executions (side effects)"] = len(rows)
+    report.figures["step side effects"] = sum(len(d) for (_, s), d in runs.items() if not s.endswith(BEGUN))
     report.figures["steps re-run after a kill (uncommitted)"] = reruns
+    report.figures["longest effect-to-kill gap of a re-run step (s)"] = round(max(gaps), 3)
     report.figures["duplicates (completed step run twice)"] = len(duplicates)
-    took_over = {r for (r, _), done in runs.items() for p, _ in done if p in killed_at}
-    report.figures["takeovers (runs of a killed worker finished elsewhere)"] = len({r for r in took_over if r in moved})
+    # A step begun by a worker that was then killed, and ended by another: a takeover.
+    begun: dict[tuple[str, str], list[int]] = defaultdict(list)
+    for (run_id, step), done in runs.items():
+        if step.endswith(BEGUN):
+            begun[(run_id, step.removesuffix(BEGUN))] = [p for p, _ in done]
+    cut = [
+        (run_id, step)
+        for (run_id, step), pids in begun.items()
+        if pids[0] in killed_at and runs.get((run_id, step), [(pids[0], 0)])[-1][0] != pids[0]
+    ]
+    report.figures["steps begun again after a kill -9"] = sum(len(p) - 1 for p in begun.values())
+    report.figures["takeovers (steps of a killed worker finished by another)"] = len(cut)
     report.fail("completed steps executed twice", duplicates)
 
 

@@ -24,6 +24,7 @@ from .checks import Arrival, Report, check
 __all__ = ["Soak", "soak"]
 
 APP_REF = "tests.soak.app:app"
+ARGS = ("--no-http",)
 
 # (workflow, weight, keys): what the driver starts, how often, under which keys.
 # STEP FLOW CONTROL: add ("soak.flowed", 2, ...) here once the workflow exists (see app.py).
@@ -32,8 +33,8 @@ MIX: list[tuple[str, int, int]] = [
     ("soak.multi", 2, 0),
     ("soak.debounced", 3, 3),
     ("soak.limited", 3, 3),
-    ("soak.throttled", 2, 2),
-    ("soak.rated", 3, 2),
+    ("soak.throttled", 2, 1),
+    ("soak.rated", 3, 1),
     ("soak.batched", 3, 2),
     ("event", 2, 0),
 ]
@@ -44,7 +45,7 @@ class Soak:
     """How long, how hard: ``seconds`` of load at ``rate`` arrivals a second, a kill every ``kill_every`` s."""
 
     seconds: float = 60.0
-    rate: float = 8.0
+    rate: float = 4.0
     kill_every: float = 3.0
     workers: int = 3
     lease: str = "2s"
@@ -62,15 +63,20 @@ class _Load:
         self.signals: set[asyncio.Task[None]] = set()
         self.n = 0
 
-    async def one(self) -> None:
+    async def burst(self) -> None:
+        """One arrival, or (one time in four) a burst of several of one workflow and key at once."""
         workflow, _, keys = self.rng.choices(MIX, weights=[w for _, w, _ in MIX])[0]
-        self.n += 1
         key = f"{workflow.split('.')[-1][0]}{self.rng.randrange(keys)}" if keys else ""
+        size = self.rng.randint(3, 8) if self.rng.random() < 0.25 else 1
+        await asyncio.gather(*(self.one(workflow, key) for _ in range(size)))
+
+    async def one(self, workflow: str, key: str) -> None:
+        self.n += 1
         try:
             if workflow == "event":
                 self.events.append(await self.client.publish(ping, {"id": f"e{self.n}"}, {"n": self.n}))
                 return
-            payload = {"n": self.n, "key": key} if keys else {"n": self.n}
+            payload = {"n": self.n, "key": key} if key else {"n": self.n}
             handle = await self.client.start(workflow, payload)
         except Exception as exc:
             self.errors.append(f"{workflow}: {type(exc).__name__}: {exc}")
@@ -90,7 +96,7 @@ class _Load:
 
     async def drive(self, rate: float, stop: asyncio.Event) -> None:
         while not stop.is_set():
-            await self.one()
+            await self.burst()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), self.rng.expovariate(rate))
 
@@ -107,7 +113,10 @@ async def _killer(cluster: Cluster, config: Soak, rng: random.Random, stop: asyn
             victim = rng.choice(alive)
             kills.append((victim.pid, victim.kill()))
         cluster.spawn(
-            max(0, config.workers - len([w for w in cluster.workers if w.alive()])), lease=config.lease, app=APP_REF
+            max(0, config.workers - len([w for w in cluster.workers if w.alive()])),
+            lease=config.lease,
+            app=APP_REF,
+            args=ARGS,
         )
     return kills
 
@@ -148,7 +157,7 @@ async def soak(server: PrivatePostgres, log_dir: Path, config: Soak, *, say: boo
         await cluster.setup()
         await cluster.execute(SCHEMA)
         try:
-            cluster.spawn(config.workers, lease=config.lease, app=APP_REF)
+            cluster.spawn(config.workers, lease=config.lease, app=APP_REF, args=ARGS)
             await cluster.ready()
             load = _Load(client, rng)
             stop = asyncio.Event()
