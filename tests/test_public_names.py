@@ -50,6 +50,7 @@ PUBLIC = [
     "StepFailed",
     "StepInfo",
     "StoreError",
+    "StoreFull",
     "Subject",
     "Throttle",
     "Timeouts",
