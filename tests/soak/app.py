@@ -19,7 +19,7 @@ import lockgate as lg
 
 from ..cluster.app import RETRY, effect, sql
 
-__all__ = ["BEGUN", "LIMITS", "SCHEMA", "app"]
+__all__ = ["BEGUN", "LIMITS", "SCHEDULE_EVERY", "SCHEMA", "app"]
 
 # The declared limits, read back by the checks.
 LIMITS = {
@@ -90,6 +90,7 @@ async def work(run_id: str, step: str, hold: float) -> int:
 
 
 HOLD = 0.2
+SCHEDULE_EVERY = 2  # seconds between the soak schedule's slots
 BEGUN = "-begun"  # the suffix of a step's start record (not an effect: a re-run after a kill begins again)
 
 
@@ -152,8 +153,11 @@ def slot_payload(scheduled_at: datetime) -> dict[str, str]:
 
 
 # Buffered: a slot whose predecessor's run is held by a killed worker waits for it instead of standing down.
+# Every two seconds, not every second: a buffered firing starts on the schedule sweep's tick after its
+# predecessor's run ended, and on a loaded machine that pickup and the run can take longer than a second,
+# so an every-second backlog would only grow.
 app.schedule(
-    "soak-every-second", workflow=tick, every="1s", payload=slot_payload, on_overlap="buffer", buffer_limit=10000
+    "soak-every-2s", workflow=tick, every=SCHEDULE_EVERY, payload=slot_payload, on_overlap="buffer", buffer_limit=10000
 )
 
 

@@ -13,6 +13,7 @@ import random
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import lockgate as lg
 
@@ -121,9 +122,13 @@ async def _killer(cluster: Cluster, config: Soak, rng: random.Random, stop: asyn
     return kills
 
 
-async def _settle(cluster: Cluster, client: lg.Client, stopped: float, timeout: float) -> int:
-    """Wait until everything started before ``stopped`` has ended; resume crash-looped runs. How many were."""
+async def _settle(cluster: Cluster, client: lg.Client, stopped: float, timeout: float) -> tuple[int, str | None]:
+    """Wait until everything started before ``stopped`` has ended; resume crash-looped runs.
+
+    How many were resumed, and what was left unsettled at the deadline (``None``: nothing).
+    """
     resumed = 0
+    left: list[Any] = []
 
     async def settled() -> bool:
         nonlocal resumed
@@ -133,19 +138,24 @@ async def _settle(cluster: Cluster, client: lg.Client, stopped: float, timeout: 
             await client.resume(run_id)  # kill -9 three times in a row: the engine's crash-loop guard
             resumed += 1
         rows = await cluster.fetch(
-            "SELECT (SELECT COUNT(*) FROM lockgate_pending)"
-            " + (SELECT COUNT(*) FROM lockgate_runs WHERE status IN ('running', 'suspended')"
-            "    AND (workflow <> 'soak.tick' OR created_at <= %s))"
-            " + (SELECT COUNT(*) FROM lockgate_deliveries WHERE status = 'pending')"
-            " + (SELECT COUNT(*) FROM lockgate_schedule_firings WHERE status IN ('claimed', 'buffered', 'started')"
+            "SELECT (SELECT COUNT(*) FROM lockgate_pending),"
+            " (SELECT COUNT(*) FROM lockgate_runs WHERE status IN ('running', 'suspended')"
+            "    AND (workflow <> 'soak.tick' OR created_at <= %s)),"
+            " (SELECT COUNT(*) FROM lockgate_deliveries WHERE status = 'pending'),"
+            " (SELECT COUNT(*) FROM lockgate_schedule_firings WHERE status IN ('claimed', 'buffered', 'started')"
             "    AND scheduled_at <= %s)",
             stopped,
             stopped,
         )
-        return rows[0][0] == 0
+        left[:] = rows[0]
+        return not any(rows[0])
 
-    await until(settled, timeout=timeout, what="the load settled")
-    return resumed
+    try:
+        await until(settled, timeout=timeout, what="the load settled")
+    except TimeoutError:
+        parked, live, deliveries, firings = left
+        return resumed, f"parked {parked}, live runs {live}, pending deliveries {deliveries}, open firings {firings}"
+    return resumed, None
 
 
 async def soak(server: PrivatePostgres, log_dir: Path, config: Soak, *, say: bool = False) -> Report:
@@ -173,13 +183,14 @@ async def soak(server: PrivatePostgres, log_dir: Path, config: Soak, *, say: boo
                 await asyncio.wait(set(load.signals))
             if say:
                 print(f"load stopped after {stopped - began:.0f}s: {len(load.arrivals)} starts, {len(kills)} kills")
-            resumed = await _settle(cluster, client, stopped, config.settle_timeout)
+            resumed, unsettled = await _settle(cluster, client, stopped, config.settle_timeout)
         finally:
             await cluster.close()
         report = await check(cluster, load.arrivals, load.events, kills, (began, stopped), resumed)
     report.figures["load (s)"] = round(stopped - began, 1)
     report.figures["workers started"] = len(cluster.workers)
     report.fail("driver errors", load.errors)
+    report.fail(f"not settled {config.settle_timeout:g}s after the load stopped", [unsettled] if unsettled else [])
     report.fail("tracebacks in worker logs", [w.name for w in cluster.workers if _traceback(w)])
     return report
 
