@@ -73,16 +73,17 @@ class _Load:
 
     async def one(self, workflow: str, key: str) -> None:
         self.n += 1
+        n = self.n
         try:
             if workflow == "event":
-                self.events.append(await self.client.publish(ping, {"id": f"e{self.n}"}, {"n": self.n}))
+                self.events.append(await self.client.publish(ping, {"id": f"e{n}"}, {"n": n}))
                 return
-            payload = {"n": self.n, "key": key} if key else {"n": self.n}
+            payload = {"n": n, "key": key} if key else {"n": n}
             handle = await self.client.start(workflow, payload)
         except Exception as exc:
             self.errors.append(f"{workflow}: {type(exc).__name__}: {exc}")
             return
-        self.arrivals.append(Arrival(workflow, handle.ticket, handle.status, handle.run_id))
+        self.arrivals.append(Arrival(workflow, handle.ticket, handle.status, handle.run_id, n))
         if workflow == "soak.multi" and handle.run_id is not None:
             task = asyncio.create_task(self._signal_later(handle.run_id))
             self.signals.add(task)
