@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import Counter
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
@@ -21,8 +21,9 @@ import lockgate as lg
 from .cluster.app import Job
 from .cluster.app import app as cluster_app
 from .cluster.harness import Cluster, until
+from .conftest import LONG
 from .pg import PgProxy
-from .pgserver import PrivatePostgres, private_postgres
+from .pgserver import PrivatePostgres
 
 pytestmark = pytest.mark.slow
 
@@ -30,10 +31,9 @@ RUNS = 9
 OUTAGE = "database unreachable"
 
 
-@pytest.fixture(scope="module")
-def server() -> Iterator[PrivatePostgres]:
-    with private_postgres() as pg:
-        yield pg
+@pytest.fixture
+def server(private_pg: PrivatePostgres) -> PrivatePostgres:
+    return private_pg
 
 
 @pytest.fixture
@@ -88,7 +88,7 @@ async def _settled(cluster: Cluster, url: str, run_ids: list[str], outages: int)
         assert "Traceback" not in text, text
 
 
-@pytest.mark.parametrize("mode", ["fast", "immediate"])
+@pytest.mark.parametrize("mode", ["fast", "immediate"] if LONG else ["immediate"])
 async def test_a_server_restart_mid_load_loses_nothing(
     server: PrivatePostgres, cluster: Cluster, url: str, mode: str
 ) -> None:

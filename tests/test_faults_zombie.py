@@ -11,7 +11,7 @@ import asyncio
 import re
 import signal
 from collections import Counter
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
@@ -21,15 +21,14 @@ import lockgate as lg
 from .cluster.app import Job
 from .cluster.app import app as cluster_app
 from .cluster.harness import Cluster, until
-from .pgserver import PrivatePostgres, private_postgres
+from .pgserver import PrivatePostgres
 
 pytestmark = pytest.mark.slow
 
 
-@pytest.fixture(scope="module")
-def server() -> Iterator[PrivatePostgres]:
-    with private_postgres() as pg:
-        yield pg
+@pytest.fixture
+def server(private_pg: PrivatePostgres) -> PrivatePostgres:
+    return private_pg
 
 
 @pytest.fixture
@@ -93,7 +92,7 @@ async def test_a_thawed_zombie_is_fenced_says_so_once_and_rejoins(cluster: Clust
         assert (await cluster.fetch("SELECT COUNT(*) FROM lockgate_slots"))[0][0] == 0
 
         # It rejoins: new work reaches it as it reaches any worker.
-        fresh = [(await client.start("cluster.steps", Job(n=i, hold=0.3))).run_id or "" for i in range(24)]
+        fresh = [(await client.start("cluster.steps", Job(n=i, hold=0.3))).run_id or "" for i in range(12)]
         await until(lambda: cluster.all_succeeded("cluster.steps", len(fresh)), timeout=90, what="fresh runs done")
         runners = Counter(p for r, _, p in await cluster.effects("one") if r in fresh)
         assert runners[zombie.pid] >= 1, f"the thawed worker took no new work: {runners}"

@@ -26,7 +26,11 @@ import lockgate as lg
 from lockgate.cli import run as cli_run
 from lockgate.durations import parse_duration, to_seconds
 
-FUZZ = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+from .conftest import LONG
+
+FUZZ = settings(
+    max_examples=500 if LONG else 40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
 
 # -- durations ------------------------------------------------------------------------------------
 

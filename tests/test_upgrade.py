@@ -107,7 +107,13 @@ async def test_a_slot_holder_and_a_start_parked_on_the_first_gated_schema_comple
     db = _copy(tmp_path)
     async with lg.Engine(app, f"sqlite:///{db}", poll_interval=0.05, lease="2s", max_reclaims=1) as engine:
         [holder] = await engine.list_runs(workflow="up.limited")
-        assert await engine.result(holder.id, timeout=15) == 3
+
+        async def holder_ended() -> str | None:
+            status = (await engine.get_run(holder.id)).status
+            return status if status in ("succeeded", "suspended", "failed") else None
+
+        assert await eventually(holder_ended, timeout=15, what="the slot holder ended") == "succeeded"
+        assert await engine.result(holder.id, timeout=5) == 3
 
         async def parked_one_done() -> list[lg.RunInfo]:
             runs = [r for r in await engine.list_runs(workflow="up.limited") if r.payload["n"] == 4]

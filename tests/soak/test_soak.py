@@ -5,20 +5,18 @@ The long one: ``python -m tests.soak --minutes 10``.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from ..pgserver import PrivatePostgres, private_postgres
+from ..pgserver import PrivatePostgres
 from .checks import max_overlap, window_excess
 from .run import Soak, soak
 
 
-@pytest.fixture(scope="module")
-def server() -> Iterator[PrivatePostgres]:
-    with private_postgres() as pg:
-        yield pg
+@pytest.fixture
+def server(private_pg: PrivatePostgres) -> PrivatePostgres:
+    return private_pg
 
 
 def test_overlap_counts_half_open_spans() -> None:
