@@ -118,3 +118,9 @@ async def test_body_duration_is_refused_naming_the_call(env_factory: Any) -> Non
 @pytest.mark.parametrize("seconds", [0.5, 1, 15, 90, 5400, 86400, 30 * 86400, 90061.5])
 def test_format_seconds_reads_back(seconds: float) -> None:
     assert to_seconds(format_seconds(seconds)) == seconds
+
+
+@pytest.mark.parametrize("value", ["99999999999d", 10**20, "1000000000w", timedelta.max.total_seconds() * 2])
+def test_a_duration_past_the_calendar_is_refused_by_name(value: Any) -> None:
+    with pytest.raises(ValueError, match=r"debounce\.period: must be at most"):
+        parse_duration(value, what="debounce.period")

@@ -52,6 +52,7 @@ PUBLIC = [
     "StepFailed",
     "StepInfo",
     "StoreError",
+    "StoreFull",
     "Subject",
     "Throttle",
     "Timeouts",

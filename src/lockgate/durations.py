@@ -38,6 +38,7 @@ _UNITS = {
     "week": 604800.0,
     "weeks": 604800.0,
 }
+_LONGEST = 1000 * 365 * 86400.0  # a thousand years: anything longer is a typo, and overflows dates
 _PART = re.compile(r"\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]+)\s*")
 
 
@@ -62,6 +63,8 @@ def to_seconds(value: Duration, *, what: str = "duration") -> float:
         raise ValueError(f"{what}: must be finite, got {value!r}")
     if seconds < 0:
         raise ValueError(f"{what}: must not be negative, got {value!r}")
+    if seconds > _LONGEST:
+        raise ValueError(f"{what}: must be at most {_LONGEST / 86400 / 365:g} years, got {value!r}")
     return seconds
 
 

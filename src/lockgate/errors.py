@@ -25,6 +25,7 @@
      ├── EncryptionKeyError         an encryption key is malformed (raised at boot)
      ├── JournalDecryptionError     a stored value of an encrypted run does not open
      └── StoreError                 the store refused or could not be reached
+          └── StoreFull             its disk is full (nothing of the refused write is kept)
 
 Control-flow signals used inside workflow bodies derive from ``BaseException`` so a
 user's ``except Exception:`` cannot swallow them.
@@ -57,6 +58,7 @@ __all__ = [
     "StartRolledBack",
     "StepFailed",
     "StoreError",
+    "StoreFull",
     "UnknownRun",
     "UnknownWorkflow",
     "UpdateFailed",
@@ -277,6 +279,10 @@ class JournalDecryptionError(LockgateError):
 
 class StoreError(LockgateError):
     """The store refused the operation or could not be reached."""
+
+
+class StoreFull(StoreError):
+    """The store's disk is full: the write was refused whole; reads go on, and writes resume once space is freed."""
 
 
 class EngineClosed(LockgateError):

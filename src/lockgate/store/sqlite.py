@@ -24,7 +24,7 @@ from types import CoroutineType
 from typing import Any, ParamSpec, TypeVar
 from urllib.parse import parse_qs, urlsplit
 
-from ..errors import StoreError
+from ..errors import StoreError, StoreFull
 from .base import Joined, Op, Row, Store, Tx
 from .coalesce import Call, run_calls
 from .multirow import multirow
@@ -272,7 +272,9 @@ class SQLiteStore(Store):
                         raise
                     conn.execute("ROLLBACK TO op")
                     conn.execute("RELEASE op")
-                    outcomes.append((False, exc))
+                    outcomes.append(
+                        (False, _typed(exc, "SQLite write failed") if isinstance(exc, sqlite3.Error) else exc)
+                    )
             if tx.ledger_grew:
                 tx.count_ledger()
             conn.execute("COMMIT")
@@ -283,7 +285,7 @@ class SQLiteStore(Store):
                     conn.execute("ROLLBACK")
             if self.observer is not None and (not single or isinstance(exc, sqlite3.Error)):
                 self.observer.store_error("commit")
-            error = exc if single and not isinstance(exc, sqlite3.Error) else StoreError(f"SQLite commit failed: {exc}")
+            error = exc if single and not isinstance(exc, sqlite3.Error) else _typed(exc, "SQLite commit failed")
             for _, fut in batch:
                 if fut is not None and not fut.done():
                     fut.set_exception(error)
@@ -334,7 +336,14 @@ class SQLiteStore(Store):
         except sqlite3.Error as exc:
             if self.observer is not None:
                 self.observer.store_error("read")
-            raise StoreError(f"SQLite read failed: {exc}") from exc
+            raise _typed(exc, "SQLite read failed") from exc
+
+
+def _typed(exc: BaseException, what: str) -> StoreError:
+    """The typed error for a failed SQLite statement: ``StoreFull`` when the disk is full."""
+    if getattr(exc, "sqlite_errorcode", None) == sqlite3.SQLITE_FULL:
+        return StoreFull(f"{what}: the disk holding the SQLite database is full ({exc}); free space to resume")
+    return StoreError(f"{what}: {exc}")
 
 
 def _split_statements(sql: str) -> list[str]:
