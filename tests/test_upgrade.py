@@ -14,7 +14,6 @@ import sqlite3
 import time
 from pathlib import Path
 
-import pytest
 from pydantic import BaseModel
 
 import lockgate as lg
@@ -95,12 +94,6 @@ async def test_sleeping_and_waiting_runs_on_the_first_gated_schema_complete_afte
         assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="migration 0002 was edited after release (925c06f added lockgate_pending.retry_of in place): a store "
-    "made before has no such column, so handing the slot to the parked start fails and the holder crash-loops; "
-    "the fix is a new migration adding the column where it is missing",
-)
 async def test_a_slot_holder_and_a_start_parked_on_the_first_gated_schema_complete_after_the_upgrade(
     tmp_path: Path,
 ) -> None:

@@ -200,7 +200,8 @@ class SQLiteStore(Store):
                 if version in done:
                     continue
                 for statement in _split_statements(sql):
-                    conn.execute(statement)
+                    if not _adds_an_existing_column(conn, statement):
+                        conn.execute(statement)
                 conn.execute(
                     "INSERT INTO lockgate_migrations (version, name, applied_at) VALUES (?, ?, ?)",
                     (version, name, time.time()),
@@ -344,6 +345,18 @@ def _typed(exc: BaseException, what: str) -> StoreError:
     if getattr(exc, "sqlite_errorcode", None) == sqlite3.SQLITE_FULL:
         return StoreFull(f"{what}: the disk holding the SQLite database is full ({exc}); free space to resume")
     return StoreError(f"{what}: {exc}")
+
+
+_ADD_COLUMN = re.compile(r"^\s*ALTER\s+TABLE\s+(\w+)\s+ADD\s+COLUMN\s+(\w+)", re.IGNORECASE)
+
+
+def _adds_an_existing_column(conn: sqlite3.Connection, statement: str) -> bool:
+    """Whether ``statement`` adds a column its table already has (a migration that repairs older stores)."""
+    match = _ADD_COLUMN.match(statement)
+    if match is None:
+        return False
+    table, column = match.groups()
+    return any(row[1] == column for row in conn.execute(f"PRAGMA table_info({table})"))
 
 
 def _split_statements(sql: str) -> list[str]:
