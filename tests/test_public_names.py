@@ -36,6 +36,7 @@ PUBLIC = [
     "RateLimit",
     "RateLimited",
     "ResultTimeout",
+    "ResultTypeError",
     "Retry",
     "RetryAfter",
     "RunCancelled",

@@ -12,6 +12,7 @@
      ├── RunFailed                  the awaited run failed
      ├── RunCancelled               the awaited run was cancelled
      ├── ResultTimeout              the result did not arrive in time
+ ├── ResultTypeError            a returned value does not match its annotation
      ├── UpdateFailed               an update was rejected or its handler raised
      ├── WorkflowVersionIncompatible
      ├── WorkflowCrashLooped
@@ -30,6 +31,7 @@ user's ``except Exception:`` cannot swallow them.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Sequence
 from datetime import timedelta
 from typing import Any
@@ -45,6 +47,7 @@ __all__ = [
     "PayloadError",
     "RateLimited",
     "ResultTimeout",
+    "ResultTypeError",
     "RetryAfter",
     "RunCancelled",
     "RunFailed",
@@ -161,6 +164,33 @@ class RunCancelled(LockgateError):
 
 class ResultTimeout(LockgateError, TimeoutError):
     """The result did not arrive before the timeout."""
+
+
+class ResultTypeError(LockgateError):
+    """A value does not match the type it is annotated with: a body's result (or a step's, a child's).
+
+    A body whose return value does not validate against its return annotation fails with
+    this error, and ``result()`` raises ``RunFailed`` caused by it. ``where`` says which
+    value: ``"result"`` for the run's own, else the step or child it came from.
+    """
+
+    def __init__(self, workflow: str, expected: str, actual: str, where: str = "result") -> None:
+        self.workflow = workflow
+        self.expected = expected
+        self.actual = actual
+        self.where = where
+        super().__init__(f"workflow {workflow!r}: {where} is {actual}, expected {expected}")
+
+    @classmethod
+    def from_message(cls, message: str | None) -> ResultTypeError | None:
+        """The error a failed run was recorded with, rebuilt from its message (``None`` if it is not one)."""
+        found = _RESULT_TYPE.fullmatch(message or "")
+        if found is None:
+            return None
+        return cls(found["workflow"], found["expected"], found["actual"], found["where"])
+
+
+_RESULT_TYPE = re.compile(r"workflow '(?P<workflow>.*)': (?P<where>.+?) is (?P<actual>.+), expected (?P<expected>.+)")
 
 
 class UpdateFailed(LockgateError):

@@ -19,13 +19,13 @@ from ..app import App
 from ..clock import Clock
 from ..crypto import Keyring, Sealer, check_keys, is_sealed, seal_payload
 from ..definitions import WorkflowDef
-from ..errors import ResultTimeout, RunCancelled, RunFailed
+from ..errors import ResultTimeout, ResultTypeError, RunCancelled, RunFailed
 from ..gate.pipeline import Decision
 from ..handles import RunHandle
 from ..ids import new_id
 from ..origin import current_columns
 from ..runtime import Published, Runtime
-from ..serde import decode
+from ..serde import decode_as
 from ..store import Store, shared
 from ..store.base import Row
 from .admissions import Admissions
@@ -262,13 +262,14 @@ class Core:
             output = row["output"]
             if is_sealed(output):
                 output = Sealer(self.keyring, row["id"]).open("", "output", output)
-            return decode(output, rtype)
+            return decode_as(output, rtype, workflow=row["workflow"])
         message = row["error_message"]
         if is_sealed(message):
             message = Sealer(self.keyring, row["id"]).open("", "error", message)
         if row["status"] == "cancelled":
             raise RunCancelled(row["id"], message)
-        raise RunFailed(row["id"], row["error_tag"], message)
+        cause = ResultTypeError.from_message(message) if row["error_tag"] == "ResultTypeError" else None
+        raise RunFailed(row["id"], row["error_tag"], message) from cause
 
 
 def _no_workers(at: float | None = None) -> None:

@@ -27,10 +27,10 @@ from ..controls import FailureReport
 from ..crypto import Sealer, is_sealed, open_for_replay
 from ..definitions import Retry, WorkflowDef
 from ..durations import Duration, to_seconds
-from ..errors import JournalDecryptionError, StepFailed, StoreError
+from ..errors import JournalDecryptionError, ResultTypeError, StepFailed, StoreError
 from ..events import Subject
 from ..gate.handoff import finish_passing
-from ..serde import decode, encode
+from ..serde import conform, decode, decode_as, encode
 from ..store import Store, runs, shared
 from ..store import journal as store_journal
 from ..store.base import Row
@@ -244,6 +244,11 @@ class Execution(Context):
             await self._undecryptable(exc)
             return
         except Exception as exc:
+            await self._fail(exc)
+            return
+        try:
+            value = conform(value, self.defn.result_type, workflow=self.workflow)
+        except ResultTypeError as exc:  # checked before the run ends: a caller never meets a bad result
             await self._fail(exc)
             return
         self._tripwire(parked=False)
@@ -488,7 +493,7 @@ class Execution(Context):
         rtype, is_async = callable_facts(fn)
         entry = self._journal.get(key)
         if entry is not None and entry["status"] == "completed":
-            return decode(entry["output"], rtype)
+            return decode_as(entry["output"], rtype, workflow=self.workflow, where=f"step {key}")
         if entry is not None and entry["status"] == "failed":
             raise StepFailed(name, entry["error_tag"], entry["error_message"], int(entry["attempts"]))
         policy = retry or _NO_RETRY

@@ -22,7 +22,7 @@ from ..crypto import Sealer, is_sealed, seal_payload
 from ..durations import Duration, to_seconds
 from ..errors import JournalDecryptionError, PayloadError, RunCancelled, RunFailed
 from ..ids import new_id
-from ..serde import decode, dump_json, encode, validate_payload
+from ..serde import decode, decode_as, dump_json, encode, validate_payload
 from ..store import messages, runs, shared
 from .durable import Parked, Running, Wait, call, callable_facts, describe, model_ref
 
@@ -201,7 +201,7 @@ async def handle_update(x: Running, name: str, model: type[M], handler: Callable
     entry = x.entry(key)
     rtype, _ = callable_facts(handler)
     if entry is not None and entry["status"] == "completed":
-        return decode(entry["output"], rtype)  # type: ignore[no-any-return]
+        return decode_as(entry["output"], rtype, workflow=x.row["workflow"], where=f"update {key}")  # type: ignore[no-any-return]
     store, host = x.store, x.host
     async with x.busy():
         while True:
@@ -342,7 +342,7 @@ async def wait_child(x: Running, handle: ChildHandle) -> Any:
             await x.block(Wait("child", children=[handle.run_id]))
     outcome = decode(entry["output"])
     if outcome["status"] == "succeeded":
-        return decode(outcome["output"], rtype)
+        return decode_as(outcome["output"], rtype, workflow=handle.workflow, where=f"result of child {handle.run_id}")
     if outcome["status"] == "cancelled":
         raise RunCancelled(handle.run_id, outcome["error_message"])
     raise RunFailed(handle.run_id, outcome["error_tag"], outcome["error_message"])
