@@ -35,6 +35,7 @@ from ..handles import RunHandle
 from ..ids import new_id
 from ..inspect.schedules import FiringInfo, ScheduleInfo
 from ..origin import current_origin, starting_from
+from ..recording import DEFAULT_INPUT_LIMIT, check_input_limit, resolve_recording
 from ..records import AttemptInfo, EventInfo, RunInfo, StepInfo
 from ..serde import validate_payload
 from ..store import Store, journal, messages, open_store, runs, shared
@@ -62,9 +63,10 @@ class Client(OperatorVerbs):
         poll_interval: float = 0.5,
         recording: str = "full",
         encryption_keys: str | Sequence[str] | None = None,
+        step_input_limit: int = DEFAULT_INPUT_LIMIT,
     ) -> None:
-        if recording not in ("full", "coarse"):
-            raise InvalidArgument(f"recording must be 'full' or 'coarse', not {recording!r}")
+        recording = resolve_recording(recording)  # LOCKGATE_RECORDING, when set, wins
+        check_input_limit(step_input_limit)
         super().__init__(
             Core(
                 app,
@@ -73,6 +75,7 @@ class Client(OperatorVerbs):
                 poll_interval,
                 recording,
                 Keyring.load(encryption_keys),  # newest first; LOCKGATE_ENCRYPTION_KEYS when not given
+                step_input_limit,
             )
         )
         self.schedule_owner = "client"

@@ -24,6 +24,7 @@ from ..gate.pipeline import Decision
 from ..handles import RunHandle
 from ..ids import new_id
 from ..origin import current_columns
+from ..recording import DEFAULT_INPUT_LIMIT
 from ..runtime import Published, Runtime
 from ..serde import decode_as
 from ..store import Store, shared
@@ -87,12 +88,14 @@ class Core:
         poll_interval: float,
         recording: str,
         keyring: Keyring | None = None,
+        input_limit: int = DEFAULT_INPUT_LIMIT,
     ) -> None:
         self.app = app
         self.store = store
         self.clock = clock
         self.poll_interval = poll_interval
         self.recording = recording
+        self.input_limit = input_limit  # bytes of a step's input= kept on its attempt row
         self.keyring = keyring if keyring is not None else Keyring.load()  # newest first
         self.results = ResultWaiters(store, lambda: self.poll_interval)
         self.admissions = Admissions(store, lambda: self.poll_interval)

@@ -66,6 +66,7 @@ class Dispatcher:
         self.max_concurrent_runs = max_concurrent_runs
         self.lease = lease
         self.inline_sleep = inline_sleep
+        self.input_limit = core.input_limit
         self.max_reclaims = max_reclaims
         self.worker_id = worker_id
         self.host = host

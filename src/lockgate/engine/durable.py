@@ -27,6 +27,8 @@ from ..crypto import Keyring, Sealer
 from ..definitions import WorkflowDef
 from ..errors import StepFailed
 from ..gate.handoff import HandOff, Passed
+from ..recording import TRUNCATED
+from ..serde import dump_json, encode
 from ..store import Store, shared
 from ..store.base import Row
 from .identity import ScopeResolver
@@ -41,6 +43,7 @@ __all__ = [
     "callable_facts",
     "describe",
     "divergence",
+    "kept_input",
     "model_ref",
 ]
 
@@ -55,6 +58,7 @@ class Host(Protocol):
     clock: Clock
     keyring: Keyring
     inline_sleep: float
+    input_limit: int
     resolve_scopes: ScopeResolver | None
 
     def wake(self, at: float | None = None) -> None: ...
@@ -182,6 +186,17 @@ async def call(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, 
     if inspect.isawaitable(result):
         return await result
     return result
+
+
+def kept_input(value: Any, limit: int) -> str:
+    """A step's ``input=`` as its attempt row keeps it: whole up to ``limit`` bytes, else its head, marked."""
+    text = encode(value)
+    if len(text) <= limit // 4:  # at most 4 bytes a character: short enough without encoding it
+        return text
+    data = text.encode()
+    if len(data) <= limit:
+        return text
+    return dump_json({TRUNCATED: True, "size": len(data), "head": data[:limit].decode(errors="ignore")})
 
 
 def model_ref(name: str, model: type[BaseModel]) -> dict[str, str]:

@@ -27,6 +27,7 @@ from ..gate.pipeline import Decision
 from ..handles import RunHandle
 from ..ids import new_id
 from ..inspect import FiringInfo, FlowRow, Inspector, ScheduleInfo, Trace
+from ..recording import DEFAULT_INPUT_LIMIT
 from ..records import AttemptInfo, EventInfo, RunInfo, StepInfo
 from ..runtime import Runtime, WorkerRuntime
 from ..store import Store
@@ -76,6 +77,7 @@ class Engine:
         clock: Clock | None = None,
         worker_id: str | None = None,
         encryption_keys: str | Sequence[str] | None = None,
+        step_input_limit: int = DEFAULT_INPUT_LIMIT,
     ) -> None:
         self.client = Client(
             app,
@@ -84,6 +86,7 @@ class Engine:
             poll_interval=to_seconds(poll_interval, what="poll_interval"),
             recording=recording,
             encryption_keys=encryption_keys,
+            step_input_limit=step_input_limit,
         )
         if max_concurrent_runs < 1:
             raise ValueError("max_concurrent_runs must be >= 1")

@@ -35,7 +35,7 @@ from ..store import Store, runs, shared
 from ..store import journal as store_journal
 from ..store.base import Row
 from . import operations, run_events
-from .durable import Host, Parked, Wait, attempt_row, call, callable_facts, describe, divergence
+from .durable import Host, Parked, Wait, attempt_row, call, callable_facts, describe, divergence, kept_input
 
 __all__ = ["Execution", "Host"]
 
@@ -500,7 +500,7 @@ class Execution(Context):
         async with self.busy():
             first = self._clock.now()
             attempt = 0
-            recorded_input = None if input is None or self._coarse else encode(input)
+            recorded_input = None if input is None or self._coarse else kept_input(input, self._host.input_limit)
             if recorded_input is not None and self._sealer is not None:
                 recorded_input = self._sealer.seal(key, "input", recorded_input)
             while True:
