@@ -13,12 +13,22 @@ from collections.abc import Mapping
 
 from .errors import InvalidArgument
 
-__all__ = ["DEFAULT_INPUT_LIMIT", "MODES", "RECORDING_ENV", "TRUNCATED", "check_input_limit", "resolve_recording"]
+__all__ = [
+    "DEFAULT_INPUT_LIMIT",
+    "MODES",
+    "RECORDING_ENV",
+    "REPLAY_SHAPE_LIMIT",
+    "TRUNCATED",
+    "check_input_limit",
+    "resolve_recording",
+]
 
 RECORDING_ENV = "LOCKGATE_RECORDING"
 MODES = ("full", "coarse")
 DEFAULT_INPUT_LIMIT = 64 * 1024
 """Bytes of a step's ``input=`` kept on its attempt row; beyond it the head is kept, marked truncated."""
+REPLAY_SHAPE_LIMIT = 2000
+"""Recorded journal entries above which a run's re-entry is not compared with its journal (the tripwire)."""
 TRUNCATED = "$truncated"
 """The key of the object a truncated input is stored as: ``{"$truncated": true, "size": n, "head": "..."}``."""
 

@@ -17,6 +17,7 @@ import click
 
 from ..errors import LockgateError
 from . import bulk as bulk
+from . import check as check
 from . import cluster as cluster
 from . import demo as demo  # each import registers that module's commands on its group
 from . import events as events

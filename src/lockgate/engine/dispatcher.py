@@ -27,6 +27,7 @@ from ..gate.drainer import Drainer
 from ..gate.handoff import HandOff, Passed, hand_off_for
 from ..gate.pipeline import Decision
 from ..handles import RunHandle
+from ..recording import REPLAY_SHAPE_LIMIT
 from ..runtime import WorkerRuntime
 from ..store import journal as store_journal
 from ..store import runs, shared, workers
@@ -56,6 +57,7 @@ class Dispatcher:
         worker_id: str,
         host: str,
         resolve_scopes: ScopeResolver | None = None,
+        replay_shape_limit: int = REPLAY_SHAPE_LIMIT,
     ) -> None:
         self.core = core
         self.resolve_scopes = resolve_scopes  # asked on every execution attempt (engine/identity.py)
@@ -67,6 +69,7 @@ class Dispatcher:
         self.lease = lease
         self.inline_sleep = inline_sleep
         self.input_limit = core.input_limit
+        self.replay_shape_limit = replay_shape_limit  # the tripwire is off for longer journals
         self.max_reclaims = max_reclaims
         self.worker_id = worker_id
         self.host = host

@@ -59,6 +59,7 @@ class Host(Protocol):
     keyring: Keyring
     inline_sleep: float
     input_limit: int
+    replay_shape_limit: int
     resolve_scopes: ScopeResolver | None
 
     def wake(self, at: float | None = None) -> None: ...

@@ -344,8 +344,8 @@ class Execution(Context):
         return seq
 
     def _tripwire(self, *, parked: bool) -> None:
-        if not self._recorded:
-            return
+        if not self._recorded or len(self._recorded) > self._host.replay_shape_limit:
+            return  # past the limit, a history read in part would raise its own false alarms
         # new keys past the last recorded one are the body going further than before, as expected
         data = divergence(self._recorded, self._reached, self._extra[: self._confirmed], self._journal, parked=parked)
         if data is not None:

@@ -13,6 +13,7 @@ from .connect import StoreLocation, connect, locate
 from .flow import FlowRow
 from .gate import LedgerEntry, ParkedStart, Pause
 from .inspector import Inspector
+from .replay import ReplayReport
 from .runs import RUN_STATUSES, TERMINAL, RunDetail
 from .schedules import FiringInfo, ScheduleInfo
 from .stats import Stats, StatsTotals, WorkflowStats
@@ -28,6 +29,7 @@ __all__ = [
     "LedgerEntry",
     "ParkedStart",
     "Pause",
+    "ReplayReport",
     "Rotation",
     "RunDetail",
     "ScheduleInfo",
