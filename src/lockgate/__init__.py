@@ -8,6 +8,7 @@ from .engine import Client, Engine
 from .engine.operator import BulkItem, BulkResult
 from .errors import (
     BlockingStartRefused,
+    ChildNotStarted,
     DefinitionError,
     EncryptionKeyError,
     EngineClosed,
@@ -35,6 +36,7 @@ from .errors import (
 from .events import CancelOn, DeliveryRecord, Event, EventDef, EventRecord, Subject
 from .handles import Deferral, RunHandle
 from .inspect import FlowRow, Trace
+from .queues import Queue
 from .records import AttemptInfo, EventInfo, RunInfo, StepInfo
 from .schedule import Schedule
 
@@ -47,6 +49,7 @@ __all__ = [
     "BulkResult",
     "CancelOn",
     "ChildHandle",
+    "ChildNotStarted",
     "Client",
     "Concurrency",
     "Context",
@@ -67,6 +70,7 @@ __all__ = [
     "JournalDecryptionError",
     "LockgateError",
     "PayloadError",
+    "Queue",
     "RateLimit",
     "RateLimited",
     "ResultTimeout",

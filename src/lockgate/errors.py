@@ -18,6 +18,7 @@
      ├── WorkflowCrashLooped
      ├── StepFailed                 a step exhausted its retry policy
      ├── StartNotAdmitted           a parked start ended without a run
+     │    └── ChildNotStarted       a gated child did not become a run of its own
      ├── RateLimited                a start was dropped by a rate limit
      ├── SingletonHeld              a singleton start found an incumbent
      ├── BlockingStartRefused       a blocking start on a deferring workflow
@@ -38,6 +39,7 @@ from typing import Any
 
 __all__ = [
     "BlockingStartRefused",
+    "ChildNotStarted",
     "DefinitionError",
     "EncryptionKeyError",
     "EngineClosed",
@@ -241,6 +243,23 @@ class StartNotAdmitted(LockgateError):
         self.reason = reason
         why = f": {reason}" if reason else ""
         super().__init__(f"start {ticket} ended without a run ({outcome}{why})")
+
+
+class ChildNotStarted(StartNotAdmitted):
+    """A child offered to its workflow's gate did not become a run of its own.
+
+    ``outcome``: ``dropped`` (a rate limit; ``retry_after``), ``skipped`` (a singleton
+    incumbent: ``run_id``), ``collapsed`` / ``batched`` (folded into another start: that
+    run does the work), ``expired`` (start timeout), ``cancelled``.
+    """
+
+    def __init__(
+        self, workflow: str, ticket: str, outcome: str, reason: str | None = None, run_id: str | None = None
+    ) -> None:
+        self.workflow = workflow
+        self.run_id = run_id
+        super().__init__(ticket, outcome, reason)
+        self.args = (f"child {workflow!r} (ticket {ticket}) was {outcome}" + (f": {reason}" if reason else ""),)
 
 
 class SingletonHeld(LockgateError):

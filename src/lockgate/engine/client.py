@@ -35,6 +35,7 @@ from ..handles import RunHandle
 from ..ids import new_id
 from ..inspect.schedules import FiringInfo, ScheduleInfo
 from ..origin import current_origin, starting_from
+from ..queues import Queue, check_member
 from ..recording import DEFAULT_INPUT_LIMIT, check_input_limit, resolve_recording
 from ..records import AttemptInfo, EventInfo, RunInfo, StepInfo
 from ..serde import validate_payload
@@ -186,6 +187,17 @@ class Client(OperatorVerbs):
         if wait and handle.run_id is not None:
             await self.result(handle.run_id, timeout=timeout)
         return handle
+
+    async def enqueue(
+        self, queue: Queue | str, workflow: WorkflowRef, payload: Any = None, *, idempotency_key: str | None = None
+    ) -> RunHandle:
+        """Put ``workflow`` in the durable ``queue`` it is declared in (``@app.workflow(queue=...)``).
+
+        It is ``start``: the queue's controls are the workflow's own, so the gate decides it.
+        """
+        defn = self.app.get(workflow)
+        check_member(defn.name, defn.queue, queue)
+        return await self.start(defn.name, payload, idempotency_key=idempotency_key)
 
     async def run(
         self,

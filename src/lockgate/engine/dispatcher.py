@@ -28,7 +28,7 @@ from ..gate.handoff import HandOff, Passed, hand_off_for
 from ..gate.pipeline import Decision
 from ..handles import RunHandle
 from ..recording import REPLAY_SHAPE_LIMIT
-from ..runtime import WorkerRuntime
+from ..runtime import Runtime, WorkerRuntime
 from ..store import journal as store_journal
 from ..store import runs, shared, workers
 from ..store.base import Row
@@ -45,6 +45,11 @@ log = logging.getLogger("lockgate.engine")
 
 class Dispatcher:
     """Claims and executes runs for one worker process over ``core`` (which it serves)."""
+
+    @property
+    def runtime(self) -> Runtime:
+        """The seam the gate decides with (``Host``: a gated child is offered through it)."""
+        return self.core.runtime
 
     def __init__(
         self,

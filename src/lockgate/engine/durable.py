@@ -28,6 +28,7 @@ from ..definitions import WorkflowDef
 from ..errors import StepFailed
 from ..gate.handoff import HandOff, Passed
 from ..recording import TRUNCATED
+from ..runtime import Runtime
 from ..serde import dump_json, encode
 from ..store import Store, shared
 from ..store.base import Row
@@ -61,6 +62,11 @@ class Host(Protocol):
     input_limit: int
     replay_shape_limit: int
     resolve_scopes: ScopeResolver | None
+
+    @property
+    def runtime(self) -> Runtime:
+        """The seam the gate decides with (a gated child is offered through it)."""
+        ...
 
     def wake(self, at: float | None = None) -> None: ...
 

@@ -28,6 +28,7 @@ from ..gate.pipeline import Decision
 from ..handles import RunHandle
 from ..ids import new_id
 from ..inspect import FiringInfo, FlowRow, Inspector, ScheduleInfo, Trace
+from ..queues import Queue
 from ..recording import DEFAULT_INPUT_LIMIT, REPLAY_SHAPE_LIMIT
 from ..records import AttemptInfo, EventInfo, RunInfo, StepInfo
 from ..runtime import Runtime, WorkerRuntime
@@ -270,6 +271,12 @@ class Engine:
         return self.dispatcher.claiming
 
     # -- the client's verbs ---------------------------------------------------------------
+
+    async def enqueue(
+        self, queue: Queue | str, workflow: WorkflowRef, payload: Any = None, *, idempotency_key: str | None = None
+    ) -> RunHandle:
+        """Put ``workflow`` in the durable ``queue`` it belongs to: a ``start`` its gate decides."""
+        return await self.client.enqueue(queue, workflow, payload, idempotency_key=idempotency_key)
 
     async def start(
         self,

@@ -387,7 +387,7 @@ class Execution(Context):
 
     async def record_with(self, entry: dict[str, Any], before: Callable[[Any], Awaitable[T]]) -> T:
         now = self._clock.now()
-        entry = {"seq": self._seq(), **entry}
+        entry["seq"] = self._seq()  # the caller's dict: what ``before`` learns in the transaction goes in too
         touch = self._touch_due(now)
 
         async def write(tx: Any) -> T:
@@ -606,9 +606,15 @@ class Execution(Context):
         return await run_events.publish(self, event, key, payload)
 
     async def start_child(
-        self, workflow: str | Callable[..., Any], payload: Any, *, parent_close: ParentClose = "cancel"
+        self,
+        workflow: str | Callable[..., Any],
+        payload: Any,
+        *,
+        parent_close: ParentClose = "cancel",
+        gate: bool | None = None,
+        queue: Any = None,
     ) -> ChildHandle:
-        return await operations.start_child(self, workflow, payload, parent_close=parent_close)
+        return await operations.start_child(self, workflow, payload, parent_close=parent_close, gate=gate, queue=queue)
 
     async def wait_child(self, handle: ChildHandle) -> Any:
         return await operations.wait_child(self, handle)

@@ -33,9 +33,10 @@ from ..controls import FailureReport
 from ..crypto import Keyring, Sealer, is_sealed, open_for_replay
 from ..definitions import Retry, WorkflowDef
 from ..durations import Duration
-from ..errors import InvalidArgument, LockgateError, RunCancelled, RunFailed, StepFailed
+from ..errors import ChildNotStarted, InvalidArgument, LockgateError, RunCancelled, RunFailed, StepFailed
 from ..serde import conform, decode, decode_as, validate_payload
 from ..store.base import Row
+from .children import handle_of
 from .durable import callable_facts, describe
 from .events import declared_event
 
@@ -246,19 +247,24 @@ class _Replay(Context):
         _, entry = self._key(f"child:{name}")
         if entry is None:
             await self._live()
-        return ChildHandle(run_id=str(decode(entry["output"], str)), workflow=name)
+        return handle_of(name, decode(entry["output"]))
 
     async def wait_child(self, handle: ChildHandle) -> Any:
-        _, entry = self._key(f"wait:{handle.run_id}")
+        _, entry = self._key(f"wait:{handle.ticket or handle.run_id}")
         if entry is None:
             await self._live()
         outcome = decode(entry["output"])
+        run_id = handle.run_id or outcome.get("run_id") or ""
+        if outcome["status"] == "not-started":
+            raise ChildNotStarted(
+                handle.workflow, handle.ticket or "", outcome["outcome"], outcome.get("reason"), outcome.get("run_id")
+            )
         if outcome["status"] == "succeeded":
             rtype = self.app.get(handle.workflow).result_type if handle.workflow in self.app.names else None
-            return decode_as(outcome["output"], rtype, workflow=handle.workflow, where=f"child {handle.run_id}")
+            return decode_as(outcome["output"], rtype, workflow=handle.workflow, where=f"child {run_id}")
         if outcome["status"] == "cancelled":
-            raise RunCancelled(handle.run_id, outcome["error_message"])
-        raise RunFailed(handle.run_id, outcome["error_tag"], outcome["error_message"])
+            raise RunCancelled(run_id, outcome["error_message"])
+        raise RunFailed(run_id, outcome["error_tag"], outcome["error_message"])
 
     async def publish(self, event: Any, key: Any = None, payload: Any = None) -> str:
         declared = declared_event(self.app, event)

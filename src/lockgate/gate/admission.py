@@ -18,11 +18,11 @@ from ..runtime import Runtime
 from ..serde import validate_payload
 from ..store import gate
 from ..store import runs as store_runs
-from ..store.base import Tx
+from ..store.base import Row, Tx
 from ..store.coalesce import Args, with_many
 from .pipeline import Decision, Offer, offer
 
-__all__ = ["admit", "control_keys", "handle_for", "identity_key"]
+__all__ = ["admit", "control_keys", "handle_for", "identity_key", "offer_for"]
 
 
 async def admit(
@@ -83,21 +83,7 @@ async def admit(
             run_id=created["id"],
             _client=rt.waiter,
         )
-    o = Offer(
-        defn=defn,
-        plan=plan,
-        ticket=ticket,
-        # the run row's payload: sealed when the workflow encrypts
-        payload=model.model_dump_json() if item_model is not None else run["payload"],
-        keys=control_keys(defn, plan, model),
-        priority=_priority(defn, plan, model),
-        fair=_fair(defn, plan, model),
-        identity=run["identity"] if key is not None else None,
-        idempotency_key=key,
-        run=run,
-        at=None if at is None else at.timestamp(),
-        pauses=await rt.pauses.snapshot(),
-    )
+    o = offer_for(defn, model, run, key, at=None if at is None else at.timestamp(), pauses=await rt.pauses.snapshot())
     decision = await rt.store.write(offer, o, now)
     rt.after_decision(defn, decision)
     handle = handle_for(rt.waiter, defn.name, decision)
@@ -107,6 +93,34 @@ async def admit(
         if decision.status == "skipped":
             raise SingletonHeld(defn.name, decision.run_id or decision.reason or "a parked start")
     return handle
+
+
+def offer_for(
+    defn: WorkflowDef,
+    model: BaseModel,
+    run: dict[str, Any],
+    key: str | None,
+    *,
+    at: float | None = None,
+    pauses: dict[str, Row] | None = None,
+) -> Offer:
+    """The offer of a validated start whose run row is ``run`` (its ticket, its identity under ``key``)."""
+    plan = defn.gate
+    return Offer(
+        defn=defn,
+        plan=plan,
+        ticket=run["ticket"],
+        # the run row's payload: sealed when the workflow encrypts
+        payload=model.model_dump_json() if plan.item_model is not None else run["payload"],
+        keys=control_keys(defn, plan, model),
+        priority=_priority(defn, plan, model),
+        fair=_fair(defn, plan, model),
+        identity=run["identity"] if key is not None else None,
+        idempotency_key=key,
+        run=run,
+        at=at,
+        pauses=pauses,
+    )
 
 
 async def _admit_bare(tx: Tx, run: dict[str, Any], now: float) -> tuple[dict[str, Any], bool]:
