@@ -47,8 +47,7 @@ def make_app() -> lg.App:
     @app.workflow(name="parent")
     async def parent(ctx: lg.Context, p: Many) -> list[str]:
         handles = [
-            await ctx.start_child(key.split("/")[0], {"key": key, "n": i}, gate=p.gate)
-            for i, key in enumerate(p.keys)
+            await ctx.start_child(key.split("/")[0], {"key": key, "n": i}, gate=p.gate) for i, key in enumerate(p.keys)
         ]
         out = [f"{h.status}" for h in handles]
         for h in reversed(handles) if p.reverse else handles:

@@ -92,9 +92,7 @@ async def test_the_check_finds_each_edit_of_a_live_run(make_engine: Any, store_u
         assert run.status == "running" and run.waiting_on == "signal"
 
 
-async def test_ended_runs_are_checked_when_asked_and_do_not_count_as_breaking(
-    make_engine: Any, store_url: str
-) -> None:
+async def test_ended_runs_are_checked_when_asked_and_do_not_count_as_breaking(make_engine: Any, store_url: str) -> None:
     async with make_engine(shapes.old) as engine:
         ids = await _old_runs(engine)
     async with connect(store_url, shapes.reordered) as inspector:
@@ -149,9 +147,7 @@ async def test_a_body_that_raises_on_replay_is_reported(make_engine: Any, store_
 
 
 @pytest.mark.parametrize("limit", [1, None])
-async def test_the_runtime_tripwire_is_off_past_the_replay_shape_limit(
-    make_engine: Any, limit: int | None
-) -> None:
+async def test_the_runtime_tripwire_is_off_past_the_replay_shape_limit(make_engine: Any, limit: int | None) -> None:
     async with make_engine(shapes.old) as engine:
         run_id = (await engine.start("shaped", {"tag": "live"})).run_id
         assert run_id is not None

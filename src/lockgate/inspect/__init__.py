@@ -10,6 +10,7 @@ from __future__ import annotations
 from ..store.keys import Rotation, Unopened
 from .cluster import ClusterStatus, SweepLease, WorkerStatus
 from .connect import StoreLocation, connect, locate
+from .doctor import DoctorReport, DoctorSettings, Finding
 from .flow import FlowRow
 from .gate import LedgerEntry, ParkedStart, Pause
 from .inspector import Inspector
@@ -23,6 +24,9 @@ __all__ = [
     "RUN_STATUSES",
     "TERMINAL",
     "ClusterStatus",
+    "DoctorReport",
+    "DoctorSettings",
+    "Finding",
     "FiringInfo",
     "FlowRow",
     "Inspector",

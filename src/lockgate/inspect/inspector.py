@@ -23,6 +23,7 @@ from ..store.keys import Rotation, rotate_keys
 from . import events as domain_events
 from . import replay
 from .cluster import ClusterStatus, cluster_status
+from .doctor import DoctorReport, DoctorSettings, diagnose
 from .flow import FlowRow, flow
 from .gate import LedgerEntry, ParkedStart, Pause, ledger_page, parked_page, pauses
 from .replay import ReplayReport
@@ -257,6 +258,11 @@ class Inspector:
     async def cluster_status(self) -> ClusterStatus:
         """The workers sharing the store, what each holds, which look dead, and the sweep leases."""
         return await self.store.read(cluster_status, self.clock.now())
+
+    async def doctor(self, settings: DoctorSettings | None = None) -> DoctorReport:
+        """A one-shot health report (``lockgate doctor``); schedules are judged when the app declares workflows."""
+        schedules = self.app.schedules() if self.app.names else None
+        return await self.store.read(diagnose, self.clock.now(), settings or DoctorSettings(), schedules)
 
     # -- deploy checks ---------------------------------------------------------------------------
 
