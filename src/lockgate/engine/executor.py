@@ -27,10 +27,10 @@ from ..controls import FailureReport
 from ..crypto import Sealer, is_sealed, open_for_replay
 from ..definitions import Retry, WorkflowDef
 from ..durations import Duration, to_seconds
-from ..errors import JournalDecryptionError, ResultTypeError, StepFailed, StoreError
+from ..errors import JournalDecryptionError, PayloadError, ResultTypeError, StepFailed, StoreError
 from ..events import Subject
 from ..gate.handoff import finish_passing
-from ..serde import conform, decode, decode_as, encode
+from ..serde import conform, decode, decode_as, encode, validate_payload
 from ..store import Store, runs, shared
 from ..store import journal as store_journal
 from ..store.base import Row
@@ -125,7 +125,11 @@ class Execution(Context):
             except JournalDecryptionError as exc:
                 await self._undecryptable(exc)
                 return
-        payload = self.defn.payload_model.model_validate_json(text)
+        try:
+            payload = validate_payload(self.defn.payload_model, text, what=f"run {self.run_id} payload")
+        except PayloadError as exc:  # stored before a deploy changed the model: a typed failure, not a retry loop
+            await self._fail(exc)
+            return
         self._scopes = await run_events.scopes(self._host.resolve_scopes, self.subject)  # each attempt
         loop = asyncio.get_running_loop()
         self.task = asyncio.ensure_future(self.defn.fn(self, payload))

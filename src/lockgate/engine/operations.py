@@ -138,7 +138,7 @@ async def wait_for_signal(x: Running, name: str, model: type[M], *, timeout: Dur
     key = x.key(f"signal:{name}")
     entry = x.entry(key)
     if entry is not None and entry["status"] == "completed":
-        return None if entry["output"] is None else model.model_validate_json(entry["output"])
+        return None if entry["output"] is None else validate_payload(model, entry["output"], what=f"signal {name!r}")
     clock, store = x.clock, x.store
     due: float | None = None
     async with x.busy():
