@@ -24,7 +24,7 @@ from ..gate.admission import identity_key, offer_for
 from ..gate.ledger import admissions
 from ..gate.pipeline import Decision, offer
 from ..ids import new_id
-from ..serde import decode, encode
+from ..serde import decode, encode, validate_payload
 from ..store import ledger, runs, shared
 from ..store.base import Row, Tx
 from .durable import Running, Wait
@@ -50,17 +50,21 @@ def handle_of(workflow: str, output: Any) -> ChildHandle:
     )
 
 
-async def start_gated(
-    x: Running, child: WorkflowDef, model: BaseModel, key: str, parent_close: ParentClose
-) -> ChildHandle:
-    """Offer the child to its gate; the decision is journaled under ``key`` in the same commit."""
+async def start_gated(x: Running, child: WorkflowDef, payload: Any, key: str, parent_close: ParentClose) -> ChildHandle:
+    """Offer the child to its gate; the decision is journaled under ``key`` in the same commit.
+
+    Like ``engine.start``, a workflow that gathers items (batch, ``keep="all"``) takes one item.
+    """
     host = x.host
+    item = child.gate.item_model
+    what = f"child {child.name!r} {'item' if item else 'payload'}"
+    model = validate_payload(item or child.payload_model, payload, what=what)
     async with x.busy():
         now = x.clock.now()
-        body: BaseModel | str = model
-        if x.sealer is not None:  # an encrypted run's children carry its data: theirs are sealed too
+        body: BaseModel | str = "{}" if item is not None else model  # a gathered run's payload is built later
+        if x.sealer is not None and item is None:  # an encrypted run's children carry its data: sealed too
             body = seal_payload(host.keyring, child.name, model.model_dump_json())
-        identity = identity_key(child, model, None)
+        identity = None if item is not None else identity_key(child, model, None)
         run = host.new_run_row(child, body, idempotency_key=identity, ticket=new_id("tkt"))
         run.update(parent_id=x.run_id, parent_close=parent_close, recording=x.row["recording"])
         run.update(source=f"child:{x.run_id}", trace_id=x.row["trace_id"], subject=x.row["subject"])

@@ -281,9 +281,9 @@ async def start_child(
     entry = x.entry(key)
     if entry is not None and entry["status"] == "completed":
         return children.handle_of(child_def.name, decode(entry["output"]))
-    model = validate_payload(child_def.payload_model, payload, what=f"child {child_def.name!r} payload")
     if child_def.gate_as_child if gate is None else gate:
-        return await children.start_gated(x, child_def, model, key, parent_close)
+        return await children.start_gated(x, child_def, payload, key, parent_close)
+    model = validate_payload(child_def.payload_model, payload, what=f"child {child_def.name!r} payload")
     async with x.busy():
         now = x.clock.now()
         child_id = new_id("run")
