@@ -13,7 +13,8 @@ from typing import Any
 import pytest
 
 import lockgate as lg
-from lockgate.engine.replay_check import JournalExport, ReplayVerdict
+from lockgate.crypto import Keyring, generate_key
+from lockgate.engine.replay_check import JournalExport, ReplayVerdict, check_export
 from lockgate.errors import InvalidArgument
 from lockgate.inspect import connect
 from lockgate.testing import replay_check
@@ -204,3 +205,27 @@ def test_the_cli_checks_a_store_and_an_exported_file(tmp_path: Path, store_url: 
     assert (verdict["run_id"], verdict["recorded"], verdict["requested"]) == (parked, "a#0", "b#0")
     missing = cli("workflows", "export", "run_nope")
     assert missing.returncode == 1 and "run_nope" in missing.stderr
+
+
+async def test_a_sealed_journal_replays_with_its_key_and_is_undecidable_without(
+    make_engine: Any, store_url: str
+) -> None:
+    key = generate_key()
+    sealed = lg.App()
+
+    @sealed.workflow(name="sealed", encrypt_steps=True)
+    async def sealed_body(ctx: lg.Context, p: shapes.Job) -> str:
+        secret = await ctx.step("secret", shapes.act, p.tag)
+        await ctx.wait_for_signal("go", shapes.Go)
+        return str(secret)
+
+    async with make_engine(sealed, encryption_keys=[key]) as engine:
+        run_id = (await engine.start("sealed", {"tag": "classified"})).run_id
+        assert run_id is not None
+        await eventually(lambda: _parked(engine, run_id, "signal"), what="sealed run parked")
+    async with connect(store_url, keyring=Keyring()) as inspector:
+        export = await inspector.export_run(run_id)
+    assert "classified" not in export.to_json()  # exported as stored: sealed
+    assert (await check_export(sealed, export, keyring=Keyring.load([key]))).outcome == "compatible"
+    blind = await check_export(sealed, export, keyring=Keyring())
+    assert blind.outcome == "undecidable" and blind.breaks
