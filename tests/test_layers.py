@@ -40,6 +40,8 @@ LAYERS: dict[str, int] = {
     "lockgate.events": DEFINITIONS,
     "lockgate.origin": DEFINITIONS,
     "lockgate.observer": DEFINITIONS,
+    "lockgate.recording": DEFINITIONS,
+    "lockgate.queues": DEFINITIONS,
     "lockgate.store": STORE,
     "lockgate.gate": GATE,
     "lockgate.runtime": GATE,

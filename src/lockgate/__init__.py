@@ -8,6 +8,7 @@ from .engine import Client, Engine
 from .engine.operator import BulkItem, BulkResult
 from .errors import (
     BlockingStartRefused,
+    ChildNotStarted,
     DefinitionError,
     EncryptionKeyError,
     EngineClosed,
@@ -18,6 +19,7 @@ from .errors import (
     PayloadError,
     RateLimited,
     ResultTimeout,
+    ResultTypeError,
     RetryAfter,
     RunCancelled,
     RunFailed,
@@ -37,6 +39,7 @@ from .errors import (
 from .events import CancelOn, DeliveryRecord, Event, EventDef, EventRecord, Subject
 from .handles import Deferral, RunHandle
 from .inspect import FlowRow, Trace
+from .queues import Queue
 from .records import AttemptInfo, EventInfo, RunInfo, StepInfo
 from .schedule import Schedule
 
@@ -49,6 +52,7 @@ __all__ = [
     "BulkResult",
     "CancelOn",
     "ChildHandle",
+    "ChildNotStarted",
     "Client",
     "Concurrency",
     "Context",
@@ -70,9 +74,11 @@ __all__ = [
     "JournalDecryptionError",
     "LockgateError",
     "PayloadError",
+    "Queue",
     "RateLimit",
     "RateLimited",
     "ResultTimeout",
+    "ResultTypeError",
     "Retry",
     "RetryAfter",
     "RunCancelled",

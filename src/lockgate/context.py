@@ -27,10 +27,18 @@ ParentClose = Literal["cancel", "terminate", "abandon"]
 
 @dataclass(frozen=True)
 class ChildHandle:
-    """A child run started from a body; pass it to ``ctx.wait_child``."""
+    """A child started from a body; pass it to ``ctx.wait_child``.
 
-    run_id: str
+    A child offered to its workflow's gate (``gate=True``) has its ``ticket`` and the gate's
+    ``status`` (``started``, ``existing``, ``queued``, ``dropped``, ``skipped``); ``run_id``
+    is ``None`` until it is admitted (a queued child) or for good (a dropped one).
+    """
+
+    run_id: str | None
     workflow: str
+    ticket: str | None = None
+    status: str = "started"
+    parent_close: ParentClose = "cancel"
 
 
 class Context(abc.ABC):
@@ -75,9 +83,25 @@ class Context(abc.ABC):
 
     @abc.abstractmethod
     async def start_child(
-        self, workflow: str | Callable[..., Any], payload: Any, *, parent_close: ParentClose = "cancel"
+        self,
+        workflow: str | Callable[..., Any],
+        payload: Any,
+        *,
+        parent_close: ParentClose = "cancel",
+        gate: bool | None = None,
+        queue: Any = None,
     ) -> ChildHandle:
-        """Start a child run; the lineage is journaled before the child exists."""
+        """Start a child run; the lineage is journaled before the child exists.
+
+        ``gate=True`` offers it to its workflow's gate like ``engine.start`` (it takes a
+        concurrency slot, a window, a fold); ``None`` takes the child workflow's
+        ``gate_as_child`` (default ``False``: created at once). ``queue`` is what ``enqueue`` passes.
+        """
+
+    async def enqueue(self, queue: Any, workflow: str | Callable[..., Any], payload: Any) -> ChildHandle:
+        """Put ``workflow`` (a member of ``queue``: ``@app.workflow(queue=...)``) in the durable queue:
+        a child offered to its gate, whose controls are the queue's. Wait for it with ``wait_child``."""
+        return await self.start_child(workflow, payload, gate=True, queue=queue)
 
     @abc.abstractmethod
     async def wait_child(self, handle: ChildHandle) -> Any:

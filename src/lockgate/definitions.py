@@ -142,6 +142,8 @@ class WorkflowDef:
     signals: dict[str, type[BaseModel]] = field(default_factory=dict)
     updates: dict[str, type[BaseModel]] = field(default_factory=dict)
     cancel_on: tuple[Any, ...] = ()  # events.CancelOn entries (checked by events.validate_events)
+    queue: str | None = None  # the durable queue it belongs to (queues.py): its controls are the queue's
+    gate_as_child: bool = False  # ctx.start_child offers it to its gate unless told otherwise
 
     @functools.cached_property
     def patches_json(self) -> str:

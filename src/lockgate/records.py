@@ -8,6 +8,7 @@ from datetime import datetime
 from typing import Any
 
 from .clock import to_datetime
+from .recording import TRUNCATED
 
 __all__ = ["AttemptInfo", "EventInfo", "RunInfo", "StepInfo"]
 
@@ -19,6 +20,19 @@ def _plain(record: Any, skip: str = "") -> dict[str, Any]:
 
 def _json(text: str | None) -> Any:
     return None if text is None else json.loads(text)
+
+
+def _input(text: str | None) -> tuple[Any, bool, int | None]:
+    """A recorded step input: its value, whether only its head was kept, its size in bytes."""
+    if text is None:
+        return None, False, None
+    try:
+        value = json.loads(text)
+    except ValueError:  # sealed and not opened: shown as stored
+        return text, False, len(text.encode())
+    if isinstance(value, dict) and value.get(TRUNCATED) is True:
+        return value.get("head"), True, value.get("size")
+    return value, False, len(text.encode())
 
 
 @dataclass(frozen=True)
@@ -142,10 +156,15 @@ class AttemptInfo:
     error_message: str | None
     started_at: datetime | None
     finished_at: datetime | None
-    input: Any = None  # the step's arguments as recorded for this attempt (``<encrypted>`` where sealed)
+    input: Any = None
+    """The step's ``input=`` as recorded (JSON decoded); when truncated, the JSON text of its head."""
+    input_truncated: bool = False
+    input_size: int | None = None
+    """Bytes of the whole input as JSON (``None`` when none was recorded)."""
 
     @classmethod
     def from_row(cls, row: dict[str, Any]) -> AttemptInfo:
+        value, truncated, size = _input(row.get("input"))
         return cls(
             step_key=row["step_key"],
             attempt=int(row["attempt"]),
@@ -154,7 +173,9 @@ class AttemptInfo:
             error_message=row["error_message"],
             started_at=to_datetime(row["started_at"]),
             finished_at=to_datetime(row["finished_at"]),
-            input=_json(row.get("input")),
+            input=value,
+            input_truncated=truncated,
+            input_size=size,
         )
 
     def to_dict(self) -> dict[str, Any]:

@@ -8,9 +8,9 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
-from .errors import PayloadError
+from .errors import PayloadError, ResultTypeError
 
-__all__ = ["adapter", "decode", "dump_json", "encode", "validate_payload"]
+__all__ = ["adapter", "conform", "decode", "decode_as", "dump_json", "encode", "type_name", "validate_payload"]
 
 
 @functools.lru_cache(maxsize=1024)
@@ -44,6 +44,42 @@ def decode(text: str | None, tp: Any = None) -> Any:
     if text is None:
         return None
     return adapter(tp).validate_json(text)
+
+
+def type_name(tp: Any) -> str:
+    """How a type is named in an error: ``bool``, ``list[int]``, ``Order | None``."""
+    if tp is None or tp is type(None):
+        return "None"
+    if isinstance(tp, type) and not getattr(tp, "__args__", None):
+        return tp.__name__
+    return str(tp).replace("typing.", "")
+
+
+def conform(value: Any, tp: Any, *, workflow: str, where: str = "result") -> Any:
+    """``value`` validated as ``tp`` (a model from a dict, say); ``ResultTypeError`` when it is not one.
+
+    No annotation (``None`` or ``Any``) accepts anything; so does a type pydantic cannot
+    describe, whose values are stored as whatever they are.
+    """
+    if tp is None or tp is Any:
+        return value
+    try:
+        checker = adapter(tp)
+    except Exception:
+        return value
+    try:
+        return checker.validate_python(value)
+    except ValidationError:
+        raise ResultTypeError(workflow, type_name(tp), type_name(type(value)), where) from None
+
+
+def decode_as(text: str | None, tp: Any, *, workflow: str, where: str = "result") -> Any:
+    """``decode`` for a value read back under today's annotation: ``ResultTypeError`` when it no longer fits."""
+    try:
+        return decode(text, tp)
+    except ValidationError:
+        shown = text if text is None or len(text) <= 60 else text[:57] + "..."
+        raise ResultTypeError(workflow, type_name(tp), f"the stored value {shown}", where) from None
 
 
 _COMPACT = json.JSONEncoder(separators=(",", ":"), default=str)  # one encoder: json.dumps builds one per call

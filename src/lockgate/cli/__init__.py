@@ -17,8 +17,10 @@ import click
 
 from ..errors import LockgateError
 from . import bulk as bulk
+from . import check as check
 from . import cluster as cluster
 from . import demo as demo  # each import registers that module's commands on its group
+from . import doctor as doctor
 from . import events as events
 from . import gate as gate
 from . import inspect_api as inspect_api

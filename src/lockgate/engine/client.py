@@ -36,6 +36,8 @@ from ..handles import RunHandle
 from ..ids import new_id
 from ..inspect.schedules import FiringInfo, ScheduleInfo
 from ..origin import current_origin, starting_from
+from ..queues import Queue, check_member
+from ..recording import DEFAULT_INPUT_LIMIT, check_input_limit, resolve_recording
 from ..records import AttemptInfo, EventInfo, RunInfo, StepInfo
 from ..serde import validate_payload
 from ..store import Store, journal, messages, open_store, runs, shared
@@ -63,9 +65,10 @@ class Client(OperatorVerbs):
         poll_interval: float = 0.5,
         recording: str = "full",
         encryption_keys: str | Sequence[str] | None = None,
+        step_input_limit: int = DEFAULT_INPUT_LIMIT,
     ) -> None:
-        if recording not in ("full", "coarse"):
-            raise InvalidArgument(f"recording must be 'full' or 'coarse', not {recording!r}")
+        recording = resolve_recording(recording)  # LOCKGATE_RECORDING, when set, wins
+        check_input_limit(step_input_limit)
         super().__init__(
             Core(
                 app,
@@ -74,6 +77,7 @@ class Client(OperatorVerbs):
                 poll_interval,
                 recording,
                 Keyring.load(encryption_keys),  # newest first; LOCKGATE_ENCRYPTION_KEYS when not given
+                step_input_limit,
             )
         )
         self.schedule_owner = "client"
@@ -190,6 +194,17 @@ class Client(OperatorVerbs):
         if wait and handle.run_id is not None:
             await self.result(handle.run_id, timeout=timeout)
         return handle
+
+    async def enqueue(
+        self, queue: Queue | str, workflow: WorkflowRef, payload: Any = None, *, idempotency_key: str | None = None
+    ) -> RunHandle:
+        """Put ``workflow`` in the durable ``queue`` it is declared in (``@app.workflow(queue=...)``).
+
+        It is ``start``: the queue's controls are the workflow's own, so the gate decides it.
+        """
+        defn = self.app.get(workflow)
+        check_member(defn.name, defn.queue, queue)
+        return await self.start(defn.name, payload, idempotency_key=idempotency_key)
 
     async def run(
         self,

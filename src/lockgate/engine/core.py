@@ -19,14 +19,15 @@ from ..app import App
 from ..clock import Clock
 from ..crypto import Keyring, Sealer, check_keys, is_sealed, seal_payload
 from ..definitions import WorkflowDef
-from ..errors import ResultTimeout, RunCancelled, RunFailed
+from ..errors import ResultTimeout, ResultTypeError, RunCancelled, RunFailed
 from ..gate.pipeline import Decision
 from ..handles import RunHandle
 from ..ids import new_id
 from ..observer import Observer, Observers
 from ..origin import current_columns
+from ..recording import DEFAULT_INPUT_LIMIT
 from ..runtime import Published, Runtime
-from ..serde import decode
+from ..serde import decode_as
 from ..store import Store, shared
 from ..store.base import Row
 from . import tracing
@@ -90,12 +91,14 @@ class Core:
         poll_interval: float,
         recording: str,
         keyring: Keyring | None = None,
+        input_limit: int = DEFAULT_INPUT_LIMIT,
     ) -> None:
         self.app = app
         self.store = store
         self.clock = clock
         self.poll_interval = poll_interval
         self.recording = recording
+        self.input_limit = input_limit  # bytes of a step's input= kept on its attempt row
         self.keyring = keyring if keyring is not None else Keyring.load()  # newest first
         self.results = ResultWaiters(store, lambda: self.poll_interval)
         self.admissions = Admissions(store, lambda: self.poll_interval)
@@ -292,13 +295,14 @@ class Core:
             output = row["output"]
             if is_sealed(output):
                 output = Sealer(self.keyring, row["id"]).open("", "output", output)
-            return decode(output, rtype)
+            return decode_as(output, rtype, workflow=row["workflow"])
         message = row["error_message"]
         if is_sealed(message):
             message = Sealer(self.keyring, row["id"]).open("", "error", message)
         if row["status"] == "cancelled":
             raise RunCancelled(row["id"], message)
-        raise RunFailed(row["id"], row["error_tag"], message)
+        cause = ResultTypeError.from_message(message) if row["error_tag"] == "ResultTypeError" else None
+        raise RunFailed(row["id"], row["error_tag"], message) from cause
 
     def _created_elsewhere(self, created: Row, now: float) -> None:
         """A client executes nothing: where a run it created is executed is not its business."""

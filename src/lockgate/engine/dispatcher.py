@@ -28,7 +28,8 @@ from ..gate.handoff import HandOff, Passed, hand_off_for
 from ..gate.pipeline import Decision
 from ..handles import RunHandle
 from ..observer import Observer, RunOutcome
-from ..runtime import WorkerRuntime
+from ..recording import REPLAY_SHAPE_LIMIT
+from ..runtime import Runtime, WorkerRuntime
 from ..store import journal as store_journal
 from ..store import runs, shared, workers
 from ..store.base import Row
@@ -46,6 +47,11 @@ log = logging.getLogger("lockgate.engine")
 class Dispatcher:
     """Claims and executes runs for one worker process over ``core`` (which it serves)."""
 
+    @property
+    def runtime(self) -> Runtime:
+        """The seam the gate decides with (``Host``: a gated child is offered through it)."""
+        return self.core.runtime
+
     def __init__(
         self,
         core: Core,
@@ -57,6 +63,7 @@ class Dispatcher:
         worker_id: str,
         host: str,
         resolve_scopes: ScopeResolver | None = None,
+        replay_shape_limit: int = REPLAY_SHAPE_LIMIT,
     ) -> None:
         self.core = core
         self.resolve_scopes = resolve_scopes  # asked on every execution attempt (engine/identity.py)
@@ -67,6 +74,8 @@ class Dispatcher:
         self.max_concurrent_runs = max_concurrent_runs
         self.lease = lease
         self.inline_sleep = inline_sleep
+        self.input_limit = core.input_limit
+        self.replay_shape_limit = replay_shape_limit  # the tripwire is off for longer journals
         self.max_reclaims = max_reclaims
         self.worker_id = worker_id
         self.host = host

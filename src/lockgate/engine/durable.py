@@ -28,6 +28,9 @@ from ..definitions import WorkflowDef
 from ..errors import StepFailed
 from ..gate.handoff import HandOff, Passed
 from ..observer import Observer
+from ..recording import TRUNCATED
+from ..runtime import Runtime
+from ..serde import dump_json, encode
 from ..store import Store, shared
 from ..store.base import Row
 from .identity import ScopeResolver
@@ -42,6 +45,7 @@ __all__ = [
     "callable_facts",
     "describe",
     "divergence",
+    "kept_input",
     "model_ref",
 ]
 
@@ -56,11 +60,18 @@ class Host(Protocol):
     clock: Clock
     keyring: Keyring
     inline_sleep: float
+    input_limit: int
+    replay_shape_limit: int
     resolve_scopes: ScopeResolver | None
 
     @property
     def observer(self) -> Observer | None:
         """Where step attempts are reported (metrics, traces), if anywhere."""
+        ...
+
+    @property
+    def runtime(self) -> Runtime:
+        """The seam the gate decides with (a gated child is offered through it)."""
         ...
 
     def wake(self, at: float | None = None) -> None: ...
@@ -188,6 +199,17 @@ async def call(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, 
     if inspect.isawaitable(result):
         return await result
     return result
+
+
+def kept_input(value: Any, limit: int) -> str:
+    """A step's ``input=`` as its attempt row keeps it: whole up to ``limit`` bytes, else its head, marked."""
+    text = encode(value)
+    if len(text) <= limit // 4:  # at most 4 bytes a character: short enough without encoding it
+        return text
+    data = text.encode()
+    if len(data) <= limit:
+        return text
+    return dump_json({TRUNCATED: True, "size": len(data), "head": data[:limit].decode(errors="ignore")})
 
 
 def model_ref(name: str, model: type[BaseModel]) -> dict[str, str]:

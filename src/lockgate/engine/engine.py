@@ -20,6 +20,7 @@ from ..clock import Clock
 from ..crypto import Keyring
 from ..definitions import WorkflowDef
 from ..durations import Duration, to_seconds
+from ..errors import InvalidArgument
 from ..events import DeliveryRecord, EventDef, EventRecord, Subject
 from ..gate.drainer import Drainer
 from ..gate.handoff import HandOff, Passed
@@ -27,6 +28,8 @@ from ..gate.pipeline import Decision
 from ..handles import RunHandle
 from ..ids import new_id
 from ..inspect import FiringInfo, FlowRow, Inspector, ScheduleInfo, Trace
+from ..queues import Queue
+from ..recording import DEFAULT_INPUT_LIMIT, REPLAY_SHAPE_LIMIT
 from ..records import AttemptInfo, EventInfo, RunInfo, StepInfo
 from ..runtime import Runtime, WorkerRuntime
 from ..store import Store
@@ -76,6 +79,8 @@ class Engine:
         clock: Clock | None = None,
         worker_id: str | None = None,
         encryption_keys: str | Sequence[str] | None = None,
+        step_input_limit: int = DEFAULT_INPUT_LIMIT,
+        replay_shape_limit: int = REPLAY_SHAPE_LIMIT,
     ) -> None:
         self.client = Client(
             app,
@@ -84,11 +89,14 @@ class Engine:
             poll_interval=to_seconds(poll_interval, what="poll_interval"),
             recording=recording,
             encryption_keys=encryption_keys,
+            step_input_limit=step_input_limit,
         )
         if max_concurrent_runs < 1:
             raise ValueError("max_concurrent_runs must be >= 1")
         if max_reclaims < 1:
             raise ValueError("max_reclaims must be >= 1")
+        if isinstance(replay_shape_limit, bool) or not isinstance(replay_shape_limit, int) or replay_shape_limit < 0:
+            raise InvalidArgument(f"replay_shape_limit must be a whole number >= 0, got {replay_shape_limit!r}")
         self.max_concurrent_runs = max_concurrent_runs
         self.lease = to_seconds(lease, what="lease")
         if self.lease < 0.5:
@@ -117,6 +125,7 @@ class Engine:
             worker_id=self.worker_id,
             host=self.host,
             resolve_scopes=resolve_scopes,
+            replay_shape_limit=replay_shape_limit,
         )
 
     @property
@@ -262,6 +271,12 @@ class Engine:
         return self.dispatcher.claiming
 
     # -- the client's verbs ---------------------------------------------------------------
+
+    async def enqueue(
+        self, queue: Queue | str, workflow: WorkflowRef, payload: Any = None, *, idempotency_key: str | None = None
+    ) -> RunHandle:
+        """Put ``workflow`` in the durable ``queue`` it belongs to: a ``start`` its gate decides."""
+        return await self.client.enqueue(queue, workflow, payload, idempotency_key=idempotency_key)
 
     async def start(
         self,

@@ -27,15 +27,15 @@ from ..controls import FailureReport
 from ..crypto import Sealer, is_sealed, open_for_replay
 from ..definitions import Retry, WorkflowDef
 from ..durations import Duration, to_seconds
-from ..errors import JournalDecryptionError, StepFailed, StoreError
+from ..errors import JournalDecryptionError, PayloadError, ResultTypeError, StepFailed, StoreError
 from ..events import Subject
 from ..gate.handoff import finish_passing
-from ..serde import decode, encode
+from ..serde import conform, decode, decode_as, encode, validate_payload
 from ..store import Store, runs, shared
 from ..store import journal as store_journal
 from ..store.base import Row
 from . import operations, run_events
-from .durable import Host, Parked, Wait, attempt_row, call, callable_facts, describe, divergence
+from .durable import Host, Parked, Wait, attempt_row, call, callable_facts, describe, divergence, kept_input
 
 __all__ = ["Execution", "Host"]
 
@@ -127,7 +127,11 @@ class Execution(Context):
             except JournalDecryptionError as exc:
                 await self._undecryptable(exc)
                 return
-        payload = self.defn.payload_model.model_validate_json(text)
+        try:
+            payload = validate_payload(self.defn.payload_model, text, what=f"run {self.run_id} payload")
+        except PayloadError as exc:  # stored before a deploy changed the model: a typed failure, not a retry loop
+            await self._fail(exc)
+            return
         self._scopes = await run_events.scopes(self._host.resolve_scopes, self.subject)  # each attempt
         loop = asyncio.get_running_loop()
         self.task = asyncio.ensure_future(self.defn.fn(self, payload))
@@ -249,6 +253,11 @@ class Execution(Context):
         except Exception as exc:
             await self._fail(exc)
             return
+        try:
+            value = conform(value, self.defn.result_type, workflow=self.workflow)
+        except ResultTypeError as exc:  # checked before the run ends: a caller never meets a bad result
+            await self._fail(exc)
+            return
         self._tripwire(parked=False)
         output = encode(value, self.defn.result_type)
         if self._sealer is not None:
@@ -343,8 +352,8 @@ class Execution(Context):
         return seq
 
     def _tripwire(self, *, parked: bool) -> None:
-        if not self._recorded:
-            return
+        if not self._recorded or len(self._recorded) > self._host.replay_shape_limit:
+            return  # past the limit, a history read in part would raise its own false alarms
         # new keys past the last recorded one are the body going further than before, as expected
         data = divergence(self._recorded, self._reached, self._extra[: self._confirmed], self._journal, parked=parked)
         if data is not None:
@@ -386,7 +395,7 @@ class Execution(Context):
 
     async def record_with(self, entry: dict[str, Any], before: Callable[[Any], Awaitable[T]]) -> T:
         now = self._clock.now()
-        entry = {"seq": self._seq(), **entry}
+        entry["seq"] = self._seq()  # the caller's dict: what ``before`` learns in the transaction goes in too
         touch = self._touch_due(now)
 
         async def write(tx: Any) -> T:
@@ -492,14 +501,14 @@ class Execution(Context):
         rtype, is_async = callable_facts(fn)
         entry = self._journal.get(key)
         if entry is not None and entry["status"] == "completed":
-            return decode(entry["output"], rtype)
+            return decode_as(entry["output"], rtype, workflow=self.workflow, where=f"step {key}")
         if entry is not None and entry["status"] == "failed":
             raise StepFailed(name, entry["error_tag"], entry["error_message"], int(entry["attempts"]))
         policy = retry or _NO_RETRY
         async with self.busy():
             first = self._clock.now()
             attempt = 0
-            recorded_input = None if input is None or self._coarse else encode(input)
+            recorded_input = None if input is None or self._coarse else kept_input(input, self._host.input_limit)
             if recorded_input is not None and self._sealer is not None:
                 recorded_input = self._sealer.seal(key, "input", recorded_input)
             while True:
@@ -609,9 +618,15 @@ class Execution(Context):
         return await run_events.publish(self, event, key, payload)
 
     async def start_child(
-        self, workflow: str | Callable[..., Any], payload: Any, *, parent_close: ParentClose = "cancel"
+        self,
+        workflow: str | Callable[..., Any],
+        payload: Any,
+        *,
+        parent_close: ParentClose = "cancel",
+        gate: bool | None = None,
+        queue: Any = None,
     ) -> ChildHandle:
-        return await operations.start_child(self, workflow, payload, parent_close=parent_close)
+        return await operations.start_child(self, workflow, payload, parent_close=parent_close, gate=gate, queue=queue)
 
     async def wait_child(self, handle: ChildHandle) -> Any:
         return await operations.wait_child(self, handle)

@@ -18,11 +18,21 @@ from ..runtime import Runtime
 from ..serde import validate_payload
 from ..store import gate
 from ..store import runs as store_runs
-from ..store.base import Tx
+from ..store.base import Row, Tx
 from ..store.coalesce import Args, with_many
 from .pipeline import Decision, Offer, offer
 
-__all__ = ["admit", "admit_bare", "bare_run", "control_keys", "handle_for", "identity_key", "offer_of", "prepare"]
+__all__ = [
+    "admit",
+    "admit_bare",
+    "bare_run",
+    "control_keys",
+    "handle_for",
+    "identity_key",
+    "offer_for",
+    "offer_of",
+    "prepare",
+]
 
 
 async def admit(
@@ -122,22 +132,35 @@ async def offer_of(
     rt: Runtime, defn: WorkflowDef, model: BaseModel, key: str | None, run: dict[str, Any], at: datetime | None
 ) -> Offer:
     """What the gate's stages decide for a start with controls (or paused, or ``at=``)."""
+    when = None if at is None else at.timestamp()
+    return offer_for(defn, model, run, key, at=when, pauses=await rt.pauses.snapshot())
+
+
+def offer_for(
+    defn: WorkflowDef,
+    model: BaseModel,
+    run: dict[str, Any],
+    key: str | None,
+    *,
+    at: float | None = None,
+    pauses: dict[str, Row] | None = None,
+) -> Offer:
+    """The offer of a validated start whose run row is ``run`` (its ticket, its identity under ``key``)."""
     plan = defn.gate
-    item_model = plan.item_model
     return Offer(
         defn=defn,
         plan=plan,
         ticket=run["ticket"],
         # the run row's payload: sealed when the workflow encrypts
-        payload=model.model_dump_json() if item_model is not None else run["payload"],
+        payload=model.model_dump_json() if plan.item_model is not None else run["payload"],
         keys=control_keys(defn, plan, model),
         priority=_priority(defn, plan, model),
         fair=_fair(defn, plan, model),
         identity=run["identity"] if key is not None else None,
         idempotency_key=key,
         run=run,
-        at=None if at is None else at.timestamp(),
-        pauses=await rt.pauses.snapshot(),
+        at=at,
+        pauses=pauses,
     )
 
 

@@ -10,9 +10,11 @@ from __future__ import annotations
 from ..store.keys import Rotation, Unopened
 from .cluster import ClusterStatus, SweepLease, WorkerStatus
 from .connect import StoreLocation, connect, locate
+from .doctor import DoctorReport, DoctorSettings, Finding
 from .flow import FlowRow
 from .gate import LedgerEntry, ParkedStart, Pause
 from .inspector import Inspector
+from .replay import ReplayReport
 from .runs import RUN_STATUSES, TERMINAL, RunDetail
 from .schedules import FiringInfo, ScheduleInfo
 from .stats import Stats, StatsTotals, WorkflowStats
@@ -23,12 +25,16 @@ __all__ = [
     "RUN_STATUSES",
     "TERMINAL",
     "ClusterStatus",
+    "DoctorReport",
+    "DoctorSettings",
+    "Finding",
     "FiringInfo",
     "FlowRow",
     "Inspector",
     "LedgerEntry",
     "ParkedStart",
     "Pause",
+    "ReplayReport",
     "Rotation",
     "RunDetail",
     "SavedView",

@@ -13,6 +13,7 @@ from datetime import datetime
 from ..app import App
 from ..clock import Clock, SystemClock
 from ..crypto import Keyring, reveal_row
+from ..engine.replay_check import JournalExport
 from ..errors import InvalidArgument, LockgateError
 from ..events import DeliveryRecord, EventRecord
 from ..records import AttemptInfo, EventInfo, RunInfo, StepInfo
@@ -21,11 +22,14 @@ from ..store.base import Row
 from ..store.keys import Rotation, rotate_keys
 from ..store.schema import SchemaState, schema_state
 from . import events as domain_events
+from . import replay
 from . import views as saved_views
 from .activity import admissions
 from .cluster import ClusterStatus, cluster_status
+from .doctor import DoctorReport, DoctorSettings, diagnose
 from .flow import FlowRow, flow
 from .gate import LedgerEntry, ParkedStart, Pause, ledger_page, parked_page, pauses
+from .replay import ReplayReport
 from .runs import RunDetail, check_page, check_status, run_detail, runs_page
 from .schedules import FiringInfo, ScheduleInfo, firings_page, schedule_infos
 from .stats import Stats, stats
@@ -289,3 +293,21 @@ class Inspector:
     async def delete_view(self, name: str) -> bool:
         """Forget the saved view ``name``; whether there was one."""
         return await saved_views.delete_view(self.store, name)
+
+    async def doctor(self, settings: DoctorSettings | None = None) -> DoctorReport:
+        """A one-shot health report (``lockgate doctor``); schedules are judged when the app declares workflows."""
+        schedules = self.app.schedules() if self.app.names else None
+        return await self.store.read(diagnose, self.clock.now(), settings or DoctorSettings(), schedules)
+
+    # -- deploy checks ---------------------------------------------------------------------------
+
+    async def export_run(self, run_id: str) -> JournalExport:
+        """One run's row and journal as ``lockgate workflows export`` writes them (``UnknownRun``)."""
+        return await self.store.read(replay.export_run, run_id)
+
+    async def replay_check(
+        self, *, workflow: str | None = None, limit: int = 1000, include_ended: bool = False
+    ) -> ReplayReport:
+        """Replay the journals of live runs (and the newest ended ones) against this inspector's app."""
+        exports = await self.store.read(replay.checkable, workflow=workflow, limit=limit, include_ended=include_ended)
+        return await replay.check(self.app, exports, keyring=self.keyring)

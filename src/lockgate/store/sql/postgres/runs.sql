@@ -159,3 +159,9 @@ WHERE (%(workflow)s::text IS NULL OR workflow = %(workflow)s::text)
   AND (created_at < %(before_at)s OR (created_at = %(before_at)s AND id < %(before_id)s))
 ORDER BY created_at DESC, id DESC
 LIMIT %(limit)s OFFSET %(offset)s;
+
+-- name: adopt_child
+-- A gated child admitted after it was parked was created without its parent: the parent claims it by
+-- its ticket (the arrival it offered), so that its end wakes the parent and the parent's end closes it.
+UPDATE lockgate_runs SET parent_id = %(parent_id)s, parent_close = %(parent_close)s, updated_at = %(now)s
+WHERE id = %(run_id)s AND ticket = %(ticket)s AND parent_id IS NULL;

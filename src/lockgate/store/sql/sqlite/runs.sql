@@ -153,3 +153,9 @@ WHERE (:workflow IS NULL OR workflow = :workflow)
   AND (created_at < :before_at OR (created_at = :before_at AND id < :before_id))
 ORDER BY created_at DESC, id DESC
 LIMIT :limit OFFSET :offset;
+
+-- name: adopt_child
+-- A gated child admitted after it was parked was created without its parent: the parent claims it by
+-- its ticket (the arrival it offered), so that its end wakes the parent and the parent's end closes it.
+UPDATE lockgate_runs SET parent_id = :parent_id, parent_close = :parent_close, updated_at = :now
+WHERE id = :run_id AND ticket = :ticket AND parent_id IS NULL;
