@@ -16,6 +16,8 @@ from __future__ import annotations
 import asyncio
 import os
 import shlex
+import shutil
+import sys
 from collections import Counter
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -470,21 +472,32 @@ def demo(ctx: click.Context, store: str, keep: bool, timeout: float) -> None:
     console.print()
     console.print(f"Database: {path}" if path is not None else f"Store: {display_url(store)}")
     console.print("Inspect it:")
-    console.print(f"  lockgate workflows list --store {quoted}", soft_wrap=True)
-    console.print(f"  lockgate workflows show {checkout} --store {quoted}", soft_wrap=True)
-    console.print(f"  lockgate workflows flow --store {quoted}", soft_wrap=True)
+    lockgate = _command()
+    console.print(f"  {lockgate} workflows list --store {quoted}", soft_wrap=True)
+    console.print(f"  {lockgate} workflows show {checkout} --store {quoted}", soft_wrap=True)
+    console.print(f"  {lockgate} workflows flow --store {quoted}", soft_wrap=True)
     ticket = outcome.collapsed_ticket or "TICKET"
-    console.print(f"  lockgate workflows why {ticket} --store {quoted}   # a collapsed edit", soft_wrap=True)
+    console.print(f"  {lockgate} workflows why {ticket} --store {quoted}   # a collapsed edit", soft_wrap=True)
     console.print(
-        f"  lockgate schedules firings {HEARTBEAT} --store {quoted}   # the schedule's ledger", soft_wrap=True
+        f"  {lockgate} schedules firings {HEARTBEAT} --store {quoted}   # the schedule's ledger", soft_wrap=True
     )
-    console.print(f"  lockgate events list --store {quoted}   # the domain events", soft_wrap=True)
+    console.print(f"  {lockgate} events list --store {quoted}   # the domain events", soft_wrap=True)
     paid = next((e.id for e, _ in outcome.published if e.name == demo_app.order_paid.name), "EVENT_ID")
-    console.print(f"  lockgate events show {paid} --store {quoted}", soft_wrap=True)
+    console.print(f"  {lockgate} events show {paid} --store {quoted}", soft_wrap=True)
     console.print(
-        f"  lockgate serve lockgate.demo_app:app --store {quoted}   # serve the demo app yourself", soft_wrap=True
+        f"  {lockgate} serve lockgate.demo_app:app --store {quoted}   # serve the demo app yourself", soft_wrap=True
     )
     if outcome.problems:
         for problem in outcome.problems:
             click.echo(f"error: {problem}", err=True)
         ctx.exit(1)
+
+
+def _command() -> str:
+    """How to call ``lockgate`` from here: the bare name when it is on ``PATH``, else the script's own path."""
+    script = os.path.realpath(sys.argv[0]) if sys.argv and sys.argv[0] else ""
+    found = shutil.which("lockgate")
+    if not script or os.path.basename(script) != "lockgate" or (found and os.path.realpath(found) == script):
+        return "lockgate"
+    relative = os.path.relpath(sys.argv[0])
+    return shlex.quote(relative if not relative.startswith("..") else os.path.abspath(sys.argv[0]))

@@ -14,6 +14,7 @@ import contextlib
 import contextvars
 import logging
 import os
+from concurrent.futures import Executor, ThreadPoolExecutor
 from datetime import datetime
 from typing import Any
 
@@ -56,8 +57,12 @@ class Dispatcher:
         worker_id: str,
         host: str,
         resolve_scopes: ScopeResolver | None = None,
+        step_threads: int | None = None,
     ) -> None:
         self.core = core
+        # plain ``def`` steps: as many threads as runs by default, so no run's step waits for a thread
+        self.step_threads = step_threads or max_concurrent_runs
+        self.step_pool: Executor = ThreadPoolExecutor(self.step_threads, thread_name_prefix="lockgate-step")
         self.resolve_scopes = resolve_scopes  # asked on every execution attempt (engine/identity.py)
         self.app = core.app
         self.store = core.store
@@ -134,6 +139,7 @@ class Dispatcher:
             now = self.clock.now()
             with contextlib.suppress(Exception):
                 await self.store.write(workers.stop_worker, self.worker_id, now)
+        self.step_pool.shutdown(wait=False, cancel_futures=True)  # a step still in a thread is not waited for
 
     def is_running(self) -> bool:
         """Whether the loops should keep going (false once ``close`` began)."""

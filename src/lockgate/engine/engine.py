@@ -53,7 +53,8 @@ class Engine:
     ``lease`` bounds how long a run held by a dead process waits before another takes
     it; ``inline_sleep`` is the longest timer a body waits for in place instead of
     parking; ``stall_after`` is the staleness threshold (per workflow: ``stall_after=``).
-    ``retention``: runs that ended longer ago are deleted with their records, and so are
+    ``step_threads``: how many plain ``def`` steps run at once (threads; default
+    ``max_concurrent_runs``). ``retention``: runs that ended longer ago are deleted with their records, and so are
     ledger rows that old (``flow()``'s counts stay); ``None`` keeps everything.
     """
 
@@ -76,6 +77,7 @@ class Engine:
         clock: Clock | None = None,
         worker_id: str | None = None,
         encryption_keys: str | Sequence[str] | None = None,
+        step_threads: int | None = None,
     ) -> None:
         self.client = Client(
             app,
@@ -89,6 +91,8 @@ class Engine:
             raise ValueError("max_concurrent_runs must be >= 1")
         if max_reclaims < 1:
             raise ValueError("max_reclaims must be >= 1")
+        if step_threads is not None and not 1 <= step_threads <= 10_000:
+            raise ValueError(f"step_threads must be between 1 and 10000, got {step_threads!r}")
         self.max_concurrent_runs = max_concurrent_runs
         self.lease = to_seconds(lease, what="lease")
         if self.lease < 0.5:
@@ -117,6 +121,7 @@ class Engine:
             worker_id=self.worker_id,
             host=self.host,
             resolve_scopes=resolve_scopes,
+            step_threads=step_threads,
         )
 
     @property

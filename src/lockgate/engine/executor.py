@@ -502,7 +502,7 @@ class Execution(Context):
                 attempt += 1
                 started = first if attempt == 1 else self._clock.now()
                 try:
-                    result = await (fn(*args, **kwargs) if is_async else call(fn, args, kwargs))
+                    result = await (fn(*args, **kwargs) if is_async else call(fn, args, kwargs, self._host.step_pool))
                 except (asyncio.CancelledError, shared.Fenced, Parked):
                     raise
                 except Exception as exc:
