@@ -25,7 +25,8 @@ from ..durations import format_seconds
 from ..engine import Engine
 from ..engine.engine import MIN_RETENTION
 from ..http import DEFAULT_BIND, AccessPolicy, bind_refusal, bind_socket, create_app, parse_bind, serve_http
-from .common import DurationType, load_app, run_async, store_option
+from ..store import open_store
+from .common import DurationType, count_type, load_app, run_async, store_option
 from .groups import cli
 
 __all__ = [
@@ -55,6 +56,7 @@ class ServeConfig:
     delivery_retention: float | None = 30 * 86400.0  # their deliveries: a custom key's dedupe window
     http: tuple[str, int] | None = None  # where the HTTP API listens (None: not served)
     http_required: bool = True  # False (the default bind): a taken port leaves the workers running without it
+    migrate: bool = True  # False: refuse a store whose schema is not current instead of migrating it
 
 
 @dataclass(frozen=True)
@@ -150,9 +152,11 @@ def display_url(url: str) -> str:
 
 async def serve_app(app: App, config: ServeConfig) -> int:
     """Run until a stop signal; the exit code (1 if a service ended on its own)."""
+    store = open_store(config.store)
+    store.schema = "migrate" if config.migrate else "check"
     engine = Engine(
         app,
-        config.store,
+        store,
         max_concurrent_runs=config.max_concurrent_runs,
         lease=config.lease,
         retention=config.retention,
@@ -208,7 +212,7 @@ async def serve_app(app: App, config: ServeConfig) -> int:
 @store_option
 @click.option(
     "--max-concurrent-runs",
-    type=click.IntRange(min=1),
+    type=count_type(1, 10_000),
     metavar="N",
     default=200,
     show_default=True,
@@ -244,6 +248,9 @@ async def serve_app(app: App, config: ServeConfig) -> int:
     help="Delete event deliveries older than this; a trigger's custom idempotency key deduplicates only "
     "this long ('never' keeps them).",
 )
+@click.option(
+    "--no-migrate", is_flag=True, help="Do not migrate the store at boot: refuse one whose schema is not current."
+)
 @http_options
 @click.pass_context
 def serve(
@@ -257,6 +264,7 @@ def serve(
     delivery_retention: float | None,
     http_bind: str,
     no_http: bool,
+    no_migrate: bool,
 ) -> None:
     """Run the workflows of MODULE:APP (workers + sweeps) until SIGINT or SIGTERM.
 
@@ -279,6 +287,7 @@ def serve(
         delivery_retention=delivery_retention,
         http=http,
         http_required=ctx.get_parameter_source("http_bind") is not click.core.ParameterSource.DEFAULT,
+        migrate=not no_migrate,
     )
     code = run_async(serve_app(app, config))
     ctx.exit(code)

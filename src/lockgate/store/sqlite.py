@@ -20,6 +20,7 @@ import re
 import sqlite3
 import time
 from collections.abc import Awaitable, Coroutine, Mapping, Sequence
+from pathlib import Path
 from types import CoroutineType
 from typing import Any, ParamSpec, TypeVar
 from urllib.parse import parse_qs, urlsplit
@@ -28,7 +29,7 @@ from ..errors import StoreError
 from .base import Op, Row, Store, Tx
 from .coalesce import Call, run_calls
 from .multirow import multirow
-from .sql_files import load_queries, migrations
+from .sql_files import check_schema, load_queries, migrations
 
 __all__ = ["SQLiteStore"]
 
@@ -167,24 +168,57 @@ class SQLiteStore(Store):
         if self._conn is not None:
             return
         self._loop = asyncio.get_running_loop()
-        if self.path != ":memory:":
-            os.makedirs(os.path.dirname(self.path) or ".", exist_ok=True)
+        memory = self.path == ":memory:"
+        if not memory and self.schema != "migrate" and not os.path.isfile(self.path):
+            check_schema("sqlite", None, self.path, self.url)
+        if not memory and self.schema == "migrate":
+            try:
+                os.makedirs(os.path.dirname(self.path) or ".", exist_ok=True)
+            except OSError as exc:
+                raise StoreError(f"cannot create the folder of SQLite database {self.path}: {exc.strerror}") from None
         try:
-            conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
+            if self.schema == "read" and not memory:  # refuses every write, creates nothing
+                conn = sqlite3.connect(
+                    f"{Path(self.path).as_uri()}?mode=ro", uri=True, isolation_level=None, check_same_thread=False
+                )
+            else:
+                conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
         except sqlite3.Error as exc:
-            raise StoreError(f"cannot open SQLite database {self.path}: {exc}") from exc
+            raise StoreError(f"cannot open SQLite database {self.path}: {exc}") from None
         self._conn = conn
         self._tx = _SQLiteTx(conn, self._queries)
         try:  # a file that is not a database fails here, at its first statement
             conn.execute(f"PRAGMA busy_timeout = {self.busy_timeout_ms}")
-            conn.execute("PRAGMA journal_mode = WAL")
-            conn.execute(f"PRAGMA synchronous = {self.synchronous.upper()}")
+            applied = self._applied(conn)  # before any write: another application's file is left as it is
+            if applied is None and not self._is_empty(conn):
+                raise StoreError(f"{self.path} is not a lockgate database (it holds other tables); nothing was written")
+            if self.schema != "migrate":
+                check_schema("sqlite", applied, self.path, self.url)
+            if self.schema != "read":
+                conn.execute("PRAGMA journal_mode = WAL")
+                conn.execute(f"PRAGMA synchronous = {self.synchronous.upper()}")
             conn.execute("PRAGMA foreign_keys = OFF")
-            self._migrate()
-        except sqlite3.Error as exc:
+            if self.schema == "migrate":
+                self._migrate()
+        except (sqlite3.Error, StoreError) as exc:
             self._conn = None
             conn.close()
-            raise StoreError(f"cannot open SQLite database {self.path}: {exc}") from exc
+            if isinstance(exc, StoreError):
+                raise
+            raise StoreError(f"cannot open SQLite database {self.path}: {exc}") from None
+
+    @staticmethod
+    def _applied(conn: sqlite3.Connection) -> set[int] | None:
+        """The migration versions applied to ``conn``'s database; ``None`` where it has no lockgate tables."""
+        found = conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'lockgate_migrations'")
+        if found.fetchone() is None:
+            return None
+        return {row[0] for row in conn.execute("SELECT version FROM lockgate_migrations")}
+
+    @staticmethod
+    def _is_empty(conn: sqlite3.Connection) -> bool:
+        """Whether the database holds no schema at all (a new file: lockgate may make it its own)."""
+        return bool(conn.execute("SELECT count(*) FROM sqlite_master").fetchone()[0] == 0)
 
     def _migrate(self) -> None:
         conn = self._require()

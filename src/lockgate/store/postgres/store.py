@@ -46,7 +46,7 @@ from ..coalesce import Call
 from ..direct import DirectStatement
 from ..sql_files import load_queries, repeatable_queries
 from .failures import RETRIES, StalePlan, backoff, discarding_stale_plans, fail, first_line, redact
-from .migrate import migrate
+from .migrate import check, migrate
 from .notify import Wakeups
 from .tx import Conn, PostgresTx, WriterConn, silent
 from .writer import Writer
@@ -134,11 +134,16 @@ class PostgresStore(Writer, Wakeups):
     async def open(self) -> None:
         if self._pool is not None:
             return
-        await migrate(self.conninfo, self._where)
+        if self.schema == "migrate":
+            await migrate(self.conninfo, self._where)
+        else:
+            await check(self.conninfo, self._where, redact(self.url))
+        # read: every transaction of every connection is read-only; the server refuses any write
+        readonly = {"options": "-c default_transaction_read_only=on"} if self.schema == "read" else {}
         pool: AsyncConnectionPool[Conn] = AsyncConnectionPool(
             self.conninfo,
             connection_class=psycopg.AsyncConnection[DictRow],
-            kwargs={"autocommit": True, "row_factory": dict_row},
+            kwargs={"autocommit": True, "row_factory": dict_row, **readonly},
             configure=self._configure,
             min_size=1,
             max_size=self.pool_size,
