@@ -52,6 +52,7 @@ __all__ = [
     "SingletonHeld",
     "StartNotAdmitted",
     "StepFailed",
+    "StoreCorrupt",
     "StoreError",
     "UnknownRun",
     "UnknownWorkflow",
@@ -255,6 +256,10 @@ class JournalDecryptionError(LockgateError):
 
 class StoreError(LockgateError):
     """The store refused the operation or could not be reached."""
+
+
+class StoreCorrupt(StoreError):
+    """The database is damaged (not merely busy or away): retrying cannot help."""
 
 
 class EngineClosed(LockgateError):

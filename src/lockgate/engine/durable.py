@@ -60,6 +60,7 @@ class Host(Protocol):
     inline_sleep: float
     resolve_scopes: ScopeResolver | None
     step_pool: Executor  # the threads plain ``def`` steps run in
+    draining: bool  # shutting down: no new step attempt begins
 
     def wake(self, at: float | None = None) -> None: ...
 

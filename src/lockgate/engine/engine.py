@@ -34,7 +34,7 @@ from ..store.base import Row
 from ..sweeps import SweepSettings, start_sweeps
 from .client import DEFAULT_STORE, Client
 from .core import Core, WorkflowRef
-from .dispatcher import Dispatcher
+from .dispatcher import Dispatcher, Shutdown
 from .durable import Running
 from .firing import Fired
 from .identity import ScopeResolver
@@ -201,10 +201,15 @@ class Engine:
         await self.dispatcher.open()
         self.dispatcher.adopt(start_sweeps(self.dispatcher.worker, self.sweep_settings))
 
-    async def close(self) -> None:
-        """Stop the loops and the runs executing here (they are released for others), then disconnect."""
-        await self.dispatcher.close()
+    async def close(self, *, grace: Duration = 0) -> Shutdown:
+        """Stop the loops and the runs executing here (they are released for others), then disconnect.
+
+        With ``grace``, first stop claiming and let the step attempts running here finish, up to that
+        long, so that what they did is journaled (``lockgate serve --grace``); what it did is returned.
+        """
+        shutdown = await self.dispatcher.close(to_seconds(grace, what="grace"))
         await self.client.close()
+        return shutdown
 
     # -- the dispatcher's side ------------------------------------------------------------
 

@@ -25,7 +25,7 @@ from types import CoroutineType
 from typing import Any, ParamSpec, TypeVar
 from urllib.parse import parse_qs, urlsplit
 
-from ..errors import StoreError
+from ..errors import StoreCorrupt, StoreError
 from .base import Op, Row, Store, Tx
 from .coalesce import Call, run_calls
 from .multirow import multirow
@@ -205,6 +205,9 @@ class SQLiteStore(Store):
             conn.close()
             if isinstance(exc, StoreError):
                 raise
+            failed = _failed("open", self.path, exc)
+            if isinstance(failed, StoreCorrupt):
+                raise failed from None
             raise StoreError(f"cannot open SQLite database {self.path}: {exc}") from None
 
     @staticmethod
@@ -314,7 +317,7 @@ class SQLiteStore(Store):
             if conn.in_transaction:
                 with contextlib.suppress(sqlite3.Error):
                     conn.execute("ROLLBACK")
-            error = exc if single and not isinstance(exc, sqlite3.Error) else StoreError(f"SQLite commit failed: {exc}")
+            error = exc if single and not isinstance(exc, sqlite3.Error) else _failed("commit", self.path, exc)
             for _, fut in batch:
                 if fut is not None and not fut.done():
                     fut.set_exception(error)
@@ -356,7 +359,14 @@ class SQLiteStore(Store):
         try:
             return run_sync(op(self._tx, *args, **kwargs))
         except sqlite3.Error as exc:
-            raise StoreError(f"SQLite read failed: {exc}") from exc
+            raise _failed("read", self.path, exc) from exc
+
+
+def _failed(what: str, path: str, exc: BaseException) -> StoreError:
+    """The error a failed commit or read raises: ``StoreCorrupt`` where the file itself is damaged."""
+    if getattr(exc, "sqlite_errorname", None) in ("SQLITE_CORRUPT", "SQLITE_NOTADB"):
+        return StoreCorrupt(f"the SQLite database {path} is corrupt ({exc}); restore it from a backup")
+    return StoreError(f"SQLite {what} failed: {exc}")
 
 
 def _split_statements(sql: str) -> list[str]:
