@@ -34,6 +34,7 @@ from ..app import App
 from ..clock import to_datetime
 from ..engine import Engine
 from ..events import DeliveryRecord, EventRecord
+from ..ids import short_id
 from ..inspect import TERMINAL, FiringInfo, FlowRow, Inspector
 from ..records import EventInfo
 from .common import DurationType, check_store, inspector_of, open_inspector, run_async, sqlite_path
@@ -137,20 +138,27 @@ class Board:
                 waiting = f" ({row.waiting_on})" if row.waiting_on and row.status == "running" else ""
                 retries = f"  retries {row.retries}" if row.retries else ""
                 self.console.print(
-                    f"{row.workflow:<14} {row.run_id}  {row.status}{waiting}  steps {row.steps_done}{retries}"
+                    f"{row.workflow:<14} {short_id(row.run_id)}  {row.status}{waiting}  steps {row.steps_done}{retries}"
                     f"  {row.last_event}"
                 )
 
 
 def table(rows: list[RunRow]) -> Table:
     """The table of the demo's runs."""
+    # Laid out for 80 columns: run ids by their last 8 characters (unique among the demo's runs, and
+    # the end of the ids `workflows list` shows), statuses whole, the rest wrapping.
     out = Table(title="lockgate demo", title_justify="left")
-    for column in ("workflow", "run id", "status", "waiting on", "steps done", "retries", "last event"):
-        out.add_column(column, no_wrap=column != "last event")
+    out.add_column("workflow", overflow="fold")
+    out.add_column("run", no_wrap=True)
+    out.add_column("status", no_wrap=True)
+    out.add_column("waiting", overflow="fold")
+    out.add_column("steps", no_wrap=True)
+    out.add_column("retries", no_wrap=True)
+    out.add_column("last event", overflow="fold", ratio=1)
     for row in rows:
         out.add_row(
             row.workflow,
-            row.run_id,
+            short_id(row.run_id),
             status_text(row.status),
             row.waiting_on or "",
             str(row.steps_done),
@@ -456,7 +464,8 @@ def demo(ctx: click.Context, store: str, keep: bool, timeout: float) -> None:
         return path, await run_demo(store, Board(console), timeout=timeout)
 
     path, outcome = run_async(go())
-    url = f"sqlite:///{path}" if path is not None else store
+    here = os.path.relpath(path) if path is not None else ""
+    url = store if path is None else f"sqlite:///{here if not here.startswith('..') else path}"
     quoted = shlex.quote(url)
     checkout = next((r.run_id for r in outcome.rows if r.workflow == "demo.checkout"), "RUN_ID")
     if outcome.flow:
