@@ -405,7 +405,8 @@ def test_demo_runs_to_completion(cli: Lockgate, tmp_path: Path) -> None:
     result = cli("demo", "--store", url)
     # the database by its path from the current directory when it is below it
     shown = os.path.relpath(tmp_path / "demo.db", cli.cwd)
-    assert f"lockgate workflows list --store sqlite:///{shown if not shown.startswith('..') else url[10:]}" in result.out
+    shown = shown if not shown.startswith("..") else f"{tmp_path}/demo.db"
+    assert f"lockgate workflows list --store sqlite:///{shown}" in result.out
     listed = cli.json("workflows", "list", "--store", url)["runs"]
     # The demo's schedule fires every two seconds while the scenes run: how often depends on the
     # machine's pace, so its runs are counted apart and the scenes' runs are checked exactly.
