@@ -450,7 +450,7 @@ def test_demo_runs_to_completion(cli: Lockgate, tmp_path: Path) -> None:
     traced = cli.json("workflows", "why", why, "--store", url)
     assert (traced["outcome"], traced["run_id"]) == ("collapsed", narrate["id"])
     # the events: each checkout publishes demo.order.paid once, and its trigger starts one demo.fulfil
-    assert f"lockgate events list --store sqlite:///{tmp_path}/demo.db" in result.out
+    assert f"lockgate events list --store sqlite:///{shown}" in result.out
     events = cli.json("events", "list", "--store", url)["events"]
     paid = sorted((e for e in events if e["name"] == "demo.order.paid"), key=lambda e: e["key"]["order_id"])
     checkouts = sorted((r for r in runs if r["workflow"] == "demo.checkout"), key=lambda r: r["payload"]["order_id"])

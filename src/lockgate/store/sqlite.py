@@ -205,9 +205,8 @@ class SQLiteStore(Store):
             conn.close()
             if isinstance(exc, StoreError):
                 raise
-            failed = _failed("open", self.path, exc)
-            if isinstance(failed, StoreCorrupt):
-                raise failed from None
+            if getattr(exc, "sqlite_errorname", None) == "SQLITE_CORRUPT":  # not merely another kind of file
+                raise _failed("open", self.path, exc) from None
             raise StoreError(f"cannot open SQLite database {self.path}: {exc}") from None
 
     @staticmethod
