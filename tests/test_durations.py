@@ -141,3 +141,16 @@ async def test_an_absurd_sleep_fails_its_run_and_leaves_the_store_readable(env_f
             await env.engine.run("forever", {}, timeout=10)
         assert "100 years" in (info.value.error_message or "")
         assert [r.status for r in await env.engine.list_runs()] == ["failed"]
+
+
+def test_a_control_count_beyond_a_database_integer_is_a_definition_error() -> None:
+    app = lg.App()
+
+    @app.workflow(name="wide", concurrency=lg.Concurrency(limit=10**30))
+    async def wide(ctx: lg.Context, p: Empty) -> None:
+        return None
+
+    with pytest.raises(lg.DefinitionError) as info:
+        app.definitions()
+    assert info.value.fields == ["concurrency.limit"]
+    assert "from 1 to 1000000000" in str(info.value)
