@@ -67,7 +67,7 @@ def validate_payload(model: type[M], payload: Any, *, what: str) -> M:
     """
     try:
         if isinstance(payload, BaseModel):
-            _refuse_unstorable(payload.model_dump(), what)
+            _refuse_unstorable(payload, what)
             if isinstance(payload, model):
                 return payload
             payload = payload.model_dump()
@@ -105,6 +105,9 @@ def _refuse_unstorable(value: Any, what: str, loc: tuple[Any, ...] = ()) -> None
             raise PayloadError(
                 what, [{"loc": loc, "msg": f"{value!r} is not a number JSON can hold", "type": "finite_number"}]
             )
+    elif isinstance(value, BaseModel):  # its fields as they are: no dump
+        for key, item in vars(value).items():
+            _refuse_unstorable(item, what, (*loc, key))
     elif isinstance(value, dict):
         for key, item in value.items():
             _refuse_unstorable(key, what, (*loc, key))
