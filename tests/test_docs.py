@@ -60,7 +60,7 @@ def _named_blocks() -> list[tuple[str, str, Path]]:
 
 def test_named_blocks_are_the_example_files() -> None:
     named = _named_blocks()
-    assert {p.name for _, _, p in named} >= {"narration.py", "shop.py", "run_shop.py"}
+    assert {p.name for _, _, p in named} >= {"narration.py", "shop.py", "run_shop.py", "test_reminder.py"}
     for where, source, path in named:
         # the same program; comments and layout may differ
         assert ast.dump(ast.parse(source)) == ast.dump(ast.parse(path.read_text())), f"{where} differs from {path}"
