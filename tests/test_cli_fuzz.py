@@ -4,10 +4,8 @@ from __future__ import annotations
 
 import contextlib
 import io
-import os
 import tempfile
 from collections.abc import Iterator
-from pathlib import Path
 
 import click
 import pytest
@@ -89,5 +87,6 @@ def test_every_command_fails_in_one_line_with_exit_1_or_2(stores: list[str], dat
 
 
 def test_the_fuzzed_commands_cover_every_command() -> None:
-    assert len(COMMANDS) >= 35
-    assert Path(os.devnull).exists()
+    fuzzed = {" ".join(path) for path, _ in COMMANDS}
+    assert {"migrate", "serve", "workflows pending", "workflows list", "cluster status"} <= fuzzed
+    assert len(fuzzed) >= 40
