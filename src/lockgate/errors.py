@@ -62,6 +62,7 @@ __all__ = [
     "StartNotAdmitted",
     "StartRolledBack",
     "StepFailed",
+    "StoreCorrupt",
     "StoreError",
     "StoreFull",
     "UnknownRun",
@@ -331,6 +332,10 @@ class StoreError(LockgateError):
 
 class StoreFull(StoreError):
     """The store's disk is full: the write was refused whole; reads go on, and writes resume once space is freed."""
+
+
+class StoreCorrupt(StoreError):
+    """The database is damaged (not merely busy or away): retrying cannot help."""
 
 
 class EngineClosed(LockgateError):

@@ -35,6 +35,17 @@ def _input(text: str | None) -> tuple[Any, bool, int | None]:
     return value, False, len(text.encode())
 
 
+def _child_output(outcome: Any) -> Any:
+    """A child's outcome as its parent journaled it, with the child's output decoded too (it is
+    kept as the child's JSON text: read as-is it would be a JSON string of JSON)."""
+    if isinstance(outcome, dict) and isinstance(outcome.get("output"), str):
+        try:
+            return {**outcome, "output": json.loads(outcome["output"])}
+        except ValueError:  # a sealed value, or text that is not JSON: shown as stored
+            return outcome
+    return outcome
+
+
 @dataclass(frozen=True)
 class RunInfo:
     """One run as stored."""
@@ -132,7 +143,7 @@ class StepInfo:
             kind=row["kind"],
             status=row["status"],
             seq=int(row["seq"]),
-            output=_json(row["output"]),
+            output=_child_output(_json(row["output"])) if row["kind"] == "wait_child" else _json(row["output"]),
             error_tag=row["error_tag"],
             error_message=row["error_message"],
             attempts=int(row["attempts"]),

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
+import math
 from typing import Any, TypeVar
 
 from pydantic import BaseModel, TypeAdapter, ValidationError
@@ -94,14 +96,58 @@ M = TypeVar("M", bound=BaseModel)
 
 
 def validate_payload(model: type[M], payload: Any, *, what: str) -> M:
-    """``payload`` as ``model``; a ``PayloadError`` naming each missing or invalid field otherwise."""
-    if isinstance(payload, model):
-        return payload
+    """``payload`` as ``model``; a ``PayloadError`` naming each missing or invalid field otherwise.
+
+    NaN and infinities are refused (JSON has no spelling for them: stored, they would come back as
+    ``null``), and so are lone surrogates (they are not text a database holds).
+    """
     try:
         if isinstance(payload, BaseModel):
+            _refuse_unstorable(payload, what)
+            if isinstance(payload, model):
+                return payload
             payload = payload.model_dump()
         if isinstance(payload, str | bytes):
+            text = payload.decode(errors="replace") if isinstance(payload, bytes) else payload
+            if "NaN" in text or "Infinity" in text:  # rare: only then parsed twice
+                with contextlib.suppress(ValueError):
+                    _refuse_unstorable(json.loads(text), what)
             return model.model_validate_json(payload)
+        _refuse_unstorable(payload, what)
         return model.model_validate(payload)
     except ValidationError as exc:
-        raise PayloadError(what, [dict(e) for e in exc.errors(include_url=False)]) from None
+        errors = [dict(e) for e in exc.errors(include_url=False)]
+        if isinstance(payload, str | bytes) and any(e.get("type") == "json_invalid" for e in errors):
+            text = payload.decode(errors="replace") if isinstance(payload, bytes) else payload
+            shown = text if len(text) <= 40 else f"{text[:37]}..."
+            raise PayloadError(
+                what, f"expected a {model.__name__} (an object, or its JSON text), got {shown!r}, which is not JSON"
+            ) from None
+        raise PayloadError(what, errors) from None
+
+
+def _refuse_unstorable(value: Any, what: str, loc: tuple[Any, ...] = ()) -> None:
+    """``PayloadError`` naming the first NaN, infinity or lone surrogate inside ``value`` (dicts and lists
+    are searched)."""
+    if isinstance(value, str):
+        if not value.isascii():
+            try:
+                value.encode()
+            except UnicodeEncodeError as exc:
+                msg = f"holds {value[exc.start]!r}, a lone surrogate, not text"
+                raise PayloadError(what, [{"loc": loc, "msg": msg, "type": "surrogate"}]) from None
+    elif isinstance(value, float):
+        if not math.isfinite(value):
+            raise PayloadError(
+                what, [{"loc": loc, "msg": f"{value!r} is not a number JSON can hold", "type": "finite_number"}]
+            )
+    elif isinstance(value, BaseModel):  # its fields as they are: no dump
+        for key, item in vars(value).items():
+            _refuse_unstorable(item, what, (*loc, key))
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            _refuse_unstorable(key, what, (*loc, key))
+            _refuse_unstorable(item, what, (*loc, key))
+    elif isinstance(value, list | tuple):
+        for i, item in enumerate(value):
+            _refuse_unstorable(item, what, (*loc, i))

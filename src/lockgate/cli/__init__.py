@@ -25,6 +25,7 @@ from . import events as events
 from . import gate as gate
 from . import inspect_api as inspect_api
 from . import keys as keys
+from . import migrate as migrate
 from . import schedules as schedules
 from . import serve as serve
 from . import stats as stats
@@ -55,6 +56,9 @@ def run(argv: Sequence[str] | None = None) -> int:
         return 1
     except BrokenPipeError:  # the reader went away (`| head`): stop quietly
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1
+    except OSError as exc:  # the machine refused (a file, a folder, a port): its words, no traceback
+        _fail(str(exc))
         return 1
     return result if isinstance(result, int) else 0
 

@@ -15,7 +15,7 @@ from rich.table import Table
 from rich.text import Text
 
 from ..engine.operator import BulkResult
-from .common import app_option, format_option, load_app, open_client, run_async, store_option
+from .common import app_option, count_type, format_option, load_app, open_client, run_async, store_option
 from .groups import workflows
 from .output import emit, short
 from .workflows import STATUSES
@@ -27,7 +27,7 @@ PAST = {"cancel": "cancelled", "redrive": "re-driven", "retry": "retried"}
 
 limit_option = click.option(
     "--limit",
-    type=click.IntRange(min=1),
+    type=count_type(1),
     required=True,
     help="Act on at most this many runs, oldest first (required: it bounds what one command can touch).",
 )

@@ -16,10 +16,11 @@ from rich.table import Table
 from rich.text import Text
 
 from ..clock import to_datetime
-from ..inspect import FlowRow, Pause, Trace
+from ..inspect import FlowRow, ParkedStart, Pause, Trace
 from .common import (
     DurationType,
     app_option,
+    count_type,
     format_option,
     inspector_of,
     load_app,
@@ -388,6 +389,40 @@ def pauses(store: str, fmt: str) -> None:
             table.add_column(column, no_wrap=column != "reason")
         for p in found:
             table.add_row(p.kind, p.name, p.reason or "", when(p.since), when(p.until) or "until lifted")
+        console.print(table)
+
+    emit(fmt, document, render)
+
+
+@workflows.command("pending")
+@click.option("--workflow", help="Only the starts of this workflow.")
+@click.option("--mode", help="Only the starts parked by this control (debounce, batch, concurrency, paused, ...).")
+@click.option("--limit", type=count_type(1, 10_000), default=100, show_default=True)
+@store_option
+@format_option
+def pending(workflow: str | None, mode: str | None, limit: int, store: str, fmt: str) -> None:
+    """The starts parked at the gate (oldest arrival first), each with its tickets.
+
+    A start the gate parked has a ticket, not a run yet: `workflows why TICKET` traces it,
+    `workflows cancel-start TICKET` withdraws it.
+    """
+
+    async def go() -> list[ParkedStart]:
+        async with open_inspector(load_app(None), store) as inspector:
+            return await inspector.parked(workflow=workflow, mode=mode, limit=limit)
+
+    found = run_async(go())
+    document = {"pending": [p.to_dict() for p in found]}
+
+    def render(console: Console) -> None:
+        if not found:
+            console.print("no start is parked at the gate")
+            return
+        table = Table()  # tickets whole (they are what `why` takes); the rest wraps in 80 columns
+        for column in ("ticket", "workflow", "by", "key", "held", "due (UTC)"):
+            table.add_column(column, no_wrap=column == "ticket", overflow="fold")
+        for p in found:
+            table.add_row(p.ticket, p.workflow, p.mode, p.key or "", str(p.folded), when(p.due_at))
         console.print(table)
 
     emit(fmt, document, render)

@@ -137,13 +137,19 @@ def run_summary(run: RunInfo) -> Table:
 
 
 def steps_table(steps: Iterable[StepInfo]) -> Table:
+    # "#": the order the body reached each entry, 1, 2, 3, ... (the stored seq may skip numbers)
     table = Table(title="journal", title_justify="left")
-    for column in ("#", "step", "kind", "status", "attempts", "output / error", "finished (UTC)"):
-        table.add_column(column, no_wrap=column != "output / error")
-    for step in steps:
+    table.add_column("#", no_wrap=True)
+    table.add_column("step", overflow="fold")
+    table.add_column("kind", no_wrap=True)
+    table.add_column("status", no_wrap=True)
+    table.add_column("tries", no_wrap=True)
+    table.add_column("output / error", min_width=12, overflow="fold")
+    table.add_column("finished (UTC)", overflow="fold")
+    for position, step in enumerate(steps, 1):
         outcome = _error(step.error_tag, step.error_message) or short(step.output)
         table.add_row(
-            str(step.seq),
+            str(position),
             step.key,
             step.kind,
             Text(step.status, style={"completed": "green", "failed": "red"}.get(step.status, "cyan")),

@@ -14,6 +14,7 @@ from .common import (
     DurationType,
     JsonType,
     app_option,
+    count_type,
     format_option,
     load_app,
     open_client,
@@ -34,8 +35,8 @@ STATUSES = RUN_STATUSES
 @click.option("--status", type=click.Choice(STATUSES), help="Only runs in this status.")
 @click.option("--dead-letter", is_flag=True, help="Only failed runs nobody has discarded yet.")
 @click.option("--source", metavar="SOURCE", help="Only runs started from there (api, cli, event:NAME, child:ID, ...).")
-@click.option("--limit", type=click.IntRange(min=1), default=50, show_default=True)
-@click.option("--offset", type=click.IntRange(min=0), default=0, show_default=True)
+@click.option("--limit", type=count_type(1), default=50, show_default=True)
+@click.option("--offset", type=count_type(0), default=0, show_default=True)
 @store_option
 @format_option
 def list_runs(

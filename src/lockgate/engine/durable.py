@@ -10,11 +10,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
+import functools
 import inspect
 import random
 import typing
 import weakref
 from collections.abc import Awaitable, Callable
+from concurrent.futures import Executor
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar
@@ -63,6 +66,8 @@ class Host(Protocol):
     input_limit: int
     replay_shape_limit: int
     resolve_scopes: ScopeResolver | None
+    step_pool: Executor  # the threads plain ``def`` steps run in
+    draining: bool  # shutting down: no new step attempt begins
 
     @property
     def observer(self) -> Observer | None:
@@ -191,11 +196,17 @@ def callable_facts(fn: Callable[..., Any]) -> tuple[Any, bool]:
     return facts
 
 
-async def call(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-    """Call ``fn``: awaited if async, in a thread if not."""
+async def call(
+    fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any], pool: Executor | None = None
+) -> Any:
+    """Call ``fn``: awaited if async, in a thread of ``pool`` if not (the loop's default pool without one)."""
     if callable_facts(fn)[1]:
         return await fn(*args, **kwargs)
-    result = await asyncio.to_thread(fn, *args, **kwargs)
+    if pool is None:
+        result = await asyncio.to_thread(fn, *args, **kwargs)
+    else:  # as to_thread does: the step sees the context variables of its caller
+        bound = functools.partial(contextvars.copy_context().run, fn, *args, **kwargs)
+        result = await asyncio.get_running_loop().run_in_executor(pool, bound)
     if inspect.isawaitable(result):
         return await result
     return result

@@ -37,7 +37,7 @@ from ..store.base import Row
 from ..sweeps import SweepSettings, start_sweeps
 from .client import DEFAULT_STORE, Client
 from .core import Core, WorkflowRef
-from .dispatcher import Dispatcher
+from .dispatcher import Dispatcher, Shutdown
 from .durable import Running
 from .firing import Fired
 from .identity import ScopeResolver
@@ -56,7 +56,8 @@ class Engine:
     ``lease`` bounds how long a run held by a dead process waits before another takes
     it; ``inline_sleep`` is the longest timer a body waits for in place instead of
     parking; ``stall_after`` is the staleness threshold (per workflow: ``stall_after=``).
-    ``retention``: runs that ended longer ago are deleted with their records, and so are
+    ``step_threads``: how many plain ``def`` steps run at once (threads; default
+    ``max_concurrent_runs``). ``retention``: runs that ended longer ago are deleted with their records, and so are
     ledger rows that old (``flow()``'s counts stay); ``None`` keeps everything.
     """
 
@@ -81,6 +82,7 @@ class Engine:
         encryption_keys: str | Sequence[str] | None = None,
         step_input_limit: int = DEFAULT_INPUT_LIMIT,
         replay_shape_limit: int = REPLAY_SHAPE_LIMIT,
+        step_threads: int | None = None,
     ) -> None:
         self.client = Client(
             app,
@@ -97,6 +99,8 @@ class Engine:
             raise ValueError("max_reclaims must be >= 1")
         if isinstance(replay_shape_limit, bool) or not isinstance(replay_shape_limit, int) or replay_shape_limit < 0:
             raise InvalidArgument(f"replay_shape_limit must be a whole number >= 0, got {replay_shape_limit!r}")
+        if step_threads is not None and not 1 <= step_threads <= 10_000:
+            raise ValueError(f"step_threads must be between 1 and 10000, got {step_threads!r}")
         self.max_concurrent_runs = max_concurrent_runs
         self.lease = to_seconds(lease, what="lease")
         if self.lease < 0.5:
@@ -126,6 +130,7 @@ class Engine:
             host=self.host,
             resolve_scopes=resolve_scopes,
             replay_shape_limit=replay_shape_limit,
+            step_threads=step_threads,
         )
 
     @property
@@ -205,10 +210,15 @@ class Engine:
         await self.dispatcher.open()
         self.dispatcher.adopt(start_sweeps(self.dispatcher.worker, self.sweep_settings))
 
-    async def close(self) -> None:
-        """Stop the loops and the runs executing here (they are released for others), then disconnect."""
-        await self.dispatcher.close()
+    async def close(self, *, grace: Duration = 0) -> Shutdown:
+        """Stop the loops and the runs executing here (they are released for others), then disconnect.
+
+        With ``grace``, first stop claiming and let the step attempts running here finish, up to that
+        long, so that what they did is journaled (``lockgate serve --grace``); what it did is returned.
+        """
+        shutdown = await self.dispatcher.close(to_seconds(grace, what="grace"))
         await self.client.close()
+        return shutdown
 
     # -- the dispatcher's side ------------------------------------------------------------
 

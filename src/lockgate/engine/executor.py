@@ -96,6 +96,8 @@ class Execution(Context):
         self._extra: list[str] = []
         self._confirmed = 0  # how many extras came before a recorded key: inserted into recorded history
         self._busy = 0
+        self.attempting = 0  # step attempts running now (a graceful shutdown lets them finish)
+        self.ended_as: str | None = None  # the status the run ended with here, if it did
         self._busy_cm = _Busy(self)
         self._waits: list[Wait] = []
         self._attention: asyncio.Future[None] | None = None
@@ -290,6 +292,7 @@ class Execution(Context):
         event: dict[str, Any] | None = None,
     ) -> bool:
         """Write the run's end (passing its concurrency slot on where it can); ``False``: the lease was lost."""
+        self.ended_as = status
         children = any(entry.get("kind") == "child" for entry in self._journal.values())
         handoff = None if children else await self._host.hand_off(self.defn, self.row, status)
         end: dict[str, Any] = {"status": status, "output": output, "error_tag": tag, "error_message": message}
@@ -514,12 +517,19 @@ class Execution(Context):
             while True:
                 attempt += 1
                 started = first if attempt == 1 else self._clock.now()
+                if self._host.draining:  # shutdown: this attempt waits for the next worker (stop cancels it)
+                    await asyncio.get_running_loop().create_future()
+                self.attempting += 1
                 try:
-                    if self._observer is None:
-                        result = await (fn(*args, **kwargs) if is_async else call(fn, args, kwargs))
-                    else:
-                        with self._observer.step_attempt(self.workflow, self.run_id, name, attempt):
-                            result = await (fn(*args, **kwargs) if is_async else call(fn, args, kwargs))
+                    try:
+                        pool = self._host.step_pool
+                        if self._observer is None:
+                            result = await (fn(*args, **kwargs) if is_async else call(fn, args, kwargs, pool))
+                        else:
+                            with self._observer.step_attempt(self.workflow, self.run_id, name, attempt):
+                                result = await (fn(*args, **kwargs) if is_async else call(fn, args, kwargs, pool))
+                    finally:
+                        self.attempting -= 1  # the attempt ended: a shutdown waits for this
                 except (asyncio.CancelledError, shared.Fenced, Parked):
                     raise
                 except Exception as exc:

@@ -19,7 +19,7 @@ from pydantic import BaseModel
 from ..clock import to_datetime
 from ..context import ChildHandle, ParentClose
 from ..crypto import Sealer, is_sealed, seal_payload
-from ..durations import Duration, to_seconds
+from ..durations import MAX_SECONDS, Duration, to_seconds
 from ..errors import InvalidArgument, JournalDecryptionError, PayloadError, RunCancelled, RunFailed
 from ..ids import new_id
 from ..queues import check_member
@@ -58,7 +58,14 @@ async def sleep_until(x: Running, name: str, when: datetime) -> None:
     """``ctx.sleep_until``: a durable timer due at ``when``."""
     if when.tzinfo is None:
         raise ValueError(f"ctx.sleep_until({name!r}): 'when' must be timezone-aware")
-    await _timer(x, name, lambda now: when.timestamp())
+    due = when.timestamp()
+
+    def due_from(now: float) -> float:
+        if abs(due - now) > MAX_SECONDS:
+            raise InvalidArgument(f"ctx.sleep_until({name!r}): 'when' must be within 100 years, got {when.isoformat()}")
+        return due
+
+    await _timer(x, name, due_from)
 
 
 async def _timer(x: Running, name: str, due_from: Callable[[float], float]) -> None:

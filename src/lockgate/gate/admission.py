@@ -186,6 +186,9 @@ async def _admit_bare_many(tx: Tx, calls: Sequence[Args]) -> list[Any]:
     return created
 
 
+MAX_PRIORITY = 1_000_000_000
+"""The largest priority a callback may give (and its negative the smallest): a database integer holds it."""
+
 def _bare_decision(run: dict[str, Any], created: dict[str, Any], fresh: bool, now: float) -> dict[str, Any]:
     return {
         "ticket": run["ticket"],
@@ -209,7 +212,7 @@ def identity_key(defn: WorkflowDef, payload: BaseModel, given: str | None) -> st
     if given is not None:
         if not isinstance(given, str) or not given:
             raise PayloadError(f"start of {defn.name!r}", "idempotency_key must be a non-empty string")
-        return given
+        return _utf8(defn, "idempotency_key", given)
     if defn.idempotency_key is None:
         return None
     try:
@@ -218,6 +221,18 @@ def identity_key(defn: WorkflowDef, payload: BaseModel, given: str | None) -> st
         raise DefinitionError(defn.name, "idempotency_key", f"callback raised {type(exc).__name__}: {exc}") from None
     if not isinstance(key, str) or not key:
         raise DefinitionError(defn.name, "idempotency_key", f"callback returned {key!r}, not a non-empty string")
+    return _utf8(defn, "idempotency_key", key)
+
+
+def _utf8(defn: WorkflowDef, field: str, key: str) -> str:
+    """``key`` if it is text a database can store; a ``PayloadError`` for a lone surrogate."""
+    if not key.isascii():
+        try:
+            key.encode()
+        except UnicodeEncodeError as exc:
+            raise PayloadError(
+                f"start of {defn.name!r}", f"{field} {key!r} holds {key[exc.start]!r}, a lone surrogate, not text"
+            ) from None
     return key
 
 
@@ -260,7 +275,7 @@ def control_keys(defn: WorkflowDef, plan: GatePlan, model: BaseModel) -> dict[st
         pairs.append(("concurrency", plan.concurrency.key))
     pairs += [(w.name, w.key) for w in plan.windows]
     for name, fn in pairs:
-        keys[name] = "" if fn is None else str(_call(defn, f"{name}.key", fn, model))
+        keys[name] = "" if fn is None else _utf8(defn, f"{name}.key", str(_call(defn, f"{name}.key", fn, model)))
     return keys
 
 
@@ -268,10 +283,12 @@ def _priority(defn: WorkflowDef, plan: GatePlan, model: BaseModel) -> int:
     if plan.priority is None:
         return 0
     value = _call(defn, "priority", plan.priority, model)
-    if not isinstance(value, int) or isinstance(value, bool):
-        raise DefinitionError(defn.name, "priority", f"callback returned {value!r}, not an int")
+    if not isinstance(value, int) or isinstance(value, bool) or abs(value) > MAX_PRIORITY:
+        raise DefinitionError(
+            defn.name, "priority", f"callback returned {value!r}, not an int from -{MAX_PRIORITY} to {MAX_PRIORITY}"
+        )
     return value
 
 
 def _fair(defn: WorkflowDef, plan: GatePlan, model: BaseModel) -> str | None:
-    return None if plan.fair_by is None else str(_call(defn, "fair_by", plan.fair_by, model))
+    return None if plan.fair_by is None else _utf8(defn, "fair_by", str(_call(defn, "fair_by", plan.fair_by, model)))

@@ -116,10 +116,14 @@ class Store(abc.ABC):
     dialect: str
     url: str
     observer: Observer | None = None  # told of each group commit's size and of each failure (observer.py)
+    schema_mode = "migrate"
+    """What ``open`` does with the schema, set before it: ``migrate`` applies pending migrations;
+    ``check`` refuses a database whose schema is not current (``StoreError``) and writes no DDL;
+    ``read`` checks too and opens the database read-only (every write is refused)."""
 
     @abc.abstractmethod
     async def open(self) -> None:
-        """Connect and apply pending migrations."""
+        """Connect and, as ``schema`` says, apply pending migrations or check that none is pending."""
 
     @abc.abstractmethod
     async def close(self) -> None:

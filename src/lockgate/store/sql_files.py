@@ -6,7 +6,9 @@ import functools
 import re
 from importlib import resources
 
-__all__ = ["load_queries", "migrations", "repeatable_queries", "silent_queries"]
+from ..errors import StoreError
+
+__all__ = ["check_schema", "load_queries", "migrations", "repeatable_queries", "silent_queries"]
 
 _HEADER = re.compile(r"^--\s*name:\s*([a-z0-9_]+)\s*$", re.MULTILINE)
 _REPEATABLE = re.compile(r"^--\s*repeatable:", re.MULTILINE)
@@ -73,3 +75,20 @@ def migrations(dialect: str) -> list[tuple[int, str, str]]:
     if len(set(versions)) != len(versions) or (versions and versions[0] != 1):
         raise RuntimeError(f"{dialect} migrations must start at 1 and use each number once: {versions}")
     return found
+
+
+def check_schema(dialect: str, applied: set[int] | None, where: str, url: str) -> None:
+    """Refuse a database whose lockgate schema is not this version's (``applied``: its migration
+    versions; ``None``: it has no lockgate tables). Where nothing may be migrated, this is the check."""
+    how = f"run 'lockgate migrate --store {url}'"
+    if applied is None:
+        raise StoreError(f"no lockgate database at {where} ({how} to create one)")
+    latest = len(migrations(dialect))
+    have = max(applied, default=0)
+    if have > latest:
+        raise StoreError(
+            f"the lockgate database at {where} is at schema version {have}, newer than this lockgate's "
+            f"{latest}: upgrade lockgate"
+        )
+    if have < latest:
+        raise StoreError(f"the lockgate database at {where} is at schema version {have}, not {latest}: {how}")

@@ -20,15 +20,16 @@ import re
 import sqlite3
 import time
 from collections.abc import Awaitable, Coroutine, Mapping, Sequence
+from pathlib import Path
 from types import CoroutineType
 from typing import Any, ParamSpec, TypeVar
 from urllib.parse import parse_qs, urlsplit
 
-from ..errors import StoreError, StoreFull
+from ..errors import StoreCorrupt, StoreError, StoreFull
 from .base import Joined, Op, Row, Store, Tx
 from .coalesce import Call, run_calls
 from .multirow import multirow
-from .sql_files import load_queries, migrations
+from .sql_files import check_schema, load_queries, migrations
 from .sqlite_joined import join_sqlite
 
 __all__ = ["SQLiteStore"]
@@ -168,24 +169,59 @@ class SQLiteStore(Store):
         if self._conn is not None:
             return
         self._loop = asyncio.get_running_loop()
-        if self.path != ":memory:":
-            os.makedirs(os.path.dirname(self.path) or ".", exist_ok=True)
+        memory = self.path == ":memory:"
+        if not memory and self.schema_mode != "migrate" and not os.path.isfile(self.path):
+            check_schema("sqlite", None, self.path, self.url)
+        if not memory and self.schema_mode == "migrate":
+            try:
+                os.makedirs(os.path.dirname(self.path) or ".", exist_ok=True)
+            except OSError as exc:
+                raise StoreError(f"cannot create the folder of SQLite database {self.path}: {exc.strerror}") from None
         try:
-            conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
+            if self.schema_mode == "read" and not memory:  # refuses every write, creates nothing
+                conn = sqlite3.connect(
+                    f"{Path(self.path).as_uri()}?mode=ro", uri=True, isolation_level=None, check_same_thread=False
+                )
+            else:
+                conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
         except sqlite3.Error as exc:
-            raise StoreError(f"cannot open SQLite database {self.path}: {exc}") from exc
+            raise StoreError(f"cannot open SQLite database {self.path}: {exc}") from None
         self._conn = conn
         self._tx = _SQLiteTx(conn, self._queries)
         try:  # a file that is not a database fails here, at its first statement
             conn.execute(f"PRAGMA busy_timeout = {self.busy_timeout_ms}")
-            conn.execute("PRAGMA journal_mode = WAL")
-            conn.execute(f"PRAGMA synchronous = {self.synchronous.upper()}")
+            applied = self._applied(conn)  # before any write: another application's file is left as it is
+            if applied is None and not self._is_empty(conn):
+                raise StoreError(f"{self.path} is not a lockgate database (it holds other tables); nothing was written")
+            if self.schema_mode != "migrate":
+                check_schema("sqlite", applied, self.path, self.url)
+            if self.schema_mode != "read":
+                conn.execute("PRAGMA journal_mode = WAL")
+                conn.execute(f"PRAGMA synchronous = {self.synchronous.upper()}")
             conn.execute("PRAGMA foreign_keys = OFF")
-            self._migrate()
-        except sqlite3.Error as exc:
+            if self.schema_mode == "migrate":
+                self._migrate()
+        except (sqlite3.Error, StoreError) as exc:
             self._conn = None
             conn.close()
-            raise StoreError(f"cannot open SQLite database {self.path}: {exc}") from exc
+            if isinstance(exc, StoreError):
+                raise
+            if getattr(exc, "sqlite_errorname", None) == "SQLITE_CORRUPT":  # not merely another kind of file
+                raise _failed("open", self.path, exc) from None
+            raise StoreError(f"cannot open SQLite database {self.path}: {exc}") from None
+
+    @staticmethod
+    def _applied(conn: sqlite3.Connection) -> set[int] | None:
+        """The migration versions applied to ``conn``'s database; ``None`` where it has no lockgate tables."""
+        found = conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'lockgate_migrations'")
+        if found.fetchone() is None:
+            return None
+        return {row[0] for row in conn.execute("SELECT version FROM lockgate_migrations")}
+
+    @staticmethod
+    def _is_empty(conn: sqlite3.Connection) -> bool:
+        """Whether the database holds no schema at all (a new file: lockgate may make it its own)."""
+        return bool(conn.execute("SELECT count(*) FROM sqlite_master").fetchone()[0] == 0)
 
     def _migrate(self) -> None:
         conn = self._require()
@@ -274,7 +310,7 @@ class SQLiteStore(Store):
                     conn.execute("ROLLBACK TO op")
                     conn.execute("RELEASE op")
                     outcomes.append(
-                        (False, _typed(exc, "SQLite write failed") if isinstance(exc, sqlite3.Error) else exc)
+                        (False, _failed("write", self.path, exc) if isinstance(exc, sqlite3.Error) else exc)
                     )
             if tx.ledger_grew:
                 tx.count_ledger()
@@ -286,7 +322,7 @@ class SQLiteStore(Store):
                     conn.execute("ROLLBACK")
             if self.observer is not None and (not single or isinstance(exc, sqlite3.Error)):
                 self.observer.store_error("commit")
-            error = exc if single and not isinstance(exc, sqlite3.Error) else _typed(exc, "SQLite commit failed")
+            error = exc if single and not isinstance(exc, sqlite3.Error) else _failed("commit", self.path, exc)
             for _, fut in batch:
                 if fut is not None and not fut.done():
                     fut.set_exception(error)
@@ -337,14 +373,17 @@ class SQLiteStore(Store):
         except sqlite3.Error as exc:
             if self.observer is not None:
                 self.observer.store_error("read")
-            raise _typed(exc, "SQLite read failed") from exc
+            raise _failed("read", self.path, exc) from exc
 
 
-def _typed(exc: BaseException, what: str) -> StoreError:
-    """The typed error for a failed SQLite statement: ``StoreFull`` when the disk is full."""
+def _failed(what: str, path: str, exc: BaseException) -> StoreError:
+    """The error a failed commit or read raises: ``StoreCorrupt`` where the file itself is damaged,
+    ``StoreFull`` where its disk is full."""
+    if getattr(exc, "sqlite_errorname", None) in ("SQLITE_CORRUPT", "SQLITE_NOTADB"):
+        return StoreCorrupt(f"the SQLite database {path} is corrupt ({exc}); restore it from a backup")
     if getattr(exc, "sqlite_errorcode", None) == sqlite3.SQLITE_FULL:
-        return StoreFull(f"{what}: the disk holding the SQLite database is full ({exc}); free space to resume")
-    return StoreError(f"{what}: {exc}")
+        return StoreFull(f"SQLite {what} failed: the disk holding {path} is full ({exc}); free space to resume")
+    return StoreError(f"SQLite {what} failed: {exc}")
 
 
 _ADD_COLUMN = re.compile(r"^\s*ALTER\s+TABLE\s+(\w+)\s+ADD\s+COLUMN\s+(\w+)", re.IGNORECASE)

@@ -48,7 +48,7 @@ from ..direct import DirectStatement
 from ..sql_files import load_queries, repeatable_queries
 from .failures import RETRIES, StalePlan, backoff, discarding_stale_plans, fail, first_line, redact
 from .joined import Joining
-from .migrate import migrate
+from .migrate import check, migrate
 from .notify import Wakeups
 from .tx import Conn, PostgresTx, WriterConn, silent
 from .writer import Writer
@@ -159,7 +159,10 @@ class PostgresStore(Writer, Wakeups, Joining):
     async def open(self) -> None:
         if self._pool is not None:
             return
-        await migrate(self.conninfo, self._where, self.schema)
+        if self.schema_mode == "migrate":
+            await migrate(self.conninfo, self._where, self.schema)
+        else:
+            await check(self.conninfo, self._where, redact(self.url))
         pool: AsyncConnectionPool[Conn] = AsyncConnectionPool(
             self.conninfo,
             connection_class=psycopg.AsyncConnection[DictRow],
