@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import importlib
 import json
 import math
 from typing import Any, TypeVar
@@ -12,7 +13,18 @@ from pydantic import BaseModel, TypeAdapter, ValidationError
 
 from .errors import PayloadError, ResultTypeError
 
-__all__ = ["adapter", "conform", "decode", "decode_as", "dump_json", "encode", "type_name", "validate_payload"]
+__all__ = [
+    "adapter",
+    "conform",
+    "decode",
+    "decode_as",
+    "dump_json",
+    "encode",
+    "import_model",
+    "payload_json",
+    "type_name",
+    "validate_payload",
+]
 
 
 @functools.lru_cache(maxsize=1024)
@@ -151,3 +163,27 @@ def _refuse_unstorable(value: Any, what: str, loc: tuple[Any, ...] = ()) -> None
     elif isinstance(value, list | tuple):
         for i, item in enumerate(value):
             _refuse_unstorable(item, what, (*loc, i))
+
+
+def payload_json(model: type[BaseModel] | None, payload: Any, *, what: str) -> str:
+    """A signal's or update's payload as JSON text: validated by ``model`` when the receiver declared one."""
+    if model is not None:
+        return validate_payload(model, payload, what=what).model_dump_json()
+    if isinstance(payload, BaseModel):
+        return payload.model_dump_json()
+    try:
+        return json.dumps(payload, allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        raise PayloadError(what, f"not JSON-serialisable: {exc}") from None
+
+
+def import_model(ref: str) -> type[BaseModel] | None:
+    """The pydantic model at ``module:qualname`` (as a run records its declared models), if it imports."""
+    module, _, qualname = ref.partition(":")
+    try:
+        obj: Any = importlib.import_module(module)
+        for part in qualname.split("."):
+            obj = getattr(obj, part)
+    except Exception:
+        return None
+    return obj if isinstance(obj, type) and issubclass(obj, BaseModel) else None

@@ -8,7 +8,6 @@ the store only.
 from __future__ import annotations
 
 import asyncio
-import importlib
 import json
 from collections.abc import Awaitable, Callable, Sequence
 from contextlib import AbstractContextManager
@@ -39,7 +38,7 @@ from ..origin import current_origin, starting_from
 from ..queues import Queue, check_member
 from ..recording import DEFAULT_INPUT_LIMIT, check_input_limit, resolve_recording
 from ..records import AttemptInfo, EventInfo, RunInfo, StepInfo
-from ..serde import validate_payload
+from ..serde import import_model, payload_json, validate_payload
 from ..store import Store, journal, messages, open_store, runs, shared
 from ..store.base import Row
 from . import events as domain_events
@@ -405,7 +404,7 @@ class Client(OperatorVerbs):
         """Send signal ``name`` to a live run; kept until the body waits for it."""
         row = await self.store.read(shared.get_run, run_id)
         model = self._message_model(row, "signal", name)
-        body = _payload_json(model, payload, what=f"signal {name!r}")
+        body = payload_json(model, payload, what=f"signal {name!r}")
         mid = new_id("msg")
         if self._sealed(row):
             body = Sealer(self.keyring, run_id).seal(f"msg:{mid}", "payload", body)
@@ -422,7 +421,7 @@ class Client(OperatorVerbs):
         """
         row = await self.store.read(shared.get_run, run_id)
         model = self._message_model(row, "update", name)
-        body = _payload_json(model, payload, what=f"update {name!r}")
+        body = payload_json(model, payload, what=f"update {name!r}")
         mid = new_id("msg")
         if self._sealed(row):
             body = Sealer(self.keyring, run_id).seal(f"msg:{mid}", "payload", body)
@@ -490,7 +489,7 @@ class Client(OperatorVerbs):
             return declared[name]
         waiting = json.loads(row["waiting_for"]) if row["waiting_for"] else {}
         ref = (waiting.get("models") or {}).get(name)
-        return _import_model(ref) if ref else None
+        return import_model(ref) if ref else None
 
     # -- recovery verbs -----------------------------------------------------------------
 
@@ -637,24 +636,3 @@ class Client(OperatorVerbs):
 
         return await bulk(self.store, mode, wanted, eligible, workflow, limit, commit, act)
 
-
-def _payload_json(model: type[BaseModel] | None, payload: Any, *, what: str) -> str:
-    if model is not None:
-        return validate_payload(model, payload, what=what).model_dump_json()
-    if isinstance(payload, BaseModel):
-        return payload.model_dump_json()
-    try:
-        return json.dumps(payload)
-    except (TypeError, ValueError) as exc:
-        raise PayloadError(what, f"not JSON-serialisable: {exc}") from None
-
-
-def _import_model(ref: str) -> type[BaseModel] | None:
-    module, _, qualname = ref.partition(":")
-    try:
-        obj: Any = importlib.import_module(module)
-        for part in qualname.split("."):
-            obj = getattr(obj, part)
-    except Exception:
-        return None
-    return obj if isinstance(obj, type) and issubclass(obj, BaseModel) else None
