@@ -27,7 +27,7 @@ READS = [
     ["workflows", "stats"],
     ["cluster", "status"],
 ]
-LATEST = len(migrations("sqlite"))
+LATEST = max(version for version, _, _ in migrations("sqlite"))
 
 
 def lockgate(*argv: str) -> tuple[int, str, str]:
@@ -84,13 +84,13 @@ def test_read_commands_neither_migrate_nor_write(tmp_path: Path) -> None:
     for argv in READS:
         code, _, err = lockgate(*argv, "--store", f"sqlite:///{db}")
         assert code == 1
-        assert f"is at schema version {LATEST - 1}, not {LATEST}: run 'lockgate migrate --store" in err
+        assert f"is missing migration(s) {LATEST:04d} of this lockgate's schema (version {LATEST}): run" in err
     assert _digest(db) == before
     with contextlib.closing(sqlite3.connect(db)) as conn:  # as a database of a newer lockgate
         conn.execute("INSERT INTO lockgate_migrations VALUES (?, 'x', 0), (?, 'y', 0)", (LATEST, LATEST + 1))
         conn.commit()
     code, _, err = lockgate("workflows", "list", "--store", f"sqlite:///{db}")
-    assert code == 1 and f"newer than this lockgate's {LATEST}: upgrade lockgate" in err
+    assert code == 1 and f"holds migration(s) {LATEST + 1:04d} that this lockgate (schema version {LATEST})" in err
 
 
 def test_migrate_creates_a_database_and_says_its_version(tmp_path: Path) -> None:

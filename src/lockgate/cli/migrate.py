@@ -9,7 +9,7 @@ from __future__ import annotations
 import click
 
 from ..store import open_store
-from ..store.sql_files import migrations
+from ..store.sql_files import schema_version
 from .common import run_async, store_option
 from .groups import cli
 from .serve import display_url
@@ -34,4 +34,4 @@ def migrate(store: str) -> None:
 
     run_async(go())
     dialect = "sqlite" if store.startswith("sqlite:") else "postgres"
-    click.echo(f"lockgate schema at version {len(migrations(dialect))}: {display_url(store)}")
+    click.echo(f"lockgate schema at version {schema_version(dialect)}: {display_url(store)}")

@@ -8,7 +8,7 @@ from importlib import resources
 
 from ..errors import StoreError
 
-__all__ = ["check_schema", "load_queries", "migrations", "repeatable_queries", "silent_queries"]
+__all__ = ["check_schema", "load_queries", "migrations", "repeatable_queries", "schema_version", "silent_queries"]
 
 _HEADER = re.compile(r"^--\s*name:\s*([a-z0-9_]+)\s*$", re.MULTILINE)
 _REPEATABLE = re.compile(r"^--\s*repeatable:", re.MULTILINE)
@@ -83,12 +83,26 @@ def check_schema(dialect: str, applied: set[int] | None, where: str, url: str) -
     how = f"run 'lockgate migrate --store {url}'"
     if applied is None:
         raise StoreError(f"no lockgate database at {where} ({how} to create one)")
-    latest = len(migrations(dialect))
-    have = max(applied, default=0)
-    if have > latest:
+    known = {version for version, _, _ in migrations(dialect)}
+    latest = schema_version(dialect)
+    unknown = sorted(applied - known)
+    if unknown:
         raise StoreError(
-            f"the lockgate database at {where} is at schema version {have}, newer than this lockgate's "
-            f"{latest}: upgrade lockgate"
+            f"the lockgate database at {where} holds migration(s) {_listed(unknown)} that this lockgate "
+            f"(schema version {latest}) does not know: upgrade lockgate"
         )
-    if have < latest:
-        raise StoreError(f"the lockgate database at {where} is at schema version {have}, not {latest}: {how}")
+    missing = sorted(known - applied)
+    if missing:
+        raise StoreError(
+            f"the lockgate database at {where} is missing migration(s) {_listed(missing)} of this lockgate's "
+            f"schema (version {latest}): {how}"
+        )
+
+
+def schema_version(dialect: str) -> int:
+    """This code's schema version: its newest migration's number (numbers may have gaps)."""
+    return max(version for version, _, _ in migrations(dialect))
+
+
+def _listed(versions: list[int]) -> str:
+    return ", ".join(f"{v:04d}" for v in versions)
