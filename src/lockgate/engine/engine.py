@@ -328,14 +328,33 @@ class Engine:
         *,
         workflow: str | None = None,
         status: str | None = None,
+        statuses: Sequence[str] = (),
         parent_id: str | None = None,
         source: str | None = None,
+        since: datetime | None = None,
+        until: datetime | None = None,
+        id_prefix: str | None = None,
+        text: str | None = None,
+        dead_letter: bool = False,
+        cursor: str | None = None,
         limit: int = 50,
         offset: int = 0,
     ) -> list[RunInfo]:
-        """Runs, newest first (``source``: only those started from there)."""
+        """Runs matching every filter given, newest first (``Client.list_runs``)."""
         return await self.client.list_runs(
-            workflow=workflow, status=status, parent_id=parent_id, source=source, limit=limit, offset=offset
+            workflow=workflow,
+            status=status,
+            statuses=statuses,
+            parent_id=parent_id,
+            source=source,
+            since=since,
+            until=until,
+            id_prefix=id_prefix,
+            text=text,
+            dead_letter=dead_letter,
+            cursor=cursor,
+            limit=limit,
+            offset=offset,
         )
 
     async def steps(self, run_id: str) -> list[StepInfo]:

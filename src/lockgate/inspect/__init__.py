@@ -13,23 +13,30 @@ from .connect import StoreLocation, connect, locate
 from .flow import FlowRow
 from .gate import LedgerEntry, ParkedStart, Pause
 from .inspector import Inspector
-from .runs import RUN_STATUSES, TERMINAL, RunDetail
+from .listing import RUN_STATUSES, TEXT_WINDOW, RunFilter, RunPage
+from .runs import TERMINAL, RunDetail
 from .schedules import FiringInfo, ScheduleInfo
-from .stats import Stats, StatsTotals, WorkflowStats
+from .stats import MAX_HOURS, HourlyRuns, Hours, Stats, StatsTotals, WorkflowStats
 from .trace import Trace
 
 __all__ = [
+    "MAX_HOURS",
     "RUN_STATUSES",
     "TERMINAL",
+    "TEXT_WINDOW",
     "ClusterStatus",
     "FiringInfo",
     "FlowRow",
+    "HourlyRuns",
+    "Hours",
     "Inspector",
     "LedgerEntry",
     "ParkedStart",
     "Pause",
     "Rotation",
     "RunDetail",
+    "RunFilter",
+    "RunPage",
     "ScheduleInfo",
     "Stats",
     "StatsTotals",
