@@ -43,7 +43,7 @@ from . import events as domain_events
 from . import schedules
 from .core import Core, WorkflowRef
 from .firing import Fired, ScheduleRuntime
-from .operator import BulkResult, OperatorVerbs, bulk, statuses
+from .operator import BulkResult, OperatorVerbs, bulk, check_reason, statuses
 
 __all__ = ["DEFAULT_STORE", "Client", "WorkflowRef"]
 
@@ -476,10 +476,13 @@ class Client(OperatorVerbs):
         """Re-run a failed run from ``step`` (by name, or ``name#n``): earlier steps replay."""
         await self._reopen(runs.resume_from_step, run_id, step)
 
-    async def discard(self, run_id: str) -> None:
-        """Acknowledge a failed run (it stays failed, but leaves the dead-letter view)."""
+    async def discard(self, run_id: str) -> bool:
+        """Acknowledge a failed run (it stays failed, but leaves the dead-letter view).
+
+        Idempotent: ``True`` if this call discarded the run, ``False`` if it already was (nothing changes).
+        """
         now = self.clock.now()
-        await self.store.write(runs.discard_run, run_id, now)
+        return await self.store.write(runs.discard_run, run_id, now)
 
     async def retry(self, run_id: str, payload_override: Any = None) -> RunHandle:
         """A fresh run of a failed or cancelled run's workflow (same payload unless overridden)."""
@@ -570,8 +573,7 @@ class Client(OperatorVerbs):
         self, *, reason: str, limit: int, workflow: str | None = None, status: str | None = None, commit: bool = False
     ) -> BulkResult:
         """Cancel up to ``limit`` running/suspended runs (a dry run unless ``commit``)."""
-        if not reason:
-            raise InvalidArgument("cancel_many needs a reason: it lands on every run's run-cancelled event")
+        check_reason(reason, "on every cancelled run's run-cancelled event")
         eligible = ("running", "suspended")
         wanted = statuses(status, eligible, "cancel")
         return await bulk(

@@ -125,9 +125,7 @@ async def hourly(tx: Tx, now: float, hours: int, workflow: str | None = None) ->
         statuses[name][r["status"]] += n
         if r["status"] == "failed":
             failed[name][at] += n
-    listed = [
-        HourlyRuns(name, started[name], failed[name], statuses[name], sum(started[name])) for name in names
-    ]
+    listed = [HourlyRuns(name, started[name], failed[name], statuses[name], sum(started[name])) for name in names]
     totals = HourlyRuns(
         "(all)",
         [sum(e.started[i] for e in listed) for i in range(hours)],
