@@ -33,9 +33,10 @@ ORDER BY created_at DESC, id DESC
 LIMIT %(limit)s;
 
 -- name: runs_page_by_status
--- Driven by the (status, created_at) index of runs that are not running.
+-- Driven by the (status, created_at) index of runs that are not running (the literal test lets
+-- the planner use that partial index; the op sends running runs elsewhere).
 SELECT * FROM lockgate_runs
-WHERE status = %(status)s::text
+WHERE status = %(status)s::text AND status <> 'running'
   AND (%(workflow)s::text IS NULL OR workflow = %(workflow)s::text)
   AND (%(parent_id)s::text IS NULL OR parent_id = %(parent_id)s::text)
   AND (%(source)s::text IS NULL OR source = %(source)s::text)
