@@ -48,23 +48,20 @@ async def test_the_cli_and_the_api_answer_a_query_alike(
         everything = await populate(env)
     parent = next(r for r in everything if r.payload.get("note") == "parent")
     since = sorted(r.created_at for r in everything)[3].isoformat()
-    queries: list[tuple[list[str], dict[str, Any]]] = [
-        ([], {}),
-        (["--workflow", "alpha"], {"workflow": "alpha"}),
-        (["--statuses", "failed,succeeded"], {"status": "failed,succeeded"}),
-        (["--status", "failed", "--q", "apple"], {"status": "failed", "q": "apple"}),
-        (["--dead-letter"], {"dead_letter": "true"}),
-        (["--since", since], {"since": since}),
-        (["--until", since, "--workflow", "beta"], {"until": since, "workflow": "beta"}),
-        (["--id-prefix", everything[1].id[:16]], {"id_prefix": everything[1].id[:16]}),
-        (["--source", f"child:{parent.id}"], {"source": f"child:{parent.id}"}),
+    queries: list[tuple[list[str], dict[str, Any], int]] = [  # (CLI flags, API parameters, page size)
+        (["--statuses", "failed,succeeded"], {"status": "failed,succeeded"}, 3),
+        (["--workflow", "alpha", "--since", since], {"workflow": "alpha", "since": since}, 2),
+        (["--status", "failed", "--q", "apple"], {"status": "failed", "q": "apple"}, 50),
+        (["--dead-letter", "--until", since], {"dead_letter": "true", "until": since}, 50),
+        (["--id-prefix", everything[1].id[:16]], {"id_prefix": everything[1].id[:16]}, 50),
+        (["--source", f"child:{parent.id}"], {"source": f"child:{parent.id}"}, 50),
     ]
-    for args, params in queries:
+    for args, params, size in queries:
         cursor_args: list[str] = []
         cursor_params: dict[str, Any] = {}
         while True:
-            listed = lg_cli.json("workflows", "list", "--limit", "3", *args, *cursor_args)
-            page = await _api_get(store_url, "/runs", {**params, **cursor_params, "limit": 3})
+            listed = lg_cli.json("workflows", "list", "--limit", str(size), *args, *cursor_args)
+            page = await _api_get(store_url, "/runs", {**params, **cursor_params, "limit": size})
             assert [r["id"] for r in listed["runs"]] == [r["id"] for r in page["items"]], args
             assert [r["payload"] for r in listed["runs"]] == [r["payload"] for r in page["items"]]
             assert listed["next_cursor"] == page["next_cursor"]
@@ -126,6 +123,6 @@ def test_tail_follows_new_runs_until_interrupted(lg_cli: Lockgate) -> None:
         assert followed == later
     finally:
         proc.send_signal(signal.SIGINT)
-        out, err = proc.communicate(timeout=30)
+        _, err = proc.communicate(timeout=30)
     assert proc.returncode == 0, err
     assert "Traceback" not in err
