@@ -21,6 +21,7 @@ from ..inspect import (
     ScheduleInfo,
     Stats,
     Trace,
+    split_statuses,
 )
 from ..records import EventInfo
 from .models import Health, LedgerPage, RunDetailOut, RunPage
@@ -70,7 +71,7 @@ async def list_runs(
     (stable while runs arrive)."""
     where = RunFilter(
         workflow=workflow,
-        statuses=tuple(part.strip() for value in status or () for part in value.split(",") if part.strip()),
+        statuses=split_statuses(*(status or ())),
         source=source,
         parent_id=parent_id,
         since=since,

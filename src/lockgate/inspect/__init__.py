@@ -13,7 +13,7 @@ from .connect import StoreLocation, connect, locate
 from .flow import FlowRow
 from .gate import LedgerEntry, ParkedStart, Pause
 from .inspector import Inspector
-from .listing import RUN_STATUSES, TEXT_WINDOW, RunFilter, RunPage
+from .listing import RUN_STATUSES, TEXT_WINDOW, RunFilter, RunPage, split_statuses
 from .runs import TERMINAL, RunDetail
 from .schedules import FiringInfo, ScheduleInfo
 from .stats import MAX_HOURS, HourlyRuns, Hours, Stats, StatsTotals, WorkflowStats
@@ -48,4 +48,5 @@ __all__ = [
     "WorkflowStats",
     "connect",
     "locate",
+    "split_statuses",
 ]

@@ -28,7 +28,16 @@ from ..store import shared
 from ..store.base import Row, Tx
 from ..store.listing import FOREVER, RunSlice, page_of_runs
 
-__all__ = ["RUN_STATUSES", "TEXT_WINDOW", "RunFilter", "RunPage", "decode_cursor", "encode_cursor", "runs_page"]
+__all__ = [
+    "RUN_STATUSES",
+    "TEXT_WINDOW",
+    "RunFilter",
+    "RunPage",
+    "decode_cursor",
+    "encode_cursor",
+    "runs_page",
+    "split_statuses",
+]
 
 TEXT_WINDOW = 5000
 """The most runs one page of a text search reads (the other filters narrow them first)."""
@@ -95,6 +104,11 @@ class RunPage:
 
     def to_dict(self) -> dict[str, Any]:
         return {"items": [r.to_dict() for r in self.items], "next_cursor": self.next_cursor, "searched": self.searched}
+
+
+def split_statuses(*values: str) -> tuple[str, ...]:
+    """Statuses given as text, each value one or several comma-separated (``"failed,cancelled"``)."""
+    return tuple(part.strip() for value in values for part in value.split(",") if part.strip())
 
 
 Position = tuple[float, str]  # (created_at, id) of the run a page continues below
