@@ -96,7 +96,7 @@ def listings(n: int) -> dict[str, RunFilter]:
     return {
         "no filter": RunFilter(),
         "workflow": RunFilter(workflow="refund"),
-        "workflow + status": RunFilter(workflow="refund", statuses=("failed",)),
+        "workflow + status": RunFilter(workflow="charge", statuses=("failed",)),
         "statuses failed,cancelled": RunFilter(statuses=("failed", "cancelled")),
         "status running": RunFilter(statuses=("running",)),
         "dead letters": RunFilter(dead_letter=True),
