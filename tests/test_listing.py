@@ -3,6 +3,7 @@ are added, text search (bounded, and never through a seal no key opens), childre
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -286,3 +287,29 @@ async def test_runs_per_hour(env_factory: Callable[..., TestEnv]) -> None:
         for bad in (0, 10_000):
             with pytest.raises(lg.InvalidArgument, match="hours"):
                 await inspector(env).stats(hours=bad)
+
+
+async def test_follow_shows_the_tail_then_each_new_run_once(env_factory: Callable[..., TestEnv]) -> None:
+    async with env_factory(make_app()) as env:
+        for n in range(3):
+            await env.engine.start("alpha", {"note": f"old {n}"})
+            env.clock.advance(1)
+        await env.settle()
+        follow = inspector(env).follow_runs(RunFilter(workflow="alpha"), tail=2, poll=1.0)
+        assert [(await anext(follow)).payload["note"] for _ in range(2)] == ["old 1", "old 2"]
+        await env.engine.start("beta", {"note": "another workflow"})
+        new = [await env.engine.start("alpha", {"note": f"new {n}"}) for n in range(2)]
+        await env.settle()
+        shown = []
+        for _ in new:
+            waiting = asyncio.ensure_future(anext(follow))
+            deadline = asyncio.get_running_loop().time() + 10
+            while not waiting.done():  # the follow sleeps on the test clock: move it on
+                assert asyncio.get_running_loop().time() < deadline
+                env.clock.advance(1)
+                await asyncio.sleep(0.01)
+            shown.append((await waiting).id)
+        assert shown == [h.run_id for h in new]
+        await follow.aclose()
+        with pytest.raises(lg.InvalidArgument):
+            await anext(inspector(env).follow_runs(tail=-1))

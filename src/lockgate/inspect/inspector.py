@@ -128,38 +128,39 @@ class Inspector:
         where = (where or RunFilter()).check()
         if tail < 0 or poll <= 0:
             raise InvalidArgument("tail must be >= 0 and poll > 0")
-        shown: dict[str, float] = {}
         newest = self.clock.now()
-        if tail:
-            last = list(reversed((await self.run_page(where, limit=tail)).items))
-            if last:
-                newest = max(r.created_at.timestamp() for r in last)
-            for run in last:
-                shown[run.id] = run.created_at.timestamp()
-                yield run
+        last = list(reversed((await self.run_page(where, limit=tail)).items)) if tail else []
+        # what is already there is not new: only the last ``tail`` of it is shown
+        shown = {r.id: r.created_at.timestamp() for r in await self._created_since(where, newest - FOLLOW_GRACE)}
+        for run in last:
+            shown[run.id] = run.created_at.timestamp()
+            newest = max(newest, shown[run.id])
+            yield run
         while True:
             await self.clock.sleep_until(self.clock.now() + poll)
-            floor = newest - FOLLOW_GRACE
-            if where.since is not None:
-                floor = max(floor, where.since.timestamp())
-            window = replace(where, since=to_datetime(floor))
-            if window.until is not None and window.since is not None and window.since >= window.until:
-                continue  # the span asked for is over: nothing new can come
-            fresh: list[RunInfo] = []
-            cursor: str | None = None
-            while True:
-                page = await self.run_page(window, cursor=cursor, limit=500)
-                fresh += page.items
-                if page.next_cursor is None:
-                    break
-                cursor = page.next_cursor
-            for run in reversed(fresh):
+            for run in reversed(await self._created_since(where, newest - FOLLOW_GRACE)):
                 if run.id in shown:
                     continue
                 shown[run.id] = run.created_at.timestamp()
                 newest = max(newest, shown[run.id])
                 yield run
             shown = {k: at for k, at in shown.items() if at >= newest - FOLLOW_GRACE}
+
+    async def _created_since(self, where: RunFilter, floor: float) -> list[RunInfo]:
+        """Every run ``where`` keeps created at or after ``floor``, newest first."""
+        if where.since is not None:
+            floor = max(floor, where.since.timestamp())
+        window = replace(where, since=to_datetime(floor))
+        if window.until is not None and window.since is not None and window.since >= window.until:
+            return []  # the span asked for is over: nothing new can come
+        found: list[RunInfo] = []
+        cursor: str | None = None
+        while True:
+            page = await self.run_page(window, cursor=cursor, limit=500)
+            found += page.items
+            if page.next_cursor is None:
+                return found
+            cursor = page.next_cursor
 
     async def run(self, run_id: str) -> RunInfo:
         """One run (``UnknownRun`` if there is none)."""
