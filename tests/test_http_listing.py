@@ -75,6 +75,9 @@ async def test_runs_filters_cursor_children_and_stats(env_factory: Callable[...,
         ):
             problem(await http.get(f"{API}/runs", params=bad), 422, "InvalidArgument")
         problem(await http.get(f"{API}/stats", params={"hours": 0}), 422, "InvalidRequest")
+        huge = 13763543359556765949624320  # no row id: refused, not a store error
+        problem(await http.get(f"{API}/ledger", params={"before": huge}), 422, "InvalidArgument")
+        problem(await http.get(f"{API}/pending", params={"after": huge}), 422, "InvalidArgument")
         schema = (await http.get(f"{API}/openapi.json")).json()
         assert "next_cursor" in schema["components"]["schemas"]["RunPage"]["properties"]
         assert "/api/v1/runs/{run_id}/children" in schema["paths"]

@@ -252,6 +252,7 @@ class Inspector:
             raise InvalidArgument("limit must be >= 1")
         if kind is not None and kind not in ("arrival", "drain"):
             raise InvalidArgument(f"unknown ledger kind {kind!r}: arrival or drain")
+        _check_row_id("before", before)
         return await self.store.read(
             ledger_page,
             workflow=workflow,
@@ -274,6 +275,7 @@ class Inspector:
         ``after`` gives the next page."""
         if limit < 1:
             raise InvalidArgument("limit must be >= 1")
+        _check_row_id("after", after)
         return await self.store.read(parked_page, workflow=workflow, mode=mode, after=after, limit=limit)
 
     # -- schedules -------------------------------------------------------------------------------
@@ -296,6 +298,12 @@ class Inspector:
     async def cluster_status(self) -> ClusterStatus:
         """The workers sharing the store, what each holds, which look dead, and the sweep leases."""
         return await self.store.read(cluster_status, self.clock.now())
+
+
+def _check_row_id(name: str, value: int | None) -> None:
+    """Refuse a row id no table can hold (a 64-bit integer): a store would fail on it, not find nothing."""
+    if value is not None and not -(2**63) <= value < 2**63:
+        raise InvalidArgument(f"{name} is not a row id: {value}")
 
 
 async def _children(tx: Tx, run_id: str, cursor: str | None, limit: int, keyring: Keyring) -> RunPage:
