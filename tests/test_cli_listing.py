@@ -87,6 +87,17 @@ async def test_the_cli_and_the_api_answer_a_query_alike(
     assert any(ch in table for ch in "▁▂▃▄▅▆▇█")
 
 
+async def test_a_second_discard_is_a_no_op_that_says_so(env_factory: Callable[..., TestEnv], lg_cli: Lockgate) -> None:
+    async with env_factory(make_app()) as env:
+        failed = await env.engine.start("alpha", {"note": "x", "fail": True})
+        await env.settle()
+        assert failed.run_id is not None
+        assert await env.engine.discard(failed.run_id) is True
+    again = lg_cli("workflows", "discard", failed.run_id, "--format", "json").json
+    assert (again["already_discarded"], again["run"]["discarded"], again["run"]["status"]) == (True, True, "failed")
+    assert "already discarded; nothing changed" in lg_cli("workflows", "discard", failed.run_id).out
+
+
 def test_usage_errors_of_listing_never_reach_a_store(tmp_path: Path) -> None:
     (tmp_path / "cliapp.py").write_text(APP_SOURCE)
     cli = Lockgate(f"sqlite:///{tmp_path}/lockgate.db", tmp_path)
