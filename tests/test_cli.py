@@ -291,7 +291,8 @@ def test_failed_runs_redrive_resume_from_step_discard(lg: Lockgate, tmp_path: Pa
 
         dead = lg.json("workflows", "list", "--dead-letter")["runs"]
         assert sorted(r["id"] for r in dead) == sorted([g1, g2, g3])
-        assert lg.json("workflows", "discard", g3)["run"]["discarded"] is True
+        first = lg.json("workflows", "discard", g3)
+        assert (first["run"]["discarded"], first["already_discarded"]) == (True, False)
         dead = lg.json("workflows", "list", "--dead-letter", "--limit", "1", "--offset", "1")["runs"]
         assert len(dead) == 1 and dead[0]["id"] in (g1, g2)
         assert {r["id"] for r in lg.json("workflows", "list", "--dead-letter")["runs"]} == {g1, g2}
@@ -375,7 +376,7 @@ def test_signal_and_update_against_a_serving_process(lg: Lockgate) -> None:
         (["workflows", "show"], "Missing argument 'RUN_ID'"),
         (["serve", APP, "--lease", "5 parsecs"], "cannot read '5 parsecs'"),
         (["serve", APP, "--lease", "100ms"], "at least 500ms"),
-        (["workflows", "list", "--dead-letter", "--status", "running"], "--dead-letter"),
+        (["workflows", "list", "--dead-letter", "--status", "running"], "dead letters are failed runs"),
         (["nope"], "No such command 'nope'"),
     ],
 )

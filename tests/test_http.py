@@ -225,7 +225,10 @@ async def test_run_verbs(env_factory: Callable[..., TestEnv]) -> None:
             422,
             "InvalidRequest",
         )
-        assert (await http.post(f"{url}/discard")).status_code == 204
+        discarded = await http.post(f"{url}/discard")
+        assert discarded.json() == {"run_id": failed.run_id, "already_discarded": False}
+        again = await http.post(f"{url}/discard")  # idempotent: says so, changes nothing
+        assert (again.status_code, again.json()["already_discarded"]) == (200, True)
         assert (await http.get(f"{API}/runs", params={"dead_letter": "true"})).json()["items"] == []
         problem(await http.post(f"{API}/runs/{held.run_id}/discard"), 409, "RunNotEligible")
 

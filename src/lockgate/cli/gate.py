@@ -16,6 +16,7 @@ from rich.table import Table
 from rich.text import Text
 
 from ..clock import to_datetime
+from ..engine.operator import check_key_hold
 from ..inspect import FlowRow, ParkedStart, Pause, Trace
 from .common import (
     DurationType,
@@ -31,6 +32,7 @@ from .common import (
 )
 from .groups import workflows
 from .output import emit, short, status_text, when
+from .workflows import usage_errors
 
 __all__ = ["InstantType", "human_seconds"]
 
@@ -288,7 +290,8 @@ def unpause(workflow: str, app_ref: str | None, store: str, fmt: str) -> None:
 
     async def go() -> tuple[bool, int]:
         async with open_client(app, store) as client:
-            was_paused = any(p.scope == f"wf:{workflow}" for p in await inspector_of(client).pauses())
+            paused = await inspector_of(client).pauses()
+            was_paused = any(p.kind == "workflow" and p.name == workflow for p in paused)
             return was_paused, await client.unpause(workflow)
 
     was_paused, released = run_async(go())
@@ -319,16 +322,12 @@ def pause_key(key: str, until: datetime | None, for_: float | None, reason: str 
     Without --until or --for the key stays held until `unpause-key`. Starts that arrive
     meanwhile are parked, not discarded.
     """
-    if not key.strip():
-        raise click.BadParameter("the key must not be empty", param_hint="'KEY'")
     if until is not None and for_ is not None:
         raise click.UsageError("give --until or --for, not both")
 
-    now = datetime.now(UTC)
-    end = until if for_ is None else now + timedelta(seconds=for_)
-    if end is not None and end <= now:
-        hint = "'--until'" if for_ is None else "'--for'"
-        raise click.BadParameter(f"{end.isoformat()} is not in the future", param_hint=hint)
+    end = until if for_ is None else datetime.now(UTC) + timedelta(seconds=for_)
+    with usage_errors():
+        check_key_hold(key, end, datetime.now(UTC).timestamp())
 
     async def go() -> None:
         async with open_client(load_app(None), store) as client:
@@ -353,9 +352,7 @@ def unpause_key(key: str, store: str, fmt: str) -> None:
 
     async def go() -> bool:
         async with open_client(load_app(None), store) as client:
-            was_paused = any(p.scope == f"key:{key}" for p in await inspector_of(client).pauses())
-            await client.unpause_key(key)
-            return was_paused
+            return await client.unpause_key(key)
 
     was_paused = run_async(go())
     document = {"verb": "unpause-key", "key": key, "was_paused": was_paused}

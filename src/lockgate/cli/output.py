@@ -25,6 +25,7 @@ __all__ = [
     "emit",
     "events_table",
     "make_console",
+    "run_line",
     "run_summary",
     "runs_table",
     "short",
@@ -104,6 +105,16 @@ def runs_table(runs: Iterable[RunInfo], *, title: str | None = None) -> Table:
             _error(run.error_tag, run.error_message) + (" [discarded]" if run.discarded else ""),
         )
     return table
+
+
+def run_line(run: RunInfo) -> Text:
+    """One run on one line (a followed listing): created, id, workflow, status, error."""
+    line = Text(f"{when(run.created_at)}  {run.id}  {run.workflow}  ")
+    line.append_text(status_text(run.status, run.waiting_on))
+    error = _error(run.error_tag, run.error_message)
+    if error:
+        line.append(f"  {error}")
+    return line
 
 
 def run_summary(run: RunInfo) -> Table:

@@ -17,8 +17,8 @@ from typing import Any
 from urllib.parse import urlencode
 
 from ..errors import InvalidArgument
-from ..inspect import Inspector
-from ..inspect.runs import check_status
+from ..inspect import Inspector, split_statuses
+from ..inspect import RunFilter as Listing
 from ..records import RunInfo
 
 __all__ = ["SCAN_LIMIT", "RunFilter", "RunsPage", "fetch_runs"]
@@ -57,7 +57,7 @@ class RunFilter:
             raise InvalidArgument(f"limit must be a number from 1 to {_MAX_LIMIT}")
         dead = raw.pop("dead_letter").lower() in ("1", "true", "on", "yes")
         found = cls(**raw, dead_letter=dead, limit=int(limit))
-        check_status(found.status or None)
+        Listing(statuses=split_statuses(found.status), dead_letter=dead).check()  # the listing's own rules
         found.since_time()
         found.until_time()
         return found
@@ -114,7 +114,7 @@ async def fetch_runs(inspector: Inspector, wanted: RunFilter) -> RunsPage:
     accepted = set(inspect.signature(inspector.runs).parameters)
     native: dict[str, Any] = {
         "workflow": wanted.workflow or None,
-        "status": wanted.status or None,
+        "statuses": split_statuses(wanted.status),
         "source": wanted.source or None,
         "dead_letter": wanted.dead_letter,
     }

@@ -19,7 +19,7 @@ from pydantic import BaseModel
 
 from ..app import App
 from ..clock import Clock, SystemClock, wait_event
-from ..crypto import Keyring, Sealer, is_sealed, open_payload, reveal_row
+from ..crypto import Keyring, Sealer, is_sealed, open_payload
 from ..definitions import WorkflowDef
 from ..errors import (
     InvalidArgument,
@@ -39,13 +39,13 @@ from ..queues import Queue, check_member
 from ..recording import DEFAULT_INPUT_LIMIT, check_input_limit, resolve_recording
 from ..records import AttemptInfo, EventInfo, RunInfo, StepInfo
 from ..serde import import_model, payload_json, validate_payload
-from ..store import Store, journal, messages, open_store, runs, shared
+from ..store import Store, messages, open_store, runs, shared
 from ..store.base import Row
 from . import events as domain_events
 from . import schedules
 from .core import Core, WorkflowRef
 from .firing import Fired, ScheduleRuntime
-from .operator import BulkResult, OperatorVerbs, bulk, statuses
+from .operator import BulkResult, OperatorVerbs, bulk, check_reason, statuses
 
 __all__ = ["DEFAULT_STORE", "Client", "WorkflowRef"]
 
@@ -308,47 +308,53 @@ class Client(OperatorVerbs):
 
     async def get_run(self, run_id: str) -> RunInfo:
         """One run (``UnknownRun`` if there is none)."""
-        return RunInfo.from_row(reveal_row(self.keyring, await self.store.read(shared.get_run, run_id)))
+        return await self.inspector.run(run_id)
 
     async def list_runs(
         self,
         *,
         workflow: str | None = None,
         status: str | None = None,
+        statuses: Sequence[str] = (),
         parent_id: str | None = None,
         source: str | None = None,
+        since: datetime | None = None,
+        until: datetime | None = None,
+        id_prefix: str | None = None,
+        text: str | None = None,
+        dead_letter: bool = False,
+        cursor: str | None = None,
         limit: int = 50,
         offset: int = 0,
     ) -> list[RunInfo]:
-        """Runs, newest first (``source``: only those started from there, e.g. ``event:order.paid``)."""
-        if status is not None and status not in ("running", "suspended", "succeeded", "failed", "cancelled"):
-            raise InvalidArgument(f"unknown status {status!r}: running, suspended, succeeded, failed or cancelled")
-        if limit < 1 or offset < 0:
-            raise InvalidArgument("limit must be >= 1 and offset >= 0")
-        rows = await self.store.read(
-            runs.list_runs,
+        """Runs matching every filter given, newest first (``Inspector.runs``; for the next page's cursor,
+        ``client.inspector.run_page``)."""
+        return await self.inspector.runs(
             workflow=workflow,
             status=status,
+            statuses=statuses,
             parent_id=parent_id,
             source=source,
+            since=since,
+            until=until,
+            id_prefix=id_prefix,
+            text=text,
+            dead_letter=dead_letter,
+            cursor=cursor,
             limit=limit,
             offset=offset,
         )
-        return [RunInfo.from_row(reveal_row(self.keyring, r)) for r in rows]
 
     async def steps(self, run_id: str) -> list[StepInfo]:
         """The run's journal, in the order its body reached each entry."""
-        rows = await self.store.read(journal.load_journal, run_id)
-        return [StepInfo.from_row(reveal_row(self.keyring, r)) for r in rows]
+        return await self.inspector.steps(run_id)
 
     async def attempts(self, run_id: str) -> list[AttemptInfo]:
-        rows = await self.store.read(journal.list_attempts, run_id)
-        return [AttemptInfo.from_row(reveal_row(self.keyring, r)) for r in rows]
+        return await self.inspector.attempts(run_id)
 
     async def events(self, run_id: str) -> list[EventInfo]:
         """The run's lifecycle events, oldest first."""
-        rows = await self.store.read(journal.list_events, run_id)
-        return [EventInfo.from_row(reveal_row(self.keyring, r)) for r in rows]
+        return await self.inspector.events(run_id)
 
     # -- domain events (engine/events.py; read through inspect/events.py) ----------------------
 
@@ -517,10 +523,13 @@ class Client(OperatorVerbs):
         """Re-run a failed run from ``step`` (by name, or ``name#n``): earlier steps replay."""
         await self._reopen(runs.resume_from_step, run_id, step)
 
-    async def discard(self, run_id: str) -> None:
-        """Acknowledge a failed run (it stays failed, but leaves the dead-letter view)."""
+    async def discard(self, run_id: str) -> bool:
+        """Acknowledge a failed run (it stays failed, but leaves the dead-letter view).
+
+        Idempotent: ``True`` if this call discarded the run, ``False`` if it already was (nothing changes).
+        """
         now = self.clock.now()
-        await self.store.write(runs.discard_run, run_id, now)
+        return await self.store.write(runs.discard_run, run_id, now)
 
     async def retry(self, run_id: str, payload_override: Any = None) -> RunHandle:
         """A fresh run of a failed or cancelled run's workflow (same payload unless overridden)."""
@@ -611,8 +620,7 @@ class Client(OperatorVerbs):
         self, *, reason: str, limit: int, workflow: str | None = None, status: str | None = None, commit: bool = False
     ) -> BulkResult:
         """Cancel up to ``limit`` running/suspended runs (a dry run unless ``commit``)."""
-        if not reason:
-            raise InvalidArgument("cancel_many needs a reason: it lands on every run's run-cancelled event")
+        check_reason(reason, "on every cancelled run's run-cancelled event")
         eligible = ("running", "suspended")
         wanted = statuses(status, eligible, "cancel")
         return await bulk(

@@ -355,14 +355,33 @@ class Engine:
         *,
         workflow: str | None = None,
         status: str | None = None,
+        statuses: Sequence[str] = (),
         parent_id: str | None = None,
         source: str | None = None,
+        since: datetime | None = None,
+        until: datetime | None = None,
+        id_prefix: str | None = None,
+        text: str | None = None,
+        dead_letter: bool = False,
+        cursor: str | None = None,
         limit: int = 50,
         offset: int = 0,
     ) -> list[RunInfo]:
-        """Runs, newest first (``source``: only those started from there)."""
+        """Runs matching every filter given, newest first (``Client.list_runs``)."""
         return await self.client.list_runs(
-            workflow=workflow, status=status, parent_id=parent_id, source=source, limit=limit, offset=offset
+            workflow=workflow,
+            status=status,
+            statuses=statuses,
+            parent_id=parent_id,
+            source=source,
+            since=since,
+            until=until,
+            id_prefix=id_prefix,
+            text=text,
+            dead_letter=dead_letter,
+            cursor=cursor,
+            limit=limit,
+            offset=offset,
         )
 
     async def steps(self, run_id: str) -> list[StepInfo]:
@@ -431,9 +450,10 @@ class Engine:
         """Re-run a failed run from ``step`` (by name, or ``name#n``): earlier steps replay."""
         await self.client.resume_from_step(run_id, step)
 
-    async def discard(self, run_id: str) -> None:
-        """Acknowledge a failed run (it stays failed, but leaves the dead-letter view)."""
-        await self.client.discard(run_id)
+    async def discard(self, run_id: str) -> bool:
+        """Acknowledge a failed run (it stays failed, but leaves the dead-letter view); ``False`` if it
+        already was discarded (an idempotent no-op)."""
+        return await self.client.discard(run_id)
 
     async def retry(self, run_id: str, payload_override: Any = None) -> RunHandle:
         """A fresh run of a failed or cancelled run's workflow (same payload unless overridden)."""
@@ -476,8 +496,9 @@ class Engine:
         """Hold admissions competing under flow-control ``key`` (a concurrency/throttle key or pool) until ``until``."""
         await self.client.pause_key(key, until, reason)
 
-    async def unpause_key(self, key: str) -> None:
-        await self.client.unpause_key(key)
+    async def unpause_key(self, key: str) -> bool:
+        """Lift the hold on ``key``; whether it was held."""
+        return await self.client.unpause_key(key)
 
     async def cancel_start(self, ticket: str, reason: str) -> int:
         """Cancel a start parked at the gate (with every arrival folded into it); how many arrivals it held."""

@@ -10,18 +10,21 @@ from fastapi import APIRouter, Query, Request
 from ..errors import InvalidArgument, LockgateError
 from ..events import DeliveryRecord, EventRecord
 from ..inspect import (
+    MAX_HOURS,
     ClusterStatus,
     FiringInfo,
     FlowRow,
     Inspector,
     ParkedStart,
     Pause,
+    RunFilter,
     ScheduleInfo,
     Stats,
     Trace,
+    split_statuses,
 )
 from ..records import EventInfo
-from .models import Health, LedgerPage, Run, RunDetailOut, RunPage
+from .models import Health, LedgerPage, RunDetailOut, RunPage
 from .problems import ApiProblem
 
 __all__ = ["router"]
@@ -58,25 +61,47 @@ async def healthz(request: Request) -> Health:
 async def list_runs(
     request: Request,
     workflow: str | None = None,
-    status: str | None = None,
+    status: Annotated[
+        list[str] | None, Query(description="one or more statuses: repeated, or comma-separated (running,failed)")
+    ] = None,
     source: str | None = None,
     parent_id: str | None = None,
-    dead_letter: bool = False,
+    since: Annotated[datetime | None, Query(description="created at or after (ISO 8601 with an offset)")] = None,
+    until: Annotated[datetime | None, Query(description="created before (ISO 8601 with an offset)")] = None,
+    id_prefix: Annotated[str | None, Query(description="the run id starts with this")] = None,
+    q: Annotated[
+        str | None, Query(description="text in the payload or error, case-insensitive (a bounded window per page)")
+    ] = None,
+    dead_letter: Annotated[bool, Query(description="failed runs nobody has discarded")] = False,
+    cursor: Annotated[str | None, Query(description="the next_cursor of the previous page")] = None,
     before: Annotated[str | None, Query(description="the last run id of the previous page")] = None,
     limit: Limit = 50,
 ) -> RunPage:
-    """Runs newest first; ``before`` continues after the previous page's last run (stable while runs arrive)."""
-    runs = await inspector(request).runs(
+    """Runs newest first, matching every filter given; ``cursor`` continues below the previous page
+    (stable while runs arrive)."""
+    where = RunFilter(
         workflow=workflow,
-        status=status,
+        statuses=split_statuses(*(status or ())),
         source=source,
         parent_id=parent_id,
+        since=since,
+        until=until,
+        id_prefix=id_prefix,
+        text=q,
         dead_letter=dead_letter,
-        before=before,
-        limit=limit,
     )
-    items = [Run.of(r) for r in runs]
-    return RunPage(items=items, next_before=items[-1].id if len(items) == limit else None)
+    return RunPage.of(await inspector(request).run_page(where, cursor=cursor, before=before, limit=limit))
+
+
+@router.get("/runs/{run_id}/children", response_model=RunPage, tags=["runs"])
+async def children(
+    request: Request,
+    run_id: str,
+    cursor: Annotated[str | None, Query(description="the next_cursor of the previous page")] = None,
+    limit: Limit = 50,
+) -> RunPage:
+    """The runs this run started, newest first."""
+    return RunPage.of(await inspector(request).children(run_id, cursor=cursor, limit=limit))
 
 
 @router.get("/runs/{run_id}", response_model=RunDetailOut, tags=["runs"])
@@ -147,9 +172,15 @@ async def pauses(request: Request) -> list[Pause]:
 
 
 @router.get("/stats", response_model=Stats, tags=["totals"])
-async def stats(request: Request, workflow: str | None = None) -> Stats:
-    """Runs per workflow and status, and parked starts per mode."""
-    return await inspector(request).stats(workflow)
+async def stats(
+    request: Request,
+    workflow: str | None = None,
+    hours: Annotated[
+        int | None, Query(ge=1, le=MAX_HOURS, description="also count the runs created in each of the last N hours")
+    ] = None,
+) -> Stats:
+    """Runs per workflow and status, and parked starts per mode; with ``hours``, runs per hour (``hourly``)."""
+    return await inspector(request).stats(workflow, hours=hours)
 
 
 @router.get("/cluster", response_model=ClusterStatus, tags=["totals"])

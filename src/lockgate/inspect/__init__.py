@@ -14,22 +14,27 @@ from .doctor import DoctorReport, DoctorSettings, Finding
 from .flow import FlowRow
 from .gate import LedgerEntry, ParkedStart, Pause
 from .inspector import Inspector
+from .listing import RUN_STATUSES, TEXT_WINDOW, RunFilter, RunPage, split_statuses
 from .replay import ReplayReport
-from .runs import RUN_STATUSES, TERMINAL, RunDetail
+from .runs import TERMINAL, RunDetail
 from .schedules import FiringInfo, ScheduleInfo
-from .stats import Stats, StatsTotals, WorkflowStats
+from .stats import MAX_HOURS, HourlyRuns, Hours, Stats, StatsTotals, WorkflowStats
 from .trace import Trace
 from .views import SavedView
 
 __all__ = [
+    "MAX_HOURS",
     "RUN_STATUSES",
     "TERMINAL",
+    "TEXT_WINDOW",
     "ClusterStatus",
     "DoctorReport",
     "DoctorSettings",
     "Finding",
     "FiringInfo",
     "FlowRow",
+    "HourlyRuns",
+    "Hours",
     "Inspector",
     "LedgerEntry",
     "ParkedStart",
@@ -37,6 +42,8 @@ __all__ = [
     "ReplayReport",
     "Rotation",
     "RunDetail",
+    "RunFilter",
+    "RunPage",
     "SavedView",
     "ScheduleInfo",
     "Stats",
@@ -49,4 +56,5 @@ __all__ = [
     "WorkflowStats",
     "connect",
     "locate",
+    "split_statuses",
 ]

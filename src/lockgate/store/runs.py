@@ -494,11 +494,15 @@ async def resume_from_step(tx: Tx, run_id: str, step: str, now: float) -> None:
     await add_event(tx, run_id, "run-redriven", now, {"from_step": key})
 
 
-async def discard_run(tx: Tx, run_id: str, now: float) -> None:
+async def discard_run(tx: Tx, run_id: str, now: float) -> bool:
+    """Mark a failed run discarded; ``False`` (and nothing written) if it already was."""
     row = await get_run(tx, run_id)
+    if row["status"] == "failed" and row["discarded_at"] is not None:
+        return False
     _redrivable("discard", row)
     await tx.execute("set_discarded", {"run_id": run_id, "now": now})
     await add_event(tx, run_id, "run-discarded", now, None)
+    return True
 
 
 async def adopt_child(tx: Tx, run_id: str, ticket: str, parent_id: str, parent_close: str, now: float) -> Row:

@@ -8,11 +8,20 @@ from importlib import resources
 
 from ..errors import StoreError
 
-__all__ = ["check_schema", "load_queries", "migrations", "repeatable_queries", "schema_version", "silent_queries"]
+__all__ = [
+    "check_schema",
+    "load_queries",
+    "migrations",
+    "repeatable_queries",
+    "schema_version",
+    "silent_queries",
+    "unprepared_queries",
+]
 
 _HEADER = re.compile(r"^--\s*name:\s*([a-z0-9_]+)\s*$", re.MULTILINE)
 _REPEATABLE = re.compile(r"^--\s*repeatable:", re.MULTILINE)
 _SILENT = re.compile(r"^--\s*silent:", re.MULTILINE)
+_UNPREPARED = re.compile(r"^--\s*unprepared:", re.MULTILINE)
 
 
 @functools.cache
@@ -58,6 +67,13 @@ def silent_queries(dialect: str) -> frozenset[str]:
     Nobody reads those rows, so a store may send such a query without waiting for its answer.
     """
     return frozenset(name for name, body in _sections(dialect).items() if _SILENT.search(body))
+
+
+@functools.cache
+def unprepared_queries(dialect: str) -> frozenset[str]:
+    """The queries marked ``-- unprepared: <why>``: planned for the values of each run, never from a plan
+    kept for the statement (whose guess at unknown values would pick the wrong index)."""
+    return frozenset(name for name, body in _sections(dialect).items() if _UNPREPARED.search(body))
 
 
 def migrations(dialect: str) -> list[tuple[int, str, str]]:
