@@ -105,6 +105,9 @@ class TestEnv:
     async def advance(self, duration: Duration, *, timeout: float = 10.0) -> None:
         """Move the clock, then wait until every run due by then has parked or finished."""
         self.clock.advance(duration)
+        # What the gate holds until now is decided here: the drainer's loop waits on real time, and
+        # ``settle`` would not wait for a start the gate has yet to admit.
+        await self.engine.drainer.tick()
         self.engine.wake()
         await self.settle(timeout=timeout)
 

@@ -164,8 +164,11 @@ class Cluster:
         self.workers += started
         return started
 
-    async def ready(self, workers: list[Worker] | None = None, timeout: float = 30.0) -> None:
-        """Wait until each worker has registered in the store."""
+    async def ready(self, workers: list[Worker] | None = None, timeout: float = 90.0) -> None:
+        """Wait until each worker has registered in the store.
+
+        A worker's boot is mostly imports: on a loaded 2-core machine one takes 7-10 s, and three booting
+        together took over 30 s. A worker that exits early fails at once, whatever the deadline."""
         pids = {w.pid for w in workers or self.workers}
 
         async def registered() -> bool:
