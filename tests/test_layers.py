@@ -39,6 +39,7 @@ LAYERS: dict[str, int] = {
     "lockgate.context": DEFINITIONS,
     "lockgate.events": DEFINITIONS,
     "lockgate.origin": DEFINITIONS,
+    "lockgate.flowcontrol": DEFINITIONS,
     "lockgate.store": STORE,
     "lockgate.gate": GATE,
     "lockgate.runtime": GATE,

@@ -29,12 +29,13 @@ from ..definitions import Retry, WorkflowDef
 from ..durations import Duration, to_seconds
 from ..errors import JournalDecryptionError, StepFailed, StoreError
 from ..events import Subject
+from ..flowcontrol import INHERIT
 from ..gate.handoff import finish_passing
 from ..serde import decode, encode
 from ..store import Store, runs, shared
 from ..store import journal as store_journal
 from ..store.base import Row
-from . import operations, run_events
+from . import operations, run_events, stepflow
 from .durable import Host, Parked, Wait, attempt_row, call, callable_facts, describe, divergence
 
 __all__ = ["Execution", "Host"]
@@ -113,6 +114,8 @@ class Execution(Context):
         sealed = defn.encrypt_steps or is_sealed(row["payload"])
         self._sealer: Sealer | None = Sealer(host.keyring, self.run_id) if sealed else None
         self._scopes: frozenset[str] = frozenset()  # asked of Engine(resolve_scopes=) as the body is entered
+        self._run_flow: Any = row.get("flow_control") or defn.options.flow_control  # None: no step flow control
+        self._payload: Any = None
 
     # -- running the body ----------------------------------------------------------------
 
@@ -125,7 +128,7 @@ class Execution(Context):
             except JournalDecryptionError as exc:
                 await self._undecryptable(exc)
                 return
-        payload = self.defn.payload_model.model_validate_json(text)
+        payload = self._payload = self.defn.payload_model.model_validate_json(text)
         self._scopes = await run_events.scopes(self._host.resolve_scopes, self.subject)  # each attempt
         loop = asyncio.get_running_loop()
         self.task = asyncio.ensure_future(self.defn.fn(self, payload))
@@ -209,15 +212,17 @@ class Execution(Context):
         kinds = [w.kind for w in waits]
         waiting_on = next((k for k in ("update", "signal", "child", "timer") if k in kinds), kinds[0])
         names = sorted({n for w in waits for n in w.names})
+        flow_keys = sorted({k for w in waits for k in w.flow_keys})
         children = sorted({c for w in waits for c in w.children})
         models = {k: v for w in waits for k, v in w.models.items()}
         self._tripwire(parked=True)
         try:
             await self._flushed()
             woke = await self._store.write(
-                runs.park_run,
+                stepflow.park_run,
                 self.fence,
                 self._clock.now(),
+                flow_keys=flow_keys,
                 wake_at=wake_at,
                 waiting_on=waiting_on,
                 names=names,
@@ -363,6 +368,14 @@ class Execution(Context):
             self._waits.remove(wait)
         raise Parked()
 
+    async def _block_idle(self, wait: Wait) -> typing.NoReturn:
+        """``block`` from inside ``busy()`` (a step waiting for its flow-control key is not busy)."""
+        self._busy -= 1
+        try:
+            await self.block(wait)
+        finally:
+            self._busy += 1
+
     async def record(
         self, entry: dict[str, Any], *, message: dict[str, Any] | None = None, attempt: dict[str, Any] | None = None
     ) -> None:
@@ -479,6 +492,7 @@ class Execution(Context):
         fn: Callable[..., Any],
         *args: Any,
         retry: Retry | None = None,
+        flow_control: Any = INHERIT,
         input: Any = None,
         **kwargs: Any,
     ) -> Any:
@@ -492,6 +506,9 @@ class Execution(Context):
         if entry is not None and entry["status"] == "failed":
             raise StepFailed(name, entry["error_tag"], entry["error_message"], int(entry["attempts"]))
         policy = retry or _NO_RETRY
+        gate = None
+        if flow_control is not INHERIT or self._run_flow is not None:
+            gate = stepflow.gate_for(self, flow_control, self._run_flow, key, self.defn.gate.priority, self._payload)
         async with self.busy():
             first = self._clock.now()
             attempt = 0
@@ -502,7 +519,10 @@ class Execution(Context):
                 attempt += 1
                 started = first if attempt == 1 else self._clock.now()
                 try:
-                    result = await (fn(*args, **kwargs) if is_async else call(fn, args, kwargs))
+                    if gate is None:
+                        result = await (fn(*args, **kwargs) if is_async else call(fn, args, kwargs))
+                    else:
+                        result = await stepflow.attempt(gate, self._block_idle, fn, args, kwargs)
                 except (asyncio.CancelledError, shared.Fenced, Parked):
                     raise
                 except Exception as exc:
@@ -524,6 +544,7 @@ class Execution(Context):
                                 "error_message": stored,
                                 "attempts": attempt,
                                 "started_at": first,
+                                "flow_wait": None if gate is None else gate.waited,
                             },
                             tried,
                         )
@@ -547,6 +568,7 @@ class Execution(Context):
                         "output": output,
                         "attempts": attempt,
                         "started_at": first,
+                        "flow_wait": None if gate is None else gate.waited,
                     },
                     # A first attempt that completes the step is recorded by the journal entry alone.
                     None
@@ -607,6 +629,13 @@ class Execution(Context):
 
     async def wait_child(self, handle: ChildHandle) -> Any:
         return await operations.wait_child(self, handle)
+
+    async def rate_limit(self, name: str, *, limit: int, period: Duration, key: Any = None) -> None:
+        await stepflow.rate_limit(self, name, limit, period, key)
+
+    @property
+    def flow_control(self) -> Any:
+        return stepflow.current(self._run_flow, self._payload)
 
 
 def _seen(future: asyncio.Future[Any]) -> None:

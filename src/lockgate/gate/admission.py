@@ -10,7 +10,15 @@ from pydantic import BaseModel
 
 from ..clock import to_datetime
 from ..definitions import WorkflowDef
-from ..errors import BlockingStartRefused, DefinitionError, PayloadError, RateLimited, SingletonHeld
+from ..errors import (
+    BlockingStartRefused,
+    DefinitionError,
+    InvalidArgument,
+    PayloadError,
+    RateLimited,
+    SingletonHeld,
+)
+from ..flowcontrol import check_flow_control, resolve_flow
 from ..handles import Deferral, RunHandle, Waiter
 from ..ids import new_id
 from ..plan import GatePlan
@@ -22,7 +30,7 @@ from ..store.base import Tx
 from ..store.coalesce import Args, with_many
 from .pipeline import Decision, Offer, offer
 
-__all__ = ["admit", "control_keys", "handle_for", "identity_key"]
+__all__ = ["admit", "control_keys", "handle_for", "identity_key", "start_flow_control"]
 
 
 async def admit(
@@ -64,6 +72,8 @@ async def admit(
     ticket = new_id("tkt")
     run = rt.new_run_row(defn, "{}" if item_model is not None else model, idempotency_key=key, ticket=ticket)
     run["retry_of"] = retry_of
+    if flow_control is not None:  # stored on the run: every step of it runs under these limits
+        run["flow_control"] = start_flow_control(flow_control, model)
     if retry_of:
         run["source"] = f"retry:{retry_of}"  # where the start came from (origin.py)
     now = rt.clock.now()
@@ -89,7 +99,7 @@ async def admit(
         ticket=ticket,
         # the run row's payload: sealed when the workflow encrypts
         payload=model.model_dump_json() if item_model is not None else run["payload"],
-        keys=control_keys(defn, plan, model),
+        keys=control_keys(defn, plan, model) | ({} if flow_control is None else {"$flow": run["flow_control"]}),
         priority=_priority(defn, plan, model),
         fair=_fair(defn, plan, model),
         identity=run["identity"] if key is not None else None,
@@ -142,6 +152,14 @@ def _bare_decision(run: dict[str, Any], created: dict[str, Any], fresh: bool, no
 
 
 with_many(_admit_bare, _admit_bare_many)
+
+
+def start_flow_control(value: Any, model: BaseModel) -> str:
+    """``start(flow_control=)`` checked and resolved for this payload, as the run stores it."""
+    try:
+        return resolve_flow(check_flow_control(value), model).to_json()
+    except ValueError as exc:
+        raise InvalidArgument(str(exc)) from None
 
 
 def identity_key(defn: WorkflowDef, payload: BaseModel, given: str | None) -> str | None:

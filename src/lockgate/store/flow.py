@@ -1,0 +1,241 @@
+"""Store operations for step flow control: each key's limits, its slots and waiters, its rate window.
+
+A step under a key asks ``acquire``: granted, it holds a slot (a ``running`` row taken under
+its run's epoch) until ``release``; refused, it keeps a place in the key's line (a
+``waiting`` row; priority, then arrival) and its run parks. Whatever frees room (a release,
+a raised limit, a park that found room meanwhile) wakes the first waiters that fit, by
+moving their runs' ``wake_at``: the dispatcher of any process claims them as any woken run.
+A running row counts only while its run is held under the epoch that took it, so the slots
+of a process that died free themselves with its lease. Decisions on one key are serialised
+(``gate.lock_key``); runs without flow control never reach this module.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from .base import Row, Tx
+from .gate import lock_key
+from .shared import Fence
+
+__all__ = [
+    "Grant",
+    "KeyState",
+    "acquire",
+    "get_key",
+    "key_states",
+    "release",
+    "set_key",
+    "take_rate_slot",
+    "wake_waiters",
+]
+
+_LOCK_SCOPE = "flow"
+
+
+@dataclass(frozen=True)
+class Grant:
+    """What ``acquire`` decided: ``granted``, else when to look again (``retry_at``; ``None``: when woken)."""
+
+    granted: bool
+    limits: Row
+    waited: float = 0.0
+    retry_at: float | None = None
+
+
+@dataclass(frozen=True)
+class KeyState:
+    """A key as ``flow-keys`` shows it: its limits and what it holds now."""
+
+    key: str
+    rate: int | None
+    period: float
+    parallelism: int | None
+    declared: bool
+    running: int
+    waiting: int
+    started: int
+    oldest_waiting: float | None
+    paused_until: float | None
+    paused: bool
+    pause_reason: str | None
+
+
+def _limits(declared: dict[str, Any]) -> dict[str, Any]:
+    return {k: declared[k] for k in ("key", "rate", "period", "parallelism")}
+
+
+async def get_key(tx: Tx, key: str) -> Row | None:
+    """The key's limits row (``key, rate, period, parallelism, declared, updated_at``), if any."""
+    return await tx.one("get_key", {"key": key})
+
+
+async def set_key(tx: Tx, key: str, rate: int | None, period: float, parallelism: int | None, now: float) -> list[str]:
+    """Set a key's limits by hand (declarations no longer change them); waiters that now fit are woken."""
+    await lock_key(tx, _LOCK_SCOPE, key)
+    await tx.execute("set_key", {"key": key, "rate": rate, "period": period, "parallelism": parallelism, "now": now})
+    row = await get_key(tx, key)
+    assert row is not None
+    await tx.execute("drop_dead_waiters", {"key": key})
+    return await _wake(tx, row, now)
+
+
+async def _room(tx: Tx, limits: Row, now: float) -> tuple[float, float | None]:
+    """How many more steps may start under the key now, and (when none) the earliest time one may."""
+    key = limits["key"]
+    pause = await tx.one("key_pause", {"key": key, "now": now})
+    if pause is not None:
+        return 0, None if pause["until"] is None else float(pause["until"])
+    room = math.inf
+    if limits["parallelism"] is not None:
+        room = int(limits["parallelism"]) - int(await tx.scalar("running", {"key": key, "now": now}))
+    at: float | None = None
+    if limits["rate"] is not None and room > 0:
+        since = now - float(limits["period"])
+        started = await tx.one("started", {"key": key, "since": since})
+        used = int(started["n"]) if started else 0
+        left = int(limits["rate"]) - used
+        if left <= 0:
+            nth = await tx.scalar("nth_start", {"key": key, "since": since, "offset": used - int(limits["rate"])})
+            at = None if nth is None else float(nth) + float(limits["period"])
+        room = min(room, left)
+    return max(room, 0), at
+
+
+async def acquire(
+    tx: Tx,
+    declared: dict[str, Any] | None,
+    key: str,
+    fence: Fence,
+    step_key: str,
+    priority: int,
+    now: float,
+) -> Grant:
+    """Take a slot of ``key`` for the step ``step_key`` of the held run, or keep its place in line.
+
+    ``declared``: the limits the step was given (``key, rate, period, parallelism``), written as
+    the key's when it has none yet (or had a different declaration); ``None`` when this process
+    wrote them already.
+    """
+    await lock_key(tx, _LOCK_SCOPE, key)
+    if declared is not None:
+        params = {**_limits(declared), "declared": declared["declared"], "now": now}
+        await tx.execute("declare_key", params)
+    limits = await get_key(tx, key)
+    if limits is None:  # declared by this process, then the table was emptied: declare again
+        raise LookupError(key)
+    run_id = fence.run_id
+    mine = await tx.one("get_slot", {"key": key, "run_id": run_id, "step_key": step_key})
+    room, at = await _room(tx, limits, now)
+    place = {"key": key, "run_id": run_id, "step_key": step_key}
+    if room > 0:
+        line = {
+            **place,
+            "id": None if mine is None else mine["id"],
+            "priority": priority if mine is None else mine["priority"],
+            "room": int(min(room, 1_000_000)),
+        }
+        ahead = int(await tx.scalar("ahead", line))
+        if ahead < room:
+            await tx.execute("take_slot", {**place, "priority": priority, "epoch": fence.epoch, "now": now})
+            if limits["rate"] is not None:
+                await tx.execute("prune_starts", {"key": key, "before": now - float(limits["period"])})
+                await tx.execute("add_start", {"key": key, "at": now})
+            waited = 0.0 if mine is None or mine["state"] != "waiting" else now - float(mine["waiting_since"])
+            await _wake(tx, limits, now)  # who is next, and when the window lets them
+            return Grant(True, limits, waited=waited)
+    if mine is None or mine["state"] != "waiting":
+        if mine is not None:
+            await tx.execute("free_slot", place)
+        await tx.execute("add_waiter", {**place, "priority": priority, "now": now})
+    return Grant(False, limits, retry_at=at)
+
+
+async def release(tx: Tx, key: str, run_id: str, step_key: str, now: float) -> list[str]:
+    """The step's attempt ended: free its slot and wake the waiters that now fit (their run ids)."""
+    await lock_key(tx, _LOCK_SCOPE, key)
+    await tx.execute("free_slot", {"key": key, "run_id": run_id, "step_key": step_key})
+    limits = await get_key(tx, key)
+    return [] if limits is None else await _wake(tx, limits, now)
+
+
+async def wake_waiters(tx: Tx, keys: list[str], now: float) -> float | None:
+    """After a run parked waiting on ``keys``: wake whoever fits now (it, if its turn came meanwhile).
+
+    The earliest wake time set, if any.
+    """
+    earliest: float | None = None
+    for key in sorted(keys):
+        await lock_key(tx, _LOCK_SCOPE, key)
+        limits = await get_key(tx, key)
+        if limits is None:
+            continue
+        room, at = await _room(tx, limits, now)
+        if room > 0 and await _wake(tx, limits, now, room=room, at=at):
+            earliest = now
+        elif at is not None and await _wake(tx, limits, now, room=0, at=at):
+            earliest = at if earliest is None else min(earliest, at)
+    return earliest
+
+
+async def _wake(tx: Tx, limits: Row, now: float, *, room: float | None = None, at: float | None = None) -> list[str]:
+    """Wake the first waiters that fit (``room`` of them now), or the first one when the window opens."""
+    if room is None:
+        room, at = await _room(tx, limits, now)
+    key = limits["key"]
+    if room > 0:
+        rows = await tx.execute("wake_waiters", {"key": key, "n": int(min(room, 1_000_000)), "at": now, "now": now})
+    elif at is not None:  # full for now: the first in line looks again when the window (or pause) lets it
+        rows = await tx.execute("wake_waiters", {"key": key, "n": 1, "at": at, "now": now})
+    else:
+        return []
+    return [r["id"] for r in rows]
+
+
+async def take_rate_slot(tx: Tx, key: str, limit: int, period: float, now: float) -> float | None:
+    """``ctx.rate_limit``: take a slot of the sliding window ``key``; ``None``, else when one opens."""
+    await lock_key(tx, _LOCK_SCOPE, key)
+    since = now - period
+    started = await tx.one("started", {"key": key, "since": since})
+    used = int(started["n"]) if started else 0
+    if used < limit:
+        await tx.execute("prune_starts", {"key": key, "before": since})
+        await tx.execute("add_start", {"key": key, "at": now})
+        return None
+    nth = await tx.scalar("nth_start", {"key": key, "since": since, "offset": used - limit})
+    return now + period if nth is None else float(nth) + period
+
+
+async def key_states(tx: Tx, now: float, key: str | None = None) -> list[KeyState]:
+    """Every key's limits and state (or the one ``key``'s; empty if it has no row)."""
+    if key is not None:
+        row = await get_key(tx, key)
+        rows = [] if row is None else [row]
+    else:
+        rows = await tx.execute("list_keys")
+    out: list[KeyState] = []
+    for row in rows:
+        k = row["key"]
+        stats = await tx.one("key_stats", {"key": k})
+        pause = await tx.one("key_pause", {"key": k, "now": now})
+        started = await tx.one("started", {"key": k, "since": now - float(row["period"])})
+        oldest = None if stats is None else stats["oldest_waiting"]
+        out.append(
+            KeyState(
+                key=k,
+                rate=row["rate"],
+                period=float(row["period"]),
+                parallelism=row["parallelism"],
+                declared=row["declared"] is not None,
+                running=int(await tx.scalar("running", {"key": k, "now": now})),
+                waiting=0 if stats is None else int(stats["waiting"]),
+                started=0 if started is None else int(started["n"]),
+                oldest_waiting=None if oldest is None else float(oldest),
+                paused=pause is not None,
+                paused_until=None if pause is None or pause["until"] is None else float(pause["until"]),
+                pause_reason=None if pause is None else pause["reason"],
+            )
+        )
+    return out
