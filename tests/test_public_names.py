@@ -28,6 +28,7 @@ PUBLIC = [
     "EventInfo",
     "EventRecord",
     "FailureReport",
+    "FlowControl",
     "FlowRow",
     "InvalidArgument",
     "JournalDecryptionError",

@@ -32,6 +32,7 @@ from .errors import (
     WorkflowVersionIncompatible,
 )
 from .events import CancelOn, DeliveryRecord, Event, EventDef, EventRecord, Subject
+from .flowcontrol import FlowControl
 from .handles import Deferral, RunHandle
 from .inspect import FlowRow, Trace
 from .records import AttemptInfo, EventInfo, RunInfo, StepInfo
@@ -61,6 +62,7 @@ __all__ = [
     "EventInfo",
     "EventRecord",
     "FailureReport",
+    "FlowControl",
     "FlowRow",
     "InvalidArgument",
     "JournalDecryptionError",

@@ -26,7 +26,7 @@ from ..gate.handoff import HandOff, Passed
 from ..gate.pipeline import Decision
 from ..handles import RunHandle
 from ..ids import new_id
-from ..inspect import FiringInfo, FlowRow, Inspector, ScheduleInfo, Trace
+from ..inspect import FiringInfo, FlowKeyRow, FlowRow, Inspector, ScheduleInfo, Trace
 from ..records import AttemptInfo, EventInfo, RunInfo, StepInfo
 from ..runtime import Runtime, WorkerRuntime
 from ..store import Store
@@ -454,6 +454,16 @@ class Engine:
     async def cancel_start(self, ticket: str, reason: str) -> int:
         """Cancel a start parked at the gate (with every arrival folded into it); how many arrivals it held."""
         return await self.client.cancel_start(ticket, reason)
+
+    async def set_flow_limits(
+        self, key: str, *, rate: int | None = None, period: Duration = "1s", parallelism: int | None = None
+    ) -> FlowKeyRow:
+        """Set step flow-control ``key``'s limits (whole); waiting steps see them at once."""
+        return await self.client.set_flow_limits(key, rate=rate, period=period, parallelism=parallelism)
+
+    async def flow_keys(self, key: str | None = None) -> list[FlowKeyRow]:
+        """Step flow-control keys: limits in force, running, waiting, started in the window, oldest waiter."""
+        return await self.client.flow_keys(key)
 
     async def pauses(self) -> list[dict[str, Any]]:
         """Active pauses: workflows (``wf:``) and keys (``key:``)."""

@@ -517,12 +517,14 @@ class Execution(Context):
                 recorded_input = self._sealer.seal(key, "input", recorded_input)
             while True:
                 attempt += 1
+                if gate is not None:  # a slot of its key before each attempt: its store errors are no step's
+                    await gate.enter(self._block_idle)
                 started = first if attempt == 1 else self._clock.now()
                 try:
                     if gate is None:
                         result = await (fn(*args, **kwargs) if is_async else call(fn, args, kwargs))
                     else:
-                        result = await stepflow.attempt(gate, self._block_idle, fn, args, kwargs)
+                        result = await stepflow.attempt(gate, fn, args, kwargs)
                 except (asyncio.CancelledError, shared.Fenced, Parked):
                     raise
                 except Exception as exc:

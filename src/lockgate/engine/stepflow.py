@@ -137,9 +137,8 @@ class StepGate:
         x.store.write_nowait(release)
 
 
-async def attempt(gate: StepGate, block: Any, fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-    """One attempt of a flow-controlled step: wait for a slot, run ``fn``, free the slot whatever happens."""
-    await gate.enter(block)
+async def attempt(gate: StepGate, fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    """One attempt of a flow-controlled step that holds its slot (``enter``): its slot is freed however it ends."""
     try:
         return await call(fn, args, kwargs)
     finally:

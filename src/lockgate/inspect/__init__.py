@@ -11,6 +11,7 @@ from ..store.keys import Rotation, Unopened
 from .cluster import ClusterStatus, SweepLease, WorkerStatus
 from .connect import StoreLocation, connect, locate
 from .flow import FlowRow
+from .flowkeys import FlowKeyRow
 from .gate import LedgerEntry, ParkedStart, Pause
 from .inspector import Inspector
 from .runs import RUN_STATUSES, TERMINAL, RunDetail
@@ -23,6 +24,7 @@ __all__ = [
     "TERMINAL",
     "ClusterStatus",
     "FiringInfo",
+    "FlowKeyRow",
     "FlowRow",
     "Inspector",
     "LedgerEntry",

@@ -22,6 +22,7 @@ from ..store.keys import Rotation, rotate_keys
 from . import events as domain_events
 from .cluster import ClusterStatus, cluster_status
 from .flow import FlowRow, flow
+from .flowkeys import FlowKeyRow, flow_keys
 from .gate import LedgerEntry, ParkedStart, Pause, ledger_page, parked_page, pauses
 from .runs import RunDetail, check_page, check_status, run_detail, runs_page
 from .schedules import FiringInfo, ScheduleInfo, firings_page, schedule_infos
@@ -179,6 +180,10 @@ class Inspector:
         return await self.store.read(
             flow, self.clock.now(), workflow=workflow, since=None if since is None else since.timestamp()
         )
+
+    async def flow_keys(self, key: str | None = None) -> list[FlowKeyRow]:
+        """Step flow-control keys: limits in force, running, waiting, started in the window, oldest waiter."""
+        return await self.store.read(flow_keys, self.clock.now(), key)
 
     async def trace(self, ticket: str) -> Trace:
         """What became of the arrival ``ticket`` (``LockgateError`` for an unknown ticket)."""

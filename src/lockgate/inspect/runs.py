@@ -89,9 +89,7 @@ async def runs_page(
     return [RunInfo.from_row(reveal_row(keyring or _NO_KEYS, r)) for r in rows]
 
 
-async def run_detail(
-    tx: Tx, run_id: str, *, children_limit: int = 1000, keyring: Keyring | None = None
-) -> RunDetail:
+async def run_detail(tx: Tx, run_id: str, *, children_limit: int = 1000, keyring: Keyring | None = None) -> RunDetail:
     """``run_id`` with its journal, attempts, events and (up to ``children_limit``) children; ``UnknownRun``.
 
     Sealed values show in clear where ``keyring`` opens them, ``<encrypted>`` elsewhere."""

@@ -69,36 +69,40 @@ def _limits(declared: dict[str, Any]) -> dict[str, Any]:
 
 async def get_key(tx: Tx, key: str) -> Row | None:
     """The key's limits row (``key, rate, period, parallelism, declared, updated_at``), if any."""
-    return await tx.one("get_key", {"key": key})
+    return await tx.one("stepflow_get_key", {"key": key})
 
 
 async def set_key(tx: Tx, key: str, rate: int | None, period: float, parallelism: int | None, now: float) -> list[str]:
     """Set a key's limits by hand (declarations no longer change them); waiters that now fit are woken."""
     await lock_key(tx, _LOCK_SCOPE, key)
-    await tx.execute("set_key", {"key": key, "rate": rate, "period": period, "parallelism": parallelism, "now": now})
+    await tx.execute(
+        "stepflow_set_key", {"key": key, "rate": rate, "period": period, "parallelism": parallelism, "now": now}
+    )
     row = await get_key(tx, key)
     assert row is not None
-    await tx.execute("drop_dead_waiters", {"key": key})
+    await tx.execute("stepflow_drop_dead_waiters", {"key": key})
     return await _wake(tx, row, now)
 
 
 async def _room(tx: Tx, limits: Row, now: float) -> tuple[float, float | None]:
     """How many more steps may start under the key now, and (when none) the earliest time one may."""
     key = limits["key"]
-    pause = await tx.one("key_pause", {"key": key, "now": now})
+    pause = await tx.one("stepflow_key_pause", {"key": key, "now": now})
     if pause is not None:
         return 0, None if pause["until"] is None else float(pause["until"])
     room = math.inf
     if limits["parallelism"] is not None:
-        room = int(limits["parallelism"]) - int(await tx.scalar("running", {"key": key, "now": now}))
+        room = int(limits["parallelism"]) - int(await tx.scalar("stepflow_running", {"key": key, "now": now}))
     at: float | None = None
     if limits["rate"] is not None and room > 0:
         since = now - float(limits["period"])
-        started = await tx.one("started", {"key": key, "since": since})
+        started = await tx.one("stepflow_started", {"key": key, "since": since})
         used = int(started["n"]) if started else 0
         left = int(limits["rate"]) - used
         if left <= 0:
-            nth = await tx.scalar("nth_start", {"key": key, "since": since, "offset": used - int(limits["rate"])})
+            nth = await tx.scalar(
+                "stepflow_nth_start", {"key": key, "since": since, "offset": used - int(limits["rate"])}
+            )
             at = None if nth is None else float(nth) + float(limits["period"])
         room = min(room, left)
     return max(room, 0), at
@@ -122,12 +126,12 @@ async def acquire(
     await lock_key(tx, _LOCK_SCOPE, key)
     if declared is not None:
         params = {**_limits(declared), "declared": declared["declared"], "now": now}
-        await tx.execute("declare_key", params)
+        await tx.execute("stepflow_declare_key", params)
     limits = await get_key(tx, key)
     if limits is None:  # declared by this process, then the table was emptied: declare again
         raise LookupError(key)
     run_id = fence.run_id
-    mine = await tx.one("get_slot", {"key": key, "run_id": run_id, "step_key": step_key})
+    mine = await tx.one("stepflow_get_slot", {"key": key, "run_id": run_id, "step_key": step_key})
     room, at = await _room(tx, limits, now)
     place = {"key": key, "run_id": run_id, "step_key": step_key}
     if room > 0:
@@ -137,26 +141,26 @@ async def acquire(
             "priority": priority if mine is None else mine["priority"],
             "room": int(min(room, 1_000_000)),
         }
-        ahead = int(await tx.scalar("ahead", line))
+        ahead = int(await tx.scalar("stepflow_ahead", line))
         if ahead < room:
-            await tx.execute("take_slot", {**place, "priority": priority, "epoch": fence.epoch, "now": now})
+            await tx.execute("stepflow_take_slot", {**place, "priority": priority, "epoch": fence.epoch, "now": now})
             if limits["rate"] is not None:
-                await tx.execute("prune_starts", {"key": key, "before": now - float(limits["period"])})
-                await tx.execute("add_start", {"key": key, "at": now})
+                await tx.execute("stepflow_prune_starts", {"key": key, "before": now - float(limits["period"])})
+                await tx.execute("stepflow_add_start", {"key": key, "at": now})
             waited = 0.0 if mine is None or mine["state"] != "waiting" else now - float(mine["waiting_since"])
             await _wake(tx, limits, now)  # who is next, and when the window lets them
             return Grant(True, limits, waited=waited)
     if mine is None or mine["state"] != "waiting":
         if mine is not None:
-            await tx.execute("free_slot", place)
-        await tx.execute("add_waiter", {**place, "priority": priority, "now": now})
+            await tx.execute("stepflow_free_slot", place)
+        await tx.execute("stepflow_add_waiter", {**place, "priority": priority, "now": now})
     return Grant(False, limits, retry_at=at)
 
 
 async def release(tx: Tx, key: str, run_id: str, step_key: str, now: float) -> list[str]:
     """The step's attempt ended: free its slot and wake the waiters that now fit (their run ids)."""
     await lock_key(tx, _LOCK_SCOPE, key)
-    await tx.execute("free_slot", {"key": key, "run_id": run_id, "step_key": step_key})
+    await tx.execute("stepflow_free_slot", {"key": key, "run_id": run_id, "step_key": step_key})
     limits = await get_key(tx, key)
     return [] if limits is None else await _wake(tx, limits, now)
 
@@ -186,9 +190,11 @@ async def _wake(tx: Tx, limits: Row, now: float, *, room: float | None = None, a
         room, at = await _room(tx, limits, now)
     key = limits["key"]
     if room > 0:
-        rows = await tx.execute("wake_waiters", {"key": key, "n": int(min(room, 1_000_000)), "at": now, "now": now})
+        rows = await tx.execute(
+            "stepflow_wake_waiters", {"key": key, "n": int(min(room, 1_000_000)), "at": now, "now": now}
+        )
     elif at is not None:  # full for now: the first in line looks again when the window (or pause) lets it
-        rows = await tx.execute("wake_waiters", {"key": key, "n": 1, "at": at, "now": now})
+        rows = await tx.execute("stepflow_wake_waiters", {"key": key, "n": 1, "at": at, "now": now})
     else:
         return []
     return [r["id"] for r in rows]
@@ -198,13 +204,13 @@ async def take_rate_slot(tx: Tx, key: str, limit: int, period: float, now: float
     """``ctx.rate_limit``: take a slot of the sliding window ``key``; ``None``, else when one opens."""
     await lock_key(tx, _LOCK_SCOPE, key)
     since = now - period
-    started = await tx.one("started", {"key": key, "since": since})
+    started = await tx.one("stepflow_started", {"key": key, "since": since})
     used = int(started["n"]) if started else 0
     if used < limit:
-        await tx.execute("prune_starts", {"key": key, "before": since})
-        await tx.execute("add_start", {"key": key, "at": now})
+        await tx.execute("stepflow_prune_starts", {"key": key, "before": since})
+        await tx.execute("stepflow_add_start", {"key": key, "at": now})
         return None
-    nth = await tx.scalar("nth_start", {"key": key, "since": since, "offset": used - limit})
+    nth = await tx.scalar("stepflow_nth_start", {"key": key, "since": since, "offset": used - limit})
     return now + period if nth is None else float(nth) + period
 
 
@@ -214,13 +220,13 @@ async def key_states(tx: Tx, now: float, key: str | None = None) -> list[KeyStat
         row = await get_key(tx, key)
         rows = [] if row is None else [row]
     else:
-        rows = await tx.execute("list_keys")
+        rows = await tx.execute("stepflow_list_keys")
     out: list[KeyState] = []
     for row in rows:
         k = row["key"]
-        stats = await tx.one("key_stats", {"key": k})
-        pause = await tx.one("key_pause", {"key": k, "now": now})
-        started = await tx.one("started", {"key": k, "since": now - float(row["period"])})
+        stats = await tx.one("stepflow_key_stats", {"key": k})
+        pause = await tx.one("stepflow_key_pause", {"key": k, "now": now})
+        started = await tx.one("stepflow_started", {"key": k, "since": now - float(row["period"])})
         oldest = None if stats is None else stats["oldest_waiting"]
         out.append(
             KeyState(
@@ -229,7 +235,7 @@ async def key_states(tx: Tx, now: float, key: str | None = None) -> list[KeyStat
                 period=float(row["period"]),
                 parallelism=row["parallelism"],
                 declared=row["declared"] is not None,
-                running=int(await tx.scalar("running", {"key": k, "now": now})),
+                running=int(await tx.scalar("stepflow_running", {"key": k, "now": now})),
                 waiting=0 if stats is None else int(stats["waiting"]),
                 started=0 if started is None else int(started["n"]),
                 oldest_waiting=None if oldest is None else float(oldest),

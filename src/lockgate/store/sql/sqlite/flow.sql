@@ -1,6 +1,6 @@
 -- Step flow control (store/flow.py): key limits, slots and waiters, rate windows.
 
--- name: declare_key
+-- name: stepflow_declare_key
 -- A declaration reaching a key: the key's first sets its limits; a later, different one changes them,
 -- unless an operator set them (declared NULL).
 INSERT INTO lockgate_flow_keys (key, rate, period, parallelism, declared, updated_at)
@@ -9,46 +9,46 @@ ON CONFLICT (key) DO UPDATE SET rate = excluded.rate, period = excluded.period,
     parallelism = excluded.parallelism, declared = excluded.declared, updated_at = excluded.updated_at
 WHERE lockgate_flow_keys.declared IS NOT NULL AND lockgate_flow_keys.declared <> excluded.declared;
 
--- name: set_key
+-- name: stepflow_set_key
 INSERT INTO lockgate_flow_keys (key, rate, period, parallelism, declared, updated_at)
 VALUES (:key, :rate, :period, :parallelism, NULL, :now)
 ON CONFLICT (key) DO UPDATE SET rate = excluded.rate, period = excluded.period,
     parallelism = excluded.parallelism, declared = NULL, updated_at = excluded.updated_at;
 
--- name: get_key
+-- name: stepflow_get_key
 SELECT key, rate, period, parallelism, declared, updated_at FROM lockgate_flow_keys WHERE key = :key;
 
--- name: list_keys
+-- name: stepflow_list_keys
 SELECT key, rate, period, parallelism, declared, updated_at FROM lockgate_flow_keys ORDER BY key;
 
--- name: key_pause
+-- name: stepflow_key_pause
 SELECT reason, until FROM lockgate_pauses
 WHERE scope = 'key:' || :key AND (until IS NULL OR until > :now);
 
--- name: running
+-- name: stepflow_running
 -- Slots held: a running row counts while its run is held under the epoch that took it.
 SELECT COUNT(*) AS n FROM lockgate_flow_slots s JOIN lockgate_runs r ON r.id = s.run_id
 WHERE s.key = :key AND s.state = 'running' AND r.status = 'running' AND r.owner IS NOT NULL
   AND r.epoch = s.epoch AND r.lease_until >= :now;
 
--- name: started
+-- name: stepflow_started
 SELECT COUNT(*) AS n, MIN(at) AS oldest FROM lockgate_flow_starts WHERE key = :key AND at > :since;
 
--- name: nth_start
+-- name: stepflow_nth_start
 -- The start whose leaving the window makes room for one more (the window holds :offset + 1 too many).
 SELECT at FROM lockgate_flow_starts WHERE key = :key AND at > :since ORDER BY at LIMIT 1 OFFSET :offset;
 
--- name: add_start
+-- name: stepflow_add_start
 INSERT INTO lockgate_flow_starts (key, at) VALUES (:key, :at);
 
--- name: prune_starts
+-- name: stepflow_prune_starts
 DELETE FROM lockgate_flow_starts WHERE key = :key AND at <= :before;
 
--- name: get_slot
+-- name: stepflow_get_slot
 SELECT id, state, epoch, waiting_since, priority FROM lockgate_flow_slots
 WHERE key = :key AND run_id = :run_id AND step_key = :step_key;
 
--- name: ahead
+-- name: stepflow_ahead
 -- Waiters of live runs that start before the given place in line (counted up to :room).
 SELECT COUNT(*) AS n FROM (
     SELECT 1 FROM lockgate_flow_slots s JOIN lockgate_runs r ON r.id = s.run_id
@@ -57,20 +57,20 @@ SELECT COUNT(*) AS n FROM (
       AND NOT (s.run_id = :run_id AND s.step_key = :step_key)
     LIMIT :room);
 
--- name: add_waiter
+-- name: stepflow_add_waiter
 INSERT INTO lockgate_flow_slots (key, run_id, step_key, priority, state, waiting_since)
 VALUES (:key, :run_id, :step_key, :priority, 'waiting', :now);
 
--- name: take_slot
+-- name: stepflow_take_slot
 INSERT INTO lockgate_flow_slots (key, run_id, step_key, priority, state, epoch, waiting_since, started_at)
 VALUES (:key, :run_id, :step_key, :priority, 'running', :epoch, :now, :now)
 ON CONFLICT (key, run_id, step_key) DO UPDATE SET state = 'running', epoch = excluded.epoch,
     started_at = excluded.started_at;
 
--- name: free_slot
+-- name: stepflow_free_slot
 DELETE FROM lockgate_flow_slots WHERE key = :key AND run_id = :run_id AND step_key = :step_key;
 
--- name: wake_waiters
+-- name: stepflow_wake_waiters
 -- The first :n waiters of live runs, parked: runnable from :at.
 UPDATE lockgate_runs SET wake_at = :at, updated_at = :now
 WHERE id IN (
@@ -80,14 +80,14 @@ WHERE id IN (
   AND status = 'running' AND owner IS NULL AND (wake_at IS NULL OR wake_at > :at)
 RETURNING id;
 
--- name: key_stats
+-- name: stepflow_key_stats
 SELECT
     (SELECT COUNT(*) FROM lockgate_flow_slots s JOIN lockgate_runs r ON r.id = s.run_id
      WHERE s.key = :key AND s.state = 'waiting' AND r.status = 'running') AS waiting,
     (SELECT MIN(s.waiting_since) FROM lockgate_flow_slots s JOIN lockgate_runs r ON r.id = s.run_id
      WHERE s.key = :key AND s.state = 'waiting' AND r.status = 'running') AS oldest_waiting;
 
--- name: drop_dead_waiters
+-- name: stepflow_drop_dead_waiters
 DELETE FROM lockgate_flow_slots
 WHERE key = :key AND run_id IN (
     SELECT s.run_id FROM lockgate_flow_slots s JOIN lockgate_runs r ON r.id = s.run_id
