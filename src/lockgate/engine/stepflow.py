@@ -16,9 +16,11 @@ import logging
 import weakref
 from typing import Any
 
+from ..clock import to_datetime
+from ..definitions import retry_hint
 from ..errors import InvalidArgument
 from ..flowcontrol import INHERIT, FlowControl, FlowLimits, check_flow_control, check_limits, resolve_flow
-from ..store import Store, flow, runs
+from ..store import Store, flow, gate, runs
 from ..store.base import Tx
 from ..store.shared import Fence
 from .durable import Running, Wait, call
@@ -121,6 +123,23 @@ class StepGate:
                 continue
             await block(Wait("flow", wake_at=grant.retry_at, flow_keys=[key]))
 
+    def back_pressure(self, error: BaseException) -> None:
+        """An error that asks to retry later (``RetryAfter``, any ``retry_after``) pauses the key for every run.
+
+        The pause is the gate's own key pause (``key:<key>``): ``workflows pauses`` lists it and
+        ``unpause_key`` lifts it. Queued before the slot's release, so that release wakes no one early.
+        """
+        hint = retry_hint(error)
+        if hint is None or hint <= 0:
+            return
+        x = self._x
+        now = x.clock.now()
+        until = to_datetime(now + hint)  # to the microsecond, as ``pause_key`` takes it
+        reason = f"retry-after from {self._step_key} of {x.run_id}"
+        x.store.write_nowait(
+            gate.pause, f"key:{self.limits.key}", reason, None if until is None else until.timestamp(), now
+        )
+
     def leave(self) -> None:
         """The attempt ended, however: free its slot (queued at once, before anything the body writes next)."""
         if self._token is not None:
@@ -137,12 +156,15 @@ class StepGate:
         x.store.write_nowait(release)
 
 
-async def attempt(gate: StepGate, fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+async def attempt(step: StepGate, fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     """One attempt of a flow-controlled step that holds its slot (``enter``): its slot is freed however it ends."""
     try:
         return await call(fn, args, kwargs)
+    except Exception as exc:
+        step.back_pressure(exc)
+        raise
     finally:
-        gate.leave()
+        step.leave()
 
 
 async def park_run(tx: Tx, /, fence: Fence, now: float, *, flow_keys: list[str], **park: Any) -> float | None:

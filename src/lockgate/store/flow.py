@@ -150,7 +150,15 @@ async def acquire(
             waited = 0.0 if mine is None or mine["state"] != "waiting" else now - float(mine["waiting_since"])
             await _wake(tx, limits, now)  # who is next, and when the window lets them
             return Grant(True, limits, waited=waited)
-    if mine is None or mine["state"] != "waiting":
+    waiting = mine is not None and mine["state"] == "waiting"
+    if at is not None:  # only the first in line looks again when the window opens; the next follow its start
+        held = mine if waiting else None
+        line = {**place, "id": None, "priority": priority, "room": 1}
+        if held is not None:
+            line.update(id=held["id"], priority=held["priority"])
+        if int(await tx.scalar("stepflow_ahead", line)) > 0:
+            at = None
+    if not waiting:
         if mine is not None:
             await tx.execute("stepflow_free_slot", place)
         await tx.execute("stepflow_add_waiter", {**place, "priority": priority, "now": now})
