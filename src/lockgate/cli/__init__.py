@@ -20,6 +20,7 @@ from . import bulk as bulk
 from . import cluster as cluster
 from . import demo as demo  # each import registers that module's commands on its group
 from . import events as events
+from . import flowkeys as flowkeys
 from . import gate as gate
 from . import inspect_api as inspect_api
 from . import keys as keys

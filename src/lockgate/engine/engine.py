@@ -296,9 +296,12 @@ class Engine:
         *,
         idempotency_key: str | None = None,
         timeout: float | None = None,
+        flow_control: Any = None,
     ) -> Any:
         """Start and wait: the run's result, or its failure raised."""
-        return await self.client.run(workflow, payload, idempotency_key=idempotency_key, timeout=timeout)
+        return await self.client.run(
+            workflow, payload, idempotency_key=idempotency_key, timeout=timeout, flow_control=flow_control
+        )
 
     async def admitted_run(self, ticket: str, timeout: float | None = None) -> str:
         """The id of the run the start ``ticket`` made or joined, once the gate admits it."""

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import logging
+import typing
 import weakref
 from typing import Any
 
@@ -25,11 +26,12 @@ from ..store.base import Tx
 from ..store.shared import Fence
 from .durable import Running, Wait, call
 
-__all__ = ["StepGate", "attempt", "current", "gate_for", "park_run", "rate_limit"]
+__all__ = ["Exempt", "StepGate", "attempt", "current", "gate_for", "park_run", "rate_limit"]
 
 log = logging.getLogger("lockgate.executor")
 
-_CURRENT: contextvars.ContextVar[FlowControl | None] = contextvars.ContextVar("lockgate_flow_control", default=None)
+_OUTSIDE: Any = object()  # not inside a step
+_CURRENT: contextvars.ContextVar[Any] = contextvars.ContextVar("lockgate_flow_control", default=_OUTSIDE)
 # The (key, declaration) pairs this process has written to each store: a key is declared once per process.
 _DECLARED: weakref.WeakKeyDictionary[Store, set[tuple[str, str]]] = weakref.WeakKeyDictionary()
 _BACKGROUND: set[asyncio.Future[Any]] = set()
@@ -47,11 +49,13 @@ def _limits_of(given: Any, payload: Any) -> FlowLimits | None:
         raise InvalidArgument(str(exc)) from None
 
 
-def gate_for(x: Running, given: Any, run_flow: Any, step_key: str, priority: Any, payload: Any) -> StepGate | None:
+def gate_for(
+    x: Running, given: Any, run_flow: Any, step_key: str, priority: Any, payload: Any
+) -> StepGate | Exempt | None:
     """The gate of one ``ctx.step``: ``given`` is its ``flow_control=`` (``INHERIT``: the run's, ``run_flow``)."""
     limits = _limits_of(run_flow if given is INHERIT else given, payload)
     if limits is None:
-        return None
+        return None if run_flow is None else Exempt()
     rank = 0
     if priority is not None:  # the workflow's priority breaks ties in the key's line
         try:
@@ -64,8 +68,8 @@ def gate_for(x: Running, given: Any, run_flow: Any, step_key: str, priority: Any
 def current(run_flow: Any, payload: Any) -> FlowControl | None:
     """``ctx.flow_control``: inside a step, the limits in force for it; elsewhere the run's configuration."""
     value = _CURRENT.get()
-    if value is not None:
-        return value
+    if value is not _OUTSIDE:
+        return typing.cast(FlowControl | None, value)
     limits = _limits_of(run_flow, payload)
     return None if limits is None else limits.as_control()
 
@@ -79,7 +83,7 @@ class StepGate:
         self._step_key = step_key
         self._priority = priority
         self.waited: float | None = None  # seconds waited before the first attempt (journaled)
-        self._token: contextvars.Token[FlowControl | None] | None = None
+        self._token: contextvars.Token[Any] | None = None
 
     def _declaration(self) -> dict[str, Any] | None:
         limits = self.limits
@@ -156,7 +160,27 @@ class StepGate:
         x.store.write_nowait(release)
 
 
-async def attempt(step: StepGate, fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+class Exempt:
+    """A step of a flow-controlled run given ``flow_control=None``: no key, and ``ctx.flow_control`` is ``None``."""
+
+    waited: float | None = None
+
+    def __init__(self) -> None:
+        self._token: contextvars.Token[Any] | None = None
+
+    async def enter(self, block: Any) -> None:
+        self._token = _CURRENT.set(None)
+
+    def back_pressure(self, error: BaseException) -> None:
+        pass
+
+    def leave(self) -> None:
+        if self._token is not None:
+            _CURRENT.reset(self._token)
+            self._token = None
+
+
+async def attempt(step: StepGate | Exempt, fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     """One attempt of a flow-controlled step that holds its slot (``enter``): its slot is freed however it ends."""
     try:
         return await call(fn, args, kwargs)
