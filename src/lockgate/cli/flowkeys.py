@@ -17,13 +17,16 @@ from .output import emit
 __all__ = ["flow_keys"]
 
 
+_KEEP: Any = object()  # an option not given: the key keeps that limit
+
+
 class LimitType(click.ParamType):  # type: ignore[type-arg]
     """A positive count, or ``none`` to lift that limit."""
 
     name = "N|none"
 
-    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> int | None:
-        if value is None or isinstance(value, int):
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        if value is None or value is _KEEP or isinstance(value, int):
             return value
         if str(value).strip().lower() == "none":
             return None
@@ -31,9 +34,6 @@ class LimitType(click.ParamType):  # type: ignore[type-arg]
             return int(value)
         except ValueError:
             self.fail(f"expected a whole number or 'none', got {value!r}", param, ctx)
-
-
-_KEEP = object()
 
 
 @cli.group("flow-keys", epilog=EXIT_CODES)
