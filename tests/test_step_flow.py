@@ -143,18 +143,19 @@ async def test_parallelism_never_exceeded_under_200_runs(make_engine: Any, effec
 async def test_rate_window_never_exceeded(make_engine: Any, effects: Path) -> None:
     app = lg.App()
 
-    @app.workflow(name="rated", flow_control=lg.FlowControl("api", rate=5, period="400ms"))
+    @app.workflow(name="rated", flow_control=lg.FlowControl("api", rate=4, period="600ms"))
     async def rated(ctx: lg.Context, p: Job) -> int:
         return int(await ctx.step("call", timed, ctx, "call", 0.0))
 
     async with make_engine(app, inline_sleep=0.1) as engine:
-        handles = await asyncio.gather(*(engine.start("rated", {"n": i}) for i in range(20)))
-        assert await results(engine, handles) == [1] * 20
+        handles = await asyncio.gather(*(engine.start("rated", {"n": i}) for i in range(12)))
+        assert await results(engine, handles) == [1] * 12
     starts = [s.start for s in spans(effects)]
-    assert len(starts) == 20
-    # measured where the step notes it, a little after the grant: a hair of slack on the window
-    assert max_in_window(starts, 0.4 - 0.03) <= 5
-    assert max(starts) - min(starts) >= 3 * 0.4 - 0.03  # 20 starts at 5 per window span 3 windows at least
+    assert len(starts) == 12
+    # Noted by the step, after its grant commits: a grant that committed slower than the one a window
+    # later reads as a little early here. The slack covers that, not a fifth start.
+    assert max_in_window(starts, 0.6 - 0.1) <= 4
+    assert max(starts) - min(starts) >= 2 * 0.6 - 0.1  # 12 starts at 4 per window span two windows at least
 
 
 # -- where a configuration applies ----------------------------------------------------------------

@@ -107,7 +107,7 @@ class StepGate:
             declared = self._declaration()
             try:
                 grant = await x.store.write(
-                    flow.acquire, declared, key, x.fence, self._step_key, self._priority, x.clock.now()
+                    flow.acquire, declared, key, x.fence, self._step_key, self._priority, x.clock.now
                 )
             except LookupError:  # the key's row vanished since this process declared it
                 _DECLARED.get(x.store, set()).clear()

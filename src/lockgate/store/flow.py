@@ -13,6 +13,7 @@ of a process that died free themselves with its lease. Decisions on one key are 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -115,7 +116,7 @@ async def acquire(
     fence: Fence,
     step_key: str,
     priority: int,
-    now: float,
+    clock: Callable[[], float],
 ) -> Grant:
     """Take a slot of ``key`` for the step ``step_key`` of the held run, or keep its place in line.
 
@@ -124,6 +125,7 @@ async def acquire(
     wrote them already.
     """
     await lock_key(tx, _LOCK_SCOPE, key)
+    now = clock()
     if declared is not None:
         params = {**_limits(declared), "declared": declared["declared"], "now": now}
         await tx.execute("stepflow_declare_key", params)

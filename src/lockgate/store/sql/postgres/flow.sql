@@ -71,13 +71,22 @@ ON CONFLICT (key, run_id, step_key) DO UPDATE SET state = 'running', epoch = exc
 DELETE FROM lockgate_flow_slots WHERE key = %(key)s AND run_id = %(run_id)s AND step_key = %(step_key)s;
 
 -- name: stepflow_wake_waiters
--- The first %(n)s waiters of live runs, parked: runnable from %(at)s.
-UPDATE lockgate_runs SET wake_at = %(at)s, updated_at = %(now)s
-WHERE id IN (
+-- The first %(n)s waiters of live runs: those parked are runnable from %(at)s. Only the parked ones' rows are
+-- locked, and one another transaction holds is skipped, never waited for (this one holds the key's lock):
+-- that one is claiming it (it will ask for a slot itself), parking it (it looks for room under the key's
+-- lock next) or ending it. A run held by a worker is never locked here: its holder's writes never wait.
+WITH heads AS (
     SELECT s.run_id FROM lockgate_flow_slots s JOIN lockgate_runs r ON r.id = s.run_id
     WHERE s.key = %(key)s AND s.state = 'waiting' AND r.status = 'running'
-    ORDER BY s.priority DESC, s.id LIMIT %(n)s)
-  AND status = 'running' AND owner IS NULL AND (wake_at IS NULL OR wake_at > %(at)s)
+    ORDER BY s.priority DESC, s.id LIMIT %(n)s
+), parked AS (
+    SELECT id FROM lockgate_runs
+    WHERE id IN (SELECT run_id FROM heads) AND status = 'running' AND owner IS NULL
+      AND (wake_at IS NULL OR wake_at > %(at)s)
+    FOR UPDATE SKIP LOCKED
+)
+UPDATE lockgate_runs SET wake_at = %(at)s, updated_at = %(now)s
+WHERE id IN (SELECT id FROM parked)
 RETURNING id;
 
 -- name: stepflow_key_stats
