@@ -73,7 +73,7 @@ async def par_flow(ctx: lg.Context, p: Job) -> int:
 
 @app.workflow(name="sf.rate")
 async def rate_flow(ctx: lg.Context, p: Job) -> int:
-    await ctx.rate_limit("api", limit=4, period="500ms")
+    await ctx.rate_limit("api", limit=4, period="1s")
     note("start", ctx.run_id, "rate")
     return p.n
 

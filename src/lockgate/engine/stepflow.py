@@ -218,8 +218,8 @@ async def rate_limit(x: Running, name: str, limit: int, period: Any, key: Any) -
         now = x.clock.now()
         first = now if first is None else first
 
-        async def take(tx: Tx, at: float = now) -> None:
-            retry = await flow.take_rate_slot(tx, window, rate, seconds, at)
+        async def take(tx: Tx) -> None:
+            retry = await flow.take_rate_slot(tx, window, rate, seconds, x.clock.now)
             if retry is not None:
                 raise _Full(retry)  # nothing of this attempt is kept: no slot, no entry
 

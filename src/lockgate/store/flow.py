@@ -210,9 +210,12 @@ async def _wake(tx: Tx, limits: Row, now: float, *, room: float | None = None, a
     return [r["id"] for r in rows]
 
 
-async def take_rate_slot(tx: Tx, key: str, limit: int, period: float, now: float) -> float | None:
-    """``ctx.rate_limit``: take a slot of the sliding window ``key``; ``None``, else when one opens."""
+async def take_rate_slot(tx: Tx, key: str, limit: int, period: float, clock: Callable[[], float]) -> float | None:
+    """``ctx.rate_limit``: take a slot of the sliding window ``key``; ``None``, else when one opens.
+
+    The time is read once the key is locked: the instant a slot is taken is when it is decided."""
     await lock_key(tx, _LOCK_SCOPE, key)
+    now = clock()
     since = now - period
     started = await tx.one("stepflow_started", {"key": key, "since": since})
     used = int(started["n"]) if started else 0
