@@ -468,3 +468,30 @@ async def test_journal_records_flow_wait_and_cli_reads_keys(make_engine: Any, st
 
 def _cli(store_url: str, *args: str) -> list[str]:
     return [sys.executable, "-m", "lockgate.cli", *args, "--store", store_url]
+
+
+async def test_first_come_first_served_and_priority_breaks_ties(make_engine: Any, effects: Path) -> None:
+    app = lg.App()
+    gate = asyncio.Event()
+
+    async def step(ctx: lg.Context, p: Job) -> int:
+        note("start", ctx.run_id, f"n{p.n}")
+        if p.n == 0:
+            await gate.wait()
+        return p.n
+
+    @app.workflow(name="line", flow_control=lg.FlowControl("line", parallelism=1), priority=lambda p: p.n // 10)
+    async def line(ctx: lg.Context, p: Job) -> int:
+        return int(await ctx.step("s", step, ctx, p))
+
+    async with make_engine(app) as engine:
+        first = await engine.start("line", {"n": 0})
+        await eventually(lambda: _running(engine, "line", 1), what="the first holds the slot")
+        handles = [first]
+        for n in (1, 2, 13, 3):  # 13 has a higher priority (1) than the others (0)
+            handles.append(await engine.start("line", {"n": n}))
+            await eventually(lambda n=n: _waiting(engine, "line", len(handles) - 1), what=f"{n} in line")
+        gate.set()
+        assert await results(engine, handles) == [0, 1, 2, 13, 3]
+    order = [s.step for s in sorted(spans(effects), key=lambda s: s.start)]
+    assert order == ["n0", "n13", "n1", "n2", "n3"]

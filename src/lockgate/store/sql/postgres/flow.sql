@@ -101,3 +101,7 @@ DELETE FROM lockgate_flow_slots
 WHERE key = %(key)s AND run_id IN (
     SELECT s.run_id FROM lockgate_flow_slots s JOIN lockgate_runs r ON r.id = s.run_id
     WHERE s.key = %(key)s AND r.status IN ('succeeded', 'failed', 'cancelled'));
+
+-- name: forget_flow_slots
+-- Retention: the places of runs it forgets (retention.RUN_RECORDS).
+DELETE FROM lockgate_flow_slots WHERE run_id = ANY (ARRAY(SELECT jsonb_array_elements_text(%(ids)s::jsonb)));

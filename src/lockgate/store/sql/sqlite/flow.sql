@@ -92,3 +92,7 @@ DELETE FROM lockgate_flow_slots
 WHERE key = :key AND run_id IN (
     SELECT s.run_id FROM lockgate_flow_slots s JOIN lockgate_runs r ON r.id = s.run_id
     WHERE s.key = :key AND r.status IN ('succeeded', 'failed', 'cancelled'));
+
+-- name: forget_flow_slots
+-- Retention: the places of runs it forgets (retention.RUN_RECORDS).
+DELETE FROM lockgate_flow_slots WHERE run_id IN (SELECT value FROM json_each(:ids));
