@@ -430,8 +430,13 @@ async def test_journal_records_flow_wait_and_cli_reads_keys(make_engine: Any, st
         row = (await engine.flow_keys("obs"))[0]
         assert (row.running, row.waiting, row.started, row.rate, row.period) == (1, 1, 1, 100, 60.0)
         assert row.oldest_waiting is not None and row.oldest_waiting >= 0
-        shown = await engine.get_run(b.run_id or "")
-        assert shown.waiting_on == "flow"
+
+        async def parked() -> bool:
+            shown = await engine.get_run(b.run_id or "")
+            flows = await engine.flow(workflow="obs")
+            return shown.waiting_on == "flow" and [r.flow_waiting for r in flows] == [1]
+
+        await eventually(parked, what="shown parked on flow by show and flow()")
         await asyncio.sleep(0.2)
         gate.set()
         assert await results(engine, [a, b]) == [1, 1]

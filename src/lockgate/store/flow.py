@@ -27,6 +27,7 @@ __all__ = [
     "acquire",
     "get_key",
     "key_states",
+    "parked_runs",
     "release",
     "set_key",
     "take_rate_slot",
@@ -225,6 +226,11 @@ async def take_rate_slot(tx: Tx, key: str, limit: int, period: float, clock: Cal
         return None
     nth = await tx.scalar("stepflow_nth_start", {"key": key, "since": since, "offset": used - limit})
     return now + period if nth is None else float(nth) + period
+
+
+async def parked_runs(tx: Tx, workflow: str | None = None) -> list[Row]:
+    """Runs parked waiting for a step flow-control key, per workflow (``workflow, n``)."""
+    return await tx.execute("stepflow_parked_runs", {"workflow": workflow})
 
 
 async def key_states(tx: Tx, now: float, key: str | None = None) -> list[KeyState]:

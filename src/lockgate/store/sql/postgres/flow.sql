@@ -105,3 +105,8 @@ WHERE key = %(key)s AND run_id IN (
 -- name: forget_flow_slots
 -- Retention: the places of runs it forgets (retention.RUN_RECORDS).
 DELETE FROM lockgate_flow_slots WHERE run_id = ANY (ARRAY(SELECT jsonb_array_elements_text(%(ids)s::jsonb)));
+
+-- name: stepflow_parked_runs
+SELECT workflow, COUNT(*) AS n FROM lockgate_runs
+WHERE status = 'running' AND waiting_on = 'flow' AND (%(workflow)s::text IS NULL OR workflow = %(workflow)s::text)
+GROUP BY workflow;

@@ -96,3 +96,8 @@ WHERE key = :key AND run_id IN (
 -- name: forget_flow_slots
 -- Retention: the places of runs it forgets (retention.RUN_RECORDS).
 DELETE FROM lockgate_flow_slots WHERE run_id IN (SELECT value FROM json_each(:ids));
+
+-- name: stepflow_parked_runs
+SELECT workflow, COUNT(*) AS n FROM lockgate_runs
+WHERE status = 'running' AND waiting_on = 'flow' AND (:workflow IS NULL OR workflow = :workflow)
+GROUP BY workflow;
