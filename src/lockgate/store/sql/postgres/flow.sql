@@ -75,15 +75,18 @@ DELETE FROM lockgate_flow_slots WHERE key = %(key)s AND run_id = %(run_id)s AND 
 -- locked, and one another transaction holds is skipped, never waited for (this one holds the key's lock):
 -- that one is claiming it (it will ask for a slot itself), parking it (it looks for room under the key's
 -- lock next) or ending it. A run held by a worker is never locked here: its holder's writes never wait.
-WITH heads AS (
+-- The line is read once, then each of its first runs by its id (a plan that walked the runs would grow
+-- with every parked run).
+WITH heads AS MATERIALIZED (
     SELECT s.run_id FROM lockgate_flow_slots s JOIN lockgate_runs r ON r.id = s.run_id
     WHERE s.key = %(key)s AND s.state = 'waiting' AND r.status = 'running'
     ORDER BY s.priority DESC, s.id LIMIT %(n)s
 ), parked AS (
-    SELECT id FROM lockgate_runs
-    WHERE id IN (SELECT run_id FROM heads) AND status = 'running' AND owner IS NULL
-      AND (wake_at IS NULL OR wake_at > %(at)s)
-    FOR UPDATE SKIP LOCKED
+    SELECT r.id FROM heads h, LATERAL (
+        SELECT id FROM lockgate_runs
+        WHERE id = h.run_id AND status = 'running' AND owner IS NULL AND (wake_at IS NULL OR wake_at > %(at)s)
+        FOR UPDATE SKIP LOCKED
+    ) AS r
 )
 UPDATE lockgate_runs SET wake_at = %(at)s, updated_at = %(now)s
 WHERE id IN (SELECT id FROM parked)
