@@ -80,32 +80,37 @@ async def set_key(tx: Tx, key: str, rate: int | None, period: float, parallelism
     await tx.execute(
         "stepflow_set_key", {"key": key, "rate": rate, "period": period, "parallelism": parallelism, "now": now}
     )
-    row = await get_key(tx, key)
-    assert row is not None
     await tx.execute("stepflow_drop_dead_waiters", {"key": key})
-    return await _wake(tx, row, now)
+    state = await _state(tx, key, now)
+    assert state is not None
+    return await _wake(tx, state, now)
 
 
-async def _room(tx: Tx, limits: Row, now: float) -> tuple[float, float | None]:
+async def _state(tx: Tx, key: str, now: float, run_id: str = "", step_key: str = "") -> Row | None:
+    """The key's limits and what it holds now, with the step's own place (one statement)."""
+    return await tx.one("stepflow_state", {"key": key, "now": now, "run_id": run_id, "step_key": step_key})
+
+
+async def _room(tx: Tx, state: Row, now: float) -> tuple[float, float | None]:
     """How many more steps may start under the key now, and (when none) the earliest time one may."""
-    key = limits["key"]
-    pause = await tx.one("stepflow_key_pause", {"key": key, "now": now})
-    if pause is not None:
-        return 0, None if pause["until"] is None else float(pause["until"])
+    if int(state["paused"]):
+        until = float(state["paused_until"])
+        return 0, None if until >= 1e300 else until
     room = math.inf
-    if limits["parallelism"] is not None:
-        room = int(limits["parallelism"]) - int(await tx.scalar("stepflow_running", {"key": key, "now": now}))
+    if state["parallelism"] is not None:
+        room = int(state["parallelism"]) - int(state["running"])
     at: float | None = None
-    if limits["rate"] is not None and room > 0:
-        since = now - float(limits["period"])
-        started = await tx.one("stepflow_started", {"key": key, "since": since})
-        used = int(started["n"]) if started else 0
-        left = int(limits["rate"]) - used
-        if left <= 0:
-            nth = await tx.scalar(
-                "stepflow_nth_start", {"key": key, "since": since, "offset": used - int(limits["rate"])}
-            )
-            at = None if nth is None else float(nth) + float(limits["period"])
+    if state["rate"] is not None and room > 0:
+        rate, used, period = int(state["rate"]), int(state["started"]), float(state["period"])
+        left = rate - used
+        if left <= 0:  # the window opens when enough of its starts leave it (one, unless the rate was lowered)
+            nth: Any = state["oldest"]
+            if used > rate:
+                since = now - period
+                nth = await tx.scalar(
+                    "stepflow_nth_start", {"key": state["key"], "since": since, "offset": used - rate}
+                )
+            at = None if nth is None else float(nth) + period
         room = min(room, left)
     return max(room, 0), at
 
@@ -123,46 +128,43 @@ async def acquire(
 
     ``declared``: the limits the step was given (``key, rate, period, parallelism``), written as
     the key's when it has none yet (or had a different declaration); ``None`` when this process
-    wrote them already.
+    wrote them already. The time is read once the key is locked, so that a grant's instant is when
+    it is decided, not when it was asked for (the rate window counts those instants).
     """
     await lock_key(tx, _LOCK_SCOPE, key)
     now = clock()
     if declared is not None:
         params = {**_limits(declared), "declared": declared["declared"], "now": now}
         await tx.execute("stepflow_declare_key", params)
-    limits = await get_key(tx, key)
-    if limits is None:  # declared by this process, then the table was emptied: declare again
-        raise LookupError(key)
     run_id = fence.run_id
-    mine = await tx.one("stepflow_get_slot", {"key": key, "run_id": run_id, "step_key": step_key})
-    room, at = await _room(tx, limits, now)
+    state = await _state(tx, key, now, run_id, step_key)
+    if state is None:  # declared by this process, then the table was emptied: declare again
+        raise LookupError(key)
+    limits = {k: state[k] for k in ("key", "rate", "period", "parallelism", "declared")}
+    waiting = state["my_state"] == "waiting"
+    room, at = await _room(tx, state, now)
     place = {"key": key, "run_id": run_id, "step_key": step_key}
+    line = {**place, "id": None, "priority": priority, "room": 1}
+    if waiting:
+        line.update(id=state["my_id"], priority=state["my_priority"])
     if room > 0:
-        line = {
-            **place,
-            "id": None if mine is None else mine["id"],
-            "priority": priority if mine is None else mine["priority"],
-            "room": int(min(room, 1_000_000)),
-        }
-        ahead = int(await tx.scalar("stepflow_ahead", line))
+        ahead = int(await tx.scalar("stepflow_ahead", {**line, "room": int(min(room, 1_000_000))}))
         if ahead < room:
             await tx.execute("stepflow_take_slot", {**place, "priority": priority, "epoch": fence.epoch, "now": now})
             if limits["rate"] is not None:
                 await tx.execute("stepflow_prune_starts", {"key": key, "before": now - float(limits["period"])})
                 await tx.execute("stepflow_add_start", {"key": key, "at": now})
-            waited = 0.0 if mine is None or mine["state"] != "waiting" else now - float(mine["waiting_since"])
-            await _wake(tx, limits, now)  # who is next, and when the window lets them
+            waited = now - float(state["my_since"]) if waiting else 0.0
+            if room > 1:  # room left beside this step: the first in line take it (none wait, mostly)
+                await _wake(tx, limits, now, room=room - 1, at=None)
+            elif limits["rate"] is not None and int(state["started"]) + 1 >= int(limits["rate"]):
+                opens = (float(state["oldest"]) if state["oldest"] is not None else now) + float(limits["period"])
+                await _wake(tx, limits, now, room=0, at=opens)  # the next in line looks when the window opens
             return Grant(True, limits, waited=waited)
-    waiting = mine is not None and mine["state"] == "waiting"
-    if at is not None:  # only the first in line looks again when the window opens; the next follow its start
-        held = mine if waiting else None
-        line = {**place, "id": None, "priority": priority, "room": 1}
-        if held is not None:
-            line.update(id=held["id"], priority=held["priority"])
-        if int(await tx.scalar("stepflow_ahead", line)) > 0:
-            at = None
+    if at is not None and int(await tx.scalar("stepflow_ahead", line)) > 0:
+        at = None  # only the first in line looks again when the window opens; the next follow its start
     if not waiting:
-        if mine is not None:
+        if state["my_state"] is not None:
             await tx.execute("stepflow_free_slot", place)
         await tx.execute("stepflow_add_waiter", {**place, "priority": priority, "now": now})
     return Grant(False, limits, retry_at=at)
@@ -172,8 +174,8 @@ async def release(tx: Tx, key: str, run_id: str, step_key: str, now: float) -> l
     """The step's attempt ended: free its slot and wake the waiters that now fit (their run ids)."""
     await lock_key(tx, _LOCK_SCOPE, key)
     await tx.execute("stepflow_free_slot", {"key": key, "run_id": run_id, "step_key": step_key})
-    limits = await get_key(tx, key)
-    return [] if limits is None else await _wake(tx, limits, now)
+    state = await _state(tx, key, now)
+    return [] if state is None else await _wake(tx, state, now)
 
 
 async def wake_waiters(tx: Tx, keys: list[str], now: float) -> float | None:
@@ -184,26 +186,25 @@ async def wake_waiters(tx: Tx, keys: list[str], now: float) -> float | None:
     earliest: float | None = None
     for key in sorted(keys):
         await lock_key(tx, _LOCK_SCOPE, key)
-        limits = await get_key(tx, key)
-        if limits is None:
+        state = await _state(tx, key, now)
+        if state is None:
             continue
-        room, at = await _room(tx, limits, now)
-        if room > 0 and await _wake(tx, limits, now, room=room, at=at):
+        room, at = await _room(tx, state, now)
+        if room > 0 and await _wake(tx, state, now, room=room, at=at):
             earliest = now
-        elif at is not None and await _wake(tx, limits, now, room=0, at=at):
+        elif at is not None and await _wake(tx, state, now, room=0, at=at):
             earliest = at if earliest is None else min(earliest, at)
     return earliest
 
 
-async def _wake(tx: Tx, limits: Row, now: float, *, room: float | None = None, at: float | None = None) -> list[str]:
+async def _wake(tx: Tx, state: Row, now: float, *, room: float | None = None, at: float | None = None) -> list[str]:
     """Wake the first waiters that fit (``room`` of them now), or the first one when the window opens."""
     if room is None:
-        room, at = await _room(tx, limits, now)
-    key = limits["key"]
+        room, at = await _room(tx, state, now)
+    key = state["key"]
     if room > 0:
-        rows = await tx.execute(
-            "stepflow_wake_waiters", {"key": key, "n": int(min(room, 1_000_000)), "at": now, "now": now}
-        )
+        n = int(min(room, 1_000_000))
+        rows = await tx.execute("stepflow_wake_waiters", {"key": key, "n": n, "at": now, "now": now})
     elif at is not None:  # full for now: the first in line looks again when the window (or pause) lets it
         rows = await tx.execute("stepflow_wake_waiters", {"key": key, "n": 1, "at": at, "now": now})
     else:

@@ -1,6 +1,25 @@
 -- Step flow control (store/flow.py): key limits, slots and waiters, rate windows.
 
+-- name: stepflow_state
+-- Everything a decision on one key reads, in one statement: its limits, its pause, the slots held, the
+-- starts in its window (and the oldest of them), and the asking step's own place, if any.
+SELECT k.key, k.rate, k.period, k.parallelism, k.declared,
+    (SELECT COUNT(*) FROM lockgate_pauses
+     WHERE scope = 'key:' || k.key AND (until IS NULL OR until > %(now)s)) AS paused,
+    (SELECT MAX(COALESCE(until, 1e308)) FROM lockgate_pauses
+     WHERE scope = 'key:' || k.key AND (until IS NULL OR until > %(now)s)) AS paused_until,
+    (SELECT COUNT(*) FROM lockgate_flow_slots s JOIN lockgate_runs r ON r.id = s.run_id
+     WHERE s.key = k.key AND s.state = 'running' AND r.status = 'running' AND r.owner IS NOT NULL
+       AND r.epoch = s.epoch AND r.lease_until >= %(now)s) AS running,
+    (SELECT COUNT(*) FROM lockgate_flow_starts WHERE key = k.key AND at > %(now)s - k.period) AS started,
+    (SELECT MIN(at) FROM lockgate_flow_starts WHERE key = k.key AND at > %(now)s - k.period) AS oldest,
+    m.id AS my_id, m.state AS my_state, m.waiting_since AS my_since, m.priority AS my_priority
+FROM lockgate_flow_keys k
+LEFT JOIN lockgate_flow_slots m ON m.key = k.key AND m.run_id = %(run_id)s AND m.step_key = %(step_key)s
+WHERE k.key = %(key)s;
+
 -- name: stepflow_declare_key
+-- silent: run for its effect; nothing waits for its answer
 -- A declaration reaching a key: the key's first sets its limits; a later, different one changes them,
 -- unless an operator set them (declared NULL).
 INSERT INTO lockgate_flow_keys (key, rate, period, parallelism, declared, updated_at)
@@ -10,6 +29,7 @@ ON CONFLICT (key) DO UPDATE SET rate = excluded.rate, period = excluded.period,
 WHERE lockgate_flow_keys.declared IS NOT NULL AND lockgate_flow_keys.declared <> excluded.declared;
 
 -- name: stepflow_set_key
+-- silent: run for its effect; nothing waits for its answer
 INSERT INTO lockgate_flow_keys (key, rate, period, parallelism, declared, updated_at)
 VALUES (%(key)s, %(rate)s, %(period)s, %(parallelism)s, NULL, %(now)s)
 ON CONFLICT (key) DO UPDATE SET rate = excluded.rate, period = excluded.period,
@@ -39,9 +59,11 @@ SELECT COUNT(*) AS n, MIN(at) AS oldest FROM lockgate_flow_starts WHERE key = %(
 SELECT at FROM lockgate_flow_starts WHERE key = %(key)s AND at > %(since)s ORDER BY at LIMIT 1 OFFSET %(offset)s;
 
 -- name: stepflow_add_start
+-- silent: run for its effect; nothing waits for its answer
 INSERT INTO lockgate_flow_starts (key, at) VALUES (%(key)s, %(at)s);
 
 -- name: stepflow_prune_starts
+-- silent: run for its effect; nothing waits for its answer
 DELETE FROM lockgate_flow_starts WHERE key = %(key)s AND at <= %(before)s;
 
 -- name: stepflow_get_slot
@@ -58,16 +80,19 @@ SELECT COUNT(*) AS n FROM (
     LIMIT %(room)s) AS line;
 
 -- name: stepflow_add_waiter
+-- silent: run for its effect; nothing waits for its answer
 INSERT INTO lockgate_flow_slots (key, run_id, step_key, priority, state, waiting_since)
 VALUES (%(key)s, %(run_id)s, %(step_key)s, %(priority)s, 'waiting', %(now)s);
 
 -- name: stepflow_take_slot
+-- silent: run for its effect; nothing waits for its answer
 INSERT INTO lockgate_flow_slots (key, run_id, step_key, priority, state, epoch, waiting_since, started_at)
 VALUES (%(key)s, %(run_id)s, %(step_key)s, %(priority)s, 'running', %(epoch)s, %(now)s, %(now)s)
 ON CONFLICT (key, run_id, step_key) DO UPDATE SET state = 'running', epoch = excluded.epoch,
     started_at = excluded.started_at;
 
 -- name: stepflow_free_slot
+-- silent: run for its effect; nothing waits for its answer
 DELETE FROM lockgate_flow_slots WHERE key = %(key)s AND run_id = %(run_id)s AND step_key = %(step_key)s;
 
 -- name: stepflow_wake_waiters
@@ -100,6 +125,7 @@ SELECT
      WHERE s.key = %(key)s AND s.state = 'waiting' AND r.status = 'running') AS oldest_waiting;
 
 -- name: stepflow_drop_dead_waiters
+-- silent: run for its effect; nothing waits for its answer
 DELETE FROM lockgate_flow_slots
 WHERE key = %(key)s AND run_id IN (
     SELECT s.run_id FROM lockgate_flow_slots s JOIN lockgate_runs r ON r.id = s.run_id

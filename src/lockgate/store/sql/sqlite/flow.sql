@@ -1,5 +1,23 @@
 -- Step flow control (store/flow.py): key limits, slots and waiters, rate windows.
 
+-- name: stepflow_state
+-- Everything a decision on one key reads, in one statement: its limits, its pause, the slots held, the
+-- starts in its window (and the oldest of them), and the asking step's own place, if any.
+SELECT k.key, k.rate, k.period, k.parallelism, k.declared,
+    (SELECT COUNT(*) FROM lockgate_pauses
+     WHERE scope = 'key:' || k.key AND (until IS NULL OR until > :now)) AS paused,
+    (SELECT MAX(COALESCE(until, 1e308)) FROM lockgate_pauses
+     WHERE scope = 'key:' || k.key AND (until IS NULL OR until > :now)) AS paused_until,
+    (SELECT COUNT(*) FROM lockgate_flow_slots s JOIN lockgate_runs r ON r.id = s.run_id
+     WHERE s.key = k.key AND s.state = 'running' AND r.status = 'running' AND r.owner IS NOT NULL
+       AND r.epoch = s.epoch AND r.lease_until >= :now) AS running,
+    (SELECT COUNT(*) FROM lockgate_flow_starts WHERE key = k.key AND at > :now - k.period) AS started,
+    (SELECT MIN(at) FROM lockgate_flow_starts WHERE key = k.key AND at > :now - k.period) AS oldest,
+    m.id AS my_id, m.state AS my_state, m.waiting_since AS my_since, m.priority AS my_priority
+FROM lockgate_flow_keys k
+LEFT JOIN lockgate_flow_slots m ON m.key = k.key AND m.run_id = :run_id AND m.step_key = :step_key
+WHERE k.key = :key;
+
 -- name: stepflow_declare_key
 -- A declaration reaching a key: the key's first sets its limits; a later, different one changes them,
 -- unless an operator set them (declared NULL).
