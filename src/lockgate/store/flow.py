@@ -86,6 +86,15 @@ async def set_key(tx: Tx, key: str, rate: int | None, period: float, parallelism
     return await _wake(tx, state, now)
 
 
+async def _locked(tx: Tx, key: str, clock: Callable[[], float]) -> float:
+    """Lock ``key`` and read the time once the lock is held (a pipelined lock is taken when the server
+    reaches it: the round trip makes sure it has, so no decision is stamped before the one it follows)."""
+    await lock_key(tx, _LOCK_SCOPE, key)
+    if not tx.single_writer:
+        await tx.scalar("stepflow_locked")
+    return clock()
+
+
 async def _state(tx: Tx, key: str, now: float, run_id: str = "", step_key: str = "") -> Row | None:
     """The key's limits and what it holds now, with the step's own place (one statement)."""
     return await tx.one("stepflow_state", {"key": key, "now": now, "run_id": run_id, "step_key": step_key})
@@ -131,8 +140,7 @@ async def acquire(
     wrote them already. The time is read once the key is locked, so that a grant's instant is when
     it is decided, not when it was asked for (the rate window counts those instants).
     """
-    await lock_key(tx, _LOCK_SCOPE, key)
-    now = clock()
+    now = await _locked(tx, key, clock)
     if declared is not None:
         params = {**_limits(declared), "declared": declared["declared"], "now": now}
         await tx.execute("stepflow_declare_key", params)
@@ -216,8 +224,7 @@ async def take_rate_slot(tx: Tx, key: str, limit: int, period: float, clock: Cal
     """``ctx.rate_limit``: take a slot of the sliding window ``key``; ``None``, else when one opens.
 
     The time is read once the key is locked: the instant a slot is taken is when it is decided."""
-    await lock_key(tx, _LOCK_SCOPE, key)
-    now = clock()
+    now = await _locked(tx, key, clock)
     since = now - period
     started = await tx.one("stepflow_started", {"key": key, "since": since})
     used = int(started["n"]) if started else 0

@@ -18,6 +18,10 @@ FROM lockgate_flow_keys k
 LEFT JOIN lockgate_flow_slots m ON m.key = k.key AND m.run_id = :run_id AND m.step_key = :step_key
 WHERE k.key = :key;
 
+-- name: stepflow_locked
+-- A round trip: the key's lock, sent before it, is held once this answers.
+SELECT 1 AS locked;
+
 -- name: stepflow_declare_key
 -- A declaration reaching a key: the key's first sets its limits; a later, different one changes them,
 -- unless an operator set them (declared NULL).
