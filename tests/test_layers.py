@@ -42,6 +42,7 @@ LAYERS: dict[str, int] = {
     "lockgate.observer": DEFINITIONS,
     "lockgate.recording": DEFINITIONS,
     "lockgate.queues": DEFINITIONS,
+    "lockgate.flowcontrol": DEFINITIONS,
     "lockgate.store": STORE,
     "lockgate.gate": GATE,
     "lockgate.runtime": GATE,

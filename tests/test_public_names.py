@@ -29,6 +29,7 @@ PUBLIC = [
     "EventInfo",
     "EventRecord",
     "FailureReport",
+    "FlowControl",
     "FlowRow",
     "ForeignTransaction",
     "InvalidArgument",

@@ -37,6 +37,7 @@ from .errors import (
     WorkflowVersionIncompatible,
 )
 from .events import CancelOn, DeliveryRecord, Event, EventDef, EventRecord, Subject
+from .flowcontrol import FlowControl
 from .handles import Deferral, RunHandle
 from .inspect import FlowRow, Trace
 from .queues import Queue
@@ -68,6 +69,7 @@ __all__ = [
     "EventInfo",
     "EventRecord",
     "FailureReport",
+    "FlowControl",
     "FlowRow",
     "ForeignTransaction",
     "InvalidArgument",

@@ -16,6 +16,7 @@ from pydantic import BaseModel
 
 from .definitions import Retry
 from .durations import Duration
+from .flowcontrol import INHERIT
 from .origin import SYSTEM_SUBJECT, Subject
 
 __all__ = ["ChildHandle", "Context", "ParentClose"]
@@ -55,10 +56,14 @@ class Context(abc.ABC):
         fn: Callable[..., Any],
         *args: Any,
         retry: Retry | None = None,
+        flow_control: Any = INHERIT,
         input: Any = None,
         **kwargs: Any,
     ) -> Any:
         """Run ``fn(*args, **kwargs)`` once and journal its result; a replay returns the record.
+
+        ``flow_control``: an ``lg.FlowControl`` replaces the run's for this step; ``None``
+        exempts it; by default the run's (given at start, else the workflow's) applies.
 
         A ``def`` runs in a worker thread, an ``async def`` is awaited. The result is stored
         as JSON through pydantic and decoded back to ``fn``'s return annotation on replay.
@@ -114,6 +119,11 @@ class Context(abc.ABC):
         Its id; triggers start their workflows from it and ``cancel_on`` declarations see it.
         """
 
+    async def rate_limit(self, name: str, *, limit: int, period: Duration, key: Any = None) -> None:
+        """Wait durably for a slot of the sliding window ``name`` (``limit`` per ``period``, per ``key``),
+        shared by every run that uses it; journaled, so a replay does not take a second slot."""
+        raise NotImplementedError
+
     @abc.abstractmethod
     def patch(self, marker: str) -> bool:
         """Whether this run was stamped with the patch ``marker`` when it started."""
@@ -142,5 +152,5 @@ class Context(abc.ABC):
 
     @property
     def flow_control(self) -> Any:
-        """The step flow control in force (``None`` when none is configured)."""
+        """The step flow control in force: inside a step, its key's current limits; ``None`` when none applies."""
         return None

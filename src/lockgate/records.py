@@ -134,6 +134,7 @@ class StepInfo:
     due_at: datetime | None
     started_at: datetime | None
     finished_at: datetime | None
+    flow_wait: float | None = None  # seconds the step waited for its flow-control key before it started
 
     @classmethod
     def from_row(cls, row: dict[str, Any]) -> StepInfo:
@@ -150,6 +151,7 @@ class StepInfo:
             due_at=to_datetime(row["due_at"]),
             started_at=to_datetime(row["started_at"]),
             finished_at=to_datetime(row["finished_at"]),
+            flow_wait=None if row.get("flow_wait") is None else float(row["flow_wait"]),
         )
 
     def to_dict(self) -> dict[str, Any]:

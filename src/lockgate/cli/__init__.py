@@ -22,6 +22,7 @@ from . import cluster as cluster
 from . import demo as demo  # each import registers that module's commands on its group
 from . import doctor as doctor
 from . import events as events
+from . import flowkeys as flowkeys
 from . import gate as gate
 from . import inspect_api as inspect_api
 from . import keys as keys

@@ -90,6 +90,7 @@ def flow_entry(row: FlowRow) -> dict[str, Any]:
         **{name: getattr(row, name) for name in FLOW_COUNTS},
         "modes": dict(sorted(row.modes.items())),
         "sources": dict(sorted(row.sources.items())),
+        "flow_waiting": row.flow_waiting,  # runs parked for a step flow-control key (see flow-keys)
     }
 
 

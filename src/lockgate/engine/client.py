@@ -212,11 +212,12 @@ class Client(OperatorVerbs):
         *,
         idempotency_key: str | None = None,
         timeout: float | None = None,
+        flow_control: Any = None,
     ) -> Any:
         """Start and wait: the run's result, or its failure raised."""
         # A blocking start (``wait=True`` at the gate), read back once: not via start(), which reads it too.
         handle = await self._admit(
-            workflow, payload, at=None, wait=True, idempotency_key=idempotency_key, flow_control=None
+            workflow, payload, at=None, wait=True, idempotency_key=idempotency_key, flow_control=flow_control
         )
         assert handle.run_id is not None
         return await self.result(handle.run_id, timeout=timeout)

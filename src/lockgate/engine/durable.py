@@ -116,6 +116,7 @@ class Wait:
     names: list[str] = field(default_factory=list)
     children: list[str] = field(default_factory=list)
     models: dict[str, str] = field(default_factory=dict)
+    flow_keys: list[str] = field(default_factory=list)  # the step flow-control keys it waits on
 
 
 class Parked(BaseException):

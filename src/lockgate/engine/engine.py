@@ -27,7 +27,7 @@ from ..gate.handoff import HandOff, Passed
 from ..gate.pipeline import Decision
 from ..handles import RunHandle
 from ..ids import new_id
-from ..inspect import FiringInfo, FlowRow, Inspector, ScheduleInfo, Trace
+from ..inspect import FiringInfo, FlowKeyRow, FlowRow, Inspector, ScheduleInfo, Trace
 from ..queues import Queue
 from ..recording import DEFAULT_INPUT_LIMIT, REPLAY_SHAPE_LIMIT
 from ..records import AttemptInfo, EventInfo, RunInfo, StepInfo
@@ -323,9 +323,12 @@ class Engine:
         *,
         idempotency_key: str | None = None,
         timeout: float | None = None,
+        flow_control: Any = None,
     ) -> Any:
         """Start and wait: the run's result, or its failure raised."""
-        return await self.client.run(workflow, payload, idempotency_key=idempotency_key, timeout=timeout)
+        return await self.client.run(
+            workflow, payload, idempotency_key=idempotency_key, timeout=timeout, flow_control=flow_control
+        )
 
     async def admitted_run(self, ticket: str, timeout: float | None = None) -> str:
         """The id of the run the start ``ticket`` made or joined, once the gate admits it."""
@@ -503,6 +506,16 @@ class Engine:
     async def cancel_start(self, ticket: str, reason: str) -> int:
         """Cancel a start parked at the gate (with every arrival folded into it); how many arrivals it held."""
         return await self.client.cancel_start(ticket, reason)
+
+    async def set_flow_limits(
+        self, key: str, *, rate: int | None = None, period: Duration = "1s", parallelism: int | None = None
+    ) -> FlowKeyRow:
+        """Set step flow-control ``key``'s limits (whole); waiting steps see them at once."""
+        return await self.client.set_flow_limits(key, rate=rate, period=period, parallelism=parallelism)
+
+    async def flow_keys(self, key: str | None = None) -> list[FlowKeyRow]:
+        """Step flow-control keys: limits in force, running, waiting, started in the window, oldest waiter."""
+        return await self.client.flow_keys(key)
 
     async def pauses(self) -> list[dict[str, Any]]:
         """Active pauses: workflows (``wf:``) and keys (``key:``)."""

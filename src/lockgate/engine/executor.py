@@ -29,12 +29,13 @@ from ..definitions import Retry, WorkflowDef
 from ..durations import Duration, to_seconds
 from ..errors import JournalDecryptionError, PayloadError, ResultTypeError, StepFailed, StoreError
 from ..events import Subject
+from ..flowcontrol import INHERIT
 from ..gate.handoff import finish_passing
 from ..serde import conform, decode, decode_as, encode, validate_payload
 from ..store import Store, runs, shared
 from ..store import journal as store_journal
 from ..store.base import Row
-from . import operations, run_events
+from . import operations, run_events, stepflow
 from .durable import Host, Parked, Wait, attempt_row, call, callable_facts, describe, divergence, kept_input
 
 __all__ = ["Execution", "Host"]
@@ -117,6 +118,8 @@ class Execution(Context):
         self._scopes: frozenset[str] = frozenset()  # asked of Engine(resolve_scopes=) as the body is entered
         self._observer = host.observer  # metrics and traces of step attempts (None: nothing to report)
         self.outcome = "stopped"  # how this entry ended: a status, "parked" or "stopped" (observer.RunOutcome)
+        self._run_flow: Any = row.get("flow_control") or defn.options.flow_control  # None: no step flow control
+        self._payload: Any = None
 
     # -- running the body ----------------------------------------------------------------
 
@@ -130,7 +133,7 @@ class Execution(Context):
                 await self._undecryptable(exc)
                 return
         try:
-            payload = validate_payload(self.defn.payload_model, text, what=f"run {self.run_id} payload")
+            payload = self._payload = validate_payload(self.defn.payload_model, text, what=f"run {self.run_id} payload")
         except PayloadError as exc:  # stored before a deploy changed the model: a typed failure, not a retry loop
             await self._fail(exc)
             return
@@ -217,15 +220,17 @@ class Execution(Context):
         kinds = [w.kind for w in waits]
         waiting_on = next((k for k in ("update", "signal", "child", "timer") if k in kinds), kinds[0])
         names = sorted({n for w in waits for n in w.names})
+        flow_keys = sorted({k for w in waits for k in w.flow_keys})
         children = sorted({c for w in waits for c in w.children})
         models = {k: v for w in waits for k, v in w.models.items()}
         self._tripwire(parked=True)
         try:
             await self._flushed()
             woke = await self._store.write(
-                runs.park_run,
+                stepflow.park_run,
                 self.fence,
                 self._clock.now(),
+                flow_keys=flow_keys,
                 wake_at=wake_at,
                 waiting_on=waiting_on,
                 names=names,
@@ -379,6 +384,14 @@ class Execution(Context):
             self._waits.remove(wait)
         raise Parked()
 
+    async def _block_idle(self, wait: Wait) -> typing.NoReturn:
+        """``block`` from inside ``busy()`` (a step waiting for its flow-control key is not busy)."""
+        self._busy -= 1
+        try:
+            await self.block(wait)
+        finally:
+            self._busy += 1
+
     async def record(
         self, entry: dict[str, Any], *, message: dict[str, Any] | None = None, attempt: dict[str, Any] | None = None
     ) -> None:
@@ -495,6 +508,7 @@ class Execution(Context):
         fn: Callable[..., Any],
         *args: Any,
         retry: Retry | None = None,
+        flow_control: Any = INHERIT,
         input: Any = None,
         **kwargs: Any,
     ) -> Any:
@@ -508,6 +522,9 @@ class Execution(Context):
         if entry is not None and entry["status"] == "failed":
             raise StepFailed(name, entry["error_tag"], entry["error_message"], int(entry["attempts"]))
         policy = retry or _NO_RETRY
+        gate = None
+        if flow_control is not INHERIT or self._run_flow is not None:
+            gate = stepflow.gate_for(self, flow_control, self._run_flow, key, self.defn.gate.priority, self._payload)
         async with self.busy():
             first = self._clock.now()
             attempt = 0
@@ -516,6 +533,8 @@ class Execution(Context):
                 recorded_input = self._sealer.seal(key, "input", recorded_input)
             while True:
                 attempt += 1
+                if gate is not None:  # a slot of its key before each attempt: its store errors are no step's
+                    await gate.enter(self._block_idle)
                 started = first if attempt == 1 else self._clock.now()
                 if self._host.draining:  # shutdown: this attempt waits for the next worker (stop cancels it)
                     await asyncio.get_running_loop().create_future()
@@ -523,11 +542,15 @@ class Execution(Context):
                 try:
                     try:
                         pool = self._host.step_pool
+                        if gate is None:
+                            body = fn(*args, **kwargs) if is_async else call(fn, args, kwargs, pool)
+                        else:
+                            body = stepflow.attempt(gate, fn, args, kwargs, pool)
                         if self._observer is None:
-                            result = await (fn(*args, **kwargs) if is_async else call(fn, args, kwargs, pool))
+                            result = await body
                         else:
                             with self._observer.step_attempt(self.workflow, self.run_id, name, attempt):
-                                result = await (fn(*args, **kwargs) if is_async else call(fn, args, kwargs, pool))
+                                result = await body
                     finally:
                         self.attempting -= 1  # the attempt ended: a shutdown waits for this
                 except (asyncio.CancelledError, shared.Fenced, Parked):
@@ -551,6 +574,7 @@ class Execution(Context):
                                 "error_message": stored,
                                 "attempts": attempt,
                                 "started_at": first,
+                                "flow_wait": None if gate is None else gate.waited,
                             },
                             tried,
                         )
@@ -574,6 +598,7 @@ class Execution(Context):
                         "output": output,
                         "attempts": attempt,
                         "started_at": first,
+                        "flow_wait": None if gate is None else gate.waited,
                     },
                     # A first attempt that completes the step is recorded by the journal entry alone.
                     None
@@ -640,6 +665,13 @@ class Execution(Context):
 
     async def wait_child(self, handle: ChildHandle) -> Any:
         return await operations.wait_child(self, handle)
+
+    async def rate_limit(self, name: str, *, limit: int, period: Duration, key: Any = None) -> None:
+        await stepflow.rate_limit(self, name, limit, period, key)
+
+    @property
+    def flow_control(self) -> Any:
+        return stepflow.current(self._run_flow, self._payload)
 
 
 def _seen(future: asyncio.Future[Any]) -> None:

@@ -10,10 +10,12 @@ from datetime import datetime
 from typing import Any
 
 from ..definitions import WorkflowDef
+from ..durations import Duration
 from ..errors import InvalidArgument, LockgateError
+from ..flowcontrol import check_limits
 from ..gate.pipeline import Decision
-from ..inspect import FlowRow, Inspector, RunFilter, Trace
-from ..store import Store, gate
+from ..inspect import FlowKeyRow, FlowRow, Inspector, RunFilter, Trace
+from ..store import Store, flow, gate
 from ..store.base import Row, Tx
 from .core import Core
 
@@ -84,7 +86,7 @@ class OperatorVerbs:
         now = core.clock.now()
         released = await core.store.write(_unpause, name, now)
         await core.pauses.committed(f"wf:{name}", None)
-        core.runtime.wake(None)  # parked starts: the drainer's business too
+        core.runtime.wake(None)  # parked starts (the drainer's business) and parked steps
         return released
 
     async def pause_key(self, key: str, until: datetime | None = None, reason: str | None = None) -> None:
@@ -98,8 +100,33 @@ class OperatorVerbs:
         now = core.clock.now()
         was_held = await core.store.write(_unpause_key, key, now)
         await core.pauses.committed(f"key:{key}", None)
-        core.runtime.wake(None)  # parked starts: the drainer's business too
+        core.runtime.wake(None)  # parked starts (the drainer's business) and parked steps
         return was_held
+
+    # -- step flow control ---------------------------------------------------------------
+
+    async def set_flow_limits(
+        self, key: str, *, rate: int | None = None, period: Duration = "1s", parallelism: int | None = None
+    ) -> FlowKeyRow:
+        """Set step flow-control ``key``'s limits (replacing them whole); waiting steps see them at once.
+
+        Limits set here stand until set again: a declaration that reaches the key later does
+        not change them. ``InvalidArgument`` names a bad field; nothing is written then.
+        """
+        if not isinstance(key, str) or not key.strip():
+            raise InvalidArgument("key: must be a non-empty string")
+        try:
+            checked_rate, seconds, checked_par = check_limits(rate, period, parallelism)
+        except ValueError as exc:
+            raise InvalidArgument(str(exc)) from None
+        core = self.core
+        await core.store.write(flow.set_key, key, checked_rate, seconds, checked_par, core.clock.now())
+        core.runtime.wake(core.clock.now())  # a woken run is claimable here too
+        return (await self.flow_keys(key))[0]
+
+    async def flow_keys(self, key: str | None = None) -> list[FlowKeyRow]:
+        """Step flow-control keys: limits in force, running, waiting, started in the window, oldest waiter."""
+        return await self.inspector.flow_keys(key)
 
     async def cancel_start(self, ticket: str, reason: str) -> int:
         """Cancel a start parked at the gate (with every arrival folded into it); how many arrivals it held.
@@ -219,4 +246,5 @@ async def _unpause(tx: Tx, workflow: str, now: float) -> int:
 async def _unpause_key(tx: Tx, key: str, now: float) -> bool:
     held = await gate.unpause(tx, f"key:{key}")
     await tx.execute("release_key_pending", {"key": key, "now": now})
+    await flow.wake_waiters(tx, [key], now)  # steps waiting under the key as a step flow-control key
     return held

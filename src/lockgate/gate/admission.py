@@ -10,7 +10,15 @@ from pydantic import BaseModel
 
 from ..clock import to_datetime
 from ..definitions import WorkflowDef
-from ..errors import BlockingStartRefused, DefinitionError, PayloadError, RateLimited, SingletonHeld
+from ..errors import (
+    BlockingStartRefused,
+    DefinitionError,
+    InvalidArgument,
+    PayloadError,
+    RateLimited,
+    SingletonHeld,
+)
+from ..flowcontrol import check_flow_control, resolve_flow
 from ..handles import Deferral, RunHandle, Waiter
 from ..ids import new_id
 from ..plan import GatePlan
@@ -32,6 +40,7 @@ __all__ = [
     "offer_for",
     "offer_of",
     "prepare",
+    "start_flow_control",
 ]
 
 
@@ -55,6 +64,8 @@ async def admit(
         rt, workflow, payload, at=at, wait=wait, idempotency_key=idempotency_key, retry=bool(retry_of)
     )
     plan: GatePlan = defn.gate
+    if flow_control is not None:  # stored on the run: every step of it runs under these limits
+        run["flow_control"] = start_flow_control(flow_control, model)
     if retry_of:
         run["retry_of"] = retry_of
         run["source"] = f"retry:{retry_of}"  # where the start came from (origin.py)
@@ -153,7 +164,8 @@ def offer_for(
         ticket=run["ticket"],
         # the run row's payload: sealed when the workflow encrypts
         payload=model.model_dump_json() if plan.item_model is not None else run["payload"],
-        keys=control_keys(defn, plan, model),
+        # a start's own flow_control rides on its parked row ($flow) to the run the drainer creates
+        keys=control_keys(defn, plan, model) | ({"$flow": run["flow_control"]} if run.get("flow_control") else {}),
         priority=_priority(defn, plan, model),
         fair=_fair(defn, plan, model),
         identity=run["identity"] if key is not None else None,
@@ -205,6 +217,14 @@ def _bare_decision(run: dict[str, Any], created: dict[str, Any], fresh: bool, no
 
 
 with_many(_admit_bare, _admit_bare_many)
+
+
+def start_flow_control(value: Any, model: BaseModel) -> str:
+    """``start(flow_control=)`` checked and resolved for this payload, as the run stores it."""
+    try:
+        return resolve_flow(check_flow_control(value), model).to_json()
+    except ValueError as exc:
+        raise InvalidArgument(str(exc)) from None
 
 
 def identity_key(defn: WorkflowDef, payload: BaseModel, given: str | None) -> str | None:

@@ -12,6 +12,7 @@ from .cluster import ClusterStatus, SweepLease, WorkerStatus
 from .connect import StoreLocation, connect, locate
 from .doctor import DoctorReport, DoctorSettings, Finding
 from .flow import FlowRow
+from .flowkeys import FlowKeyRow
 from .gate import LedgerEntry, ParkedStart, Pause
 from .inspector import Inspector
 from .listing import RUN_STATUSES, TEXT_WINDOW, RunFilter, RunPage, split_statuses
@@ -32,6 +33,7 @@ __all__ = [
     "DoctorSettings",
     "Finding",
     "FiringInfo",
+    "FlowKeyRow",
     "FlowRow",
     "HourlyRuns",
     "Hours",

@@ -30,6 +30,7 @@ from .activity import admissions
 from .cluster import ClusterStatus, cluster_status
 from .doctor import DoctorReport, DoctorSettings, diagnose
 from .flow import FlowRow, flow
+from .flowkeys import FlowKeyRow, flow_keys
 from .gate import LedgerEntry, ParkedStart, Pause, ledger_page, parked_page, pauses
 from .listing import RunFilter, RunPage, runs_page
 from .replay import ReplayReport
@@ -238,6 +239,10 @@ class Inspector:
         if end <= start:
             raise InvalidArgument("since must be before until")
         return await self.store.read(admissions, start, (end - start) / max(buckets, 1), buckets, workflow)
+
+    async def flow_keys(self, key: str | None = None) -> list[FlowKeyRow]:
+        """Step flow-control keys: limits in force, running, waiting, started in the window, oldest waiter."""
+        return await self.store.read(flow_keys, self.clock.now(), key)
 
     async def trace(self, ticket: str) -> Trace:
         """What became of the arrival ``ticket`` (``LockgateError`` for an unknown ticket)."""

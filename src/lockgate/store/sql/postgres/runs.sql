@@ -2,11 +2,12 @@
 -- owner .. entries: a run a blocking start's own engine claims as it creates it (else NULL, 0).
 INSERT INTO lockgate_runs (id, workflow, identity, idempotency_key, status, payload, version, patches,
     parent_id, parent_close, retry_of, source, trace_id, subject, ticket, recording, created_at, updated_at, progress_at, wake_at,
-    singleton_key, deadline_at, on_failure, slot_scope, slot_key, owner, lease_until, epoch, entered_at, entries)
+    singleton_key, deadline_at, on_failure, slot_scope, slot_key, owner, lease_until, epoch, entered_at, entries,
+    flow_control)
 VALUES (%(id)s, %(workflow)s, %(identity)s, %(idempotency_key)s, 'running', %(payload)s, %(version)s, %(patches)s,
     %(parent_id)s, %(parent_close)s, %(retry_of)s, %(source)s, %(trace_id)s, %(subject)s, %(ticket)s, %(recording)s, %(now)s, %(now)s, %(now)s, %(wake_at)s,
     %(singleton_key)s, %(deadline_at)s, %(on_failure)s, %(slot_scope)s, %(slot_key)s,
-    %(owner)s, %(lease_until)s, %(epoch)s, %(entered_at)s, %(entries)s)
+    %(owner)s, %(lease_until)s, %(epoch)s, %(entered_at)s, %(entries)s, %(flow_control)s)
 ON CONFLICT (identity) DO NOTHING
 RETURNING id;
 

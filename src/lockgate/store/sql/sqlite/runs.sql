@@ -2,11 +2,12 @@
 -- owner .. entries: a run a blocking start's own engine claims as it creates it (else NULL, 0).
 INSERT INTO lockgate_runs (id, workflow, identity, idempotency_key, status, payload, version, patches,
     parent_id, parent_close, retry_of, source, trace_id, subject, ticket, recording, created_at, updated_at, progress_at, wake_at,
-    singleton_key, deadline_at, on_failure, slot_scope, slot_key, owner, lease_until, epoch, entered_at, entries)
+    singleton_key, deadline_at, on_failure, slot_scope, slot_key, owner, lease_until, epoch, entered_at, entries,
+    flow_control)
 VALUES (:id, :workflow, :identity, :idempotency_key, 'running', :payload, :version, :patches,
     :parent_id, :parent_close, :retry_of, :source, :trace_id, :subject, :ticket, :recording, :now, :now, :now, :wake_at,
     :singleton_key, :deadline_at, :on_failure, :slot_scope, :slot_key,
-    :owner, :lease_until, :epoch, :entered_at, :entries)
+    :owner, :lease_until, :epoch, :entered_at, :entries, :flow_control)
 ON CONFLICT (identity) DO NOTHING
 RETURNING id;
 
