@@ -50,6 +50,8 @@ __all__ = [
     "divergence",
     "kept_input",
     "model_ref",
+    "seen",
+    "step_entry",
 ]
 
 T = TypeVar("T")
@@ -278,3 +280,22 @@ def divergence(
     if unreached or extra:
         return {"unreached": unreached, "extra": extra}
     return None
+
+
+def step_entry(key: str, status: str, attempts: int, started_at: float, flow_wait: float | None, **values: Any) -> Row:
+    """A step's journal entry as it settles: ``completed`` with its output, ``failed`` with its error."""
+    return {
+        "step_key": key,
+        "kind": "step",
+        "status": status,
+        "attempts": attempts,
+        "started_at": started_at,
+        "flow_wait": flow_wait,
+        **values,
+    }
+
+
+def seen(future: asyncio.Future[Any]) -> None:
+    """A done callback that retrieves a failure, so that one nobody awaits is not reported as lost."""
+    if not future.cancelled():
+        future.exception()

@@ -26,7 +26,7 @@ from ..context import ChildHandle, Context, ParentClose
 from ..controls import FailureReport
 from ..crypto import Sealer, is_sealed, open_for_replay
 from ..definitions import Retry, WorkflowDef
-from ..durations import Duration, to_seconds
+from ..durations import Duration
 from ..errors import JournalDecryptionError, PayloadError, ResultTypeError, StepFailed, StoreError
 from ..events import Subject
 from ..flowcontrol import INHERIT
@@ -36,7 +36,7 @@ from ..store import Store, runs, shared
 from ..store import journal as store_journal
 from ..store.base import Row
 from . import operations, run_events, stepflow
-from .durable import Host, Parked, Wait, attempt_row, call, callable_facts, describe, divergence, kept_input
+from .durable import Host, Parked, Wait, attempt_row, callable_facts, describe, divergence, kept_input, seen, step_entry
 
 __all__ = ["Execution", "Host"]
 
@@ -467,7 +467,7 @@ class Execution(Context):
             self._hold_timer = loop.call_later(left, self._hold_expired)
             return
         self._flushing = asyncio.ensure_future(self._write_held())
-        self._flushing.add_done_callback(_seen)  # its failure reaches whoever waits for it next, if anyone
+        self._flushing.add_done_callback(seen)  # its failure reaches whoever waits for it next, if anyone
 
     async def _write_held(self) -> None:
         now = self._clock.now()
@@ -515,7 +515,7 @@ class Execution(Context):
         if not callable(fn):
             raise TypeError(f"ctx.step({name!r}, ...): fn must be callable, got {type(fn).__name__}")
         key = self.key(name)
-        rtype, is_async = callable_facts(fn)
+        rtype = callable_facts(fn)[0]
         entry = self._journal.get(key)
         if entry is not None and entry["status"] == "completed":
             return decode_as(entry["output"], rtype, workflow=self.workflow, where=f"step {key}")
@@ -541,11 +541,7 @@ class Execution(Context):
                 self.attempting += 1
                 try:
                     try:
-                        pool = self._host.step_pool
-                        if gate is None:
-                            body = fn(*args, **kwargs) if is_async else call(fn, args, kwargs, pool)
-                        else:
-                            body = stepflow.attempt(gate, fn, args, kwargs, pool)
+                        body = stepflow.attempt(gate, fn, args, kwargs, self._host.step_pool)
                         if self._observer is None:
                             result = await body
                         else:
@@ -559,25 +555,11 @@ class Execution(Context):
                     tag, message = describe(exc)
                     stored = message if self._sealer is None else self._sealer.seal(key, "error", message)
                     tried = self._attempt_row(key, attempt, started, recorded_input, tag, stored)
-                    give_up = attempt >= policy.max_attempts or not policy.is_retryable(exc)
-                    delay = 0.0 if give_up else policy.next_delay(attempt, exc, self.rng)
-                    if not give_up and policy.max_elapsed is not None:
-                        budget = to_seconds(policy.max_elapsed)
-                        give_up = self._clock.now() + delay - first > budget
-                    if give_up:
-                        await self._settle(
-                            {
-                                "step_key": key,
-                                "kind": "step",
-                                "status": "failed",
-                                "error_tag": tag,
-                                "error_message": stored,
-                                "attempts": attempt,
-                                "started_at": first,
-                                "flow_wait": None if gate is None else gate.waited,
-                            },
-                            tried,
-                        )
+                    delay = policy.after_failure(attempt, exc, self.rng, self._clock.now() - first)
+                    if delay is None:
+                        waited = None if gate is None else gate.waited
+                        failed = step_entry(key, "failed", attempt, first, waited, error_tag=tag, error_message=stored)
+                        await self._settle(failed, tried)
                         raise StepFailed(name, tag, message, attempt) from exc
                     if tried is not None:  # introspection: the retry does not wait for it
                         self._store.write_nowait(store_journal.add_attempt, tried)
@@ -591,15 +573,7 @@ class Execution(Context):
                 if self._sealer is not None:
                     output = self._sealer.seal(key, "output", output)
                 await self._settle(
-                    {
-                        "step_key": key,
-                        "kind": "step",
-                        "status": "completed",
-                        "output": output,
-                        "attempts": attempt,
-                        "started_at": first,
-                        "flow_wait": None if gate is None else gate.waited,
-                    },
+                    step_entry(key, "completed", attempt, first, None if gate is None else gate.waited, output=output),
                     # A first attempt that completes the step is recorded by the journal entry alone.
                     None
                     if attempt == 1 and recorded_input is None
@@ -673,7 +647,3 @@ class Execution(Context):
     def flow_control(self) -> Any:
         return stepflow.current(self._run_flow, self._payload)
 
-
-def _seen(future: asyncio.Future[Any]) -> None:
-    if not future.cancelled():
-        future.exception()

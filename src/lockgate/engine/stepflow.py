@@ -182,9 +182,12 @@ class Exempt:
 
 
 async def attempt(
-    step: StepGate | Exempt, fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any], pool: Executor | None = None
+    step: StepGate | Exempt | None, fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any], pool: Executor | None = None
 ) -> Any:
-    """One attempt of a flow-controlled step that holds its slot (``enter``): its slot is freed however it ends."""
+    """One attempt of a step: plain (``step`` is ``None``), or flow-controlled and holding its slot
+    (``enter``), which is freed however the attempt ends."""
+    if step is None:
+        return await call(fn, args, kwargs, pool)
     try:
         return await call(fn, args, kwargs, pool)
     except Exception as exc:
