@@ -17,7 +17,10 @@ Cases, each on a fresh database and a fresh engine:
     steps: µs per step, and its ratio to those plain steps (target on SQLite FULL: under 1.10);
 (e) PostgreSQL only: the workflows of (b) executed by ``--workers`` ``lockgate serve bench.core:app``
     processes sharing one database, started and awaited from this process by an ``lg.Client``
-    (which executes nothing): workflows/s, beside (b) of the same round.
+    (which executes nothing): workflows/s, beside (b) of the same round;
+(f) ``--transactions`` application transactions that insert one row of their own and start a
+    workflow in that transaction (``start(..., conn=)``), alternating with as many that insert,
+    commit, then start it separately: transactions/s and latency of each (``bench/transactions.py``).
 
 Ratios divide the time of one unit of work (a step, a workflow, a round trip) by the
 time of one floor commit. See ``docs/performance.md``.
@@ -50,6 +53,7 @@ from lockgate.crypto import generate_key
 from .floor import Floor, postgres_floor, postgres_floor_async, sqlite_floor
 from .report import Cell, machine, print_table, ratio, write_json
 from .signals import sigterm_cancels
+from .transactions import measure as measure_transactions
 
 __all__ = ["app", "main", "run_mode"]
 
@@ -255,6 +259,31 @@ async def case_sequential(url: str, n: int, recording: str) -> Case:
     )
 
 
+async def case_transactions(url: str, n: int, recording: str) -> Case:
+    """(f): a start in the application's transaction, beside the same insert and a separate start."""
+    async with _engine(build_app({}), url, recording) as engine:
+        figures = await measure_transactions(engine, url, "bench.one", n)
+    joined, separate = figures.per_s("joined"), figures.per_s("separate")
+    return Case(
+        "f",
+        f"{n:,} app transactions: insert + start(conn=)",
+        joined,
+        "tx/s",
+        figures.mean_ms("joined") * 1e3,
+        {
+            "mean_ms": figures.mean_ms("joined"),
+            "p50_ms": figures.pct_ms("joined", 50),
+            "p99_ms": figures.pct_ms("joined", 99),
+            "separate_tx_per_s": separate,
+            "separate_mean_ms": figures.mean_ms("separate"),
+            "separate_p50_ms": figures.pct_ms("separate", 50),
+            "separate_p99_ms": figures.pct_ms("separate", 99),
+            "vs_separate": joined / separate,
+            "cpu_us_per_unit": figures.cpu_s / (2 * n) * 1e6,
+        },
+    )
+
+
 # Case (e) records which worker claims each run: the store clears a run's owner when it ends.
 # An unlogged table and a row trigger that fires on claims only: one small insert per claim.
 _CLAIMS = """
@@ -438,7 +467,7 @@ def _folder(given: str | None) -> Iterator[Path]:
 
 
 async def run_mode(place: Place, args: argparse.Namespace) -> ModeResult:
-    """``--repeat`` rounds of the floor then cases (a), (b), (c) (and (e)), each on a fresh database; the medians.
+    """``--repeat`` rounds of the floor then cases (a), (b), (c) (and (e), (f)), each on a fresh database; the medians.
 
     Each round measures its own floor just before its cases, and each ratio divides by the
     floor of its round: a disk that slows down for a while (other work on the machine) slows
@@ -467,6 +496,8 @@ async def run_mode(place: Place, args: argparse.Namespace) -> ModeResult:
             workers = await case_workers(place.url(f"workers{r}"), args.concurrent, args.recording, args.workers)
             workers.extra["vs_b"] = workers.value / next(c.value for c in cases if c.case == "b")
             cases.append(workers)
+        if args.transactions:  # after the others, so that they run as they do without it
+            cases.append(await case_transactions(place.url(f"transactions{r}"), args.transactions, args.recording))
         for case in cases:
             case.ratio = ratio(case.unit_us, floor_us(case, floor))
             if async_floor is not None:
@@ -480,7 +511,7 @@ async def run_mode(place: Place, args: argparse.Namespace) -> ModeResult:
         ratios = [c.ratio for c in samples if c.ratio is not None]
         chosen.extra["ratio_samples"] = ratios
         chosen.ratio = _median(ratios, float) if ratios else None
-        for vs in ("vs_a", "vs_b"):
+        for vs in ("vs_a", "vs_b", "vs_separate"):
             if vs in chosen.extra:
                 chosen.extra[f"{vs}_samples"] = [c.extra[vs] for c in samples]
                 chosen.extra[vs] = _median(chosen.extra[f"{vs}_samples"], float)
@@ -540,6 +571,9 @@ def _rows(results: list[ModeResult]) -> list[list[Cell]]:
                 plain = f"{c.extra['vs_a']:.3f}x plain ({c.extra['plain_us_per_step']:,.0f} µs/step, "
                 plain += f"cpu {c.extra['plain_cpu_us_per_unit']:.0f})"
                 detail = ", ".join(x for x in (plain, detail) if x)
+            if c.case == "f":
+                separate = f"{c.extra['vs_separate']:.2f}x separate ({c.extra['separate_tx_per_s']:,.0f} tx/s)"
+                detail = ", ".join(x for x in (separate, detail) if x)
             if c.case == "e":
                 spread = "/".join(str(v) for v in c.extra["runs_per_worker"].values())
                 ended = f"{c.extra['finished_per_s']:,.0f}/s by finished_at"
@@ -586,6 +620,7 @@ def _document(results: list[ModeResult], args: argparse.Namespace) -> dict[str, 
             "concurrent": args.concurrent,
             "sequential": args.sequential,
             "workers": args.workers,
+            "transactions": args.transactions,
             "recording": args.recording,
             "encrypt": args.encrypt,
             "floor_seconds": args.floor_seconds,
@@ -612,6 +647,9 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--workers", type=int, default=3, help="case (e), PostgreSQL only: worker processes (0 skips the case)"
     )
+    parser.add_argument(
+        "--transactions", type=int, default=300, help="case (f): application transactions each way (0 skips it)"
+    )
     parser.add_argument("--recording", choices=("full", "coarse"), default="full", help="the engine's recording")
     parser.add_argument("--floor-seconds", type=float, default=1.0, help="how long each floor loop runs")
     parser.add_argument("--repeat", type=int, default=3, help="rounds of every case; the median is reported")
@@ -623,8 +661,8 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     for name in ("steps", "concurrent", "sequential", "repeat"):
         if getattr(args, name) < 1:
             parser.error(f"--{name} must be at least 1")
-    if args.workers < 0:
-        parser.error("--workers must be at least 0")
+    if args.workers < 0 or args.transactions < 0:
+        parser.error("--workers and --transactions must be at least 0")
     return args
 
 

@@ -18,8 +18,20 @@ from lockgate import App, Engine
 from lockgate.testing import TestEnv
 
 from .pg import in_ci, pg_database_url, pg_template
+from .pgserver import PrivatePostgres, private_postgres
 
-__all__ = ["STORES", "in_ci", "pg_template"]
+__all__ = ["LONG", "STORES", "in_ci", "pg_template"]
+
+# LOCKGATE_TORTURE=long: the fault tests' long versions (every variant, more fuzzed examples).
+LONG = os.environ.get("LOCKGATE_TORTURE", "") == "long"
+
+
+@pytest.fixture(scope="session")
+def private_pg() -> Iterator[PrivatePostgres]:
+    """A PostgreSQL server of this session's own (tests/pgserver.py), to restart and kill at will."""
+    with private_postgres() as server:
+        yield server
+
 
 KNOWN_STORES = ("sqlite", "postgres")
 

@@ -186,16 +186,19 @@ class PgProxy:
     ``stop()`` drops every relayed connection and refuses new ones (a server gone away);
     ``start()`` serves again on the same port (the server is back). ``cut_when(b"COMMIT")``
     drops the connection whose next client message contains those bytes instead of
-    forwarding it: the server never sees that message.
+    forwarding it: the server never sees that message. ``delay`` (seconds) holds every
+    relayed chunk that long, both ways (a slow network). ``server``: the URL of the server
+    to relay to (default: the shared test server).
     """
 
-    def __init__(self) -> None:
+    def __init__(self, server: str = PG_ADMIN_URL) -> None:
         from urllib.parse import urlsplit
 
-        target = urlsplit(PG_ADMIN_URL)
+        target = urlsplit(server)
         self.target = (target.hostname or "127.0.0.1", target.port or 5432)
         self.port = 0
         self.cuts = 0
+        self.delay = 0.0
         self._server: asyncio.Server | None = None
         self._cut: _Cut | None = None
         self._writers: set[asyncio.StreamWriter] = set()
@@ -267,6 +270,8 @@ class PgProxy:
                         return
                     else:
                         break
+                if self.delay:
+                    await asyncio.sleep(self.delay)
                 up_writer.write(data)
                 await up_writer.drain()
             up_writer.transport.abort()
@@ -276,6 +281,8 @@ class PgProxy:
             while data := await up_reader.read(65536):
                 if drop_reply:
                     break
+                if self.delay:
+                    await asyncio.sleep(self.delay)
                 if not writer.transport.is_closing():
                     writer.write(data)
                     await writer.drain()

@@ -291,7 +291,8 @@ def test_failed_runs_redrive_resume_from_step_discard(lg: Lockgate, tmp_path: Pa
 
         dead = lg.json("workflows", "list", "--dead-letter")["runs"]
         assert sorted(r["id"] for r in dead) == sorted([g1, g2, g3])
-        assert lg.json("workflows", "discard", g3)["run"]["discarded"] is True
+        first = lg.json("workflows", "discard", g3)
+        assert (first["run"]["discarded"], first["already_discarded"]) == (True, False)
         dead = lg.json("workflows", "list", "--dead-letter", "--limit", "1", "--offset", "1")["runs"]
         assert len(dead) == 1 and dead[0]["id"] in (g1, g2)
         assert {r["id"] for r in lg.json("workflows", "list", "--dead-letter")["runs"]} == {g1, g2}
@@ -375,7 +376,7 @@ def test_signal_and_update_against_a_serving_process(lg: Lockgate) -> None:
         (["workflows", "show"], "Missing argument 'RUN_ID'"),
         (["serve", APP, "--lease", "5 parsecs"], "cannot read '5 parsecs'"),
         (["serve", APP, "--lease", "100ms"], "at least 500ms"),
-        (["workflows", "list", "--dead-letter", "--status", "running"], "--dead-letter"),
+        (["workflows", "list", "--dead-letter", "--status", "running"], "dead letters are failed runs"),
         (["nope"], "No such command 'nope'"),
     ],
 )
@@ -403,7 +404,10 @@ def test_help_documents_exit_codes(cli: Lockgate) -> None:
 def test_demo_runs_to_completion(cli: Lockgate, tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path}/demo.db"
     result = cli("demo", "--store", url)
-    assert f"lockgate workflows list --store sqlite:///{tmp_path}/demo.db" in result.out
+    # the database by its path from the current directory when it is below it
+    shown = os.path.relpath(tmp_path / "demo.db", cli.cwd)
+    shown = shown if not shown.startswith("..") else f"{tmp_path}/demo.db"
+    assert f"lockgate workflows list --store sqlite:///{shown}" in result.out
     listed = cli.json("workflows", "list", "--store", url)["runs"]
     # The demo's schedule fires every two seconds while the scenes run: how often depends on the
     # machine's pace, so its runs are counted apart and the scenes' runs are checked exactly.
@@ -447,7 +451,8 @@ def test_demo_runs_to_completion(cli: Lockgate, tmp_path: Path) -> None:
     traced = cli.json("workflows", "why", why, "--store", url)
     assert (traced["outcome"], traced["run_id"]) == ("collapsed", narrate["id"])
     # the events: each checkout publishes demo.order.paid once, and its trigger starts one demo.fulfil
-    assert f"lockgate events list --store sqlite:///{tmp_path}/demo.db" in result.out
+    assert f"lockgate events list --store sqlite:///{shown}" in result.out
+    assert "then open http://127.0.0.1:8484/ui/runs" in result.out  # the dashboard over the same store
     events = cli.json("events", "list", "--store", url)["events"]
     paid = sorted((e for e in events if e["name"] == "demo.order.paid"), key=lambda e: e["key"]["order_id"])
     checkouts = sorted((r for r in runs if r["workflow"] == "demo.checkout"), key=lambda r: r["payload"]["order_id"])

@@ -38,6 +38,7 @@ FLOW_KEYS = {
     "existing",
     "modes",
     "sources",
+    "flow_waiting",
 }
 
 

@@ -111,10 +111,52 @@ async def test_body_duration_is_refused_naming_the_call(env_factory: Any) -> Non
     async with env_factory(app) as env:
         with pytest.raises(lg.RunFailed) as info:
             await env.engine.run("naps", {}, timeout=10)
-    assert info.value.error_tag == "ValueError"
+    assert info.value.error_tag == "InvalidArgument"
     assert "ctx.sleep('nap')" in (info.value.error_message or "")
 
 
 @pytest.mark.parametrize("seconds", [0.5, 1, 15, 90, 5400, 86400, 30 * 86400, 90061.5])
 def test_format_seconds_reads_back(seconds: float) -> None:
     assert to_seconds(format_seconds(seconds)) == seconds
+
+
+@pytest.mark.parametrize("value", ["99999999999d", 10**20, "1000000000w", timedelta.max.total_seconds() * 2])
+def test_a_duration_past_the_calendar_is_refused_by_name(value: Any) -> None:
+    with pytest.raises(ValueError, match=r"debounce\.period: must be at most"):
+        parse_duration(value, what="debounce.period")
+
+
+@pytest.mark.parametrize(
+    "value", [101 * 365 * 86400, 10**400, -(10**400), "99999999999999999999999d", timedelta.max, 1e300]
+)
+def test_durations_beyond_a_century_are_refused_naming_the_value(value: Any) -> None:
+    with pytest.raises(lg.InvalidArgument, match=r"^lease: must be") as info:
+        to_seconds(value, what="lease")
+    assert len(str(info.value)) < 120  # a huge number is cut short, not printed whole
+
+
+async def test_an_absurd_sleep_fails_its_run_and_leaves_the_store_readable(env_factory: Any) -> None:
+    app = lg.App()
+
+    @app.workflow(name="forever")
+    async def forever(ctx: lg.Context, p: Empty) -> None:
+        await ctx.sleep("nap", 10**15)
+
+    async with env_factory(app) as env:
+        with pytest.raises(lg.RunFailed) as info:
+            await env.engine.run("forever", {}, timeout=10)
+        assert "100 years" in (info.value.error_message or "")
+        assert [r.status for r in await env.engine.list_runs()] == ["failed"]
+
+
+def test_a_control_count_beyond_a_database_integer_is_a_definition_error() -> None:
+    app = lg.App()
+
+    @app.workflow(name="wide", concurrency=lg.Concurrency(limit=10**30))
+    async def wide(ctx: lg.Context, p: Empty) -> None:
+        return None
+
+    with pytest.raises(lg.DefinitionError) as info:
+        app.definitions()
+    assert info.value.fields == ["concurrency.limit"]
+    assert "from 1 to 1000000000" in str(info.value)

@@ -8,6 +8,7 @@ import pytest
 from pydantic import BaseModel
 
 import lockgate as lg
+from lockgate.store import workers
 from lockgate.testing import TestEnv
 
 from .apps.gate import advance, arrival, flow_of, parked, payloads, runs, wait_runs
@@ -212,3 +213,23 @@ async def test_real_drainer_fires_a_short_debounce(make_engine: Callable[..., lg
         assert payloads(done) == [{"row": "r", "n": 4}]
         trace = await engine.trace(handles[2].ticket)
         assert (trace.absorbed_by, trace.run_id, trace.state) == (handles[0].ticket, done[0].id, "succeeded")
+
+
+async def test_advance_admits_what_fell_due_before_it_returns(env_factory: Callable[..., TestEnv]) -> None:
+    """``env.advance`` has the gate decide what fell due by the new instant before it settles: the drainer's
+    own loop runs on real time and may not have ticked since the clock moved (here another worker holds the
+    drain lease, so this engine's loop never drains)."""
+    env = env_factory(make_app())
+    async with lg.Client(env.engine.app, env.store_url, clock=env.clock) as elsewhere:
+        now = env.clock.now()
+        assert await elsewhere.store.write(workers.acquire_sweep, "drainer", "wkr_elsewhere", now, 86400.0)
+    async with env:
+        engine = env.engine
+        for n in range(3):
+            await engine.start("narrate", {"row": "r1", "n": n})
+        await env.advance("15m")
+        assert not engine.drainer.holds_lease
+        flow = await flow_of(engine, "narrate", "r1")
+        assert (flow.queued, flow.collapsed, flow.admitted) == (0, 2, 1)
+        [done] = await runs(engine, "narrate")
+        assert (done.status, done.output) == ("succeeded", 2)

@@ -310,10 +310,13 @@ async def test_a_start_released_by_an_unpause_is_admitted_even_by_a_stale_view_o
 
 async def test_pause_key_refuses_bad_input(env_factory: Callable[..., TestEnv]) -> None:
     async with env_factory(make_app()) as env:
-        with pytest.raises(ValueError, match="non-empty key"):
-            await env.engine.pause_key("")
+        with pytest.raises(ValueError, match="the key must not be empty"):
+            await env.engine.pause_key(" ")
         with pytest.raises(ValueError, match="timezone-aware"):
             await env.engine.pause_key("acme", until=datetime(2030, 1, 1))
+        with pytest.raises(ValueError, match="is not in the future"):
+            await env.engine.pause_key("acme", until=datetime.fromtimestamp(env.clock.now(), tz=UTC))
+        assert await env.engine.inspector.pauses() == []  # nothing written on a refusal
 
 
 async def test_retry_after_from_a_step_pauses_its_key_for_other_starts(env_factory: Callable[..., TestEnv]) -> None:

@@ -225,7 +225,10 @@ async def test_run_verbs(env_factory: Callable[..., TestEnv]) -> None:
             422,
             "InvalidRequest",
         )
-        assert (await http.post(f"{url}/discard")).status_code == 204
+        discarded = await http.post(f"{url}/discard")
+        assert discarded.json() == {"run_id": failed.run_id, "already_discarded": False}
+        again = await http.post(f"{url}/discard")  # idempotent: says so, changes nothing
+        assert (again.status_code, again.json()["already_discarded"]) == (200, True)
         assert (await http.get(f"{API}/runs", params={"dead_letter": "true"})).json()["items"] == []
         problem(await http.post(f"{API}/runs/{held.run_id}/discard"), 409, "RunNotEligible")
 
@@ -312,6 +315,8 @@ async def test_metrics_count_a_known_workload(env_factory: Callable[..., TestEnv
         assert samples[("lockgate_admissions", (("outcome", "admitted"), ("workflow", "plain")))] == 4
         assert samples[("lockgate_admissions", (("outcome", "collapsed"), ("workflow", "folded")))] == 1
         assert samples[("lockgate_queue_depth", (("workflow", "folded"),))] == 1
+        waiting = {labels: v for (name, labels), v in samples.items() if name == "lockgate_key_waiting"}
+        assert list(waiting.values()) == [1] and dict(next(iter(waiting)))["workflow"] == "folded"
         assert samples[("lockgate_oldest_waiting_seconds", (("workflow", "folded"),))] >= 30
         assert sum(v for (name, _), v in samples.items() if name == "lockgate_workers") == 1
         assert samples[("lockgate_scrape_errors", ())] == 0

@@ -39,6 +39,10 @@ LAYERS: dict[str, int] = {
     "lockgate.context": DEFINITIONS,
     "lockgate.events": DEFINITIONS,
     "lockgate.origin": DEFINITIONS,
+    "lockgate.observer": DEFINITIONS,
+    "lockgate.recording": DEFINITIONS,
+    "lockgate.queues": DEFINITIONS,
+    "lockgate.flowcontrol": DEFINITIONS,
     "lockgate.store": STORE,
     "lockgate.gate": GATE,
     "lockgate.runtime": GATE,
@@ -51,6 +55,7 @@ LAYERS: dict[str, int] = {
     "lockgate.inspect": INSPECT,
     "lockgate.cli": SURFACES,
     "lockgate.http": SURFACES,
+    "lockgate.dashboard": SURFACES,
     "lockgate.testing": SURFACES,
     "lockgate.demo_app": SURFACES,
 }

@@ -452,14 +452,16 @@ async def test_discard_keeps_the_run_failed_and_closes_it_to_redrive(make_engine
     world = World()
     async with make_engine(make_app(world)) as engine:
         run_id = await _failed_run(engine, world, "two")
-        await engine.discard(run_id)
+        assert await engine.discard(run_id) is True
         run = await engine.get_run(run_id)
         assert (run.status, run.discarded, run.error_tag) == ("failed", True, "Boom")
         assert types(await engine.events(run_id)) == ["run-started", "run-failed", "run-discarded"]
+        assert await engine.discard(run_id) is False  # again: a no-op that says so, nothing written
+        assert types(await engine.events(run_id)) == ["run-started", "run-failed", "run-discarded"]
+        assert (await engine.get_run(run_id)).updated_at == run.updated_at
         for verb, call in (
             ("redrive", engine.redrive(run_id)),
             ("resume-from-step", engine.resume_from_step(run_id, "one")),
-            ("discard", engine.discard(run_id)),
         ):
             with pytest.raises(lg.RunNotEligible, match="discarded") as info:
                 await call

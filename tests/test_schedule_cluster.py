@@ -63,7 +63,7 @@ async def cluster(pg_url: str, tmp_path: Path) -> AsyncIterator[Cluster]:
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(120)
+@pytest.mark.timeout(240)  # the workers' boot (up to ``ready``'s 90 s under load), 20 s of firing, the drain
 async def test_three_processes_fire_each_second_once_through_a_kill_9(cluster: Cluster) -> None:
     app_ref = "tests.cluster.schedules_app:app"
     workers = cluster.spawn(3, lease="2s", app=app_ref)

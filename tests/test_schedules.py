@@ -374,3 +374,24 @@ def test_an_app_without_schedules_runs_no_schedule_sweep(tmp_path: Any) -> None:
     )
     made = sweep.schedule_sweep(scheduled.worker, scheduled.sweep_settings)
     assert made is not None and made.name == "schedules"
+
+
+@pytest.mark.parametrize(
+    ("options", "named"),
+    [
+        ({"cron": "0 0 30 2 *"}, "cron: never comes due"),  # February 30th: valid syntax, no date
+        ({"cron": "0 0 31 4,6,9,11 *"}, "cron: never comes due"),
+        ({"every": 10**12}, "every: must be at most"),
+        ({"every": "99999999999d"}, "every: must be at most"),
+    ],
+)
+def test_a_schedule_that_never_comes_due_is_refused_at_boot(options: dict[str, Any], named: str) -> None:
+    app = lg.App()
+
+    @app.workflow(name="fuzzed")
+    async def body(ctx: lg.Context, p: Go) -> None:
+        return None
+
+    app.schedule("fuzzed-schedule", workflow="fuzzed", payload={}, **options)
+    with pytest.raises(lg.DefinitionError, match=named):
+        app.definitions()

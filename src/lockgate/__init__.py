@@ -8,23 +8,28 @@ from .engine import Client, Engine
 from .engine.operator import BulkItem, BulkResult
 from .errors import (
     BlockingStartRefused,
+    ChildNotStarted,
     DefinitionError,
     EncryptionKeyError,
     EngineClosed,
+    ForeignTransaction,
     InvalidArgument,
     JournalDecryptionError,
     LockgateError,
     PayloadError,
     RateLimited,
     ResultTimeout,
+    ResultTypeError,
     RetryAfter,
     RunCancelled,
     RunFailed,
     RunNotEligible,
     SingletonHeld,
     StartNotAdmitted,
+    StartRolledBack,
     StepFailed,
     StoreError,
+    StoreFull,
     UnknownRun,
     UnknownWorkflow,
     UpdateFailed,
@@ -32,8 +37,10 @@ from .errors import (
     WorkflowVersionIncompatible,
 )
 from .events import CancelOn, DeliveryRecord, Event, EventDef, EventRecord, Subject
+from .flowcontrol import FlowControl
 from .handles import Deferral, RunHandle
 from .inspect import FlowRow, Trace
+from .queues import Queue
 from .records import AttemptInfo, EventInfo, RunInfo, StepInfo
 from .schedule import Schedule
 
@@ -46,6 +53,7 @@ __all__ = [
     "BulkResult",
     "CancelOn",
     "ChildHandle",
+    "ChildNotStarted",
     "Client",
     "Concurrency",
     "Context",
@@ -61,14 +69,18 @@ __all__ = [
     "EventInfo",
     "EventRecord",
     "FailureReport",
+    "FlowControl",
     "FlowRow",
+    "ForeignTransaction",
     "InvalidArgument",
     "JournalDecryptionError",
     "LockgateError",
     "PayloadError",
+    "Queue",
     "RateLimit",
     "RateLimited",
     "ResultTimeout",
+    "ResultTypeError",
     "Retry",
     "RetryAfter",
     "RunCancelled",
@@ -80,9 +92,11 @@ __all__ = [
     "Singleton",
     "SingletonHeld",
     "StartNotAdmitted",
+    "StartRolledBack",
     "StepFailed",
     "StepInfo",
     "StoreError",
+    "StoreFull",
     "Subject",
     "Throttle",
     "Timeouts",

@@ -20,10 +20,11 @@ from pydantic import BaseModel
 
 from .controls import WorkflowOptions, read_options
 from .definitions import Body, WorkflowDef, as_tuple
-from .durations import to_seconds
+from .durations import Duration, to_seconds
 from .errors import DefinitionError, UnknownWorkflow
 from .events import EventDef, TriggerDef, validate_events
 from .plan import GatePlan, check_shared, plan_for
+from .queues import Queue, member_controls
 from .schedule import Schedule, ScheduleDef, build_schedules
 
 __all__ = ["App"]
@@ -43,6 +44,8 @@ _CORE_OPTIONS = {
     "updates",
     "schedule",
     "cancel_on",
+    "queue",
+    "gate_as_child",
 }
 
 
@@ -64,6 +67,7 @@ class App:
         self._built_schedules: dict[str, ScheduleDef] | None = None
         self._events: list[EventDef] = []
         self._triggers: list[TriggerDef] = []
+        self._queues: list[Queue] = []
         self.events: dict[str, EventDef] = {}  # by name, once validated
 
     @overload
@@ -102,6 +106,31 @@ class App:
         self._built = None
         return declared
 
+    def queue(
+        self,
+        name: str,
+        *,
+        concurrency: int | None = None,
+        rate_limit: tuple[int, Duration] | None = None,
+        priority: int | Callable[[Any], int] | None = None,
+    ) -> Queue:
+        """Declare the durable queue ``name``; workflows join it with ``@app.workflow(queue=...)``.
+
+        Its controls become each member's: one concurrency pool and one throttle window shared
+        by every member, and the members' priority (see ``queues.Queue``).
+        """
+        if any(q.name == name for q in self._queues):
+            raise DefinitionError(f"queue:{name}", "name", "declared twice")
+        declared = Queue(name, concurrency, rate_limit, priority)
+        self._queues.append(declared)
+        self._built = None
+        return declared
+
+    @property
+    def queues(self) -> dict[str, Queue]:
+        """The declared queues by name."""
+        return {q.name: q for q in self._queues}
+
     def trigger(
         self,
         *,
@@ -139,6 +168,9 @@ class App:
             if decl.name in drafts:
                 raise DefinitionError(decl.name, "name", "registered twice")
             drafts[decl.name] = _build(decl)
+            queue = decl.options.get("queue")
+            if isinstance(queue, Queue) and queue not in self._queues:
+                raise DefinitionError(decl.name, "queue", f"queue {queue.name!r} is not declared in this app")
         controls = {decl.name: _controls(decl) for decl in self._declared}
         for name, options in controls.items():
             if drafts[name].encrypt_steps:
@@ -229,6 +261,8 @@ def _build(decl: _Declaration) -> WorkflowDef:
         signals=_messages(name, "signals", opts.get("signals")),
         updates=_messages(name, "updates", opts.get("updates")),
         cancel_on=tuple(opts.get("cancel_on") or ()),
+        queue=None if opts.get("queue") is None else getattr(opts["queue"], "name", None),
+        gate_as_child=_flag(name, "gate_as_child", opts.get("gate_as_child", False)),
         gate=GatePlan(workflow=name),
     )
 
@@ -298,8 +332,18 @@ def _messages(name: str, kind: str, declared: Any) -> dict[str, type[BaseModel]]
 
 
 def _controls(decl: _Declaration) -> WorkflowOptions:
-    """The declaration's flow-control options (every option that is not a core one), typed."""
-    return read_options(decl.name, {k: v for k, v in decl.options.items() if k not in _CORE_OPTIONS})
+    """The declaration's flow-control options (every option that is not a core one, and its queue's), typed."""
+    declared = {k: v for k, v in decl.options.items() if k not in _CORE_OPTIONS}
+    queue = decl.options.get("queue")
+    if queue is not None:
+        declared = member_controls(decl.name, queue, declared)
+    return read_options(decl.name, declared)
+
+
+def _flag(workflow: str, option: str, value: Any) -> bool:
+    if not isinstance(value, bool):
+        raise DefinitionError(workflow, option, f"must be True or False, got {value!r}")
+    return value
 
 
 def _strings(workflow: str, option: str, value: Any) -> tuple[str, ...]:

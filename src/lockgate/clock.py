@@ -37,7 +37,12 @@ class SystemClock(Clock):
 
 def to_datetime(epoch: float | None) -> datetime | None:
     """Epoch seconds as an aware UTC datetime (``None`` stays ``None``)."""
-    return None if epoch is None else datetime.fromtimestamp(epoch, tz=UTC)
+    if epoch is None:
+        return None
+    try:
+        return datetime.fromtimestamp(epoch, tz=UTC)
+    except (OverflowError, ValueError, OSError):  # beyond any date (a row older than the bounds): the far end
+        return datetime.max.replace(tzinfo=UTC) if epoch > 0 else datetime.min.replace(tzinfo=UTC)
 
 
 async def wait_event(event: asyncio.Event, timeout: float) -> bool:

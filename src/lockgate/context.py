@@ -16,6 +16,7 @@ from pydantic import BaseModel
 
 from .definitions import Retry
 from .durations import Duration
+from .flowcontrol import INHERIT
 from .origin import SYSTEM_SUBJECT, Subject
 
 __all__ = ["ChildHandle", "Context", "ParentClose"]
@@ -27,10 +28,18 @@ ParentClose = Literal["cancel", "terminate", "abandon"]
 
 @dataclass(frozen=True)
 class ChildHandle:
-    """A child run started from a body; pass it to ``ctx.wait_child``."""
+    """A child started from a body; pass it to ``ctx.wait_child``.
 
-    run_id: str
+    A child offered to its workflow's gate (``gate=True``) has its ``ticket`` and the gate's
+    ``status`` (``started``, ``existing``, ``queued``, ``dropped``, ``skipped``); ``run_id``
+    is ``None`` until it is admitted (a queued child) or for good (a dropped one).
+    """
+
+    run_id: str | None
     workflow: str
+    ticket: str | None = None
+    status: str = "started"
+    parent_close: ParentClose = "cancel"
 
 
 class Context(abc.ABC):
@@ -47,10 +56,14 @@ class Context(abc.ABC):
         fn: Callable[..., Any],
         *args: Any,
         retry: Retry | None = None,
+        flow_control: Any = INHERIT,
         input: Any = None,
         **kwargs: Any,
     ) -> Any:
         """Run ``fn(*args, **kwargs)`` once and journal its result; a replay returns the record.
+
+        ``flow_control``: an ``lg.FlowControl`` replaces the run's for this step; ``None``
+        exempts it; by default the run's (given at start, else the workflow's) applies.
 
         A ``def`` runs in a worker thread, an ``async def`` is awaited. The result is stored
         as JSON through pydantic and decoded back to ``fn``'s return annotation on replay.
@@ -75,9 +88,25 @@ class Context(abc.ABC):
 
     @abc.abstractmethod
     async def start_child(
-        self, workflow: str | Callable[..., Any], payload: Any, *, parent_close: ParentClose = "cancel"
+        self,
+        workflow: str | Callable[..., Any],
+        payload: Any,
+        *,
+        parent_close: ParentClose = "cancel",
+        gate: bool | None = None,
+        queue: Any = None,
     ) -> ChildHandle:
-        """Start a child run; the lineage is journaled before the child exists."""
+        """Start a child run; the lineage is journaled before the child exists.
+
+        ``gate=True`` offers it to its workflow's gate like ``engine.start`` (it takes a
+        concurrency slot, a window, a fold); ``None`` takes the child workflow's
+        ``gate_as_child`` (default ``False``: created at once). ``queue`` is what ``enqueue`` passes.
+        """
+
+    async def enqueue(self, queue: Any, workflow: str | Callable[..., Any], payload: Any) -> ChildHandle:
+        """Put ``workflow`` (a member of ``queue``: ``@app.workflow(queue=...)``) in the durable queue:
+        a child offered to its gate, whose controls are the queue's. Wait for it with ``wait_child``."""
+        return await self.start_child(workflow, payload, gate=True, queue=queue)
 
     @abc.abstractmethod
     async def wait_child(self, handle: ChildHandle) -> Any:
@@ -89,6 +118,11 @@ class Context(abc.ABC):
 
         Its id; triggers start their workflows from it and ``cancel_on`` declarations see it.
         """
+
+    async def rate_limit(self, name: str, *, limit: int, period: Duration, key: Any = None) -> None:
+        """Wait durably for a slot of the sliding window ``name`` (``limit`` per ``period``, per ``key``),
+        shared by every run that uses it; journaled, so a replay does not take a second slot."""
+        raise NotImplementedError
 
     @abc.abstractmethod
     def patch(self, marker: str) -> bool:
@@ -118,5 +152,5 @@ class Context(abc.ABC):
 
     @property
     def flow_control(self) -> Any:
-        """The step flow control in force (``None`` when none is configured)."""
+        """The step flow control in force: inside a step, its key's current limits; ``None`` when none applies."""
         return None

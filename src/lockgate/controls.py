@@ -21,6 +21,7 @@ from pydantic import BaseModel
 
 from .durations import Duration
 from .errors import DefinitionError
+from .flowcontrol import FlowControl, check_flow_control
 
 __all__ = [
     "Batch",
@@ -150,6 +151,7 @@ class WorkflowOptions:
     priority: KeyFn | None = None
     fair_by: KeyFn | None = None
     on_failure: str | None = None
+    flow_control: FlowControl | None = None  # the step flow control of every run that gives none at start
 
 
 # The options read into a control object, in the order they are checked.
@@ -163,7 +165,7 @@ _CONTROLS: dict[str, type] = {
     "timeouts": Timeouts,
 }
 _CALLABLES = ("priority", "fair_by")
-_KNOWN = frozenset({*_CONTROLS, *_CALLABLES, "on_failure"})
+_KNOWN = frozenset({*_CONTROLS, *_CALLABLES, "on_failure", "flow_control"})
 _WINDOWS = ("throttle", "rate_limit")  # one control or a non-empty list of them
 
 
@@ -193,6 +195,13 @@ def read_options(workflow: str, declared: Mapping[str, Any]) -> WorkflowOptions:
     on_failure = declared.get("on_failure")
     if on_failure is not None and (not isinstance(on_failure, str) or not on_failure):
         raise DefinitionError(workflow, "on_failure", "must be the name of a registered workflow")
+    flow_control = declared.get("flow_control")
+    if flow_control is not None:
+        try:
+            check_flow_control(flow_control)
+        except ValueError as exc:
+            field, _, problem = str(exc).partition(": ")
+            raise DefinitionError(workflow, field, problem) from None
     return WorkflowOptions(
         debounce=declared.get("debounce"),
         singleton=declared.get("singleton"),
@@ -204,6 +213,7 @@ def read_options(workflow: str, declared: Mapping[str, Any]) -> WorkflowOptions:
         priority=callbacks["priority"],
         fair_by=callbacks["fair_by"],
         on_failure=on_failure,
+        flow_control=flow_control,
     )
 
 

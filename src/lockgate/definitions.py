@@ -99,6 +99,18 @@ class Retry:
                 return hint
         return self.backoff(attempt, rng)
 
+    def after_failure(
+        self, attempt: int, error: BaseException, rng: random.Random | None, spent: float
+    ) -> float | None:
+        """Seconds before the attempt after failed attempt ``attempt``, or ``None`` to give up (out of
+        attempts, not retryable, or past ``max_elapsed`` once ``spent`` seconds and the delay are counted)."""
+        if attempt >= self.max_attempts or not self.is_retryable(error):
+            return None
+        delay = self.next_delay(attempt, error, rng)
+        if self.max_elapsed is not None and spent + delay > to_seconds(self.max_elapsed):
+            return None
+        return delay
+
 
 def retry_hint(error: BaseException) -> float | None:
     """Seconds an error asks to wait (``retry_after`` in seconds or ``retry_after_ms``)."""
@@ -142,6 +154,8 @@ class WorkflowDef:
     signals: dict[str, type[BaseModel]] = field(default_factory=dict)
     updates: dict[str, type[BaseModel]] = field(default_factory=dict)
     cancel_on: tuple[Any, ...] = ()  # events.CancelOn entries (checked by events.validate_events)
+    queue: str | None = None  # the durable queue it belongs to (queues.py): its controls are the queue's
+    gate_as_child: bool = False  # ctx.start_child offers it to its gate unless told otherwise
 
     @functools.cached_property
     def patches_json(self) -> str:

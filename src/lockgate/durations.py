@@ -6,9 +6,15 @@ import math
 import re
 from datetime import timedelta
 
-__all__ = ["Duration", "format_seconds", "parse_duration", "to_seconds"]
+from .errors import InvalidArgument
+
+__all__ = ["MAX_SECONDS", "Duration", "format_seconds", "parse_duration", "to_seconds"]
 
 Duration = timedelta | float | int | str
+
+MAX_SECONDS = 100 * 365 * 86400.0
+"""The longest duration anything accepts (100 years): a longer one is a mistake, not a plan,
+and the times it would lead to do not fit a date."""
 
 _UNITS = {
     "ms": 0.001,
@@ -42,33 +48,44 @@ _PART = re.compile(r"\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]+)\s*")
 
 
 def parse_duration(value: Duration, *, what: str = "duration") -> timedelta:
-    """Parse ``value`` into a non-negative ``timedelta``; ``ValueError`` names ``what``."""
+    """Parse ``value`` into a non-negative ``timedelta``; ``InvalidArgument`` (a ``ValueError``) names ``what``."""
     return timedelta(seconds=to_seconds(value, what=what))
 
 
 def to_seconds(value: Duration, *, what: str = "duration") -> float:
-    """Parse ``value`` into non-negative seconds; ``ValueError`` names ``what``."""
+    """Parse ``value`` into seconds from 0 to ``MAX_SECONDS``; ``InvalidArgument`` (a ``ValueError``) names ``what``."""
     if isinstance(value, bool):
-        raise ValueError(f"{what}: expected a duration, got {value!r}")
+        raise InvalidArgument(f"{what}: expected a duration, got {value!r}")
     if isinstance(value, timedelta):
         seconds = value.total_seconds()
     elif isinstance(value, int | float):
-        seconds = float(value)
+        try:
+            seconds = float(value)
+        except OverflowError:  # an int beyond any float
+            seconds = math.inf if value > 0 else -math.inf
     elif isinstance(value, str):
         seconds = _parse_text(value, what)
     else:
-        raise ValueError(f"{what}: expected timedelta, seconds or a string like '15m', got {type(value).__name__}")
-    if not math.isfinite(seconds):
-        raise ValueError(f"{what}: must be finite, got {value!r}")
-    if seconds < 0:
-        raise ValueError(f"{what}: must not be negative, got {value!r}")
+        raise InvalidArgument(
+            f"{what}: expected timedelta, seconds or a string like '15m', got {type(value).__name__}"
+        )
+    if math.isnan(seconds) or seconds < 0:
+        raise InvalidArgument(f"{what}: must be a duration of 0 or more, got {_shown(value)}")
+    if seconds > MAX_SECONDS:
+        raise InvalidArgument(f"{what}: must be at most 100 years, got {_shown(value)}")
     return seconds
+
+
+def _shown(value: object) -> str:
+    """``value`` for an error message, cut short: the text of a huge number is no help."""
+    text = repr(value)
+    return text if len(text) <= 40 else f"{text[:37]}..."
 
 
 def _parse_text(text: str, what: str) -> float:
     stripped = text.strip()
     if not stripped:
-        raise ValueError(f"{what}: empty duration")
+        raise InvalidArgument(f"{what}: empty duration")
     try:
         return float(stripped)
     except ValueError:
@@ -78,7 +95,7 @@ def _parse_text(text: str, what: str) -> float:
     while pos < len(stripped):
         match = _PART.match(stripped, pos)
         if not match or match.group(2).lower() not in _UNITS:
-            raise ValueError(f"{what}: cannot read {text!r} (try '500ms', '15m', '1h30m', '7d')")
+            raise InvalidArgument(f"{what}: cannot read {_shown(text)} (try '500ms', '15m', '1h30m', '7d')")
         total += float(match.group(1)) * _UNITS[match.group(2).lower()]
         pos = match.end()
     return total

@@ -12,17 +12,22 @@
      ├── RunFailed                  the awaited run failed
      ├── RunCancelled               the awaited run was cancelled
      ├── ResultTimeout              the result did not arrive in time
+ ├── ResultTypeError            a returned value does not match its annotation
      ├── UpdateFailed               an update was rejected or its handler raised
      ├── WorkflowVersionIncompatible
      ├── WorkflowCrashLooped
      ├── StepFailed                 a step exhausted its retry policy
      ├── StartNotAdmitted           a parked start ended without a run
+     │    └── ChildNotStarted       a gated child did not become a run of its own
+     ├── StartRolledBack            a start made in the caller's transaction was rolled back with it
+     ├── ForeignTransaction         conn= is not a transaction on the store's own database (an InvalidArgument)
      ├── RateLimited                a start was dropped by a rate limit
      ├── SingletonHeld              a singleton start found an incumbent
      ├── BlockingStartRefused       a blocking start on a deferring workflow
      ├── EncryptionKeyError         an encryption key is malformed (raised at boot)
      ├── JournalDecryptionError     a stored value of an encrypted run does not open
      └── StoreError                 the store refused or could not be reached
+          └── StoreFull             its disk is full (nothing of the refused write is kept)
 
 Control-flow signals used inside workflow bodies derive from ``BaseException`` so a
 user's ``except Exception:`` cannot swallow them.
@@ -30,29 +35,36 @@ user's ``except Exception:`` cannot swallow them.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Sequence
 from datetime import timedelta
 from typing import Any
 
 __all__ = [
     "BlockingStartRefused",
+    "ChildNotStarted",
     "DefinitionError",
     "EncryptionKeyError",
     "EngineClosed",
+    "ForeignTransaction",
     "InvalidArgument",
     "JournalDecryptionError",
     "LockgateError",
     "PayloadError",
     "RateLimited",
     "ResultTimeout",
+    "ResultTypeError",
     "RetryAfter",
     "RunCancelled",
     "RunFailed",
     "RunNotEligible",
     "SingletonHeld",
     "StartNotAdmitted",
+    "StartRolledBack",
     "StepFailed",
+    "StoreCorrupt",
     "StoreError",
+    "StoreFull",
     "UnknownRun",
     "UnknownWorkflow",
     "UpdateFailed",
@@ -163,6 +175,33 @@ class ResultTimeout(LockgateError, TimeoutError):
     """The result did not arrive before the timeout."""
 
 
+class ResultTypeError(LockgateError):
+    """A value does not match the type it is annotated with: a body's result (or a step's, a child's).
+
+    A body whose return value does not validate against its return annotation fails with
+    this error, and ``result()`` raises ``RunFailed`` caused by it. ``where`` says which
+    value: ``"result"`` for the run's own, else the step or child it came from.
+    """
+
+    def __init__(self, workflow: str, expected: str, actual: str, where: str = "result") -> None:
+        self.workflow = workflow
+        self.expected = expected
+        self.actual = actual
+        self.where = where
+        super().__init__(f"workflow {workflow!r}: {where} is {actual}, expected {expected}")
+
+    @classmethod
+    def from_message(cls, message: str | None) -> ResultTypeError | None:
+        """The error a failed run was recorded with, rebuilt from its message (``None`` if it is not one)."""
+        found = _RESULT_TYPE.fullmatch(message or "")
+        if found is None:
+            return None
+        return cls(found["workflow"], found["expected"], found["actual"], found["where"])
+
+
+_RESULT_TYPE = re.compile(r"workflow '(?P<workflow>.*)': (?P<where>.+?) is (?P<actual>.+), expected (?P<expected>.+)")
+
+
 class UpdateFailed(LockgateError):
     """An update was rejected by validation or its handler raised."""
 
@@ -213,6 +252,40 @@ class StartNotAdmitted(LockgateError):
         super().__init__(f"start {ticket} ended without a run ({outcome}{why})")
 
 
+class StartRolledBack(LockgateError):
+    """A start made inside the caller's transaction (``conn=``) was rolled back with it: no run, no ledger row."""
+
+    def __init__(self, workflow: str, ticket: str) -> None:
+        self.workflow = workflow
+        self.ticket = ticket
+        super().__init__(
+            f"start {ticket} of workflow {workflow!r} was made in a transaction that rolled back: nothing of it exists"
+        )
+
+
+class ForeignTransaction(InvalidArgument):
+    """``conn=`` cannot carry a start: not in a transaction, another database than the store's, or another driver.
+
+    The message names both sides (the caller's connection and the store). Nothing was written.
+    """
+
+class ChildNotStarted(StartNotAdmitted):
+    """A child offered to its workflow's gate did not become a run of its own.
+
+    ``outcome``: ``dropped`` (a rate limit; ``retry_after``), ``skipped`` (a singleton
+    incumbent: ``run_id``), ``collapsed`` / ``batched`` (folded into another start: that
+    run does the work), ``expired`` (start timeout), ``cancelled``.
+    """
+
+    def __init__(
+        self, workflow: str, ticket: str, outcome: str, reason: str | None = None, run_id: str | None = None
+    ) -> None:
+        self.workflow = workflow
+        self.run_id = run_id
+        super().__init__(ticket, outcome, reason)
+        self.args = (f"child {workflow!r} (ticket {ticket}) was {outcome}" + (f": {reason}" if reason else ""),)
+
+
 class SingletonHeld(LockgateError):
     """A singleton start found an incumbent run."""
 
@@ -255,6 +328,14 @@ class JournalDecryptionError(LockgateError):
 
 class StoreError(LockgateError):
     """The store refused the operation or could not be reached."""
+
+
+class StoreFull(StoreError):
+    """The store's disk is full: the write was refused whole; reads go on, and writes resume once space is freed."""
+
+
+class StoreCorrupt(StoreError):
+    """The database is damaged (not merely busy or away): retrying cannot help."""
 
 
 class EngineClosed(LockgateError):

@@ -12,7 +12,7 @@ import os
 import threading
 import time
 
-__all__ = ["new_id"]
+__all__ = ["new_id", "short_id"]
 
 _RAND_BITS = 72
 _ALPHABET = "0123456789abcdefghijklmnopqrstuv"
@@ -38,3 +38,9 @@ def new_id(prefix: str) -> str:
     n = (millis << _RAND_BITS) | rand
     pairs = _PAIRS
     return prefix + "_" + "".join([pairs[(n >> shift) & 1023] for shift in _SHIFTS])
+
+
+def short_id(full: str) -> str:
+    """The last 8 characters of an id: its freshest bits, unique among the ids a person compares
+    (ids made in one millisecond differ there too)."""
+    return full[-8:]

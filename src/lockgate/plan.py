@@ -306,9 +306,14 @@ def _seconds(wf: str, field: str, value: Any, *, positive: bool = True) -> float
     return seconds
 
 
+MAX_LIMIT = 1_000_000_000
+"""The largest count a control declares (a limit, a batch size): a database integer holds it."""
+
+
 def _positive_int(wf: str, field: str, value: Any) -> int:
-    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-        _fail(wf, field, f"must be an integer >= 1, got {value!r}")
+    if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= MAX_LIMIT:
+        shown = repr(value) if len(repr(value)) <= 40 else f"{repr(value)[:37]}..."
+        _fail(wf, field, f"must be an integer from 1 to {MAX_LIMIT}, got {shown}")
     return value
 
 

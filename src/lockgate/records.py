@@ -8,6 +8,7 @@ from datetime import datetime
 from typing import Any
 
 from .clock import to_datetime
+from .recording import TRUNCATED
 
 __all__ = ["AttemptInfo", "EventInfo", "RunInfo", "StepInfo"]
 
@@ -19,6 +20,30 @@ def _plain(record: Any, skip: str = "") -> dict[str, Any]:
 
 def _json(text: str | None) -> Any:
     return None if text is None else json.loads(text)
+
+
+def _input(text: str | None) -> tuple[Any, bool, int | None]:
+    """A recorded step input: its value, whether only its head was kept, its size in bytes."""
+    if text is None:
+        return None, False, None
+    try:
+        value = json.loads(text)
+    except ValueError:  # sealed and not opened: shown as stored
+        return text, False, len(text.encode())
+    if isinstance(value, dict) and value.get(TRUNCATED) is True:
+        return value.get("head"), True, value.get("size")
+    return value, False, len(text.encode())
+
+
+def _child_output(outcome: Any) -> Any:
+    """A child's outcome as its parent journaled it, with the child's output decoded too (it is
+    kept as the child's JSON text: read as-is it would be a JSON string of JSON)."""
+    if isinstance(outcome, dict) and isinstance(outcome.get("output"), str):
+        try:
+            return {**outcome, "output": json.loads(outcome["output"])}
+        except ValueError:  # a sealed value, or text that is not JSON: shown as stored
+            return outcome
+    return outcome
 
 
 @dataclass(frozen=True)
@@ -109,6 +134,7 @@ class StepInfo:
     due_at: datetime | None
     started_at: datetime | None
     finished_at: datetime | None
+    flow_wait: float | None = None  # seconds the step waited for its flow-control key before it started
 
     @classmethod
     def from_row(cls, row: dict[str, Any]) -> StepInfo:
@@ -118,13 +144,14 @@ class StepInfo:
             kind=row["kind"],
             status=row["status"],
             seq=int(row["seq"]),
-            output=_json(row["output"]),
+            output=_child_output(_json(row["output"])) if row["kind"] == "wait_child" else _json(row["output"]),
             error_tag=row["error_tag"],
             error_message=row["error_message"],
             attempts=int(row["attempts"]),
             due_at=to_datetime(row["due_at"]),
             started_at=to_datetime(row["started_at"]),
             finished_at=to_datetime(row["finished_at"]),
+            flow_wait=None if row.get("flow_wait") is None else float(row["flow_wait"]),
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -142,9 +169,15 @@ class AttemptInfo:
     error_message: str | None
     started_at: datetime | None
     finished_at: datetime | None
+    input: Any = None
+    """The step's ``input=`` as recorded (JSON decoded); when truncated, the JSON text of its head."""
+    input_truncated: bool = False
+    input_size: int | None = None
+    """Bytes of the whole input as JSON (``None`` when none was recorded)."""
 
     @classmethod
     def from_row(cls, row: dict[str, Any]) -> AttemptInfo:
+        value, truncated, size = _input(row.get("input"))
         return cls(
             step_key=row["step_key"],
             attempt=int(row["attempt"]),
@@ -153,6 +186,9 @@ class AttemptInfo:
             error_message=row["error_message"],
             started_at=to_datetime(row["started_at"]),
             finished_at=to_datetime(row["finished_at"]),
+            input=value,
+            input_truncated=truncated,
+            input_size=size,
         )
 
     def to_dict(self) -> dict[str, Any]:

@@ -21,7 +21,7 @@ from datetime import UTC, datetime
 from typing import Any, Literal
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from croniter import croniter  # type: ignore[import-untyped]
+from croniter import CroniterBadDateError, croniter  # type: ignore[import-untyped]
 from pydantic import BaseModel
 
 from .durations import Duration, format_seconds, to_seconds
@@ -335,7 +335,12 @@ def build_schedule(
         max_runtime=max_runtime,
         jitter=durations["jitter"],
     )
-    first = defn.next_after(now)
+    try:  # a valid expression may still never come due (Feb 30), or come due past the calendar's end
+        first = defn.next_after(now)
+        defn.local(first)
+    except (CroniterBadDateError, OverflowError, OSError, ValueError):
+        field = "cron" if cron is not None else "every"
+        raise fail(field, f"never comes due: {given.cron if cron is not None else given.every!r}") from None
     try:
         validate_payload(payload_model, defn.payload_for(first), what=f"payload of schedule {name!r}")
     except Exception as exc:

@@ -2,15 +2,29 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import importlib
 import json
+import math
 from typing import Any, TypeVar
 
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
-from .errors import PayloadError
+from .errors import PayloadError, ResultTypeError
 
-__all__ = ["adapter", "decode", "dump_json", "encode", "validate_payload"]
+__all__ = [
+    "adapter",
+    "conform",
+    "decode",
+    "decode_as",
+    "dump_json",
+    "encode",
+    "import_model",
+    "payload_json",
+    "type_name",
+    "validate_payload",
+]
 
 
 @functools.lru_cache(maxsize=1024)
@@ -46,6 +60,42 @@ def decode(text: str | None, tp: Any = None) -> Any:
     return adapter(tp).validate_json(text)
 
 
+def type_name(tp: Any) -> str:
+    """How a type is named in an error: ``bool``, ``list[int]``, ``Order | None``."""
+    if tp is None or tp is type(None):
+        return "None"
+    if isinstance(tp, type) and not getattr(tp, "__args__", None):
+        return tp.__name__
+    return str(tp).replace("typing.", "")
+
+
+def conform(value: Any, tp: Any, *, workflow: str, where: str = "result") -> Any:
+    """``value`` validated as ``tp`` (a model from a dict, say); ``ResultTypeError`` when it is not one.
+
+    No annotation (``None`` or ``Any``) accepts anything; so does a type pydantic cannot
+    describe, whose values are stored as whatever they are.
+    """
+    if tp is None or tp is Any:
+        return value
+    try:
+        checker = adapter(tp)
+    except Exception:
+        return value
+    try:
+        return checker.validate_python(value)
+    except ValidationError:
+        raise ResultTypeError(workflow, type_name(tp), type_name(type(value)), where) from None
+
+
+def decode_as(text: str | None, tp: Any, *, workflow: str, where: str = "result") -> Any:
+    """``decode`` for a value read back under today's annotation: ``ResultTypeError`` when it no longer fits."""
+    try:
+        return decode(text, tp)
+    except ValidationError:
+        shown = text if text is None or len(text) <= 60 else text[:57] + "..."
+        raise ResultTypeError(workflow, type_name(tp), f"the stored value {shown}", where) from None
+
+
 _COMPACT = json.JSONEncoder(separators=(",", ":"), default=str)  # one encoder: json.dumps builds one per call
 
 
@@ -58,14 +108,82 @@ M = TypeVar("M", bound=BaseModel)
 
 
 def validate_payload(model: type[M], payload: Any, *, what: str) -> M:
-    """``payload`` as ``model``; a ``PayloadError`` naming each missing or invalid field otherwise."""
-    if isinstance(payload, model):
-        return payload
+    """``payload`` as ``model``; a ``PayloadError`` naming each missing or invalid field otherwise.
+
+    NaN and infinities are refused (JSON has no spelling for them: stored, they would come back as
+    ``null``), and so are lone surrogates (they are not text a database holds).
+    """
     try:
         if isinstance(payload, BaseModel):
+            _refuse_unstorable(payload, what)
+            if isinstance(payload, model):
+                return payload
             payload = payload.model_dump()
         if isinstance(payload, str | bytes):
+            text = payload.decode(errors="replace") if isinstance(payload, bytes) else payload
+            if "NaN" in text or "Infinity" in text:  # rare: only then parsed twice
+                with contextlib.suppress(ValueError):
+                    _refuse_unstorable(json.loads(text), what)
             return model.model_validate_json(payload)
+        _refuse_unstorable(payload, what)
         return model.model_validate(payload)
     except ValidationError as exc:
-        raise PayloadError(what, [dict(e) for e in exc.errors(include_url=False)]) from None
+        errors = [dict(e) for e in exc.errors(include_url=False)]
+        if isinstance(payload, str | bytes) and any(e.get("type") == "json_invalid" for e in errors):
+            text = payload.decode(errors="replace") if isinstance(payload, bytes) else payload
+            shown = text if len(text) <= 40 else f"{text[:37]}..."
+            raise PayloadError(
+                what, f"expected a {model.__name__} (an object, or its JSON text), got {shown!r}, which is not JSON"
+            ) from None
+        raise PayloadError(what, errors) from None
+
+
+def _refuse_unstorable(value: Any, what: str, loc: tuple[Any, ...] = ()) -> None:
+    """``PayloadError`` naming the first NaN, infinity or lone surrogate inside ``value`` (dicts and lists
+    are searched)."""
+    if isinstance(value, str):
+        if not value.isascii():
+            try:
+                value.encode()
+            except UnicodeEncodeError as exc:
+                msg = f"holds {value[exc.start]!r}, a lone surrogate, not text"
+                raise PayloadError(what, [{"loc": loc, "msg": msg, "type": "surrogate"}]) from None
+    elif isinstance(value, float):
+        if not math.isfinite(value):
+            raise PayloadError(
+                what, [{"loc": loc, "msg": f"{value!r} is not a number JSON can hold", "type": "finite_number"}]
+            )
+    elif isinstance(value, BaseModel):  # its fields as they are: no dump
+        for key, item in vars(value).items():
+            _refuse_unstorable(item, what, (*loc, key))
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            _refuse_unstorable(key, what, (*loc, key))
+            _refuse_unstorable(item, what, (*loc, key))
+    elif isinstance(value, list | tuple):
+        for i, item in enumerate(value):
+            _refuse_unstorable(item, what, (*loc, i))
+
+
+def payload_json(model: type[BaseModel] | None, payload: Any, *, what: str) -> str:
+    """A signal's or update's payload as JSON text: validated by ``model`` when the receiver declared one."""
+    if model is not None:
+        return validate_payload(model, payload, what=what).model_dump_json()
+    if isinstance(payload, BaseModel):
+        return payload.model_dump_json()
+    try:
+        return json.dumps(payload, allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        raise PayloadError(what, f"not JSON-serialisable: {exc}") from None
+
+
+def import_model(ref: str) -> type[BaseModel] | None:
+    """The pydantic model at ``module:qualname`` (as a run records its declared models), if it imports."""
+    module, _, qualname = ref.partition(":")
+    try:
+        obj: Any = importlib.import_module(module)
+        for part in qualname.split("."):
+            obj = getattr(obj, part)
+    except Exception:
+        return None
+    return obj if isinstance(obj, type) and issubclass(obj, BaseModel) else None

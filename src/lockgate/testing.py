@@ -14,6 +14,7 @@ import asyncio
 import shutil
 import tempfile
 import time
+from pathlib import Path
 from types import TracebackType
 from typing import Any, Self
 
@@ -22,10 +23,11 @@ from .clock import Clock
 from .durations import Duration, to_seconds
 from .engine import Engine
 from .engine.firing import settle as settle_firings
+from .engine.replay_check import JournalExport, ReplayVerdict, check_export
 from .store import runs
 from .sweeps.schedules import fire_due, register, runtime_for
 
-__all__ = ["FakeClock", "TestEnv"]
+__all__ = ["FakeClock", "TestEnv", "replay_check"]
 
 
 class FakeClock(Clock):
@@ -103,6 +105,9 @@ class TestEnv:
     async def advance(self, duration: Duration, *, timeout: float = 10.0) -> None:
         """Move the clock, then wait until every run due by then has parked or finished."""
         self.clock.advance(duration)
+        # What the gate holds until now is decided here: the drainer's loop waits on real time, and
+        # ``settle`` would not wait for a start the gate has yet to admit.
+        await self.engine.drainer.tick()
         self.engine.wake()
         await self.settle(timeout=timeout)
 
@@ -131,3 +136,20 @@ class TestEnv:
                     return
             if loop.time() > deadline:
                 raise TimeoutError(f"not settled after {timeout}s: {busy} executing, next due {due}")
+
+
+async def replay_check(app: App, journal_export: JournalExport | str | Path) -> ReplayVerdict:
+    """Replay one exported journal (``lockgate workflows export``: a file path, its text, or a
+    ``JournalExport``) against ``app`` without running any step; ``verdict.breaks`` when the code
+    would not carry the run on as recorded::
+
+        verdict = await replay_check(app, "tests/journals/order-42.json")
+        assert not verdict.breaks, verdict
+    """
+    export = journal_export
+    if isinstance(export, Path) or (isinstance(export, str) and not export.lstrip().startswith("{")):
+        path = Path(export)
+        export = JournalExport.from_json(path.read_text(), source=str(path))
+    elif isinstance(export, str):
+        export = JournalExport.from_json(export)
+    return await check_export(app, export)

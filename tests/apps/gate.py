@@ -15,9 +15,7 @@ from .waits import eventually
 
 async def advance(env: TestEnv, duration: Duration = 0) -> None:
     """Move the fake clock, run one drainer pass at the new instant, and let what it admitted settle."""
-    env.clock.advance(duration)
-    await env.engine.drainer.tick()
-    await env.settle()
+    await env.advance(duration)
 
 
 async def arrival(client: Client, ticket: str) -> Row:

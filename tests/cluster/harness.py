@@ -15,7 +15,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -46,7 +46,16 @@ class Worker:
     """One ``lockgate serve`` process; its stderr goes to a file the test can read."""
 
     def __init__(
-        self, name: str, url: str, log_dir: Path, *, lease: str, max_runs: int, store: str, app: str = APP_REF
+        self,
+        name: str,
+        url: str,
+        log_dir: Path,
+        *,
+        lease: str,
+        max_runs: int,
+        store: str,
+        app: str = APP_REF,
+        args: Sequence[str] = (),
     ) -> None:
         self.name = name
         self.log_path = log_dir / f"{name}.log"
@@ -67,6 +76,7 @@ class Worker:
                     lease,
                     "--max-concurrent-runs",
                     str(max_runs),
+                    *args,
                 ],
                 cwd=ROOT,
                 env=env,
@@ -125,9 +135,19 @@ class Cluster:
         await self.execute(SCHEMA)
 
     def spawn(
-        self, count: int, *, lease: str = "2s", max_runs: int = 10, store: str | None = None, app: str = APP_REF
+        self,
+        count: int,
+        *,
+        lease: str = "2s",
+        max_runs: int = 10,
+        store: str | None = None,
+        app: str = APP_REF,
+        args: Sequence[str] = (),
     ) -> list[Worker]:
-        """Start ``count`` workers serving ``app``; ``store``: the URL lockgate uses (default: the database)."""
+        """Start ``count`` workers serving ``app``; ``store``: the URL lockgate uses (default: the database).
+
+        ``args``: more options for ``lockgate serve``.
+        """
         started = [
             Worker(
                 f"w{len(self.workers) + i + 1}",
@@ -137,14 +157,18 @@ class Cluster:
                 max_runs=max_runs,
                 store=store or self.url,
                 app=app,
+                args=args,
             )
             for i in range(count)
         ]
         self.workers += started
         return started
 
-    async def ready(self, workers: list[Worker] | None = None, timeout: float = 30.0) -> None:
-        """Wait until each worker has registered in the store."""
+    async def ready(self, workers: list[Worker] | None = None, timeout: float = 90.0) -> None:
+        """Wait until each worker has registered in the store.
+
+        A worker's boot is mostly imports: on a loaded 2-core machine one takes 7-10 s, and three booting
+        together took over 30 s. A worker that exits early fails at once, whatever the deadline."""
         pids = {w.pid for w in workers or self.workers}
 
         async def registered() -> bool:

@@ -17,12 +17,16 @@ import click
 
 from ..errors import LockgateError
 from . import bulk as bulk
+from . import check as check
 from . import cluster as cluster
 from . import demo as demo  # each import registers that module's commands on its group
+from . import doctor as doctor
 from . import events as events
+from . import flowkeys as flowkeys
 from . import gate as gate
 from . import inspect_api as inspect_api
 from . import keys as keys
+from . import migrate as migrate
 from . import schedules as schedules
 from . import serve as serve
 from . import stats as stats
@@ -53,6 +57,9 @@ def run(argv: Sequence[str] | None = None) -> int:
         return 1
     except BrokenPipeError:  # the reader went away (`| head`): stop quietly
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1
+    except OSError as exc:  # the machine refused (a file, a folder, a port): its words, no traceback
+        _fail(str(exc))
         return 1
     return result if isinstance(result, int) else 0
 

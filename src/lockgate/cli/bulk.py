@@ -14,11 +14,11 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from ..engine.operator import BulkResult
-from .common import app_option, format_option, load_app, open_client, run_async, store_option
+from ..engine.operator import BulkResult, check_reason
+from .common import app_option, count_type, format_option, load_app, open_client, run_async, store_option
 from .groups import workflows
 from .output import emit, short
-from .workflows import STATUSES
+from .workflows import STATUSES, usage_errors
 
 __all__: list[str] = []
 
@@ -27,7 +27,7 @@ PAST = {"cancel": "cancelled", "redrive": "re-driven", "retry": "retried"}
 
 limit_option = click.option(
     "--limit",
-    type=click.IntRange(min=1),
+    type=count_type(1),
     required=True,
     help="Act on at most this many runs, oldest first (required: it bounds what one command can touch).",
 )
@@ -49,8 +49,8 @@ def cancel_many(
     limit: int, reason: str, workflow: str | None, status: str | None, commit: bool, store: str, fmt: str
 ) -> None:
     """Cancel up to --limit running or suspended runs (a dry run unless --commit)."""
-    if not reason.strip():
-        raise click.BadParameter("the reason must not be empty", param_hint="'--reason'")
+    with usage_errors():
+        check_reason(reason, "on every cancelled run's run-cancelled event")
 
     async def go() -> BulkResult:
         async with open_client(load_app(None), store) as client:

@@ -22,8 +22,8 @@ from ..app import App
 from ..durations import to_seconds
 from ..engine import Client, Engine
 from ..engine.client import DEFAULT_STORE
-from ..errors import StoreError
 from ..inspect import Inspector, connect, locate
+from ..store import Store, open_store
 
 __all__ = [
     "APP_ENV",
@@ -32,6 +32,8 @@ __all__ = [
     "JsonType",
     "app_option",
     "check_store",
+    "count_type",
+    "existing_store",
     "format_option",
     "inspector_of",
     "load_app",
@@ -75,6 +77,15 @@ class JsonType(_ParamType):
             return json.loads(text)
         except json.JSONDecodeError as exc:
             self.fail(f"not valid JSON ({exc.msg} at line {exc.lineno} column {exc.colno}): {value!r}", param, ctx)
+
+
+MAX_COUNT = 1_000_000
+"""The largest count (``--limit``, ``--batch``, ...) a command accepts."""
+
+
+def count_type(min: int = 1, max: int = MAX_COUNT) -> click.IntRange:
+    """A whole number from ``min`` to ``max``: a larger one is refused as bad usage, never sent to a database."""
+    return click.IntRange(min=min, max=max)
 
 
 class DurationType(_ParamType):
@@ -199,20 +210,28 @@ def sqlite_path(url: str) -> str | None:
     return locate(url).path
 
 
+def existing_store(url: str, *, writes: bool) -> Store:
+    """The store at ``url``, to be opened only if it is a current lockgate database (nothing is
+    created or migrated); without ``writes``, the database is opened read-only."""
+    store = open_store(url)
+    store.schema_mode = "check" if writes else "read"
+    return store
+
+
 @asynccontextmanager
 async def open_client(app: App, store: str, *, must_exist: bool = True) -> AsyncIterator[Client]:
-    """An open ``Client``; with ``must_exist``, a SQLite file that is not there is an error, not created."""
-    _check_exists(store, must_exist)
-    async with Client(app, store) as client:
+    """An open ``Client``; with ``must_exist``, on an existing, current lockgate database (nothing is
+    created or migrated), else on one created or migrated here (a command that starts work)."""
+    opened = existing_store(store, writes=True) if must_exist else open_store(store)
+    async with Client(app, opened) as client:
         client.source = "cli"  # what its starts and publishes record as their source
         yield client
 
 
 @asynccontextmanager
-async def open_inspector(app: App, store: str) -> AsyncIterator[Inspector]:
-    """An ``Inspector`` on an existing store: a SQLite file that is not there is an error, not created."""
-    _check_exists(store, True)
-    async with connect(store, app) as inspector:
+async def open_inspector(app: App, store: str, *, writes: bool = False) -> AsyncIterator[Inspector]:
+    """An ``Inspector`` on an existing, current lockgate database, read-only unless ``writes``."""
+    async with connect(existing_store(store, writes=writes), app) as inspector:
         yield inspector
 
 
@@ -220,8 +239,3 @@ def inspector_of(client: Client | Engine) -> Inspector:
     """An ``Inspector`` on an open client's store, app and clock (a verb that reads before or after it acts)."""
     return client.inspector
 
-
-def _check_exists(store: str, must_exist: bool) -> None:
-    path = sqlite_path(store)
-    if must_exist and path is not None and not os.path.exists(path):
-        raise StoreError(f"no lockgate database at {path} (check --store or ${STORE_ENV})")

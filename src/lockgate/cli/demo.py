@@ -16,6 +16,8 @@ from __future__ import annotations
 import asyncio
 import os
 import shlex
+import shutil
+import sys
 from collections import Counter
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -30,8 +32,11 @@ from rich.text import Text
 from .. import demo_app
 from ..app import App
 from ..clock import to_datetime
+from ..dashboard import DASHBOARD_PREFIX
 from ..engine import Engine
 from ..events import DeliveryRecord, EventRecord
+from ..http import DEFAULT_BIND
+from ..ids import short_id
 from ..inspect import TERMINAL, FiringInfo, FlowRow, Inspector
 from ..records import EventInfo
 from .common import DurationType, check_store, inspector_of, open_inspector, run_async, sqlite_path
@@ -42,6 +47,7 @@ from .serve import display_url
 __all__ = ["RunRow", "run_demo"]
 
 DEFAULT_DEMO_STORE = "sqlite:///lockgate-demo.db"
+DASHBOARD_URL = f"http://{DEFAULT_BIND}{DASHBOARD_PREFIX}/runs"
 _SQLITE_MAGIC = b"SQLite format 3\x00"
 
 
@@ -135,20 +141,27 @@ class Board:
                 waiting = f" ({row.waiting_on})" if row.waiting_on and row.status == "running" else ""
                 retries = f"  retries {row.retries}" if row.retries else ""
                 self.console.print(
-                    f"{row.workflow:<14} {row.run_id}  {row.status}{waiting}  steps {row.steps_done}{retries}"
+                    f"{row.workflow:<14} {short_id(row.run_id)}  {row.status}{waiting}  steps {row.steps_done}{retries}"
                     f"  {row.last_event}"
                 )
 
 
 def table(rows: list[RunRow]) -> Table:
     """The table of the demo's runs."""
+    # Laid out for 80 columns: run ids by their last 8 characters (unique among the demo's runs, and
+    # the end of the ids `workflows list` shows), statuses whole, the rest wrapping.
     out = Table(title="lockgate demo", title_justify="left")
-    for column in ("workflow", "run id", "status", "waiting on", "steps done", "retries", "last event"):
-        out.add_column(column, no_wrap=column != "last event")
+    out.add_column("workflow", overflow="fold")
+    out.add_column("run", no_wrap=True)
+    out.add_column("status", no_wrap=True)
+    out.add_column("waiting", overflow="fold")
+    out.add_column("steps", no_wrap=True)
+    out.add_column("retries", no_wrap=True)
+    out.add_column("last event", overflow="fold", ratio=1)
     for row in rows:
         out.add_row(
             row.workflow,
-            row.run_id,
+            short_id(row.run_id),
             status_text(row.status),
             row.waiting_on or "",
             str(row.steps_done),
@@ -454,7 +467,8 @@ def demo(ctx: click.Context, store: str, keep: bool, timeout: float) -> None:
         return path, await run_demo(store, Board(console), timeout=timeout)
 
     path, outcome = run_async(go())
-    url = f"sqlite:///{path}" if path is not None else store
+    here = os.path.relpath(path) if path is not None else ""
+    url = store if path is None else f"sqlite:///{here if not here.startswith('..') else path}"
     quoted = shlex.quote(url)
     checkout = next((r.run_id for r in outcome.rows if r.workflow == "demo.checkout"), "RUN_ID")
     if outcome.flow:
@@ -470,21 +484,35 @@ def demo(ctx: click.Context, store: str, keep: bool, timeout: float) -> None:
     console.print()
     console.print(f"Database: {path}" if path is not None else f"Store: {display_url(store)}")
     console.print("Inspect it:")
-    console.print(f"  lockgate workflows list --store {quoted}", soft_wrap=True)
-    console.print(f"  lockgate workflows show {checkout} --store {quoted}", soft_wrap=True)
-    console.print(f"  lockgate workflows flow --store {quoted}", soft_wrap=True)
+    lockgate = _command()
+    console.print(f"  {lockgate} workflows list --store {quoted}", soft_wrap=True)
+    console.print(f"  {lockgate} workflows show {checkout} --store {quoted}", soft_wrap=True)
+    console.print(f"  {lockgate} workflows flow --store {quoted}", soft_wrap=True)
     ticket = outcome.collapsed_ticket or "TICKET"
-    console.print(f"  lockgate workflows why {ticket} --store {quoted}   # a collapsed edit", soft_wrap=True)
+    console.print(f"  {lockgate} workflows why {ticket} --store {quoted}   # a collapsed edit", soft_wrap=True)
     console.print(
-        f"  lockgate schedules firings {HEARTBEAT} --store {quoted}   # the schedule's ledger", soft_wrap=True
+        f"  {lockgate} schedules firings {HEARTBEAT} --store {quoted}   # the schedule's ledger", soft_wrap=True
     )
-    console.print(f"  lockgate events list --store {quoted}   # the domain events", soft_wrap=True)
+    console.print(f"  {lockgate} events list --store {quoted}   # the domain events", soft_wrap=True)
     paid = next((e.id for e, _ in outcome.published if e.name == demo_app.order_paid.name), "EVENT_ID")
-    console.print(f"  lockgate events show {paid} --store {quoted}", soft_wrap=True)
+    console.print(f"  {lockgate} events show {paid} --store {quoted}", soft_wrap=True)
     console.print(
-        f"  lockgate serve lockgate.demo_app:app --store {quoted}   # serve the demo app yourself", soft_wrap=True
+        f"  {lockgate} serve lockgate.demo_app:app --store {quoted}   # serve the demo app yourself", soft_wrap=True
     )
+    console.print("See it in the browser (the dashboard):")
+    console.print(f"  {lockgate} inspect --store {quoted} --app lockgate.demo_app:app", soft_wrap=True)
+    console.print(f"  then open {DASHBOARD_URL}", soft_wrap=True)
     if outcome.problems:
         for problem in outcome.problems:
             click.echo(f"error: {problem}", err=True)
         ctx.exit(1)
+
+
+def _command() -> str:
+    """How to call ``lockgate`` from here: the bare name when it is on ``PATH``, else the script's own path."""
+    script = os.path.realpath(sys.argv[0]) if sys.argv and sys.argv[0] else ""
+    found = shutil.which("lockgate")
+    if not script or os.path.basename(script) != "lockgate" or (found and os.path.realpath(found) == script):
+        return "lockgate"
+    relative = os.path.relpath(sys.argv[0])
+    return shlex.quote(relative if not relative.startswith("..") else os.path.abspath(sys.argv[0]))

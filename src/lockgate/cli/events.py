@@ -13,6 +13,7 @@ from ..events import DeliveryRecord, EventRecord
 from .common import (
     JsonType,
     app_option,
+    count_type,
     format_option,
     inspector_of,
     load_app,
@@ -57,7 +58,7 @@ def deliveries_table(found: list[DeliveryRecord]) -> Table:
 @click.option(
     "--since", type=click.DateTime(), help="Only events published at or after this time (UTC unless it says)."
 )
-@click.option("--limit", type=click.IntRange(min=1), default=50, show_default=True)
+@click.option("--limit", type=count_type(1), default=50, show_default=True)
 @store_option
 @format_option
 def list_events(name: str | None, since: datetime | None, limit: int, store: str, fmt: str) -> None:

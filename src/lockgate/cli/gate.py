@@ -16,10 +16,12 @@ from rich.table import Table
 from rich.text import Text
 
 from ..clock import to_datetime
-from ..inspect import FlowRow, Pause, Trace
+from ..engine.operator import check_key_hold
+from ..inspect import FlowRow, ParkedStart, Pause, Trace
 from .common import (
     DurationType,
     app_option,
+    count_type,
     format_option,
     inspector_of,
     load_app,
@@ -30,6 +32,7 @@ from .common import (
 )
 from .groups import workflows
 from .output import emit, short, status_text, when
+from .workflows import usage_errors
 
 __all__ = ["InstantType", "human_seconds"]
 
@@ -87,6 +90,7 @@ def flow_entry(row: FlowRow) -> dict[str, Any]:
         **{name: getattr(row, name) for name in FLOW_COUNTS},
         "modes": dict(sorted(row.modes.items())),
         "sources": dict(sorted(row.sources.items())),
+        "flow_waiting": row.flow_waiting,  # runs parked for a step flow-control key (see flow-keys)
     }
 
 
@@ -287,7 +291,8 @@ def unpause(workflow: str, app_ref: str | None, store: str, fmt: str) -> None:
 
     async def go() -> tuple[bool, int]:
         async with open_client(app, store) as client:
-            was_paused = any(p.scope == f"wf:{workflow}" for p in await inspector_of(client).pauses())
+            paused = await inspector_of(client).pauses()
+            was_paused = any(p.kind == "workflow" and p.name == workflow for p in paused)
             return was_paused, await client.unpause(workflow)
 
     was_paused, released = run_async(go())
@@ -318,16 +323,12 @@ def pause_key(key: str, until: datetime | None, for_: float | None, reason: str 
     Without --until or --for the key stays held until `unpause-key`. Starts that arrive
     meanwhile are parked, not discarded.
     """
-    if not key.strip():
-        raise click.BadParameter("the key must not be empty", param_hint="'KEY'")
     if until is not None and for_ is not None:
         raise click.UsageError("give --until or --for, not both")
 
-    now = datetime.now(UTC)
-    end = until if for_ is None else now + timedelta(seconds=for_)
-    if end is not None and end <= now:
-        hint = "'--until'" if for_ is None else "'--for'"
-        raise click.BadParameter(f"{end.isoformat()} is not in the future", param_hint=hint)
+    end = until if for_ is None else datetime.now(UTC) + timedelta(seconds=for_)
+    with usage_errors():
+        check_key_hold(key, end, datetime.now(UTC).timestamp())
 
     async def go() -> None:
         async with open_client(load_app(None), store) as client:
@@ -352,9 +353,7 @@ def unpause_key(key: str, store: str, fmt: str) -> None:
 
     async def go() -> bool:
         async with open_client(load_app(None), store) as client:
-            was_paused = any(p.scope == f"key:{key}" for p in await inspector_of(client).pauses())
-            await client.unpause_key(key)
-            return was_paused
+            return await client.unpause_key(key)
 
     was_paused = run_async(go())
     document = {"verb": "unpause-key", "key": key, "was_paused": was_paused}
@@ -388,6 +387,40 @@ def pauses(store: str, fmt: str) -> None:
             table.add_column(column, no_wrap=column != "reason")
         for p in found:
             table.add_row(p.kind, p.name, p.reason or "", when(p.since), when(p.until) or "until lifted")
+        console.print(table)
+
+    emit(fmt, document, render)
+
+
+@workflows.command("pending")
+@click.option("--workflow", help="Only the starts of this workflow.")
+@click.option("--mode", help="Only the starts parked by this control (debounce, batch, concurrency, paused, ...).")
+@click.option("--limit", type=count_type(1, 10_000), default=100, show_default=True)
+@store_option
+@format_option
+def pending(workflow: str | None, mode: str | None, limit: int, store: str, fmt: str) -> None:
+    """The starts parked at the gate (oldest arrival first), each with its tickets.
+
+    A start the gate parked has a ticket, not a run yet: `workflows why TICKET` traces it,
+    `workflows cancel-start TICKET` withdraws it.
+    """
+
+    async def go() -> list[ParkedStart]:
+        async with open_inspector(load_app(None), store) as inspector:
+            return await inspector.parked(workflow=workflow, mode=mode, limit=limit)
+
+    found = run_async(go())
+    document = {"pending": [p.to_dict() for p in found]}
+
+    def render(console: Console) -> None:
+        if not found:
+            console.print("no start is parked at the gate")
+            return
+        table = Table()  # tickets whole (they are what `why` takes); the rest wraps in 80 columns
+        for column in ("ticket", "workflow", "by", "key", "held", "due (UTC)"):
+            table.add_column(column, no_wrap=column == "ticket", overflow="fold")
+        for p in found:
+            table.add_row(p.ticket, p.workflow, p.mode, p.key or "", str(p.folded), when(p.due_at))
         console.print(table)
 
     emit(fmt, document, render)

@@ -15,25 +15,32 @@ import sys
 import click
 
 from ..app import App
-from ..http import create_app, serve_http
+from ..http import AccessPolicy, create_app, serve_http
 from .common import app_option, load_app, open_client, run_async, store_option
 from .groups import cli
-from .serve import check_http_bind, display_url, http_options
+from .serve import access_policy, check_http_bind, display_url, http_options
 
 __all__: list[str] = []
 
 log = logging.getLogger("lockgate.inspect")
 
 
-async def _serve(app: App, store: str, host: str, port: int) -> None:
+async def _serve(app: App, store: str, host: str, port: int, policy: AccessPolicy) -> None:
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
     async with open_client(app, store) as client:
         client.source = "http"
-        log.info("HTTP API for %s on http://%s:%d/api/v1 (no workers)", display_url(store), host, port)
-        server = asyncio.create_task(serve_http(create_app(client), host, port))
+        log.info(
+            "HTTP API for %s on http://%s:%d/api/v1, dashboard on http://%s:%d/ui (no workers)",
+            display_url(store),
+            host,
+            port,
+            host,
+            port,
+        )
+        server = asyncio.create_task(serve_http(create_app(client, policy=policy), host, port))
         stopper = asyncio.create_task(stop.wait())
         done, _ = await asyncio.wait({server, stopper}, return_when=asyncio.FIRST_COMPLETED)
         for task in (server, stopper):
@@ -50,12 +57,20 @@ async def _serve(app: App, store: str, host: str, port: int) -> None:
 @store_option
 @app_option(required=False, purpose="payload models and concurrency limits")
 @http_options
-def inspect_api(store: str, app_ref: str | None, http_bind: str, no_http: bool) -> None:
+def inspect_api(
+    store: str,
+    app_ref: str | None,
+    http_bind: str,
+    no_http: bool,
+    token_file: str | None,
+    read_token_file: str | None,
+) -> None:
     """Serve the HTTP inspect API over STORE without running workers, until SIGINT or SIGTERM."""
     if no_http:
         raise click.UsageError("inspect only serves the HTTP API: drop --no-http")
-    bind = check_http_bind(http_bind)
+    policy = access_policy(token_file, read_token_file)
+    bind = check_http_bind(http_bind, policy)
     assert bind is not None
     app = load_app(app_ref)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
-    run_async(_serve(app, store, *bind))
+    run_async(_serve(app, store, *bind, policy))

@@ -8,7 +8,7 @@ from rich.table import Table
 
 from ..crypto import KEYS_ENV, Keyring, generate_key
 from ..inspect import Rotation
-from .common import format_option, load_app, open_inspector, run_async, store_option
+from .common import count_type, format_option, load_app, open_inspector, run_async, store_option
 from .groups import cli
 from .output import emit
 
@@ -29,7 +29,7 @@ def generate(key_id: str | None) -> None:
 
 @keys.command("rotate")
 @click.option("--workflow", metavar="NAME", help="Only the runs of this workflow.")
-@click.option("--batch", type=click.IntRange(min=1), default=500, show_default=True, help="Rows per commit.")
+@click.option("--batch", type=count_type(1), default=500, show_default=True, help="Rows per commit.")
 @click.option("--dry-run", is_flag=True, help="Count what would be sealed again; write nothing.")
 @store_option
 @format_option
@@ -45,7 +45,7 @@ def rotate(workflow: str | None, batch: int, dry_run: bool, store: str, fmt: str
         raise click.UsageError(f"no key: set {KEYS_ENV} (newest first) to rotate to its first key")
 
     async def go() -> Rotation:
-        async with open_inspector(load_app(None), store) as inspector:
+        async with open_inspector(load_app(None), store, writes=not dry_run) as inspector:
             return await inspector.rotate_keys(workflow=workflow, batch=batch, dry_run=dry_run)
 
     report = run_async(go())

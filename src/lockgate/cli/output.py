@@ -25,6 +25,7 @@ __all__ = [
     "emit",
     "events_table",
     "make_console",
+    "run_line",
     "run_summary",
     "runs_table",
     "short",
@@ -106,6 +107,16 @@ def runs_table(runs: Iterable[RunInfo], *, title: str | None = None) -> Table:
     return table
 
 
+def run_line(run: RunInfo) -> Text:
+    """One run on one line (a followed listing): created, id, workflow, status, error."""
+    line = Text(f"{when(run.created_at)}  {run.id}  {run.workflow}  ")
+    line.append_text(status_text(run.status, run.waiting_on))
+    error = _error(run.error_tag, run.error_message)
+    if error:
+        line.append(f"  {error}")
+    return line
+
+
 def run_summary(run: RunInfo) -> Table:
     table = Table(show_header=False, box=None, padding=(0, 2, 0, 0))
     table.add_column(style="bold")
@@ -137,13 +148,19 @@ def run_summary(run: RunInfo) -> Table:
 
 
 def steps_table(steps: Iterable[StepInfo]) -> Table:
+    # "#": the order the body reached each entry, 1, 2, 3, ... (the stored seq may skip numbers)
     table = Table(title="journal", title_justify="left")
-    for column in ("#", "step", "kind", "status", "attempts", "output / error", "finished (UTC)"):
-        table.add_column(column, no_wrap=column != "output / error")
-    for step in steps:
+    table.add_column("#", no_wrap=True)
+    table.add_column("step", overflow="fold")
+    table.add_column("kind", no_wrap=True)
+    table.add_column("status", no_wrap=True)
+    table.add_column("tries", no_wrap=True)
+    table.add_column("output / error", min_width=12, overflow="fold")
+    table.add_column("finished (UTC)", overflow="fold")
+    for position, step in enumerate(steps, 1):
         outcome = _error(step.error_tag, step.error_message) or short(step.output)
         table.add_row(
-            str(step.seq),
+            str(position),
             step.key,
             step.kind,
             Text(step.status, style={"completed": "green", "failed": "red"}.get(step.status, "cyan")),

@@ -14,7 +14,16 @@ from ..engine.firing import Fired
 from ..engine.schedules import BackfillSlot
 from ..errors import InvalidArgument
 from ..inspect import FiringInfo, ScheduleInfo
-from .common import app_option, format_option, load_app, open_client, open_inspector, run_async, store_option
+from .common import (
+    app_option,
+    count_type,
+    format_option,
+    load_app,
+    open_client,
+    open_inspector,
+    run_async,
+    store_option,
+)
 from .groups import cli
 from .output import STATUS_STYLE, emit, when
 
@@ -95,7 +104,7 @@ def next_slots(name: str, count: int, app_ref: str, fmt: str) -> None:
 
 @schedules.command("firings")
 @click.argument("name")
-@click.option("--limit", type=click.IntRange(min=1), default=50, show_default=True)
+@click.option("--limit", type=count_type(1), default=50, show_default=True)
 @app_option(required=False, purpose="not needed: the ledger is in the store")
 @store_option
 @format_option

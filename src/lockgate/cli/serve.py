@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import signal
 import sys
@@ -24,16 +25,29 @@ from ..app import App
 from ..durations import format_seconds
 from ..engine import Engine
 from ..engine.engine import MIN_RETENTION
-from ..http import DEFAULT_BIND, AccessPolicy, bind_refusal, bind_socket, create_app, parse_bind, serve_http
-from .common import DurationType, load_app, run_async, store_option
+from ..http import (
+    DEFAULT_BIND,
+    READ_TOKEN_ENV,
+    TOKEN_ENV,
+    AccessPolicy,
+    bind_refusal,
+    bind_socket,
+    create_app,
+    parse_bind,
+    serve_http,
+)
+from ..store import open_store
+from .common import DurationType, count_type, load_app, run_async, store_option
 from .groups import cli
 
 __all__ = [
     "BindRefused",
     "ServeConfig",
     "Service",
+    "access_policy",
     "build_services",
     "check_http_bind",
+    "cluster_reporter",
     "display_url",
     "http_options",
     "serve_app",
@@ -55,6 +69,10 @@ class ServeConfig:
     delivery_retention: float | None = 30 * 86400.0  # their deliveries: a custom key's dedupe window
     http: tuple[str, int] | None = None  # where the HTTP API listens (None: not served)
     http_required: bool = True  # False (the default bind): a taken port leaves the workers running without it
+    policy: AccessPolicy | None = None  # the API's tokens (None: from the environment)
+    cluster_metrics: str = "auto"  # which replica serves the store-wide gauges on /metrics (cluster_reporter)
+    migrate: bool = True  # False: refuse a store whose schema is not current instead of migrating it
+    grace: float = 30.0  # at shutdown, how long running step attempts may finish before their runs are released
 
 
 @dataclass(frozen=True)
@@ -74,7 +92,7 @@ def build_services(engine: Engine, config: ServeConfig) -> list[Service]:
     if config.http is None:
         return []
     host, port = config.http
-    api = create_app(engine.client)
+    api = create_app(engine.client, policy=config.policy, cluster_metrics=cluster_reporter(engine, config))
 
     async def run() -> None:
         try:
@@ -86,10 +104,24 @@ def build_services(engine: Engine, config: ServeConfig) -> list[Service]:
             log.warning("HTTP API not served: cannot listen on %s:%d (%s); pass --http or --no-http", host, port, exc)
             await asyncio.Event().wait()
             return
-        log.info("HTTP API on http://%s:%d/api/v1 (metrics on /metrics)", host, port)
+        where = f"http://{host}:{port}"
+        log.info("HTTP API on %s/api/v1, dashboard on %s/ui (metrics on /metrics)", where, where)
         await serve_http(api, host, port, sock)
 
     return [Service("http", run)]
+
+
+def cluster_reporter(engine: Engine, config: ServeConfig) -> bool | Callable[[], bool]:
+    """Whether this replica's ``/metrics`` serves the store-wide gauges: ``on``, ``off``, or ``auto``.
+
+    ``auto``: always on SQLite; on PostgreSQL only the replica holding the drain lease (one at
+    a time), so that a sum over replicas counts the store once.
+    """
+    if config.cluster_metrics != "auto":
+        return config.cluster_metrics == "on"
+    if engine.store.dialect == "sqlite":
+        return True
+    return lambda: engine.drainer.holds_lease
 
 
 class BindRefused(click.ClickException):
@@ -112,8 +144,27 @@ def check_http_bind(bind: str | None, policy: AccessPolicy | None = None) -> tup
     return host, port
 
 
+def access_policy(token_file: str | None, read_token_file: str | None) -> AccessPolicy:
+    """The API's tokens from ``--token-file`` / ``--read-token-file``, else the environment."""
+    try:
+        return AccessPolicy.load(token_file, read_token_file)
+    except ValueError as exc:
+        hint = "'--token-file'" if token_file is not None and token_file in str(exc) else "'--read-token-file'"
+        raise click.BadParameter(str(exc), param_hint=hint) from exc
+
+
 def http_options(fn: Callable[..., Any]) -> Callable[..., Any]:
-    """``--http HOST:PORT`` and ``--no-http``, shared by ``serve`` and ``inspect``."""
+    """``--http HOST:PORT``, ``--no-http`` and the token files, shared by ``serve`` and ``inspect``."""
+    fn = click.option(
+        "--read-token-file",
+        type=click.Path(dir_okay=False),
+        help=f"A file holding the read-only token (instead of {READ_TOKEN_ENV}).",
+    )(fn)
+    fn = click.option(
+        "--token-file",
+        type=click.Path(dir_okay=False),
+        help=f"A file holding the read-and-operate token (instead of {TOKEN_ENV}).",
+    )(fn)
     fn = click.option("--no-http", is_flag=True, help="Do not serve the HTTP API.")(fn)
     return click.option(
         "--http",
@@ -150,9 +201,11 @@ def display_url(url: str) -> str:
 
 async def serve_app(app: App, config: ServeConfig) -> int:
     """Run until a stop signal; the exit code (1 if a service ended on its own)."""
+    store = open_store(config.store)
+    store.schema_mode = "migrate" if config.migrate else "check"
     engine = Engine(
         app,
-        config.store,
+        store,
         max_concurrent_runs=config.max_concurrent_runs,
         lease=config.lease,
         retention=config.retention,
@@ -172,7 +225,8 @@ async def serve_app(app: App, config: ServeConfig) -> int:
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, on_signal, sig)
     failed: list[str] = []
-    async with engine:
+    await engine.open()
+    try:
         log.info(
             "worker %s started (store %s, app %s: %d workflow(s), max %d concurrent runs, lease %gs, retention %s)",
             engine.worker_id,
@@ -183,8 +237,9 @@ async def serve_app(app: App, config: ServeConfig) -> int:
             config.lease,
             "never" if config.retention is None else format_seconds(config.retention),
         )
+        services = [*build_services(engine, config), Service("store", _until_broken(engine))]
         tasks: dict[asyncio.Task[Any], Service] = {
-            asyncio.create_task(s.run(), name=f"lockgate-serve-{s.name}"): s for s in build_services(engine, config)
+            asyncio.create_task(s.run(), name=f"lockgate-serve-{s.name}"): s for s in services
         }
         stopper: asyncio.Task[Any] = asyncio.create_task(stop.wait())
         done, _ = await asyncio.wait({stopper, *tasks}, return_when=asyncio.FIRST_COMPLETED)
@@ -192,15 +247,64 @@ async def serve_app(app: App, config: ServeConfig) -> int:
             if task in tasks:
                 error = task.exception()
                 failed.append(tasks[task].name)
-                log.error("service %s ended unexpectedly: %r; shutting down", tasks[task].name, error)
+                if tasks[task].name != "store":  # a corrupt store was logged where it was found
+                    log.error("service %s ended unexpectedly: %r; shutting down", tasks[task].name, error)
         for task in [stopper, *tasks]:
             task.cancel()
         for task in [stopper, *tasks]:
             with contextlib.suppress(BaseException):
                 await task
-    why = received[0] if received else f"service {failed[0]} ended"
-    log.info("worker %s stopped (%s)", engine.worker_id, why)
+    finally:
+        if received:
+            log.info("stopping: no new work is claimed; running steps may finish for %s", format_seconds(config.grace))
+        shutdown = await engine.close(grace=config.grace if received and not failed else 0)
+    if failed == ["store"]:
+        why = "the store is corrupt"
+    else:
+        why = received[0] if received else f"service {failed[0]} ended"
+    log.info(
+        "worker %s stopped (%s): %d step attempt(s) finished and journaled while stopping, %d run(s) released",
+        engine.worker_id,
+        why,
+        shutdown.finished,
+        shutdown.released,
+    )
     return 1 if failed else 0
+
+
+def _until_broken(engine: Engine) -> Callable[[], Coroutine[Any, Any, None]]:
+    """A service that ends (stopping ``serve`` with exit 1) when the engine finds its store corrupt."""
+
+    async def watch() -> None:
+        await engine.dispatcher.broken.wait()
+
+    return watch
+
+
+class JsonLogFormatter(logging.Formatter):
+    """One JSON object per log line: ``time``, ``level``, ``logger``, ``message``."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        line = {
+            "time": self.formatTime(record),
+            "level": record.levelname,
+            "logger": record.name,
+            "message": record.getMessage(),
+        }
+        if record.exc_info:
+            line["error"] = self.formatException(record.exc_info)
+        return json.dumps(line)
+
+
+def configure_logging(quiet: bool, log_format: str) -> None:
+    """Log lines on stderr, as text or JSON; ``quiet`` drops the line per run start and end."""
+    handler = logging.StreamHandler(sys.stderr)
+    if log_format == "json":
+        handler.setFormatter(JsonLogFormatter())
+    else:
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    logging.basicConfig(level=logging.INFO, handlers=[handler], force=True)
+    logging.getLogger("lockgate.runs").setLevel(logging.WARNING if quiet else logging.INFO)
 
 
 @cli.command()
@@ -208,7 +312,7 @@ async def serve_app(app: App, config: ServeConfig) -> int:
 @store_option
 @click.option(
     "--max-concurrent-runs",
-    type=click.IntRange(min=1),
+    type=count_type(1, 10_000),
     metavar="N",
     default=200,
     show_default=True,
@@ -244,7 +348,34 @@ async def serve_app(app: App, config: ServeConfig) -> int:
     help="Delete event deliveries older than this; a trigger's custom idempotency key deduplicates only "
     "this long ('never' keeps them).",
 )
+@click.option(
+    "--grace",
+    type=DurationType(),
+    default="30s",
+    show_default=True,
+    help="At SIGINT/SIGTERM, how long the step attempts running here may finish (their results are journaled) "
+    "before the runs are released for other workers.",
+)
+@click.option("-q", "--quiet", is_flag=True, help="No log line per run start and end.")
+@click.option(
+    "--log-format",
+    type=click.Choice(["text", "json"]),
+    default="text",
+    show_default=True,
+    help="json: one JSON object a line.",
+)
+@click.option(
+    "--no-migrate", is_flag=True, help="Do not migrate the store at boot: refuse one whose schema is not current."
+)
 @http_options
+@click.option(
+    "--cluster-metrics",
+    type=click.Choice(["auto", "on", "off"]),
+    default="auto",
+    show_default=True,
+    help="Serve the store-wide gauges on /metrics: auto = on SQLite, and on PostgreSQL from the replica "
+    "holding the drain lease only.",
+)
 @click.pass_context
 def serve(
     ctx: click.Context,
@@ -257,6 +388,13 @@ def serve(
     delivery_retention: float | None,
     http_bind: str,
     no_http: bool,
+    token_file: str | None,
+    read_token_file: str | None,
+    cluster_metrics: str,
+    no_migrate: bool,
+    grace: float,
+    quiet: bool,
+    log_format: str,
 ) -> None:
     """Run the workflows of MODULE:APP (workers + sweeps) until SIGINT or SIGTERM.
 
@@ -266,9 +404,10 @@ def serve(
     """
     if lease < 0.5:
         raise click.BadParameter("must be at least 500ms", param_hint="'--lease'")
-    http = None if no_http else check_http_bind(http_bind)
+    policy = access_policy(token_file, read_token_file)
+    http = None if no_http else check_http_bind(http_bind, policy)
     app = load_app(app_ref, param_hint="'MODULE:APP'")
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
+    configure_logging(quiet, log_format)
     config = ServeConfig(
         app_ref=app_ref,
         store=store,
@@ -279,6 +418,10 @@ def serve(
         delivery_retention=delivery_retention,
         http=http,
         http_required=ctx.get_parameter_source("http_bind") is not click.core.ParameterSource.DEFAULT,
+        policy=policy,
+        cluster_metrics=cluster_metrics,
+        migrate=not no_migrate,
+        grace=grace,
     )
     code = run_async(serve_app(app, config))
     ctx.exit(code)

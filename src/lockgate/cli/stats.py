@@ -9,24 +9,32 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from ..inspect import RUN_STATUSES, Stats
+from ..inspect import MAX_HOURS, RUN_STATUSES, Hours, Stats
 from .common import format_option, load_app, open_inspector, run_async, store_option
 from .groups import workflows
-from .output import STATUS_STYLE, emit
+from .output import STATUS_STYLE, emit, when
 
-__all__: list[str] = []
+__all__ = ["sparkline"]
+
+SPARKS = "▁▂▃▄▅▆▇█"
 
 
 @workflows.command("stats")
 @click.option("--workflow", metavar="NAME", help="Only this workflow.")
+@click.option(
+    "--hours",
+    type=click.IntRange(min=1, max=MAX_HOURS),
+    metavar="N",
+    help="Also the runs created in each of the last N hours, as a sparkline per workflow.",
+)
 @store_option
 @format_option
-def stats(workflow: str | None, store: str, fmt: str) -> None:
+def stats(workflow: str | None, hours: int | None, store: str, fmt: str) -> None:
     """Runs per workflow and status, and starts parked at the gate per mode (paused, debounce, concurrency, ...)."""
 
     async def go() -> Stats:
         async with open_inspector(load_app(None), store) as inspector:
-            return await inspector.stats(workflow)
+            return await inspector.stats(workflow, hours=hours)
 
     found = run_async(go())
     document = found.to_dict()
@@ -51,8 +59,39 @@ def stats(workflow: str | None, store: str, fmt: str) -> None:
                 _parked_cell(entry["parked"], entry["parked_total"]),
             )
         console.print(table)
+        if found.hourly is not None:
+            console.print(_hourly_table(found.hourly))
 
     emit(fmt, document, render)
+
+
+def _hourly_table(hourly: Hours) -> Table:
+    """Runs created per hour, per workflow: a sparkline (oldest hour at the left), totals beside it."""
+    title = f"runs created per hour, the last {hourly.hours} hour(s) from {when(hourly.start)} UTC"
+    table = Table(title=title, title_justify="left")
+    table.add_column("workflow", no_wrap=True)
+    table.add_column("per hour", no_wrap=True)
+    table.add_column("peak", justify="right")
+    table.add_column("created", justify="right")
+    table.add_column("failed", justify="right", style=STATUS_STYLE["failed"])
+    rows = hourly.workflows + ([hourly.totals] if len(hourly.workflows) != 1 else [])
+    for entry in rows:
+        table.add_row(
+            Text(entry.workflow, style="bold" if entry is hourly.totals else ""),
+            sparkline(entry.started),
+            str(max(entry.started, default=0)),
+            str(entry.total),
+            str(sum(entry.failed)),
+        )
+    return table
+
+
+def sparkline(counts: list[int]) -> str:
+    """``counts`` as block characters scaled to the largest (a blank for zero, ``▁`` for the least above it)."""
+    top = max(counts, default=0)
+    if top == 0:
+        return " " * len(counts)
+    return "".join(" " if n == 0 else SPARKS[min(len(SPARKS) - 1, (n * len(SPARKS) - 1) // top)] for n in counts)
 
 
 def _parked_cell(parked: dict[str, int], total: int) -> str:

@@ -108,8 +108,23 @@ def resume_from_step(run_id: str, step: str, store: str, fmt: str) -> None:
 @store_option
 @format_option
 def discard(run_id: str, store: str, fmt: str) -> None:
-    """Acknowledge a failed run: it stays failed but leaves the dead-letter list."""
-    _apply("discard", run_id, store, fmt, lambda c: c.discard(run_id))
+    """Acknowledge a failed run: it stays failed but leaves the dead-letter list (again: a no-op)."""
+
+    async def go() -> tuple[bool, dict[str, Any]]:
+        async with open_client(load_app(None), store) as client:
+            changed = await client.discard(run_id)
+            return changed, (await inspector_of(client).run(run_id)).to_dict()
+
+    changed, run = run_async(go())
+    document: dict[str, Any] = {"verb": "discard", "run": run, "already_discarded": not changed}
+
+    def render(console: Console) -> None:
+        if changed:
+            console.print(f"discard: run {run_id} is discarded (it stays failed, off the dead-letter list)")
+        else:
+            console.print(f"discard: run {run_id} was already discarded; nothing changed")
+
+    emit(fmt, document, render)
 
 
 @workflows.command()

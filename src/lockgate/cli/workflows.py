@@ -2,18 +2,25 @@
 
 from __future__ import annotations
 
-from typing import Any
+import contextlib
+import json
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING, Any
 
 import click
+from pydantic_core import to_jsonable_python
 from rich.console import Console
 from rich.text import Text
 
-from ..inspect import RUN_STATUSES, RunDetail
-from ..records import RunInfo
+from ..durations import to_seconds
+from ..errors import InvalidArgument
+from ..inspect import RUN_STATUSES, RunDetail, RunFilter, RunPage, split_statuses
 from .common import (
     DurationType,
     JsonType,
     app_option,
+    count_type,
     format_option,
     load_app,
     open_client,
@@ -22,54 +29,205 @@ from .common import (
     store_option,
 )
 from .groups import workflows
-from .output import attempts_table, emit, events_table, run_summary, runs_table, short, steps_table
+from .output import (
+    attempts_table,
+    emit,
+    events_table,
+    make_console,
+    run_line,
+    run_summary,
+    runs_table,
+    short,
+    steps_table,
+)
 
-__all__ = ["STATUSES"]
+__all__ = ["STATUSES", "SinceType", "run_filter", "usage_errors"]
 
 STATUSES = RUN_STATUSES
+
+if TYPE_CHECKING:
+    _ParamType = click.ParamType[Any]
+else:  # click < 8.2 has no type parameters at run time
+    _ParamType = click.ParamType
+
+
+class SinceType(_ParamType):
+    """An instant: ISO 8601 (UTC without an offset), or a duration meaning that long ago (``90m``)."""
+
+    name = "TIME"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> datetime:
+        if isinstance(value, datetime):
+            return value if value.tzinfo is not None else value.replace(tzinfo=UTC)
+        try:
+            parsed = datetime.fromisoformat(str(value))
+        except ValueError:
+            pass
+        else:
+            return parsed if parsed.tzinfo is not None else parsed.replace(tzinfo=UTC)
+        try:
+            ago = to_seconds(str(value), what="time")
+        except ValueError:
+            self.fail(f"neither an ISO 8601 time nor a duration ago (2h, 30m): {value!r}", param, ctx)
+        return datetime.now(UTC) - timedelta(seconds=ago)
+
+
+@contextlib.contextmanager
+def usage_errors() -> Iterator[None]:
+    """Around a check of the query/verb layer made before any store is opened: its ``InvalidArgument``
+    is bad usage (exit 2), and nothing is opened or written."""
+    try:
+        yield
+    except InvalidArgument as exc:
+        raise click.UsageError(str(exc)) from None
+
+
+def run_filter(**fields: Any) -> RunFilter:
+    """A ``RunFilter`` checked before any store is opened (a filter no run can match is bad usage)."""
+    with usage_errors():
+        return RunFilter(**fields).check()
+
+
+def _statuses(ctx: click.Context, param: click.Parameter, value: str | None) -> tuple[str, ...]:
+    """``a,b`` as ``("a", "b")``; which statuses exist is ``RunFilter.check``'s to say."""
+    if value is None:
+        return ()
+    found = split_statuses(value)
+    if not found:
+        raise click.BadParameter("name at least one status", ctx, param)
+    return found
 
 
 @workflows.command("list")
 @click.option("--workflow", metavar="NAME", help="Only runs of this workflow.")
 @click.option("--status", type=click.Choice(STATUSES), help="Only runs in this status.")
+@click.option(
+    "--statuses", metavar="A,B", callback=_statuses, help="Only runs in one of these statuses (comma-separated)."
+)
 @click.option("--dead-letter", is_flag=True, help="Only failed runs nobody has discarded yet.")
 @click.option("--source", metavar="SOURCE", help="Only runs started from there (api, cli, event:NAME, child:ID, ...).")
-@click.option("--limit", type=click.IntRange(min=1), default=50, show_default=True)
-@click.option("--offset", type=click.IntRange(min=0), default=0, show_default=True)
+@click.option("--since", type=SinceType(), help="Only runs created at or after: an ISO time, or a DURATION ago (2h).")
+@click.option("--until", type=SinceType(), help="Only runs created before: an ISO time, or a DURATION ago.")
+@click.option("--id-prefix", metavar="PREFIX", help="Only runs whose id starts with PREFIX.")
+@click.option("--q", "text", metavar="TEXT", help="Only runs with TEXT in their payload or error (case-insensitive).")
+@click.option("--limit", type=count_type(1), default=50, show_default=True)
+@click.option("--offset", type=count_type(0), default=0, show_default=True)
+@click.option("--cursor", metavar="CURSOR", help="Continue below a previous page (its next_cursor).")
+@click.option(
+    "--tail",
+    type=count_type(0),
+    metavar="N",
+    help="Show the last N runs, then each new one as it comes (Ctrl-C stops).",
+)
+@click.option("--poll", type=DurationType(), default="1s", show_default=True, help="With --tail: how often to look.")
 @store_option
 @format_option
 def list_runs(
     workflow: str | None,
     status: str | None,
+    statuses: tuple[str, ...],
     dead_letter: bool,
     source: str | None,
+    since: datetime | None,
+    until: datetime | None,
+    id_prefix: str | None,
+    text: str | None,
     limit: int,
     offset: int,
+    cursor: str | None,
+    tail: int | None,
+    poll: float,
     store: str,
     fmt: str,
 ) -> None:
-    """Runs, newest first."""
-    if dead_letter and source is not None:
-        raise click.BadParameter("--dead-letter cannot be combined with --source")
-    if dead_letter and status not in (None, "failed"):
-        raise click.BadParameter("--dead-letter lists failed runs; it cannot be combined with another status")
+    """Runs, newest first, matching every filter given.
 
-    async def go() -> list[RunInfo]:
+    --q searches the payload and error of at most 5,000 runs per page (the other filters narrow
+    them first); when that window ends, the page says so and its cursor continues the search.
+    """
+    where = run_filter(
+        workflow=workflow,
+        statuses=(*statuses, *(() if status is None else (status,))),
+        source=source,
+        since=since,
+        until=until,
+        id_prefix=id_prefix,
+        text=text,
+        dead_letter=dead_letter,
+    )
+    if tail is not None:
+        _follow(where, tail, poll, store, fmt)
+        return
+
+    async def go() -> RunPage:
         async with open_inspector(load_app(None), store) as inspector:
-            return await inspector.runs(
-                workflow=workflow, status=status, source=source, dead_letter=dead_letter, limit=limit, offset=offset
-            )
+            return await inspector.run_page(where, cursor=cursor, limit=limit, offset=offset)
 
-    runs = run_async(go())
-    document = {"runs": [r.to_dict() for r in runs], "limit": limit, "offset": offset}
+    page = run_async(go())
+    runs = page.items
+    document = {
+        "runs": [r.to_dict() for r in runs],
+        "limit": limit,
+        "offset": offset,
+        "next_cursor": page.next_cursor,
+        "searched": page.searched,
+        "filter": where.to_dict(),
+    }
 
     def render(console: Console) -> None:
-        if not runs:
-            console.print("no runs" + (" on this page" if offset else ""))
+        if runs:
+            console.print(runs_table(runs))
+        else:
+            console.print("no runs" + (" on this page" if offset or cursor else ""))
+        if text is not None and page.next_cursor is not None and len(runs) < limit:
+            console.print(
+                Text(f"searched {page.searched} runs; more may match: --cursor {page.next_cursor}", style="dim")
+            )
+        elif page.next_cursor is not None:
+            console.print(Text(f"more follow: --cursor {page.next_cursor}", style="dim"))
+
+    emit(fmt, document, render)
+
+
+def _follow(where: RunFilter, tail: int, poll: float, store: str, fmt: str) -> None:
+    """Print the last ``tail`` runs, then each new one (one line, or one JSON document per line) until Ctrl-C."""
+    console = make_console()
+
+    async def go() -> None:
+        async with open_inspector(load_app(None), store) as inspector:
+            async for run in inspector.follow_runs(where, tail=tail, poll=poll):
+                if fmt == "json":
+                    click.echo(json.dumps(to_jsonable_python(run.to_dict(), fallback=str), ensure_ascii=False))
+                else:
+                    console.print(run_line(run))
+
+    with contextlib.suppress(KeyboardInterrupt):  # Ctrl-C is how a follow ends
+        run_async(go())
+
+
+@workflows.command("children")
+@click.argument("run_id")
+@click.option("--limit", type=click.IntRange(min=1), default=50, show_default=True)
+@click.option("--cursor", metavar="CURSOR", help="Continue below a previous page (its next_cursor).")
+@store_option
+@format_option
+def children(run_id: str, limit: int, cursor: str | None, store: str, fmt: str) -> None:
+    """The runs RUN_ID started (its children), newest first."""
+
+    async def go() -> RunPage:
+        async with open_inspector(load_app(None), store) as inspector:
+            return await inspector.children(run_id, cursor=cursor, limit=limit)
+
+    page = run_async(go())
+    document = {"run_id": run_id, "children": [r.to_dict() for r in page.items], "next_cursor": page.next_cursor}
+
+    def render(console: Console) -> None:
+        if not page.items:
+            console.print(f"run {run_id} has no children" + (" on this page" if cursor else ""))
             return
-        console.print(runs_table(runs))
-        if len(runs) == limit:
-            console.print(Text(f"more may follow: --offset {offset + limit}", style="dim"))
+        console.print(runs_table(page.items, title=f"children of {run_id}"))
+        if page.next_cursor is not None:
+            console.print(Text(f"more follow: --cursor {page.next_cursor}", style="dim"))
 
     emit(fmt, document, render)
 

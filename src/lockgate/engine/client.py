@@ -8,7 +8,6 @@ the store only.
 from __future__ import annotations
 
 import asyncio
-import importlib
 import json
 from collections.abc import Awaitable, Callable, Sequence
 from contextlib import AbstractContextManager
@@ -20,7 +19,7 @@ from pydantic import BaseModel
 
 from ..app import App
 from ..clock import Clock, SystemClock, wait_event
-from ..crypto import Keyring, Sealer, is_sealed, open_payload, reveal_row
+from ..crypto import Keyring, Sealer, is_sealed, open_payload
 from ..definitions import WorkflowDef
 from ..errors import (
     InvalidArgument,
@@ -31,19 +30,22 @@ from ..errors import (
 )
 from ..events import DeliveryRecord, EventDef, EventRecord, Subject
 from ..gate.admission import admit, identity_key
+from ..gate.joined import admit_within
 from ..handles import RunHandle
 from ..ids import new_id
 from ..inspect.schedules import FiringInfo, ScheduleInfo
 from ..origin import current_origin, starting_from
+from ..queues import Queue, check_member
+from ..recording import DEFAULT_INPUT_LIMIT, check_input_limit, resolve_recording
 from ..records import AttemptInfo, EventInfo, RunInfo, StepInfo
-from ..serde import validate_payload
-from ..store import Store, journal, messages, open_store, runs, shared
+from ..serde import import_model, payload_json, validate_payload
+from ..store import Store, messages, open_store, runs, shared
 from ..store.base import Row
 from . import events as domain_events
 from . import schedules
 from .core import Core, WorkflowRef
 from .firing import Fired, ScheduleRuntime
-from .operator import BulkResult, OperatorVerbs, bulk, statuses
+from .operator import BulkResult, OperatorVerbs, bulk, check_reason, statuses
 
 __all__ = ["DEFAULT_STORE", "Client", "WorkflowRef"]
 
@@ -62,9 +64,10 @@ class Client(OperatorVerbs):
         poll_interval: float = 0.5,
         recording: str = "full",
         encryption_keys: str | Sequence[str] | None = None,
+        step_input_limit: int = DEFAULT_INPUT_LIMIT,
     ) -> None:
-        if recording not in ("full", "coarse"):
-            raise InvalidArgument(f"recording must be 'full' or 'coarse', not {recording!r}")
+        recording = resolve_recording(recording)  # LOCKGATE_RECORDING, when set, wins
+        check_input_limit(step_input_limit)
         super().__init__(
             Core(
                 app,
@@ -73,6 +76,7 @@ class Client(OperatorVerbs):
                 poll_interval,
                 recording,
                 Keyring.load(encryption_keys),  # newest first; LOCKGATE_ENCRYPTION_KEYS when not given
+                step_input_limit,
             )
         )
         self.schedule_owner = "client"
@@ -164,13 +168,19 @@ class Client(OperatorVerbs):
         timeout: float | None = None,
         subject: Subject | None = None,
         trace_id: str | None = None,
+        conn: Any = None,
     ) -> RunHandle:
         """Offer a start to the gate; the handle says what became of it.
 
         With ``wait=True`` the call returns once the run has ended (its result via
         ``handle.result()``, or raised when it failed). ``subject`` (the starter's identity,
         never its authority) and ``trace_id`` are recorded with the run (``ctx.subject``).
+        ``conn``: the caller's connection (psycopg 3, ``sqlite3``, an SQLAlchemy session or
+        connection) inside its open transaction on the store's database; the start is decided
+        and written there, and exists if and only if that transaction commits (docs/transactions.md).
         """
+        if conn is not None:
+            return await self._start_within(conn, workflow, payload, at, wait, idempotency_key, subject, trace_id)
         if subject is None and trace_id is None:  # nearly every start: nothing to record around it
             handle = await self._admit(
                 workflow, payload, at=at, wait=wait, idempotency_key=idempotency_key, flow_control=flow_control
@@ -184,6 +194,17 @@ class Client(OperatorVerbs):
             await self.result(handle.run_id, timeout=timeout)
         return handle
 
+    async def enqueue(
+        self, queue: Queue | str, workflow: WorkflowRef, payload: Any = None, *, idempotency_key: str | None = None
+    ) -> RunHandle:
+        """Put ``workflow`` in the durable ``queue`` it is declared in (``@app.workflow(queue=...)``).
+
+        It is ``start``: the queue's controls are the workflow's own, so the gate decides it.
+        """
+        defn = self.app.get(workflow)
+        check_member(defn.name, defn.queue, queue)
+        return await self.start(defn.name, payload, idempotency_key=idempotency_key)
+
     async def run(
         self,
         workflow: WorkflowRef,
@@ -191,11 +212,12 @@ class Client(OperatorVerbs):
         *,
         idempotency_key: str | None = None,
         timeout: float | None = None,
+        flow_control: Any = None,
     ) -> Any:
         """Start and wait: the run's result, or its failure raised."""
         # A blocking start (``wait=True`` at the gate), read back once: not via start(), which reads it too.
         handle = await self._admit(
-            workflow, payload, at=None, wait=True, idempotency_key=idempotency_key, flow_control=None
+            workflow, payload, at=None, wait=True, idempotency_key=idempotency_key, flow_control=flow_control
         )
         assert handle.run_id is not None
         return await self.result(handle.run_id, timeout=timeout)
@@ -224,6 +246,25 @@ class Client(OperatorVerbs):
             idempotency_key=idempotency_key,
             flow_control=flow_control,
         )
+
+    async def _start_within(
+        self,
+        conn: Any,
+        workflow: WorkflowRef,
+        payload: Any,
+        at: datetime | None,
+        wait: bool,
+        idempotency_key: str | None,
+        subject: Subject | None,
+        trace_id: str | None,
+    ) -> RunHandle:
+        """A start written in the caller's transaction (``gate/joined.py``)."""
+        if wait:
+            raise InvalidArgument("wait=True cannot be combined with conn=: the run starts only once conn commits")
+        with self._starting(subject, trace_id):
+            return await admit_within(
+                self.core.runtime, conn, workflow, payload, at=at, idempotency_key=idempotency_key
+            )
 
     def _starting(self, subject: Subject | None, trace_id: str | None) -> AbstractContextManager[Any]:
         """Around a start given a starter or a trace id: record them (origin.py)."""
@@ -268,47 +309,53 @@ class Client(OperatorVerbs):
 
     async def get_run(self, run_id: str) -> RunInfo:
         """One run (``UnknownRun`` if there is none)."""
-        return RunInfo.from_row(reveal_row(self.keyring, await self.store.read(shared.get_run, run_id)))
+        return await self.inspector.run(run_id)
 
     async def list_runs(
         self,
         *,
         workflow: str | None = None,
         status: str | None = None,
+        statuses: Sequence[str] = (),
         parent_id: str | None = None,
         source: str | None = None,
+        since: datetime | None = None,
+        until: datetime | None = None,
+        id_prefix: str | None = None,
+        text: str | None = None,
+        dead_letter: bool = False,
+        cursor: str | None = None,
         limit: int = 50,
         offset: int = 0,
     ) -> list[RunInfo]:
-        """Runs, newest first (``source``: only those started from there, e.g. ``event:order.paid``)."""
-        if status is not None and status not in ("running", "suspended", "succeeded", "failed", "cancelled"):
-            raise InvalidArgument(f"unknown status {status!r}: running, suspended, succeeded, failed or cancelled")
-        if limit < 1 or offset < 0:
-            raise InvalidArgument("limit must be >= 1 and offset >= 0")
-        rows = await self.store.read(
-            runs.list_runs,
+        """Runs matching every filter given, newest first (``Inspector.runs``; for the next page's cursor,
+        ``client.inspector.run_page``)."""
+        return await self.inspector.runs(
             workflow=workflow,
             status=status,
+            statuses=statuses,
             parent_id=parent_id,
             source=source,
+            since=since,
+            until=until,
+            id_prefix=id_prefix,
+            text=text,
+            dead_letter=dead_letter,
+            cursor=cursor,
             limit=limit,
             offset=offset,
         )
-        return [RunInfo.from_row(reveal_row(self.keyring, r)) for r in rows]
 
     async def steps(self, run_id: str) -> list[StepInfo]:
         """The run's journal, in the order its body reached each entry."""
-        rows = await self.store.read(journal.load_journal, run_id)
-        return [StepInfo.from_row(reveal_row(self.keyring, r)) for r in rows]
+        return await self.inspector.steps(run_id)
 
     async def attempts(self, run_id: str) -> list[AttemptInfo]:
-        rows = await self.store.read(journal.list_attempts, run_id)
-        return [AttemptInfo.from_row(reveal_row(self.keyring, r)) for r in rows]
+        return await self.inspector.attempts(run_id)
 
     async def events(self, run_id: str) -> list[EventInfo]:
         """The run's lifecycle events, oldest first."""
-        rows = await self.store.read(journal.list_events, run_id)
-        return [EventInfo.from_row(reveal_row(self.keyring, r)) for r in rows]
+        return await self.inspector.events(run_id)
 
     # -- domain events (engine/events.py; read through inspect/events.py) ----------------------
 
@@ -320,8 +367,13 @@ class Client(OperatorVerbs):
         *,
         trace_id: str | None = None,
         subject: Subject | None = None,
+        conn: Any = None,
     ) -> str:
-        """Publish a declared event (validated first; nothing written if it is refused); its id."""
+        """Publish a declared event (validated first; nothing written if it is refused); its id.
+
+        ``conn``: as for ``start``, the caller's open transaction the event and its
+        deliveries are written in; the triggers fire only if it commits.
+        """
         origin = current_origin(self.source)
         event_id = await domain_events.publish(
             self.app,
@@ -333,8 +385,10 @@ class Client(OperatorVerbs):
             source=origin.source,
             trace_id=trace_id or origin.trace_id,
             subject=subject or Subject.from_json(origin.subject),
+            conn=conn,
         )
-        self.core.published()
+        if conn is None:  # else the event sweeps find it once it is committed
+            self.core.published()
         return event_id
 
     async def list_events(
@@ -357,7 +411,7 @@ class Client(OperatorVerbs):
         """Send signal ``name`` to a live run; kept until the body waits for it."""
         row = await self.store.read(shared.get_run, run_id)
         model = self._message_model(row, "signal", name)
-        body = _payload_json(model, payload, what=f"signal {name!r}")
+        body = payload_json(model, payload, what=f"signal {name!r}")
         mid = new_id("msg")
         if self._sealed(row):
             body = Sealer(self.keyring, run_id).seal(f"msg:{mid}", "payload", body)
@@ -374,7 +428,7 @@ class Client(OperatorVerbs):
         """
         row = await self.store.read(shared.get_run, run_id)
         model = self._message_model(row, "update", name)
-        body = _payload_json(model, payload, what=f"update {name!r}")
+        body = payload_json(model, payload, what=f"update {name!r}")
         mid = new_id("msg")
         if self._sealed(row):
             body = Sealer(self.keyring, run_id).seal(f"msg:{mid}", "payload", body)
@@ -442,7 +496,7 @@ class Client(OperatorVerbs):
             return declared[name]
         waiting = json.loads(row["waiting_for"]) if row["waiting_for"] else {}
         ref = (waiting.get("models") or {}).get(name)
-        return _import_model(ref) if ref else None
+        return import_model(ref) if ref else None
 
     # -- recovery verbs -----------------------------------------------------------------
 
@@ -470,10 +524,13 @@ class Client(OperatorVerbs):
         """Re-run a failed run from ``step`` (by name, or ``name#n``): earlier steps replay."""
         await self._reopen(runs.resume_from_step, run_id, step)
 
-    async def discard(self, run_id: str) -> None:
-        """Acknowledge a failed run (it stays failed, but leaves the dead-letter view)."""
+    async def discard(self, run_id: str) -> bool:
+        """Acknowledge a failed run (it stays failed, but leaves the dead-letter view).
+
+        Idempotent: ``True`` if this call discarded the run, ``False`` if it already was (nothing changes).
+        """
         now = self.clock.now()
-        await self.store.write(runs.discard_run, run_id, now)
+        return await self.store.write(runs.discard_run, run_id, now)
 
     async def retry(self, run_id: str, payload_override: Any = None) -> RunHandle:
         """A fresh run of a failed or cancelled run's workflow (same payload unless overridden)."""
@@ -564,8 +621,7 @@ class Client(OperatorVerbs):
         self, *, reason: str, limit: int, workflow: str | None = None, status: str | None = None, commit: bool = False
     ) -> BulkResult:
         """Cancel up to ``limit`` running/suspended runs (a dry run unless ``commit``)."""
-        if not reason:
-            raise InvalidArgument("cancel_many needs a reason: it lands on every run's run-cancelled event")
+        check_reason(reason, "on every cancelled run's run-cancelled event")
         eligible = ("running", "suspended")
         wanted = statuses(status, eligible, "cancel")
         return await bulk(
@@ -589,24 +645,3 @@ class Client(OperatorVerbs):
 
         return await bulk(self.store, mode, wanted, eligible, workflow, limit, commit, act)
 
-
-def _payload_json(model: type[BaseModel] | None, payload: Any, *, what: str) -> str:
-    if model is not None:
-        return validate_payload(model, payload, what=what).model_dump_json()
-    if isinstance(payload, BaseModel):
-        return payload.model_dump_json()
-    try:
-        return json.dumps(payload)
-    except (TypeError, ValueError) as exc:
-        raise PayloadError(what, f"not JSON-serialisable: {exc}") from None
-
-
-def _import_model(ref: str) -> type[BaseModel] | None:
-    module, _, qualname = ref.partition(":")
-    try:
-        obj: Any = importlib.import_module(module)
-        for part in qualname.split("."):
-            obj = getattr(obj, part)
-    except Exception:
-        return None
-    return obj if isinstance(obj, type) and issubclass(obj, BaseModel) else None

@@ -19,16 +19,20 @@ from ..app import App
 from ..clock import Clock
 from ..crypto import Keyring, Sealer, check_keys, is_sealed, seal_payload
 from ..definitions import WorkflowDef
-from ..errors import ResultTimeout, RunCancelled, RunFailed
+from ..errors import ResultTimeout, ResultTypeError, RunCancelled, RunFailed
 from ..gate.pipeline import Decision
 from ..handles import RunHandle
 from ..ids import new_id
+from ..observer import Observer, Observers
 from ..origin import current_columns
+from ..recording import DEFAULT_INPUT_LIMIT
 from ..runtime import Published, Runtime
-from ..serde import decode
+from ..serde import decode_as
 from ..store import Store, shared
 from ..store.base import Row
+from . import tracing
 from .admissions import Admissions
+from .metrics import EngineMetrics
 from .pauses import PauseCache
 from .results import ResultWaiters
 
@@ -87,12 +91,14 @@ class Core:
         poll_interval: float,
         recording: str,
         keyring: Keyring | None = None,
+        input_limit: int = DEFAULT_INPUT_LIMIT,
     ) -> None:
         self.app = app
         self.store = store
         self.clock = clock
         self.poll_interval = poll_interval
         self.recording = recording
+        self.input_limit = input_limit  # bytes of a step's input= kept on its attempt row
         self.keyring = keyring if keyring is not None else Keyring.load()  # newest first
         self.results = ResultWaiters(store, lambda: self.poll_interval)
         self.admissions = Admissions(store, lambda: self.poll_interval)
@@ -102,6 +108,8 @@ class Core:
         self.local: Local | None = None
         self.source = "client"  # what a start or publish records as its source unless told otherwise (origin.py)
         self.published = Published()
+        self.observer: Observer | None = None  # metrics and traces; None: nothing is reported (observer.py)
+        self._metrics: EngineMetrics | None = None
         self.runtime = self._runtime()
 
     def serve(self, local: Local) -> None:
@@ -119,7 +127,7 @@ class Core:
                 poll_interval=self.poll_interval,
                 pauses=self.pauses,
                 new_run_row=self.new_run_row,
-                created_here=_created_elsewhere,
+                created_here=self._created_elsewhere,
                 wake=_no_workers,
                 after_decision=self.after_decision,
                 stopped=self.stopped,
@@ -145,9 +153,29 @@ class Core:
 
     # -- lifecycle ----------------------------------------------------------------------
 
+    def observe(self, observer: Observer) -> None:
+        """Report this process's work to ``observer`` too (beside any already attached)."""
+        current = self.observer
+        if current is None:
+            self.observer = observer
+        elif isinstance(current, Observers):
+            self.observer = Observers(*current.observers, observer)
+        else:
+            self.observer = Observers(current, observer)
+        self.store.observer = self.observer
+
+    def metrics(self) -> EngineMetrics:
+        """This process's Prometheus metrics, collected from the first call on (``engine/metrics.py``)."""
+        if self._metrics is None:
+            self._metrics = EngineMetrics()
+            self.observe(self._metrics)
+        return self._metrics
+
     async def open(self) -> None:
-        """Validate the definitions, connect, migrate."""
+        """Validate the definitions, connect, migrate; trace when OpenTelemetry is configured (tracing.py)."""
         check_keys(self.app.definitions(), self.keyring)  # a DefinitionError here refuses the boot
+        if tracing.configured() and not _traces(self.observer):
+            self.observe(tracing.Tracing())
         await self.store.open()
         self.results.open()
         self.admissions.open()
@@ -176,7 +204,7 @@ class Core:
         text = payload if isinstance(payload, str) else payload.model_dump_json()
         if defn.encrypt_steps:
             text = seal_payload(self.keyring, defn.name, text)
-        return {
+        row = {
             "id": rid,
             "workflow": defn.name,
             "payload": text,
@@ -188,6 +216,9 @@ class Core:
             "recording": self.recording,
             **current_columns(self.source),  # where the start came from (origin.py)
         }
+        if self.observer is not None and row["trace_id"] is None:  # the starter's span, when traced
+            row["trace_id"] = self.observer.trace_parent()
+        return row
 
     def after_decision(self, defn: WorkflowDef, decision: Decision) -> None:
         """React to a gate decision: wake workers for a new run, stop evicted incumbents."""
@@ -196,6 +227,8 @@ class Core:
             rt.stopped(decision.stopped, "singleton eviction")
         if decision.status == "started":
             rt.wake(None)
+            if self.observer is not None:
+                self.observer.run_started(defn.name)
         if decision.status != "queued":
             self.admissions.poke()  # a parked start may be what was just decided
 
@@ -262,21 +295,29 @@ class Core:
             output = row["output"]
             if is_sealed(output):
                 output = Sealer(self.keyring, row["id"]).open("", "output", output)
-            return decode(output, rtype)
+            return decode_as(output, rtype, workflow=row["workflow"])
         message = row["error_message"]
         if is_sealed(message):
             message = Sealer(self.keyring, row["id"]).open("", "error", message)
         if row["status"] == "cancelled":
             raise RunCancelled(row["id"], message)
-        raise RunFailed(row["id"], row["error_tag"], message)
+        cause = ResultTypeError.from_message(message) if row["error_tag"] == "ResultTypeError" else None
+        raise RunFailed(row["id"], row["error_tag"], message) from cause
+
+    def _created_elsewhere(self, created: Row, now: float) -> None:
+        """A client executes nothing: where a run it created is executed is not its business."""
+        if self.observer is not None:
+            self.observer.run_started(created["workflow"])
 
 
 def _no_workers(at: float | None = None) -> None:
     """A client has no local workers to wake."""
 
 
-def _created_elsewhere(created: Row, now: float) -> None:
-    """A client executes nothing: where a run it created is executed is not its business."""
+def _traces(observer: Observer | None) -> bool:
+    """Whether ``observer`` already includes a ``Tracing``."""
+    found = observer.observers if isinstance(observer, Observers) else (observer,)
+    return any(isinstance(o, tracing.Tracing) for o in found)
 
 
 def _resolve(future: asyncio.Future[Any]) -> None:

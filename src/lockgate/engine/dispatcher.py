@@ -14,6 +14,8 @@ import contextlib
 import contextvars
 import logging
 import os
+from concurrent.futures import Executor, ThreadPoolExecutor
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -21,13 +23,17 @@ from pydantic import BaseModel
 
 from ..clock import to_datetime
 from ..definitions import WorkflowDef, retry_hint
-from ..errors import StoreError, WorkflowCrashLooped, WorkflowVersionIncompatible
+from ..durations import format_seconds
+from ..errors import StoreCorrupt, StoreError, WorkflowCrashLooped, WorkflowVersionIncompatible
 from ..gate.admission import admit
 from ..gate.drainer import Drainer
 from ..gate.handoff import HandOff, Passed, hand_off_for
 from ..gate.pipeline import Decision
 from ..handles import RunHandle
-from ..runtime import WorkerRuntime
+from ..ids import short_id
+from ..observer import Observer, RunOutcome
+from ..recording import REPLAY_SHAPE_LIMIT
+from ..runtime import Runtime, WorkerRuntime
 from ..store import journal as store_journal
 from ..store import runs, shared, workers
 from ..store.base import Row
@@ -37,13 +43,19 @@ from .executor import Execution
 from .identity import ScopeResolver
 from .leases import Outages, Wakeup, backoff, release_dead_local_workers
 
-__all__ = ["Dispatcher"]
+__all__ = ["Dispatcher", "Shutdown"]
 
 log = logging.getLogger("lockgate.engine")
+runs_log = logging.getLogger("lockgate.runs")  # one line as a run starts and as it ends here (lockgate serve)
 
 
 class Dispatcher:
     """Claims and executes runs for one worker process over ``core`` (which it serves)."""
+
+    @property
+    def runtime(self) -> Runtime:
+        """The seam the gate decides with (``Host``: a gated child is offered through it)."""
+        return self.core.runtime
 
     def __init__(
         self,
@@ -56,8 +68,13 @@ class Dispatcher:
         worker_id: str,
         host: str,
         resolve_scopes: ScopeResolver | None = None,
+        replay_shape_limit: int = REPLAY_SHAPE_LIMIT,
+        step_threads: int | None = None,
     ) -> None:
         self.core = core
+        # plain ``def`` steps: as many threads as runs by default, so no run's step waits for a thread
+        self.step_threads = step_threads or max_concurrent_runs
+        self.step_pool: Executor = ThreadPoolExecutor(self.step_threads, thread_name_prefix="lockgate-step")
         self.resolve_scopes = resolve_scopes  # asked on every execution attempt (engine/identity.py)
         self.app = core.app
         self.store = core.store
@@ -66,10 +83,14 @@ class Dispatcher:
         self.max_concurrent_runs = max_concurrent_runs
         self.lease = lease
         self.inline_sleep = inline_sleep
+        self.input_limit = core.input_limit
+        self.replay_shape_limit = replay_shape_limit  # the tripwire is off for longer journals
         self.max_reclaims = max_reclaims
         self.worker_id = worker_id
         self.host = host
         self.executions: dict[str, Execution] = {}
+        self.draining = False  # shutting down: running step attempts may finish, no new one begins
+        self.broken = asyncio.Event()  # set when the store is found corrupt: retrying cannot help
         self.inflight: set[str] = set()
         self._background: set[asyncio.Future[Any]] = set()
         self._wake = Wakeup()
@@ -112,8 +133,13 @@ class Dispatcher:
         """Loops started beside the dispatcher's own (the sweeps): ``close`` stops them with its own."""
         self._tasks += tasks
 
-    async def close(self) -> None:
-        """Stop the loops and the executions here; the runs are released for others to take."""
+    async def close(self, grace: float = 0.0) -> Shutdown:
+        """Stop the loops and the executions here; the runs are released for others to take.
+
+        With ``grace``, first stop claiming and let the step attempts running here finish (up to
+        ``grace`` seconds, leases renewed meanwhile) so that their results are journaled, not lost.
+        """
+        finished = await self._drain(grace) if grace > 0 and self._running else 0
         self._running = False
         for task in self._tasks:
             task.cancel()
@@ -134,6 +160,27 @@ class Dispatcher:
             now = self.clock.now()
             with contextlib.suppress(Exception):
                 await self.store.write(workers.stop_worker, self.worker_id, now)
+        self.step_pool.shutdown(wait=False, cancel_futures=True)  # a step still in a thread is not waited for
+        return Shutdown(finished=finished, released=len(executions))
+
+    async def _drain(self, grace: float) -> int:
+        """Stop claiming; wait up to ``grace`` for the step attempts running here; how many finished."""
+        self.draining = True  # an execution begins no new step attempt now (engine/executor.py)
+        stopping = [t for t in self._tasks if t.get_name() != "lockgate-leases"]
+        for task in stopping:
+            task.cancel()
+        for task in stopping:
+            with contextlib.suppress(BaseException):
+                await task
+        self._tasks = [t for t in self._tasks if t not in stopping]
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + grace
+        busy = sum(e.attempting for e in self.executions.values())
+        while (left := sum(e.attempting for e in self.executions.values())) and loop.time() < deadline:
+            await asyncio.sleep(0.02)
+        for _ in range(3):  # let the finished attempts reach their journal entries
+            await asyncio.sleep(0)
+        return max(0, busy - left)
 
     def is_running(self) -> bool:
         """Whether the loops should keep going (false once ``close`` began)."""
@@ -191,7 +238,7 @@ class Dispatcher:
 
     def passed(self, passed: Passed) -> None:
         """A run's end passed its slot on: execute the run claimed for this worker; wake others for the rest."""
-        if passed.claimed is not None and self._running:  # else closing: stopping the worker releases it
+        if passed.claimed is not None and self._running and not self.draining:  # else stopping the worker releases it
             self.launch(passed.claimed)
         if passed.unclaimed:
             self._wake.set()  # this dispatcher (or another) claims them
@@ -273,8 +320,15 @@ class Dispatcher:
             self._reserved += 1
         return row
 
+    @property
+    def observer(self) -> Observer | None:
+        """The core's observer (metrics, traces), if any."""
+        return self.core.observer
+
     def created_here(self, created: Row, now: float) -> None:
         """A start made here created ``created``: a blocking start executes it from the row inserted."""
+        if self.core.observer is not None:
+            self.core.observer.run_started(created["workflow"])
         claim = _CLAIM_AT_START.get()
         if claim is not None and claim.run_id == created["id"]:  # executed from the row inserted, not read back
             claim.row = {**created, "reclaim_count": 0, "updated_at": now, "progress_at": now}
@@ -397,7 +451,17 @@ class Dispatcher:
             journal = [] if int(row["entries"]) <= 1 else await self.store.read(store_journal.load_journal, run_id)
             execution = Execution(self, defn, row, journal)
             self.executions[run_id] = execution
-            await execution.run()
+            if int(row["entries"]) <= 1:
+                runs_log.info("%s %s started", row["workflow"], short_id(run_id))
+            observer = self.core.observer
+            if observer is None:
+                await execution.run()
+            else:
+                await self._observed(observer, execution)
+            if execution.ended_as is not None and runs_log.isEnabledFor(logging.INFO):
+                took = max(0.0, self.clock.now() - float(row.get("created_at") or self.clock.now()))
+                ended = (row["workflow"], short_id(run_id), execution.ended_as, format_seconds(round(took, 3)))
+                runs_log.info("%s %s %s in %s", *ended)
             if execution.stop_reason == "lease lost":
                 log.warning("run %s: %s; this execution stopped, its late writes refused", run_id, _LOST)
         except shared.Fenced:
@@ -417,6 +481,20 @@ class Dispatcher:
         finally:
             self.executions.pop(run_id, None)
             self.inflight.discard(run_id)
+
+    async def _observed(self, observer: Observer, execution: Execution) -> None:
+        """``execution.run()`` reported: its attempt (a span around the body), a takeover, the run's end."""
+        row = execution.row
+        if int(row["reclaim_count"]) > 0:
+            observer.lease_takeover(row["workflow"])
+        outcome = RunOutcome()
+        with observer.run_attempt(row, outcome):
+            try:
+                await execution.run()
+            finally:
+                outcome.value = execution.outcome
+        if outcome.value in ("succeeded", "failed", "suspended"):
+            observer.run_ended(row["workflow"], outcome.value)
 
     async def _crash_looped(self, row: Row, fence: shared.Fence) -> None:
         now = self.clock.now()
@@ -484,8 +562,14 @@ class Dispatcher:
         """A loop's store call failed: an outage is logged once, when it begins; anything else each time.
 
         The engine's loops (dispatcher, lease renewal, sweeps, hand-backs) report here, and
-        ``store_recovered`` after their next success, so an outage reads as two log lines.
+        ``store_recovered`` after their next success, so an outage reads as two log lines. A
+        corrupt store is no outage: ``broken`` is set (``lockgate serve`` then stops with exit 1).
         """
+        if isinstance(exc, StoreCorrupt):
+            if not self.broken.is_set():
+                log.error("%s failed: %s", where, exc)
+                self.broken.set()
+            return
         self._outages.failed(where, exc)
 
     def store_recovered(self) -> None:
@@ -499,6 +583,14 @@ class Dispatcher:
 
 
 _LOST = "lease lost (another worker took the run over, or it was ended elsewhere)"
+
+
+@dataclass(frozen=True)
+class Shutdown:
+    """What ``close`` did: step attempts that finished in the grace period, runs released for others."""
+
+    finished: int
+    released: int
 
 
 class _ClaimAtStart:

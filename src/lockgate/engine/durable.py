@@ -10,11 +10,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
+import functools
 import inspect
 import random
 import typing
 import weakref
 from collections.abc import Awaitable, Callable
+from concurrent.futures import Executor
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar
@@ -27,6 +30,10 @@ from ..crypto import Keyring, Sealer
 from ..definitions import WorkflowDef
 from ..errors import StepFailed
 from ..gate.handoff import HandOff, Passed
+from ..observer import Observer
+from ..recording import TRUNCATED
+from ..runtime import Runtime
+from ..serde import dump_json, encode
 from ..store import Store, shared
 from ..store.base import Row
 from .identity import ScopeResolver
@@ -41,7 +48,10 @@ __all__ = [
     "callable_facts",
     "describe",
     "divergence",
+    "kept_input",
     "model_ref",
+    "seen",
+    "step_entry",
 ]
 
 T = TypeVar("T")
@@ -55,7 +65,21 @@ class Host(Protocol):
     clock: Clock
     keyring: Keyring
     inline_sleep: float
+    input_limit: int
+    replay_shape_limit: int
     resolve_scopes: ScopeResolver | None
+    step_pool: Executor  # the threads plain ``def`` steps run in
+    draining: bool  # shutting down: no new step attempt begins
+
+    @property
+    def observer(self) -> Observer | None:
+        """Where step attempts are reported (metrics, traces), if anywhere."""
+        ...
+
+    @property
+    def runtime(self) -> Runtime:
+        """The seam the gate decides with (a gated child is offered through it)."""
+        ...
 
     def wake(self, at: float | None = None) -> None: ...
 
@@ -94,6 +118,7 @@ class Wait:
     names: list[str] = field(default_factory=list)
     children: list[str] = field(default_factory=list)
     models: dict[str, str] = field(default_factory=dict)
+    flow_keys: list[str] = field(default_factory=list)  # the step flow-control keys it waits on
 
 
 class Parked(BaseException):
@@ -174,14 +199,31 @@ def callable_facts(fn: Callable[..., Any]) -> tuple[Any, bool]:
     return facts
 
 
-async def call(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-    """Call ``fn``: awaited if async, in a thread if not."""
+async def call(
+    fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any], pool: Executor | None = None
+) -> Any:
+    """Call ``fn``: awaited if async, in a thread of ``pool`` if not (the loop's default pool without one)."""
     if callable_facts(fn)[1]:
         return await fn(*args, **kwargs)
-    result = await asyncio.to_thread(fn, *args, **kwargs)
+    if pool is None:
+        result = await asyncio.to_thread(fn, *args, **kwargs)
+    else:  # as to_thread does: the step sees the context variables of its caller
+        bound = functools.partial(contextvars.copy_context().run, fn, *args, **kwargs)
+        result = await asyncio.get_running_loop().run_in_executor(pool, bound)
     if inspect.isawaitable(result):
         return await result
     return result
+
+
+def kept_input(value: Any, limit: int) -> str:
+    """A step's ``input=`` as its attempt row keeps it: whole up to ``limit`` bytes, else its head, marked."""
+    text = encode(value)
+    if len(text) <= limit // 4:  # at most 4 bytes a character: short enough without encoding it
+        return text
+    data = text.encode()
+    if len(data) <= limit:
+        return text
+    return dump_json({TRUNCATED: True, "size": len(data), "head": data[:limit].decode(errors="ignore")})
 
 
 def model_ref(name: str, model: type[BaseModel]) -> dict[str, str]:
@@ -238,3 +280,22 @@ def divergence(
     if unreached or extra:
         return {"unreached": unreached, "extra": extra}
     return None
+
+
+def step_entry(key: str, status: str, attempts: int, started_at: float, flow_wait: float | None, **values: Any) -> Row:
+    """A step's journal entry as it settles: ``completed`` with its output, ``failed`` with its error."""
+    return {
+        "step_key": key,
+        "kind": "step",
+        "status": status,
+        "attempts": attempts,
+        "started_at": started_at,
+        "flow_wait": flow_wait,
+        **values,
+    }
+
+
+def seen(future: asyncio.Future[Any]) -> None:
+    """A done callback that retrieves a failure, so that one nobody awaits is not reported as lost."""
+    if not future.cancelled():
+        future.exception()

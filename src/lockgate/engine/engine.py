@@ -20,13 +20,16 @@ from ..clock import Clock
 from ..crypto import Keyring
 from ..definitions import WorkflowDef
 from ..durations import Duration, to_seconds
+from ..errors import InvalidArgument
 from ..events import DeliveryRecord, EventDef, EventRecord, Subject
 from ..gate.drainer import Drainer
 from ..gate.handoff import HandOff, Passed
 from ..gate.pipeline import Decision
 from ..handles import RunHandle
 from ..ids import new_id
-from ..inspect import FiringInfo, FlowRow, Inspector, ScheduleInfo, Trace
+from ..inspect import FiringInfo, FlowKeyRow, FlowRow, Inspector, ScheduleInfo, Trace
+from ..queues import Queue
+from ..recording import DEFAULT_INPUT_LIMIT, REPLAY_SHAPE_LIMIT
 from ..records import AttemptInfo, EventInfo, RunInfo, StepInfo
 from ..runtime import Runtime, WorkerRuntime
 from ..store import Store
@@ -34,7 +37,7 @@ from ..store.base import Row
 from ..sweeps import SweepSettings, start_sweeps
 from .client import DEFAULT_STORE, Client
 from .core import Core, WorkflowRef
-from .dispatcher import Dispatcher
+from .dispatcher import Dispatcher, Shutdown
 from .durable import Running
 from .firing import Fired
 from .identity import ScopeResolver
@@ -53,7 +56,8 @@ class Engine:
     ``lease`` bounds how long a run held by a dead process waits before another takes
     it; ``inline_sleep`` is the longest timer a body waits for in place instead of
     parking; ``stall_after`` is the staleness threshold (per workflow: ``stall_after=``).
-    ``retention``: runs that ended longer ago are deleted with their records, and so are
+    ``step_threads``: how many plain ``def`` steps run at once (threads; default
+    ``max_concurrent_runs``). ``retention``: runs that ended longer ago are deleted with their records, and so are
     ledger rows that old (``flow()``'s counts stay); ``None`` keeps everything.
     """
 
@@ -76,6 +80,9 @@ class Engine:
         clock: Clock | None = None,
         worker_id: str | None = None,
         encryption_keys: str | Sequence[str] | None = None,
+        step_input_limit: int = DEFAULT_INPUT_LIMIT,
+        replay_shape_limit: int = REPLAY_SHAPE_LIMIT,
+        step_threads: int | None = None,
     ) -> None:
         self.client = Client(
             app,
@@ -84,11 +91,16 @@ class Engine:
             poll_interval=to_seconds(poll_interval, what="poll_interval"),
             recording=recording,
             encryption_keys=encryption_keys,
+            step_input_limit=step_input_limit,
         )
         if max_concurrent_runs < 1:
             raise ValueError("max_concurrent_runs must be >= 1")
         if max_reclaims < 1:
             raise ValueError("max_reclaims must be >= 1")
+        if isinstance(replay_shape_limit, bool) or not isinstance(replay_shape_limit, int) or replay_shape_limit < 0:
+            raise InvalidArgument(f"replay_shape_limit must be a whole number >= 0, got {replay_shape_limit!r}")
+        if step_threads is not None and not 1 <= step_threads <= 10_000:
+            raise ValueError(f"step_threads must be between 1 and 10000, got {step_threads!r}")
         self.max_concurrent_runs = max_concurrent_runs
         self.lease = to_seconds(lease, what="lease")
         if self.lease < 0.5:
@@ -117,6 +129,8 @@ class Engine:
             worker_id=self.worker_id,
             host=self.host,
             resolve_scopes=resolve_scopes,
+            replay_shape_limit=replay_shape_limit,
+            step_threads=step_threads,
         )
 
     @property
@@ -196,10 +210,15 @@ class Engine:
         await self.dispatcher.open()
         self.dispatcher.adopt(start_sweeps(self.dispatcher.worker, self.sweep_settings))
 
-    async def close(self) -> None:
-        """Stop the loops and the runs executing here (they are released for others), then disconnect."""
-        await self.dispatcher.close()
+    async def close(self, *, grace: Duration = 0) -> Shutdown:
+        """Stop the loops and the runs executing here (they are released for others), then disconnect.
+
+        With ``grace``, first stop claiming and let the step attempts running here finish, up to that
+        long, so that what they did is journaled (``lockgate serve --grace``); what it did is returned.
+        """
+        shutdown = await self.dispatcher.close(to_seconds(grace, what="grace"))
         await self.client.close()
+        return shutdown
 
     # -- the dispatcher's side ------------------------------------------------------------
 
@@ -263,6 +282,12 @@ class Engine:
 
     # -- the client's verbs ---------------------------------------------------------------
 
+    async def enqueue(
+        self, queue: Queue | str, workflow: WorkflowRef, payload: Any = None, *, idempotency_key: str | None = None
+    ) -> RunHandle:
+        """Put ``workflow`` in the durable ``queue`` it belongs to: a ``start`` its gate decides."""
+        return await self.client.enqueue(queue, workflow, payload, idempotency_key=idempotency_key)
+
     async def start(
         self,
         workflow: WorkflowRef,
@@ -275,8 +300,9 @@ class Engine:
         timeout: float | None = None,
         subject: Subject | None = None,
         trace_id: str | None = None,
+        conn: Any = None,
     ) -> RunHandle:
-        """Offer a start to the gate; the handle says what became of it."""
+        """Offer a start to the gate; the handle says what became of it (``conn``: see ``Client.start``)."""
         return await self.client.start(
             workflow,
             payload,
@@ -287,6 +313,7 @@ class Engine:
             timeout=timeout,
             subject=subject,
             trace_id=trace_id,
+            conn=conn,
         )
 
     async def run(
@@ -296,9 +323,12 @@ class Engine:
         *,
         idempotency_key: str | None = None,
         timeout: float | None = None,
+        flow_control: Any = None,
     ) -> Any:
         """Start and wait: the run's result, or its failure raised."""
-        return await self.client.run(workflow, payload, idempotency_key=idempotency_key, timeout=timeout)
+        return await self.client.run(
+            workflow, payload, idempotency_key=idempotency_key, timeout=timeout, flow_control=flow_control
+        )
 
     async def admitted_run(self, ticket: str, timeout: float | None = None) -> str:
         """The id of the run the start ``ticket`` made or joined, once the gate admits it."""
@@ -328,14 +358,33 @@ class Engine:
         *,
         workflow: str | None = None,
         status: str | None = None,
+        statuses: Sequence[str] = (),
         parent_id: str | None = None,
         source: str | None = None,
+        since: datetime | None = None,
+        until: datetime | None = None,
+        id_prefix: str | None = None,
+        text: str | None = None,
+        dead_letter: bool = False,
+        cursor: str | None = None,
         limit: int = 50,
         offset: int = 0,
     ) -> list[RunInfo]:
-        """Runs, newest first (``source``: only those started from there)."""
+        """Runs matching every filter given, newest first (``Client.list_runs``)."""
         return await self.client.list_runs(
-            workflow=workflow, status=status, parent_id=parent_id, source=source, limit=limit, offset=offset
+            workflow=workflow,
+            status=status,
+            statuses=statuses,
+            parent_id=parent_id,
+            source=source,
+            since=since,
+            until=until,
+            id_prefix=id_prefix,
+            text=text,
+            dead_letter=dead_letter,
+            cursor=cursor,
+            limit=limit,
+            offset=offset,
         )
 
     async def steps(self, run_id: str) -> list[StepInfo]:
@@ -357,9 +406,10 @@ class Engine:
         *,
         trace_id: str | None = None,
         subject: Subject | None = None,
+        conn: Any = None,
     ) -> str:
-        """Publish a declared domain event; its id (``Client.publish``)."""
-        return await self.client.publish(event, key, payload, trace_id=trace_id, subject=subject)
+        """Publish a declared domain event; its id (``Client.publish``; ``conn``: the caller's transaction)."""
+        return await self.client.publish(event, key, payload, trace_id=trace_id, subject=subject, conn=conn)
 
     async def list_events(
         self, *, name: str | None = None, since: datetime | None = None, limit: int = 50
@@ -403,9 +453,10 @@ class Engine:
         """Re-run a failed run from ``step`` (by name, or ``name#n``): earlier steps replay."""
         await self.client.resume_from_step(run_id, step)
 
-    async def discard(self, run_id: str) -> None:
-        """Acknowledge a failed run (it stays failed, but leaves the dead-letter view)."""
-        await self.client.discard(run_id)
+    async def discard(self, run_id: str) -> bool:
+        """Acknowledge a failed run (it stays failed, but leaves the dead-letter view); ``False`` if it
+        already was discarded (an idempotent no-op)."""
+        return await self.client.discard(run_id)
 
     async def retry(self, run_id: str, payload_override: Any = None) -> RunHandle:
         """A fresh run of a failed or cancelled run's workflow (same payload unless overridden)."""
@@ -448,12 +499,23 @@ class Engine:
         """Hold admissions competing under flow-control ``key`` (a concurrency/throttle key or pool) until ``until``."""
         await self.client.pause_key(key, until, reason)
 
-    async def unpause_key(self, key: str) -> None:
-        await self.client.unpause_key(key)
+    async def unpause_key(self, key: str) -> bool:
+        """Lift the hold on ``key``; whether it was held."""
+        return await self.client.unpause_key(key)
 
     async def cancel_start(self, ticket: str, reason: str) -> int:
         """Cancel a start parked at the gate (with every arrival folded into it); how many arrivals it held."""
         return await self.client.cancel_start(ticket, reason)
+
+    async def set_flow_limits(
+        self, key: str, *, rate: int | None = None, period: Duration = "1s", parallelism: int | None = None
+    ) -> FlowKeyRow:
+        """Set step flow-control ``key``'s limits (whole); waiting steps see them at once."""
+        return await self.client.set_flow_limits(key, rate=rate, period=period, parallelism=parallelism)
+
+    async def flow_keys(self, key: str | None = None) -> list[FlowKeyRow]:
+        """Step flow-control keys: limits in force, running, waiting, started in the window, oldest waiter."""
+        return await self.client.flow_keys(key)
 
     async def pauses(self) -> list[dict[str, Any]]:
         """Active pauses: workflows (``wf:``) and keys (``key:``)."""

@@ -96,13 +96,21 @@ async def publish(
     source: str,
     trace_id: str | None = None,
     subject: Subject | None = None,
+    conn: Any = None,
 ) -> str:
-    """Validate, then write the event with its pending deliveries in one transaction; the event id."""
+    """Validate, then write the event with its pending deliveries in one transaction; the event id.
+
+    ``conn``: the caller's open transaction to write them in (``Store.join``) instead of a group commit.
+    """
     declared = declared_event(app, event)
     key_json, data_json = declared.validate(key, payload)  # PayloadError: nothing written
     now = clock.now()
     row, deliveries = event_rows(
         app, declared, key_json, data_json, now, source=source, trace_id=trace_id, subject=subject
     )
-    await store.write(event_ops.publish, row, deliveries)
+    if conn is None:
+        await store.write(event_ops.publish, row, deliveries)
+    else:
+        async with store.join(conn) as joined:
+            await event_ops.publish(joined.tx, row, deliveries)
     return str(row["id"])

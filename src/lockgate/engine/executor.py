@@ -26,16 +26,17 @@ from ..context import ChildHandle, Context, ParentClose
 from ..controls import FailureReport
 from ..crypto import Sealer, is_sealed, open_for_replay
 from ..definitions import Retry, WorkflowDef
-from ..durations import Duration, to_seconds
-from ..errors import JournalDecryptionError, StepFailed, StoreError
+from ..durations import Duration
+from ..errors import JournalDecryptionError, PayloadError, ResultTypeError, StepFailed, StoreError
 from ..events import Subject
+from ..flowcontrol import INHERIT
 from ..gate.handoff import finish_passing
-from ..serde import decode, encode
+from ..serde import conform, decode, decode_as, encode, validate_payload
 from ..store import Store, runs, shared
 from ..store import journal as store_journal
 from ..store.base import Row
-from . import operations, run_events
-from .durable import Host, Parked, Wait, attempt_row, call, callable_facts, describe, divergence
+from . import operations, run_events, stepflow
+from .durable import Host, Parked, Wait, attempt_row, callable_facts, describe, divergence, kept_input, seen, step_entry
 
 __all__ = ["Execution", "Host"]
 
@@ -96,6 +97,8 @@ class Execution(Context):
         self._extra: list[str] = []
         self._confirmed = 0  # how many extras came before a recorded key: inserted into recorded history
         self._busy = 0
+        self.attempting = 0  # step attempts running now (a graceful shutdown lets them finish)
+        self.ended_as: str | None = None  # the status the run ended with here, if it did
         self._busy_cm = _Busy(self)
         self._waits: list[Wait] = []
         self._attention: asyncio.Future[None] | None = None
@@ -113,6 +116,10 @@ class Execution(Context):
         sealed = defn.encrypt_steps or is_sealed(row["payload"])
         self._sealer: Sealer | None = Sealer(host.keyring, self.run_id) if sealed else None
         self._scopes: frozenset[str] = frozenset()  # asked of Engine(resolve_scopes=) as the body is entered
+        self._observer = host.observer  # metrics and traces of step attempts (None: nothing to report)
+        self.outcome = "stopped"  # how this entry ended: a status, "parked" or "stopped" (observer.RunOutcome)
+        self._run_flow: Any = row.get("flow_control") or defn.options.flow_control  # None: no step flow control
+        self._payload: Any = None
 
     # -- running the body ----------------------------------------------------------------
 
@@ -125,7 +132,11 @@ class Execution(Context):
             except JournalDecryptionError as exc:
                 await self._undecryptable(exc)
                 return
-        payload = self.defn.payload_model.model_validate_json(text)
+        try:
+            payload = self._payload = validate_payload(self.defn.payload_model, text, what=f"run {self.run_id} payload")
+        except PayloadError as exc:  # stored before a deploy changed the model: a typed failure, not a retry loop
+            await self._fail(exc)
+            return
         self._scopes = await run_events.scopes(self._host.resolve_scopes, self.subject)  # each attempt
         loop = asyncio.get_running_loop()
         self.task = asyncio.ensure_future(self.defn.fn(self, payload))
@@ -209,15 +220,17 @@ class Execution(Context):
         kinds = [w.kind for w in waits]
         waiting_on = next((k for k in ("update", "signal", "child", "timer") if k in kinds), kinds[0])
         names = sorted({n for w in waits for n in w.names})
+        flow_keys = sorted({k for w in waits for k in w.flow_keys})
         children = sorted({c for w in waits for c in w.children})
         models = {k: v for w in waits for k, v in w.models.items()}
         self._tripwire(parked=True)
         try:
             await self._flushed()
             woke = await self._store.write(
-                runs.park_run,
+                stepflow.park_run,
                 self.fence,
                 self._clock.now(),
+                flow_keys=flow_keys,
                 wake_at=wake_at,
                 waiting_on=waiting_on,
                 names=names,
@@ -227,6 +240,7 @@ class Execution(Context):
             )
         except shared.Fenced:
             return
+        self.outcome = "parked"
         self._host.wake(woke)
 
     async def _finish(self) -> None:
@@ -244,6 +258,11 @@ class Execution(Context):
             await self._undecryptable(exc)
             return
         except Exception as exc:
+            await self._fail(exc)
+            return
+        try:
+            value = conform(value, self.defn.result_type, workflow=self.workflow)
+        except ResultTypeError as exc:  # checked before the run ends: a caller never meets a bad result
             await self._fail(exc)
             return
         self._tripwire(parked=False)
@@ -278,6 +297,7 @@ class Execution(Context):
         event: dict[str, Any] | None = None,
     ) -> bool:
         """Write the run's end (passing its concurrency slot on where it can); ``False``: the lease was lost."""
+        self.ended_as = status
         children = any(entry.get("kind") == "child" for entry in self._journal.values())
         handoff = None if children else await self._host.hand_off(self.defn, self.row, status)
         end: dict[str, Any] = {"status": status, "output": output, "error_tag": tag, "error_message": message}
@@ -293,6 +313,7 @@ class Execution(Context):
                 stopped = passed.stopped
         except shared.Fenced:
             return False
+        self.outcome = status
         ended = self._ended(status, output, tag, message)
         self._host.after_finish(self.run_id, stopped, ended, settled=passed is not None and passed.settled)
         if passed is not None:
@@ -339,8 +360,8 @@ class Execution(Context):
         return seq
 
     def _tripwire(self, *, parked: bool) -> None:
-        if not self._recorded:
-            return
+        if not self._recorded or len(self._recorded) > self._host.replay_shape_limit:
+            return  # past the limit, a history read in part would raise its own false alarms
         # new keys past the last recorded one are the body going further than before, as expected
         data = divergence(self._recorded, self._reached, self._extra[: self._confirmed], self._journal, parked=parked)
         if data is not None:
@@ -363,6 +384,14 @@ class Execution(Context):
             self._waits.remove(wait)
         raise Parked()
 
+    async def _block_idle(self, wait: Wait) -> typing.NoReturn:
+        """``block`` from inside ``busy()`` (a step waiting for its flow-control key is not busy)."""
+        self._busy -= 1
+        try:
+            await self.block(wait)
+        finally:
+            self._busy += 1
+
     async def record(
         self, entry: dict[str, Any], *, message: dict[str, Any] | None = None, attempt: dict[str, Any] | None = None
     ) -> None:
@@ -382,7 +411,7 @@ class Execution(Context):
 
     async def record_with(self, entry: dict[str, Any], before: Callable[[Any], Awaitable[T]]) -> T:
         now = self._clock.now()
-        entry = {"seq": self._seq(), **entry}
+        entry["seq"] = self._seq()  # the caller's dict: what ``before`` learns in the transaction goes in too
         touch = self._touch_due(now)
 
         async def write(tx: Any) -> T:
@@ -438,7 +467,7 @@ class Execution(Context):
             self._hold_timer = loop.call_later(left, self._hold_expired)
             return
         self._flushing = asyncio.ensure_future(self._write_held())
-        self._flushing.add_done_callback(_seen)  # its failure reaches whoever waits for it next, if anyone
+        self._flushing.add_done_callback(seen)  # its failure reaches whoever waits for it next, if anyone
 
     async def _write_held(self) -> None:
         now = self._clock.now()
@@ -479,54 +508,58 @@ class Execution(Context):
         fn: Callable[..., Any],
         *args: Any,
         retry: Retry | None = None,
+        flow_control: Any = INHERIT,
         input: Any = None,
         **kwargs: Any,
     ) -> Any:
         if not callable(fn):
             raise TypeError(f"ctx.step({name!r}, ...): fn must be callable, got {type(fn).__name__}")
         key = self.key(name)
-        rtype, is_async = callable_facts(fn)
+        rtype = callable_facts(fn)[0]
         entry = self._journal.get(key)
         if entry is not None and entry["status"] == "completed":
-            return decode(entry["output"], rtype)
+            return decode_as(entry["output"], rtype, workflow=self.workflow, where=f"step {key}")
         if entry is not None and entry["status"] == "failed":
             raise StepFailed(name, entry["error_tag"], entry["error_message"], int(entry["attempts"]))
         policy = retry or _NO_RETRY
+        gate = None
+        if flow_control is not INHERIT or self._run_flow is not None:
+            gate = stepflow.gate_for(self, flow_control, self._run_flow, key, self.defn.gate.priority, self._payload)
         async with self.busy():
             first = self._clock.now()
             attempt = 0
-            recorded_input = None if input is None or self._coarse else encode(input)
+            recorded_input = None if input is None or self._coarse else kept_input(input, self._host.input_limit)
             if recorded_input is not None and self._sealer is not None:
                 recorded_input = self._sealer.seal(key, "input", recorded_input)
             while True:
                 attempt += 1
+                if gate is not None:  # a slot of its key before each attempt: its store errors are no step's
+                    await gate.enter(self._block_idle)
                 started = first if attempt == 1 else self._clock.now()
+                if self._host.draining:  # shutdown: this attempt waits for the next worker (stop cancels it)
+                    await asyncio.get_running_loop().create_future()
+                self.attempting += 1
                 try:
-                    result = await (fn(*args, **kwargs) if is_async else call(fn, args, kwargs))
+                    try:
+                        body = stepflow.attempt(gate, fn, args, kwargs, self._host.step_pool)
+                        if self._observer is None:
+                            result = await body
+                        else:
+                            with self._observer.step_attempt(self.workflow, self.run_id, name, attempt):
+                                result = await body
+                    finally:
+                        self.attempting -= 1  # the attempt ended: a shutdown waits for this
                 except (asyncio.CancelledError, shared.Fenced, Parked):
                     raise
                 except Exception as exc:
                     tag, message = describe(exc)
                     stored = message if self._sealer is None else self._sealer.seal(key, "error", message)
                     tried = self._attempt_row(key, attempt, started, recorded_input, tag, stored)
-                    give_up = attempt >= policy.max_attempts or not policy.is_retryable(exc)
-                    delay = 0.0 if give_up else policy.next_delay(attempt, exc, self.rng)
-                    if not give_up and policy.max_elapsed is not None:
-                        budget = to_seconds(policy.max_elapsed)
-                        give_up = self._clock.now() + delay - first > budget
-                    if give_up:
-                        await self._settle(
-                            {
-                                "step_key": key,
-                                "kind": "step",
-                                "status": "failed",
-                                "error_tag": tag,
-                                "error_message": stored,
-                                "attempts": attempt,
-                                "started_at": first,
-                            },
-                            tried,
-                        )
+                    delay = policy.after_failure(attempt, exc, self.rng, self._clock.now() - first)
+                    if delay is None:
+                        waited = None if gate is None else gate.waited
+                        failed = step_entry(key, "failed", attempt, first, waited, error_tag=tag, error_message=stored)
+                        await self._settle(failed, tried)
                         raise StepFailed(name, tag, message, attempt) from exc
                     if tried is not None:  # introspection: the retry does not wait for it
                         self._store.write_nowait(store_journal.add_attempt, tried)
@@ -540,14 +573,7 @@ class Execution(Context):
                 if self._sealer is not None:
                     output = self._sealer.seal(key, "output", output)
                 await self._settle(
-                    {
-                        "step_key": key,
-                        "kind": "step",
-                        "status": "completed",
-                        "output": output,
-                        "attempts": attempt,
-                        "started_at": first,
-                    },
+                    step_entry(key, "completed", attempt, first, None if gate is None else gate.waited, output=output),
                     # A first attempt that completes the step is recorded by the journal entry alone.
                     None
                     if attempt == 1 and recorded_input is None
@@ -601,14 +627,23 @@ class Execution(Context):
         return await run_events.publish(self, event, key, payload)
 
     async def start_child(
-        self, workflow: str | Callable[..., Any], payload: Any, *, parent_close: ParentClose = "cancel"
+        self,
+        workflow: str | Callable[..., Any],
+        payload: Any,
+        *,
+        parent_close: ParentClose = "cancel",
+        gate: bool | None = None,
+        queue: Any = None,
     ) -> ChildHandle:
-        return await operations.start_child(self, workflow, payload, parent_close=parent_close)
+        return await operations.start_child(self, workflow, payload, parent_close=parent_close, gate=gate, queue=queue)
 
     async def wait_child(self, handle: ChildHandle) -> Any:
         return await operations.wait_child(self, handle)
 
+    async def rate_limit(self, name: str, *, limit: int, period: Duration, key: Any = None) -> None:
+        await stepflow.rate_limit(self, name, limit, period, key)
 
-def _seen(future: asyncio.Future[Any]) -> None:
-    if not future.cancelled():
-        future.exception()
+    @property
+    def flow_control(self) -> Any:
+        return stepflow.current(self._run_flow, self._payload)
+

@@ -19,11 +19,14 @@ from pydantic import BaseModel
 from ..clock import to_datetime
 from ..context import ChildHandle, ParentClose
 from ..crypto import Sealer, is_sealed, seal_payload
-from ..durations import Duration, to_seconds
-from ..errors import JournalDecryptionError, PayloadError, RunCancelled, RunFailed
+from ..durations import MAX_SECONDS, Duration, to_seconds
+from ..errors import InvalidArgument, JournalDecryptionError, PayloadError, RunCancelled, RunFailed
 from ..ids import new_id
-from ..serde import decode, dump_json, encode, validate_payload
+from ..queues import check_member
+from ..serde import decode, decode_as, dump_json, encode, validate_payload
 from ..store import messages, runs, shared
+from ..store.base import Row
+from . import children
 from .durable import Parked, Running, Wait, call, callable_facts, describe, model_ref
 
 __all__ = [
@@ -55,7 +58,14 @@ async def sleep_until(x: Running, name: str, when: datetime) -> None:
     """``ctx.sleep_until``: a durable timer due at ``when``."""
     if when.tzinfo is None:
         raise ValueError(f"ctx.sleep_until({name!r}): 'when' must be timezone-aware")
-    await _timer(x, name, lambda now: when.timestamp())
+    due = when.timestamp()
+
+    def due_from(now: float) -> float:
+        if abs(due - now) > MAX_SECONDS:
+            raise InvalidArgument(f"ctx.sleep_until({name!r}): 'when' must be within 100 years, got {when.isoformat()}")
+        return due
+
+    await _timer(x, name, due_from)
 
 
 async def _timer(x: Running, name: str, due_from: Callable[[float], float]) -> None:
@@ -135,7 +145,7 @@ async def wait_for_signal(x: Running, name: str, model: type[M], *, timeout: Dur
     key = x.key(f"signal:{name}")
     entry = x.entry(key)
     if entry is not None and entry["status"] == "completed":
-        return None if entry["output"] is None else model.model_validate_json(entry["output"])
+        return None if entry["output"] is None else validate_payload(model, entry["output"], what=f"signal {name!r}")
     clock, store = x.clock, x.store
     due: float | None = None
     async with x.busy():
@@ -201,7 +211,7 @@ async def handle_update(x: Running, name: str, model: type[M], handler: Callable
     entry = x.entry(key)
     rtype, _ = callable_facts(handler)
     if entry is not None and entry["status"] == "completed":
-        return decode(entry["output"], rtype)  # type: ignore[no-any-return]
+        return decode_as(entry["output"], rtype, workflow=x.row["workflow"], where=f"update {key}")  # type: ignore[no-any-return]
     store, host = x.store, x.host
     async with x.busy():
         while True:
@@ -257,17 +267,29 @@ async def handle_update(x: Running, name: str, model: type[M], handler: Callable
 
 
 async def start_child(
-    x: Running, workflow: str | Callable[..., Any], payload: Any, *, parent_close: ParentClose = "cancel"
+    x: Running,
+    workflow: str | Callable[..., Any],
+    payload: Any,
+    *,
+    parent_close: ParentClose = "cancel",
+    gate: bool | None = None,
+    queue: Any = None,
 ) -> ChildHandle:
-    """``ctx.start_child``: create a child run, once."""
+    """``ctx.start_child``: create a child run once, or offer it to its gate once (``gate``)."""
     if parent_close not in ("cancel", "terminate", "abandon"):
         raise ValueError(f"parent_close must be 'cancel', 'terminate' or 'abandon', not {parent_close!r}")
+    if gate not in (None, True, False):
+        raise InvalidArgument(f"ctx.start_child: gate must be True, False or None, not {gate!r}")
     host = x.host
     child_def = host.app.get(workflow)
+    if queue is not None:
+        check_member(child_def.name, child_def.queue, queue)
     key = x.key(f"child:{child_def.name}")
     entry = x.entry(key)
     if entry is not None and entry["status"] == "completed":
-        return ChildHandle(run_id=decode(entry["output"], str), workflow=child_def.name)
+        return children.handle_of(child_def.name, decode(entry["output"]))
+    if child_def.gate_as_child if gate is None else gate:
+        return await children.start_gated(x, child_def, payload, key, parent_close)
     model = validate_payload(child_def.payload_model, payload, what=f"child {child_def.name!r} payload")
     async with x.busy():
         now = x.clock.now()
@@ -277,7 +299,9 @@ async def start_child(
             body = seal_payload(host.keyring, child_def.name, body)
         run = host.new_run_row(child_def, body, run_id=child_id, identity=f"child:{x.run_id}:{key}")
         run.update(parent_id=x.run_id, parent_close=parent_close, recording=x.row["recording"])
-        run.update(source=f"child:{x.run_id}", trace_id=x.row["trace_id"], subject=x.row["subject"])
+        # traced: the child's spans continue under this run's (else it keeps the parent's starter)
+        traced = None if host.observer is None else host.observer.trace_parent()
+        run.update(source=f"child:{x.run_id}", trace_id=traced or x.row["trace_id"], subject=x.row["subject"])
         entry_row = {"step_key": key, "kind": "child", "status": "completed", "output": encode(child_id)}
 
         async def create(tx: Any) -> str:
@@ -287,62 +311,77 @@ async def start_child(
 
         child_id = await x.record_with(entry_row, create)
         host.wake(now)
-        return ChildHandle(run_id=child_id, workflow=child_def.name)
+        return ChildHandle(run_id=child_id, workflow=child_def.name, parent_close=parent_close)
 
 
 async def wait_child(x: Running, handle: ChildHandle) -> Any:
     """``ctx.wait_child``: the child's result once it ends; its failure raised."""
-    key = x.key(f"wait:{handle.run_id}")
-    entry = x.entry(key)
     try:
         rtype = x.host.app.get(handle.workflow).result_type
     except Exception:
         rtype = None
-    if entry is None or entry["status"] not in ("completed", "failed"):
-        async with x.busy():
-            row = await x.store.read(shared.get_run, handle.run_id)
-            if row["parent_id"] != x.run_id:  # only a child's end wakes this run
-                raise ValueError(
-                    f"run {handle.run_id} is not a child of run {x.run_id}; wait for it with a "
-                    "handle from ctx.start_child"
-                )
-            if row["status"] in shared.TERMINAL:
-                output, error = row["output"], row["error_message"]
-                if is_sealed(output) or is_sealed(error):  # opened here; sealed again as this run's values
-                    child = Sealer(x.host.keyring, handle.run_id)
-                    output, error = child.open("", "output", output), child.open("", "error", error)
-                outcome = {
-                    "status": row["status"],
-                    "output": output,
-                    "error_tag": row["error_tag"],
-                    "error_message": error,
-                }
-                # A child that did not succeed is a failed entry: a redrive or resume of this run
-                # then looks at the child again (it may have been redriven meanwhile).
-                entry = {
-                    "step_key": key,
-                    "kind": "wait_child",
-                    "status": "completed" if row["status"] == "succeeded" else "failed",
-                    "output": encode(outcome),
-                    "error_tag": row["error_tag"],
-                    "error_message": error,
-                }
-                sealer = x.sealer
-                if sealer is None:
-                    await x.record(entry)
-                else:  # stored sealed; read below in clear
-                    await x.record(
-                        {
-                            **entry,
-                            "output": sealer.seal(key, "output", entry["output"]),
-                            "error_message": sealer.seal(key, "error", error),
-                        }
-                    )
-        if entry is None or entry["status"] not in ("completed", "failed"):
-            await x.block(Wait("child", children=[handle.run_id]))
+    if handle.ticket is not None:
+        entry = await children.wait_gated(x, handle, _settle_child)
+    else:
+        entry = await _wait_own(x, handle)
     outcome = decode(entry["output"])
+    run_id = handle.run_id or outcome.get("run_id") or ""
     if outcome["status"] == "succeeded":
-        return decode(outcome["output"], rtype)
+        return decode_as(outcome["output"], rtype, workflow=handle.workflow, where=f"result of child {run_id}")
     if outcome["status"] == "cancelled":
-        raise RunCancelled(handle.run_id, outcome["error_message"])
-    raise RunFailed(handle.run_id, outcome["error_tag"], outcome["error_message"])
+        raise RunCancelled(run_id, outcome["error_message"])
+    raise RunFailed(run_id, outcome["error_tag"], outcome["error_message"])
+
+
+async def _wait_own(x: Running, handle: ChildHandle) -> Row:
+    """The entry recording the end of a child created at once (parks until it ends)."""
+    key = x.key(f"wait:{handle.run_id}")
+    entry = x.entry(key)
+    if entry is not None and entry["status"] in ("completed", "failed"):
+        return entry
+    async with x.busy():
+        row = await x.store.read(shared.get_run, str(handle.run_id))
+        if row["parent_id"] != x.run_id:  # only a child's end wakes this run
+            raise ValueError(
+                f"run {handle.run_id} is not a child of run {x.run_id}; wait for it with a handle from ctx.start_child"
+            )
+        if row["status"] in shared.TERMINAL:
+            return await _settle_child(x, key, row, handle)
+    await x.block(Wait("child", children=[str(handle.run_id)]))
+
+
+async def _settle_child(x: Running, key: str, row: Row, handle: ChildHandle) -> Row:
+    """Journal an ended child's outcome under ``key``; the entry, in clear."""
+    output, error = row["output"], row["error_message"]
+    if is_sealed(output) or is_sealed(error):  # opened here; sealed again as this run's values
+        child = Sealer(x.host.keyring, row["id"])
+        output, error = child.open("", "output", output), child.open("", "error", error)
+    outcome = {
+        "status": row["status"],
+        "output": output,
+        "error_tag": row["error_tag"],
+        "error_message": error,
+        "run_id": row["id"],
+    }
+    # A child that did not succeed is a failed entry: a redrive or resume of this run
+    # then looks at the child again (it may have been redriven meanwhile).
+    entry = {
+        "step_key": key,
+        "kind": "wait_child",
+        "status": "completed" if row["status"] == "succeeded" else "failed",
+        "output": encode(outcome),
+        "error_tag": row["error_tag"],
+        "error_message": error,
+    }
+    sealer = x.sealer
+    if sealer is None:
+        await x.record(entry)
+    else:  # stored sealed; read below in clear
+        await x.record(
+            {
+                **entry,
+                "output": sealer.seal(key, "output", entry["output"]),
+                "error_message": sealer.seal(key, "error", error),
+            }
+        )
+    return entry

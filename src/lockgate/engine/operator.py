@@ -10,14 +10,16 @@ from datetime import datetime
 from typing import Any
 
 from ..definitions import WorkflowDef
+from ..durations import Duration
 from ..errors import InvalidArgument, LockgateError
+from ..flowcontrol import check_limits
 from ..gate.pipeline import Decision
-from ..inspect import FlowRow, Inspector, Trace
-from ..store import Store, gate
+from ..inspect import FlowKeyRow, FlowRow, Inspector, RunFilter, Trace
+from ..store import Store, flow, gate
 from ..store.base import Row, Tx
 from .core import Core
 
-__all__ = ["BulkItem", "BulkResult", "OperatorVerbs", "bulk", "statuses"]
+__all__ = ["BulkItem", "BulkResult", "OperatorVerbs", "bulk", "check_key_hold", "check_reason", "statuses"]
 
 
 @dataclass(frozen=True)
@@ -84,23 +86,47 @@ class OperatorVerbs:
         now = core.clock.now()
         released = await core.store.write(_unpause, name, now)
         await core.pauses.committed(f"wf:{name}", None)
-        core.runtime.wake(None)  # parked starts: the drainer's business too
+        core.runtime.wake(None)  # parked starts (the drainer's business) and parked steps
         return released
 
     async def pause_key(self, key: str, until: datetime | None = None, reason: str | None = None) -> None:
         """Hold admissions competing under flow-control ``key`` (a concurrency/throttle key or pool) until ``until``."""
-        if not key:
-            raise InvalidArgument("pause_key needs a non-empty key")
-        if until is not None and until.tzinfo is None:
-            raise InvalidArgument("until must be a timezone-aware datetime")
+        check_key_hold(key, until, self.core.clock.now())
         await self.core.pauses.pause(f"key:{key}", reason, None if until is None else until.timestamp())
 
-    async def unpause_key(self, key: str) -> None:
+    async def unpause_key(self, key: str) -> bool:
+        """Lift the hold on ``key``; whether it was held (``False``: nothing changed)."""
         core = self.core
         now = core.clock.now()
-        await core.store.write(_unpause_key, key, now)
+        was_held = await core.store.write(_unpause_key, key, now)
         await core.pauses.committed(f"key:{key}", None)
-        core.runtime.wake(None)  # parked starts: the drainer's business too
+        core.runtime.wake(None)  # parked starts (the drainer's business) and parked steps
+        return was_held
+
+    # -- step flow control ---------------------------------------------------------------
+
+    async def set_flow_limits(
+        self, key: str, *, rate: int | None = None, period: Duration = "1s", parallelism: int | None = None
+    ) -> FlowKeyRow:
+        """Set step flow-control ``key``'s limits (replacing them whole); waiting steps see them at once.
+
+        Limits set here stand until set again: a declaration that reaches the key later does
+        not change them. ``InvalidArgument`` names a bad field; nothing is written then.
+        """
+        if not isinstance(key, str) or not key.strip():
+            raise InvalidArgument("key: must be a non-empty string")
+        try:
+            checked_rate, seconds, checked_par = check_limits(rate, period, parallelism)
+        except ValueError as exc:
+            raise InvalidArgument(str(exc)) from None
+        core = self.core
+        await core.store.write(flow.set_key, key, checked_rate, seconds, checked_par, core.clock.now())
+        core.runtime.wake(core.clock.now())  # a woken run is claimable here too
+        return (await self.flow_keys(key))[0]
+
+    async def flow_keys(self, key: str | None = None) -> list[FlowKeyRow]:
+        """Step flow-control keys: limits in force, running, waiting, started in the window, oldest waiter."""
+        return await self.inspector.flow_keys(key)
 
     async def cancel_start(self, ticket: str, reason: str) -> int:
         """Cancel a start parked at the gate (with every arrival folded into it); how many arrivals it held.
@@ -108,8 +134,7 @@ class OperatorVerbs:
         Raises ``InvalidArgument`` when ``reason`` is empty and ``LockgateError`` when the
         ticket holds no parked start (unknown, already admitted, dropped, ...).
         """
-        if not reason:
-            raise InvalidArgument("cancel_start needs a reason: it is written on the ledger row")
+        check_reason(reason, "on the ledger row")
         row = await self.core.store.write(gate.cancel_parked, ticket, reason, self.core.clock.now())
         if row is None:
             state = "unknown ticket"
@@ -142,12 +167,27 @@ class OperatorVerbs:
         self.core.runtime.after_decision(defn, decision)
 
 
+def check_reason(reason: str | None, where: str) -> None:
+    """Refuse an empty reason for a verb that records it ``where`` (``InvalidArgument``); needs no store."""
+    if not reason or not reason.strip():
+        raise InvalidArgument(f"the reason must not be empty: it is written {where}")
+
+
+def check_key_hold(key: str, until: datetime | None, now: float) -> None:
+    """Refuse a key hold that cannot be (``InvalidArgument``): an empty key, an ``until`` not in the future."""
+    if not key or not key.strip():
+        raise InvalidArgument("the key must not be empty")
+    if until is not None and until.tzinfo is None:
+        raise InvalidArgument("until must be a timezone-aware datetime")
+    if until is not None and until.timestamp() <= now:
+        raise InvalidArgument(f"until {until.isoformat()} is not in the future")
+
+
 def statuses(status: str | None, eligible: tuple[str, ...], verb: str) -> tuple[str, ...]:
+    """The statuses a bulk ``verb`` looks at: ``status`` (checked), else those it applies to."""
     if status is None:
         return eligible
-    known = ("running", "suspended", "succeeded", "failed", "cancelled")
-    if status not in known:
-        raise InvalidArgument(f"unknown status {status!r}: {', '.join(known)}")
+    RunFilter(statuses=(status,)).check()
     return (status,)
 
 
@@ -203,6 +243,8 @@ async def _unpause(tx: Tx, workflow: str, now: float) -> int:
     return await gate.release_paused(tx, workflow, now)
 
 
-async def _unpause_key(tx: Tx, key: str, now: float) -> None:
-    await gate.unpause(tx, f"key:{key}")
+async def _unpause_key(tx: Tx, key: str, now: float) -> bool:
+    held = await gate.unpause(tx, f"key:{key}")
     await tx.execute("release_key_pending", {"key": key, "now": now})
+    await flow.wake_waiters(tx, [key], now)  # steps waiting under the key as a step flow-control key
+    return held

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+
 from ..clock import Clock
 from ..store import Store, gate
 from ..store.base import Row
@@ -22,12 +24,24 @@ class PauseCache:
         self._read_at = float("-inf")
         self._reads = 0  # reads of the pauses begun so far
         self._kept = 0  # the latest begun of those whose answer is the cache
+        self._stale_read: asyncio.Future[None] | None = None
 
     async def snapshot(self) -> dict[str, Row]:
-        """The pauses as last read, read again first if that was over a second ago."""
+        """The pauses as last read, read again first if that was over a second ago.
+
+        A burst of starts that finds the snapshot stale shares one read: a read per start would
+        take a connection each and starve the writes they wait for."""
         if self._clock.now() - self._read_at > PAUSE_CACHE_SECONDS:
-            await self.refresh()
+            if self._stale_read is None:
+                self._stale_read = asyncio.ensure_future(self._read_once())
+            await asyncio.shield(self._stale_read)
         return self._cache
+
+    async def _read_once(self) -> None:
+        try:
+            await self.refresh()
+        finally:
+            self._stale_read = None
 
     async def refresh(self) -> None:
         """Read the pauses now (an answer older than one already kept is dropped)."""

@@ -10,7 +10,15 @@ from pydantic import BaseModel
 
 from ..clock import to_datetime
 from ..definitions import WorkflowDef
-from ..errors import BlockingStartRefused, DefinitionError, PayloadError, RateLimited, SingletonHeld
+from ..errors import (
+    BlockingStartRefused,
+    DefinitionError,
+    InvalidArgument,
+    PayloadError,
+    RateLimited,
+    SingletonHeld,
+)
+from ..flowcontrol import check_flow_control, resolve_flow
 from ..handles import Deferral, RunHandle, Waiter
 from ..ids import new_id
 from ..plan import GatePlan
@@ -18,11 +26,22 @@ from ..runtime import Runtime
 from ..serde import validate_payload
 from ..store import gate
 from ..store import runs as store_runs
-from ..store.base import Tx
+from ..store.base import Row, Tx
 from ..store.coalesce import Args, with_many
 from .pipeline import Decision, Offer, offer
 
-__all__ = ["admit", "control_keys", "handle_for", "identity_key"]
+__all__ = [
+    "admit",
+    "admit_bare",
+    "bare_run",
+    "control_keys",
+    "handle_for",
+    "identity_key",
+    "offer_for",
+    "offer_of",
+    "prepare",
+    "start_flow_control",
+]
 
 
 async def admit(
@@ -41,6 +60,52 @@ async def admit(
     ``retry_of`` marks a fresh run of a failed or cancelled one: it passes the gate like
     any start (so it counts against limits and windows) under a new identity.
     """
+    defn, model, key, run = prepare(
+        rt, workflow, payload, at=at, wait=wait, idempotency_key=idempotency_key, retry=bool(retry_of)
+    )
+    plan: GatePlan = defn.gate
+    if flow_control is not None:  # stored on the run: every step of it runs under these limits
+        run["flow_control"] = start_flow_control(flow_control, model)
+    if retry_of:
+        run["retry_of"] = retry_of
+        run["source"] = f"retry:{retry_of}"  # where the start came from (origin.py)
+    now = rt.clock.now()
+    ticket = run["ticket"]
+    if plan.bare and at is None and not await rt.pauses.paused(defn.name):
+        created, fresh = await rt.store.write(_admit_bare, bare_run(plan, run, now), now)
+        if fresh:
+            rt.created_here(created, now)
+            rt.wake(now)
+        return RunHandle(
+            workflow=defn.name,
+            status="started" if fresh else "existing",
+            ticket=ticket,
+            run_id=created["id"],
+            _client=rt.waiter,
+        )
+    o = await offer_of(rt, defn, model, key, run, at)
+    decision = await rt.store.write(offer, o, now)
+    rt.after_decision(defn, decision)
+    handle = handle_for(rt.waiter, defn.name, decision)
+    if wait:
+        if decision.status == "dropped":
+            raise RateLimited(defn.name, handle.retry_after or timedelta(0))
+        if decision.status == "skipped":
+            raise SingletonHeld(defn.name, decision.run_id or decision.reason or "a parked start")
+    return handle
+
+
+def prepare(
+    rt: Runtime,
+    workflow: str | Callable[..., Any],
+    payload: Any,
+    *,
+    at: datetime | None,
+    wait: bool,
+    idempotency_key: str | None,
+    retry: bool = False,
+) -> tuple[WorkflowDef, BaseModel, str | None, dict[str, Any]]:
+    """Check a start before anything is written: its definition, payload model, identity key and new run row."""
     defn = rt.app.get(workflow)
     plan: GatePlan = defn.gate
     if at is not None and (not isinstance(at, datetime) or at.tzinfo is None):
@@ -60,53 +125,60 @@ async def admit(
             "idempotency_key cannot be given for one item: the batch's identity comes from the "
             "workflow's idempotency_key callback",
         )
-    key = None if item_model is not None or retry_of else identity_key(defn, model, idempotency_key)
-    ticket = new_id("tkt")
-    run = rt.new_run_row(defn, "{}" if item_model is not None else model, idempotency_key=key, ticket=ticket)
-    run["retry_of"] = retry_of
-    if retry_of:
-        run["source"] = f"retry:{retry_of}"  # where the start came from (origin.py)
-    now = rt.clock.now()
-    if plan.bare and at is None and not await rt.pauses.paused(defn.name):
-        # no control to pass, but the run still carries what happens when it fails or overruns
-        run["on_failure"] = plan.on_failure
-        if plan.finish_timeout is not None:
-            run["deadline_at"] = now + plan.finish_timeout
-        created, fresh = await rt.store.write(_admit_bare, run, now)
-        if fresh:
-            rt.created_here(created, now)
-            rt.wake(now)
-        return RunHandle(
-            workflow=defn.name,
-            status="started" if fresh else "existing",
-            ticket=ticket,
-            run_id=created["id"],
-            _client=rt.waiter,
-        )
-    o = Offer(
+    key = None if item_model is not None or retry else identity_key(defn, model, idempotency_key)
+    run = rt.new_run_row(defn, "{}" if item_model is not None else model, idempotency_key=key, ticket=new_id("tkt"))
+    run["retry_of"] = None
+    return defn, model, key, run
+
+
+def bare_run(plan: GatePlan, run: dict[str, Any], now: float) -> dict[str, Any]:
+    """A start with no control to pass still carries what happens when its run fails or overruns."""
+    run["on_failure"] = plan.on_failure
+    if plan.finish_timeout is not None:
+        run["deadline_at"] = now + plan.finish_timeout
+    return run
+
+
+async def offer_of(
+    rt: Runtime, defn: WorkflowDef, model: BaseModel, key: str | None, run: dict[str, Any], at: datetime | None
+) -> Offer:
+    """What the gate's stages decide for a start with controls (or paused, or ``at=``)."""
+    when = None if at is None else at.timestamp()
+    return offer_for(defn, model, run, key, at=when, pauses=await rt.pauses.snapshot())
+
+
+def offer_for(
+    defn: WorkflowDef,
+    model: BaseModel,
+    run: dict[str, Any],
+    key: str | None,
+    *,
+    at: float | None = None,
+    pauses: dict[str, Row] | None = None,
+) -> Offer:
+    """The offer of a validated start whose run row is ``run`` (its ticket, its identity under ``key``)."""
+    plan = defn.gate
+    return Offer(
         defn=defn,
         plan=plan,
-        ticket=ticket,
+        ticket=run["ticket"],
         # the run row's payload: sealed when the workflow encrypts
-        payload=model.model_dump_json() if item_model is not None else run["payload"],
-        keys=control_keys(defn, plan, model),
+        payload=model.model_dump_json() if plan.item_model is not None else run["payload"],
+        # a start's own flow_control rides on its parked row ($flow) to the run the drainer creates
+        keys=control_keys(defn, plan, model) | ({"$flow": run["flow_control"]} if run.get("flow_control") else {}),
         priority=_priority(defn, plan, model),
         fair=_fair(defn, plan, model),
         identity=run["identity"] if key is not None else None,
         idempotency_key=key,
         run=run,
-        at=None if at is None else at.timestamp(),
-        pauses=await rt.pauses.snapshot(),
+        at=at,
+        pauses=pauses,
     )
-    decision = await rt.store.write(offer, o, now)
-    rt.after_decision(defn, decision)
-    handle = handle_for(rt.waiter, defn.name, decision)
-    if wait:
-        if decision.status == "dropped":
-            raise RateLimited(defn.name, handle.retry_after or timedelta(0))
-        if decision.status == "skipped":
-            raise SingletonHeld(defn.name, decision.run_id or decision.reason or "a parked start")
-    return handle
+
+
+async def admit_bare(tx: Tx, run: dict[str, Any], now: float) -> tuple[dict[str, Any], bool]:
+    """A start with no control to pass: its run and its ledger row (one group commit's many together)."""
+    return await _admit_bare(tx, run, now)
 
 
 async def _admit_bare(tx: Tx, run: dict[str, Any], now: float) -> tuple[dict[str, Any], bool]:
@@ -126,6 +198,9 @@ async def _admit_bare_many(tx: Tx, calls: Sequence[Args]) -> list[Any]:
     return created
 
 
+MAX_PRIORITY = 1_000_000_000
+"""The largest priority a callback may give (and its negative the smallest): a database integer holds it."""
+
 def _bare_decision(run: dict[str, Any], created: dict[str, Any], fresh: bool, now: float) -> dict[str, Any]:
     return {
         "ticket": run["ticket"],
@@ -144,12 +219,20 @@ def _bare_decision(run: dict[str, Any], created: dict[str, Any], fresh: bool, no
 with_many(_admit_bare, _admit_bare_many)
 
 
+def start_flow_control(value: Any, model: BaseModel) -> str:
+    """``start(flow_control=)`` checked and resolved for this payload, as the run stores it."""
+    try:
+        return resolve_flow(check_flow_control(value), model).to_json()
+    except ValueError as exc:
+        raise InvalidArgument(str(exc)) from None
+
+
 def identity_key(defn: WorkflowDef, payload: BaseModel, given: str | None) -> str | None:
     """The idempotency key of a start: the caller's, else the workflow's callback."""
     if given is not None:
         if not isinstance(given, str) or not given:
             raise PayloadError(f"start of {defn.name!r}", "idempotency_key must be a non-empty string")
-        return given
+        return _utf8(defn, "idempotency_key", given)
     if defn.idempotency_key is None:
         return None
     try:
@@ -158,6 +241,18 @@ def identity_key(defn: WorkflowDef, payload: BaseModel, given: str | None) -> st
         raise DefinitionError(defn.name, "idempotency_key", f"callback raised {type(exc).__name__}: {exc}") from None
     if not isinstance(key, str) or not key:
         raise DefinitionError(defn.name, "idempotency_key", f"callback returned {key!r}, not a non-empty string")
+    return _utf8(defn, "idempotency_key", key)
+
+
+def _utf8(defn: WorkflowDef, field: str, key: str) -> str:
+    """``key`` if it is text a database can store; a ``PayloadError`` for a lone surrogate."""
+    if not key.isascii():
+        try:
+            key.encode()
+        except UnicodeEncodeError as exc:
+            raise PayloadError(
+                f"start of {defn.name!r}", f"{field} {key!r} holds {key[exc.start]!r}, a lone surrogate, not text"
+            ) from None
     return key
 
 
@@ -200,7 +295,7 @@ def control_keys(defn: WorkflowDef, plan: GatePlan, model: BaseModel) -> dict[st
         pairs.append(("concurrency", plan.concurrency.key))
     pairs += [(w.name, w.key) for w in plan.windows]
     for name, fn in pairs:
-        keys[name] = "" if fn is None else str(_call(defn, f"{name}.key", fn, model))
+        keys[name] = "" if fn is None else _utf8(defn, f"{name}.key", str(_call(defn, f"{name}.key", fn, model)))
     return keys
 
 
@@ -208,10 +303,12 @@ def _priority(defn: WorkflowDef, plan: GatePlan, model: BaseModel) -> int:
     if plan.priority is None:
         return 0
     value = _call(defn, "priority", plan.priority, model)
-    if not isinstance(value, int) or isinstance(value, bool):
-        raise DefinitionError(defn.name, "priority", f"callback returned {value!r}, not an int")
+    if not isinstance(value, int) or isinstance(value, bool) or abs(value) > MAX_PRIORITY:
+        raise DefinitionError(
+            defn.name, "priority", f"callback returned {value!r}, not an int from -{MAX_PRIORITY} to {MAX_PRIORITY}"
+        )
     return value
 
 
 def _fair(defn: WorkflowDef, plan: GatePlan, model: BaseModel) -> str | None:
-    return None if plan.fair_by is None else str(_call(defn, "fair_by", plan.fair_by, model))
+    return None if plan.fair_by is None else _utf8(defn, "fair_by", str(_call(defn, "fair_by", plan.fair_by, model)))

@@ -24,6 +24,8 @@ async def admit(tx: Tx, o: Offer, now: float) -> Decision:
     )
     if identity is not None:
         run["identity"] = identity
+    if "$flow" in o.keys:  # the step flow control given at start, kept on the parked row
+        run["flow_control"] = o.keys["$flow"]
     if plan.concurrency is not None:
         run["slot_scope"], run["slot_key"] = slot_of(plan, o.keys)
     created, fresh = await runs.create_run(tx, run, now)

@@ -6,10 +6,13 @@ and closes nothing, so the caller keeps the client open while the app serves.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from fastapi import APIRouter, FastAPI, Request
 from fastapi.responses import Response
 
 from .. import __version__
+from ..dashboard import DASHBOARD_PREFIX, DashboardSession, install_dashboard
 from ..engine import Client
 from .metrics import CONTENT_TYPE_LATEST, StoreMetrics
 from .openapi import install_openapi
@@ -23,12 +26,21 @@ __all__ = ["API_PREFIX", "create_app"]
 API_PREFIX = "/api/v1"
 
 
-def create_app(client: Client, *, policy: AccessPolicy | None = None) -> FastAPI:
+def create_app(
+    client: Client,
+    *,
+    policy: AccessPolicy | None = None,
+    dashboard: bool = True,
+    cluster_metrics: bool | Callable[[], bool] = True,
+) -> FastAPI:
     """The API over an open ``client``, under ``/api/v1``, with ``/metrics`` beside it.
 
     ``policy`` holds the tokens and the body limit (default: from ``LOCKGATE_TOKEN`` and
     ``LOCKGATE_TOKEN_READ``, 1 MiB). No CORS headers are sent: mount it behind your own
-    middleware to allow a browser origin.
+    middleware to allow a browser origin. ``dashboard`` serves the pages of docs/dashboard.md
+    under ``/ui`` (``/`` leads there). ``/metrics`` serves this process's own metrics
+    (collected from now on) and, where ``cluster_metrics`` is (or answers) true, the gauges
+    sampled from the store, which are the same on every replica.
     """
     policy = policy or AccessPolicy.from_env()
     app = FastAPI(
@@ -40,7 +52,8 @@ def create_app(client: Client, *, policy: AccessPolicy | None = None) -> FastAPI
     )
     app.state.lockgate_client = client
     app.state.lockgate_inspector = client.inspector
-    metrics = StoreMetrics(client.inspector)
+    reports = cluster_metrics if callable(cluster_metrics) else (lambda: cluster_metrics)
+    metrics = StoreMetrics(client.inspector, reports, client.core.metrics().registry)
     app.state.lockgate_metrics = metrics
     install_problem_handlers(app)
     api = APIRouter(prefix=API_PREFIX)
@@ -52,6 +65,10 @@ def create_app(client: Client, *, policy: AccessPolicy | None = None) -> FastAPI
     async def scrape(request: Request) -> Response:
         return Response(await metrics.render(), media_type=CONTENT_TYPE_LATEST)
 
+    if dashboard:
+        install_dashboard(app, client)
     install_openapi(app)
     app.add_middleware(GuardMiddleware, policy=policy)
+    if dashboard:  # outside the guard: a browser signs in with a cookie the guard then sees as a token
+        app.add_middleware(DashboardSession, policy=policy, prefix=DASHBOARD_PREFIX)
     return app

@@ -2,7 +2,9 @@
 
 Each app has its own ``CollectorRegistry`` (two apps in one process never share series). A
 scrape reads ``stats``, ``flow`` and ``cluster_status`` (a few grouped queries), then the
-collector below turns that snapshot into metric families.
+collector below turns that snapshot into metric families. These numbers are the cluster's,
+the same from every replica: ``reports`` says whether this one serves them (the others
+answer only their process-local metrics, ``engine/metrics.py``, which follow them).
 """
 
 from __future__ import annotations
@@ -10,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import defaultdict
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
@@ -19,10 +21,17 @@ from prometheus_client.registry import Collector
 
 from ..inspect import ClusterStatus, FlowRow, Inspector, Stats
 
-__all__ = ["ADMISSION_OUTCOMES", "CONTENT_TYPE_LATEST", "StoreMetrics"]
+__all__ = ["ADMISSION_OUTCOMES", "CONTENT_TYPE_LATEST", "TOP_KEYS", "StoreMetrics"]
+
+TOP_KEYS = 20
+"""Per-key gauges keep the keys with the most waiting (or in flight): a key is a label value, so bounded."""
 
 ADMISSION_OUTCOMES = ("admitted", "collapsed", "batched", "dropped", "skipped", "expired", "existing")
 """The ledger outcomes ``lockgate_admissions`` counts, as ``FlowRow`` holds them."""
+
+
+def _always() -> bool:
+    return True
 
 
 @dataclass
@@ -37,16 +46,25 @@ class _Snapshot:
 class StoreMetrics(Collector):
     """The store's state as Prometheus metrics, in a registry of its own."""
 
-    def __init__(self, inspector: Inspector) -> None:
+    def __init__(
+        self, inspector: Inspector, reports: Callable[[], bool] = _always, local: CollectorRegistry | None = None
+    ) -> None:
         self.inspector = inspector
+        self.reports = reports
+        self.local = local  # this process's own metrics, rendered after the store's
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(self)
         self._snapshot = _Snapshot()
+        self._reporting = True
         self._lock = asyncio.Lock()  # one scrape at a time: the collector reads the snapshot it set
 
     async def render(self) -> bytes:
-        """Sample the store, then the whole registry in the Prometheus text format."""
+        """Sample the store (when this replica reports the cluster), then both registries in the text format."""
+        tail = b"" if self.local is None else generate_latest(self.local)
         async with self._lock:
+            self._reporting = self.reports()
+            if not self._reporting:
+                return generate_latest(self.registry) + tail
             started = time.perf_counter()
             errors = self._snapshot.errors
             try:
@@ -57,10 +75,18 @@ class StoreMetrics(Collector):
                 self._snapshot = _Snapshot(errors=errors + 1, duration=time.perf_counter() - started)
                 raise
             self._snapshot = _Snapshot(stats, flow, cluster, time.perf_counter() - started, errors)
-            return generate_latest(self.registry)
+            return generate_latest(self.registry) + tail
 
     def collect(self) -> Iterator[Metric]:
-        snap = self._snapshot
+        yield GaugeMetricFamily(
+            "lockgate_cluster_reporter",
+            "1 on the replica that serves the store-wide gauges below, 0 on the others.",
+            value=1 if self._reporting else 0,
+        )
+        if self._reporting:
+            yield from self._store_families(self._snapshot)
+
+    def _store_families(self, snap: _Snapshot) -> Iterator[Metric]:
         runs = GaugeMetricFamily(
             "lockgate_runs", "Runs in the store by workflow and status.", labels=["workflow", "status"]
         )
@@ -127,5 +153,33 @@ def _flow_families(rows: list[FlowRow]) -> Iterator[Metric]:
         oldest.add_metric([workflow], ages.get(workflow, 0.0))
     yield admissions
     yield depth
+    yield oldest
+    yield in_flight
+    yield from _key_families([r for r in rows if r.key])
+
+
+def _key_families(rows: list[FlowRow]) -> Iterator[Metric]:
+    """Waiting and in-flight per flow-control key, for the ``TOP_KEYS`` busiest keys of each."""
+    waiting = GaugeMetricFamily(
+        "lockgate_key_waiting",
+        f"Starts waiting at the gate per flow-control key (the {TOP_KEYS} keys with most).",
+        labels=["workflow", "key"],
+    )
+    oldest = GaugeMetricFamily(
+        "lockgate_key_oldest_waiting_seconds",
+        f"Age of the oldest start waiting per flow-control key (the {TOP_KEYS} keys with most waiting).",
+        labels=["workflow", "key"],
+    )
+    for row in sorted((r for r in rows if r.queued), key=lambda r: -r.queued)[:TOP_KEYS]:
+        waiting.add_metric([row.workflow, row.key], row.queued)
+        oldest.add_metric([row.workflow, row.key], row.oldest_waiting or 0.0)
+    in_flight = GaugeMetricFamily(
+        "lockgate_key_in_flight",
+        f"Runs holding a concurrency slot per key (the {TOP_KEYS} keys with most).",
+        labels=["workflow", "key"],
+    )
+    for row in sorted((r for r in rows if r.in_flight), key=lambda r: -r.in_flight)[:TOP_KEYS]:
+        in_flight.add_metric([row.workflow, row.key], row.in_flight)
+    yield waiting
     yield oldest
     yield in_flight

@@ -15,6 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from ..engine.operator import BulkItem, BulkResult
 from ..handles import RunHandle
 from ..inspect import LedgerEntry, RunDetail
+from ..inspect import RunPage as RunsRead
 from ..records import AttemptInfo, EventInfo, RunInfo, StepInfo
 
 __all__ = [
@@ -22,6 +23,7 @@ __all__ = [
     "CancelManyBody",
     "CancelStartBody",
     "CancelStartOut",
+    "DiscardOut",
     "Health",
     "KeyBody",
     "LedgerPage",
@@ -94,10 +96,22 @@ class Run(BaseModel):
 
 
 class RunPage(BaseModel):
-    """A page of runs, newest first; pass ``next_before`` as ``before`` for the next page (null: last page)."""
+    """A page of runs, newest first; pass ``next_cursor`` as ``cursor`` for the next page (null: last page).
+
+    ``next_before`` is the id of the page's last run when more follow (for ``before``); ``searched``
+    is how many runs a text search (``q``) read for this page.
+    """
 
     items: list[Run]
+    next_cursor: str | None
     next_before: str | None
+    searched: int = 0
+
+    @classmethod
+    def of(cls, page: RunsRead) -> RunPage:
+        items = [Run.of(r) for r in page.items]
+        last = items[-1].id if items and page.next_cursor is not None else None
+        return cls(items=items, next_cursor=page.next_cursor, next_before=last, searched=page.searched)
 
 
 class RunDetailOut(BaseModel):
@@ -128,10 +142,11 @@ class LedgerPage(BaseModel):
 
 
 class Health(BaseModel):
-    """The API answers and its store is reachable."""
+    """The API answers, its store is reachable and holds this code's migrations (``schema_version``: the last)."""
 
     ok: bool
     dialect: str
+    schema_version: int
 
 
 # -- verbs ---------------------------------------------------------------------------------------
@@ -215,6 +230,13 @@ class CancelStartOut(BaseModel):
 
 class WorkflowPauseBody(_Body):
     reason: str | None = None
+
+
+class DiscardOut(BaseModel):
+    """What a discard did: ``already_discarded`` when the run was discarded before (nothing changed)."""
+
+    run_id: str
+    already_discarded: bool
 
 
 class UnpauseOut(BaseModel):

@@ -10,18 +10,21 @@ from fastapi import APIRouter, Query, Request
 from ..errors import InvalidArgument, LockgateError
 from ..events import DeliveryRecord, EventRecord
 from ..inspect import (
+    MAX_HOURS,
     ClusterStatus,
     FiringInfo,
     FlowRow,
     Inspector,
     ParkedStart,
     Pause,
+    RunFilter,
     ScheduleInfo,
     Stats,
     Trace,
+    split_statuses,
 )
 from ..records import EventInfo
-from .models import Health, LedgerPage, Run, RunDetailOut, RunPage
+from .models import Health, LedgerPage, RunDetailOut, RunPage
 from .problems import ApiProblem
 
 __all__ = ["router"]
@@ -29,6 +32,8 @@ __all__ = ["router"]
 router = APIRouter()
 
 Limit = Annotated[int, Query(ge=1, le=1000)]
+MAX_SEQ = 2**63 - 1
+"""The largest row id or sequence number a store holds (a signed 64-bit integer)."""
 
 
 def inspector(request: Request) -> Inspector:
@@ -39,34 +44,64 @@ def inspector(request: Request) -> Inspector:
 
 @router.get("/healthz", response_model=Health, tags=["health"])
 async def healthz(request: Request) -> Health:
-    """The store answers a query (503 when it does not)."""
-    status = await inspector(request).cluster_status()
-    return Health(ok=True, dialect=status.dialect)
+    """The store answers and holds exactly this code's migrations (503 ``StoreError`` or ``MigrationsNotCurrent``)."""
+    schema = await inspector(request).schema()
+    if not schema.current:
+        missing = sorted(set(schema.known) - set(schema.applied))
+        unknown = sorted(set(schema.applied) - set(schema.known))
+        raise ApiProblem(
+            503,
+            "MigrationsNotCurrent",
+            f"the database's migrations are not this code's: missing {missing}, from a newer release {unknown}",
+        )
+    return Health(ok=True, dialect=inspector(request).store.dialect, schema_version=max(schema.applied, default=0))
 
 
 @router.get("/runs", response_model=RunPage, tags=["runs"])
 async def list_runs(
     request: Request,
     workflow: str | None = None,
-    status: str | None = None,
+    status: Annotated[
+        list[str] | None, Query(description="one or more statuses: repeated, or comma-separated (running,failed)")
+    ] = None,
     source: str | None = None,
     parent_id: str | None = None,
-    dead_letter: bool = False,
+    since: Annotated[datetime | None, Query(description="created at or after (ISO 8601 with an offset)")] = None,
+    until: Annotated[datetime | None, Query(description="created before (ISO 8601 with an offset)")] = None,
+    id_prefix: Annotated[str | None, Query(description="the run id starts with this")] = None,
+    q: Annotated[
+        str | None, Query(description="text in the payload or error, case-insensitive (a bounded window per page)")
+    ] = None,
+    dead_letter: Annotated[bool, Query(description="failed runs nobody has discarded")] = False,
+    cursor: Annotated[str | None, Query(description="the next_cursor of the previous page")] = None,
     before: Annotated[str | None, Query(description="the last run id of the previous page")] = None,
     limit: Limit = 50,
 ) -> RunPage:
-    """Runs newest first; ``before`` continues after the previous page's last run (stable while runs arrive)."""
-    runs = await inspector(request).runs(
+    """Runs newest first, matching every filter given; ``cursor`` continues below the previous page
+    (stable while runs arrive)."""
+    where = RunFilter(
         workflow=workflow,
-        status=status,
+        statuses=split_statuses(*(status or ())),
         source=source,
         parent_id=parent_id,
+        since=since,
+        until=until,
+        id_prefix=id_prefix,
+        text=q,
         dead_letter=dead_letter,
-        before=before,
-        limit=limit,
     )
-    items = [Run.of(r) for r in runs]
-    return RunPage(items=items, next_before=items[-1].id if len(items) == limit else None)
+    return RunPage.of(await inspector(request).run_page(where, cursor=cursor, before=before, limit=limit))
+
+
+@router.get("/runs/{run_id}/children", response_model=RunPage, tags=["runs"])
+async def children(
+    request: Request,
+    run_id: str,
+    cursor: Annotated[str | None, Query(description="the next_cursor of the previous page")] = None,
+    limit: Limit = 50,
+) -> RunPage:
+    """The runs this run started, newest first."""
+    return RunPage.of(await inspector(request).children(run_id, cursor=cursor, limit=limit))
 
 
 @router.get("/runs/{run_id}", response_model=RunDetailOut, tags=["runs"])
@@ -97,7 +132,7 @@ async def ledger(
     kind: str | None = None,
     outcome: str | None = None,
     since: datetime | None = None,
-    before: int | None = None,
+    before: Annotated[int | None, Query(ge=0, le=MAX_SEQ, description="the last id of the previous page")] = None,
     limit: Limit = 100,
 ) -> LedgerPage:
     """Gate decisions newest first; ``before`` continues after the previous page's last entry."""
@@ -123,7 +158,7 @@ async def pending(
     request: Request,
     workflow: str | None = None,
     mode: str | None = None,
-    after: Annotated[int | None, Query(description="the last seq of the previous page")] = None,
+    after: Annotated[int | None, Query(ge=0, le=MAX_SEQ, description="the last seq of the previous page")] = None,
     limit: Limit = 100,
 ) -> list[ParkedStart]:
     """Starts parked at the gate, oldest arrival first."""
@@ -137,9 +172,15 @@ async def pauses(request: Request) -> list[Pause]:
 
 
 @router.get("/stats", response_model=Stats, tags=["totals"])
-async def stats(request: Request, workflow: str | None = None) -> Stats:
-    """Runs per workflow and status, and parked starts per mode."""
-    return await inspector(request).stats(workflow)
+async def stats(
+    request: Request,
+    workflow: str | None = None,
+    hours: Annotated[
+        int | None, Query(ge=1, le=MAX_HOURS, description="also count the runs created in each of the last N hours")
+    ] = None,
+) -> Stats:
+    """Runs per workflow and status, and parked starts per mode; with ``hours``, runs per hour (``hourly``)."""
+    return await inspector(request).stats(workflow, hours=hours)
 
 
 @router.get("/cluster", response_model=ClusterStatus, tags=["totals"])

@@ -54,6 +54,20 @@ class AccessPolicy:
         """Tokens from ``LOCKGATE_TOKEN`` and ``LOCKGATE_TOKEN_READ`` (empty counts as unset)."""
         return cls(os.environ.get(TOKEN_ENV) or None, os.environ.get(READ_TOKEN_ENV) or None, max_body)
 
+    @classmethod
+    def load(
+        cls, token_file: str | None = None, read_token_file: str | None = None, *, max_body: int = DEFAULT_MAX_BODY
+    ) -> AccessPolicy:
+        """Tokens read from ``token_file`` / ``read_token_file`` where given, else from the environment.
+
+        A file holds one token (surrounding whitespace is ignored); ``ValueError`` names the file
+        when it cannot be read or holds none, so a typo never serves the API open.
+        """
+        env = cls.from_env(max_body=max_body)
+        token = env.token if token_file is None else _token_in(token_file)
+        read = env.read_token if read_token_file is None else _token_in(read_token_file)
+        return cls(token, read, max_body)
+
     @property
     def open(self) -> bool:
         """No token is configured: every request is allowed."""
@@ -67,6 +81,17 @@ class AccessPolicy:
         if operate:
             return "operate"
         return "read" if read else None
+
+
+def _token_in(path: str) -> str:
+    try:
+        with open(path, encoding="utf-8") as f:
+            token = f.read().strip()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ValueError(f"cannot read the token file {path}: {exc}") from exc
+    if not token or any(c.isspace() for c in token):
+        raise ValueError(f"the token file {path} must hold one token (no spaces), found {len(token.split())} words")
+    return token
 
 
 def is_loopback(host: str) -> bool:

@@ -11,6 +11,7 @@ from .models import (
     CancelManyBody,
     CancelStartBody,
     CancelStartOut,
+    DiscardOut,
     KeyBody,
     PauseKeyBody,
     ReasonBody,
@@ -67,10 +68,11 @@ async def resume_from_step(request: Request, run_id: str, body: ResumeFromStepBo
     await client(request).resume_from_step(run_id, body.step)
 
 
-@router.post("/runs/{run_id}/discard", status_code=204)
-async def discard(request: Request, run_id: str) -> None:
-    """Acknowledge a failed run (it leaves the dead-letter view)."""
-    await client(request).discard(run_id)
+@router.post("/runs/{run_id}/discard", response_model=DiscardOut)
+async def discard(request: Request, run_id: str) -> DiscardOut:
+    """Acknowledge a failed run (it leaves the dead-letter view); a second discard changes nothing and says so."""
+    changed = await client(request).discard(run_id)
+    return DiscardOut(run_id=run_id, already_discarded=not changed)
 
 
 @router.post("/runs/{run_id}/retry", response_model=StartOut)

@@ -10,26 +10,43 @@ from __future__ import annotations
 from ..store.keys import Rotation, Unopened
 from .cluster import ClusterStatus, SweepLease, WorkerStatus
 from .connect import StoreLocation, connect, locate
+from .doctor import DoctorReport, DoctorSettings, Finding
 from .flow import FlowRow
+from .flowkeys import FlowKeyRow
 from .gate import LedgerEntry, ParkedStart, Pause
 from .inspector import Inspector
-from .runs import RUN_STATUSES, TERMINAL, RunDetail
+from .listing import RUN_STATUSES, TEXT_WINDOW, RunFilter, RunPage, split_statuses
+from .replay import ReplayReport
+from .runs import TERMINAL, RunDetail
 from .schedules import FiringInfo, ScheduleInfo
-from .stats import Stats, StatsTotals, WorkflowStats
+from .stats import MAX_HOURS, HourlyRuns, Hours, Stats, StatsTotals, WorkflowStats
 from .trace import Trace
+from .views import SavedView
 
 __all__ = [
+    "MAX_HOURS",
     "RUN_STATUSES",
     "TERMINAL",
+    "TEXT_WINDOW",
     "ClusterStatus",
+    "DoctorReport",
+    "DoctorSettings",
+    "Finding",
     "FiringInfo",
+    "FlowKeyRow",
     "FlowRow",
+    "HourlyRuns",
+    "Hours",
     "Inspector",
     "LedgerEntry",
     "ParkedStart",
     "Pause",
+    "ReplayReport",
     "Rotation",
     "RunDetail",
+    "RunFilter",
+    "RunPage",
+    "SavedView",
     "ScheduleInfo",
     "Stats",
     "StatsTotals",
@@ -41,4 +58,5 @@ __all__ = [
     "WorkflowStats",
     "connect",
     "locate",
+    "split_statuses",
 ]

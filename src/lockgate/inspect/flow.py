@@ -6,6 +6,7 @@ from collections import defaultdict
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from ..store import flow as step_flow
 from ..store import ledger
 from ..store.base import Tx
 
@@ -32,6 +33,7 @@ class FlowRow:
     expired: int = 0
     existing: int = 0
     modes: dict[str, int] = field(default_factory=dict)
+    flow_waiting: int = 0  # runs parked with a step waiting for its step flow-control key (waiting_on="flow")
     sources: dict[str, int] = field(default_factory=dict)  # parked starts by where they came from (event:<name>, ...)
 
     def to_dict(self) -> dict[str, Any]:
@@ -60,6 +62,8 @@ async def flow(tx: Tx, now: float, *, workflow: str | None = None, since: float 
     for r in await ledger.flow_running(tx, workflow):
         if r["workflow"] not in slotted:
             rows[(r["workflow"], "")]["in_flight"] = int(r["in_flight"])
+    for r in await step_flow.parked_runs(tx, workflow):
+        rows[(r["workflow"], "")]["flow_waiting"] = int(r["n"])
     if since is None:
         decided = await ledger.flow_counts(tx, workflow)
     else:

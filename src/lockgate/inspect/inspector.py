@@ -3,34 +3,47 @@
 Every method reads committed data through store operations and returns typed records that
 serialize to JSON (``to_dict()``, or ``pydantic_core.to_jsonable_python``). Lists take
 explicit filters and a ``limit``, and are ordered so that a page can continue from a cursor
-(``offset`` for runs, ``before`` for the ledger, ``after`` for parked starts).
+(``cursor`` for runs, ``before`` for the ledger, ``after`` for parked starts).
 """
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import replace
 from datetime import datetime
 
 from ..app import App
-from ..clock import Clock, SystemClock
+from ..clock import Clock, SystemClock, to_datetime
 from ..crypto import Keyring, reveal_row
+from ..engine.replay_check import JournalExport
 from ..errors import InvalidArgument, LockgateError
 from ..events import DeliveryRecord, EventRecord
 from ..records import AttemptInfo, EventInfo, RunInfo, StepInfo
 from ..store import Store, journal, shared
-from ..store.base import Row
+from ..store.base import Row, Tx
 from ..store.keys import Rotation, rotate_keys
+from ..store.schema import SchemaState, schema_state
 from . import events as domain_events
+from . import replay
+from . import views as saved_views
+from .activity import admissions
 from .cluster import ClusterStatus, cluster_status
+from .doctor import DoctorReport, DoctorSettings, diagnose
 from .flow import FlowRow, flow
+from .flowkeys import FlowKeyRow, flow_keys
 from .gate import LedgerEntry, ParkedStart, Pause, ledger_page, parked_page, pauses
-from .runs import RunDetail, check_page, check_status, run_detail, runs_page
+from .listing import RunFilter, RunPage, runs_page
+from .replay import ReplayReport
+from .runs import RunDetail, run_detail
 from .schedules import FiringInfo, ScheduleInfo, firings_page, schedule_infos
 from .stats import Stats, stats
 from .trace import Trace, trace
+from .views import SavedView
 
 __all__ = ["Inspector"]
 
-DEAD_LETTER_PAGE = 100  # runs read per query while skipping discarded failures
+FOLLOW_GRACE = 5.0
+"""Seconds of overlap with which ``follow_runs`` re-reads recent runs (a run committed late is still shown)."""
 
 
 class Inspector:
@@ -55,71 +68,108 @@ class Inspector:
         *,
         workflow: str | None = None,
         status: str | None = None,
+        statuses: Sequence[str] = (),
         parent_id: str | None = None,
         source: str | None = None,
+        since: datetime | None = None,
+        until: datetime | None = None,
+        id_prefix: str | None = None,
+        text: str | None = None,
         dead_letter: bool = False,
         before: str | None = None,
+        cursor: str | None = None,
         limit: int = 50,
         offset: int = 0,
     ) -> list[RunInfo]:
-        """Runs matching the filters, newest first, paged by ``limit`` and ``offset``, or by ``before``:
-        the id of the last run of the previous page, a cursor that new runs do not shift.
+        """Runs matching every filter given, newest first: the items of ``run_page`` (see ``RunFilter``).
 
-        ``source`` keeps runs started from there (``api``, ``cli``, ``event:<name>``, ``child:<run id>``, ...).
-        ``dead_letter`` keeps failed runs nobody has discarded (``status`` may then only be ``failed``).
-        ``UnknownRun`` if ``before`` names no run.
+        ``status`` is one more status for ``statuses``. A page continues from ``cursor`` (a page's
+        ``next_cursor``) or from ``before``, the id of the previous page's last run (``UnknownRun``
+        if there is none): positions that new runs do not shift.
         """
-        check_status(status)
-        check_page(limit, offset)
-        if not dead_letter:
-            return await self.store.read(
-                runs_page,
-                workflow=workflow,
-                status=status,
-                parent_id=parent_id,
-                source=source,
-                before=before,
-                limit=limit,
-                offset=offset,
-                keyring=self.keyring,
-            )
-        if source is not None:
-            raise InvalidArgument("dead letters cannot be filtered by source")
-        if status not in (None, "failed"):
-            raise InvalidArgument("dead letters are failed runs; they cannot be combined with another status")
-        return await self._dead_letters(workflow, parent_id, before, limit, offset)
+        where = RunFilter(
+            workflow=workflow,
+            statuses=(*statuses, *(() if status is None else (status,))),
+            parent_id=parent_id,
+            source=source,
+            since=since,
+            until=until,
+            id_prefix=id_prefix,
+            text=text,
+            dead_letter=dead_letter,
+        )
+        return (await self.run_page(where, cursor=cursor, before=before, limit=limit, offset=offset)).items
 
-    async def _dead_letters(
-        self, workflow: str | None, parent_id: str | None, before: str | None, limit: int, offset: int
-    ) -> list[RunInfo]:
+    async def run_page(
+        self,
+        where: RunFilter | None = None,
+        *,
+        cursor: str | None = None,
+        before: str | None = None,
+        limit: int = 50,
+        offset: int = 0,
+    ) -> RunPage:
+        """One page of the runs ``where`` keeps (every run without it), newest first, with the cursor of
+        the next page (``InvalidArgument`` for a filter no run can match or a cursor no page gave)."""
+        return await self.store.read(
+            runs_page,
+            where or RunFilter(),
+            cursor=cursor,
+            before=before,
+            limit=limit,
+            offset=offset,
+            keyring=self.keyring,
+        )
+
+    async def children(self, run_id: str, *, cursor: str | None = None, limit: int = 50) -> RunPage:
+        """The runs ``run_id`` started, newest first (``UnknownRun`` if there is no such run)."""
+        return await self.store.read(_children, run_id, cursor, limit, self.keyring)
+
+    async def follow_runs(
+        self, where: RunFilter | None = None, *, tail: int = 10, poll: float = 1.0
+    ) -> AsyncIterator[RunInfo]:
+        """The last ``tail`` runs ``where`` keeps, oldest first, then each new one as it is committed.
+
+        New runs are those created since the newest one shown, re-read with ``FOLLOW_GRACE``
+        seconds of overlap (each shown once): a run committed a moment after a newer one is
+        still shown. Ends when the caller stops iterating.
+        """
+        where = (where or RunFilter()).check()
+        if tail < 0 or poll <= 0:
+            raise InvalidArgument("tail must be >= 0 and poll > 0")
+        newest = self.clock.now()
+        last = list(reversed((await self.run_page(where, limit=tail)).items)) if tail else []
+        # what is already there is not new: only the last ``tail`` of it is shown
+        shown = {r.id: r.created_at.timestamp() for r in await self._created_since(where, newest - FOLLOW_GRACE)}
+        for run in last:
+            shown[run.id] = run.created_at.timestamp()
+            newest = max(newest, shown[run.id])
+            yield run
+        while True:
+            await self.clock.sleep_until(self.clock.now() + poll)
+            for run in reversed(await self._created_since(where, newest - FOLLOW_GRACE)):
+                if run.id in shown:
+                    continue
+                shown[run.id] = run.created_at.timestamp()
+                newest = max(newest, shown[run.id])
+                yield run
+            shown = {k: at for k, at in shown.items() if at >= newest - FOLLOW_GRACE}
+
+    async def _created_since(self, where: RunFilter, floor: float) -> list[RunInfo]:
+        """Every run ``where`` keeps created at or after ``floor``, newest first."""
+        if where.since is not None:
+            floor = max(floor, where.since.timestamp())
+        window = replace(where, since=to_datetime(floor))
+        if window.until is not None and window.since is not None and window.since >= window.until:
+            return []  # the span asked for is over: nothing new can come
         found: list[RunInfo] = []
-        skipped = 0
-        page = max(DEAD_LETTER_PAGE, limit + offset)
-        at = 0
-        while len(found) < limit:
-            batch = await self.store.read(
-                runs_page,
-                workflow=workflow,
-                status="failed",
-                parent_id=parent_id,
-                before=before,
-                limit=page,
-                offset=at,
-                keyring=self.keyring,
-            )
-            for run in batch:
-                if run.discarded:
-                    continue
-                if skipped < offset:
-                    skipped += 1
-                    continue
-                found.append(run)
-                if len(found) == limit:
-                    break
-            if len(batch) < page:
-                break
-            at += page
-        return found
+        cursor: str | None = None
+        while True:
+            page = await self.run_page(window, cursor=cursor, limit=500)
+            found += page.items
+            if page.next_cursor is None:
+                return found
+            cursor = page.next_cursor
 
     async def run(self, run_id: str) -> RunInfo:
         """One run (``UnknownRun`` if there is none)."""
@@ -180,6 +230,20 @@ class Inspector:
             flow, self.clock.now(), workflow=workflow, since=None if since is None else since.timestamp()
         )
 
+    async def admissions(
+        self, since: datetime, *, buckets: int = 30, until: datetime | None = None, workflow: str | None = None
+    ) -> dict[tuple[str, str], list[int]]:
+        """Starts admitted per (workflow, key) in ``buckets`` equal buckets from ``since`` to ``until`` (now)."""
+        start = since.timestamp()
+        end = self.clock.now() if until is None else until.timestamp()
+        if end <= start:
+            raise InvalidArgument("since must be before until")
+        return await self.store.read(admissions, start, (end - start) / max(buckets, 1), buckets, workflow)
+
+    async def flow_keys(self, key: str | None = None) -> list[FlowKeyRow]:
+        """Step flow-control keys: limits in force, running, waiting, started in the window, oldest waiter."""
+        return await self.store.read(flow_keys, self.clock.now(), key)
+
     async def trace(self, ticket: str) -> Trace:
         """What became of the arrival ``ticket`` (``LockgateError`` for an unknown ticket)."""
         found = await self.store.read(trace, ticket, self.clock.now(), self.concurrency_limits())
@@ -211,6 +275,7 @@ class Inspector:
             raise InvalidArgument("limit must be >= 1")
         if kind is not None and kind not in ("arrival", "drain"):
             raise InvalidArgument(f"unknown ledger kind {kind!r}: arrival or drain")
+        _check_row_id("before", before)
         return await self.store.read(
             ledger_page,
             workflow=workflow,
@@ -233,6 +298,7 @@ class Inspector:
         ``after`` gives the next page."""
         if limit < 1:
             raise InvalidArgument("limit must be >= 1")
+        _check_row_id("after", after)
         return await self.store.read(parked_page, workflow=workflow, mode=mode, after=after, limit=limit)
 
     # -- schedules -------------------------------------------------------------------------------
@@ -247,10 +313,60 @@ class Inspector:
 
     # -- totals --------------------------------------------------------------------------------
 
-    async def stats(self, workflow: str | None = None) -> Stats:
-        """Runs per workflow and status, and starts parked at the gate per mode."""
-        return await self.store.read(stats, workflow)
+    async def stats(self, workflow: str | None = None, *, hours: int | None = None) -> Stats:
+        """Runs per workflow and status, and starts parked at the gate per mode; with ``hours``, also the
+        runs created in each of the last ``hours`` hours (``Stats.hourly``)."""
+        return await self.store.read(stats, workflow, hours=hours, now=self.clock.now())
 
     async def cluster_status(self) -> ClusterStatus:
         """The workers sharing the store, what each holds, which look dead, and the sweep leases."""
         return await self.store.read(cluster_status, self.clock.now())
+
+    async def schema(self) -> SchemaState:
+        """The migrations the database has applied, against those this code ships."""
+        return await self.store.read(schema_state)
+
+    # -- saved views (the dashboard's) -------------------------------------------------------------
+
+    async def saved_views(self) -> list[SavedView]:
+        """The runs-list views operators saved, by name."""
+        return await saved_views.list_views(self.store)
+
+    async def save_view(self, name: str, query: str) -> SavedView:
+        """Save the runs-list filters ``query`` (a URL query string) as ``name``, replacing one of that name.
+
+        Like ``rotate_keys``, a write the inspector makes: a preference of the people reading, not
+        a change to any run."""
+        return await saved_views.save_view(self.store, name, query, self.clock.now())
+
+    async def delete_view(self, name: str) -> bool:
+        """Forget the saved view ``name``; whether there was one."""
+        return await saved_views.delete_view(self.store, name)
+
+    async def doctor(self, settings: DoctorSettings | None = None) -> DoctorReport:
+        """A one-shot health report (``lockgate doctor``); schedules are judged when the app declares workflows."""
+        schedules = self.app.schedules() if self.app.names else None
+        return await self.store.read(diagnose, self.clock.now(), settings or DoctorSettings(), schedules)
+
+    # -- deploy checks ---------------------------------------------------------------------------
+
+    async def export_run(self, run_id: str) -> JournalExport:
+        """One run's row and journal as ``lockgate workflows export`` writes them (``UnknownRun``)."""
+        return await self.store.read(replay.export_run, run_id)
+
+    async def replay_check(
+        self, *, workflow: str | None = None, limit: int = 1000, include_ended: bool = False
+    ) -> ReplayReport:
+        """Replay the journals of live runs (and the newest ended ones) against this inspector's app."""
+        exports = await self.store.read(replay.checkable, workflow=workflow, limit=limit, include_ended=include_ended)
+        return await replay.check(self.app, exports, keyring=self.keyring)
+
+def _check_row_id(name: str, value: int | None) -> None:
+    """Refuse a row id no table can hold (a 64-bit integer): a store would fail on it, not find nothing."""
+    if value is not None and not -(2**63) <= value < 2**63:
+        raise InvalidArgument(f"{name} is not a row id: {value}")
+
+
+async def _children(tx: Tx, run_id: str, cursor: str | None, limit: int, keyring: Keyring) -> RunPage:
+    await shared.get_run(tx, run_id)  # UnknownRun rather than an empty page
+    return await runs_page(tx, RunFilter(parent_id=run_id), cursor=cursor, limit=limit, keyring=keyring)

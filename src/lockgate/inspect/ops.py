@@ -6,8 +6,9 @@ from __future__ import annotations
 from .cluster import cluster_status
 from .flow import FlowRow, flow
 from .gate import ledger_page, parked_page, pauses
-from .runs import run_detail, runs_page
-from .stats import stats
+from .listing import runs_page
+from .runs import run_detail
+from .stats import hourly, stats
 from .trace import Trace, trace
 
 __all__ = [
@@ -15,6 +16,7 @@ __all__ = [
     "Trace",
     "cluster_status",
     "flow",
+    "hourly",
     "ledger_page",
     "parked_page",
     "pauses",

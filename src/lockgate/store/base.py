@@ -12,9 +12,13 @@ from __future__ import annotations
 
 import abc
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from typing import Any, Concatenate, ParamSpec, TypeVar
+from contextlib import AbstractAsyncContextManager
+from typing import Any, Concatenate, Literal, ParamSpec, TypeVar
 
-__all__ = ["Op", "Row", "Store", "Tx"]
+from ..errors import ForeignTransaction
+from ..observer import Observer
+
+__all__ = ["Joined", "Op", "Outcome", "Row", "Store", "Tx"]
 
 T = TypeVar("T")
 P = ParamSpec("P")
@@ -89,16 +93,37 @@ class Tx(abc.ABC):
 Op = Callable[Concatenate[Tx, P], Awaitable[T]]
 """An operation: an async function whose first argument is the transaction."""
 
+Outcome = Literal["open", "committed", "rolled back"]
+
+
+class Joined(abc.ABC):
+    """The caller's own open transaction, joined: ops run on ``tx`` and commit or roll back with it."""
+
+    tx: Tx
+
+    @abc.abstractmethod
+    async def outcome(self, ticket: str) -> Outcome:
+        """What became of the caller's transaction, told by the ledger row ``ticket`` it wrote.
+
+        ``committed`` once the row is visible to the store; ``rolled back`` once the
+        transaction ended without it (rolled back, or its savepoint was); else ``open``.
+        """
+
 
 class Store(abc.ABC):
     """A database holding lockgate's tables."""
 
     dialect: str
     url: str
+    observer: Observer | None = None  # told of each group commit's size and of each failure (observer.py)
+    schema_mode = "migrate"
+    """What ``open`` does with the schema, set before it: ``migrate`` applies pending migrations;
+    ``check`` refuses a database whose schema is not current (``StoreError``) and writes no DDL;
+    ``read`` checks too and opens the database read-only (every write is refused)."""
 
     @abc.abstractmethod
     async def open(self) -> None:
-        """Connect and apply pending migrations."""
+        """Connect and, as ``schema`` says, apply pending migrations or check that none is pending."""
 
     @abc.abstractmethod
     async def close(self) -> None:
@@ -115,6 +140,15 @@ class Store(abc.ABC):
     @abc.abstractmethod
     async def read(self, op: Op[P, T], /, *args: P.args, **kwargs: P.kwargs) -> T:
         """Run a read-only ``op(tx, *args, **kwargs)`` on committed data."""
+
+    def join(self, conn: Any) -> AbstractAsyncContextManager[Joined]:
+        """Run ops inside the caller's open transaction on ``conn``, a connection to this very database.
+
+        Inside, the ops' writes stand or fall with the caller's transaction (a savepoint
+        undoes only them if one raises). ``ForeignTransaction`` (nothing written) when
+        ``conn`` is not in a transaction, or is connected elsewhere.
+        """
+        raise ForeignTransaction(f"a {self.dialect} store cannot join the caller's transaction")
 
     def add_listener(self, callback: Callable[[str, str], None]) -> None:  # noqa: B027
         """Be told of wake-ups other processes publish (``channel``, ``payload``)."""

@@ -70,6 +70,7 @@ async def record_entry(
             "due_at": None,
             "started_at": now,
             "finished_at": now,
+            "flow_wait": None,
             **entry,
             **fence.params(),
         },
@@ -149,13 +150,15 @@ async def record_held(tx: Tx, held: Sequence[tuple[Fence, Sequence[Entry]]]) -> 
                 "due_at": None,
                 "started_at": e.at,
                 "finished_at": e.at,
+                "flow_wait": None,
                 **e.entry,
                 "run_id": fence.run_id,
                 "owner": fence.owner,
                 "epoch": fence.epoch,
             }
-            for column in ("due_at", "started_at", "finished_at"):  # as text: read back exactly, where a JSON
-                if row[column] is not None:  # number keeps 15 digits in some readers
+            # as text: read back exactly, where a JSON number keeps 15 digits in some readers
+            for column in ("due_at", "started_at", "finished_at", "flow_wait"):
+                if row[column] is not None:
                     row[column] = repr(float(row[column]))
             rows.append(row)
             if e.attempt is not None:

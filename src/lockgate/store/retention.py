@@ -18,7 +18,14 @@ __all__ = ["RUN_RECORDS", "Forget", "forget_ended_runs", "forget_ledger", "forge
 Forget = Callable[[Tx, float, int], Awaitable[int]]
 """An op deleting up to ``limit`` rows older than ``cutoff``: ``op(tx, cutoff, limit)``, how many it deleted."""
 
-RUN_RECORDS = ("forget_journal", "forget_attempts", "forget_events", "forget_messages", "forget_runs")
+RUN_RECORDS = (
+    "forget_journal",
+    "forget_attempts",
+    "forget_events",
+    "forget_messages",
+    "forget_flow_slots",  # flow.sql: a step's place in a flow-control key's line
+    "forget_runs",
+)
 """The statements that delete a run's records, given its id (the run's own row last)."""
 
 

@@ -23,6 +23,7 @@ from .journal import Entry
 from .shared import LIVE, TERMINAL, Fence, Fenced, add_event, event_row, get_run, run_params, started_data
 
 __all__ = [
+    "adopt_child",
     "cancel_run",
     "claim_runs",
     "claimed_row",
@@ -493,11 +494,22 @@ async def resume_from_step(tx: Tx, run_id: str, step: str, now: float) -> None:
     await add_event(tx, run_id, "run-redriven", now, {"from_step": key})
 
 
-async def discard_run(tx: Tx, run_id: str, now: float) -> None:
+async def discard_run(tx: Tx, run_id: str, now: float) -> bool:
+    """Mark a failed run discarded; ``False`` (and nothing written) if it already was."""
     row = await get_run(tx, run_id)
+    if row["status"] == "failed" and row["discarded_at"] is not None:
+        return False
     _redrivable("discard", row)
     await tx.execute("set_discarded", {"run_id": run_id, "now": now})
     await add_event(tx, run_id, "run-discarded", now, None)
+    return True
+
+
+async def adopt_child(tx: Tx, run_id: str, ticket: str, parent_id: str, parent_close: str, now: float) -> Row:
+    """Make ``run_id`` (created from the arrival ``ticket``) a child of ``parent_id`` if it has no parent; the row."""
+    params = {"run_id": run_id, "ticket": ticket, "parent_id": parent_id, "parent_close": parent_close, "now": now}
+    await tx.execute("adopt_child", params)
+    return await get_run(tx, run_id)
 
 
 async def stale_candidates(tx: Tx, before: float, now: float, limit: int = 500) -> list[Row]:

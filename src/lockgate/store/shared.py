@@ -70,6 +70,7 @@ _RUN_DEFAULTS: dict[str, Any] = {
     "epoch": 0,
     "entered_at": None,
     "entries": 0,
+    "flow_control": None,  # the step flow control given at start (flowcontrol.FlowLimits as JSON)
 }
 
 

@@ -6,11 +6,22 @@ import functools
 import re
 from importlib import resources
 
-__all__ = ["load_queries", "migrations", "repeatable_queries", "silent_queries"]
+from ..errors import StoreError
+
+__all__ = [
+    "check_schema",
+    "load_queries",
+    "migrations",
+    "repeatable_queries",
+    "schema_version",
+    "silent_queries",
+    "unprepared_queries",
+]
 
 _HEADER = re.compile(r"^--\s*name:\s*([a-z0-9_]+)\s*$", re.MULTILINE)
 _REPEATABLE = re.compile(r"^--\s*repeatable:", re.MULTILINE)
 _SILENT = re.compile(r"^--\s*silent:", re.MULTILINE)
+_UNPREPARED = re.compile(r"^--\s*unprepared:", re.MULTILINE)
 
 
 @functools.cache
@@ -58,6 +69,13 @@ def silent_queries(dialect: str) -> frozenset[str]:
     return frozenset(name for name, body in _sections(dialect).items() if _SILENT.search(body))
 
 
+@functools.cache
+def unprepared_queries(dialect: str) -> frozenset[str]:
+    """The queries marked ``-- unprepared: <why>``: planned for the values of each run, never from a plan
+    kept for the statement (whose guess at unknown values would pick the wrong index)."""
+    return frozenset(name for name, body in _sections(dialect).items() if _UNPREPARED.search(body))
+
+
 def migrations(dialect: str) -> list[tuple[int, str, str]]:
     """``(version, name, sql)`` of each migration file of ``dialect``, in order."""
     folder = resources.files("lockgate.store") / "migrations" / dialect
@@ -68,6 +86,39 @@ def migrations(dialect: str) -> list[tuple[int, str, str]]:
             found.append((int(match.group(1)), match.group(2), entry.read_text()))
     found.sort()
     versions = [v for v, _, _ in found]
-    if versions != list(range(1, len(versions) + 1)):
-        raise RuntimeError(f"{dialect} migrations are not numbered 1..n without gaps: {versions}")
+    # Numbers are handed out ahead of time to changes landing in any order: a gap is allowed
+    # (each version applies once, whenever it arrives), a number used twice is not.
+    if len(set(versions)) != len(versions) or (versions and versions[0] != 1):
+        raise RuntimeError(f"{dialect} migrations must start at 1 and use each number once: {versions}")
     return found
+
+
+def check_schema(dialect: str, applied: set[int] | None, where: str, url: str) -> None:
+    """Refuse a database whose lockgate schema is not this version's (``applied``: its migration
+    versions; ``None``: it has no lockgate tables). Where nothing may be migrated, this is the check."""
+    how = f"run 'lockgate migrate --store {url}'"
+    if applied is None:
+        raise StoreError(f"no lockgate database at {where} ({how} to create one)")
+    known = {version for version, _, _ in migrations(dialect)}
+    latest = schema_version(dialect)
+    unknown = sorted(applied - known)
+    if unknown:
+        raise StoreError(
+            f"the lockgate database at {where} holds migration(s) {_listed(unknown)} that this lockgate "
+            f"(schema version {latest}) does not know: upgrade lockgate"
+        )
+    missing = sorted(known - applied)
+    if missing:
+        raise StoreError(
+            f"the lockgate database at {where} is missing migration(s) {_listed(missing)} of this lockgate's "
+            f"schema (version {latest}): {how}"
+        )
+
+
+def schema_version(dialect: str) -> int:
+    """This code's schema version: its newest migration's number (numbers may have gaps)."""
+    return max(version for version, _, _ in migrations(dialect))
+
+
+def _listed(versions: list[int]) -> str:
+    return ", ".join(f"{v:04d}" for v in versions)

@@ -20,15 +20,17 @@ import re
 import sqlite3
 import time
 from collections.abc import Awaitable, Coroutine, Mapping, Sequence
+from pathlib import Path
 from types import CoroutineType
 from typing import Any, ParamSpec, TypeVar
 from urllib.parse import parse_qs, urlsplit
 
-from ..errors import StoreError
-from .base import Op, Row, Store, Tx
+from ..errors import StoreCorrupt, StoreError, StoreFull
+from .base import Joined, Op, Row, Store, Tx
 from .coalesce import Call, run_calls
 from .multirow import multirow
-from .sql_files import load_queries, migrations
+from .sql_files import check_schema, load_queries, migrations
+from .sqlite_joined import join_sqlite
 
 __all__ = ["SQLiteStore"]
 
@@ -167,24 +169,59 @@ class SQLiteStore(Store):
         if self._conn is not None:
             return
         self._loop = asyncio.get_running_loop()
-        if self.path != ":memory:":
-            os.makedirs(os.path.dirname(self.path) or ".", exist_ok=True)
+        memory = self.path == ":memory:"
+        if not memory and self.schema_mode != "migrate" and not os.path.isfile(self.path):
+            check_schema("sqlite", None, self.path, self.url)
+        if not memory and self.schema_mode == "migrate":
+            try:
+                os.makedirs(os.path.dirname(self.path) or ".", exist_ok=True)
+            except OSError as exc:
+                raise StoreError(f"cannot create the folder of SQLite database {self.path}: {exc.strerror}") from None
         try:
-            conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
+            if self.schema_mode == "read" and not memory:  # refuses every write, creates nothing
+                conn = sqlite3.connect(
+                    f"{Path(self.path).as_uri()}?mode=ro", uri=True, isolation_level=None, check_same_thread=False
+                )
+            else:
+                conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
         except sqlite3.Error as exc:
-            raise StoreError(f"cannot open SQLite database {self.path}: {exc}") from exc
+            raise StoreError(f"cannot open SQLite database {self.path}: {exc}") from None
         self._conn = conn
         self._tx = _SQLiteTx(conn, self._queries)
         try:  # a file that is not a database fails here, at its first statement
             conn.execute(f"PRAGMA busy_timeout = {self.busy_timeout_ms}")
-            conn.execute("PRAGMA journal_mode = WAL")
-            conn.execute(f"PRAGMA synchronous = {self.synchronous.upper()}")
+            applied = self._applied(conn)  # before any write: another application's file is left as it is
+            if applied is None and not self._is_empty(conn):
+                raise StoreError(f"{self.path} is not a lockgate database (it holds other tables); nothing was written")
+            if self.schema_mode != "migrate":
+                check_schema("sqlite", applied, self.path, self.url)
+            if self.schema_mode != "read":
+                conn.execute("PRAGMA journal_mode = WAL")
+                conn.execute(f"PRAGMA synchronous = {self.synchronous.upper()}")
             conn.execute("PRAGMA foreign_keys = OFF")
-            self._migrate()
-        except sqlite3.Error as exc:
+            if self.schema_mode == "migrate":
+                self._migrate()
+        except (sqlite3.Error, StoreError) as exc:
             self._conn = None
             conn.close()
-            raise StoreError(f"cannot open SQLite database {self.path}: {exc}") from exc
+            if isinstance(exc, StoreError):
+                raise
+            if getattr(exc, "sqlite_errorname", None) == "SQLITE_CORRUPT":  # not merely another kind of file
+                raise _failed("open", self.path, exc) from None
+            raise StoreError(f"cannot open SQLite database {self.path}: {exc}") from None
+
+    @staticmethod
+    def _applied(conn: sqlite3.Connection) -> set[int] | None:
+        """The migration versions applied to ``conn``'s database; ``None`` where it has no lockgate tables."""
+        found = conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'lockgate_migrations'")
+        if found.fetchone() is None:
+            return None
+        return {row[0] for row in conn.execute("SELECT version FROM lockgate_migrations")}
+
+    @staticmethod
+    def _is_empty(conn: sqlite3.Connection) -> bool:
+        """Whether the database holds no schema at all (a new file: lockgate may make it its own)."""
+        return bool(conn.execute("SELECT count(*) FROM sqlite_master").fetchone()[0] == 0)
 
     def _migrate(self) -> None:
         conn = self._require()
@@ -199,7 +236,8 @@ class SQLiteStore(Store):
                 if version in done:
                     continue
                 for statement in _split_statements(sql):
-                    conn.execute(statement)
+                    if not _adds_an_existing_column(conn, statement):
+                        conn.execute(statement)
                 conn.execute(
                     "INSERT INTO lockgate_migrations (version, name, applied_at) VALUES (?, ?, ?)",
                     (version, name, time.time()),
@@ -271,7 +309,9 @@ class SQLiteStore(Store):
                         raise
                     conn.execute("ROLLBACK TO op")
                     conn.execute("RELEASE op")
-                    outcomes.append((False, exc))
+                    outcomes.append(
+                        (False, _failed("write", self.path, exc) if isinstance(exc, sqlite3.Error) else exc)
+                    )
             if tx.ledger_grew:
                 tx.count_ledger()
             conn.execute("COMMIT")
@@ -280,13 +320,17 @@ class SQLiteStore(Store):
             if conn.in_transaction:
                 with contextlib.suppress(sqlite3.Error):
                     conn.execute("ROLLBACK")
-            error = exc if single and not isinstance(exc, sqlite3.Error) else StoreError(f"SQLite commit failed: {exc}")
+            if self.observer is not None and (not single or isinstance(exc, sqlite3.Error)):
+                self.observer.store_error("commit")
+            error = exc if single and not isinstance(exc, sqlite3.Error) else _failed("commit", self.path, exc)
             for _, fut in batch:
                 if fut is not None and not fut.done():
                     fut.set_exception(error)
                 elif fut is None:
                     log.warning("introspection write lost: %s", exc)
             return
+        if self.observer is not None:
+            self.observer.committed(len(batch))
         for (_, fut), (ok, value) in zip(batch, outcomes, strict=True):
             if fut is None:
                 if not ok:
@@ -314,6 +358,11 @@ class SQLiteStore(Store):
             conn.execute("BEGIN IMMEDIATE")
             return []
 
+    def join(self, conn: Any) -> contextlib.AbstractAsyncContextManager[Joined]:
+        """Run ops in the caller's open transaction on ``conn``, a ``sqlite3`` connection to this file."""
+        self._require()
+        return join_sqlite(self.path, lambda raw: _SQLiteTx(raw, self._queries), self.read, conn)
+
     # -- reads --------------------------------------------------------------------------
 
     async def read(self, op: Op[P, T], /, *args: P.args, **kwargs: P.kwargs) -> T:
@@ -322,7 +371,31 @@ class SQLiteStore(Store):
         try:
             return run_sync(op(self._tx, *args, **kwargs))
         except sqlite3.Error as exc:
-            raise StoreError(f"SQLite read failed: {exc}") from exc
+            if self.observer is not None:
+                self.observer.store_error("read")
+            raise _failed("read", self.path, exc) from exc
+
+
+def _failed(what: str, path: str, exc: BaseException) -> StoreError:
+    """The error a failed commit or read raises: ``StoreCorrupt`` where the file itself is damaged,
+    ``StoreFull`` where its disk is full."""
+    if getattr(exc, "sqlite_errorname", None) in ("SQLITE_CORRUPT", "SQLITE_NOTADB"):
+        return StoreCorrupt(f"the SQLite database {path} is corrupt ({exc}); restore it from a backup")
+    if getattr(exc, "sqlite_errorcode", None) == sqlite3.SQLITE_FULL:
+        return StoreFull(f"SQLite {what} failed: the disk holding {path} is full ({exc}); free space to resume")
+    return StoreError(f"SQLite {what} failed: {exc}")
+
+
+_ADD_COLUMN = re.compile(r"^\s*ALTER\s+TABLE\s+(\w+)\s+ADD\s+COLUMN\s+(\w+)", re.IGNORECASE)
+
+
+def _adds_an_existing_column(conn: sqlite3.Connection, statement: str) -> bool:
+    """Whether ``statement`` adds a column its table already has (a migration that repairs older stores)."""
+    match = _ADD_COLUMN.match(statement)
+    if match is None:
+        return False
+    table, column = match.groups()
+    return any(row[1] == column for row in conn.execute(f"PRAGMA table_info({table})"))
 
 
 def _split_statements(sql: str) -> list[str]:

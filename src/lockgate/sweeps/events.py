@@ -98,9 +98,7 @@ async def _deliver(deps: FanOut, trigger: TriggerDef, row: dict[str, Any]) -> st
     did = row["id"]
     occurred = datetime.fromtimestamp(float(row["occurred_at"]), UTC)
     try:
-        event = decode_event(
-            deps.app.events.get(row["name"]), {**row, "id": row["event_id"]}, occurred, deps.keyring
-        )
+        event = decode_event(deps.app.events.get(row["name"]), {**row, "id": row["event_id"]}, occurred, deps.keyring)
     except ValueError as exc:
         return await _settle(deps, did, "failed", reason=str(exc))
     try:

@@ -41,6 +41,8 @@ class Connections(Store):
         """Tag each session with this store's origin: the database's own wake-ups then name who caused them."""
         self._born[conn] = self._outages
         await conn.execute("SELECT set_config('lockgate.origin', %s, false)", (self._origin,))
+        if self.schema_mode == "read":  # every transaction read-only: the server refuses any write
+            await conn.execute("SET default_transaction_read_only = on")
 
     async def _writer_connection(self) -> WriterConn:
         """The writer's connection, connected again when the last one broke."""
@@ -88,6 +90,11 @@ class Connections(Store):
         if self._pool is not None:
             with contextlib.suppress(Exception):
                 await self._pool.check()  # discard every idle connection the outage killed, not one per query
+
+    def _failed(self, where: str) -> None:
+        """A read or a commit failed for good: the store's observer counts it."""
+        if self.observer is not None:
+            self.observer.store_error(where)
 
     def _reachable(self) -> None:
         if self._down:

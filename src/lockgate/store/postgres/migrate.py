@@ -9,17 +9,17 @@ import psycopg
 from psycopg.rows import dict_row
 
 from ...errors import StoreError
-from ..sql_files import migrations
+from ..sql_files import check_schema, migrations
 from .failures import first_line
 
-__all__ = ["migrate"]
+__all__ = ["check", "migrate"]
 
 log = logging.getLogger("lockgate.store")
 _MIGRATION_LOCK = 0x6C6F636B67617465  # "lockgate": serialises the migrations of processes booting together
 
 
-async def migrate(conninfo: str, where: str) -> None:
-    """Apply pending migrations in one transaction, one process at a time."""
+async def migrate(conninfo: str, where: str, schema: str | None = None) -> None:
+    """Apply pending migrations in one transaction, one process at a time (in ``schema``, created if need be)."""
     try:
         conn = await psycopg.AsyncConnection.connect(conninfo, autocommit=True, row_factory=dict_row)
     except psycopg.OperationalError as exc:
@@ -27,6 +27,8 @@ async def migrate(conninfo: str, where: str) -> None:
     try:
         async with conn, conn.transaction():
             await conn.execute("SELECT pg_advisory_xact_lock(%s)", (_MIGRATION_LOCK,))
+            if schema is not None:  # an identifier checked by the store; the connection's search_path names it
+                await conn.execute(f'CREATE SCHEMA IF NOT EXISTS "{schema}"')
             await conn.execute(
                 "CREATE TABLE IF NOT EXISTS lockgate_migrations "
                 "(version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at DOUBLE PRECISION NOT NULL)"
@@ -44,3 +46,22 @@ async def migrate(conninfo: str, where: str) -> None:
                 log.info("applied postgres migration %04d_%s", version, name)
     except psycopg.Error as exc:
         raise StoreError(f"migrating PostgreSQL at {where} failed: {first_line(exc)}") from exc
+
+
+async def check(conninfo: str, where: str, url: str) -> None:
+    """Refuse a database whose lockgate schema is missing or not current; write nothing."""
+    try:
+        conn = await psycopg.AsyncConnection.connect(conninfo, autocommit=True, row_factory=dict_row)
+    except psycopg.OperationalError as exc:
+        raise StoreError(f"cannot connect to PostgreSQL at {where}: {first_line(exc)}") from None
+    try:
+        async with conn:
+            cursor = await conn.execute("SELECT to_regclass('lockgate_migrations') IS NOT NULL AS present")
+            row = await cursor.fetchone()
+            applied: set[int] | None = None
+            if row is not None and row["present"]:
+                cursor = await conn.execute("SELECT version FROM lockgate_migrations")
+                applied = {r["version"] for r in await cursor.fetchall()}
+    except psycopg.Error as exc:
+        raise StoreError(f"reading the schema version of PostgreSQL at {where} failed: {first_line(exc)}") from exc
+    check_schema("postgres", applied, where, url)

@@ -30,11 +30,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import re
 import uuid
 import weakref
 from collections.abc import Callable
 from typing import Any, ParamSpec, TypeVar
-from urllib.parse import unquote, urlsplit, urlunsplit
+from urllib.parse import quote, unquote, urlsplit, urlunsplit
 
 import psycopg
 from psycopg.rows import DictRow, dict_row
@@ -46,7 +47,8 @@ from ..coalesce import Call
 from ..direct import DirectStatement
 from ..sql_files import load_queries, repeatable_queries
 from .failures import RETRIES, StalePlan, backoff, discarding_stale_plans, fail, first_line, redact
-from .migrate import migrate
+from .joined import Joining
+from .migrate import check, migrate
 from .notify import Wakeups
 from .tx import Conn, PostgresTx, WriterConn, silent
 from .writer import Writer
@@ -56,7 +58,8 @@ __all__ = ["PostgresStore"]
 T = TypeVar("T")
 P = ParamSpec("P")
 _CONNECT_TIMEOUT = "5"  # libpq connect_timeout unless the URL sets one
-_OPTIONS = frozenset({"pool_size", "pool_timeout"})  # lockgate's own URL options; every other one goes to libpq
+_OPTIONS = frozenset({"pool_size", "pool_timeout", "schema"})  # lockgate's own URL options; the rest go to libpq
+_SCHEMA = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
 
 
 async def _noop(tx: Tx) -> None:
@@ -74,11 +77,24 @@ def _positive(url: str, option: str, raw: str, *, integer: bool) -> float:
     return value
 
 
-class PostgresStore(Writer, Wakeups):
-    """``postgresql://user@host/db``; any option but these two is passed to libpq.
+def _with_search_path(libpq: list[str], schema: str) -> list[str]:
+    """libpq's ``options`` with ``-c search_path=<schema>`` added (to the caller's own options, if any)."""
+    setting = quote(f"-c search_path={schema}", safe="")
+    for i, item in enumerate(libpq):
+        key, _, value = item.partition("=")
+        if unquote(key) == "options":
+            libpq[i] = f"{key}={value}%20{setting}"
+            return libpq
+    return [*libpq, f"options={setting}"]
+
+
+class PostgresStore(Writer, Wakeups, Joining):
+    """``postgresql://user@host/db``; any option but these three is passed to libpq.
 
     ``pool_size`` (default 4) bounds the connections held; ``pool_timeout`` (seconds,
-    default 5) is the longest one attempt waits for a connection while the server is away.
+    default 5) is the longest one attempt waits for a connection while the server is away;
+    ``schema`` (default: the connection's own ``search_path``) is the schema lockgate's
+    tables live in, created at boot (every connection lockgate opens uses it).
     """
 
     dialect = "postgres"
@@ -98,6 +114,15 @@ class PostgresStore(Writer, Wakeups):
                 libpq.append(item)
         self.pool_size = int(_positive(url, "pool_size", mine.get("pool_size", "4"), integer=True))
         self.pool_timeout = _positive(url, "pool_timeout", mine.get("pool_timeout", "5"), integer=False)
+        self.schema: str | None = mine.get("schema")
+        if self.schema is not None:
+            if not _SCHEMA.match(self.schema):
+                raise ValueError(
+                    f"store URL {redact(url)!r}: schema must be a lower-case identifier "
+                    f"(letters, digits, '_'), not {self.schema!r}"
+                )
+            libpq = _with_search_path(libpq, self.schema)
+        self._identity: tuple[str, str] | None = None
         if not any(unquote(item.partition("=")[0]) == "connect_timeout" for item in libpq):
             libpq.append(f"connect_timeout={_CONNECT_TIMEOUT}")
         self.conninfo = urlunsplit((parts.scheme, parts.netloc, parts.path, "&".join(libpq), parts.fragment))
@@ -134,7 +159,10 @@ class PostgresStore(Writer, Wakeups):
     async def open(self) -> None:
         if self._pool is not None:
             return
-        await migrate(self.conninfo, self._where)
+        if self.schema_mode == "migrate":
+            await migrate(self.conninfo, self._where, self.schema)
+        else:
+            await check(self.conninfo, self._where, redact(self.url))
         pool: AsyncConnectionPool[Conn] = AsyncConnectionPool(
             self.conninfo,
             connection_class=psycopg.AsyncConnection[DictRow],
@@ -188,10 +216,12 @@ class PostgresStore(Writer, Wakeups):
             except (psycopg.OperationalError, StalePlan) as exc:
                 await self._trouble(exc, conn)
                 if attempt == RETRIES:
+                    self._failed("read")
                     raise StoreError(f"PostgreSQL at {self._where} is unreachable: {first_line(exc)}") from exc
                 await asyncio.sleep(backoff(attempt))
                 continue
             except psycopg.Error as exc:
+                self._failed("read")
                 raise StoreError(f"PostgreSQL read failed: {first_line(exc)}") from exc
             self._reachable()
             return value

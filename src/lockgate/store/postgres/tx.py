@@ -11,12 +11,13 @@ from psycopg.rows import DictRow
 from ..base import Row, Tx
 from ..direct import DirectConnection, DirectStatement
 from ..multirow import multirow
-from ..sql_files import silent_queries
+from ..sql_files import silent_queries, unprepared_queries
 
 __all__ = ["IDLE", "PIPELINES", "Conn", "LoneTx", "NotLone", "PostgresTx", "WriterConn", "idle", "silent"]
 
 Conn = psycopg.AsyncConnection[DictRow]
 WriterConn = DirectConnection[DictRow]
+_UNPREPARED = unprepared_queries("postgres")
 
 
 class PostgresTx(Tx):
@@ -43,7 +44,8 @@ class PostgresTx(Tx):
         await self._sink.execute(sql, params)
 
     async def execute(self, name: str, params: Mapping[str, Any] | None = None) -> list[Row]:
-        cursor = await self.conn.execute(self._sql(name), params or {})
+        prepare = False if name in _UNPREPARED else None  # None: the driver's own choice
+        cursor = await self.conn.execute(self._sql(name), params or {}, prepare=prepare)
         result = cursor.pgresult
         if result is None or result.status != _TUPLES_OK:
             return []

@@ -79,6 +79,8 @@ class Writer(Batches):
         if outcomes is None:
             return None
         self.commits += 1
+        if self.observer is not None:
+            self.observer.committed(1)
         return outcomes[0]
 
     async def _finish_lone(self, conn: Conn) -> None:
@@ -125,6 +127,7 @@ class Writer(Batches):
                     raise
                 except Exception as exc:  # the writer must outlive any one batch
                     log.exception("PostgreSQL group commit failed")
+                    self._failed("commit")
                     fail(batch, StoreError(f"PostgreSQL commit failed: {exc}"))
                 finally:
                     self._held = False
@@ -141,6 +144,7 @@ class Writer(Batches):
                 if state.committing:
                     committed = await self._committed(state)
                     if committed is None:
+                        self._failed("commit")
                         fail(
                             batch,
                             StoreError(
@@ -153,11 +157,13 @@ class Writer(Batches):
                         self._settle(batch, state.outcomes)
                         return
                 if attempt == RETRIES:
+                    self._failed("commit")
                     fail(batch, StoreError(f"PostgreSQL at {self._where} is unreachable: {first_line(exc)}"))
                     return
                 await asyncio.sleep(backoff(attempt))
                 continue
             except psycopg.Error as exc:  # BEGIN, SAVEPOINT or COMMIT refused: a retry would not mend it
+                self._failed("commit")
                 fail(batch, StoreError(f"PostgreSQL commit failed: {first_line(exc)}"))
                 return
             self._reachable()
@@ -166,6 +172,8 @@ class Writer(Batches):
 
     def _settle(self, batch: list[tuple[Call, asyncio.Future[Any] | None]], outcomes: list[tuple[bool, Any]]) -> None:
         self.commits += 1
+        if self.observer is not None:
+            self.observer.committed(len(batch))
         for (_, future), (ok, value) in zip(batch, outcomes, strict=True):
             if future is None:
                 if not ok:

@@ -315,9 +315,19 @@ UPDATE lockgate_pending SET due_at = %(now)s WHERE mode = 'key-paused' AND hold_
 -- name: pending_by_ids
 -- The drainer's chunk as it is now (a fold, a cancel or an expiry may have moved a row since it was selected):
 -- what tells whether a control can still hold a row (the pipeline reads a held row whole). Locked until
--- commit, so a cancel on another replica waits for the decision instead of racing it.
+-- commit, so a cancel on another replica waits for the decision instead of racing it. An open debounce or
+-- batch group's key lock (lock_key 'group') is taken first, in key order, as an arrival takes it before it
+-- folds into the group: else an arrival could fold into a group this drain flushes meanwhile, and be lost.
+WITH groups AS MATERIALIZED (
+    SELECT pg_advisory_xact_lock(hashtextextended('group' || chr(31) || group_key, 0)) FROM (
+        SELECT DISTINCT group_key FROM lockgate_pending
+        WHERE id = ANY (ARRAY(SELECT jsonb_array_elements_text(%(ids)s::jsonb))) AND group_key IS NOT NULL
+        ORDER BY group_key
+    ) AS open_groups
+)
 SELECT id, ticket, mode, stage, due_at, keys, identity, items IS NOT NULL AS has_items FROM lockgate_pending
-WHERE id = ANY (ARRAY(SELECT jsonb_array_elements_text(%(ids)s::jsonb))) FOR UPDATE;
+WHERE id = ANY (ARRAY(SELECT jsonb_array_elements_text(%(ids)s::jsonb))) AND (SELECT COUNT(*) FROM groups) >= 0
+FOR UPDATE;
 
 -- name: due_pending_order
 -- What the drainer orders due rows by (each chunk reads its rows again, in its transaction).

@@ -11,15 +11,16 @@ WITH held AS (
     FOR SHARE
 )
 INSERT INTO lockgate_journal (run_id, step_key, seq, kind, status, output, error_tag, error_message,
-    attempts, due_at, started_at, finished_at)
+    attempts, due_at, started_at, finished_at, flow_wait)
 SELECT held.id, %(step_key)s::text, %(seq)s::integer, %(kind)s::text, %(status)s::text, %(output)s::text,
     %(error_tag)s::text, %(error_message)s::text, %(attempts)s::integer, %(due_at)s::float8,
-    %(started_at)s::float8, %(finished_at)s::float8
+    %(started_at)s::float8, %(finished_at)s::float8, %(flow_wait)s::float8
 FROM held
 ON CONFLICT (run_id, step_key) DO UPDATE SET
     seq = excluded.seq, kind = excluded.kind, status = excluded.status, output = excluded.output,
     error_tag = excluded.error_tag, error_message = excluded.error_message, attempts = excluded.attempts,
-    due_at = excluded.due_at, started_at = excluded.started_at, finished_at = excluded.finished_at;
+    due_at = excluded.due_at, started_at = excluded.started_at, finished_at = excluded.finished_at,
+    flow_wait = excluded.flow_wait;
 
 -- name: upsert_journal_many
 -- upsert_journal for the entries of many held runs (a JSON array of objects: each entry's columns with its
@@ -28,7 +29,8 @@ ON CONFLICT (run_id, step_key) DO UPDATE SET
 WITH e AS (
     SELECT * FROM jsonb_to_recordset(%(entries)s::jsonb) AS e(
         run_id text, owner text, epoch bigint, step_key text, seq integer, kind text, status text, output text,
-        error_tag text, error_message text, attempts integer, due_at float8, started_at float8, finished_at float8)
+        error_tag text, error_message text, attempts integer, due_at float8, started_at float8, finished_at float8,
+        flow_wait float8)
 ), held AS (  -- each run looked up by its id (a plan that walked the running runs would grow with them)
     SELECT r.id FROM (SELECT DISTINCT run_id, owner, epoch FROM e) AS f, LATERAL (
         SELECT id FROM lockgate_runs
@@ -37,14 +39,15 @@ WITH e AS (
     ) AS r
 )
 INSERT INTO lockgate_journal (run_id, step_key, seq, kind, status, output, error_tag, error_message,
-    attempts, due_at, started_at, finished_at)
+    attempts, due_at, started_at, finished_at, flow_wait)
 SELECT e.run_id, e.step_key, e.seq, e.kind, e.status, e.output, e.error_tag, e.error_message, e.attempts,
-    e.due_at, e.started_at, e.finished_at
+    e.due_at, e.started_at, e.finished_at, e.flow_wait
 FROM e WHERE e.run_id IN (SELECT id FROM held)
 ON CONFLICT (run_id, step_key) DO UPDATE SET
     seq = excluded.seq, kind = excluded.kind, status = excluded.status, output = excluded.output,
     error_tag = excluded.error_tag, error_message = excluded.error_message, attempts = excluded.attempts,
-    due_at = excluded.due_at, started_at = excluded.started_at, finished_at = excluded.finished_at;
+    due_at = excluded.due_at, started_at = excluded.started_at, finished_at = excluded.finished_at,
+    flow_wait = excluded.flow_wait;
 
 -- name: delete_failed_journal
 -- Pending entries (a timer, a signal's timeout) keep their due times across a resume.

@@ -2,11 +2,12 @@
 -- owner .. entries: a run a blocking start's own engine claims as it creates it (else NULL, 0).
 INSERT INTO lockgate_runs (id, workflow, identity, idempotency_key, status, payload, version, patches,
     parent_id, parent_close, retry_of, source, trace_id, subject, ticket, recording, created_at, updated_at, progress_at, wake_at,
-    singleton_key, deadline_at, on_failure, slot_scope, slot_key, owner, lease_until, epoch, entered_at, entries)
+    singleton_key, deadline_at, on_failure, slot_scope, slot_key, owner, lease_until, epoch, entered_at, entries,
+    flow_control)
 VALUES (%(id)s, %(workflow)s, %(identity)s, %(idempotency_key)s, 'running', %(payload)s, %(version)s, %(patches)s,
     %(parent_id)s, %(parent_close)s, %(retry_of)s, %(source)s, %(trace_id)s, %(subject)s, %(ticket)s, %(recording)s, %(now)s, %(now)s, %(now)s, %(wake_at)s,
     %(singleton_key)s, %(deadline_at)s, %(on_failure)s, %(slot_scope)s, %(slot_key)s,
-    %(owner)s, %(lease_until)s, %(epoch)s, %(entered_at)s, %(entries)s)
+    %(owner)s, %(lease_until)s, %(epoch)s, %(entered_at)s, %(entries)s, %(flow_control)s)
 ON CONFLICT (identity) DO NOTHING
 RETURNING id;
 
@@ -159,3 +160,9 @@ WHERE (%(workflow)s::text IS NULL OR workflow = %(workflow)s::text)
   AND (created_at < %(before_at)s OR (created_at = %(before_at)s AND id < %(before_id)s))
 ORDER BY created_at DESC, id DESC
 LIMIT %(limit)s OFFSET %(offset)s;
+
+-- name: adopt_child
+-- A gated child admitted after it was parked was created without its parent: the parent claims it by
+-- its ticket (the arrival it offered), so that its end wakes the parent and the parent's end closes it.
+UPDATE lockgate_runs SET parent_id = %(parent_id)s, parent_close = %(parent_close)s, updated_at = %(now)s
+WHERE id = %(run_id)s AND ticket = %(ticket)s AND parent_id IS NULL;

@@ -5,15 +5,16 @@ SELECT * FROM lockgate_journal WHERE run_id = :run_id ORDER BY seq;
 -- Written only while the run is held (owner and epoch), which is checked in the same statement: no row
 -- written means the lease moved on.
 INSERT INTO lockgate_journal (run_id, step_key, seq, kind, status, output, error_tag, error_message,
-    attempts, due_at, started_at, finished_at)
+    attempts, due_at, started_at, finished_at, flow_wait)
 SELECT id, :step_key, :seq, :kind, :status, :output, :error_tag, :error_message,
-    :attempts, :due_at, :started_at, :finished_at
+    :attempts, :due_at, :started_at, :finished_at, :flow_wait
 FROM lockgate_runs
 WHERE id = :run_id AND owner = :owner AND epoch = :epoch AND status = 'running'
 ON CONFLICT (run_id, step_key) DO UPDATE SET
     seq = excluded.seq, kind = excluded.kind, status = excluded.status, output = excluded.output,
     error_tag = excluded.error_tag, error_message = excluded.error_message, attempts = excluded.attempts,
-    due_at = excluded.due_at, started_at = excluded.started_at, finished_at = excluded.finished_at;
+    due_at = excluded.due_at, started_at = excluded.started_at, finished_at = excluded.finished_at,
+    flow_wait = excluded.flow_wait;
 
 -- name: upsert_journal_many
 -- upsert_journal for the entries of many held runs (a JSON array of objects: each entry's columns with its
@@ -22,10 +23,11 @@ ON CONFLICT (run_id, step_key) DO UPDATE SET
 -- function call, and one per entry costs less than reading the JSON (Tx.rows_in_one): ops.record_held
 -- writes per entry, and this form stays beside PostgreSQL's, tested.
 INSERT INTO lockgate_journal (run_id, step_key, seq, kind, status, output, error_tag, error_message,
-    attempts, due_at, started_at, finished_at)
+    attempts, due_at, started_at, finished_at, flow_wait)
 SELECT e.value ->> 'run_id', e.value ->> 'step_key', e.value ->> 'seq', e.value ->> 'kind', e.value ->> 'status',
     e.value ->> 'output', e.value ->> 'error_tag', e.value ->> 'error_message', e.value ->> 'attempts',
-    CAST(e.value ->> 'due_at' AS REAL), CAST(e.value ->> 'started_at' AS REAL), CAST(e.value ->> 'finished_at' AS REAL)
+    CAST(e.value ->> 'due_at' AS REAL), CAST(e.value ->> 'started_at' AS REAL), CAST(e.value ->> 'finished_at' AS REAL),
+    CAST(e.value ->> 'flow_wait' AS REAL)
 FROM json_each(:entries) AS e
 WHERE EXISTS (
     SELECT 1 FROM lockgate_runs
@@ -34,7 +36,8 @@ WHERE EXISTS (
 ON CONFLICT (run_id, step_key) DO UPDATE SET
     seq = excluded.seq, kind = excluded.kind, status = excluded.status, output = excluded.output,
     error_tag = excluded.error_tag, error_message = excluded.error_message, attempts = excluded.attempts,
-    due_at = excluded.due_at, started_at = excluded.started_at, finished_at = excluded.finished_at;
+    due_at = excluded.due_at, started_at = excluded.started_at, finished_at = excluded.finished_at,
+    flow_wait = excluded.flow_wait;
 
 -- name: delete_failed_journal
 -- Pending entries (a timer, a signal's timeout) keep their due times across a resume.

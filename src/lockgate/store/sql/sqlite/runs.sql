@@ -2,11 +2,12 @@
 -- owner .. entries: a run a blocking start's own engine claims as it creates it (else NULL, 0).
 INSERT INTO lockgate_runs (id, workflow, identity, idempotency_key, status, payload, version, patches,
     parent_id, parent_close, retry_of, source, trace_id, subject, ticket, recording, created_at, updated_at, progress_at, wake_at,
-    singleton_key, deadline_at, on_failure, slot_scope, slot_key, owner, lease_until, epoch, entered_at, entries)
+    singleton_key, deadline_at, on_failure, slot_scope, slot_key, owner, lease_until, epoch, entered_at, entries,
+    flow_control)
 VALUES (:id, :workflow, :identity, :idempotency_key, 'running', :payload, :version, :patches,
     :parent_id, :parent_close, :retry_of, :source, :trace_id, :subject, :ticket, :recording, :now, :now, :now, :wake_at,
     :singleton_key, :deadline_at, :on_failure, :slot_scope, :slot_key,
-    :owner, :lease_until, :epoch, :entered_at, :entries)
+    :owner, :lease_until, :epoch, :entered_at, :entries, :flow_control)
 ON CONFLICT (identity) DO NOTHING
 RETURNING id;
 
@@ -153,3 +154,9 @@ WHERE (:workflow IS NULL OR workflow = :workflow)
   AND (created_at < :before_at OR (created_at = :before_at AND id < :before_id))
 ORDER BY created_at DESC, id DESC
 LIMIT :limit OFFSET :offset;
+
+-- name: adopt_child
+-- A gated child admitted after it was parked was created without its parent: the parent claims it by
+-- its ticket (the arrival it offered), so that its end wakes the parent and the parent's end closes it.
+UPDATE lockgate_runs SET parent_id = :parent_id, parent_close = :parent_close, updated_at = :now
+WHERE id = :run_id AND ticket = :ticket AND parent_id IS NULL;

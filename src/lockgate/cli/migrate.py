@@ -1,0 +1,37 @@
+"""``lockgate migrate``: create a lockgate database, or bring its schema up to this version.
+
+Every other command except ``serve`` (which migrates at boot unless ``--no-migrate``) and
+``demo`` opens only a database that is already lockgate's and current, and changes no schema.
+"""
+
+from __future__ import annotations
+
+import click
+
+from ..store import open_store
+from ..store.sql_files import schema_version
+from .common import run_async, store_option
+from .groups import cli
+from .serve import display_url
+
+__all__ = ["migrate"]
+
+
+@cli.command()
+@store_option
+def migrate(store: str) -> None:
+    """Create the lockgate tables at --store, or apply the migrations it lacks.
+
+    Needs the right to create tables (docs/postgres.md lists the privileges). A SQLite file
+    that holds another application's tables is refused, and nothing is written to it.
+    """
+
+    async def go() -> None:
+        opened = open_store(store)
+        opened.schema_mode = "migrate"
+        await opened.open()
+        await opened.close()
+
+    run_async(go())
+    dialect = "sqlite" if store.startswith("sqlite:") else "postgres"
+    click.echo(f"lockgate schema at version {schema_version(dialect)}: {display_url(store)}")

@@ -1,0 +1,33 @@
+"""``install_dashboard(app, client)``: the dashboard's pages, actions, live streams and static files.
+
+Reads go through ``client.inspector`` and actions through the client's verbs, as the API's do.
+Every page is plain HTML that reads without JavaScript; ``static/dashboard.js`` adds partial
+updates and Server-Sent Events on top.
+"""
+
+from __future__ import annotations
+
+from fastapi import FastAPI, Request
+from fastapi.responses import RedirectResponse
+from fastapi.staticfiles import StaticFiles
+
+from ..engine import Client
+from .actions import router as actions
+from .live import router as live
+from .pages import router as pages
+from .render import environment
+from .site import DASHBOARD_PREFIX, Dashboard
+
+__all__ = ["install_dashboard"]
+
+
+def install_dashboard(app: FastAPI, client: Client, *, prefix: str = DASHBOARD_PREFIX) -> None:
+    """Serve the dashboard over ``client`` under ``prefix`` of ``app``; ``/`` leads to its runs list."""
+    app.state.lockgate_dashboard = Dashboard(client, environment(), prefix)
+    app.mount(f"{prefix}/static", StaticFiles(packages=[("lockgate.dashboard", "static")]), name="dashboard-static")
+    for router in (pages, actions, live):
+        app.include_router(router, prefix=prefix, include_in_schema=False)
+
+    @app.get("/", include_in_schema=False)
+    async def home(request: Request) -> RedirectResponse:
+        return RedirectResponse(str(request.scope.get("root_path", "")) + f"{prefix}/runs", status_code=307)

@@ -1,0 +1,44 @@
+-- What `lockgate doctor` reads (store/doctor.py): one-shot health questions, each a bounded read.
+-- Kept in lockstep with sql/sqlite/doctor.sql.
+
+-- name: doctor_migrations
+SELECT version, name, applied_at FROM lockgate_migrations ORDER BY version;
+
+-- name: doctor_stalled
+-- Running runs with no progress since %(before)s and no timer still to come (what the staleness sweep reports).
+SELECT id, workflow, waiting_on, progress_at, owner FROM lockgate_runs
+WHERE status = 'running' AND progress_at < %(before)s
+  AND NOT (wake_at IS NOT NULL AND wake_at > %(now)s AND owner IS NULL)
+ORDER BY progress_at LIMIT %(limit)s;
+
+-- name: doctor_crashlooped
+SELECT id, workflow, updated_at FROM lockgate_runs
+WHERE status = 'suspended' AND error_tag = 'WorkflowCrashLooped'
+ORDER BY updated_at LIMIT %(limit)s;
+
+-- name: doctor_overdue_parked
+-- Parked starts past their start timeout: the drainer expires them, so any left say it is not running.
+SELECT workflow, COUNT(*) AS parked, MIN(first_at) AS oldest, MIN(expires_at) AS expired_at
+FROM lockgate_pending WHERE expires_at IS NOT NULL AND expires_at < %(before)s
+GROUP BY workflow ORDER BY MIN(first_at);
+
+-- name: doctor_orphaned_slots
+-- Concurrency slots whose run has ended or is gone: a budget nobody uses and nobody frees.
+SELECT s.run_id, s.workflow, s.scope, s.key, s.acquired_at, r.status
+FROM lockgate_slots s LEFT JOIN lockgate_runs r ON r.id = s.run_id
+WHERE r.id IS NULL OR r.status IN ('succeeded', 'failed', 'cancelled')
+ORDER BY s.acquired_at LIMIT %(limit)s;
+
+-- name: doctor_schedules
+SELECT name, workflow, paused, orphaned_at, watermark FROM lockgate_schedules ORDER BY name;
+
+-- name: doctor_retention_backlog
+SELECT COUNT(*) AS runs, MIN(finished_at) AS oldest FROM lockgate_runs
+WHERE status IN ('succeeded', 'failed', 'cancelled') AND created_at < %(cutoff)s AND finished_at < %(cutoff)s;
+
+-- name: doctor_store_size
+SELECT pg_database_size(current_database()) AS bytes;
+
+-- name: doctor_runnable
+-- Runs due to be executed now: what a live worker would claim.
+SELECT COUNT(*) AS runs FROM lockgate_runs WHERE status = 'running' AND wake_at IS NOT NULL AND wake_at <= %(now)s;

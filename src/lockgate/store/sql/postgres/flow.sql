@@ -1,0 +1,145 @@
+-- Step flow control (store/flow.py): key limits, slots and waiters, rate windows.
+
+-- name: stepflow_state
+-- Everything a decision on one key reads, in one statement: its limits, its pause, the slots held, the
+-- starts in its window (and the oldest of them), and the asking step's own place, if any.
+SELECT k.key, k.rate, k.period, k.parallelism, k.declared,
+    (SELECT COUNT(*) FROM lockgate_pauses
+     WHERE scope = 'key:' || k.key AND (until IS NULL OR until > %(now)s)) AS paused,
+    (SELECT MAX(COALESCE(until, 1e308)) FROM lockgate_pauses
+     WHERE scope = 'key:' || k.key AND (until IS NULL OR until > %(now)s)) AS paused_until,
+    (SELECT COUNT(*) FROM lockgate_flow_slots s JOIN lockgate_runs r ON r.id = s.run_id
+     WHERE s.key = k.key AND s.state = 'running' AND r.status = 'running' AND r.owner IS NOT NULL
+       AND r.epoch = s.epoch AND r.lease_until >= %(now)s) AS running,
+    (SELECT COUNT(*) FROM lockgate_flow_starts WHERE key = k.key AND at > %(now)s - k.period) AS started,
+    (SELECT MIN(at) FROM lockgate_flow_starts WHERE key = k.key AND at > %(now)s - k.period) AS oldest,
+    m.id AS my_id, m.state AS my_state, m.waiting_since AS my_since, m.priority AS my_priority
+FROM lockgate_flow_keys k
+LEFT JOIN lockgate_flow_slots m ON m.key = k.key AND m.run_id = %(run_id)s AND m.step_key = %(step_key)s
+WHERE k.key = %(key)s;
+
+-- name: stepflow_locked
+-- A round trip: the key's lock, sent before it, is held once this answers.
+SELECT 1 AS locked;
+
+-- name: stepflow_declare_key
+-- silent: run for its effect; nothing waits for its answer
+-- A declaration reaching a key: the key's first sets its limits; a later, different one changes them,
+-- unless an operator set them (declared NULL).
+INSERT INTO lockgate_flow_keys (key, rate, period, parallelism, declared, updated_at)
+VALUES (%(key)s, %(rate)s, %(period)s, %(parallelism)s, %(declared)s, %(now)s)
+ON CONFLICT (key) DO UPDATE SET rate = excluded.rate, period = excluded.period,
+    parallelism = excluded.parallelism, declared = excluded.declared, updated_at = excluded.updated_at
+WHERE lockgate_flow_keys.declared IS NOT NULL AND lockgate_flow_keys.declared <> excluded.declared;
+
+-- name: stepflow_set_key
+-- silent: run for its effect; nothing waits for its answer
+INSERT INTO lockgate_flow_keys (key, rate, period, parallelism, declared, updated_at)
+VALUES (%(key)s, %(rate)s, %(period)s, %(parallelism)s, NULL, %(now)s)
+ON CONFLICT (key) DO UPDATE SET rate = excluded.rate, period = excluded.period,
+    parallelism = excluded.parallelism, declared = NULL, updated_at = excluded.updated_at;
+
+-- name: stepflow_get_key
+SELECT key, rate, period, parallelism, declared, updated_at FROM lockgate_flow_keys WHERE key = %(key)s;
+
+-- name: stepflow_list_keys
+SELECT key, rate, period, parallelism, declared, updated_at FROM lockgate_flow_keys ORDER BY key;
+
+-- name: stepflow_key_pause
+SELECT reason, until FROM lockgate_pauses
+WHERE scope = 'key:' || %(key)s::text AND (until IS NULL OR until > %(now)s);
+
+-- name: stepflow_running
+-- Slots held: a running row counts while its run is held under the epoch that took it.
+SELECT COUNT(*) AS n FROM lockgate_flow_slots s JOIN lockgate_runs r ON r.id = s.run_id
+WHERE s.key = %(key)s AND s.state = 'running' AND r.status = 'running' AND r.owner IS NOT NULL
+  AND r.epoch = s.epoch AND r.lease_until >= %(now)s;
+
+-- name: stepflow_started
+SELECT COUNT(*) AS n, MIN(at) AS oldest FROM lockgate_flow_starts WHERE key = %(key)s AND at > %(since)s;
+
+-- name: stepflow_nth_start
+-- The start whose leaving the window makes room for one more (the window holds %(offset)s + 1 too many).
+SELECT at FROM lockgate_flow_starts WHERE key = %(key)s AND at > %(since)s ORDER BY at LIMIT 1 OFFSET %(offset)s;
+
+-- name: stepflow_add_start
+-- silent: run for its effect; nothing waits for its answer
+INSERT INTO lockgate_flow_starts (key, at) VALUES (%(key)s, %(at)s);
+
+-- name: stepflow_prune_starts
+-- silent: run for its effect; nothing waits for its answer
+DELETE FROM lockgate_flow_starts WHERE key = %(key)s AND at <= %(before)s;
+
+-- name: stepflow_get_slot
+SELECT id, state, epoch, waiting_since, priority FROM lockgate_flow_slots
+WHERE key = %(key)s AND run_id = %(run_id)s AND step_key = %(step_key)s;
+
+-- name: stepflow_ahead
+-- Waiters of live runs that start before the given place in line (counted up to %(room)s).
+SELECT COUNT(*) AS n FROM (
+    SELECT 1 FROM lockgate_flow_slots s JOIN lockgate_runs r ON r.id = s.run_id
+    WHERE s.key = %(key)s AND s.state = 'waiting' AND r.status = 'running'
+      AND (%(id)s::bigint IS NULL OR s.priority > %(priority)s OR (s.priority = %(priority)s AND s.id < %(id)s))
+      AND NOT (s.run_id = %(run_id)s AND s.step_key = %(step_key)s)
+    LIMIT %(room)s) AS line;
+
+-- name: stepflow_add_waiter
+-- silent: run for its effect; nothing waits for its answer
+INSERT INTO lockgate_flow_slots (key, run_id, step_key, priority, state, waiting_since)
+VALUES (%(key)s, %(run_id)s, %(step_key)s, %(priority)s, 'waiting', %(now)s);
+
+-- name: stepflow_take_slot
+-- silent: run for its effect; nothing waits for its answer
+INSERT INTO lockgate_flow_slots (key, run_id, step_key, priority, state, epoch, waiting_since, started_at)
+VALUES (%(key)s, %(run_id)s, %(step_key)s, %(priority)s, 'running', %(epoch)s, %(now)s, %(now)s)
+ON CONFLICT (key, run_id, step_key) DO UPDATE SET state = 'running', epoch = excluded.epoch,
+    started_at = excluded.started_at;
+
+-- name: stepflow_free_slot
+-- silent: run for its effect; nothing waits for its answer
+DELETE FROM lockgate_flow_slots WHERE key = %(key)s AND run_id = %(run_id)s AND step_key = %(step_key)s;
+
+-- name: stepflow_wake_waiters
+-- The first %(n)s waiters of live runs: those parked are runnable from %(at)s. Only the parked ones' rows are
+-- locked, and one another transaction holds is skipped, never waited for (this one holds the key's lock):
+-- that one is claiming it (it will ask for a slot itself), parking it (it looks for room under the key's
+-- lock next) or ending it. A run held by a worker is never locked here: its holder's writes never wait.
+-- The line is read once, then each of its first runs by its id (a plan that walked the runs would grow
+-- with every parked run).
+WITH heads AS MATERIALIZED (
+    SELECT s.run_id FROM lockgate_flow_slots s JOIN lockgate_runs r ON r.id = s.run_id
+    WHERE s.key = %(key)s AND s.state = 'waiting' AND r.status = 'running'
+    ORDER BY s.priority DESC, s.id LIMIT %(n)s
+), parked AS (
+    SELECT r.id FROM heads h, LATERAL (
+        SELECT id FROM lockgate_runs
+        WHERE id = h.run_id AND status = 'running' AND owner IS NULL AND (wake_at IS NULL OR wake_at > %(at)s)
+        FOR UPDATE SKIP LOCKED
+    ) AS r
+)
+UPDATE lockgate_runs SET wake_at = %(at)s, updated_at = %(now)s
+WHERE id IN (SELECT id FROM parked)
+RETURNING id;
+
+-- name: stepflow_key_stats
+SELECT
+    (SELECT COUNT(*) FROM lockgate_flow_slots s JOIN lockgate_runs r ON r.id = s.run_id
+     WHERE s.key = %(key)s AND s.state = 'waiting' AND r.status = 'running') AS waiting,
+    (SELECT MIN(s.waiting_since) FROM lockgate_flow_slots s JOIN lockgate_runs r ON r.id = s.run_id
+     WHERE s.key = %(key)s AND s.state = 'waiting' AND r.status = 'running') AS oldest_waiting;
+
+-- name: stepflow_drop_dead_waiters
+-- silent: run for its effect; nothing waits for its answer
+DELETE FROM lockgate_flow_slots
+WHERE key = %(key)s AND run_id IN (
+    SELECT s.run_id FROM lockgate_flow_slots s JOIN lockgate_runs r ON r.id = s.run_id
+    WHERE s.key = %(key)s AND r.status IN ('succeeded', 'failed', 'cancelled'));
+
+-- name: forget_flow_slots
+-- Retention: the places of runs it forgets (retention.RUN_RECORDS).
+DELETE FROM lockgate_flow_slots WHERE run_id = ANY (ARRAY(SELECT jsonb_array_elements_text(%(ids)s::jsonb)));
+
+-- name: stepflow_parked_runs
+SELECT workflow, COUNT(*) AS n FROM lockgate_runs
+WHERE status = 'running' AND waiting_on = 'flow' AND (%(workflow)s::text IS NULL OR workflow = %(workflow)s::text)
+GROUP BY workflow;

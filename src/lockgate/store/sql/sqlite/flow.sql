@@ -1,0 +1,125 @@
+-- Step flow control (store/flow.py): key limits, slots and waiters, rate windows.
+
+-- name: stepflow_state
+-- Everything a decision on one key reads, in one statement: its limits, its pause, the slots held, the
+-- starts in its window (and the oldest of them), and the asking step's own place, if any.
+SELECT k.key, k.rate, k.period, k.parallelism, k.declared,
+    (SELECT COUNT(*) FROM lockgate_pauses
+     WHERE scope = 'key:' || k.key AND (until IS NULL OR until > :now)) AS paused,
+    (SELECT MAX(COALESCE(until, 1e308)) FROM lockgate_pauses
+     WHERE scope = 'key:' || k.key AND (until IS NULL OR until > :now)) AS paused_until,
+    (SELECT COUNT(*) FROM lockgate_flow_slots s JOIN lockgate_runs r ON r.id = s.run_id
+     WHERE s.key = k.key AND s.state = 'running' AND r.status = 'running' AND r.owner IS NOT NULL
+       AND r.epoch = s.epoch AND r.lease_until >= :now) AS running,
+    (SELECT COUNT(*) FROM lockgate_flow_starts WHERE key = k.key AND at > :now - k.period) AS started,
+    (SELECT MIN(at) FROM lockgate_flow_starts WHERE key = k.key AND at > :now - k.period) AS oldest,
+    m.id AS my_id, m.state AS my_state, m.waiting_since AS my_since, m.priority AS my_priority
+FROM lockgate_flow_keys k
+LEFT JOIN lockgate_flow_slots m ON m.key = k.key AND m.run_id = :run_id AND m.step_key = :step_key
+WHERE k.key = :key;
+
+-- name: stepflow_locked
+-- A round trip: the key's lock, sent before it, is held once this answers.
+SELECT 1 AS locked;
+
+-- name: stepflow_declare_key
+-- A declaration reaching a key: the key's first sets its limits; a later, different one changes them,
+-- unless an operator set them (declared NULL).
+INSERT INTO lockgate_flow_keys (key, rate, period, parallelism, declared, updated_at)
+VALUES (:key, :rate, :period, :parallelism, :declared, :now)
+ON CONFLICT (key) DO UPDATE SET rate = excluded.rate, period = excluded.period,
+    parallelism = excluded.parallelism, declared = excluded.declared, updated_at = excluded.updated_at
+WHERE lockgate_flow_keys.declared IS NOT NULL AND lockgate_flow_keys.declared <> excluded.declared;
+
+-- name: stepflow_set_key
+INSERT INTO lockgate_flow_keys (key, rate, period, parallelism, declared, updated_at)
+VALUES (:key, :rate, :period, :parallelism, NULL, :now)
+ON CONFLICT (key) DO UPDATE SET rate = excluded.rate, period = excluded.period,
+    parallelism = excluded.parallelism, declared = NULL, updated_at = excluded.updated_at;
+
+-- name: stepflow_get_key
+SELECT key, rate, period, parallelism, declared, updated_at FROM lockgate_flow_keys WHERE key = :key;
+
+-- name: stepflow_list_keys
+SELECT key, rate, period, parallelism, declared, updated_at FROM lockgate_flow_keys ORDER BY key;
+
+-- name: stepflow_key_pause
+SELECT reason, until FROM lockgate_pauses
+WHERE scope = 'key:' || :key AND (until IS NULL OR until > :now);
+
+-- name: stepflow_running
+-- Slots held: a running row counts while its run is held under the epoch that took it.
+SELECT COUNT(*) AS n FROM lockgate_flow_slots s JOIN lockgate_runs r ON r.id = s.run_id
+WHERE s.key = :key AND s.state = 'running' AND r.status = 'running' AND r.owner IS NOT NULL
+  AND r.epoch = s.epoch AND r.lease_until >= :now;
+
+-- name: stepflow_started
+SELECT COUNT(*) AS n, MIN(at) AS oldest FROM lockgate_flow_starts WHERE key = :key AND at > :since;
+
+-- name: stepflow_nth_start
+-- The start whose leaving the window makes room for one more (the window holds :offset + 1 too many).
+SELECT at FROM lockgate_flow_starts WHERE key = :key AND at > :since ORDER BY at LIMIT 1 OFFSET :offset;
+
+-- name: stepflow_add_start
+INSERT INTO lockgate_flow_starts (key, at) VALUES (:key, :at);
+
+-- name: stepflow_prune_starts
+DELETE FROM lockgate_flow_starts WHERE key = :key AND at <= :before;
+
+-- name: stepflow_get_slot
+SELECT id, state, epoch, waiting_since, priority FROM lockgate_flow_slots
+WHERE key = :key AND run_id = :run_id AND step_key = :step_key;
+
+-- name: stepflow_ahead
+-- Waiters of live runs that start before the given place in line (counted up to :room).
+SELECT COUNT(*) AS n FROM (
+    SELECT 1 FROM lockgate_flow_slots s JOIN lockgate_runs r ON r.id = s.run_id
+    WHERE s.key = :key AND s.state = 'waiting' AND r.status = 'running'
+      AND (:id IS NULL OR s.priority > :priority OR (s.priority = :priority AND s.id < :id))
+      AND NOT (s.run_id = :run_id AND s.step_key = :step_key)
+    LIMIT :room);
+
+-- name: stepflow_add_waiter
+INSERT INTO lockgate_flow_slots (key, run_id, step_key, priority, state, waiting_since)
+VALUES (:key, :run_id, :step_key, :priority, 'waiting', :now);
+
+-- name: stepflow_take_slot
+INSERT INTO lockgate_flow_slots (key, run_id, step_key, priority, state, epoch, waiting_since, started_at)
+VALUES (:key, :run_id, :step_key, :priority, 'running', :epoch, :now, :now)
+ON CONFLICT (key, run_id, step_key) DO UPDATE SET state = 'running', epoch = excluded.epoch,
+    started_at = excluded.started_at;
+
+-- name: stepflow_free_slot
+DELETE FROM lockgate_flow_slots WHERE key = :key AND run_id = :run_id AND step_key = :step_key;
+
+-- name: stepflow_wake_waiters
+-- The first :n waiters of live runs, parked: runnable from :at.
+UPDATE lockgate_runs SET wake_at = :at, updated_at = :now
+WHERE id IN (
+    SELECT s.run_id FROM lockgate_flow_slots s JOIN lockgate_runs r ON r.id = s.run_id
+    WHERE s.key = :key AND s.state = 'waiting' AND r.status = 'running'
+    ORDER BY s.priority DESC, s.id LIMIT :n)
+  AND status = 'running' AND owner IS NULL AND (wake_at IS NULL OR wake_at > :at)
+RETURNING id;
+
+-- name: stepflow_key_stats
+SELECT
+    (SELECT COUNT(*) FROM lockgate_flow_slots s JOIN lockgate_runs r ON r.id = s.run_id
+     WHERE s.key = :key AND s.state = 'waiting' AND r.status = 'running') AS waiting,
+    (SELECT MIN(s.waiting_since) FROM lockgate_flow_slots s JOIN lockgate_runs r ON r.id = s.run_id
+     WHERE s.key = :key AND s.state = 'waiting' AND r.status = 'running') AS oldest_waiting;
+
+-- name: stepflow_drop_dead_waiters
+DELETE FROM lockgate_flow_slots
+WHERE key = :key AND run_id IN (
+    SELECT s.run_id FROM lockgate_flow_slots s JOIN lockgate_runs r ON r.id = s.run_id
+    WHERE s.key = :key AND r.status IN ('succeeded', 'failed', 'cancelled'));
+
+-- name: forget_flow_slots
+-- Retention: the places of runs it forgets (retention.RUN_RECORDS).
+DELETE FROM lockgate_flow_slots WHERE run_id IN (SELECT value FROM json_each(:ids));
+
+-- name: stepflow_parked_runs
+SELECT workflow, COUNT(*) AS n FROM lockgate_runs
+WHERE status = 'running' AND waiting_on = 'flow' AND (:workflow IS NULL OR workflow = :workflow)
+GROUP BY workflow;

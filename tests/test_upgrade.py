@@ -1,0 +1,119 @@
+"""Upgrades: a store written by the first release with a gate (schema 0002), with work in flight,
+migrates forward when today's engine opens it, and that work completes.
+
+``fixtures/store-0002.db`` was made by that release (``fixtures/make_store_0002.py`` says how):
+a run asleep, a run waiting for a signal, a run holding its key's one concurrency slot, and a
+start parked at the gate for that slot.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import shutil
+import sqlite3
+import time
+from pathlib import Path
+
+from pydantic import BaseModel
+
+import lockgate as lg
+from lockgate.store.sql_files import migrations
+
+from .apps.waits import eventually
+
+FIXTURE = Path(__file__).parent / "fixtures" / "store-0002.db"
+
+
+class Job(BaseModel):
+    key: str = "k"
+    n: int = 0
+
+
+class Go(BaseModel):
+    ok: bool = True
+
+
+app = lg.App()
+
+
+def effect(n: int) -> int:
+    return n
+
+
+@app.workflow(name="up.sleeper")
+async def sleeper(ctx: lg.Context, p: Job) -> int:
+    first = await ctx.step("before", effect, p.n)
+    await ctx.sleep("nap", "5s")
+    return first + await ctx.step("after", effect, p.n)  # type: ignore[no-any-return]
+
+
+@app.workflow(name="up.waiter")
+async def waiter(ctx: lg.Context, p: Job) -> bool:
+    await ctx.step("before", effect, p.n)
+    go = await ctx.wait_for_signal("go", Go)
+    return bool(go and go.ok)
+
+
+@app.workflow(name="up.limited", concurrency=lg.Concurrency(limit=1, key=lambda p: p.key))
+async def limited(ctx: lg.Context, p: Job) -> int:
+    await ctx.sleep("hold", "5s")
+    return p.n
+
+
+def _copy(tmp_path: Path) -> Path:
+    """The fixture, its timers moved so they fall due a second from now, whatever today's date."""
+    db = tmp_path / "old.db"
+    shutil.copy(FIXTURE, db)
+    with contextlib.closing(sqlite3.connect(db)) as conn, conn:
+        made = conn.execute("SELECT MAX(created_at) FROM lockgate_runs").fetchone()[0]
+        shift = time.time() - made - 4.0
+        conn.execute("UPDATE lockgate_runs SET wake_at = wake_at + ? WHERE wake_at IS NOT NULL", (shift,))
+        conn.execute("UPDATE lockgate_journal SET due_at = due_at + ? WHERE due_at IS NOT NULL", (shift,))
+    return db
+
+
+async def test_sleeping_and_waiting_runs_on_the_first_gated_schema_complete_after_the_upgrade(tmp_path: Path) -> None:
+    db = _copy(tmp_path)
+    with contextlib.closing(sqlite3.connect(db)) as conn:
+        assert [v for (v,) in conn.execute("SELECT version FROM lockgate_migrations ORDER BY version")] == [1, 2]
+    async with lg.Engine(app, f"sqlite:///{db}", poll_interval=0.05, lease="2s") as engine:
+        found = {r.workflow + str(r.payload["n"]): r for r in await engine.list_runs(limit=10)}
+        assert sorted(found) == ["up.limited3", "up.sleeper1", "up.waiter2"]
+        await engine.signal(found["up.waiter2"].id, "go", {"ok": True})
+        assert await engine.result(found["up.sleeper1"].id, timeout=30) == 2
+        assert await engine.result(found["up.waiter2"].id, timeout=30) is True
+        steps = await engine.steps(found["up.sleeper1"].id)
+        assert [(s.key, s.status) for s in steps] == [
+            ("before#0", "completed"),
+            ("nap#0", "completed"),
+            ("after#0", "completed"),
+        ]
+    with contextlib.closing(sqlite3.connect(db)) as conn:
+        versions = [v for (v,) in conn.execute("SELECT version FROM lockgate_migrations ORDER BY version")]
+        assert versions == [v for v, _, _ in migrations("sqlite")]
+        assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+
+
+async def test_a_slot_holder_and_a_start_parked_on_the_first_gated_schema_complete_after_the_upgrade(
+    tmp_path: Path,
+) -> None:
+    db = _copy(tmp_path)
+    async with lg.Engine(app, f"sqlite:///{db}", poll_interval=0.05, lease="2s", max_reclaims=1) as engine:
+        [holder] = await engine.list_runs(workflow="up.limited")
+
+        async def holder_ended() -> str | None:
+            status = (await engine.get_run(holder.id)).status
+            return status if status in ("succeeded", "suspended", "failed") else None
+
+        assert await eventually(holder_ended, timeout=15, what="the slot holder ended") == "succeeded"
+        assert await engine.result(holder.id, timeout=5) == 3
+
+        async def parked_one_done() -> list[lg.RunInfo]:
+            runs = [r for r in await engine.list_runs(workflow="up.limited") if r.payload["n"] == 4]
+            return runs if runs and runs[0].status == "succeeded" else []
+
+        [parked] = await eventually(parked_one_done, timeout=15, what="the parked start admitted and done")
+        assert await engine.result(parked.id, timeout=5) == 4
+    with contextlib.closing(sqlite3.connect(db)) as conn:
+        assert conn.execute("SELECT COUNT(*) FROM lockgate_pending").fetchone()[0] == 0
+        assert conn.execute("SELECT COUNT(*) FROM lockgate_slots").fetchone()[0] == 0
