@@ -62,6 +62,7 @@ def end(job: int) -> None:
     pipe.execute()
 
 
+_COUNT = "INSERT INTO peers_side (job, runs) VALUES (%s, 1) ON CONFLICT (job) DO UPDATE SET runs = peers_side.runs + 1"
 _side_lock = threading.Lock()
 _side: list[psycopg.Connection[tuple[object, ...]]] = []
 
@@ -72,10 +73,7 @@ def side_effect(job: int) -> None:
     with _side_lock:
         if not _side or _side[0].closed:
             _side[:] = [psycopg.connect(os.environ["PEERS_SIDE"], autocommit=True)]
-        _side[0].execute(
-            "INSERT INTO peers_side (job, runs) VALUES (%s, 1) ON CONFLICT (job) DO UPDATE SET runs = peers_side.runs + 1",
-            (job,),
-        )
+        _side[0].execute(_COUNT, (job,))
 
 
 def work(kind: str, job: int) -> None:
