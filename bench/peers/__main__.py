@@ -1,0 +1,6 @@
+"""``python -m bench.peers``."""
+
+from .run import main
+
+if __name__ == "__main__":
+    main()
