@@ -10,8 +10,6 @@ from pydantic import BaseModel, ValidationError
 import lockgate as lg
 from lockgate.errors import ResultTypeError, RunFailed
 
-from .apps.waits import eventually
-
 
 class Item(BaseModel):
     i: int
@@ -116,37 +114,3 @@ class Renamed(BaseModel):
     count: int
 
 
-async def test_a_payload_the_new_code_refuses_fails_the_run_with_a_typed_error(
-    make_engine: Any, store_url: str
-) -> None:
-    """A deploy changed the payload model under a parked run: it fails with ``PayloadError``, not pydantic's."""
-    old = lg.App()
-
-    @old.workflow(name="parked")
-    async def parked(ctx: lg.Context, p: Item) -> int:
-        await ctx.wait_for_signal("go", Wait)
-        return p.i
-
-    async with make_engine(old) as engine:
-        run_id = (await engine.start("parked", {"i": 1})).run_id
-        assert run_id is not None
-
-        async def waiting() -> bool:
-            run = await engine.get_run(run_id)
-            return run.waiting_on == "signal" and run.owner is None
-
-        await eventually(waiting, what="run parked")
-
-    new = lg.App()
-
-    @new.workflow(name="parked")
-    async def parked_new(ctx: lg.Context, p: Renamed) -> int:
-        await ctx.wait_for_signal("go", Wait)
-        return p.count
-
-    async with make_engine(new) as engine:
-        await engine.signal(run_id, "go", {})
-        with pytest.raises(RunFailed) as caught:
-            await engine.result(run_id, timeout=30)
-    assert caught.value.error_tag == "PayloadError"
-    assert "count" in (caught.value.error_message or "")

@@ -223,7 +223,7 @@ def app_with(**schedule: Any) -> lg.App:
         ({**DAY}, "cron", "exactly one"),
         ({"every": "500ms", **DAY}, "every", "at least 1s"),
         ({"cron": "0 3 * * *", "backfill": "soon", **DAY}, "backfill", "window"),
-        ({"cron": "0 3 * * *", "jitter": -1, **DAY}, "jitter", "negative"),
+        ({"cron": "0 3 * * *", "jitter": -1, **DAY}, "jitter", "0 or more"),
     ],
 )
 def test_bad_declarations_are_refused_at_boot_naming_the_schedule_and_field(

@@ -27,7 +27,7 @@ from ..controls import FailureReport
 from ..crypto import Sealer, is_sealed, open_for_replay
 from ..definitions import Retry, WorkflowDef
 from ..durations import Duration
-from ..errors import JournalDecryptionError, PayloadError, ResultTypeError, StepFailed, StoreError
+from ..errors import JournalDecryptionError, ResultTypeError, StepFailed, StoreError
 from ..events import Subject
 from ..flowcontrol import INHERIT
 from ..gate.handoff import finish_passing
@@ -132,11 +132,10 @@ class Execution(Context):
             except JournalDecryptionError as exc:
                 await self._undecryptable(exc)
                 return
-        try:
-            payload = self._payload = validate_payload(self.defn.payload_model, text, what=f"run {self.run_id} payload")
-        except PayloadError as exc:  # stored before a deploy changed the model: a typed failure, not a retry loop
-            await self._fail(exc)
-            return
+        # A payload stored before a deploy changed its model raises a typed PayloadError here: the
+        # entry fails, the run is handed back and, entered again and again, ends crash-looped
+        # (suspended) for an operator, its journal kept for when a fixed deploy resumes it.
+        payload = self._payload = validate_payload(self.defn.payload_model, text, what=f"run {self.run_id} payload")
         self._scopes = await run_events.scopes(self._host.resolve_scopes, self.subject)  # each attempt
         loop = asyncio.get_running_loop()
         self.task = asyncio.ensure_future(self.defn.fn(self, payload))
