@@ -84,10 +84,13 @@ async def page_of_runs(tx: Tx, where: RunSlice, limit: int) -> list[Row]:
     ``(workflow, status, created_at)`` index, and merged.
     """
     if where.workflow is not None and where.status is None and where.parent_id is None and where.source is None:
-        rows: list[Row] = []
+        # Read status by status, a run can end between two reads and show up in both (each statement
+        # sees the runs as they are when it starts): the later read, its newer status, wins.
+        found: dict[str, Row] = {}
         for status in ("running", "suspended", "succeeded", "failed", "cancelled"):
-            rows += await _page(tx, RunSlice(**{**where.__dict__, "status": status}), limit)
-        rows.sort(key=lambda r: (r["created_at"], r["id"]), reverse=True)
+            for row in await _page(tx, RunSlice(**{**where.__dict__, "status": status}), limit):
+                found[row["id"]] = row
+        rows = sorted(found.values(), key=lambda r: (r["created_at"], r["id"]), reverse=True)
         return rows[:limit]
     return await _page(tx, where, limit)
 
