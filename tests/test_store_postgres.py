@@ -650,6 +650,6 @@ def test_a_keys_lock_and_a_bursts_parked_rows_are_sent_without_waiting() -> None
     """Pipelined, the writer waits only for rows an op reads: a key's lock returns a row nobody reads."""
     queries = load_queries("postgres")
     sent = _silent(queries)
-    assert silent_queries("postgres") == {"lock_key"} and "lock_key" in sent
+    assert "lock_key" in silent_queries("postgres") and silent_queries("postgres") <= sent
     assert {"insert_ledger_rows", "insert_pending_rows"} <= sent
     assert not {"insert_ledger", "slot_queues", "waiting_ahead"} & sent  # their rows are read

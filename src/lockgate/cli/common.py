@@ -215,6 +215,7 @@ def existing_store(url: str, *, writes: bool) -> Store:
     created or migrated); without ``writes``, the database is opened read-only."""
     store = open_store(url)
     store.schema_mode = "check" if writes else "read"
+    store.share_file = False  # a mistyped --store never writes into another application's file
     return store
 
 
@@ -222,7 +223,11 @@ def existing_store(url: str, *, writes: bool) -> Store:
 async def open_client(app: App, store: str, *, must_exist: bool = True) -> AsyncIterator[Client]:
     """An open ``Client``; with ``must_exist``, on an existing, current lockgate database (nothing is
     created or migrated), else on one created or migrated here (a command that starts work)."""
-    opened = existing_store(store, writes=True) if must_exist else open_store(store)
+    if must_exist:
+        opened = existing_store(store, writes=True)
+    else:
+        opened = open_store(store)
+        opened.share_file = False  # a mistyped --store never writes into another application's file
     async with Client(app, opened) as client:
         client.source = "cli"  # what its starts and publishes record as their source
         yield client

@@ -39,6 +39,7 @@ from ..http import DEFAULT_BIND
 from ..ids import short_id
 from ..inspect import TERMINAL, FiringInfo, FlowRow, Inspector
 from ..records import EventInfo
+from ..store import open_store
 from .common import DurationType, check_store, inspector_of, open_inspector, run_async, sqlite_path
 from .groups import cli
 from .output import make_console, short, status_text, when
@@ -222,7 +223,9 @@ async def run_demo(store: str, board: Board, *, timeout: float, poll: float = 0.
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout
     outcome = Outcome()
-    async with Engine(demo_app.app, store, poll_interval=poll) as engine:
+    opened = open_store(store)
+    opened.share_file = False  # the demo never writes into another application's file
+    async with Engine(demo_app.app, opened, poll_interval=poll) as engine:
         inspector = inspector_of(engine)
         starts: list[tuple[Any, dict[str, Any]]] = [
             (demo_app.checkout, {"order_id": "A-1001", "amount": 4200}),

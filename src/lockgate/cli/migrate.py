@@ -29,6 +29,7 @@ def migrate(store: str) -> None:
     async def go() -> None:
         opened = open_store(store)
         opened.schema_mode = "migrate"
+        opened.share_file = False
         await opened.open()
         await opened.close()
 

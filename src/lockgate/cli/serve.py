@@ -203,6 +203,7 @@ async def serve_app(app: App, config: ServeConfig) -> int:
     """Run until a stop signal; the exit code (1 if a service ended on its own)."""
     store = open_store(config.store)
     store.schema_mode = "migrate" if config.migrate else "check"
+    store.share_file = False  # an application's file gets lockgate's tables from code, not from serve
     engine = Engine(
         app,
         store,

@@ -191,7 +191,7 @@ class SQLiteStore(Store):
         try:  # a file that is not a database fails here, at its first statement
             conn.execute(f"PRAGMA busy_timeout = {self.busy_timeout_ms}")
             applied = self._applied(conn)  # before any write: another application's file is left as it is
-            if applied is None and not self._is_empty(conn):
+            if applied is None and not self.share_file and not self._is_empty(conn):
                 raise StoreError(f"{self.path} is not a lockgate database (it holds other tables); nothing was written")
             if self.schema_mode != "migrate":
                 check_schema("sqlite", applied, self.path, self.url)

@@ -13,5 +13,4 @@ SELECT name, query, created_at, updated_at FROM lockgate_saved_views ORDER BY na
 SELECT name, query, created_at, updated_at FROM lockgate_saved_views WHERE name = %(name)s;
 
 -- name: delete_saved_view
--- repeatable: deleting twice leaves what deleting once does
 DELETE FROM lockgate_saved_views WHERE name = %(name)s RETURNING name;
