@@ -40,6 +40,7 @@ from .context import Context
 from .controls import Concurrency, Debounce, RateLimit
 from .definitions import Retry
 from .events import CancelOn
+from .flowcontrol import FlowControl
 from .schedule import Schedule
 
 __all__ = [
@@ -162,11 +163,17 @@ def email_receipt(order_id: str, charge_id: str) -> str:
     return f"receipt for {order_id} ({charge_id}) sent"
 
 
+PAYMENTS = FlowControl("payments", parallelism=1)
+"""The payment provider takes one charge at a time, whichever run asks: step flow control."""
+
+
 @app.workflow(name="demo.checkout")
 async def checkout(ctx: Context, order: Order) -> str:
     """Reserve, charge (retrying a flaky provider), wait for settlement, then send a receipt."""
     await ctx.step("reserve-stock", reserve_stock, order.order_id)
-    charge_id: str = await ctx.step("charge", provider.charge, order.order_id, order.amount, retry=CHARGE_RETRY)
+    charge_id: str = await ctx.step(
+        "charge", provider.charge, order.order_id, order.amount, retry=CHARGE_RETRY, flow_control=PAYMENTS
+    )
     await ctx.sleep("settlement", "3s")  # longer than the engine's inline sleep: the run parks, the worker is free
     child = await ctx.start_child(send_receipt, Receipt(order_id=order.order_id, charge_id=charge_id))
     sent: str = await ctx.wait_child(child)

@@ -82,6 +82,7 @@ class Outcome:
     collapsed_ticket: str | None = None  # a debounced edit folded into another, for ``workflows why``
     firings: list[FiringInfo] = field(default_factory=list)  # the heartbeat schedule's, oldest first
     published: list[Published] = field(default_factory=list)  # the domain events of this demo, oldest first
+    charge_waits: list[float] = field(default_factory=list)  # seconds each checkout's charge waited for its key
 
 
 # The gated workflows and the bursts of starts the demo offers them.
@@ -336,6 +337,10 @@ async def run_demo(store: str, board: Board, *, timeout: float, poll: float = 0.
         outcome.flow = gate
         outcome.firings = firings
         outcome.published = published
+        for r in rows:
+            if r.workflow == "demo.checkout":
+                steps = await inspector.steps(r.run_id)
+                outcome.charge_waits += [s.flow_wait or 0.0 for s in steps if s.name == "charge"]
         # The reminder is meant to end cancelled by demo.order.cancelled; every other run to succeed.
         outcome.problems += [
             f"{r.workflow} run {r.run_id} ended {r.status}"
@@ -394,6 +399,16 @@ def schedule_summary(firings: list[FiringInfo]) -> str:
     ended = Counter(f.status for f in firings)
     counts = ", ".join(f"{n} {status}" for status, n in sorted(ended.items()))
     return f"schedule {HEARTBEAT} (every {demo_app.HEARTBEAT_EVERY}): {len(firings)} firing(s): {counts}."
+
+
+def flow_summary(waits: list[float]) -> str:
+    """One line on the checkouts' charges under the ``payments`` step flow-control key."""
+    waited = [w for w in waits if w > 0]
+    longest = f", the longest {max(waited) * 1000:.0f} ms" if waited else ""
+    return (
+        f"step flow control: {len(waits)} charges under key '{demo_app.PAYMENTS.key}' "
+        f"(parallelism {demo_app.PAYMENTS.parallelism}), one at a time: {len(waited)} waited for the slot{longest}."
+    )
 
 
 def events_summary(published: list[Published], rows: list[RunRow]) -> list[str]:
@@ -480,6 +495,8 @@ def demo(ctx: click.Context, store: str, keep: bool, timeout: float) -> None:
         console.print(gate_summary(outcome.flow))
     if outcome.firings:
         console.print(schedule_summary(outcome.firings))
+    if outcome.charge_waits:
+        console.print(flow_summary(outcome.charge_waits))
     if outcome.published:
         console.print("Domain events:")
         for line in events_summary(outcome.published, outcome.rows):
