@@ -13,6 +13,7 @@ import pytest
 from hypothesis import HealthCheck, Phase, settings
 from hypothesis.errors import FlakyStrategyDefinition
 
+from .conftest import LONG
 from .test_http_schema import live_url, schema
 
 schemathesis = pytest.importorskip("schemathesis")
@@ -25,6 +26,12 @@ Workflow = schema.as_state_machine()
 
 
 @pytest.mark.slow
+@pytest.mark.skipif(
+    not LONG,
+    reason="LOCKGATE_TORTURE=long only: on a server that keeps what earlier sequences did, hypothesis "
+    "can report inconsistent generation (FlakyStrategyDefinition) instead of a verdict; the "
+    "per-endpoint schemathesis run (test_http_schema.py) guards every answer in the normal suite",
+)
 def test_sequences_of_linked_calls_never_meet_a_server_error(live_url: str) -> None:
     class Linked(Workflow):  # type: ignore[misc,valid-type]
         def get_call_kwargs(self, case: Any) -> dict[str, Any]:
