@@ -13,6 +13,7 @@ import os
 import sys
 from collections.abc import AsyncIterator, Callable, Coroutine
 from contextlib import asynccontextmanager
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -29,7 +30,9 @@ __all__ = [
     "APP_ENV",
     "STORE_ENV",
     "DurationType",
+    "InstantType",
     "JsonType",
+    "SinceType",
     "app_option",
     "check_store",
     "count_type",
@@ -98,6 +101,46 @@ class DurationType(_ParamType):
             return to_seconds(value, what="duration")
         except ValueError as exc:
             self.fail(str(exc).removeprefix("duration: "), param, ctx)
+
+
+class InstantType(_ParamType):
+    """An ISO 8601 instant (``2025-01-01T12:00:00Z``); one without an offset is taken as UTC."""
+
+    name = "ISO-TIME"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> datetime:
+        parsed = self.instant(value)
+        if parsed is None:
+            self.fail(f"not an ISO 8601 time (e.g. 2025-01-01T12:00:00Z): {value!r}", param, ctx)
+        return parsed
+
+    @staticmethod
+    def instant(value: Any) -> datetime | None:
+        """``value`` as an aware datetime (UTC when it has no offset), or ``None`` if it is not ISO 8601."""
+        if isinstance(value, datetime):
+            parsed = value
+        else:
+            try:
+                parsed = datetime.fromisoformat(str(value))
+            except ValueError:
+                return None
+        return parsed if parsed.tzinfo is not None else parsed.replace(tzinfo=UTC)
+
+
+class SinceType(InstantType):
+    """An instant: ISO 8601 (UTC without an offset), or a duration meaning that long ago (``90m``)."""
+
+    name = "TIME"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> datetime:
+        parsed = self.instant(value)
+        if parsed is not None:
+            return parsed
+        try:
+            ago = to_seconds(str(value), what="time")
+        except ValueError:
+            self.fail(f"neither an ISO 8601 time nor a duration ago (2h, 30m): {value!r}", param, ctx)
+        return datetime.now(UTC) - timedelta(seconds=ago)
 
 
 # -- shared options ------------------------------------------------------------------------

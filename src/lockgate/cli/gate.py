@@ -8,7 +8,7 @@ write pause rows that every process honours within about a second.
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import click
 from rich.console import Console
@@ -20,6 +20,7 @@ from ..engine.operator import check_key_hold
 from ..inspect import FlowRow, ParkedStart, Pause, Trace
 from .common import (
     DurationType,
+    InstantType,
     app_option,
     count_type,
     format_option,
@@ -34,31 +35,10 @@ from .groups import workflows
 from .output import emit, short, status_text, when
 from .workflows import usage_errors
 
-__all__ = ["InstantType", "human_seconds"]
+__all__ = ["human_seconds"]
 
 # The decisions ``flow`` counts, in the order its table shows them.
 FLOW_COUNTS = ("in_flight", "admitted", "collapsed", "batched", "dropped", "skipped", "expired", "existing")
-
-if TYPE_CHECKING:
-    _ParamType = click.ParamType[Any]
-else:  # click < 8.2 has no type parameters at run time
-    _ParamType = click.ParamType
-
-
-class InstantType(_ParamType):
-    """An ISO 8601 instant (``2025-01-01T12:00:00Z``); one without an offset is taken as UTC."""
-
-    name = "ISO-TIME"
-
-    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> datetime:
-        if isinstance(value, datetime):
-            return value if value.tzinfo is not None else value.replace(tzinfo=UTC)
-        try:
-            parsed = datetime.fromisoformat(str(value))
-        except ValueError:
-            self.fail(f"not an ISO 8601 time (e.g. 2025-01-01T12:00:00Z): {value!r}", param, ctx)
-        return parsed if parsed.tzinfo is not None else parsed.replace(tzinfo=UTC)
-
 
 def human_seconds(seconds: float | None) -> str:
     """``seconds`` for people: ``850ms``, ``12s``, ``3m05s``, ``2h10m``, ``4d3h`` (empty for ``None``)."""

@@ -5,20 +5,20 @@ from __future__ import annotations
 import contextlib
 import json
 from collections.abc import Iterator
-from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING, Any
+from datetime import datetime
+from typing import Any
 
 import click
 from pydantic_core import to_jsonable_python
 from rich.console import Console
 from rich.text import Text
 
-from ..durations import to_seconds
 from ..errors import InvalidArgument
 from ..inspect import RUN_STATUSES, RunDetail, RunFilter, RunPage, split_statuses
 from .common import (
     DurationType,
     JsonType,
+    SinceType,
     app_option,
     count_type,
     format_option,
@@ -41,36 +41,9 @@ from .output import (
     steps_table,
 )
 
-__all__ = ["STATUSES", "SinceType", "run_filter", "usage_errors"]
+__all__ = ["STATUSES", "run_filter", "usage_errors"]
 
 STATUSES = RUN_STATUSES
-
-if TYPE_CHECKING:
-    _ParamType = click.ParamType[Any]
-else:  # click < 8.2 has no type parameters at run time
-    _ParamType = click.ParamType
-
-
-class SinceType(_ParamType):
-    """An instant: ISO 8601 (UTC without an offset), or a duration meaning that long ago (``90m``)."""
-
-    name = "TIME"
-
-    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> datetime:
-        if isinstance(value, datetime):
-            return value if value.tzinfo is not None else value.replace(tzinfo=UTC)
-        try:
-            parsed = datetime.fromisoformat(str(value))
-        except ValueError:
-            pass
-        else:
-            return parsed if parsed.tzinfo is not None else parsed.replace(tzinfo=UTC)
-        try:
-            ago = to_seconds(str(value), what="time")
-        except ValueError:
-            self.fail(f"neither an ISO 8601 time nor a duration ago (2h, 30m): {value!r}", param, ctx)
-        return datetime.now(UTC) - timedelta(seconds=ago)
-
 
 @contextlib.contextmanager
 def usage_errors() -> Iterator[None]:
