@@ -1,15 +1,11 @@
-"""The runs list's filters, read from and written back to the URL, and the adapter that applies them.
+"""The runs list's filters, read from and written back to the URL, and the page they ask for.
 
-``RunFilter`` is what a link carries (``?workflow=charge&status=failed&q=card``). ``fetch_runs``
-hands ``Inspector.runs`` every filter it accepts and applies the others here, over a bounded
-scan of newest-first pages: as the Inspector learns a filter (a time range, text search), the
-adapter passes it through and the scan disappears, with no change to this module's callers.
+``RunFilter`` is what a link carries (``?workflow=charge&status=failed&q=card``); ``fetch_runs``
+hands every one of them to ``Inspector.runs``.
 """
 
 from __future__ import annotations
 
-import inspect
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass, fields, replace
 from datetime import UTC, datetime
@@ -21,15 +17,8 @@ from ..inspect import Inspector, split_statuses
 from ..inspect import RunFilter as Listing
 from ..records import RunInfo
 
-__all__ = ["SCAN_LIMIT", "RunFilter", "RunsPage", "fetch_runs"]
+__all__ = ["RunFilter", "RunsPage", "fetch_runs"]
 
-SCAN_LIMIT = 1000
-"""Runs read at most per page while applying a filter the Inspector does not take itself."""
-
-_PAGE = 200
-
-NATIVE_NAMES = {"q": ("text", "q")}
-"""The names ``Inspector.runs`` may give a filter of this page (the first it accepts is used)."""
 _MAX_LIMIT = 500
 
 
@@ -102,76 +91,24 @@ def _time(text: str, name: str) -> datetime | None:
 
 @dataclass(frozen=True)
 class RunsPage:
-    """A page of runs; ``next_before`` continues it; ``partial``: the scan stopped before filling it."""
+    """A page of runs; ``next_before`` continues it."""
 
     items: list[RunInfo]
     next_before: str | None
-    partial: bool = False
 
 
 async def fetch_runs(inspector: Inspector, wanted: RunFilter) -> RunsPage:
-    """The page of runs ``wanted`` describes, newest first."""
-    accepted = set(inspect.signature(inspector.runs).parameters)
-    native: dict[str, Any] = {
-        "workflow": wanted.workflow or None,
-        "statuses": split_statuses(wanted.status),
-        "source": wanted.source or None,
-        "dead_letter": wanted.dead_letter,
-    }
-    here: dict[str, Any] = {}
-    for name, value in (
-        ("since", wanted.since_time()),
-        ("until", wanted.until_time()),
-        ("q", wanted.q or None),
-        ("id_prefix", wanted.id_prefix or None),
-    ):
-        if value is None:
-            continue
-        given = next((n for n in NATIVE_NAMES.get(name, (name,)) if n in accepted), None)
-        if given is not None:
-            native[given] = value
-        else:
-            here[name] = value
-    if not here:
-        items = await inspector.runs(**native, before=wanted.before or None, limit=wanted.limit)
-        return RunsPage(items, items[-1].id if len(items) == wanted.limit else None)
-    found: list[RunInfo] = []
-    cursor = wanted.before or None
-    scanned = 0
-    while len(found) < wanted.limit and scanned < SCAN_LIMIT:
-        batch = await inspector.runs(**native, before=cursor, limit=_PAGE)
-        scanned += len(batch)
-        for run in batch:
-            if _matches(run, here):
-                found.append(run)
-                if len(found) == wanted.limit:
-                    return RunsPage(found, run.id)
-            cursor = run.id
-        if len(batch) < _PAGE:
-            return RunsPage(found, None)
-        if "since" in here and batch[-1].created_at < here["since"]:
-            return RunsPage(found, None)  # newest first: nothing older can match
-    return RunsPage(found, cursor, partial=True)
-
-
-def _matches(run: RunInfo, here: dict[str, Any]) -> bool:
-    if "id_prefix" in here and not run.id.startswith(here["id_prefix"]):
-        return False
-    if "since" in here and run.created_at < here["since"]:
-        return False
-    if "until" in here and run.created_at >= here["until"]:
-        return False
-    if "q" in here:
-        needle = str(here["q"]).lower()
-        hay = " ".join(
-            [
-                run.id,
-                json.dumps(run.payload, default=str),
-                json.dumps(run.output, default=str),
-                run.error_tag or "",
-                run.error_message or "",
-            ]
-        ).lower()
-        if needle not in hay:
-            return False
-    return True
+    """The page of runs ``wanted`` describes, newest first: every filter is the Inspector's own."""
+    items = await inspector.runs(
+        workflow=wanted.workflow or None,
+        statuses=split_statuses(wanted.status),
+        source=wanted.source or None,
+        since=wanted.since_time(),
+        until=wanted.until_time(),
+        id_prefix=wanted.id_prefix or None,
+        text=wanted.q or None,
+        dead_letter=wanted.dead_letter,
+        before=wanted.before or None,
+        limit=wanted.limit,
+    )
+    return RunsPage(items, items[-1].id if len(items) == wanted.limit else None)
