@@ -458,9 +458,9 @@ class Dispatcher:
                 await execution.run()
             else:
                 await self._observed(observer, execution)
-            if execution.ended_as is not None and runs_log.isEnabledFor(logging.INFO):
+            if execution.outcome not in ("parked", "stopped") and runs_log.isEnabledFor(logging.INFO):
                 took = max(0.0, self.clock.now() - float(row.get("created_at") or self.clock.now()))
-                ended = (row["workflow"], short_id(run_id), execution.ended_as, format_seconds(round(took, 3)))
+                ended = (row["workflow"], short_id(run_id), execution.outcome, format_seconds(round(took, 3)))
                 runs_log.info("%s %s %s in %s", *ended)
             if execution.stop_reason == "lease lost":
                 log.warning("run %s: %s; this execution stopped, its late writes refused", run_id, _LOST)

@@ -98,7 +98,6 @@ class Execution(Context):
         self._confirmed = 0  # how many extras came before a recorded key: inserted into recorded history
         self._busy = 0
         self.attempting = 0  # step attempts running now (a graceful shutdown lets them finish)
-        self.ended_as: str | None = None  # the status the run ended with here, if it did
         self._busy_cm = _Busy(self)
         self._waits: list[Wait] = []
         self._attention: asyncio.Future[None] | None = None
@@ -296,7 +295,6 @@ class Execution(Context):
         event: dict[str, Any] | None = None,
     ) -> bool:
         """Write the run's end (passing its concurrency slot on where it can); ``False``: the lease was lost."""
-        self.ended_as = status
         children = any(entry.get("kind") == "child" for entry in self._journal.values())
         handoff = None if children else await self._host.hand_off(self.defn, self.row, status)
         end: dict[str, Any] = {"status": status, "output": output, "error_tag": tag, "error_message": message}
