@@ -5,9 +5,12 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from pydantic import BaseModel
 
 import lockgate as lg
+from lockgate.serde import _refuse_unstorable, _storable
 
 
 class Reading(BaseModel):
@@ -64,3 +67,28 @@ async def test_finite_values_round_trip(env_factory: Any) -> None:
         handle = await env.engine.start("readings.store", {"sensor": "s", "value": 1e308})
         await env.settle()
         assert await handle.result(timeout=10) == 1e308
+
+
+_TEXT = st.text(st.characters(blacklist_categories=()), max_size=6) | st.sampled_from(["ok", "\ud800", "é\udfff"])
+_LEAVES = st.none() | st.booleans() | st.integers() | st.floats(allow_nan=True, allow_infinity=True) | _TEXT
+_VALUES = st.recursive(
+    _LEAVES,
+    lambda inner: st.lists(inner, max_size=4)
+    | st.lists(inner, max_size=3).map(tuple)
+    | st.dictionaries(_TEXT, inner, max_size=4)
+    | st.builds(Reading, sensor=_TEXT, value=st.floats(), history=st.lists(st.floats(), max_size=3)),
+    max_leaves=12,
+)
+
+
+@settings(max_examples=400, deadline=None)
+@given(_VALUES)
+def test_the_quick_check_agrees_with_the_naming_walk(value: Any) -> None:
+    """A start pays only the quick check; the walk that names the field runs when it says no."""
+    try:
+        _refuse_unstorable(value, "payload")
+    except lg.PayloadError:
+        refused = True
+    else:
+        refused = False
+    assert _storable(value) is not refused

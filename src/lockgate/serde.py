@@ -115,7 +115,8 @@ def validate_payload(model: type[M], payload: Any, *, what: str) -> M:
     """
     try:
         if isinstance(payload, BaseModel):
-            _refuse_unstorable(payload, what)
+            if not _storable(payload):
+                _refuse_unstorable(payload, what)
             if isinstance(payload, model):
                 return payload
             payload = payload.model_dump()
@@ -125,7 +126,8 @@ def validate_payload(model: type[M], payload: Any, *, what: str) -> M:
                 with contextlib.suppress(ValueError):
                     _refuse_unstorable(json.loads(text), what)
             return model.model_validate_json(payload)
-        _refuse_unstorable(payload, what)
+        if not _storable(payload):
+            _refuse_unstorable(payload, what)
         return model.model_validate(payload)
     except ValidationError as exc:
         errors = [dict(e) for e in exc.errors(include_url=False)]
@@ -136,6 +138,49 @@ def validate_payload(model: type[M], payload: Any, *, what: str) -> M:
                 what, f"expected a {model.__name__} (an object, or its JSON text), got {shown!r}, which is not JSON"
             ) from None
         raise PayloadError(what, errors) from None
+
+
+def _storable(value: Any) -> bool:
+    """Whether ``value`` holds no NaN, infinity or lone surrogate: the walk every start pays, so it builds
+    no path and tests exact types first; ``_refuse_unstorable`` walks again to name what it found."""
+    kind = type(value)
+    if kind is str:
+        return value.isascii() or _encodes(value)
+    if kind is int or kind is bool or value is None:
+        return True
+    if kind is dict:
+        for key, item in value.items():
+            if type(key) is str:
+                if not key.isascii() and not _encodes(key):
+                    return False
+            elif not _storable(key):
+                return False
+            kind = type(item)
+            if kind is str:
+                if not item.isascii() and not _encodes(item):
+                    return False
+            elif kind is not int and item is not None and not _storable(item):
+                return False
+        return True
+    if isinstance(value, str):
+        return value.isascii() or _encodes(value)
+    if isinstance(value, float):
+        return math.isfinite(value)
+    if isinstance(value, BaseModel):
+        return _storable(vars(value))
+    if isinstance(value, dict):
+        return _storable(dict(value))
+    if isinstance(value, list | tuple):
+        return all(_storable(item) for item in value)
+    return True
+
+
+def _encodes(text: str) -> bool:
+    try:
+        text.encode()
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def _refuse_unstorable(value: Any, what: str, loc: tuple[Any, ...] = ()) -> None:
