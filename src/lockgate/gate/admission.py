@@ -158,14 +158,16 @@ def offer_for(
 ) -> Offer:
     """The offer of a validated start whose run row is ``run`` (its ticket, its identity under ``key``)."""
     plan = defn.gate
+    keys = control_keys(defn, plan, model)
+    if run.get("flow_control"):  # a start's own flow_control rides on its parked row to the run the drainer creates
+        keys["$flow"] = run["flow_control"]
     return Offer(
         defn=defn,
         plan=plan,
         ticket=run["ticket"],
         # the run row's payload: sealed when the workflow encrypts
         payload=model.model_dump_json() if plan.item_model is not None else run["payload"],
-        # a start's own flow_control rides on its parked row ($flow) to the run the drainer creates
-        keys=control_keys(defn, plan, model) | ({"$flow": run["flow_control"]} if run.get("flow_control") else {}),
+        keys=keys,
         priority=_priority(defn, plan, model),
         fair=_fair(defn, plan, model),
         identity=run["identity"] if key is not None else None,
