@@ -1,14 +1,12 @@
 """SQLite under faults: a file system that fills up, and a second process on the same file.
 
-The full disk is a small tmpfs mounted for the test (root only), or else a loop-mounted
-file; where neither can be mounted the test is skipped with the reason, and fails under CI.
+The full disk is a small file system of the test's own (tests/diskfull.py).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
 import sqlite3
 import subprocess
 import sys
@@ -21,7 +19,8 @@ from pydantic import BaseModel
 import lockgate as lg
 
 from .apps.waits import eventually
-from .pg import unavailable
+from .diskfull import fill
+from .diskfull import small_fs as mounted
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -44,40 +43,11 @@ async def blob(ctx: lg.Context, p: Blob) -> int:
     return await ctx.step("second", echo, p.data) + first  # type: ignore[no-any-return]
 
 
-def _mount(point: Path, size: str) -> None:
-    if os.geteuid() != 0:
-        unavailable("mounting a small file system for the disk-full test needs root")
-    tmpfs = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(point)], capture_output=True)
-    if tmpfs.returncode == 0:
-        return
-    image = point.parent / "fs.img"
-    subprocess.run(["truncate", "-s", size, str(image)], check=True)
-    subprocess.run(["mkfs.ext4", "-q", str(image)], capture_output=True, check=True)
-    loop = subprocess.run(["mount", "-o", "loop", str(image), str(point)], capture_output=True)
-    if loop.returncode != 0:
-        unavailable(f"cannot mount a small file system here: tmpfs: {tmpfs.stderr!r}; loop: {loop.stderr!r}")
-
-
 @pytest.fixture
 def small_fs(tmp_path: Path) -> Iterator[Path]:
     """A 4 MB file system of the test's own, unmounted afterwards."""
-    point = tmp_path / "fs"
-    point.mkdir()
-    _mount(point, "4M")
-    try:
+    with mounted(tmp_path / "fs") as point:
         yield point
-    finally:
-        subprocess.run(["umount", "-l", str(point)], capture_output=True)
-
-
-def _fill(directory: Path, leave: int) -> Path:
-    """Fill the file system but ``leave`` bytes; the filler file (delete it to free the space)."""
-    stat = os.statvfs(directory)
-    free = stat.f_bavail * stat.f_frsize
-    filler = directory / "filler"
-    with filler.open("wb") as out:
-        out.write(b"\0" * max(0, free - leave))
-    return filler
 
 
 def _integrity(path: Path) -> str:
@@ -101,7 +71,7 @@ async def test_a_full_disk_is_a_clear_error_reads_go_on_and_work_resumes_once_sp
         done = [await engine.start("fs.blob", Blob(n=i)) for i in range(3)]
         for h in done:
             assert await engine.result(h.run_id or "", timeout=10) == 0
-        filler = _fill(small_fs, leave=150_000)
+        filler = fill(small_fs, leave=150_000)
         started: list[str] = []
         with pytest.raises(lg.StoreError) as refused:
             for i in range(200):

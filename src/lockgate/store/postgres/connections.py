@@ -12,9 +12,9 @@ import psycopg
 from psycopg.rows import dict_row
 from psycopg_pool import AsyncConnectionPool
 
-from ...errors import StoreError
+from ...errors import StoreError, StoreFull
 from ..base import Store
-from .failures import StalePlan, connection_lost, first_line
+from .failures import StalePlan, connection_lost, disk_full, first_line
 from .tx import Conn, WriterConn, idle
 
 __all__ = ["Connections"]
@@ -34,6 +34,7 @@ class Connections(Store):
     _writing: bool  # whether a batch is using it
     _closing: bool
     _down: bool
+    _disk_full: bool  # said once per spell of full disk
     _outages: int  # outages logged so far: a connection born before the last one is one of its casualties
     _born: weakref.WeakKeyDictionary[Any, int]
 
@@ -77,6 +78,8 @@ class Connections(Store):
         A connection that was open before the last outage began and fails only now (it sat
         idle, or busy, while the others recovered) is that outage's, not a new one.
         """
+        if disk_full(exc):
+            return  # said once by _full
         if isinstance(exc, StalePlan) or not connection_lost(exc):
             log.info("PostgreSQL transient failure (will retry): %s", first_line(exc))
             return
@@ -96,7 +99,21 @@ class Connections(Store):
         if self.observer is not None:
             self.observer.store_error(where)
 
+    def _full(self, exc: BaseException) -> StoreFull:
+        """The typed error of a write refused for want of disk; said once until a write goes through again."""
+        if not self._disk_full:
+            self._disk_full = True
+            log.warning("PostgreSQL at %s is out of disk: writes are refused until space is freed", self._where)
+        error = StoreFull(
+            f"PostgreSQL at {self._where} refused the write: its disk is full ({first_line(exc)}); free space to resume"
+        )
+        error.__cause__ = exc
+        return error
+
     def _reachable(self) -> None:
+        if self._disk_full:
+            self._disk_full = False
+            log.warning("PostgreSQL at %s accepts writes again", self._where)
         if self._down:
             self._down = False
             log.warning("database reachable again at %s", self._where)

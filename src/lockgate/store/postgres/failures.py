@@ -22,6 +22,7 @@ __all__ = [
     "backoff",
     "connection_lost",
     "discarding_stale_plans",
+    "disk_full",
     "fail",
     "first_line",
     "is_stale_plan",
@@ -80,6 +81,11 @@ def connection_lost(exc: psycopg.OperationalError) -> bool:
         return True
     state = exc.sqlstate
     return state is None or state.startswith("08") or state in ("57P01", "57P02", "57P03")
+
+
+def disk_full(exc: BaseException) -> bool:
+    """Whether the server refused for want of disk (SQLSTATE 53100): no retry mends it until space is freed."""
+    return isinstance(exc, psycopg.Error) and exc.sqlstate == "53100"
 
 
 def backoff(attempt: int) -> float:

@@ -46,7 +46,7 @@ from ..base import Op, Tx
 from ..coalesce import Call
 from ..direct import DirectStatement
 from ..sql_files import load_queries, repeatable_queries
-from .failures import RETRIES, StalePlan, backoff, discarding_stale_plans, fail, first_line, redact
+from .failures import RETRIES, StalePlan, backoff, discarding_stale_plans, disk_full, fail, first_line, redact
 from .joined import Joining
 from .migrate import check, migrate
 from .notify import Wakeups
@@ -150,6 +150,7 @@ class PostgresStore(Writer, Wakeups, Joining):
         self._listener: asyncio.Task[None] | None = None
         self._origin = uuid.uuid4().hex  # tells our own notifications from other stores'
         self._down = False
+        self._disk_full = False  # said once per spell of full disk (connections.py)
         self._outages = 0  # outages logged so far: a connection born before the last one is one of its casualties
         self._born: weakref.WeakKeyDictionary[Any, int] = weakref.WeakKeyDictionary()
         self.commits = 0
@@ -214,6 +215,9 @@ class PostgresStore(Writer, Wakeups, Joining):
                 async with pool.connection() as conn, discarding_stale_plans(conn):
                     value = await op(PostgresTx(conn, self._queries), *args, **kwargs)
             except (psycopg.OperationalError, StalePlan) as exc:
+                if disk_full(exc):  # a read spilling to disk: no retry mends it
+                    self._failed("read")
+                    raise self._full(exc) from exc
                 await self._trouble(exc, conn)
                 if attempt == RETRIES:
                     self._failed("read")

@@ -22,7 +22,7 @@ from ..base import Op
 from ..coalesce import Call, runs_lone
 from ..direct import DirectStatement
 from .batches import Attempt, Batches
-from .failures import RETRIES, StalePlan, backoff, fail, first_line
+from .failures import RETRIES, StalePlan, backoff, disk_full, fail, first_line
 from .tx import Conn, idle
 
 __all__ = ["Writer"]
@@ -140,6 +140,10 @@ class Writer(Batches):
             try:
                 outcomes = await self._run_batch(batch, state)
             except (psycopg.OperationalError, StalePlan) as exc:
+                if disk_full(exc) and not state.committing:  # refused whole: nothing of it is kept
+                    self._failed("commit")
+                    fail(batch, self._full(exc))
+                    return
                 await self._trouble(exc, state.conn)
                 if state.committing:
                     committed = await self._committed(state)
