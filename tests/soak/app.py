@@ -19,7 +19,7 @@ import lockgate as lg
 
 from ..cluster.app import RETRY, effect, sql
 
-__all__ = ["BEGUN", "LIMITS", "SCHEDULE_EVERY", "SCHEMA", "app"]
+__all__ = ["BEGUN", "FLOW_LIMITS", "LIMITS", "SCHEDULE_EVERY", "SCHEMA", "app"]
 
 # The declared limits, read back by the checks.
 LIMITS = {
@@ -27,6 +27,12 @@ LIMITS = {
     "throttle": (3, 1.0),  # soak.throttled, per key: limit, period (s)
     "rate": (3, 1.0),  # soak.rated, per key
     "batch": 4,  # soak.batched, max size
+}
+# soak.flowed's step flow control, per key: (parallelism, rate, period (s)); None: not limited.
+FLOW_LIMITS: dict[str, tuple[int | None, int | None, float]] = {
+    "soak-provider": (2, 5, 1.0),
+    "soak-strict": (1, None, 1.0),
+    "$rate:soak-quota": (None, 4, 1.0),
 }
 
 # soak_slots: how many concurrency slots each key held the instant a slot was taken, counted by a
@@ -45,6 +51,16 @@ BEGIN
 END $$;
 CREATE OR REPLACE TRIGGER soak_count_slots AFTER INSERT ON lockgate_slots
 FOR EACH ROW EXECUTE FUNCTION soak_count_slots();
+-- soak_flow_starts: every start a step flow key's rate window counted, at the instant the window
+-- took it (lockgate prunes its own copy as the window slides).
+CREATE TABLE IF NOT EXISTS soak_flow_starts (key TEXT NOT NULL, at DOUBLE PRECISION NOT NULL);
+CREATE OR REPLACE FUNCTION soak_copy_flow_start() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    INSERT INTO soak_flow_starts VALUES (NEW.key, NEW.at);
+    RETURN NEW;
+END $$;
+CREATE OR REPLACE TRIGGER soak_copy_flow_start AFTER INSERT ON lockgate_flow_starts
+FOR EACH ROW EXECUTE FUNCTION soak_copy_flow_start();
 """
 
 app = lg.App("soak")
@@ -79,8 +95,8 @@ class PingData(BaseModel):
     n: int
 
 
-async def span(run_id: str, key: str, hold: float) -> int:
-    """Record that this step holds ``key`` for ``hold`` seconds (start and end), then the effect."""
+async def span(run_id: str, key: str, hold: float, step: str = "hold") -> int:
+    """Record that this step holds ``key`` for ``hold`` seconds (start and end), then the effect of ``step``."""
     rows = await sql(
         "INSERT INTO soak_spans (run_id, key, pid, started_at) VALUES (%s, %s, %s, %s) RETURNING id",
         run_id,
@@ -90,7 +106,7 @@ async def span(run_id: str, key: str, hold: float) -> int:
     )
     await asyncio.sleep(hold)
     await sql("UPDATE soak_spans SET ended_at = %s WHERE id = %s", time.time(), rows[0][0])
-    return await effect(run_id, "hold")
+    return await effect(run_id, step)
 
 
 async def work(run_id: str, step: str, hold: float) -> int:
@@ -147,10 +163,21 @@ async def batched(ctx: lg.Context, p: Batch) -> int:
 
 
 # -- step flow control -------------------------------------------------------------------------
-# STEP FLOW CONTROL (to add once lg.FlowControl is merged): a workflow "soak.flowed" whose steps
-# run under ``flow_control=lg.FlowControl(key=..., parallelism=2, rate=..., period=...)``, each
-# recording a span in soak_spans (key prefixed "flow:") so that the checks' overlap and window
-# counts (checks.max_overlap, checks.window_excess) cover it; add "soak.flowed" to the driver's MIX.
+# A provider shared by every run (parallelism and rate), a stricter key for one step, a step exempted,
+# and a rate window taken in the body. Each limited step records a span under "flow:<key>".
+PROVIDER = lg.FlowControl("soak-provider", parallelism=2, rate=5, period="1s")
+STRICT = lg.FlowControl("soak-strict", parallelism=1)
+
+
+@app.workflow(name="soak.flowed", flow_control=PROVIDER)
+async def flowed(ctx: lg.Context, job: Job) -> int:
+    call = await ctx.step("call", span, ctx.run_id, "flow:soak-provider", 0.15, "call", retry=RETRY)
+    strict = await ctx.step(
+        "strict", span, ctx.run_id, "flow:soak-strict", 0.05, "strict", retry=RETRY, flow_control=STRICT
+    )
+    await ctx.rate_limit("soak-quota", limit=4, period="1s")
+    free = await ctx.step("free", work, ctx.run_id, "free", 0.05, retry=RETRY, flow_control=None)
+    return call + strict + free  # type: ignore[no-any-return]
 
 
 @app.workflow(name="soak.tick")

@@ -15,7 +15,7 @@ from datetime import datetime
 from typing import Any
 
 from ..cluster.harness import Cluster
-from .app import BEGUN, LIMITS, SCHEDULE_EVERY
+from .app import BEGUN, FLOW_LIMITS, LIMITS, SCHEDULE_EVERY
 
 __all__ = ["Arrival", "Report", "check", "max_overlap", "window_excess"]
 
@@ -208,6 +208,8 @@ async def _limits(cluster: Cluster, kills: list[tuple[int, float]], report: Repo
     for key, pid, started, ended in await cluster.fetch("SELECT key, pid, started_at, ended_at FROM soak_spans"):
         end = ended if ended is not None else killed_at.get(pid, float("inf"))
         spans[key].append((started, end))
+    flowed = {k.removeprefix("flow:"): spans.pop(k) for k in [k for k in spans if k.startswith("flow:")]}
+    await _flow(cluster, flowed, report)
     step_peaks = {k: max_overlap(v) for k, v in sorted(spans.items())}
     report.figures[f"max steps executing per key (limit {limit})"] = step_peaks
     report.fail("concurrency limit exceeded (executing steps)", [(k, p) for k, p in step_peaks.items() if p > limit])
@@ -223,8 +225,26 @@ async def _limits(cluster: Cluster, kills: list[tuple[int, float]], report: Repo
         report.fail(
             f"{name} window exceeded", [(k, x) for k, v in times.items() for x in window_excess(v, count, period)]
         )
-    # STEP FLOW CONTROL: once soak.flowed exists, check its spans (key "flow:...") against its
-    # parallelism with max_overlap and its step starts against its rate with window_excess.
+
+
+async def _flow(cluster: Cluster, spans: dict[str, list[tuple[float, float]]], report: Report) -> None:
+    """Step flow control: a key's steps executing at once against its parallelism (from the steps' own
+    spans, which lie inside the slot), its window's starts against its rate (as the window took them)."""
+    limits = FLOW_LIMITS
+    peaks = {k: max_overlap(v) for k, v in sorted(spans.items())}
+    report.figures["flow: max steps executing per key (limit)"] = {k: f"{p} ({limits[k][0]})" for k, p in peaks.items()}
+    report.fail("flow parallelism exceeded", [(k, p) for k, p in peaks.items() if p > (limits[k][0] or p)])
+    starts: dict[str, list[float]] = defaultdict(list)
+    for key, at in await cluster.fetch("SELECT key, at FROM soak_flow_starts"):
+        starts[key].append(at)
+    busiest = {}
+    for key, (_, rate, period) in sorted(limits.items()):
+        if rate is None:
+            continue
+        busiest[key] = f"{_busiest(starts.get(key, []), period)} ({rate})"
+        report.fail(f"flow rate window exceeded ({key})", window_excess(starts.get(key, []), rate, period))
+    report.figures["flow: most starts in one window per key (limit)"] = busiest
+    report.fail("flow keys never used", [k for k in limits if not starts.get(k) and not spans.get(k)])
 
 
 def _busiest(times: list[float], period: float) -> int:

@@ -28,7 +28,6 @@ APP_REF = "tests.soak.app:app"
 ARGS = ("--no-http",)
 
 # (workflow, weight, keys): what the driver starts, how often, under which keys.
-# STEP FLOW CONTROL: add ("soak.flowed", 2, ...) here once the workflow exists (see app.py).
 MIX: list[tuple[str, int, int]] = [
     ("soak.plain", 3, 0),
     ("soak.multi", 2, 0),
@@ -37,6 +36,7 @@ MIX: list[tuple[str, int, int]] = [
     ("soak.throttled", 2, 1),
     ("soak.rated", 3, 1),
     ("soak.batched", 3, 2),
+    ("soak.flowed", 3, 0),
     ("event", 2, 0),
 ]
 
