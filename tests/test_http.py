@@ -236,9 +236,15 @@ async def test_run_verbs(env_factory: Callable[..., TestEnv]) -> None:
         await env.settle()
         updated = await http.post(f"{API}/runs/{counter.run_id}/update", json={"name": "add", "payload": {"amount": 4}})
         assert updated.status_code == 200, updated.text
-        assert updated.json() == {"result": 4}
+        assert updated.json() == {"result": 4, "answered": True, "detail": None}
         bad = {"name": "add", "payload": {"amount": "x"}}
         problem(await http.post(f"{API}/runs/{counter.run_id}/update", json=bad), 422, "PayloadError")
+        # no handler answers "reset" in time: the wait the caller chose ran out, not the server (202, not a 5xx)
+        unanswered = await http.post(f"{API}/runs/{counter.run_id}/update", json={"name": "reset", "timeout": 0.3})
+        assert unanswered.status_code == 202, unanswered.text
+        body = unanswered.json()
+        assert (body["answered"], body["result"]) == (False, None)
+        assert "not answered within 0.3s" in body["detail"]
 
 
 async def test_gate_and_bulk_verbs(env_factory: Callable[..., TestEnv]) -> None:

@@ -182,7 +182,9 @@ class UpdateBody(_Body):
 
 
 class UpdateOut(BaseModel):
-    result: Any
+    result: Any = None
+    answered: bool = True  # False (status 202): not answered within the timeout; the update stays delivered
+    detail: str | None = None
 
 
 class StartBody(_Body):

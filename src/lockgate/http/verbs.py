@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 from fastapi import APIRouter, Request
+from fastapi.responses import JSONResponse
 
 from ..engine import Client
+from ..errors import ResultTimeout
 from ..origin import starting_from
 from .models import (
     BulkOut,
@@ -87,10 +89,19 @@ async def signal(request: Request, run_id: str, body: SignalBody) -> None:
     await client(request).signal(run_id, body.name, body.payload)
 
 
-@router.post("/runs/{run_id}/update", response_model=UpdateOut)
-async def update(request: Request, run_id: str, body: UpdateBody) -> UpdateOut:
-    """Send an update and wait for the run's handler to answer."""
-    return UpdateOut(result=await client(request).update(run_id, body.name, body.payload, timeout=body.timeout))
+_UNANSWERED = "Not answered within `timeout`: the update stays delivered, and the run answers it when its handler runs."
+
+
+@router.post(
+    "/runs/{run_id}/update", response_model=UpdateOut, responses={202: {"model": UpdateOut, "description": _UNANSWERED}}
+)
+async def update(request: Request, run_id: str, body: UpdateBody) -> UpdateOut | JSONResponse:
+    """Send an update and wait for the run's handler to answer (202 when ``timeout`` passes first)."""
+    try:
+        result = await client(request).update(run_id, body.name, body.payload, timeout=body.timeout)
+    except ResultTimeout as exc:  # the wait the caller asked for ran out, not the server
+        return JSONResponse(UpdateOut(result=None, answered=False, detail=str(exc)).model_dump(), status_code=202)
+    return UpdateOut(result=result)
 
 
 @router.post("/runs/cancel-many", response_model=BulkOut)
