@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import httpx
 import pytest
@@ -25,10 +27,10 @@ from schemathesis.specs.openapi.checks import content_type_conformance, response
 schema = schemathesis.openapi.from_dict(create_app(Client(lg.App(), "sqlite:///unopened.db")).openapi())
 
 
-@pytest.fixture(scope="module")
-def live_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """The API over a SQLite store, served by uvicorn from a thread of its own."""
-    store = f"sqlite:///{tmp_path_factory.mktemp('schema') / 'lockgate.db'}"
+@contextlib.contextmanager
+def serving(path: Path) -> Iterator[str]:
+    """The API over a new SQLite store at ``path``, served by uvicorn from a thread of its own; its URL."""
+    store = f"sqlite:///{path}"
     sock = bind_socket("127.0.0.1", 0)
     port = sock.getsockname()[1]
     stop = threading.Event()
@@ -38,7 +40,7 @@ def live_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
             await client.start("plain", {"n": 1})
             task = asyncio.create_task(serve_http(create_app(client, policy=AccessPolicy()), "127.0.0.1", port, sock))
             while not stop.is_set():
-                await asyncio.sleep(0.05)
+                await asyncio.sleep(0.02)
             task.cancel()
             await asyncio.gather(task, return_exceptions=True)
 
@@ -51,10 +53,19 @@ def live_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
             if httpx.get(f"{url}/api/v1/healthz", timeout=2).status_code == 200:
                 break
         except httpx.TransportError:
-            time.sleep(0.1)
-    yield url
-    stop.set()
-    thread.join(timeout=20)
+            time.sleep(0.05)
+    try:
+        yield url
+    finally:
+        stop.set()
+        thread.join(timeout=20)
+
+
+@pytest.fixture(scope="module")
+def live_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """The API over a SQLite store, for the whole module."""
+    with serving(tmp_path_factory.mktemp("schema") / "lockgate.db") as url:
+        yield url
 
 
 @schema.parametrize()
