@@ -1,9 +1,10 @@
 """Upgrades: a store written by the first release with a gate (schema 0002), with work in flight,
 migrates forward when today's engine opens it, and that work completes.
 
-``fixtures/store-0002.db`` was made by that release (``fixtures/make_store_0002.py`` says how):
-a run asleep, a run waiting for a signal, a run holding its key's one concurrency slot, and a
-start parked at the gate for that slot.
+``fixtures/store-0002.db`` (SQLite) and ``fixtures/store-0002.pg.sql`` (a PostgreSQL database,
+dumped) were made by that release (``fixtures/make_store_0002.py`` says how): a run asleep, a
+run waiting for a signal, a run holding its key's one concurrency slot, and a start parked at
+the gate for that slot.
 """
 
 from __future__ import annotations
@@ -12,16 +13,21 @@ import contextlib
 import shutil
 import sqlite3
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
+import psycopg
+import pytest
 from pydantic import BaseModel
 
 import lockgate as lg
 from lockgate.store.sql_files import migrations
 
 from .apps.waits import eventually
+from .pg import pg_database_url
 
 FIXTURE = Path(__file__).parent / "fixtures" / "store-0002.db"
+PG_FIXTURE = Path(__file__).parent / "fixtures" / "store-0002.pg.sql"
 
 
 class Job(BaseModel):
@@ -117,3 +123,55 @@ async def test_a_slot_holder_and_a_start_parked_on_the_first_gated_schema_comple
     with contextlib.closing(sqlite3.connect(db)) as conn:
         assert conn.execute("SELECT COUNT(*) FROM lockgate_pending").fetchone()[0] == 0
         assert conn.execute("SELECT COUNT(*) FROM lockgate_slots").fetchone()[0] == 0
+
+
+@pytest.fixture
+def old_pg(request: pytest.FixtureRequest) -> Iterator[str]:
+    """A database restored from the PostgreSQL fixture, its timers moved to fall due 4 s after now."""
+    for url in pg_database_url(request, migrated=False):
+        # psql's meta-commands (\restrict) are for psql; the rest is plain SQL
+        script = "\n".join(line for line in PG_FIXTURE.read_text().splitlines() if not line.startswith("\\"))
+        with psycopg.connect(url, autocommit=True) as conn:
+            conn.execute(script)  # type: ignore[call-overload]  # the fixture's own statements
+            conn.execute("SET search_path = public")
+            made = conn.execute("SELECT MAX(created_at) FROM lockgate_runs").fetchone()[0]  # type: ignore[index]
+            shift = time.time() - made - 4.0
+            conn.execute("UPDATE lockgate_runs SET wake_at = wake_at + %s WHERE wake_at IS NOT NULL", (shift,))
+            conn.execute("UPDATE lockgate_journal SET due_at = due_at + %s WHERE due_at IS NOT NULL", (shift,))
+        yield url
+
+
+VERSIONS = "SELECT string_agg(version::text, ',' ORDER BY version) FROM lockgate_migrations"
+
+
+def _pg_scalar(url: str, sql: str) -> object:
+    with psycopg.connect(url) as conn:
+        row = conn.execute(sql).fetchone()  # type: ignore[call-overload]
+        return None if row is None else row[0]
+
+
+async def test_runs_in_flight_on_the_first_gated_postgres_schema_complete_after_the_upgrade(old_pg: str) -> None:
+    assert _pg_scalar(old_pg, VERSIONS) == "1,2"
+    async with lg.Engine(app, old_pg, poll_interval=0.05, lease="2s", max_reclaims=1) as engine:
+        found = {r.workflow + str(r.payload["n"]): r for r in await engine.list_runs(limit=10)}
+        assert sorted(found) == ["up.limited3", "up.sleeper1", "up.waiter2"]
+        await engine.signal(found["up.waiter2"].id, "go", {"ok": True})
+        assert await engine.result(found["up.sleeper1"].id, timeout=30) == 2
+        assert await engine.result(found["up.waiter2"].id, timeout=30) is True
+        assert await engine.result(found["up.limited3"].id, timeout=30) == 3
+        steps = await engine.steps(found["up.sleeper1"].id)
+        assert [(s.key, s.status) for s in steps] == [
+            ("before#0", "completed"),
+            ("nap#0", "completed"),
+            ("after#0", "completed"),
+        ]
+
+        async def parked_one_done() -> list[lg.RunInfo]:
+            runs = [r for r in await engine.list_runs(workflow="up.limited") if r.payload["n"] == 4]
+            return runs if runs and runs[0].status == "succeeded" else []
+
+        [parked] = await eventually(parked_one_done, timeout=20, what="the parked start admitted and done")
+        assert await engine.result(parked.id, timeout=5) == 4
+    assert _pg_scalar(old_pg, VERSIONS) == ",".join(str(v) for v, _, _ in migrations("postgres"))
+    assert _pg_scalar(old_pg, "SELECT COUNT(*) FROM lockgate_pending") == 0
+    assert _pg_scalar(old_pg, "SELECT COUNT(*) FROM lockgate_slots") == 0
