@@ -300,8 +300,17 @@ async def test_with_tokens_a_browser_signs_in_with_a_cookie_for_the_dashboard_on
             assert "HttpOnly" in cookie and "SameSite=Strict" in cookie and f"Path={UI}" in cookie
             assert (await http.get(f"{UI}/runs?status=running")).status_code == 200  # the cookie reads
             assert (await http.get(f"{API}/runs")).status_code == 401  # the API never takes the cookie
-            refused = await http.post(f"{UI}/runs/{held.run_id}/do/cancel", data={})
-            assert refused.status_code == 403  # the read token cannot act
+            run_page = (await http.get(f"{UI}/runs/{held.run_id}")).text  # its verbs shown disabled, and why
+            assert f'href="{UI}/runs/{held.run_id}/do/cancel"' not in run_page
+            assert "the read token may look, not act" in run_page
+            refused = await http.post(
+                f"{UI}/runs/{held.run_id}/do/cancel", data={}, headers={"referer": f"http://testserver{UI}/runs/x"}
+            )
+            assert refused.status_code == 403  # the read token cannot act: a page that says so, not the API's JSON
+            assert refused.headers["content-type"].startswith("text/html")
+            assert "Signed in with the read token" in refused.text and 'type="password"' in refused.text
+            assert f'value="{UI}/runs/x"' in refused.text  # signing in again returns to that page
+            assert (await env.engine.client.inspector.run(held.run_id)).status == "running"  # type: ignore[arg-type]
             await http.post(f"{UI}/login", data={"token": "operate-secret", "next": f"{UI}/runs"})
             done = await http.post(f"{UI}/runs/{held.run_id}/do/cancel", data={"reason": "signed in"})
             assert done.status_code == 303

@@ -13,11 +13,17 @@ import html
 from collections.abc import Awaitable, Callable, MutableMapping
 from http.cookies import SimpleCookie
 from typing import Any, Protocol
-from urllib.parse import parse_qsl, quote
+from urllib.parse import parse_qsl, quote, urlsplit
 
-__all__ = ["COOKIE", "DashboardSession", "TokenPolicy"]
+__all__ = ["COOKIE", "READ_ONLY", "DashboardSession", "TokenPolicy"]
 
 COOKIE = "lockgate_token"
+READ_ONLY = "lockgate_read_only"
+"""The request state's flag: signed in with the read token (pages show their verbs disabled)."""
+_READ_ONLY = (
+    '<p class="refusal" role="alert">Signed in with the read token, which may look but not act. '
+    "Sign in with the operating token (LOCKGATE_TOKEN) to use this button.</p>"
+)
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -85,8 +91,14 @@ class DashboardSession:
                 return
             await self.app(scope, receive, send)  # the guard answers 401
             return
+        granted = self.policy.scope_of(token)
+        if granted == "read" and scope["method"] not in ("GET", "HEAD"):
+            # a page saying why, with the sign-in to switch tokens, rather than the API's 403 problem
+            await _page(send, 403, base, _next(_referer(headers), base), _READ_ONLY)
+            return
         headers.append((b"authorization", f"Bearer {token}".encode("latin-1")))
-        await self.app({**scope, "headers": headers}, receive, send)
+        state = {**scope.get("state", {}), READ_ONLY: granted == "read"}  # the pages show their buttons disabled
+        await self.app({**scope, "headers": headers, "state": state}, receive, send)
 
     async def _login(self, scope: Scope, receive: Receive, send: Send, base: str) -> None:
         query = dict(parse_qsl(scope.get("query_string", b"").decode("latin-1")))
@@ -112,6 +124,14 @@ def _cookie(headers: list[tuple[bytes, bytes]]) -> str | None:
             if COOKIE in jar and jar[COOKIE].value:
                 return jar[COOKIE].value
     return None
+
+
+def _referer(headers: list[tuple[bytes, bytes]]) -> str:
+    """The path of the page a form was sent from (where to return once signed in with another token)."""
+    for key, value in headers:
+        if key.lower() == b"referer":
+            return urlsplit(value.decode("latin-1")).path
+    return ""
 
 
 def _next(target: str, base: str) -> str:

@@ -14,6 +14,7 @@ from .. import __version__
 from ..clock import to_datetime
 from ..engine import Client
 from ..inspect import Inspector
+from .session import READ_ONLY
 
 __all__ = ["DASHBOARD_PREFIX", "NAV", "Dashboard", "dashboard"]
 
@@ -55,7 +56,13 @@ class Dashboard:
         return HTMLResponse(self.fragment(request, template, **context), status_code=status)
 
     def fragment(self, request: Request, template: str, **context: Any) -> str:
-        page = {"ui": self.base(request), "now": self.now(), "nav": NAV, "version": __version__}
+        page = {
+            "ui": self.base(request),
+            "now": self.now(),
+            "nav": NAV,
+            "version": __version__,
+            "read_only": bool(request.scope.get("state", {}).get(READ_ONLY)),
+        }
         return self.env.get_template(template).render(**page, **context)
 
 
