@@ -26,6 +26,7 @@ from ..plan import GatePlan
 from ..store import gate, journal, runs, shared
 from ..store.base import Row, Tx
 from ..store.coalesce import Args, with_many
+from .keys import parked_flow_control
 from .pipeline import admitted, key_pause_scopes, plain_row
 from .rules import concurrency_ceiling
 
@@ -188,6 +189,7 @@ async def _pass_on(tx: Tx, slot: gate.Slot, ended: list[tuple[Passed, HandOff, f
             "ticket": row["ticket"],
             "slot_scope": slot[0],
             "slot_key": slot[1],
+            "flow_control": parked_flow_control(row),
         }
         passed.claimed = runs.claimed_row(claimed, claimer, lease_until, now)
     ended[0][0].unclaimed = len(run_ids) - claims

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 from ..plan import GatePlan
 from ..store import gate
 from ..store.base import Row
@@ -12,11 +14,21 @@ __all__ = [
     "debounce_group",
     "flow_keys",
     "key_pause_scopes",
+    "parked_flow_control",
     "plain_row",
     "primary_key",
     "singleton_key",
     "slot_of",
 ]
+
+
+def parked_flow_control(row: Row) -> str | None:
+    """The step flow control a parked start was given (kept in its keys as ``$flow``), as its run stores it."""
+    text = row.get("keys")
+    if not text or '"$flow"' not in text:
+        return None
+    found = json.loads(text).get("$flow")
+    return None if found is None else str(found)
 
 
 def primary_key(o: Offer) -> str | None:

@@ -354,7 +354,8 @@ FROM lockgate_pending WHERE id = ANY (ARRAY(SELECT jsonb_array_elements_text(%(i
 -- %(owner)s, the first %(claims)s are claimed for it (the columns claim_runs sets) as they are created.
 INSERT INTO lockgate_runs (id, workflow, identity, idempotency_key, status, payload, version, patches,
     parent_id, parent_close, retry_of, source, trace_id, subject, ticket, recording, created_at, updated_at, progress_at, wake_at,
-    singleton_key, deadline_at, on_failure, slot_scope, slot_key, owner, lease_until, epoch, entered_at, entries)
+    singleton_key, deadline_at, on_failure, slot_scope, slot_key, owner, lease_until, epoch, entered_at, entries,
+    flow_control)
 SELECT a.value ->> 1, %(workflow)s::text, a.value ->> 1, p.idempotency_key, 'running', p.payload,
     %(version)s::text, %(patches)s::text, NULL, NULL, p.retry_of, p.source, p.trace_id, p.subject, p.ticket, %(recording)s::text,
     %(now)s::double precision, %(now)s::double precision, %(now)s::double precision, %(now)s::double precision,
@@ -362,7 +363,9 @@ SELECT a.value ->> 1, %(workflow)s::text, a.value ->> 1, p.idempotency_key, 'run
     CASE WHEN a.n <= %(claims)s THEN %(owner)s::text END,
     CASE WHEN a.n <= %(claims)s THEN %(lease_until)s::double precision END,
     CASE WHEN a.n <= %(claims)s THEN 1 ELSE 0 END, CASE WHEN a.n <= %(claims)s THEN %(now)s::double precision END,
-    CASE WHEN a.n <= %(claims)s THEN 1 ELSE 0 END
+    CASE WHEN a.n <= %(claims)s THEN 1 ELSE 0 END,
+    -- the step flow control given at start rides on the parked row's keys ($flow)
+    CASE WHEN p.keys LIKE '%%"$flow"%%' THEN p.keys::json ->> '$flow' END
 FROM json_array_elements(%(admitted)s::json) WITH ORDINALITY AS a(value, n)
 CROSS JOIN LATERAL (SELECT * FROM lockgate_pending WHERE id = a.value ->> 0 LIMIT 1) p
 ORDER BY a.n;

@@ -346,13 +346,16 @@ FROM lockgate_pending WHERE id IN (SELECT value FROM json_each(:ids)) ORDER BY p
 -- first :claims are claimed for it (the columns claim_runs sets) as they are created.
 INSERT INTO lockgate_runs (id, workflow, identity, idempotency_key, status, payload, version, patches,
     parent_id, parent_close, retry_of, source, trace_id, subject, ticket, recording, created_at, updated_at, progress_at, wake_at,
-    singleton_key, deadline_at, on_failure, slot_scope, slot_key, owner, lease_until, epoch, entered_at, entries)
+    singleton_key, deadline_at, on_failure, slot_scope, slot_key, owner, lease_until, epoch, entered_at, entries,
+    flow_control)
 SELECT json_extract(a.value, '$[1]'), :workflow, json_extract(a.value, '$[1]'), p.idempotency_key, 'running',
     p.payload, :version, :patches, NULL, NULL, p.retry_of, p.source, p.trace_id, p.subject, p.ticket, :recording, :now, :now, :now, :now,
     NULL, :deadline_at, :on_failure, json_extract(a.value, '$[3]'), json_extract(a.value, '$[4]'),
     CASE WHEN a.key < :claims THEN :owner END, CASE WHEN a.key < :claims THEN :lease_until END,
     CASE WHEN a.key < :claims THEN 1 ELSE 0 END, CASE WHEN a.key < :claims THEN :now END,
-    CASE WHEN a.key < :claims THEN 1 ELSE 0 END
+    CASE WHEN a.key < :claims THEN 1 ELSE 0 END,
+    -- the step flow control given at start rides on the parked row's keys ($flow)
+    CASE WHEN p.keys LIKE '%"$flow"%' THEN json_extract(p.keys, '$."$flow"') END
 FROM json_each(:admitted) a JOIN lockgate_pending p ON p.id = json_extract(a.value, '$[0]')
 ORDER BY a.key;
 
