@@ -503,3 +503,47 @@ async def test_first_come_first_served_and_priority_breaks_ties(make_engine: Any
         assert await results(engine, handles) == [0, 1, 2, 13, 3]
     order = [s.step for s in sorted(spans(effects), key=lambda s: s.start)]
     assert order == ["n0", "n13", "n1", "n2", "n3"]
+
+
+async def test_a_start_parked_for_its_slot_keeps_its_own_flow_control(make_engine: Any) -> None:
+    """``start(flow_control=)`` on a start the gate parks: the run admitted later (its slot handed on
+    by the run ending, or freed by a cancel and drained) runs its steps under those limits."""
+    app = lg.App()
+    release = asyncio.Event()
+
+    @app.workflow(name="slotted", concurrency=lg.Concurrency(limit=1, key=lambda p: p.tenant))
+    async def slotted(ctx: lg.Context, p: Job) -> str | None:
+        async def probe() -> str | None:
+            if p.n == 0:
+                await release.wait()
+            found = ctx.flow_control
+            return None if found is None else found.key
+
+        return await ctx.step("probe", probe)  # type: ignore[no-any-return]
+
+    async with make_engine(app) as engine:
+        holder = await engine.start("slotted", {"n": 0, "tenant": "a"})
+        parked = await engine.start(
+            "slotted", {"n": 1, "tenant": "a"}, flow_control=lg.FlowControl("given", parallelism=2)
+        )
+        assert parked.status == "queued"
+        release.set()  # the holder ends: its slot passes to the parked start
+        assert await engine.result(holder.run_id or "", timeout=30) is None
+        [run] = [r for r in await engine.list_runs(workflow="slotted") if r.payload["n"] == 1]
+        assert await engine.result(run.id, timeout=30) == "given"
+
+        release.clear()
+        stuck = await engine.start("slotted", {"n": 0, "tenant": "b"})
+        later = await engine.start("slotted", {"n": 2, "tenant": "b"}, flow_control=lg.FlowControl("drained", rate=5))
+        assert later.status == "queued"
+        await engine.cancel(stuck.run_id or "", "free the slot")  # the drainer admits the parked start
+        found = await eventually(
+            lambda: _run_of(engine, 2), timeout=30, what="the parked start admitted by the drainer"
+        )
+        assert await engine.result(found, timeout=30) == "drained"
+        release.set()
+
+
+async def _run_of(engine: lg.Engine, n: int) -> str | None:
+    runs = [r for r in await engine.list_runs(workflow="slotted") if r.payload["n"] == n]
+    return runs[0].id if runs else None
