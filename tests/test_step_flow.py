@@ -505,6 +505,41 @@ async def test_first_come_first_served_and_priority_breaks_ties(make_engine: Any
     assert order == ["n0", "n13", "n1", "n2", "n3"]
 
 
+async def test_a_retried_step_that_parks_for_its_key_keeps_counting_its_attempts(make_engine: Any) -> None:
+    """Attempts of one step count across the parks between them: ``max_attempts`` holds in total."""
+    app = lg.App()
+    calls: list[float] = []
+
+    def flaky() -> int:
+        calls.append(0.0)
+        raise ValueError("provider said no")
+
+    async def hold() -> int:
+        await asyncio.sleep(0.4)
+        return 1
+
+    @app.workflow(name="flaky", flow_control=lg.FlowControl("solo", parallelism=1))
+    async def flaky_body(ctx: lg.Context, p: Job) -> str:
+        try:
+            await ctx.step("call", flaky, retry=lg.Retry(max_attempts=3, base_delay=0.2, jitter=False))
+        except lg.StepFailed as exc:
+            return f"failed after {exc.attempts}"
+        return "succeeded"
+
+    @app.workflow(name="hog", flow_control=lg.FlowControl("solo", parallelism=1))
+    async def hog(ctx: lg.Context, p: Job) -> int:
+        return int(await ctx.step("a", hold)) + int(await ctx.step("b", hold))
+
+    async with make_engine(app) as engine:
+        first = await engine.start("flaky", {"n": 0})
+        hogs = [await engine.start("hog", {"n": n}) for n in range(3)]  # they queue for the slot meanwhile
+        assert await engine.result(first.run_id or "", timeout=60) == "failed after 3"
+        await results(engine, hogs)
+        assert len(calls) == 3, calls
+        attempts = await engine.attempts(first.run_id or "")
+        assert sorted(a.attempt for a in attempts if a.step_key.startswith("call")) == [1, 2, 3]
+
+
 async def test_a_start_parked_for_its_slot_keeps_its_own_flow_control(make_engine: Any) -> None:
     """``start(flow_control=)`` on a start the gate parks: the run admitted later (its slot handed on
     by the run ending, or freed by a cancel and drained) runs its steps under those limits."""

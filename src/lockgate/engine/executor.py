@@ -531,7 +531,7 @@ class Execution(Context):
             while True:
                 attempt += 1
                 if gate is not None:  # a slot of its key before each attempt: its store errors are no step's
-                    await gate.enter(self._block_idle)
+                    attempt, first = await gate.enter(self._block_idle, attempt, first)
                 started = first if attempt == 1 else self._clock.now()
                 if self._host.draining:  # shutdown: this attempt waits for the next worker (stop cancels it)
                     await asyncio.get_running_loop().create_future()

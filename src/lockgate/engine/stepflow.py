@@ -100,15 +100,19 @@ class StepGate:
             "declared": text,
         }
 
-    async def enter(self, block: Any) -> None:
-        """Hold a slot of the key before an attempt (inside ``busy()``); ``block`` parks the body idle."""
+    async def enter(self, block: Any, attempt: int, first: float) -> tuple[int, float]:
+        """Hold a slot of the key before ``attempt`` (inside ``busy()``); ``block`` parks the body idle.
+
+        The attempt and the first attempt's start to go on with: a step that parked between two
+        attempts is entered again from its first, and its waiting row kept the count.
+        """
         x = self._x
         key = self.limits.key
         while True:
             declared = self._declaration()
             try:
                 grant = await x.store.write(
-                    flow.acquire, declared, key, x.fence, self._step_key, self._priority, x.clock.now
+                    flow.acquire, declared, key, x.fence, self._step_key, self._priority, x.clock.now, attempt, first
                 )
             except LookupError:  # the key's row vanished since this process declared it
                 _DECLARED.get(x.store, set()).clear()
@@ -121,7 +125,9 @@ class StepGate:
                     if grant.waited > 0:
                         x.event("flow-waited", {"step": self._step_key, "key": key, "waited": grant.waited})
                 self._token = _CURRENT.set(FlowLimits.from_row(grant.limits).as_control())
-                return
+                if grant.attempt > attempt:
+                    return grant.attempt, first if grant.first is None else grant.first
+                return attempt, first
             now = x.clock.now()
             if grant.retry_at is not None and grant.retry_at - now <= x.host.inline_sleep:
                 await x.clock.sleep_until(grant.retry_at)  # the window opens soon: wait in place
@@ -169,8 +175,9 @@ class Exempt:
     def __init__(self) -> None:
         self._token: contextvars.Token[Any] | None = None
 
-    async def enter(self, block: Any) -> None:
+    async def enter(self, block: Any, attempt: int, first: float) -> tuple[int, float]:
         self._token = _CURRENT.set(None)
+        return attempt, first
 
     def back_pressure(self, error: BaseException) -> None:
         pass

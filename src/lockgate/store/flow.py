@@ -45,6 +45,8 @@ class Grant:
     limits: Row
     waited: float = 0.0
     retry_at: float | None = None
+    attempt: int = 1  # the attempt the step waited to begin, as its waiting row kept it across a park
+    first: float | None = None  # when its first attempt began (kept with it)
 
 
 @dataclass(frozen=True)
@@ -132,13 +134,18 @@ async def acquire(
     step_key: str,
     priority: int,
     clock: Callable[[], float],
+    attempt: int = 1,
+    first: float | None = None,
 ) -> Grant:
     """Take a slot of ``key`` for the step ``step_key`` of the held run, or keep its place in line.
 
     ``declared``: the limits the step was given (``key, rate, period, parallelism``), written as
     the key's when it has none yet (or had a different declaration); ``None`` when this process
     wrote them already. The time is read once the key is locked, so that a grant's instant is when
-    it is decided, not when it was asked for (the rate window counts those instants).
+    it is decided, not when it was asked for (the rate window counts those instants). ``attempt``
+    and ``first``: the attempt about to begin and when the step's first began, kept on a waiting
+    row; a grant to a step that waited returns what its row kept (the step entered again after a
+    park counts on from there).
     """
     now = await _locked(tx, key, clock)
     if declared is not None:
@@ -168,13 +175,18 @@ async def acquire(
             elif limits["rate"] is not None and int(state["started"]) + 1 >= int(limits["rate"]):
                 opens = (float(state["oldest"]) if state["oldest"] is not None else now) + float(limits["period"])
                 await _wake(tx, limits, now, room=0, at=opens)  # the next in line looks when the window opens
+            if waiting and state["my_attempt"] is not None:
+                kept = int(state["my_attempt"]), state["my_first"]
+                return Grant(True, limits, waited=waited, attempt=kept[0], first=kept[1])
             return Grant(True, limits, waited=waited)
     if at is not None and int(await tx.scalar("stepflow_ahead", line)) > 0:
         at = None  # only the first in line looks again when the window opens; the next follow its start
     if not waiting:
         if state["my_state"] is not None:
             await tx.execute("stepflow_free_slot", place)
-        await tx.execute("stepflow_add_waiter", {**place, "priority": priority, "now": now})
+        await tx.execute(
+            "stepflow_add_waiter", {**place, "priority": priority, "now": now, "attempt": attempt, "first": first}
+        )
     return Grant(False, limits, retry_at=at)
 
 

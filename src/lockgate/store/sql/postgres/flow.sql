@@ -13,7 +13,8 @@ SELECT k.key, k.rate, k.period, k.parallelism, k.declared,
        AND r.epoch = s.epoch AND r.lease_until >= %(now)s) AS running,
     (SELECT COUNT(*) FROM lockgate_flow_starts WHERE key = k.key AND at > %(now)s - k.period) AS started,
     (SELECT MIN(at) FROM lockgate_flow_starts WHERE key = k.key AND at > %(now)s - k.period) AS oldest,
-    m.id AS my_id, m.state AS my_state, m.waiting_since AS my_since, m.priority AS my_priority
+    m.id AS my_id, m.state AS my_state, m.waiting_since AS my_since, m.priority AS my_priority,
+    m.attempt AS my_attempt, m.first_at AS my_first
 FROM lockgate_flow_keys k
 LEFT JOIN lockgate_flow_slots m ON m.key = k.key AND m.run_id = %(run_id)s AND m.step_key = %(step_key)s
 WHERE k.key = %(key)s;
@@ -85,8 +86,8 @@ SELECT COUNT(*) AS n FROM (
 
 -- name: stepflow_add_waiter
 -- silent: run for its effect; nothing waits for its answer
-INSERT INTO lockgate_flow_slots (key, run_id, step_key, priority, state, waiting_since)
-VALUES (%(key)s, %(run_id)s, %(step_key)s, %(priority)s, 'waiting', %(now)s);
+INSERT INTO lockgate_flow_slots (key, run_id, step_key, priority, state, waiting_since, attempt, first_at)
+VALUES (%(key)s, %(run_id)s, %(step_key)s, %(priority)s, 'waiting', %(now)s, %(attempt)s, %(first)s);
 
 -- name: stepflow_take_slot
 -- silent: run for its effect; nothing waits for its answer

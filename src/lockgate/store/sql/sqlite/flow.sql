@@ -13,7 +13,8 @@ SELECT k.key, k.rate, k.period, k.parallelism, k.declared,
        AND r.epoch = s.epoch AND r.lease_until >= :now) AS running,
     (SELECT COUNT(*) FROM lockgate_flow_starts WHERE key = k.key AND at > :now - k.period) AS started,
     (SELECT MIN(at) FROM lockgate_flow_starts WHERE key = k.key AND at > :now - k.period) AS oldest,
-    m.id AS my_id, m.state AS my_state, m.waiting_since AS my_since, m.priority AS my_priority
+    m.id AS my_id, m.state AS my_state, m.waiting_since AS my_since, m.priority AS my_priority,
+    m.attempt AS my_attempt, m.first_at AS my_first
 FROM lockgate_flow_keys k
 LEFT JOIN lockgate_flow_slots m ON m.key = k.key AND m.run_id = :run_id AND m.step_key = :step_key
 WHERE k.key = :key;
@@ -80,8 +81,8 @@ SELECT COUNT(*) AS n FROM (
     LIMIT :room);
 
 -- name: stepflow_add_waiter
-INSERT INTO lockgate_flow_slots (key, run_id, step_key, priority, state, waiting_since)
-VALUES (:key, :run_id, :step_key, :priority, 'waiting', :now);
+INSERT INTO lockgate_flow_slots (key, run_id, step_key, priority, state, waiting_since, attempt, first_at)
+VALUES (:key, :run_id, :step_key, :priority, 'waiting', :now, :attempt, :first);
 
 -- name: stepflow_take_slot
 INSERT INTO lockgate_flow_slots (key, run_id, step_key, priority, state, epoch, waiting_since, started_at)
