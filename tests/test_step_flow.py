@@ -238,6 +238,35 @@ async def test_gathered_steps_wait_and_start_independently(make_engine: Any, eff
     assert len(spans(effects)) == 6
 
 
+async def test_gathered_steps_on_two_keys_across_two_engines_never_wait_on_each_other(
+    make_engine: Any, effects: Path
+) -> None:
+    """Runs on two engines each gather a step on key "x" and one on key "y", in opposite orders: the
+    two keys' slots are taken in whatever order the writes meet, and every run ends, each key held
+    to its limit."""
+    app = lg.App()
+    x, y = lg.FlowControl("x", parallelism=1), lg.FlowControl("y", parallelism=1)
+
+    @app.workflow(name="two-keys")
+    async def two_keys(ctx: lg.Context, p: Job) -> int:
+        first, second = (x, y) if p.n % 2 else (y, x)
+        parts = await asyncio.gather(
+            ctx.step("a", timed, ctx, f"a-{first.key}", 0.02, flow_control=first),
+            ctx.step("b", timed, ctx, f"b-{second.key}", 0.02, flow_control=second),
+        )
+        return sum(parts)
+
+    async with make_engine(app) as one, make_engine(app) as other:
+        handles = [await (one if n % 2 else other).start("two-keys", {"n": n}) for n in range(40)]
+        assert await results(one, handles, timeout=120) == [2] * 40
+    by_key: dict[str, list[tuple[float, float]]] = {"x": [], "y": []}
+    for s in spans(effects):
+        by_key[s.step.rsplit("-", 1)[1]].append((s.start, s.end or s.start))
+    assert {k: max_overlap(v) for k, v in by_key.items()} == {"x": 1, "y": 1}
+    runs = [s.run + s.step for s in spans(effects)]
+    assert len(runs) == 80, sorted(r for r in runs if runs.count(r) > 1)
+
+
 # -- waiting is durable and free ---------------------------------------------------------------------
 
 

@@ -24,6 +24,7 @@ from ..errors import InvalidArgument
 from ..flowcontrol import INHERIT, FlowControl, FlowLimits, check_flow_control, check_limits, resolve_flow
 from ..store import Store, flow, gate, runs
 from ..store.base import Tx
+from ..store.coalesce import with_locks
 from ..store.shared import Fence
 from .durable import Running, Wait, call
 
@@ -157,14 +158,12 @@ class StepGate:
             _CURRENT.reset(self._token)
             self._token = None
         x = self._x
-        host = x.host
-        key, run_id, step_key = self.limits.key, x.run_id, self._step_key
+        x.store.write_nowait(_release, self.limits.key, x.run_id, self._step_key, x)
 
-        async def release(tx: Tx) -> None:
-            if await flow.release(tx, key, run_id, step_key, x.clock.now()):
-                host.wake(x.clock.now())  # a woken run is claimed by a write queued after this one
 
-        x.store.write_nowait(release)
+async def _release(tx: Tx, key: str, run_id: str, step_key: str, x: Running) -> None:
+    if await flow.release(tx, key, run_id, step_key, x.clock.now()):
+        x.host.wake(x.clock.now())  # a woken run is claimed by a write queued after this one
 
 
 class Exempt:
@@ -258,3 +257,8 @@ async def rate_limit(x: Running, name: str, limit: int, period: Any, key: Any) -
 class _Full(Exception):
     def __init__(self, retry_at: float) -> None:
         self.retry_at = retry_at
+
+
+# A group commit takes the flow keys its calls lock first, in one order (``coalesce.with_locks``).
+with_locks(_release, lambda args, kwargs: flow.lock_names([args[0]]))
+with_locks(park_run, lambda args, kwargs: flow.lock_names(list(kwargs.get("flow_keys") or ())))

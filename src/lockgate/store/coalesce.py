@@ -15,7 +15,7 @@ from typing import Any, TypeVar
 
 from .base import Tx
 
-__all__ = ["Call", "Many", "lone", "run_calls", "runs_lone", "with_many"]
+__all__ = ["Call", "Many", "lock_first", "lone", "run_calls", "runs_lone", "with_locks", "with_many"]
 
 Args = tuple[tuple[Any, ...], dict[str, Any]]
 """One call's arguments after the transaction: ``(args, kwargs)``."""
@@ -26,6 +26,7 @@ F = TypeVar("F", bound=Callable[..., Any])
 _MANY: dict[Callable[..., Any], Many] = {}
 _GATHER: set[Callable[..., Any]] = set()
 _LONE: set[Callable[..., Any]] = set()
+_LOCKS: dict[Callable[..., Any], Callable[[tuple[Any, ...], dict[str, Any]], list[str]]] = {}
 
 
 class Call:
@@ -65,6 +66,30 @@ def lone(op: F) -> F:
     return op
 
 
+def with_locks(op: Callable[..., Any], locks: Callable[[tuple[Any, ...], dict[str, Any]], list[str]]) -> None:
+    """Declare the key locks (``lock_key`` names) a call of ``op`` takes, from its arguments after the transaction.
+
+    A group commit holding calls that lock different keys takes all their locks first, in one
+    order, so that two processes' commits never each hold a key the other waits for (a deadlock
+    PostgreSQL would only break after a second).
+    """
+    _LOCKS[op] = locks
+
+
+async def lock_first(tx: Tx, calls: Sequence[Call]) -> None:
+    """Take the key locks ``calls`` declared (``with_locks``), sorted, when they are more than one."""
+    if tx.single_writer:
+        return
+    names: set[str] = set()
+    for call in calls:
+        found = _LOCKS.get(call.op)
+        if found is not None:
+            names.update(found(call.args, call.kwargs))
+    if len(names) > 1:
+        for name in sorted(names):
+            await tx.execute("lock_key", {"lock": name})
+
+
 def runs_lone(op: Callable[..., Any]) -> bool:
     """Whether ``op`` was marked with ``lone``."""
     return op in _LONE
@@ -73,6 +98,7 @@ def runs_lone(op: Callable[..., Any]) -> bool:
 async def run_calls(tx: Tx, calls: Sequence[Call]) -> list[Any]:
     """Each call's value, in order; a run of alike calls whose op has a many-at-once form as one call of it
     (for a ``gather`` op: all its calls, where the last of them stands)."""
+    await lock_first(tx, calls)
     last: dict[Callable[..., Any], int] = {}
     for i, call in enumerate(calls):
         if call.op in _GATHER:

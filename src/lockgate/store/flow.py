@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .base import Row, Tx
+from .coalesce import with_locks
 from .gate import lock_key
 from .shared import Fence
 
@@ -27,6 +28,7 @@ __all__ = [
     "acquire",
     "get_key",
     "key_states",
+    "lock_names",
     "parked_runs",
     "release",
     "set_key",
@@ -284,3 +286,12 @@ async def key_states(tx: Tx, now: float, key: str | None = None) -> list[KeyStat
             )
         )
     return out
+
+
+def lock_names(keys: list[str]) -> list[str]:
+    """The ``lock_key`` names of flow ``keys`` (declared to a group commit: ``coalesce.with_locks``)."""
+    return [f"{_LOCK_SCOPE}\x1f{key}" for key in keys]
+
+
+with_locks(acquire, lambda args, kwargs: lock_names([args[1]]))
+with_locks(release, lambda args, kwargs: lock_names([args[0]]))

@@ -15,7 +15,7 @@ from typing import Any
 import psycopg
 
 from ...errors import StoreError
-from ..coalesce import Call, run_calls, runs_lone
+from ..coalesce import Call, lock_first, run_calls, runs_lone
 from ..direct import DirectStatement, Unsupported
 from ..wire import XID, Unmet, WireTx
 from .connections import Connections
@@ -172,6 +172,7 @@ class Batches(Connections):
         outcomes: list[tuple[bool, Any]] = []
         tx = PostgresTx(conn, self._queries)
         await conn.execute("BEGIN")
+        await lock_first(tx, [op for op, _ in batch])  # outside any savepoint: held to the end
         for op, _ in batch:
             if not single:
                 await conn.execute("SAVEPOINT op")
