@@ -111,6 +111,8 @@ class Inspector:
     ) -> RunPage:
         """One page of the runs ``where`` keeps (every run without it), newest first, with the cursor of
         the next page (``InvalidArgument`` for a filter no run can match or a cursor no page gave)."""
+        _check_count("limit", limit)
+        _check_count("offset", offset, least=0)
         return await self.store.read(
             runs_page,
             where or RunFilter(),
@@ -123,6 +125,7 @@ class Inspector:
 
     async def children(self, run_id: str, *, cursor: str | None = None, limit: int = 50) -> RunPage:
         """The runs ``run_id`` started, newest first (``UnknownRun`` if there is no such run)."""
+        _check_count("limit", limit)
         return await self.store.read(_children, run_id, cursor, limit, self.keyring)
 
     async def follow_runs(
@@ -135,8 +138,9 @@ class Inspector:
         still shown. Ends when the caller stops iterating.
         """
         where = (where or RunFilter()).check()
-        if tail < 0 or poll <= 0:
-            raise InvalidArgument("tail must be >= 0 and poll > 0")
+        _check_count("tail", tail, least=0)
+        if not poll > 0:
+            raise InvalidArgument("poll must be > 0")
         newest = self.clock.now()
         last = list(reversed((await self.run_page(where, limit=tail)).items)) if tail else []
         # what is already there is not new: only the last ``tail`` of it is shown
@@ -177,8 +181,7 @@ class Inspector:
 
     async def run_detail(self, run_id: str, *, children_limit: int = 1000) -> RunDetail:
         """One run with its journal, step attempts, events and children (``UnknownRun`` if there is none)."""
-        if children_limit < 1:
-            raise InvalidArgument("children_limit must be >= 1")
+        _check_count("children_limit", children_limit)
         return await self.store.read(run_detail, run_id, children_limit=children_limit, keyring=self.keyring)
 
     async def steps(self, run_id: str) -> list[StepInfo]:
@@ -212,6 +215,7 @@ class Inspector:
         self, *, name: str | None = None, since: datetime | None = None, limit: int = 50
     ) -> list[EventRecord]:
         """Published domain events, newest first."""
+        _check_count("limit", limit)
         return await domain_events.list_events(self.store, self.keyring, name=name, since=since, limit=limit)
 
     async def get_event(self, event_id: str) -> EventRecord:
@@ -271,8 +275,7 @@ class Inspector:
         limit: int = 100,
     ) -> list[LedgerEntry]:
         """Gate decisions matching every given filter, newest first; pass the last entry's id as ``before``."""
-        if limit < 1:
-            raise InvalidArgument("limit must be >= 1")
+        _check_count("limit", limit)
         if kind is not None and kind not in ("arrival", "drain"):
             raise InvalidArgument(f"unknown ledger kind {kind!r}: arrival or drain")
         _check_row_id("before", before)
@@ -296,8 +299,7 @@ class Inspector:
     ) -> list[ParkedStart]:
         """Starts parked at the gate with their tickets, oldest arrival first; the last one's ``seq`` as
         ``after`` gives the next page."""
-        if limit < 1:
-            raise InvalidArgument("limit must be >= 1")
+        _check_count("limit", limit)
         _check_row_id("after", after)
         return await self.store.read(parked_page, workflow=workflow, mode=mode, after=after, limit=limit)
 
@@ -309,6 +311,7 @@ class Inspector:
 
     async def schedule_firings(self, name: str, limit: int = 50) -> list[FiringInfo]:
         """The firing ledger of schedule ``name``: claimed, skipped (why), started, failed..., newest first."""
+        _check_count("limit", limit)
         return await self.store.read(firings_page, self.app.schedules(), name, limit)
 
     # -- totals --------------------------------------------------------------------------------
@@ -358,8 +361,20 @@ class Inspector:
         self, *, workflow: str | None = None, limit: int = 1000, include_ended: bool = False
     ) -> ReplayReport:
         """Replay the journals of live runs (and the newest ended ones) against this inspector's app."""
+        _check_count("limit", limit)
         exports = await self.store.read(replay.checkable, workflow=workflow, limit=limit, include_ended=include_ended)
         return await replay.check(self.app, exports, keyring=self.keyring)
+
+MAX_COUNT = 1_000_000
+"""The largest count (a page's ``limit``, an ``offset``) a read takes, as the CLI's options do."""
+
+
+def _check_count(name: str, value: int, *, least: int = 1) -> None:
+    """Refuse a count that is no whole number in range: a typed error naming it, never a store failure."""
+    if not isinstance(value, int) or isinstance(value, bool) or not least <= value <= MAX_COUNT:
+        shown = repr(value) if len(repr(value)) <= 40 else repr(value)[:37] + "..."
+        raise InvalidArgument(f"{name} must be a whole number from {least} to {MAX_COUNT:,}, got {shown}")
+
 
 def _check_row_id(name: str, value: int | None) -> None:
     """Refuse a row id no table can hold (a 64-bit integer): a store would fail on it, not find nothing."""
