@@ -8,6 +8,7 @@ import io
 import json
 import os
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -107,6 +108,24 @@ def test_show_decodes_a_childs_output_once(store_url: str) -> None:
     assert code == 0
     (shown,) = [s for s in json.loads(out)["steps"] if s["kind"] == "wait_child"]
     assert shown["output"]["output"] == {"total": 8, "label": "k"}
+
+
+def test_show_lays_its_tables_out_for_80_columns(store_url: str, columns_80: None) -> None:
+    async def go() -> str:
+        async with lg.Engine(_app(), store_url, poll_interval=0.05) as engine:
+            handle = await engine.start("parent", {"row": "r", "n": 4})
+            assert await handle.result(timeout=20) == 8
+            return handle.run_id or ""
+
+    run_id = asyncio.run(go())
+    code, out, err = lockgate("workflows", "show", run_id, "--store", store_url)
+    assert code == 0, err
+    lines = out.splitlines()
+    assert all(len(line) <= 80 for line in lines), [line for line in lines if len(line) > 80]
+    assert "nap#0" in out and "completed" in out  # keys and statuses whole; only long values are cut
+    day = datetime.now(UTC).date().isoformat()
+    assert any(line.startswith(f"journal (times UTC, {day})") for line in lines)
+    assert "wait_child" in out and "succeeded" in out
 
 
 def test_the_journal_table_numbers_entries_in_order_without_gaps() -> None:

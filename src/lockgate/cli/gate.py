@@ -396,11 +396,16 @@ def pending(workflow: str | None, mode: str | None, limit: int, store: str, fmt:
         if not found:
             console.print("no start is parked at the gate")
             return
-        table = Table()  # tickets whole (they are what `why` takes); the rest wraps in 80 columns
-        for column in ("ticket", "workflow", "by", "key", "held", "due (UTC)"):
-            table.add_column(column, no_wrap=column == "ticket", overflow="fold")
+        # tickets whole (they are what `why` takes), each above its workflow: 80 columns hold a row
+        table = Table()
+        table.add_column("ticket / workflow", no_wrap=True)
+        table.add_column("held by", no_wrap=True)
+        table.add_column("key", overflow="fold", ratio=1)
+        table.add_column("arrivals", justify="right", no_wrap=True)
+        table.add_column("due (UTC)", overflow="fold")
         for p in found:
-            table.add_row(p.ticket, p.workflow, p.mode, p.key or "", str(p.folded), when(p.due_at))
+            workflow = Text(p.workflow, style="dim", overflow="fold")
+            table.add_row(Text.assemble(p.ticket, "\n", workflow), p.mode, p.key or "", str(p.folded), when(p.due_at))
         console.print(table)
 
     emit(fmt, document, render)

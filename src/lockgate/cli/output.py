@@ -147,16 +147,27 @@ def run_summary(run: RunInfo) -> Table:
     return table
 
 
+def _clock(values: Iterable[datetime | None]) -> tuple[str, Callable[[datetime | None], str]]:
+    """A table's title note and time formatter: times alone under their one date (``times UTC,
+    2026-12-05``), the date and time when they span days. Narrow columns fit 80 columns."""
+    days = {v.date() for v in values if v is not None}
+    if len(days) == 1:
+        return f"times UTC, {next(iter(days)).isoformat()}", lambda v: "" if v is None else v.strftime("%H:%M:%S")
+    return "times UTC", when
+
+
 def steps_table(steps: Iterable[StepInfo]) -> Table:
     # "#": the order the body reached each entry, 1, 2, 3, ... (the stored seq may skip numbers)
-    table = Table(title="journal", title_justify="left")
-    table.add_column("#", no_wrap=True)
-    table.add_column("step", overflow="fold")
+    steps = list(steps)
+    zone, at = _clock(s.finished_at for s in steps)
+    table = Table(title=f"journal ({zone})", title_justify="left")
+    table.add_column("#", no_wrap=True, justify="right")
+    table.add_column("step", overflow="fold", max_width=28)
     table.add_column("kind", no_wrap=True)
     table.add_column("status", no_wrap=True)
-    table.add_column("tries", no_wrap=True)
-    table.add_column("output / error", min_width=12, overflow="fold")
-    table.add_column("finished (UTC)", overflow="fold")
+    table.add_column("tries", no_wrap=True, justify="right")
+    table.add_column("finished", no_wrap=True)
+    table.add_column("output / error", min_width=12, overflow="fold", ratio=1)
     for position, step in enumerate(steps, 1):
         outcome = _error(step.error_tag, step.error_message) or short(step.output)
         table.add_row(
@@ -165,32 +176,41 @@ def steps_table(steps: Iterable[StepInfo]) -> Table:
             step.kind,
             Text(step.status, style={"completed": "green", "failed": "red"}.get(step.status, "cyan")),
             str(step.attempts) if step.kind == "step" else "",
+            at(step.finished_at),
             outcome,
-            when(step.finished_at),
         )
     return table
 
 
 def attempts_table(attempts: Iterable[AttemptInfo]) -> Table:
-    table = Table(title="attempts", title_justify="left")
-    for column in ("step", "attempt", "status", "error", "started (UTC)", "finished (UTC)"):
-        table.add_column(column, no_wrap=column != "error")
+    attempts = list(attempts)
+    zone, at = _clock([a.started_at for a in attempts] + [a.finished_at for a in attempts])
+    table = Table(title=f"attempts ({zone})", title_justify="left")
+    table.add_column("step", overflow="fold", max_width=28)
+    table.add_column("try", no_wrap=True, justify="right")
+    table.add_column("status", no_wrap=True)
+    table.add_column("started", no_wrap=True)
+    table.add_column("finished", no_wrap=True)
+    table.add_column("error", overflow="fold", ratio=1)
     for attempt in attempts:
         table.add_row(
             attempt.step_key,
             str(attempt.attempt),
             Text(attempt.status, style="green" if attempt.status == "completed" else "red"),
+            at(attempt.started_at),
+            at(attempt.finished_at),
             _error(attempt.error_tag, attempt.error_message),
-            when(attempt.started_at),
-            when(attempt.finished_at),
         )
     return table
 
 
 def events_table(events: Iterable[EventInfo]) -> Table:
-    table = Table(title="events", title_justify="left")
-    for column in ("at (UTC)", "event", "data"):
-        table.add_column(column, no_wrap=column != "data")
+    events = list(events)
+    zone, at = _clock(e.at for e in events)
+    table = Table(title=f"events ({zone})", title_justify="left")
+    table.add_column("at", no_wrap=True)
+    table.add_column("event", no_wrap=True)
+    table.add_column("data", overflow="fold", ratio=1)
     for event in events:
-        table.add_row(when(event.at), event.type, short(event.data, 100))
+        table.add_row(at(event.at), event.type, short(event.data, 100))
     return table
