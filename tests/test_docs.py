@@ -64,3 +64,30 @@ def test_named_blocks_are_the_example_files() -> None:
     for where, source, path in named:
         # the same program; comments and layout may differ
         assert ast.dump(ast.parse(source)) == ast.dump(ast.parse(path.read_text())), f"{where} differs from {path}"
+
+
+# Pages whose every Python block has been run: a named example (``# NAME.py``), or a fragment whose
+# every line (inline comments aside) is a line of some file under examples/.
+CHECKED_PAGES = [
+    "README.md",
+    "docs/quickstart.md",
+    "docs/step-flow-control.md",
+    "docs/testing.md",
+]
+_COMMENT = re.compile(r"\s{2,}#.*$")
+
+
+def _code_lines(source: str) -> list[str]:
+    lines = (_COMMENT.sub("", line).strip() for line in source.splitlines())
+    return [line for line in lines if line and not line.startswith("#")]
+
+
+def test_every_block_of_a_checked_page_is_run_by_an_example() -> None:
+    ran = {line for example in EXAMPLES for line in _code_lines(example.read_text())}
+    named = {where for where, _, _ in _named_blocks()}
+    missing = []
+    for where, source in _blocks():
+        if where.rsplit(":", 1)[0] not in CHECKED_PAGES or where in named:
+            continue
+        missing += [f"{where}: {line}" for line in _code_lines(source) if line not in ran]
+    assert not missing, "lines shown in the docs that no example runs:\n" + "\n".join(missing)
