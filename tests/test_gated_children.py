@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import pytest
@@ -233,3 +234,35 @@ async def test_a_gated_childs_journal_replays(make_engine: Any, store_url: str) 
 async def _parked_on_child(engine: lg.Engine, run_id: str) -> bool:
     run = await engine.get_run(run_id)
     return run.waiting_on == "child" and run.owner is None
+
+
+async def test_a_queue_with_a_concurrency_and_a_rate_holds_both_over_its_members(make_engine: Any) -> None:
+    """One pool for the queue's slots and one for its window: declaring both is no conflict."""
+    app = lg.App()
+    lane = app.queue("both", concurrency=1, rate_limit=(2, "1h"))
+    gate = asyncio.Event()
+
+    async def hold(ctx: lg.Context, p: Job) -> None:
+        await gate.wait()
+
+    app.workflow(name="member.a", queue=lane)(hold)
+    app.workflow(name="member.b", queue=lane)(hold)
+    async with make_engine(app) as engine:
+        first = await engine.enqueue(lane, "member.a", {"key": "1"})
+        second = await engine.enqueue(lane, "member.b", {"key": "2"})
+        third = await engine.enqueue(lane, "member.a", {"key": "3"})
+        assert [h.status for h in (first, second, third)] == ["started", "queued", "queued"]  # one slot
+        gate.set()
+        await engine.result(str(first.run_id), timeout=30)
+
+        async def admitted() -> int:
+            return sum(f.admitted for f in await engine.flow())
+
+        assert await eventually(lambda: _at_least(admitted, 2), what="the second admitted") >= 2
+        flows = await engine.flow()
+        assert sum(f.admitted for f in flows) == 2 and sum(f.queued for f in flows) == 1  # the window: 2 an hour
+
+
+async def _at_least(count: Any, n: int) -> int | None:
+    found = int(await count())
+    return found if found >= n else None

@@ -264,6 +264,8 @@ def check_shared(plans: Mapping[str, GatePlan], payload_models: Mapping[str, typ
 
 def _check_pools(name: str, plan: GatePlan, pools: dict[str, tuple[str, Any]]) -> None:
     """Every member of a pool declares the same limits as its first member (recorded in ``pools``)."""
+    # A pool's slots and its windows are counted apart (a queue names one pool for both): each is
+    # compared with the same kind of limit of the pool's first member.
     shared: list[tuple[str, str, Any]] = []
     if plan.concurrency is not None and plan.concurrency.pool:
         c = plan.concurrency
@@ -272,7 +274,8 @@ def _check_pools(name: str, plan: GatePlan, pools: dict[str, tuple[str, Any]]) -
         (w.scope, f"{w.name}.limit", (w.kind, w.limit, w.period)) for w in plan.windows if w.scope.startswith("pool:")
     ]
     for scope, field, signature in shared:
-        seen = pools.setdefault(scope, (name, signature))
+        kind = "slots" if field == "concurrency.limit" else "window"
+        seen = pools.setdefault(f"{kind} {scope}", (name, signature))
         if seen[1] != signature:
             _fail(
                 name,
