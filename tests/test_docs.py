@@ -70,6 +70,9 @@ def test_named_blocks_are_the_example_files() -> None:
 # every line (inline comments aside) is a line of some file under examples/.
 CHECKED_PAGES = [
     "README.md",
+    "docs/doctor.md",
+    "docs/listing.md",
+    "docs/queues.md",
     "docs/quickstart.md",
     "docs/step-flow-control.md",
     "docs/testing.md",
