@@ -72,8 +72,10 @@ CHECKED_PAGES = [
     "README.md",
     "docs/doctor.md",
     "docs/listing.md",
+    "docs/operations.md",
     "docs/queues.md",
     "docs/quickstart.md",
+    "docs/schedules.md",
     "docs/step-flow-control.md",
     "docs/testing.md",
 ]
