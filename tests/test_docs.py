@@ -71,10 +71,13 @@ def test_named_blocks_are_the_example_files() -> None:
 CHECKED_PAGES = [
     "README.md",
     "docs/doctor.md",
+    "docs/encryption.md",
+    "docs/events.md",
     "docs/listing.md",
     "docs/operations.md",
     "docs/queues.md",
     "docs/quickstart.md",
+    "docs/replay-check.md",
     "docs/schedules.md",
     "docs/step-flow-control.md",
     "docs/testing.md",
