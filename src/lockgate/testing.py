@@ -14,6 +14,7 @@ import asyncio
 import shutil
 import tempfile
 import time
+from datetime import datetime
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Self
@@ -24,6 +25,7 @@ from .durations import Duration, to_seconds
 from .engine import Engine
 from .engine.firing import settle as settle_firings
 from .engine.replay_check import JournalExport, ReplayVerdict, check_export
+from .errors import InvalidArgument
 from .store import runs
 from .sweeps.schedules import fire_due, register, runtime_for
 
@@ -33,9 +35,13 @@ __all__ = ["FakeClock", "TestEnv", "replay_check"]
 class FakeClock(Clock):
     """A clock that only moves when told to."""
 
-    def __init__(self, start: float | None = None) -> None:
+    def __init__(self, start: float | datetime | None = None) -> None:
         # a whole second by default, so that whole and half-second advances land exactly on timers
-        self._now = float(int(time.time())) if start is None else start
+        if isinstance(start, datetime):
+            if start.tzinfo is None:
+                raise InvalidArgument("start must be a timezone-aware datetime (or seconds since the epoch)")
+            start = start.timestamp()
+        self._now = float(int(time.time())) if start is None else float(start)
         self._sleepers: list[tuple[float, asyncio.Future[None]]] = []
 
     def now(self) -> float:
@@ -78,7 +84,7 @@ class TestEnv:
     __test__ = False  # not a pytest test class
 
     def __init__(
-        self, app: App, *, store: str | None = None, start: float | None = None, **engine_options: Any
+        self, app: App, *, store: str | None = None, start: float | datetime | None = None, **engine_options: Any
     ) -> None:
         self.clock = FakeClock(start)
         self._dir: str | None = None
