@@ -81,6 +81,7 @@ CHECKED_PAGES = [
     "docs/schedules.md",
     "docs/step-flow-control.md",
     "docs/testing.md",
+    "docs/workflows.md",
 ]
 _COMMENT = re.compile(r"\s{2,}#.*$")
 
