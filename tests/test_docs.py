@@ -73,6 +73,7 @@ CHECKED_PAGES = [
     "docs/doctor.md",
     "docs/encryption.md",
     "docs/events.md",
+    "docs/flow-control.md",
     "docs/listing.md",
     "docs/operations.md",
     "docs/queues.md",
