@@ -74,6 +74,7 @@ CHECKED_PAGES = [
     "docs/encryption.md",
     "docs/events.md",
     "docs/flow-control.md",
+    "docs/http.md",
     "docs/listing.md",
     "docs/operations.md",
     "docs/queues.md",
