@@ -75,7 +75,7 @@ def conform(value: Any, tp: Any, *, workflow: str, where: str = "result") -> Any
     No annotation (``None`` or ``Any``) accepts anything; so does a type pydantic cannot
     describe, whose values are stored as whatever they are.
     """
-    if tp is None or tp is Any:
+    if tp is None or tp is Any or type(value) is tp:  # already exactly the annotated class: nothing to check
         return value
     try:
         checker = adapter(tp)

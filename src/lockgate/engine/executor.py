@@ -135,7 +135,8 @@ class Execution(Context):
         # entry fails, the run is handed back and, entered again and again, ends crash-looped
         # (suspended) for an operator, its journal kept for when a fixed deploy resumes it.
         payload = self._payload = validate_payload(self.defn.payload_model, text, what=f"run {self.run_id} payload")
-        self._scopes = await run_events.scopes(self._host.resolve_scopes, self.subject)  # each attempt
+        if self._host.resolve_scopes is not None:  # asked each attempt; none without a resolver
+            self._scopes = await run_events.scopes(self._host.resolve_scopes, self.subject)
         loop = asyncio.get_running_loop()
         self.task = asyncio.ensure_future(self.defn.fn(self, payload))
         self.task.add_done_callback(self._poke)
