@@ -83,6 +83,7 @@ CHECKED_PAGES = [
     "docs/schedules.md",
     "docs/step-flow-control.md",
     "docs/testing.md",
+    "docs/transactions.md",
     "docs/workflows.md",
 ]
 _COMMENT = re.compile(r"\s{2,}#.*$")
