@@ -76,6 +76,7 @@ CHECKED_PAGES = [
     "docs/flow-control.md",
     "docs/http.md",
     "docs/listing.md",
+    "docs/observability.md",
     "docs/operations.md",
     "docs/queues.md",
     "docs/quickstart.md",
