@@ -537,10 +537,10 @@ async def test_first_come_first_served_and_priority_breaks_ties(make_engine: Any
 async def test_a_retried_step_that_parks_for_its_key_keeps_counting_its_attempts(make_engine: Any) -> None:
     """Attempts of one step count across the parks between them: ``max_attempts`` holds in total."""
     app = lg.App()
-    calls: list[float] = []
+    calls: list[str] = []
 
     def flaky() -> int:
-        calls.append(0.0)
+        calls.append("call")
         raise ValueError("provider said no")
 
     async def hold() -> int:

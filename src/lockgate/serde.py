@@ -155,11 +155,11 @@ def _storable(value: Any) -> bool:
                     return False
             elif not _storable(key):
                 return False
-            kind = type(item)
-            if kind is str:
+            item_kind = type(item)
+            if item_kind is str:
                 if not item.isascii() and not _encodes(item):
                     return False
-            elif kind is not int and item is not None and not _storable(item):
+            elif item_kind is not int and item is not None and not _storable(item):
                 return False
         return True
     if isinstance(value, str):

@@ -24,6 +24,7 @@ from ..durations import to_seconds
 from ..engine import Client, Engine
 from ..engine.client import DEFAULT_STORE
 from ..inspect import Inspector, connect, locate
+from ..inspect.inspector import MAX_COUNT  # the largest count (--limit, --batch, ...) a command takes
 from ..store import Store, open_store
 
 __all__ = [
@@ -80,10 +81,6 @@ class JsonType(_ParamType):
             return json.loads(text)
         except json.JSONDecodeError as exc:
             self.fail(f"not valid JSON ({exc.msg} at line {exc.lineno} column {exc.colno}): {value!r}", param, ctx)
-
-
-MAX_COUNT = 1_000_000
-"""The largest count (``--limit``, ``--batch``, ...) a command accepts."""
 
 
 def count_type(min: int = 1, max: int = MAX_COUNT) -> click.IntRange:

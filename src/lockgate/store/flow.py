@@ -19,7 +19,7 @@ from typing import Any
 
 from .base import Row, Tx
 from .coalesce import with_locks
-from .gate import lock_key
+from .gate import lock_key, lock_name
 from .shared import Fence
 
 __all__ = [
@@ -177,9 +177,8 @@ async def acquire(
             elif limits["rate"] is not None and int(state["started"]) + 1 >= int(limits["rate"]):
                 opens = (float(state["oldest"]) if state["oldest"] is not None else now) + float(limits["period"])
                 await _wake(tx, limits, now, room=0, at=opens)  # the next in line looks when the window opens
-            if waiting and state["my_attempt"] is not None:
-                kept = int(state["my_attempt"]), state["my_first"]
-                return Grant(True, limits, waited=waited, attempt=kept[0], first=kept[1])
+            if waiting and state["my_attempt"] is not None:  # the count its waiting row kept
+                return Grant(True, limits, waited=waited, attempt=int(state["my_attempt"]), first=state["my_first"])
             return Grant(True, limits, waited=waited)
     if at is not None and int(await tx.scalar("stepflow_ahead", line)) > 0:
         at = None  # only the first in line looks again when the window opens; the next follow its start
@@ -290,7 +289,7 @@ async def key_states(tx: Tx, now: float, key: str | None = None) -> list[KeyStat
 
 def lock_names(keys: list[str]) -> list[str]:
     """The ``lock_key`` names of flow ``keys`` (declared to a group commit: ``coalesce.with_locks``)."""
-    return [f"{_LOCK_SCOPE}\x1f{key}" for key in keys]
+    return [lock_name(_LOCK_SCOPE, key) for key in keys]
 
 
 with_locks(acquire, lambda args, kwargs: lock_names([args[1]]))

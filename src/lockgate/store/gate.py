@@ -213,10 +213,15 @@ async def add_window_hit(tx: Tx, scope: str, key: str, at: float, period: float)
     await tx.execute("add_window_hit", {"scope": scope, "key": key, "at": at})
 
 
+def lock_name(scope: str, key: str) -> str:
+    """The name ``lock_key`` locks (``coalesce.with_locks`` declares these)."""
+    return f"{scope}\x1f{key}"
+
+
 async def lock_key(tx: Tx, scope: str, key: str) -> None:
     """Serialise decisions on one (scope, key) across processes (a no-op where the store has one writer)."""
     if not tx.single_writer:  # one writer already decides one transaction at a time
-        await tx.execute("lock_key", {"lock": f"{scope}\x1f{key}"})
+        await tx.execute("lock_key", {"lock": lock_name(scope, key)})
 
 
 async def slots_in_use(tx: Tx, scope: str, key: str) -> int:
