@@ -10,6 +10,7 @@ from rich.table import Table
 
 from ..errors import LockgateError
 from .common import DurationType, format_option, load_app, open_client, open_inspector, run_async, store_option
+from .fit import FitTable
 from .gate import human_seconds
 from .groups import EXIT_CODES, cli
 from .output import emit
@@ -56,7 +57,7 @@ def _limit(row: dict[str, Any]) -> str:
 
 
 def _table(rows: list[dict[str, Any]]) -> Table:
-    table = Table("key", "limits", "running", "waiting", "started (window)", "oldest waiting", "paused", "set by")
+    table = FitTable("key", "limits", "running", "waiting", "started (window)", "oldest waiting", "paused", "set by")
     for r in rows:
         paused = ""
         if r["paused"]:

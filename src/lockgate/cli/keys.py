@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import click
 from rich.console import Console
-from rich.table import Table
 
 from ..crypto import KEYS_ENV, Keyring, generate_key
 from ..inspect import Rotation
 from .common import count_type, format_option, load_app, open_inspector, run_async, store_option
+from .fit import FitTable
 from .groups import cli
 from .output import emit
 
@@ -62,7 +62,7 @@ def rotate(workflow: str | None, batch: int, dry_run: bool, store: str, fmt: str
             )
         )
         if report.unopened:
-            table = Table("table", "row", "column", "key id", title="values no listed key opens")
+            table = FitTable("table", "row", "column", "key id", title="values no listed key opens")
             for u in report.unopened:
                 table.add_row(u.table, u.row, u.column, u.key_id or "")
             console.print(table)
