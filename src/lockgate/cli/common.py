@@ -276,6 +276,24 @@ def run_async(main: Coroutine[Any, Any, T]) -> T:
     return asyncio.run(main)
 
 
+def _identity(path: str) -> tuple[int, int] | None:
+    try:
+        found = os.stat(path)
+    except FileNotFoundError:
+        return None
+    return found.st_dev, found.st_ino
+
+
+async def file_replaced(path: str, poll: float = 1.0) -> None:
+    """Return once another file stands at ``path`` than the one there now (deleted, then made anew)."""
+    first = _identity(path)
+    while True:
+        await asyncio.sleep(poll)
+        now = _identity(path)
+        if now is not None and now != first:
+            return
+
+
 def sqlite_path(url: str) -> str | None:
     """The database file a ``sqlite:`` URL names (``None`` for other stores and in-memory databases)."""
     return locate(url).path
