@@ -171,12 +171,17 @@ async def park_run(
     children: list[str],
     models: dict[str, str] | None = None,
     entries: Sequence[Entry] = (),
+    give_back: bool = False,
 ) -> float | None:
     """Release a held run until ``wake_at`` or a message/child it waits for; the wake time set.
 
-    ``entries``: journal entries held back for this write, written first.
+    ``entries``: journal entries held back for this write, written first. ``give_back``: the
+    run frees its concurrency slot while it waits (a parent waiting on a child), and says so
+    in ``waiting_for`` (``"slot": true``), so that it takes a slot again before it goes on.
     """
     await journal.record_entries(tx, fence, entries)
+    if give_back:
+        await gate.free_slot(tx, fence.run_id)
     if names or children:
         hit = await tx.one(
             "pending_for_waits", {"run_id": fence.run_id, "names": json.dumps(names), "children": json.dumps(children)}
@@ -184,8 +189,9 @@ async def park_run(
         if hit is not None:
             wake_at = now
     waiting_for = None
-    if names or children:
-        waiting_for = dump_json({"names": names, "children": children, "models": models or {}})
+    if names or children or give_back:
+        waits: dict[str, Any] = {"names": names, "children": children, "models": models or {}}
+        waiting_for = dump_json({**waits, "slot": True} if give_back else waits)
     if not await tx.execute(
         "park_run",
         {**fence.params(), "now": now, "wake_at": wake_at, "waiting_on": waiting_on, "waiting_for": waiting_for},
