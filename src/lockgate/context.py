@@ -95,6 +95,7 @@ class Context(abc.ABC):
         parent_close: ParentClose = "cancel",
         gate: bool | None = None,
         queue: Any = None,
+        flow_control: Any = None,
     ) -> ChildHandle:
         """Start a child run; the lineage is journaled before the child exists.
 
@@ -102,7 +103,9 @@ class Context(abc.ABC):
         concurrency slot, a window, a fold); ``gate=False`` creates it at once; ``None`` takes
         the child workflow's ``gate_as_child`` (default ``True``: through its gate). A parent
         gives its own concurrency slot back while it waits on a child, so gated children cannot
-        deadlock with limited parents. ``queue`` is what ``enqueue`` passes.
+        deadlock with limited parents. ``flow_control`` (an ``lg.FlowControl``) is the child
+        run's own step flow control, checked like ``engine.start(flow_control=)``
+        (``InvalidArgument``, nothing started). ``queue`` is what ``enqueue`` passes.
         """
 
     async def enqueue(self, queue: Any, workflow: str | Callable[..., Any], payload: Any) -> ChildHandle:

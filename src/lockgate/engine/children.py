@@ -28,7 +28,7 @@ from ..context import ChildHandle, ParentClose
 from ..crypto import seal_payload
 from ..definitions import WorkflowDef
 from ..errors import ChildNotStarted
-from ..gate.admission import identity_key, offer_for
+from ..gate.admission import identity_key, offer_for, start_flow_control
 from ..gate.ledger import admissions
 from ..gate.pipeline import Decision, offer
 from ..gate.stages import has_room
@@ -61,15 +61,19 @@ def handle_of(workflow: str, output: Any) -> ChildHandle:
     )
 
 
-async def start_gated(x: Running, child: WorkflowDef, payload: Any, key: str, parent_close: ParentClose) -> ChildHandle:
+async def start_gated(
+    x: Running, child: WorkflowDef, payload: Any, key: str, parent_close: ParentClose, flow_control: Any = None
+) -> ChildHandle:
     """Offer the child to its gate; the decision is journaled under ``key`` in the same commit.
 
-    Like ``engine.start``, a workflow that gathers items (batch, ``keep="all"``) takes one item.
+    Like ``engine.start``, a workflow that gathers items (batch, ``keep="all"``) takes one item,
+    and ``flow_control`` is checked and resolved for the payload (``start_flow_control``).
     """
     host = x.host
     item = child.gate.item_model
     what = f"child {child.name!r} {'item' if item else 'payload'}"
     model = validate_payload(item or child.payload_model, payload, what=what)
+    flow = None if flow_control is None else start_flow_control(flow_control, model)
     async with x.busy():
         now = x.clock.now()
         body: BaseModel | str = "{}" if item is not None else model  # a gathered run's payload is built later
@@ -77,7 +81,7 @@ async def start_gated(x: Running, child: WorkflowDef, payload: Any, key: str, pa
             body = seal_payload(host.keyring, child.name, model.model_dump_json())
         identity = None if item is not None else identity_key(child, model, None)
         run = host.new_run_row(child, body, idempotency_key=identity, ticket=new_id("tkt"))
-        run.update(parent_id=x.run_id, parent_close=parent_close, recording=x.row["recording"])
+        run.update(parent_id=x.run_id, parent_close=parent_close, recording=x.row["recording"], flow_control=flow)
         # traced: the child's spans continue under this run's (else it keeps the parent's starter)
         traced = None if host.observer is None else host.observer.trace_parent()
         run.update(source=f"child:{x.run_id}", trace_id=traced or x.row["trace_id"], subject=x.row["subject"])

@@ -22,7 +22,7 @@ from typing import Any, TypeVar
 from pydantic import BaseModel
 
 from ..clock import Clock
-from ..context import ChildHandle, Context, ParentClose
+from ..context import ChildHandle, Context
 from ..controls import FailureReport
 from ..crypto import Sealer, is_sealed, open_for_replay
 from ..definitions import Retry, WorkflowDef
@@ -626,16 +626,8 @@ class Execution(Context):
     async def publish(self, event: Any, key: Any = None, payload: Any = None) -> str:
         return await run_events.publish(self, event, key, payload)
 
-    async def start_child(
-        self,
-        workflow: str | Callable[..., Any],
-        payload: Any,
-        *,
-        parent_close: ParentClose = "cancel",
-        gate: bool | None = None,
-        queue: Any = None,
-    ) -> ChildHandle:
-        return await operations.start_child(self, workflow, payload, parent_close=parent_close, gate=gate, queue=queue)
+    async def start_child(self, workflow: str | Callable[..., Any], payload: Any, **options: Any) -> ChildHandle:
+        return await operations.start_child(self, workflow, payload, **options)
 
     async def wait_child(self, handle: ChildHandle) -> Any:
         return await operations.wait_child(self, handle)
