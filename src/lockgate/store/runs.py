@@ -39,6 +39,7 @@ __all__ = [
     "finish_collecting",
     "finish_run",
     "get_runs",
+    "last_successes",
     "list_runs",
     "mark_stalled",
     "next_wake",
@@ -127,6 +128,11 @@ async def list_runs(
 ) -> list[Row]:
     params = {"workflow": workflow, "status": status, "parent_id": parent_id, "source": source}
     return await tx.execute("list_runs", {**params, "limit": limit, "offset": offset})
+
+
+async def last_successes(tx: Tx) -> dict[str, float]:
+    """When each workflow's newest succeeded run (of those kept) finished, by workflow."""
+    return {r["workflow"]: float(r["at"]) for r in await tx.execute("last_successes") if r["at"] is not None}
 
 
 async def count_runs(tx: Tx, workflow: str | None = None) -> tuple[list[Row], list[Row]]:

@@ -36,6 +36,11 @@ LIMIT :limit OFFSET :offset;
 -- name: count_runs_by_status
 SELECT workflow, status, COUNT(*) AS n FROM lockgate_runs GROUP BY workflow, status;
 
+-- name: last_successes
+-- The newest finished_at of each workflow's succeeded runs still kept: read at a /metrics scrape (one pass
+-- over the succeeded runs, like count_runs_by_status over all), never on a run's path.
+SELECT workflow, MAX(finished_at) AS at FROM lockgate_runs WHERE status = 'succeeded' GROUP BY workflow;
+
 -- name: claim_runs
 UPDATE lockgate_runs
 SET owner = :owner, epoch = epoch + 1, lease_until = :lease_until,
