@@ -133,3 +133,20 @@ async def test_a_parent_takes_a_slot_again_before_it_goes_on(make_engine: Any) -
         await engine.signal(str(other.run_id), "go", {})
         assert await engine.result(str(parent.run_id), timeout=30) == "child"
         assert await engine.result(str(other.run_id), timeout=30) == "held"
+
+
+async def test_a_parent_resumed_after_a_suspension_takes_a_slot_again(make_engine: Any) -> None:
+    async with make_engine(held_app()) as engine:
+        parent = await engine.start("limited", {"n": 1})
+        await eventually(lambda: _status(engine, str(parent.run_id), "child"), what="parent parked on its child")
+        await engine.suspend(str(parent.run_id), "look at it")
+        other = await engine.start("limited", {"n": 0})
+        assert other.status == "started"
+        await eventually(lambda: _status(engine, str(other.run_id), "signal"), what="the other run waits")
+        await engine.resume(str(parent.run_id))
+        await eventually(lambda: _status(engine, str(parent.run_id), "slot"), what="resumed parent waits for a slot")
+        await engine.signal(str(other.run_id), "go", {})
+        await eventually(lambda: _status(engine, str(parent.run_id), "child"), what="parent back on its child")
+        (child,) = [r for r in await engine.list_runs(limit=10) if r.workflow == "free"]
+        await engine.signal(child.id, "go", {})
+        assert await engine.result(str(parent.run_id), timeout=30) == "child"

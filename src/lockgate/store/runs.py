@@ -467,6 +467,10 @@ async def _reopen(tx: Tx, run_id: str, from_status: str, now: float) -> None:
     await tx.execute("clear_failure", {"run_id": run_id, "now": now})
     if from_status in TERMINAL:  # its slot was freed when it ended: a live gated run must hold one
         await gate.retake_slot(tx, await get_run(tx, run_id), now)
+    elif from_status == "suspended":  # suspended while it had given its slot back: it takes one before it goes on
+        row = await get_run(tx, run_id)
+        if row["slot_scope"] is not None and not await gate.holds_slot(tx, run_id):
+            await tx.execute("set_waiting_for", {"run_id": run_id, "waiting_for": dump_json({"slot": True})})
 
 
 def _redrivable(verb: str, row: Row) -> None:

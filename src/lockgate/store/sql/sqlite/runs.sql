@@ -117,6 +117,10 @@ RETURNING id, workflow, parent_id, payload, slot_scope, on_failure,
     EXISTS (SELECT 1 FROM lockgate_runs c WHERE c.parent_id = lockgate_runs.id
             AND c.status IN ('running', 'suspended')) AS open_children;
 
+-- name: set_waiting_for
+-- A resumed run that had given its concurrency slot back is marked so (engine/children.py: take_back).
+UPDATE lockgate_runs SET waiting_for = :waiting_for WHERE id = :run_id;
+
 -- name: clear_failure
 -- A re-opened run gets its whole timeouts.finish budget again, counted from now.
 UPDATE lockgate_runs
