@@ -145,7 +145,10 @@ async def wait_gated(x: Running, handle: ChildHandle, settle: Any) -> Row:
                 run_id = settled[1]
         if run_id is not None:
             now = x.clock.now()
-            row = await x.store.write(runs.adopt_child, run_id, handle.ticket, x.run_id, handle.parent_close, now)
+            if handle.status == "started":  # created with this parent in the commit that offered it: read it
+                row = await x.store.read(shared.get_run, run_id)
+            else:
+                row = await x.store.write(runs.adopt_child, run_id, handle.ticket, x.run_id, handle.parent_close, now)
             if row["status"] in shared.TERMINAL:
                 return await settle(x, key, row, handle)  # type: ignore[no-any-return]
             if row["parent_id"] != x.run_id:  # an existing run of someone else's: its end wakes nobody here
