@@ -23,7 +23,8 @@ def keys() -> None:
 @keys.command("generate")
 @click.option("--id", "key_id", metavar="ID", help="The key's id (default: a random one).")
 def generate(key_id: str | None) -> None:
-    """Print a new key (id:base64 of 32 random bytes); put it first in $LOCKGATE_ENCRYPTION_KEYS."""
+    """Print a new key (id:base64 of 32 random bytes); put it first in $LOCKGATE_ENCRYPTION_KEYS
+    (or, as the only key, in $LOCKGATE_ENCRYPTION_KEY)."""
     click.echo(generate_key(key_id))
 
 

@@ -26,6 +26,7 @@ __all__ = [
     "free_slot",
     "free_slots",
     "get_pending",
+    "holds_slot",
     "insert_pending",
     "ledger",
     "ledger_parked",
@@ -266,6 +267,11 @@ async def retake_slot(tx: Tx, run: Row, now: float) -> None:
             "expires_at": run["deadline_at"],
         },
     )
+
+
+async def holds_slot(tx: Tx, run_id: str) -> bool:
+    """Whether the run holds a concurrency slot now."""
+    return bool(int(await tx.scalar("holds_slot", {"run_id": run_id})))
 
 
 async def pause(tx: Tx, scope: str, reason: str | None, until: float | None, now: float) -> None:

@@ -134,6 +134,9 @@ FROM json_array_elements(%(slots)s::json) AS s(value);
 INSERT INTO lockgate_slots (run_id, scope, key, workflow, acquired_at, expires_at)
 VALUES (%(run_id)s, %(scope)s, %(key)s, %(workflow)s, %(now)s, %(expires_at)s);
 
+-- name: holds_slot
+SELECT COUNT(*) AS n FROM lockgate_slots WHERE run_id = %(run_id)s;
+
 -- name: free_slot
 DELETE FROM lockgate_slots WHERE run_id = %(run_id)s;
 

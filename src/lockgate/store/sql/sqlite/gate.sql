@@ -134,6 +134,9 @@ FROM json_each(:slots) s;
 INSERT INTO lockgate_slots (run_id, scope, key, workflow, acquired_at, expires_at)
 VALUES (:run_id, :scope, :key, :workflow, :now, :expires_at);
 
+-- name: holds_slot
+SELECT COUNT(*) AS n FROM lockgate_slots WHERE run_id = :run_id;
+
 -- name: free_slot
 DELETE FROM lockgate_slots WHERE run_id = :run_id;
 
