@@ -190,6 +190,7 @@ async def test_a_burst_throttle_under_a_concurrency_limit_counts_admissions(env_
         assert [h.status for h in handles] == ["started", "queued", "queued"]
         await env.settle()
         await env.engine.signal(handles[0].run_id or "", "go", {})
+        assert await env.engine.result(handles[0].run_id or "", timeout=20) == 0
         await advance(env)
         # the slot freed at once, and the bucket still held its burst start: the second goes through on it
         times = (await admitted_at(env.store_url))["k"]

@@ -7,11 +7,9 @@ state their own way (a statement each, a set at once, kept in memory) and ask th
 from __future__ import annotations
 
 import json
-import math
-from dataclasses import dataclass
-from fractions import Fraction
 from typing import Any
 
+from ..buckets import Bucket, bucket_hit, bucket_opens
 from ..controls import Concurrency
 from ..store.base import Row
 from .keys import batch_group, debounce_group
@@ -83,56 +81,10 @@ def rate_limit_refusal(limit: int, period: float, opens: float, now: float) -> t
     return retry, f"{limit} per {period:g}s reached; retry after {retry:.3f}s"
 
 
-# -- a token bucket (a throttle with a burst: GCRA) ------------------------------------------------
-#
-# A key's theoretical arrival time (TAT) is ``anchor + n * T``, T = period / limit the emission
-# interval. A start passes when ``now >= TAT - burst * T``; it moves the TAT on by T from
-# ``max(TAT, now)``. So an idle key lets ``burst + 1`` through at once, then one per T, and no
-# half-open span of one period holds more than ``limit + burst`` starts: the (k+1)-th start after
-# a first at t0 needs ``now >= t0 + (k - burst) * T``, so ``limit + burst + 1`` of them span at
-# least a period. Compared exactly (``Fraction`` of the stored floats): a rounded TAT could
-# otherwise let one more through at the edge of a span, or refuse the last of an idle key's burst.
+# -- a token bucket (a throttle with a burst): ``lockgate.buckets`` ---------------------------------
 
 BURST_REASON = "passed on burst"
 """The reason a start's admission records when a token-bucket throttle let it through on burst."""
-
-
-@dataclass(frozen=True)
-class Bucket:
-    """A token-bucket key as stored: its TAT is ``anchor + n * period / limit``; ``last`` its latest start."""
-
-    anchor: float
-    n: int
-    last: float
-
-
-def bucket_opens(b: Bucket | None, limit: int, period: float, burst: int, now: float) -> float | None:
-    """``None`` when the key lets a start through now, else the first instant it will."""
-    if b is None:
-        return None
-    # passes iff anchor + (n - burst) * period / limit <= now
-    ahead = (b.n - burst) * Fraction(period)
-    if ahead <= (Fraction(now) - Fraction(b.anchor)) * limit:
-        return None
-    return _ceil(Fraction(b.anchor) + ahead / limit)
-
-
-def bucket_hit(b: Bucket | None, limit: int, period: float, now: float) -> tuple[Bucket, bool]:
-    """The key's state once a start passed at ``now``, and whether it passed on burst: sooner after the
-    key's latest start than the steady pace (``period / limit``) allows."""
-    pace = Fraction(period) / limit
-    if b is None:
-        return Bucket(now, 1, now), False
-    on_burst = Fraction(now) - Fraction(b.last) < pace
-    if Fraction(b.anchor) + b.n * pace <= now:  # idle since its TAT: counted afresh from now
-        return Bucket(now, 1, now), on_burst
-    return Bucket(b.anchor, b.n + 1, now), on_burst
-
-
-def _ceil(x: Fraction) -> float:
-    """The least float not before ``x``: a start due then is let through."""
-    f = float(x)
-    return f if Fraction(f) >= x else math.nextafter(f, math.inf)
 
 
 # -- a fold (debounce, batch) ------------------------------------------------------------------
