@@ -106,6 +106,14 @@ async def classify(ctx: lg.Context, p: Doc) -> str:
     return label
 
 
+SEARCH = lg.FlowControl("search-api", rate=10, period="1s", burst=5)  # 6 at once, then 1 per 100 ms
+
+
+@app.workflow(name="search", flow_control=SEARCH)
+async def search(ctx: lg.Context, p: Ask) -> str:
+    return await ctx.step("search", call_llm, p.prompt)
+
+
 @app.workflow(name="ask")
 async def ask(ctx: lg.Context, p: Ask) -> str:
     prompt = p.prompt
@@ -131,6 +139,7 @@ async def main() -> None:
         print(await engine.run("classify", {"id": "d-1", "text": "buy now"}, timeout=30))
         print(await engine.run("ask", {"prompt": "is it spam?"}, timeout=30))  # a 429 first: retried
         print(await engine.run("crm.write", {"tenant": "acme", "body": "hello"}, timeout=30))
+        print(await engine.run("search", {"prompt": "lockgate"}, timeout=30))
         for key in await engine.flow_keys():
             print(key.key, key.rate, key.period, key.parallelism)
 

@@ -51,6 +51,8 @@ def _limit(row: dict[str, Any]) -> str:
     parts = []
     if row["rate"] is not None:
         parts.append(f"{row['rate']} / {human_seconds(row['period'])}")
+        if row.get("burst") is not None:
+            parts.append(f"burst {row['burst']}")
     if row["parallelism"] is not None:
         parts.append(f"{row['parallelism']} at once")
     return ", ".join(parts)

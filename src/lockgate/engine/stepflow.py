@@ -98,6 +98,7 @@ class StepGate:
             "rate": limits.rate,
             "period": limits.period,
             "parallelism": limits.parallelism,
+            "burst": limits.burst,
             "declared": text,
         }
 
@@ -121,6 +122,8 @@ class StepGate:
             if declared is not None:
                 _DECLARED.setdefault(x.store, set()).add((key, declared["declared"]))
             if grant.granted:
+                if grant.on_burst:  # the step analogue of a start's "passed on burst" ledger reason
+                    x.event("flow-burst", {"step": self._step_key, "key": key})
                 if self.waited is None:
                     self.waited = grant.waited
                     if grant.waited > 0:

@@ -17,9 +17,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from ..buckets import Bucket, bucket_hit, bucket_opens, bucket_room
 from .base import Row, Tx
 from .coalesce import with_locks
-from .gate import lock_key, lock_name
+from .gate import bucket_state, lock_key, lock_name, set_bucket
 from .shared import Fence
 
 __all__ = [
@@ -49,6 +50,7 @@ class Grant:
     retry_at: float | None = None
     attempt: int = 1  # the attempt the step waited to begin, as its waiting row kept it across a park
     first: float | None = None  # when its first attempt began (kept with it)
+    on_burst: bool = False  # granted on burst (a burst key: ``lockgate.buckets.bucket_hit``)
 
 
 @dataclass(frozen=True)
@@ -67,6 +69,7 @@ class KeyState:
     paused_until: float | None
     paused: bool
     pause_reason: str | None
+    burst: int | None = None  # the rate is a token bucket (``lockgate.buckets``)
 
 
 def _limits(declared: dict[str, Any]) -> dict[str, Any]:
@@ -74,16 +77,19 @@ def _limits(declared: dict[str, Any]) -> dict[str, Any]:
 
 
 async def get_key(tx: Tx, key: str) -> Row | None:
-    """The key's limits row (``key, rate, period, parallelism, declared, updated_at``), if any."""
+    """The key's limits row (``key, rate, period, parallelism, declared, updated_at, burst``), if any."""
     return await tx.one("stepflow_get_key", {"key": key})
 
 
-async def set_key(tx: Tx, key: str, rate: int | None, period: float, parallelism: int | None, now: float) -> list[str]:
+async def set_key(
+    tx: Tx, key: str, rate: int | None, period: float, parallelism: int | None, now: float, burst: int | None = None
+) -> list[str]:
     """Set a key's limits by hand (declarations no longer change them); waiters that now fit are woken."""
     await lock_key(tx, _LOCK_SCOPE, key)
     await tx.execute(
         "stepflow_set_key", {"key": key, "rate": rate, "period": period, "parallelism": parallelism, "now": now}
     )
+    await tx.execute("stepflow_set_burst", {"key": key, "burst": burst, "declared": None})
     await tx.execute("stepflow_drop_dead_waiters", {"key": key})
     state = await _state(tx, key, now)
     assert state is not None
@@ -113,6 +119,8 @@ async def _room(tx: Tx, state: Row, now: float) -> tuple[float, float | None]:
     if state["parallelism"] is not None:
         room = int(state["parallelism"]) - int(state["running"])
     at: float | None = None
+    if state["rate"] is not None and room > 0 and state["burst"] is not None:
+        return await _bucket_room(tx, state, now, room)
     if state["rate"] is not None and room > 0:
         rate, used, period = int(state["rate"]), int(state["started"]), float(state["period"])
         left = rate - used
@@ -153,11 +161,13 @@ async def acquire(
     if declared is not None:
         params = {**_limits(declared), "declared": declared["declared"], "now": now}
         await tx.execute("stepflow_declare_key", params)
+        burst = {"key": key, "burst": declared.get("burst"), "declared": declared["declared"]}
+        await tx.execute("stepflow_set_burst", burst)
     run_id = fence.run_id
     state = await _state(tx, key, now, run_id, step_key)
     if state is None:  # declared by this process, then the table was emptied: declare again
         raise LookupError(key)
-    limits = {k: state[k] for k in ("key", "rate", "period", "parallelism", "declared")}
+    limits = {k: state[k] for k in ("key", "rate", "period", "parallelism", "declared", "burst")}
     waiting = state["my_state"] == "waiting"
     room, at = await _room(tx, state, now)
     place = {"key": key, "run_id": run_id, "step_key": step_key}
@@ -171,15 +181,20 @@ async def acquire(
             if limits["rate"] is not None:
                 await tx.execute("stepflow_prune_starts", {"key": key, "before": now - float(limits["period"])})
                 await tx.execute("stepflow_add_start", {"key": key, "at": now})
+            opens, on_burst = (None, False) if limits["burst"] is None else await _take_bucket(tx, limits, now)
             waited = now - float(state["my_since"]) if waiting else 0.0
             if room > 1:  # room left beside this step: the first in line take it (none wait, mostly)
                 await _wake(tx, limits, now, room=room - 1, at=None)
+            elif limits["burst"] is not None:
+                if opens is not None:
+                    await _wake(tx, limits, now, room=0, at=opens)  # the next in line looks when the bucket lets it
             elif limits["rate"] is not None and int(state["started"]) + 1 >= int(limits["rate"]):
                 opens = (float(state["oldest"]) if state["oldest"] is not None else now) + float(limits["period"])
                 await _wake(tx, limits, now, room=0, at=opens)  # the next in line looks when the window opens
             if waiting and state["my_attempt"] is not None:  # the count its waiting row kept
-                return Grant(True, limits, waited=waited, attempt=int(state["my_attempt"]), first=state["my_first"])
-            return Grant(True, limits, waited=waited)
+                attempt, first = int(state["my_attempt"]), state["my_first"]
+                return Grant(True, limits, waited=waited, attempt=attempt, first=first, on_burst=on_burst)
+            return Grant(True, limits, waited=waited, on_burst=on_burst)
     if at is not None and int(await tx.scalar("stepflow_ahead", line)) > 0:
         at = None  # only the first in line looks again when the window opens; the next follow its start
     if not waiting:
@@ -233,6 +248,30 @@ async def _wake(tx: Tx, state: Row, now: float, *, room: float | None = None, at
     return [r["id"] for r in rows]
 
 
+async def _bucket_room(tx: Tx, state: Row, now: float, room: float) -> tuple[float, float | None]:
+    """``_room`` for a key with a burst: its rate is a token bucket (``lockgate.buckets``)."""
+    bucket, rate, period, burst = await _bucket(tx, state)
+    fits = bucket_room(bucket, rate, period, burst, now)
+    at = bucket_opens(bucket, rate, period, burst, now) if fits <= 0 else None
+    return max(min(room, fits), 0), at
+
+
+async def _take_bucket(tx: Tx, limits: Row, now: float) -> tuple[float | None, bool]:
+    """A step of a key with a burst starts: its bucket moved on; when the next may start (``None``:
+    now), and whether this one started on burst."""
+    bucket, rate, period, burst = await _bucket(tx, limits)
+    taken, on_burst = bucket_hit(bucket, rate, period, now)
+    await set_bucket(tx, _LOCK_SCOPE, limits["key"], taken.anchor, taken.n, taken.last)
+    return bucket_opens(taken, rate, period, burst, now), on_burst
+
+
+async def _bucket(tx: Tx, limits: Row) -> tuple[Bucket | None, int, float, int]:
+    """A burst key's bucket as stored, and its rate, period and burst."""
+    found = await bucket_state(tx, _LOCK_SCOPE, limits["key"])
+    bucket = None if found is None else Bucket(*found)
+    return bucket, int(limits["rate"]), float(limits["period"]), int(limits["burst"])
+
+
 async def take_rate_slot(tx: Tx, key: str, limit: int, period: float, clock: Callable[[], float]) -> float | None:
     """``ctx.rate_limit``: take a slot of the sliding window ``key``; ``None``, else when one opens.
 
@@ -282,6 +321,7 @@ async def key_states(tx: Tx, now: float, key: str | None = None) -> list[KeyStat
                 paused=pause is not None,
                 paused_until=None if pause is None or pause["until"] is None else float(pause["until"]),
                 pause_reason=None if pause is None else pause["reason"],
+                burst=None if row["burst"] is None else int(row["burst"]),
             )
         )
     return out

@@ -20,6 +20,7 @@ __all__ = [
     "active_pause",
     "add_window_hit",
     "admit_parked",
+    "bucket_state",
     "cancel_parked",
     "delete_pending",
     "enqueue_failure_report",
@@ -42,6 +43,7 @@ __all__ = [
     "release_paused",
     "retake_slot",
     "run_columns",
+    "set_bucket",
     "slot_queues",
     "slots_in_scope",
     "slots_in_use",
@@ -212,6 +214,16 @@ async def window_queues(tx: Tx, windows: Sequence[tuple[str, str, int]]) -> dict
 async def add_window_hit(tx: Tx, scope: str, key: str, at: float, period: float) -> None:
     await tx.execute("prune_window", {"scope": scope, "key": key, "before": at - period})
     await tx.execute("add_window_hit", {"scope": scope, "key": key, "at": at})
+
+
+async def bucket_state(tx: Tx, scope: str, key: str) -> tuple[float, int, float] | None:
+    """A token-bucket key's ``(anchor, n, last_at)`` (``gate.rules.Bucket``), if it has had a start."""
+    row = await tx.one("bucket_state", {"scope": scope, "key": key})
+    return None if row is None else (float(row["anchor"]), int(row["n"]), float(row["last_at"]))
+
+
+async def set_bucket(tx: Tx, scope: str, key: str, anchor: float, n: int, last_at: float) -> None:
+    await tx.execute("set_bucket", {"scope": scope, "key": key, "anchor": anchor, "n": n, "last_at": last_at})
 
 
 def lock_name(scope: str, key: str) -> str:

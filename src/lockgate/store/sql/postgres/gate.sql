@@ -401,3 +401,12 @@ ORDER BY a.n;
 -- name: admit_parked_delete
 DELETE FROM lockgate_pending WHERE id = ANY (ARRAY(SELECT value ->> 0 FROM json_array_elements(%(admitted)s::json)))
 RETURNING id;
+
+-- name: bucket_state
+-- A token-bucket throttle key's state (rules.Bucket), read under the key's lock.
+SELECT anchor, n, last_at FROM lockgate_buckets WHERE scope = %(scope)s AND key = %(key)s;
+
+-- name: set_bucket
+INSERT INTO lockgate_buckets (scope, key, anchor, n, last_at)
+VALUES (%(scope)s, %(key)s, %(anchor)s, %(n)s, %(last_at)s)
+ON CONFLICT (scope, key) DO UPDATE SET anchor = excluded.anchor, n = excluded.n, last_at = excluded.last_at;

@@ -3,7 +3,7 @@
 -- name: stepflow_state
 -- Everything a decision on one key reads, in one statement: its limits, its pause, the slots held, the
 -- starts in its window (and the oldest of them), and the asking step's own place, if any.
-SELECT k.key, k.rate, k.period, k.parallelism, k.declared,
+SELECT k.key, k.rate, k.period, k.parallelism, k.declared, k.burst,
     (SELECT COUNT(*) FROM lockgate_pauses
      WHERE scope = 'key:' || k.key AND (until IS NULL OR until > :now)) AS paused,
     (SELECT MAX(COALESCE(until, 1e308)) FROM lockgate_pauses
@@ -39,10 +39,10 @@ ON CONFLICT (key) DO UPDATE SET rate = excluded.rate, period = excluded.period,
     parallelism = excluded.parallelism, declared = NULL, updated_at = excluded.updated_at;
 
 -- name: stepflow_get_key
-SELECT key, rate, period, parallelism, declared, updated_at FROM lockgate_flow_keys WHERE key = :key;
+SELECT key, rate, period, parallelism, declared, updated_at, burst FROM lockgate_flow_keys WHERE key = :key;
 
 -- name: stepflow_list_keys
-SELECT key, rate, period, parallelism, declared, updated_at FROM lockgate_flow_keys ORDER BY key;
+SELECT key, rate, period, parallelism, declared, updated_at, burst FROM lockgate_flow_keys ORDER BY key;
 
 -- name: stepflow_key_pause
 SELECT reason, until FROM lockgate_pauses
@@ -124,3 +124,8 @@ DELETE FROM lockgate_flow_slots WHERE run_id IN (SELECT value FROM json_each(:id
 SELECT workflow, COUNT(*) AS n FROM lockgate_runs
 WHERE status = 'running' AND waiting_on = 'flow' AND (:workflow IS NULL OR workflow = :workflow)
 GROUP BY workflow;
+
+-- name: stepflow_set_burst
+-- A key's burst, as the declaration that holds its limits gives it (:declared NULL: as set by hand).
+UPDATE lockgate_flow_keys SET burst = :burst
+WHERE key = :key AND (declared = :declared OR (declared IS NULL AND :declared IS NULL));

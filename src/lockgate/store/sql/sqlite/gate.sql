@@ -387,3 +387,11 @@ ORDER BY a.key;
 -- name: admit_parked_delete
 DELETE FROM lockgate_pending WHERE id IN (SELECT json_extract(value, '$[0]') FROM json_each(:admitted))
 RETURNING id;
+
+-- name: bucket_state
+-- A token-bucket throttle key's state (rules.Bucket), read under the key's lock.
+SELECT anchor, n, last_at FROM lockgate_buckets WHERE scope = :scope AND key = :key;
+
+-- name: set_bucket
+INSERT INTO lockgate_buckets (scope, key, anchor, n, last_at) VALUES (:scope, :key, :anchor, :n, :last_at)
+ON CONFLICT (scope, key) DO UPDATE SET anchor = excluded.anchor, n = excluded.n, last_at = excluded.last_at;
