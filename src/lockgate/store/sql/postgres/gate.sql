@@ -398,3 +398,8 @@ ORDER BY a.n;
 -- name: admit_parked_delete
 DELETE FROM lockgate_pending WHERE id = ANY (ARRAY(SELECT value ->> 0 FROM json_array_elements(%(admitted)s::json)))
 RETURNING id;
+
+-- name: admit_parked_drop
+-- The admitted rows, locked by this transaction (handoff_rows), deleted: nobody else can have decided them.
+-- silent: run for its effect; COMMIT may follow it without a wait for its answer
+DELETE FROM lockgate_pending WHERE id = ANY (ARRAY(SELECT value ->> 0 FROM json_array_elements(%(admitted)s::json)));
