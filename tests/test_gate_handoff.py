@@ -294,12 +294,8 @@ async def test_an_end_whose_lease_was_lost_admits_nothing(store_url: str) -> Non
         assert run == {"status": "running", "owner": "w-test"}
 
 
-async def test_a_worker_past_its_share_of_a_key_leaves_the_next_run_to_any_worker(
-    env_factory: Any, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """With three live workers and a limit of three, a worker already executing two runs of the key does not
-    claim the start its ending run admits: the run is created unclaimed, for whichever worker asks first."""
-    release = {n: asyncio.Event() for n in range(4)}
+def holding_app(release: dict[int, asyncio.Event], limit: int = 3) -> lg.App:
+    """Runs of one key whose step holds until ``release[n]`` is set."""
 
     async def hold(n: int) -> int:
         await release[n].wait()
@@ -307,28 +303,59 @@ async def test_a_worker_past_its_share_of_a_key_leaves_the_next_run_to_any_worke
 
     app = lg.App()
 
-    @app.workflow(name="conc", concurrency=lg.Concurrency(limit=3))
+    @app.workflow(name="conc", concurrency=lg.Concurrency(limit=limit))
     async def body(ctx: lg.Context, p: Job) -> int:
         return int(await ctx.step("hold", hold, p.n))
 
-    async with env_factory(app) as env:
+    return app
+
+
+async def test_a_worker_claims_the_next_run_in_the_place_of_the_one_ending_whatever_the_other_workers(
+    env_factory: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With three live workers and a limit of three, a worker executing all three runs of the key still
+    claims the start its ending run admits: executed here at once, with no wake-up or claim elsewhere."""
+    release = {n: asyncio.Event() for n in range(4)}
+    async with env_factory(holding_app(release)) as env:
         e = env.engine
         stop_drainer(env, monkeypatch)
         seen = watch_passes(env, monkeypatch)
         now = env.clock.now()
-        for other in ("wkr_other_1", "wkr_other_2"):  # two more workers alive: this one's share is one slot
+        for other in ("wkr_other_1", "wkr_other_2"):  # two more workers alive
             await e.store.write(workers.register_with_lease, other, "elsewhere", 1, now, 15.0)
         handles = [await e.start("conc", {"n": n}) for n in range(4)]
         assert [h.status for h in handles] == ["started"] * 3 + ["queued"]
         await eventually(lambda: len(e.executing) == 3, what="three runs executing")
         release[0].set()
         await eventually(lambda: seen, what="the first end's hand-off")
-        assert (seen[0].claimed, seen[0].unclaimed, seen[0].settled) == (None, 1, True)
         run_id = await run_of(env, handles[3].ticket)
-        assert run_id is not None
+        claimed = seen[0].claimed
+        assert claimed is not None and (claimed["id"], claimed["owner"]) == (run_id, e.worker_id)
+        assert (seen[0].unclaimed, seen[0].settled) == (0, True)
         for n in (1, 2, 3):
             release[n].set()
-        assert await e.result(run_id, timeout=10) == 3  # claimed by the dispatcher (the only worker here)
+        assert await e.result(run_id, timeout=10) == 3
+
+
+async def test_a_worker_without_room_leaves_the_next_run_to_any_worker(
+    env_factory: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A worker stopping (draining) claims nothing more: the run its end admits is created unclaimed."""
+    release = {n: asyncio.Event() for n in range(3)}
+    async with env_factory(holding_app(release, limit=2)) as env:
+        e = env.engine
+        stop_drainer(env, monkeypatch)
+        seen = watch_passes(env, monkeypatch)
+        handles = [await e.start("conc", {"n": n}) for n in range(3)]
+        assert [h.status for h in handles] == ["started"] * 2 + ["queued"]
+        attempting = lambda: sum(x.attempting for x in e.dispatcher.executions.values()) == 2  # noqa: E731
+        await eventually(attempting, what="two runs inside their step")
+        e.dispatcher.draining = True  # as ``close(grace=...)`` sets it: no new run is taken on here
+        release[0].set()
+        await eventually(lambda: seen, what="the first end's hand-off")
+        assert (seen[0].claimed, seen[0].unclaimed) == (None, 1)
+        run_id = await run_of(env, handles[2].ticket)
+        assert run_id is not None  # admitted into the freed slot all the same, for any worker to claim
 
 
 async def test_runs_ending_together_with_one_lease_lost_end_one_by_one(
