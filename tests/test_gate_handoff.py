@@ -388,3 +388,50 @@ async def test_runs_ending_together_with_one_lease_lost_end_one_by_one(
         slots = {s["run_id"] for s in await slot_rows(store_url)}
         assert fences[1].run_id in slots and fences[0].run_id not in slots and len(slots) == 3
         assert tried[0] == 3  # they were tried together first, then one by one
+
+
+async def _gate_wakeups(store_url: str, act: Any) -> list[str]:
+    """The wake-up channels another process hears while ``act()`` runs (PostgreSQL's LISTEN/NOTIFY)."""
+    import json
+
+    import psycopg
+
+    async with await psycopg.AsyncConnection.connect(store_url, autocommit=True) as listener:
+        await listener.execute("LISTEN lockgate")
+        await act()
+        await listener.execute("SELECT 1")  # notifications committed before this have arrived
+        heard: list[str] = []
+        async for note in listener.notifies(timeout=0.5, stop_after=20):
+            heard.append(json.loads(note.payload)[1])
+        return heard
+
+
+async def test_a_slot_passed_on_wakes_no_other_drainer_unless_it_leaves_work(
+    store_url: str, store_kind: str
+) -> None:
+    """A hand-off that decides its key's whole line raises no 'gate' wake-up (nobody else has anything to drain);
+    one that stops at a start it cannot decide raises one, as a plain slot release does."""
+    if store_kind != "postgres":
+        pytest.skip("only PostgreSQL wakes other processes from its triggers")
+    async with lg.Client(make_app(limit=3), store_url) as client:
+        fences = await _held(client, "a", 3)
+        assert (await client.start("conc", {"n": 10, "key": "a"})).status == "queued"
+        now = client.clock.now()
+
+        async def settled() -> None:
+            passed = await client.store.write(
+                finish_passing, fences[0], now, _hand_off(client, "a"), status="succeeded", output="1"
+            )
+            assert passed.settled and passed.claimed is not None
+
+        assert "gate" not in await _gate_wakeups(store_url, settled)
+        waiting = await client.start("conc", {"n": 11, "key": "a"}, idempotency_key="the pipeline decides this one")
+        assert waiting.status == "queued"
+
+        async def unsettled() -> None:
+            passed = await client.store.write(
+                finish_passing, fences[1], now, _hand_off(client, "a"), status="succeeded", output="1"
+            )
+            assert not passed.settled and passed.claimed is None
+
+        assert "gate" in await _gate_wakeups(store_url, unsettled)

@@ -140,7 +140,11 @@ async def _finish_passing_many(tx: Tx, calls: Sequence[Args]) -> list[Passed]:
             ended.append(fence.run_id)
             freed.setdefault((handoff.scope, handoff.key), []).append((passed, handoff, now))
     await tx.execute_values("insert_event", events)
+    # Each freed slot is offered to its key's line below: no other process's drainer has anything to do for
+    # it, unless that line is left undecided (``_pass_on`` then wakes the drainers itself).
+    await gate.quiet_slot_frees(tx, True)
     await gate.free_slots(tx, ended)
+    await gate.quiet_slot_frees(tx, False)
     for slot in sorted(freed):  # keys locked in one order: no two processes wait on each other
         await _pass_on(tx, slot, freed[slot])
     return out
@@ -162,6 +166,8 @@ async def _pass_on(tx: Tx, slot: gate.Slot, ended: list[tuple[Passed, HandOff, f
     settled = len(ready) == len(rows)
     for passed, _, _ in ended:
         passed.settled = settled
+    if not settled:
+        await gate.wake_drainers(tx)
     if not ready:
         return
     columns = gate.run_columns(admitted(handoff.plan, handoff.template, now))

@@ -389,3 +389,11 @@ RETURNING id;
 -- The admitted rows, locked by this transaction (handoff_rows), deleted: nobody else can have decided them.
 -- silent: run for its effect; COMMIT may follow it without a wait for its answer
 DELETE FROM lockgate_pending WHERE id IN (SELECT json_extract(value, '$[0]') FROM json_each(:admitted));
+
+-- name: quiet_slot_frees
+-- PostgreSQL only (one process decides on SQLite's single writer): never run here.
+SELECT :passing AS passing;
+
+-- name: wake_drainers
+-- PostgreSQL only: never run here.
+SELECT 1 AS woke;
