@@ -78,7 +78,11 @@ def _async_client() -> tuple[redis.asyncio.Redis, Any]:
     key = id(asyncio.get_running_loop())
     found = _async.get(key)
     if found is None:
-        client = redis.asyncio.Redis.from_url(os.environ["PEERS_PROBE"])
+        # A job waits for a free connection (the plain pool refuses past its size): hundreds of runs of
+        # one event loop may record at once.
+        url = os.environ["PEERS_PROBE"]
+        pool = redis.asyncio.BlockingConnectionPool.from_url(url, max_connections=32, timeout=None)
+        client = redis.asyncio.Redis(connection_pool=pool)
         found = _async[key] = (client, client.register_script(_BEGIN))
     return found
 
