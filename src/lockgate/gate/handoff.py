@@ -4,11 +4,15 @@ A run of a workflow whose one control is a per-key concurrency limit ends; its s
 freed and, under the key's lock, the starts waiting for that key are admitted into the
 room it left (as the drainer would admit them: in priority, then arrival, order, each
 with its ``drain`` ledger row). The worker that ended the run claims the first of them
-in the same statement when it has room for it (the ended run's own place, unless the
-worker is stopping), and executes it as soon as the commit returns: the slot turns over
-without a notification, a poll or a claim by another process. Any further room is left
-for whichever worker claims first. No drainer pass, no separate claim: one commit per
-turn of a slot. Runs of one key ending in one group commit pass their slots on together.
+in the same statement, into the place the ended run leaves (unless it is stopping), and
+executes it as soon as the commit returns, while it holds no more than its share of the
+key's slots (the limit over the live workers), so a key's work spreads over the
+replicas. Past its share it leaves the run to whichever worker claims first, but only
+where the others hear of it at once (PostgreSQL's notifications): on a store without
+wake-ups between processes they would find it at their next poll, and it claims anyway.
+Any further room is left for whichever worker claims first. No drainer pass, no separate
+claim: one commit per turn of a slot. Runs of one key ending in one group commit pass
+their slots on together.
 
 Whatever this path cannot decide as the drainer would (a row with an idempotency key or
 items, a row past its start timeout, a key pause, a pool shared with other workflows)
@@ -45,7 +49,9 @@ class HandOff:
     template: dict[str, Any]  # the row a run of the workflow starts from (``Client.new_run_row``)
     owner: str  # the worker ending the run
     lease: float
-    room: int = 1  # runs the owner can take on as this one ends (its own place included): it claims while > 0
+    held: int = 0  # the owner's other runs of this key in execution: it claims while that is below its share
+    room: int = 1  # runs the owner can take on as this one ends (its own place included): none, it claims none
+    spread: bool = True  # others hear at once of a run left to them: past its share, the owner leaves it
 
 
 @dataclass
@@ -172,9 +178,11 @@ async def _pass_on(tx: Tx, slot: gate.Slot, ended: list[tuple[Passed, HandOff, f
         return
     columns = gate.run_columns(admitted(handoff.plan, handoff.template, now))
     lease_until = now + handoff.lease
-    # The worker ending a run takes the next one in its place: executed the moment this commit returns, where
-    # leaving it to any worker would cost a wake-up and another claim's commit before its body starts.
-    claimers = [(passed, h.owner) for passed, h, _ in ended if h.room > 0]
+    # A worker claims while it executes fewer of the key's runs than its share (the limit over the live
+    # workers): past that, runs are left to whichever worker claims first, so a key's work spreads. Where
+    # the others would only find the run at their next poll, it is executed here at once all the same.
+    share = -(-handoff.limit // max(1, int(rows[0]["live"])))
+    claimers = [(passed, h.owner) for passed, h, _ in ended if h.room > 0 and (h.held < share or not h.spread)]
     claims = min(len(ready), len(claimers))
     owner = claimers[0][1] if claimers else None
     run_ids = await gate.admit_parked(
