@@ -39,6 +39,7 @@ __all__ = [
     "pause",
     "pause_in",
     "pending_by_ids",
+    "quiet_slot_frees",
     "refold_pending",
     "release_paused",
     "retake_slot",
@@ -48,6 +49,7 @@ __all__ = [
     "slots_in_scope",
     "slots_in_use",
     "unpause",
+    "wake_drainers",
     "window_opens",
     "window_queues",
 ]
@@ -235,6 +237,19 @@ async def lock_key(tx: Tx, scope: str, key: str) -> None:
     """Serialise decisions on one (scope, key) across processes (a no-op where the store has one writer)."""
     if not tx.single_writer:  # one writer already decides one transaction at a time
         await tx.execute("lock_key", {"lock": lock_name(scope, key)})
+
+
+async def quiet_slot_frees(tx: Tx, passing: bool) -> None:
+    """``passing``: the slots freed next are passed on in this transaction, and wake no other process's
+    drainer (until called again with ``False``); a no-op where the store has one writer."""
+    if not tx.single_writer:
+        await tx.execute("quiet_slot_frees", {"passing": "on" if passing else ""})
+
+
+async def wake_drainers(tx: Tx) -> None:
+    """Wake the drainer of whichever process holds its lease, as a freed slot would (a no-op on one writer)."""
+    if not tx.single_writer:
+        await tx.execute("wake_drainers")
 
 
 async def slots_in_use(tx: Tx, scope: str, key: str) -> int:
@@ -426,8 +441,8 @@ async def admit_parked(
         await tx.execute("admit_parked_slots", params)
     await tx.execute("admit_parked_events", params)
     await tx.execute("admit_parked_ledger", params)
-    if locked:  # nobody else can have decided them: not worth a wait for the answer
-        await tx.expect("admit_parked_delete", {"admitted": encoded})
+    if locked:  # nobody else can have decided them: no check, so COMMIT need not wait for an answer
+        await tx.execute("admit_parked_drop", {"admitted": encoded})
     elif len(await tx.execute("admit_parked_delete", {"admitted": encoded})) != len(admitted):
         raise RuntimeError("a parked row was decided elsewhere while it was being admitted")
     return run_ids
