@@ -4,9 +4,23 @@ from __future__ import annotations
 
 import asyncio
 import time
+from dataclasses import dataclass
 from datetime import UTC, datetime
 
-__all__ = ["Clock", "SystemClock", "to_datetime", "wait_event"]
+__all__ = ["CLOCK_TOLERANCE", "Clock", "ClockReading", "SystemClock", "to_datetime", "wait_event"]
+
+CLOCK_TOLERANCE = 1.0
+"""Seconds a process's own clock may differ from the database's before it is reported (docs/postgres.md)."""
+
+
+@dataclass(frozen=True)
+class ClockReading:
+    """The database's clock read once from this process: what ``SystemClock.follow`` sets time by."""
+
+    database: float  # the database's epoch seconds
+    monotonic: float  # this process's monotonic clock at the same instant (the middle of the round trip)
+    offset: float  # this process's wall clock minus the database's, in seconds (ahead: positive)
+    round_trip: float  # seconds the reading took: the offset is known to within half of it
 
 
 class Clock:
@@ -24,13 +38,31 @@ class Clock:
 
 
 class SystemClock(Clock):
-    """Wall-clock time."""
+    """Wall-clock time; once it follows a database (``follow``), that database's time.
+
+    On PostgreSQL every process compares leases, timers and windows written by others, so
+    each keeps the database's time: the last reading's instant carried forward on this
+    process's monotonic clock. A wall clock set wrong, or stepped, then changes nothing.
+    """
+
+    __slots__ = ("_base", "offset")
+
+    def __init__(self) -> None:
+        self._base: float | None = None  # the database's epoch minus this process's monotonic clock
+        self.offset = 0.0
+        """This process's wall clock minus the database's at the last reading (0 until one)."""
+
+    def follow(self, reading: ClockReading) -> None:
+        """Keep the database's time from now on (read again on every heartbeat)."""
+        self._base = reading.database - reading.monotonic
+        self.offset = reading.offset
 
     def now(self) -> float:
-        return time.time()
+        base = self._base
+        return time.time() if base is None else base + time.monotonic()
 
     async def sleep_until(self, when: float) -> None:
-        delay = when - time.time()
+        delay = when - self.now()
         if delay > 0:
             await asyncio.sleep(delay)
 

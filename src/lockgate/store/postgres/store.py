@@ -98,6 +98,7 @@ class PostgresStore(Writer, Wakeups, Joining):
     """
 
     dialect = "postgres"
+    own_clock = True
 
     def __init__(self, url: str) -> None:
         self.url = url
