@@ -540,8 +540,8 @@ class Dispatcher:
                 continue
             self.store_recovered()
             self._suspects = done.suspects
-            for rid, execution in list(self.executions.items()):
-                if done.held.get(rid) != execution.fence.epoch:
+            for rid, execution in list(self.executions.items()):  # one launched since ``mine`` was not asked about
+                if mine.get(rid) == execution.fence.epoch != done.held.get(rid):
                     execution.stop("lease lost")  # logged when the execution ends
             if done.released:
                 report_released(done.released)
