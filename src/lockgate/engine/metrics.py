@@ -86,7 +86,7 @@ class EngineMetrics(Observer):
         )
         self.stalled_commits = Counter(
             "lockgate_store_stalled_commits",
-            "Commits that waited more than 5 s (a blocked server, or a synchronous standby missing).",
+            "Commits that waited more than 10 s (a blocked server, or a synchronous standby missing).",
             registry=r,
         )
 

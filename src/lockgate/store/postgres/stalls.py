@@ -21,7 +21,7 @@ from .failures import first_line
 __all__ = ["STALLED", "Stalls"]
 
 log = logging.getLogger("lockgate.store")
-STALLED = 5.0  # seconds a commit may take before it is reported
+STALLED = 10.0  # seconds a commit may take before it is reported (a loaded server takes seconds)
 
 
 class Stalls(Connections):
