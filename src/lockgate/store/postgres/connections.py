@@ -19,6 +19,19 @@ from .tx import Conn, WriterConn, idle
 
 __all__ = ["Connections"]
 
+_SESSION = (
+    "SELECT set_config('lockgate.origin', %s, false), "
+    "set_config('statement_timeout', CASE current_setting('statement_timeout') WHEN '0' THEN %s "
+    "ELSE current_setting('statement_timeout') END, false), "
+    "set_config('idle_in_transaction_session_timeout', CASE current_setting('idle_in_transaction_session_timeout') "
+    "WHEN '0' THEN %s ELSE current_setting('idle_in_transaction_session_timeout') END, false)"
+)
+_SESSION_WRITER = (
+    "SELECT set_config('lockgate.origin', %s, false), "
+    "set_config('idle_in_transaction_session_timeout', CASE current_setting('idle_in_transaction_session_timeout') "
+    "WHEN '0' THEN %s ELSE current_setting('idle_in_transaction_session_timeout') END, false)"
+)
+
 log = logging.getLogger("lockgate.store")
 
 
@@ -43,15 +56,15 @@ class Connections(Store):
     async def _configure(self, conn: Conn, *, writer: bool = False) -> None:
         """Tag each session with this store's origin: the database's own wake-ups then name who caused them."""
         self._born[conn] = self._outages
-        # A read that blocks is cut off; a writer's statement is not (a COMMIT cancelled while it
-        # waits on a synchronous standby would be acknowledged unreplicated): stalls.py reports it.
-        limit = "0" if writer else f"{round(self.statement_timeout * 1000)}"
-        idle_limit = f"{round(self.statement_timeout * 1000)}"
-        await conn.execute(
-            "SELECT set_config('lockgate.origin', %s, false), set_config('statement_timeout', %s, false), "
-            "set_config('idle_in_transaction_session_timeout', %s, false)",
-            (self._origin, limit, idle_limit),
-        )
+        # Where the session has none of its own (libpq options, role or database settings): a read
+        # that blocks is cut off, a session idle in a transaction too. The writer's statements are
+        # not (a COMMIT cancelled while it waits on a synchronous standby would be acknowledged
+        # unreplicated): stalls.py reports them instead.
+        limit = f"{round(self.statement_timeout * 1000)}"
+        if writer:
+            await conn.execute(_SESSION_WRITER, (self._origin, limit))
+        else:
+            await conn.execute(_SESSION, (self._origin, limit, limit))
         if self.schema_mode == "read":  # every transaction read-only: the server refuses any write
             await conn.execute("SET default_transaction_read_only = on")
 
