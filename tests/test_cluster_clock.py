@@ -161,14 +161,13 @@ async def _execute(url: str, query: str, *params: object) -> int:
         return cursor.rowcount
 
 
-def test_clock_reading_is_immune_to_a_stepped_wall_clock() -> None:
-    """``follow`` carries the database's instant on the monotonic clock: a later wall-clock step changes nothing."""
+def test_a_clock_following_a_reading_keeps_its_time() -> None:
+    """``follow`` shifts the process's clock by the offset read; ``sleep_until`` waits by the shifted clock."""
     from lockgate.clock import ClockReading
 
     clock = SystemClock()
     assert abs(clock.now() - time.time()) < 0.05
-    mono = time.monotonic()
-    clock.follow(ClockReading(database=1_000_000.0, monotonic=mono, offset=time.time() - 1_000_000.0, round_trip=0.0))
+    clock.follow(ClockReading(database=1_000_000.0, offset=time.time() - 1_000_000.0, round_trip=0.0))
     assert 1_000_000.0 <= clock.now() < 1_000_000.5
     assert clock.offset > 1e9
     began = time.monotonic()

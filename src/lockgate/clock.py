@@ -9,6 +9,8 @@ from datetime import UTC, datetime
 
 __all__ = ["CLOCK_TOLERANCE", "Clock", "ClockReading", "SystemClock", "to_datetime", "wait_event"]
 
+_time = time.time
+
 CLOCK_TOLERANCE = 1.0
 """Seconds a process's own clock may differ from the database's before it is reported (docs/postgres.md)."""
 
@@ -18,7 +20,6 @@ class ClockReading:
     """The database's clock read once from this process: what ``SystemClock.follow`` sets time by."""
 
     database: float  # the database's epoch seconds
-    monotonic: float  # this process's monotonic clock at the same instant (the middle of the round trip)
     offset: float  # this process's wall clock minus the database's, in seconds (ahead: positive)
     round_trip: float  # seconds the reading took: the offset is known to within half of it
 
@@ -41,25 +42,22 @@ class SystemClock(Clock):
     """Wall-clock time; once it follows a database (``follow``), that database's time.
 
     On PostgreSQL every process compares leases, timers and windows written by others, so
-    each keeps the database's time: the last reading's instant carried forward on this
-    process's monotonic clock. A wall clock set wrong, or stepped, then changes nothing.
+    each keeps the database's time: its own clock corrected by the offset last measured,
+    re-measured on every heartbeat (a step of the host's clock counts from the next one).
     """
 
-    __slots__ = ("_base", "offset")
-
     def __init__(self) -> None:
-        self._base: float | None = None  # the database's epoch minus this process's monotonic clock
+        self._shift = 0.0  # seconds added to this process's wall clock: the database's minus its own
         self.offset = 0.0
         """This process's wall clock minus the database's at the last reading (0 until one)."""
 
     def follow(self, reading: ClockReading) -> None:
         """Keep the database's time from now on (read again on every heartbeat)."""
-        self._base = reading.database - reading.monotonic
         self.offset = reading.offset
+        self._shift = -reading.offset
 
     def now(self) -> float:
-        base = self._base
-        return time.time() if base is None else base + time.monotonic()
+        return _time() + self._shift
 
     async def sleep_until(self, when: float) -> None:
         delay = when - self.now()

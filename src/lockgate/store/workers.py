@@ -103,13 +103,11 @@ async def renew_leases(
 
 
 async def read_clock(tx: Tx) -> ClockReading:
-    """The database's clock, read now, against this process's clocks."""
-    wall, mono = time.time(), time.monotonic()
+    """The database's clock, read now, against this process's wall clock (at the round trip's middle)."""
+    before = time.time()
     database = float(await tx.scalar("database_clock"))
-    round_trip = time.monotonic() - mono
-    wall_mid = (wall + time.time()) / 2
-    middle = mono + round_trip / 2
-    return ClockReading(database=database, monotonic=middle, offset=wall_mid - database, round_trip=round_trip)
+    after = time.time()
+    return ClockReading(database=database, offset=(before + after) / 2 - database, round_trip=max(0.0, after - before))
 
 
 async def follow_database(store: Store, clock: Clock) -> ClockReading | None:
