@@ -32,6 +32,7 @@ from ..store import Store, shared
 from ..store.base import Row
 from . import tracing
 from .admissions import Admissions
+from .leases import ClockWatch
 from .metrics import EngineMetrics
 from .pauses import PauseCache
 from .results import ResultWaiters
@@ -103,6 +104,7 @@ class Core:
         self.results = ResultWaiters(store, lambda: self.poll_interval)
         self.admissions = Admissions(store, lambda: self.poll_interval)
         self.pauses = PauseCache(store, clock)
+        self.clock_watch = ClockWatch(store, clock)
         self.settled: dict[str, asyncio.Event] = {}  # update message id -> set when it is answered
         self.is_open = False
         self.local: Local | None = None
@@ -177,6 +179,7 @@ class Core:
         if tracing.configured() and not _traces(self.observer):
             self.observe(tracing.Tracing())
         await self.store.open()
+        await self.clock_watch.read()  # from here on, the database's time (on PostgreSQL)
         self.results.open()
         self.admissions.open()
         self.is_open = True
