@@ -40,8 +40,9 @@ WHERE h.n > (SELECT MAX(m.n) FROM lockgate_window_hits m WHERE m.scope = h.scope
 UNION ALL
 SELECT w.value ->> 0, w.value ->> 1, NULL, NULL
 FROM json_array_elements(%(windows)s::json) AS w(value)
-WHERE EXISTS (SELECT 1 FROM lockgate_pending p
-              WHERE p.mode = 'throttle' AND p.hold_scope = w.value ->> 0 AND p.hold_key = w.value ->> 1);
+WHERE (SELECT 1 FROM lockgate_pending p  -- the head of the line: one index probe (see slot_queues)
+       WHERE p.mode = 'throttle' AND p.hold_scope = w.value ->> 0 AND p.hold_key = w.value ->> 1
+       ORDER BY p.priority DESC, p.seq LIMIT 1) IS NOT NULL;
 
 -- name: add_window_hit
 -- Ranked after the key's newest hit (decisions on one key are serialised: one writer, or the key's lock).
@@ -101,8 +102,9 @@ DELETE FROM lockgate_pending WHERE id = %(id)s RETURNING id;
 SELECT * FROM lockgate_pending WHERE id = %(id)s;
 
 -- name: waiting_ahead
+-- The head of the line: one index probe (see slot_queues).
 SELECT 1 AS ahead FROM lockgate_pending
-WHERE mode = %(mode)s AND hold_scope = %(scope)s AND hold_key = %(key)s LIMIT 1;
+WHERE mode = %(mode)s AND hold_scope = %(scope)s AND hold_key = %(key)s ORDER BY priority DESC, seq LIMIT 1;
 
 -- name: singleton_incumbent
 SELECT id FROM lockgate_runs
@@ -125,8 +127,12 @@ SELECT COUNT(*) AS n FROM lockgate_slots WHERE scope = %(scope)s;
 -- For each [scope, key] of the JSON list %(slots)s: whether a start waits there for a slot (waiting_ahead
 -- with mode 'concurrency') and the slots in use there (slots_in_use).
 SELECT s.value ->> 0 AS scope, s.value ->> 1 AS key,
-    EXISTS (SELECT 1 FROM lockgate_pending p
-            WHERE p.mode = 'concurrency' AND p.hold_scope = s.value ->> 0 AND p.hold_key = s.value ->> 1) AS ahead,
+    -- the head of the key's line, one probe of lockgate_pending_hold: written as EXISTS, it is planned as
+    -- a hashed SubPlan that reads every parked row of the mode, on every decision; without the ORDER BY,
+    -- as a table scan that stops at the first match, after however many drained rows the heap starts with
+    (SELECT 1 FROM lockgate_pending p
+     WHERE p.mode = 'concurrency' AND p.hold_scope = s.value ->> 0 AND p.hold_key = s.value ->> 1
+     ORDER BY p.priority DESC, p.seq LIMIT 1) IS NOT NULL AS ahead,
     (SELECT COUNT(*) FROM lockgate_slots t WHERE t.scope = s.value ->> 0 AND t.key = s.value ->> 1) AS used
 FROM json_array_elements(%(slots)s::json) AS s(value);
 
