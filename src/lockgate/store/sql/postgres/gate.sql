@@ -181,8 +181,19 @@ ORDER BY priority DESC, seq LIMIT %(limit)s;
 SELECT * FROM lockgate_pending WHERE expires_at IS NOT NULL AND expires_at <= %(now)s ORDER BY seq LIMIT %(limit)s;
 
 -- name: waiting_keys
-SELECT hold_scope, hold_key, COUNT(*) AS waiting FROM lockgate_pending
-WHERE mode = 'concurrency' GROUP BY hold_scope, hold_key;
+-- Each (scope, key) a start waits at for a slot: a skip along lockgate_pending_hold, one probe per key
+-- (a GROUP BY would read every parked row).
+WITH RECURSIVE k (hold_scope, hold_key) AS (
+    (SELECT hold_scope, hold_key FROM lockgate_pending
+     WHERE mode = 'concurrency' AND hold_scope IS NOT NULL AND hold_key IS NOT NULL
+     ORDER BY hold_scope, hold_key LIMIT 1)
+    UNION ALL
+    SELECT nxt.hold_scope, nxt.hold_key FROM k CROSS JOIN LATERAL (
+        SELECT p.hold_scope, p.hold_key FROM lockgate_pending p
+        WHERE p.mode = 'concurrency' AND (p.hold_scope, p.hold_key) > (k.hold_scope, k.hold_key)
+        ORDER BY p.hold_scope, p.hold_key LIMIT 1) AS nxt
+)
+SELECT hold_scope, hold_key FROM k;
 
 -- name: waiting_for_key
 SELECT * FROM lockgate_pending

@@ -176,8 +176,23 @@ ORDER BY priority DESC, seq LIMIT :limit;
 SELECT * FROM lockgate_pending WHERE expires_at IS NOT NULL AND expires_at <= :now ORDER BY seq LIMIT :limit;
 
 -- name: waiting_keys
-SELECT hold_scope, hold_key, COUNT(*) AS waiting FROM lockgate_pending
-WHERE mode = 'concurrency' GROUP BY hold_scope, hold_key;
+-- Each (scope, key) a start waits at for a slot: a skip along lockgate_pending_hold, one probe per key
+-- (a GROUP BY would read every parked row). The next key is the next one in its scope, else the first
+-- of the next scope (a row value comparison would search by scope alone and read the scope's rows).
+WITH RECURSIVE k (hold_scope, hold_key) AS (
+    SELECT * FROM (SELECT hold_scope, hold_key FROM lockgate_pending
+                   WHERE mode = 'concurrency' AND hold_scope IS NOT NULL AND hold_key IS NOT NULL
+                   ORDER BY hold_scope, hold_key LIMIT 1)
+    UNION ALL
+    SELECT n.hold_scope, n.hold_key FROM k JOIN lockgate_pending n ON n.id = COALESCE(
+        (SELECT p.id FROM lockgate_pending p
+         WHERE p.mode = 'concurrency' AND p.hold_scope = k.hold_scope AND p.hold_key > k.hold_key
+         ORDER BY p.hold_key LIMIT 1),
+        (SELECT p.id FROM lockgate_pending p
+         WHERE p.mode = 'concurrency' AND p.hold_scope > k.hold_scope AND p.hold_key IS NOT NULL
+         ORDER BY p.hold_scope, p.hold_key LIMIT 1))
+)
+SELECT hold_scope, hold_key FROM k;
 
 -- name: waiting_for_key
 SELECT * FROM lockgate_pending
