@@ -264,15 +264,19 @@ SELECT AVG(finished_at - created_at) AS avg FROM (
     WHERE workflow = %(workflow)s AND status = 'succeeded' ORDER BY created_at DESC LIMIT 50) AS recent;
 
 -- name: flow_pending
--- Parked rows per workflow, mode, key and source (where a start came from, e.g. event:<name>): one workflow's (found through lockgate_pending_workflow), or
--- (no :workflow) every workflow's. As many rows to read as are parked: none once they have drained.
-SELECT workflow, mode, COALESCE(hold_key, '') AS key, COALESCE(source, '') AS source, COUNT(*) AS queued, MIN(first_at) AS oldest
-FROM lockgate_pending WHERE workflow = %(workflow)s::text
-GROUP BY workflow, mode, COALESCE(hold_key, ''), COALESCE(source, '')
-UNION ALL
-SELECT workflow, mode, COALESCE(hold_key, '') AS key, COALESCE(source, '') AS source, COUNT(*) AS queued, MIN(first_at) AS oldest
-FROM lockgate_pending WHERE %(workflow)s::text IS NULL
-GROUP BY workflow, mode, COALESCE(hold_key, ''), COALESCE(source, '');
+-- Parked rows per workflow, mode, key and source (where a start came from, e.g. event:<name>): one workflow's, or
+-- (no :workflow) every workflow's. The counts kept by migration 0018's triggers, and the oldest of each group
+-- by one probe of lockgate_pending_flow: as many rows to read as there are groups, however many are parked.
+SELECT c.workflow, c.mode, c.key, c.source, c.queued,
+    (SELECT p.first_at FROM lockgate_pending p
+     WHERE p.workflow = c.workflow AND p.mode = c.mode AND COALESCE(p.hold_key, '') = c.key
+         AND COALESCE(p.source, '') = c.source
+     ORDER BY p.first_at LIMIT 1) AS oldest
+FROM (
+    SELECT workflow, mode, key, source, SUM(n) AS queued FROM lockgate_pending_counts
+    WHERE workflow = %(workflow)s::text OR %(workflow)s::text IS NULL
+    GROUP BY workflow, mode, key, source HAVING SUM(n) > 0
+) AS c;
 
 -- name: flow_slots
 SELECT workflow, key, COUNT(*) AS in_flight FROM lockgate_slots
