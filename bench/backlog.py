@@ -15,7 +15,8 @@ an ``Engine`` drains the key for ``--drain-seconds``. Reported per size:
 - bytes per parked start (what the database grew by, divided by N);
 - drain rate: runs started from the backlog and finished per second (a slot freed hands
   on to the next parked start);
-- ``flow()`` time at N parked (the median of a few calls), every workflow and one.
+- ``flow()`` time at N parked (the median of a few calls), every workflow and one, beside
+  the same call with only the warm-up's starts parked (what the call costs at any size).
 
 Beside them, the floor of the same database (one-row insert + commit loop).
 """
@@ -107,6 +108,7 @@ class SizeResult:
     bytes_per_parked: float | None
     flow_ms: float
     flow_one_ms: float
+    flow_small_ms: float
     queued: int
     drained: int
     drain_seconds: float
@@ -139,6 +141,7 @@ class SizeResult:
             "bytes_per_parked": self.bytes_per_parked,
             "flow_ms": self.flow_ms,
             "flow_one_ms": self.flow_one_ms,
+            "flow_small_ms": self.flow_small_ms,
             "queued_at_flow": self.queued,
             "drained": self.drained,
             "drain_seconds": self.drain_seconds,
@@ -225,6 +228,7 @@ async def run_size(url: str, size: int, callers: int, drain_seconds: float) -> S
     app = build_app(finished)
     async with lg.Client(app, url) as client:
         await _offer(client, -callers, callers, callers)  # warm-up: caches, connections, the ten slots
+        flow_small_ms, _ = await _time_flow(client, None)  # the same call with a few parked: its floor
         before = _database_bytes(url)
         began = time.perf_counter()
         done, outcomes = await _offer(client, 0, size, callers)
@@ -246,6 +250,7 @@ async def run_size(url: str, size: int, callers: int, drain_seconds: float) -> S
         bytes_per_parked=grown / size if grown > 0 else None,
         flow_ms=flow_ms,
         flow_one_ms=flow_one_ms,
+        flow_small_ms=flow_small_ms,
         queued=queued,
         drained=drained,
         drain_seconds=span,
@@ -269,7 +274,9 @@ async def run_place(place: Place, args: argparse.Namespace) -> tuple[Floor, list
 
 
 def _rows(floor: Floor, results: list[SizeResult]) -> list[list[Cell]]:
-    rows: list[list[Cell]] = [["floor", floor.commits_per_s, None, None, None, None, None, None, None, None, None]]
+    rows: list[list[Cell]] = [
+        ["floor", floor.commits_per_s, None, None, None, None, None, None, None, None, None, None]
+    ]
     for r in results:
         first, last = r.tenths[0], r.tenths[-1]
         rows.append(
@@ -285,6 +292,7 @@ def _rows(floor: Floor, results: list[SizeResult]) -> list[list[Cell]]:
                 r.bytes_per_parked,
                 r.drain_per_s,
                 r.flow_ms,
+                r.flow_small_ms,
             ]
         )
     return rows
@@ -339,6 +347,7 @@ def main(argv: list[str] | None = None) -> int:
             "bytes/parked",
             "drain/s",
             "flow() ms",
+            "flow() ms, ~200 parked",
         ],
         _rows(floor, results),
         plain=args.plain,
