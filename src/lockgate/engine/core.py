@@ -29,7 +29,7 @@ from ..recording import DEFAULT_INPUT_LIMIT
 from ..runtime import Published, Runtime
 from ..serde import decode_as
 from ..store import Store, shared
-from ..store.base import Row
+from ..store.base import CHANGED, Row
 from . import tracing
 from .admissions import Admissions
 from .metrics import EngineMetrics
@@ -110,6 +110,7 @@ class Core:
         self.published = Published()
         self.observer: Observer | None = None  # metrics and traces; None: nothing is reported (observer.py)
         self._metrics: EngineMetrics | None = None
+        self._listening = False
         self.runtime = self._runtime()
 
     def serve(self, local: Local) -> None:
@@ -179,7 +180,19 @@ class Core:
         await self.store.open()
         self.results.open()
         self.admissions.open()
+        if self.store.cross_process_wakeups and not self._listening:
+            self.store.add_listener(self._heard)
+            self._listening = True
         self.is_open = True
+
+    def _heard(self, channel: str, payload: str) -> None:
+        """Another process committed (a store that tells so): whoever waits on its work reads again now."""
+        if channel != CHANGED:
+            return
+        self.results.poke()
+        self.admissions.poke()
+        for answered in self.settled.values():
+            answered.set()  # the update's caller reads its message again (engine/client.py)
 
     async def close(self) -> None:
         await self.admissions.close()

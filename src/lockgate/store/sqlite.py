@@ -5,10 +5,11 @@ together at the next turn of the loop: a single ``BEGIN IMMEDIATE`` … ``COMMIT
 carries every operation queued since the last commit (group commit), so a thousand
 concurrent runs finishing steps pay for one fsync, not a thousand. Reads run on the
 same connection between flushes and see committed data only. Other processes may
-open the same file (WAL lets their readers run beside our writer); cross-process
-wake-ups are polled. While one of them holds the write lock a batch waits for it on a
-timer, never on the loop's thread. A commit that wrote ledger rows folds them into the
-counts ``flow()`` reads once ``FOLD_AT`` or more are left out (``_SQLiteTx.count_ledger``).
+open the same file (WAL lets their readers run beside our writer); their commits are
+heard by a cheap change check (``sqlite_wakeups.py``), and while one of them holds the
+write lock a batch waits for it on a timer, never on the loop's thread. A commit that
+wrote ledger rows folds them into the counts ``flow()`` reads once ``FOLD_AT`` or more
+are left out (``_SQLiteTx.count_ledger``).
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ import random
 import re
 import sqlite3
 import time
-from collections.abc import Awaitable, Coroutine, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
 from pathlib import Path
 from types import CoroutineType
 from typing import Any, ParamSpec, TypeVar
@@ -33,6 +34,7 @@ from .coalesce import Call, run_calls
 from .multirow import multirow
 from .sql_files import check_schema, load_queries, migrations
 from .sqlite_joined import join_sqlite
+from .sqlite_wakeups import ChangeWatch
 
 __all__ = ["SQLiteStore"]
 
@@ -169,6 +171,8 @@ class SQLiteStore(Store):
         self._busy_since: float | None = None  # when the write lock was first found held by another connection
         self._busy_wait = BUSY_WAIT[0]
         self._guarded = False  # the next batch runs op by op (its optimistic try refused, then the lock was lost)
+        self._listeners: list[Callable[[str, str], None]] = []
+        self._watch: ChangeWatch | None = None
 
     # -- lifecycle ----------------------------------------------------------------------
 
@@ -218,6 +222,26 @@ class SQLiteStore(Store):
             if getattr(exc, "sqlite_errorname", None) == "SQLITE_CORRUPT":  # not merely another kind of file
                 raise _failed("open", self.path, exc) from None
             raise StoreError(f"cannot open SQLite database {self.path}: {exc}") from None
+        if self._listeners:
+            self._watch_changes()
+
+    # -- wake-ups -----------------------------------------------------------------------
+
+    @property
+    def cross_process_wakeups(self) -> bool:
+        return self.path != ":memory:"
+
+    def add_listener(self, callback: Callable[[str, str], None]) -> None:
+        """Be told of other connections' commits, on the channels PostgreSQL notifies (``sqlite_wakeups.py``)."""
+        self._listeners.append(callback)
+        if self._conn is not None and self.cross_process_wakeups:
+            self._watch_changes()
+
+    def _watch_changes(self) -> None:
+        if self._watch is None:
+            wal = f"{self.path}-wal"
+            self._watch = ChangeWatch(self._require(), wal, self._queries["wakeup_counts"], self._listeners)
+            self._watch.start()
 
     @staticmethod
     def _applied(conn: sqlite3.Connection) -> set[int] | None:
@@ -260,6 +284,9 @@ class SQLiteStore(Store):
     async def close(self) -> None:
         if self._conn is None:
             return
+        if self._watch is not None:
+            self._watch.stop()
+            self._watch = None
         self._flush()
         while self._pending:  # another connection holds the write lock: wait for it (or for the busy timeout)
             await asyncio.sleep(self._busy_wait)
@@ -330,6 +357,8 @@ class SQLiteStore(Store):
                 tx.count_ledger()
             conn.execute("COMMIT")
             self.commits += 1
+            if self._watch is not None:
+                self._watch.committed()
         except _LockLost:
             self._requeue(batch, guarded=True)
             return
