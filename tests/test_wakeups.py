@@ -16,6 +16,7 @@ import sqlite3
 import subprocess
 import sys
 import tempfile
+import time
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
@@ -139,6 +140,27 @@ async def test_what_another_process_does_wakes_the_worker_at_once(workers: Worke
         assert queued.status == "queued"
         await client.cancel(holders[0].run_id or "")
         await workers.until(lambda: workers.began("gated", 12), "the start parked behind a freed slot")
+
+
+@pytest.mark.slow
+async def test_a_sqlite_client_learns_of_an_end_in_another_process_without_waiting_for_its_poll(
+    workers: Workers, store_url: str, store_kind: str
+) -> None:
+    if store_kind != "sqlite":
+        pytest.skip("PostgreSQL notifies no run's end: a waiter there polls")
+    async with lg.Client(app, store_url, poll_interval=30) as client:
+        workers.spawn()
+        await workers.ready()
+        handle = await client.start("wk.signal", {"i": 1})
+        run_id = handle.run_id or ""
+        await workers.until(lambda: _parked(client, run_id), "the run parked on its signal")
+        waiting = asyncio.ensure_future(client.result(run_id))
+        await asyncio.sleep(6)  # the waiter's reads back off meanwhile: the next is 5 s or more away
+        assert not waiting.done()
+        signalled = time.monotonic()
+        await client.signal(run_id, "go", {"i": 1})
+        await asyncio.wait_for(waiting, DEADLINE)
+        assert time.monotonic() - signalled < 3  # told by the change check, not by the next read
 
 
 @pytest.mark.slow

@@ -180,13 +180,13 @@ class Core:
         await self.store.open()
         self.results.open()
         self.admissions.open()
-        if self.store.cross_process_wakeups and not self._listening:
+        if self.store.tells_commits and not self._listening:  # SQLite; PostgreSQL's NOTIFY wakes dispatchers only
             self.store.add_listener(self._heard)
             self._listening = True
         self.is_open = True
 
     def _heard(self, channel: str, payload: str) -> None:
-        """Another process committed (a store that tells so): whoever waits on its work reads again now."""
+        """Another process committed: whoever waits here on another process's work reads again now."""
         if channel != CHANGED:
             return
         self.results.poke()

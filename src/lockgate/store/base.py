@@ -169,3 +169,8 @@ class Store(abc.ABC):
     def cross_process_wakeups(self) -> bool:
         """Whether other processes' writes arrive as notifications (else: poll)."""
         return False
+
+    @property
+    def tells_commits(self) -> bool:
+        """Whether the listeners also hear ``CHANGED`` after any other process's commit."""
+        return False

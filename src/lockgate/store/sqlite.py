@@ -231,6 +231,10 @@ class SQLiteStore(Store):
     def cross_process_wakeups(self) -> bool:
         return self.path != ":memory:"
 
+    @property
+    def tells_commits(self) -> bool:
+        return self.cross_process_wakeups
+
     def add_listener(self, callback: Callable[[str, str], None]) -> None:
         """Be told of other connections' commits, on the channels PostgreSQL notifies (``sqlite_wakeups.py``)."""
         self._listeners.append(callback)
