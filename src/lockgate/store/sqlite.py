@@ -361,8 +361,6 @@ class SQLiteStore(Store):
                 tx.count_ledger()
             conn.execute("COMMIT")
             self.commits += 1
-            if self._watch is not None:
-                self._watch.committed()
         except _LockLost:
             self._requeue(batch, guarded=True)
             return

@@ -8,14 +8,17 @@ WAL index in shared memory that takes no lock a writer waits for and writes noth
 moved, one small read of the counters tells which channels did; each is told to the
 listeners, then ``CHANGED`` (waiters for a run's end or an update's answer read again).
 
-When to check: on Linux, inotify tells of each write to the WAL file by another process
-(this store's own commits drain what they caused and check once). A commit becomes visible
-only once its frames are written and synced, so a write starts a series of checks, the
-first ``CHECK_EVERY`` seconds later, each wait doubling, until ``HOT_FOR`` seconds have
-passed without a write; each write starts the series again. An idle worker wakes for
-nothing. Where inotify is missing, the checks run every ``CHECK_EVERY`` seconds for good.
-Every wait is jittered (0.5x to 1.5x) so that processes do not check in step. The engine's
-timed polls stay as they were: the fallback for a change a check missed.
+When to check. While the file is quiet, on Linux, an inotify watch on the WAL file waits
+for the next write (anyone's), at no cost. A write starts a series of checks: the watch is
+dropped (a watch costs every write to the file, in every process, some kernel work) and the
+checks come on a timer, the first ``CHECK_EVERY`` seconds later (a commit shows only once its
+frames are written and synced), each wait doubling up to ``LONGEST_WAIT``, back to the first
+after each change seen. ``HOT_FOR`` seconds after the last change the watch is set again,
+then one more check covers what came meanwhile. An idle worker wakes for nothing; a busy one
+pays a check every few milliseconds, not a cost per commit. Where inotify is missing, the
+checks run every ``CHECK_EVERY`` seconds for good. Every wait is jittered (0.5x to 1.5x) so
+that processes do not check in step. The engine's timed polls stay as they were: the
+fallback for a change a check missed.
 """
 
 from __future__ import annotations
@@ -27,24 +30,24 @@ import logging
 import os
 import random
 import sqlite3
-import struct
 import sys
 import time
 from collections.abc import Callable
 
 from .base import CHANGED
 
-__all__ = ["CHECK_EVERY", "HOT_FOR", "ChangeWatch"]
+__all__ = ["CHECK_EVERY", "HOT_FOR", "LONGEST_WAIT", "ChangeWatch"]
 
 log = logging.getLogger("lockgate.store")
 
 CHECK_EVERY = 0.002
 """Seconds from a write to the first check after it, on average; between checks where there is no inotify."""
+LONGEST_WAIT = 0.016
+"""Seconds between two checks of a series at most (the waits double up to it)."""
 HOT_FOR = 0.15
-"""Seconds the checks go on after the last write to the WAL file (their waits doubling meanwhile)."""
+"""Seconds a series of checks goes on after the last change it saw (or the write that started it)."""
 
-_IN_MODIFY, _IN_DELETE_SELF, _IN_MOVE_SELF, _IN_IGNORED = 0x2, 0x400, 0x800, 0x8000
-_EVENT = struct.Struct("iIII")  # struct inotify_event: wd, mask, cookie, len (then len bytes of name)
+_IN_MODIFY = 0x2
 
 
 class ChangeWatch:
@@ -63,7 +66,7 @@ class ChangeWatch:
         self._listeners = listeners
         self._loop = asyncio.get_running_loop()
         self._timer: asyncio.TimerHandle | None = None
-        self._inotify: int | None = None
+        self._inotify: _Inotify | None = None
         self._hot_until = 0.0
         self._wait = CHECK_EVERY
         self._version: int | None = None
@@ -72,17 +75,17 @@ class ChangeWatch:
 
     @property
     def watching_writes(self) -> bool:
-        """Whether writes to the WAL file start the checks (else they never stop)."""
+        """Whether a write to the WAL file starts the checks (else they never stop)."""
         return self._inotify is not None
 
     def start(self) -> None:
         self._version, self._counts = self._read()  # what is already there wakes nobody
-        self._inotify = _inotify(self._wal)
+        self._inotify = _Inotify.open()
         if self._inotify is not None:
             try:
-                self._loop.add_reader(self._inotify, self._written)
+                self._loop.add_reader(self._inotify.fd, self._written)
             except (NotImplementedError, RuntimeError):  # a loop without readers (Windows' proactor)
-                os.close(self._inotify)
+                self._inotify.close()
                 self._inotify = None
         self._heat()
 
@@ -91,46 +94,23 @@ class ChangeWatch:
             self._timer.cancel()
             self._timer = None
         if self._inotify is not None:
-            self._loop.remove_reader(self._inotify)
-            os.close(self._inotify)
+            self._loop.remove_reader(self._inotify.fd)
+            self._inotify.close()
             self._inotify = None
 
     def _written(self) -> None:
-        """Another connection wrote to the WAL file: check until its commit shows and settles."""
-        if self._drain():
-            self._heat()
-
-    def committed(self) -> None:
-        """This connection committed. The writes to the WAL file told since are its own, or those of
-        commits that ended before it took the write lock, which one check now sees: no need to heat."""
-        if self._inotify is not None and self._drain() and self._timer is None:
-            self.check()
-
-    def _drain(self) -> bool:
-        """Read the writes told so far; whether there were any."""
-        fd = self._inotify
-        assert fd is not None
-        told = gone = False
-        with contextlib.suppress(BlockingIOError, InterruptedError):
-            while data := os.read(fd, 4096):
-                told = True
-                offset = 0
-                while offset + _EVENT.size <= len(data):
-                    _, mask, _, size = _EVENT.unpack_from(data, offset)
-                    gone = gone or bool(mask & (_IN_DELETE_SELF | _IN_MOVE_SELF | _IN_IGNORED))
-                    offset += _EVENT.size + size
-        if gone:  # the file watched is no longer the WAL: check on the timer alone, for good
-            self._loop.remove_reader(fd)
-            os.close(fd)
-            self._inotify = None
-            self._heat()
-        return told
+        """The WAL file was written to while it was watched: check until the commit shows and settles."""
+        assert self._inotify is not None
+        self._inotify.drain()
+        self._heat()
 
     def _heat(self) -> None:
         self._hot_until = time.monotonic() + HOT_FOR
         self._wait = CHECK_EVERY
+        if self._inotify is not None:
+            self._inotify.unwatch()
         if self._timer is not None and self._timer.when() > self._loop.time() + 1.5 * CHECK_EVERY:
-            self._timer.cancel()  # a long wait of the last series: check soon instead
+            self._timer.cancel()  # a long wait of this series: check soon instead
             self._timer = None
         if self._timer is None:
             self._arm()
@@ -139,16 +119,20 @@ class ChangeWatch:
         self._timer = self._loop.call_later(self._wait * (0.5 + random.random()), self._tick)
 
     def _tick(self) -> None:
-        self.check()
-        if self._inotify is None:
-            self._arm()
-            return
-        left = self._hot_until - time.monotonic()
-        if left > 0:
-            self._wait = min(self._wait * 2, left)
-            self._arm()
+        self._timer = None
+        if self.check():  # more may follow: check soon again
+            self._hot_until, self._wait = time.monotonic() + HOT_FOR, CHECK_EVERY
         else:
-            self._timer = None  # cold: the next write to the WAL file starts the checks again
+            self._wait = min(self._wait * 2, LONGEST_WAIT)
+        if self._inotify is None or time.monotonic() < self._hot_until:
+            self._arm()
+        elif not self._inotify.watch(self._wal):  # the WAL file is gone: the timer alone, for good
+            self._loop.remove_reader(self._inotify.fd)
+            self._inotify.close()
+            self._inotify = None
+            self._arm()
+        elif self.check():  # what was committed before the watch was set
+            self._heat()
 
     def check(self) -> list[str]:
         """Tell the listeners what other connections committed since the last check; the channels told."""
@@ -181,18 +165,45 @@ class ChangeWatch:
             return None, {}
 
 
-def _inotify(path: str) -> int | None:
-    """A non-blocking inotify descriptor told of each write to ``path`` (Linux); ``None`` where there is none."""
-    if not sys.platform.startswith("linux") or not os.path.exists(path):
-        return None
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        fd = int(libc.inotify_init1(os.O_NONBLOCK | os.O_CLOEXEC))
-    except (OSError, AttributeError):
-        return None
-    if fd < 0:
-        return None
-    if libc.inotify_add_watch(fd, os.fsencode(path), _IN_MODIFY | _IN_DELETE_SELF | _IN_MOVE_SELF) < 0:
-        os.close(fd)
-        return None
-    return fd
+class _Inotify:
+    """An inotify instance (Linux) watching one file for writes, or nothing, at will."""
+
+    def __init__(self, libc: ctypes.CDLL, fd: int) -> None:
+        self._libc = libc
+        self.fd = fd
+        self._wd: int | None = None
+
+    @classmethod
+    def open(cls) -> _Inotify | None:
+        if not sys.platform.startswith("linux"):
+            return None
+        try:
+            libc = ctypes.CDLL(None, use_errno=True)
+            fd = int(libc.inotify_init1(os.O_NONBLOCK | os.O_CLOEXEC))
+        except (OSError, AttributeError):
+            return None
+        return cls(libc, fd) if fd >= 0 else None
+
+    def watch(self, path: str) -> bool:
+        """Watch ``path`` for writes (events told before are read first); whether it could be."""
+        self.drain()
+        if self._wd is None:
+            wd = int(self._libc.inotify_add_watch(self.fd, os.fsencode(path), _IN_MODIFY))
+            if wd < 0:
+                return False
+            self._wd = wd
+        return True
+
+    def unwatch(self) -> None:
+        if self._wd is not None:
+            self._libc.inotify_rm_watch(self.fd, self._wd)
+            self._wd = None
+
+    def drain(self) -> None:
+        with contextlib.suppress(BlockingIOError, InterruptedError):
+            while len(os.read(self.fd, 4096)) >= 2048:  # identical unread events are told once: rarely more
+                pass
+
+    def close(self) -> None:
+        self.unwatch()
+        os.close(self.fd)
