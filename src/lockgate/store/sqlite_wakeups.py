@@ -11,9 +11,9 @@ listeners, then ``CHANGED`` (waiters for a run's end or an update's answer read 
 When to check. While the file is quiet, on Linux, an inotify watch on the WAL file waits
 for the next write (anyone's), at no cost. A write starts a series of checks: the watch is
 dropped (a watch costs every write to the file, in every process, some kernel work) and the
-checks come on a timer, the first ``CHECK_EVERY`` seconds later (a commit shows only once its
-frames are written and synced), each wait doubling up to ``LONGEST_WAIT``, back to the first
-after each change seen. ``HOT_FOR`` seconds after the last change the watch is set again,
+checks come on a timer every ``CHECK_EVERY`` seconds for ``SYNC_FOR`` (a commit shows only
+once its frames are written and synced), then each wait doubling up to ``LONGEST_WAIT``, back
+to the first after each change seen. ``HOT_FOR`` seconds after the last change the watch is set again,
 then one more check covers what came meanwhile. An idle worker wakes for nothing; a busy one
 pays a check every few milliseconds, not a cost per commit. Where inotify is missing, the
 checks run every ``CHECK_EVERY`` seconds for good. Every wait is jittered (0.5x to 1.5x) so
@@ -36,7 +36,7 @@ from collections.abc import Callable
 
 from .base import CHANGED
 
-__all__ = ["CHECK_EVERY", "HOT_FOR", "LONGEST_WAIT", "ChangeWatch"]
+__all__ = ["CHECK_EVERY", "HOT_FOR", "LONGEST_WAIT", "SYNC_FOR", "ChangeWatch"]
 
 log = logging.getLogger("lockgate.store")
 
@@ -44,6 +44,8 @@ CHECK_EVERY = 0.002
 """Seconds from a write to the first check after it, on average; between checks where there is no inotify."""
 LONGEST_WAIT = 0.016
 """Seconds between two checks of a series at most (the waits double up to it)."""
+SYNC_FOR = 0.02
+"""Seconds after a write or a change that the checks stay ``CHECK_EVERY`` apart (a commit's sync)."""
 HOT_FOR = 0.15
 """Seconds a series of checks goes on after the last change it saw (or the write that started it)."""
 
@@ -120,9 +122,10 @@ class ChangeWatch:
 
     def _tick(self) -> None:
         self._timer = None
+        now = time.monotonic()
         if self.check():  # more may follow: check soon again
-            self._hot_until, self._wait = time.monotonic() + HOT_FOR, CHECK_EVERY
-        else:
+            self._hot_until, self._wait = now + HOT_FOR, CHECK_EVERY
+        elif now > self._hot_until - HOT_FOR + SYNC_FOR:  # past the time a commit takes to show: back off
             self._wait = min(self._wait * 2, LONGEST_WAIT)
         if self._inotify is None or time.monotonic() < self._hot_until:
             self._arm()
