@@ -203,12 +203,14 @@ class Dispatcher:
             self._wake.set()  # a start, a park, a signal: the dispatcher's business, not the drainer's
 
     def _on_wakeup(self, channel: str, payload: str) -> None:
-        """A wake-up the database raised for another process's write (see migration 0003)."""
+        """A wake-up the database raised for another process's write (see migrations 0003 and 0024)."""
         if channel == "runs":  # a run became claimable, or a timer was set: re-read when the next one is due
             self._wake.set()
             self.core.admissions.poke()  # it may be a parked start another process admitted
         elif channel == "gate" and self.drainer.holds_lease:
             self.drainer.wake()  # only the replica holding the drain lease drains; the others would only poll it
+        elif channel == "events":
+            self.core.published()  # another process published: the event sweeps here fan it out now
 
     def after_finish(self, run_id: str, stopped: list[str], ended: Row | None = None, *, settled: bool = False) -> None:
         """``settled``: the run's slot passed on in its end's transaction, and nothing is left to drain for it."""
