@@ -215,6 +215,14 @@ async def call(
     return result
 
 
+def step_output(name: str, result: Any, rtype: Any) -> str:
+    """A step's result as its journal entry stores it; ``TypeError`` when JSON cannot hold it."""
+    try:
+        return encode(result, rtype)
+    except Exception as exc:
+        raise TypeError(f"ctx.step({name!r}): its result cannot be stored as JSON: {exc}") from exc
+
+
 def kept_input(value: Any, limit: int) -> str:
     """A step's ``input=`` as its attempt row keeps it: whole up to ``limit`` bytes, else its head, marked."""
     text = encode(value)
