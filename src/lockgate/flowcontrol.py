@@ -17,8 +17,18 @@ from dataclasses import dataclass
 from typing import Any
 
 from .durations import Duration, to_seconds
+from .errors import DefinitionError
+from .names import name_problem
 
-__all__ = ["INHERIT", "FlowControl", "FlowLimits", "check_flow_control", "check_limits", "resolve_flow"]
+__all__ = [
+    "INHERIT",
+    "FlowControl",
+    "FlowLimits",
+    "check_flow_control",
+    "check_flow_keys",
+    "check_limits",
+    "resolve_flow",
+]
 
 
 class _Inherit:
@@ -119,6 +129,9 @@ def check_flow_control(value: Any) -> FlowControl:
     key = value.key
     if not callable(key) and (not isinstance(key, str) or not key.strip()):
         raise ValueError(f"flow_control.key: must be a non-empty string or a callable of the payload, got {key!r}")
+    problem = None if callable(key) else name_problem(key)
+    if problem is not None:
+        raise ValueError(f"flow_control.key: {problem}")
     try:
         check_limits(value.rate, value.period, value.parallelism)
     except ValueError as exc:
@@ -136,5 +149,36 @@ def resolve_flow(fc: FlowControl, payload: Any) -> FlowLimits:
             raise ValueError(f"flow_control.key: callback raised {type(exc).__name__}: {exc}") from None
         if key is None or (isinstance(key, str) and not key.strip()):
             raise ValueError(f"flow_control.key: callback returned {key!r}, not a non-empty key")
+        problem = name_problem(str(key))
+        if problem is not None:
+            raise ValueError(f"flow_control.key: callback returned a key that cannot be one: {problem}")
     rate, period, parallelism = check_limits(fc.rate, fc.period, fc.parallelism)
     return FlowLimits(str(key), rate, period, parallelism)
+
+
+def check_flow_keys(declared: dict[str, FlowControl | None]) -> None:
+    """Workflows that declare one flow-control key declare the same limits for it (the key has one set
+    of limits, across every run and process); ``DefinitionError`` naming both workflows otherwise.
+
+    ``declared`` maps each workflow to its ``flow_control`` option (checked); keys computed from the
+    payload are not known before a start and are not compared.
+    """
+    seen: dict[str, tuple[str, tuple[int | None, float, int | None]]] = {}
+    for workflow, fc in declared.items():
+        if fc is None or not isinstance(fc.key, str):
+            continue
+        limits = check_limits(fc.rate, fc.period, fc.parallelism)
+        first = seen.setdefault(fc.key, (workflow, limits))
+        if first[1] != limits:
+            raise DefinitionError(
+                workflow,
+                ["flow_control", f"{first[0]}.flow_control"],
+                f"workflows sharing the flow-control key {fc.key!r} must declare the same limits "
+                f"({_shown(limits)} vs {_shown(first[1])} in {first[0]!r})",
+            )
+
+
+def _shown(limits: tuple[int | None, float, int | None]) -> str:
+    rate, period, parallelism = limits
+    parts = [] if rate is None else [f"rate={rate} per {period:g}s"]
+    return ", ".join([*parts, *([] if parallelism is None else [f"parallelism={parallelism}"])])
