@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from .apps.cli_gate import app as gate_app
-from .test_cli import Lockgate, wait_for
+from .test_cli import Lockgate, migrated, wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -51,7 +51,7 @@ def make_cli(store: str, cwd: Path) -> Lockgate:
 @pytest.fixture
 def lg(store_url: str, tmp_path: Path) -> Lockgate:
     """The CLI with the gate test app importable, on each kind of store."""
-    return make_cli(store_url, tmp_path)
+    return make_cli(migrated(store_url), tmp_path)
 
 
 @pytest.fixture

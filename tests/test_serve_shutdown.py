@@ -44,6 +44,7 @@ def test_sigterm_lets_the_running_step_finish_and_journals_it(tmp_path: Path) ->
     def cli(*args: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run([*lockgate, *args, "--store", store], env=env, capture_output=True, text=True, timeout=60)
 
+    assert cli("migrate").returncode == 0
     started = cli("workflows", "start", "slow.job", "--app", "tests.apps.slow_steps:app", "--payload", '{"n": 4}')
     assert started.returncode == 0, started.stderr
     serve = [*lockgate, "serve", "tests.apps.slow_steps:app", "--store", store, "--no-http", "--lease", "2s"]

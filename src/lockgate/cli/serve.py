@@ -228,6 +228,8 @@ async def serve_app(app: App, config: ServeConfig) -> int:
     failed: list[str] = []
     await engine.open()
     try:
+        if store.created:
+            log.info("created a new lockgate database at %s", display_url(config.store))
         log.info(
             "worker %s started (store %s, app %s: %d workflow(s), max %d concurrent runs, lease %gs, retention %s)",
             engine.worker_id,

@@ -120,6 +120,8 @@ class Store(abc.ABC):
     """What ``open`` does with the schema, set before it: ``migrate`` applies pending migrations;
     ``check`` refuses a database whose schema is not current (``StoreError``) and writes no DDL;
     ``read`` checks too and opens the database read-only (every write is refused)."""
+    created = False
+    """Set by ``open`` in ``migrate`` mode: whether it made the lockgate tables (a new database)."""
     share_file = True
     """SQLite: whether lockgate may add its tables to a file that holds an application's tables.
     Code may (a transactional start shares the application's file, docs/transactions.md); the
