@@ -240,7 +240,7 @@ def test_start_then_list_and_show(lg: Lockgate) -> None:
 
 def test_lockgate_errors_exit_1_with_one_line(lg: Lockgate) -> None:
     if lg.store.startswith("sqlite"):
-        nothing = lg("workflows", "list", code=1)
+        nothing = lg("workflows", "list", "--store", f"sqlite:///{lg.cwd}/missing.db", code=1)
         assert nothing.err.startswith("error: no lockgate database at ")
         (lg.cwd / "notes.txt").write_text("not a database, but long enough to have a header" * 10)
         foreign = lg("workflows", "list", "--store", "sqlite:///notes.txt", code=1)
@@ -485,7 +485,7 @@ def test_demo_runs_to_completion(cli: Lockgate, tmp_path: Path) -> None:
 
 
 def test_demo_refuses_to_reset_a_database_of_other_runs(cli: Lockgate, tmp_path: Path) -> None:
-    url = f"sqlite:///{tmp_path}/mine.db"
+    url = migrated(f"sqlite:///{tmp_path}/mine.db")
     cli("workflows", "start", "double", "--app", APP, "--store", url, "--payload", '{"n": 1}')
     refused = cli("demo", "--store", url, code=1)
     assert refused.err.startswith("error: refusing to reset") and "--keep" in refused.err

@@ -214,8 +214,8 @@ def test_pause_parks_starts_until_unpause_releases_them(lg: Lockgate) -> None:
 
 
 def test_pause_key_holds_admissions_under_that_key(lg: Lockgate) -> None:
-    if lg.store.startswith("sqlite"):  # like every command but start, a pause needs an existing store
-        missing = lg("workflows", "pause-key", "k", code=1)
+    if lg.store.startswith("sqlite"):  # like every command, a pause needs an existing store
+        missing = lg("workflows", "pause-key", "k", "--store", f"sqlite:///{lg.cwd}/missing.db", code=1)
         assert missing.err.startswith("error: no lockgate database at ")
     assert start(lg, "cg.limited", key="other")["status"] == "started"
     held = lg.json("workflows", "pause-key", "k", "--for", "1h", "--reason", "provider says wait")
