@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import io
 import json
 import os
 import signal
@@ -18,6 +20,7 @@ from typing import Any
 
 import pytest
 
+from lockgate.cli import run
 from lockgate.store import open_store
 from lockgate.store import workers as store_workers
 
@@ -93,6 +96,14 @@ class Result:
     @property
     def json(self) -> Any:
         return json.loads(self.out)
+
+
+def migrated(store: str) -> str:
+    """``store`` made a lockgate database, as ``lockgate migrate`` does: no other verb creates one."""
+    if store.startswith("sqlite:"):  # a PostgreSQL test database is a migrated copy already
+        with contextlib.redirect_stdout(io.StringIO()):
+            assert run(["migrate", "--store", store]) == 0
+    return store
 
 
 class Lockgate:
@@ -174,7 +185,7 @@ def wait_for(get: Callable[[], Any], predicate: Callable[[Any], bool], what: str
 def lg(store_url: str, tmp_path: Path) -> Lockgate:
     """The CLI on each kind of store."""
     (tmp_path / "cliapp.py").write_text(APP_SOURCE)
-    return Lockgate(store_url, tmp_path)
+    return Lockgate(migrated(store_url), tmp_path)
 
 
 @pytest.fixture
@@ -229,7 +240,7 @@ def test_start_then_list_and_show(lg: Lockgate) -> None:
 
 def test_lockgate_errors_exit_1_with_one_line(lg: Lockgate) -> None:
     if lg.store.startswith("sqlite"):
-        nothing = lg("workflows", "list", code=1)
+        nothing = lg("workflows", "list", "--store", f"sqlite:///{lg.cwd}/missing.db", code=1)
         assert nothing.err.startswith("error: no lockgate database at ")
         (lg.cwd / "notes.txt").write_text("not a database, but long enough to have a header" * 10)
         foreign = lg("workflows", "list", "--store", "sqlite:///notes.txt", code=1)
@@ -474,7 +485,7 @@ def test_demo_runs_to_completion(cli: Lockgate, tmp_path: Path) -> None:
 
 
 def test_demo_refuses_to_reset_a_database_of_other_runs(cli: Lockgate, tmp_path: Path) -> None:
-    url = f"sqlite:///{tmp_path}/mine.db"
+    url = migrated(f"sqlite:///{tmp_path}/mine.db")
     cli("workflows", "start", "double", "--app", APP, "--store", url, "--payload", '{"n": 1}')
     refused = cli("demo", "--store", url, code=1)
     assert refused.err.startswith("error: refusing to reset") and "--keep" in refused.err

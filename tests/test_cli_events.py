@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from .apps.events import app
-from .test_cli import Lockgate
+from .test_cli import Lockgate, migrated
 from .test_events import settled
 
 pytestmark = pytest.mark.slow
@@ -20,7 +20,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 @pytest.fixture
 def cli(store_url: str, tmp_path: Path) -> Lockgate:
-    runner = Lockgate(store_url, tmp_path, app=APP)
+    runner = Lockgate(migrated(store_url), tmp_path, app=APP)
     runner.env["PYTHONPATH"] = os.pathsep.join((str(ROOT), runner.env["PYTHONPATH"]))
     return runner
 

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from .apps.cli_gate import app as gate_app
-from .test_cli import Lockgate, wait_for
+from .test_cli import Lockgate, migrated, wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -51,7 +51,7 @@ def make_cli(store: str, cwd: Path) -> Lockgate:
 @pytest.fixture
 def lg(store_url: str, tmp_path: Path) -> Lockgate:
     """The CLI with the gate test app importable, on each kind of store."""
-    return make_cli(store_url, tmp_path)
+    return make_cli(migrated(store_url), tmp_path)
 
 
 @pytest.fixture
@@ -214,8 +214,8 @@ def test_pause_parks_starts_until_unpause_releases_them(lg: Lockgate) -> None:
 
 
 def test_pause_key_holds_admissions_under_that_key(lg: Lockgate) -> None:
-    if lg.store.startswith("sqlite"):  # like every command but start, a pause needs an existing store
-        missing = lg("workflows", "pause-key", "k", code=1)
+    if lg.store.startswith("sqlite"):  # like every command, a pause needs an existing store
+        missing = lg("workflows", "pause-key", "k", "--store", f"sqlite:///{lg.cwd}/missing.db", code=1)
         assert missing.err.startswith("error: no lockgate database at ")
     assert start(lg, "cg.limited", key="other")["status"] == "started"
     held = lg.json("workflows", "pause-key", "k", "--for", "1h", "--reason", "provider says wait")

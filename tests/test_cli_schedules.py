@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from .test_cli import Lockgate, wait_for
+from .test_cli import Lockgate, migrated, wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -43,7 +43,7 @@ APP_SOURCE = textwrap.dedent(
 @pytest.fixture
 def lockgate(tmp_path: Path, store_url: str) -> Lockgate:
     (tmp_path / "sched_cli_app.py").write_text(APP_SOURCE)
-    return Lockgate(store_url, tmp_path, app="sched_cli_app:app")
+    return Lockgate(migrated(store_url), tmp_path, app="sched_cli_app:app")
 
 
 def test_next_previews_slots_in_local_time_and_utc(lockgate: Lockgate) -> None:

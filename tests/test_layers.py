@@ -44,6 +44,7 @@ LAYERS: dict[str, int] = {
     "lockgate.queues": DEFINITIONS,
     "lockgate.flowcontrol": DEFINITIONS,
     "lockgate.buckets": DEFINITIONS,
+    "lockgate.names": DEFINITIONS,
     "lockgate.store": STORE,
     "lockgate.gate": GATE,
     "lockgate.runtime": GATE,

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from pydantic import BaseModel
 
 import lockgate as lg
-from lockgate.serde import _refuse_unstorable, _storable
+from lockgate.serde import _refuse_unstorable, _storable, refuse_unstorable
 
 
 class Reading(BaseModel):
@@ -92,3 +92,79 @@ def test_the_quick_check_agrees_with_the_naming_walk(value: Any) -> None:
     else:
         refused = False
     assert _storable(value) is not refused
+
+
+# -- values a run produces -------------------------------------------------------------------------
+
+
+class Ask(BaseModel):
+    n: int
+
+
+class Kind(BaseModel):
+    kind: str = "nan"
+
+
+def _producing_app() -> lg.App:
+    app = lg.App()
+
+    def measure(kind: str) -> Any:
+        return {"nan": float("nan"), "inf": [1.0, float("inf")], "-inf": {"low": float("-inf")}}[kind]
+
+    @app.workflow(name="values.step")
+    async def step(ctx: lg.Context, p: Kind) -> Any:
+        return await ctx.step("measure", measure, p.kind, retry=lg.Retry(max_attempts=2, base_delay=0))
+
+    @app.workflow(name="values.body")
+    async def body(ctx: lg.Context, p: Kind) -> Any:
+        return {"ratio": float("nan")}
+
+    @app.workflow(name="values.update")
+    async def update(ctx: lg.Context, p: Kind) -> str:
+        await ctx.handle_update("ask", Ask, lambda a: [a.n, float("-inf")])
+        return "answered"
+
+    return app
+
+
+@pytest.mark.parametrize(("kind", "where"), [("nan", "(root)"), ("inf", "1"), ("-inf", "low")])
+async def test_a_nan_from_a_step_fails_its_attempts_naming_the_field(env_factory: Any, kind: str, where: str) -> None:
+    async with env_factory(_producing_app()) as env:
+        handle = await env.engine.start("values.step", {"kind": kind})
+        await env.settle()
+        with pytest.raises(lg.RunFailed) as failed:
+            await handle.result(timeout=10)
+        assert failed.value.error_tag == "UnstorableValue"  # the step's error, as any step error is told
+        assert f"step 'measure' result: invalid {where} (" in str(failed.value)
+        detail = await env.engine.inspector.run_detail(handle.run_id)
+        attempts = [a for a in detail.attempts if a.step_key.startswith("measure")]
+        assert [a.status for a in attempts] == ["failed", "failed"]  # each attempt refused, none journaled
+        assert all(a.error_tag == "UnstorableValue" for a in attempts)
+        assert [s.status for s in detail.steps if s.name == "measure"] == ["failed"]
+
+
+async def test_a_body_result_holding_nan_fails_the_run_naming_the_field(env_factory: Any) -> None:
+    async with env_factory(_producing_app()) as env:
+        handle = await env.engine.start("values.body", {})
+        await env.settle()
+        with pytest.raises(lg.RunFailed) as failed:
+            await handle.result(timeout=10)
+        assert failed.value.error_tag == "UnstorableValue"
+        assert "workflow 'values.body' result: invalid ratio (nan is not a number JSON can hold)" in str(failed.value)
+
+
+async def test_an_update_answer_holding_infinity_fails_the_update_naming_the_field(env_factory: Any) -> None:
+    async with env_factory(_producing_app()) as env:
+        handle = await env.engine.start("values.update", {})
+        await env.settle()
+        with pytest.raises(lg.UpdateFailed) as failed:
+            await env.engine.update(handle.run_id, "ask", {"n": 1}, timeout=10)
+        assert failed.value.error_tag == "UnstorableValue"
+        assert "update 'ask' answer: invalid 1 (-inf is not a number JSON can hold)" in str(failed.value)
+
+
+def test_a_produced_value_is_refused_with_its_own_type() -> None:
+    with pytest.raises(lg.UnstorableValue) as refused:
+        refuse_unstorable({"a": [1.0, float("nan")]}, "step 'x' result")
+    assert refused.value.invalid == ["a.1"] and isinstance(refused.value, lg.PayloadError)
+    refuse_unstorable({"a": [1.0, 2.5, "text"]}, "step 'x' result")  # finite values pass

@@ -63,6 +63,7 @@ PUBLIC = [
     "Trace",
     "UnknownRun",
     "UnknownWorkflow",
+    "UnstorableValue",
     "UpdateFailed",
     "WorkflowCrashLooped",
     "WorkflowVersionIncompatible",

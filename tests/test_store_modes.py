@@ -91,12 +91,13 @@ def test_read_commands_neither_migrate_nor_write(tmp_path: Path) -> None:
         conn.commit()
     code, _, err = lockgate("workflows", "list", "--store", f"sqlite:///{db}")
     assert code == 1 and f"holds migration(s) {LATEST + 1:04d} that this lockgate (schema version {LATEST})" in err
+    assert f"is at schema version {LATEST + 1}" in err
 
 
 def test_migrate_creates_a_database_and_says_its_version(tmp_path: Path) -> None:
     db = tmp_path / "new" / "lockgate.db"
     code, out, _ = lockgate("migrate", "--store", f"sqlite:///{db}")
-    assert (code, out) == (0, f"lockgate schema at version {LATEST}: sqlite:///{db}\n")
+    assert (code, out) == (0, f"created a lockgate database at version {LATEST}: sqlite:///{db}\n")
     assert lockgate("migrate", "--store", f"sqlite:///{db}")[0] == 0  # again: nothing to do
     assert lockgate("workflows", "list", "--store", f"sqlite:///{db}")[0] == 0
 
@@ -114,9 +115,7 @@ def test_a_read_command_opens_sqlite_read_only(tmp_path: Path) -> None:
 def test_a_folder_that_cannot_be_made_is_one_line(tmp_path: Path, under: str) -> None:
     (tmp_path / "f").write_text("in the way")
     target = tmp_path / "f" / "x.db" if under == "file" else Path("/proc/lockgate/x.db")
-    code, _, err = lockgate(
-        "workflows", "start", "x", "--app", "lockgate.demo_app:app", "--store", f"sqlite:///{target}"
-    )
+    code, _, err = lockgate("migrate", "--store", f"sqlite:///{target}")
     assert code == 1
     assert err.startswith(f"error: cannot create the folder of SQLite database {target}: ") and err.count("\n") == 1
 

@@ -23,6 +23,8 @@ from .definitions import Body, WorkflowDef, as_tuple
 from .durations import Duration, to_seconds
 from .errors import DefinitionError, UnknownWorkflow
 from .events import EventDef, TriggerDef, validate_events
+from .flowcontrol import check_flow_keys
+from .names import name_problem
 from .plan import GatePlan, check_shared, plan_for
 from .queues import Queue, member_controls
 from .schedule import Schedule, ScheduleDef, build_schedules
@@ -85,7 +87,7 @@ class App:
         """
 
         def register(body: F) -> F:
-            wf_name = name or f"{body.__module__}.{body.__qualname__}"
+            wf_name = name if name is not None else f"{body.__module__}.{body.__qualname__}"
             self._declared.append(_Declaration(wf_name, body, dict(options)))
             body.__lockgate_workflow__ = wf_name  # type: ignore[attr-defined]
             self._built = self._built_schedules = None
@@ -164,7 +166,10 @@ class App:
         each workflow's flow controls, then what spans workflows (pools, failure handlers).
         """
         drafts: dict[str, WorkflowDef] = {}
+        for declared in self._queues:
+            _check_name(f"queue:{declared.name}", "name", declared.name)
         for decl in self._declared:
+            _check_name(decl.name, "name", decl.name)
             if decl.name in drafts:
                 raise DefinitionError(decl.name, "name", "registered twice")
             drafts[decl.name] = _build(decl)
@@ -177,6 +182,7 @@ class App:
                 _check_sealable(name, options)
         plans = {name: plan_for(name, drafts[name].payload_model, options) for name, options in controls.items()}
         check_shared(plans, {name: d.payload_model for name, d in drafts.items()})
+        check_flow_keys({name: options.flow_control for name, options in controls.items()})
         return {
             name: dataclasses.replace(draft, options=controls[name], gate=plans[name]) for name, draft in drafts.items()
         }
@@ -328,7 +334,16 @@ def _messages(name: str, kind: str, declared: Any) -> dict[str, type[BaseModel]]
         isinstance(k, str) and isinstance(v, type) and issubclass(v, BaseModel) for k, v in declared.items()
     ):
         raise DefinitionError(name, kind, "must map names to pydantic models")
+    for message in declared:
+        _check_name(name, kind, message)
     return dict(declared)
+
+
+def _check_name(owner: str, field: str, name: Any) -> None:
+    """``DefinitionError`` naming ``field`` of ``owner`` when ``name`` cannot name anything (names.py)."""
+    problem = name_problem(name)
+    if problem is not None:
+        raise DefinitionError(owner, field, problem)
 
 
 def _controls(decl: _Declaration) -> WorkflowOptions:

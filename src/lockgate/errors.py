@@ -5,6 +5,7 @@
     LockgateError
      ├── DefinitionError            a workflow declaration is wrong (raised at boot)
      ├── PayloadError               a payload does not match its model
+     │    └── UnstorableValue       a produced value holds NaN, an infinity or a lone surrogate
      ├── UnknownWorkflow            no workflow is registered under that name
      ├── InvalidArgument            an argument to an API call is wrong (also a ValueError)
      ├── UnknownRun                 no run has that id
@@ -67,6 +68,7 @@ __all__ = [
     "StoreFull",
     "UnknownRun",
     "UnknownWorkflow",
+    "UnstorableValue",
     "UpdateFailed",
     "WorkflowCrashLooped",
     "WorkflowVersionIncompatible",
@@ -112,6 +114,12 @@ class PayloadError(LockgateError):
             details = [f"{_loc(e)} ({e.get('msg', 'invalid')})" for e in self.errors if e.get("type") != "missing"]
             parts.append("invalid " + ", ".join(details))
         super().__init__(f"{what}: " + "; ".join(parts))
+
+
+class UnstorableValue(PayloadError):
+    """A value a run produced (a step's result, a body's result, an update's answer, a recorded value)
+    holds NaN, an infinity or a lone surrogate, which JSON cannot hold: refused where it is produced,
+    never stored as ``null``. ``what`` names the value, ``invalid`` the field inside it."""
 
 
 def _loc(error: dict[str, Any]) -> str:

@@ -19,6 +19,7 @@ from .crypto import Keyring, Undecryptable, event_identity, is_sealed
 from .definitions import WorkflowDef
 from .durations import Duration, to_seconds
 from .errors import DefinitionError, PayloadError
+from .names import name_problem
 from .origin import Subject
 from .serde import validate_payload
 
@@ -190,6 +191,9 @@ def validate_events(
     for ev in events:
         if ev.name == WILDCARD or not ev.name:
             raise DefinitionError(f"event {ev.name!r}", "name", "an event needs a name other than '*'")
+        problem = name_problem(ev.name)
+        if problem is not None:
+            raise DefinitionError(f"event {ev.name!r}", "name", problem)
         if ev.name in by_name:
             raise DefinitionError(f"event {ev.name!r}", "name", "two events are declared with this name")
         by_name[ev.name] = ev

@@ -17,6 +17,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from .durations import Duration, to_seconds
+from .errors import DefinitionError
+from .names import name_problem
 
 __all__ = [
     "INHERIT",
@@ -24,6 +26,7 @@ __all__ = [
     "FlowLimits",
     "check_burst",
     "check_flow_control",
+    "check_flow_keys",
     "check_limits",
     "resolve_flow",
 ]
@@ -149,6 +152,9 @@ def check_flow_control(value: Any) -> FlowControl:
     key = value.key
     if not callable(key) and (not isinstance(key, str) or not key.strip()):
         raise ValueError(f"flow_control.key: must be a non-empty string or a callable of the payload, got {key!r}")
+    problem = None if callable(key) else name_problem(key)
+    if problem is not None:
+        raise ValueError(f"flow_control.key: {problem}")
     try:
         check_limits(value.rate, value.period, value.parallelism)
         check_burst(value.burst, value.rate)
@@ -167,5 +173,40 @@ def resolve_flow(fc: FlowControl, payload: Any) -> FlowLimits:
             raise ValueError(f"flow_control.key: callback raised {type(exc).__name__}: {exc}") from None
         if key is None or (isinstance(key, str) and not key.strip()):
             raise ValueError(f"flow_control.key: callback returned {key!r}, not a non-empty key")
+        problem = name_problem(str(key))
+        if problem is not None:
+            raise ValueError(f"flow_control.key: callback returned a key that cannot be one: {problem}")
     rate, period, parallelism = check_limits(fc.rate, fc.period, fc.parallelism)
     return FlowLimits(str(key), rate, period, parallelism, check_burst(fc.burst, rate))
+
+
+def check_flow_keys(declared: dict[str, FlowControl | None]) -> None:
+    """Workflows that declare one flow-control key declare the same limits for it (the key has one set
+    of limits, across every run and process); ``DefinitionError`` naming both workflows otherwise.
+
+    ``declared`` maps each workflow to its ``flow_control`` option (checked); keys computed from the
+    payload are not known before a start and are not compared.
+    """
+    seen: dict[str, tuple[str, _Limits]] = {}
+    for workflow, fc in declared.items():
+        if fc is None or not isinstance(fc.key, str):
+            continue
+        limits = (*check_limits(fc.rate, fc.period, fc.parallelism), fc.burst)
+        first = seen.setdefault(fc.key, (workflow, limits))
+        if first[1] != limits:
+            raise DefinitionError(
+                workflow,
+                ["flow_control", f"{first[0]}.flow_control"],
+                f"workflows sharing the flow-control key {fc.key!r} must declare the same limits "
+                f"({_shown(limits)} vs {_shown(first[1])} in {first[0]!r})",
+            )
+
+
+_Limits = tuple[int | None, float, int | None, int | None]  # rate, period, parallelism, burst
+
+
+def _shown(limits: _Limits) -> str:
+    rate, period, parallelism, burst = limits
+    parts = [] if rate is None else [f"rate={rate} per {period:g}s"]
+    parts += [] if parallelism is None else [f"parallelism={parallelism}"]
+    return ", ".join([*parts, *([] if burst is None else [f"burst={burst}"])])

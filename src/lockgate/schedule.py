@@ -26,6 +26,7 @@ from pydantic import BaseModel
 
 from .durations import Duration, format_seconds, to_seconds
 from .errors import DefinitionError, InvalidArgument, LockgateError
+from .names import name_problem
 from .serde import validate_payload
 
 __all__ = [
@@ -249,6 +250,9 @@ def build_schedules(
             raise ScheduleDefinitionError(
                 str(name), str(shown), "workflow", f"no workflow {shown!r} is registered (known: {sorted(models)})"
             )
+        problem = name_problem(name)
+        if problem is not None:
+            raise ScheduleDefinitionError(str(name), workflow, "name", problem)
         if name in built:
             raise ScheduleDefinitionError(str(name), workflow, "name", "two schedules have this name")
         built[name] = build_schedule(name, workflow, given, models[workflow], now)

@@ -11,7 +11,7 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
-from .errors import PayloadError, ResultTypeError
+from .errors import PayloadError, ResultTypeError, UnstorableValue
 
 __all__ = [
     "adapter",
@@ -22,6 +22,7 @@ __all__ = [
     "encode",
     "import_model",
     "payload_json",
+    "refuse_unstorable",
     "type_name",
     "validate_payload",
 ]
@@ -183,31 +184,39 @@ def _encodes(text: str) -> bool:
     return True
 
 
-def _refuse_unstorable(value: Any, what: str, loc: tuple[Any, ...] = ()) -> None:
-    """``PayloadError`` naming the first NaN, infinity or lone surrogate inside ``value`` (dicts and lists
-    are searched)."""
+def refuse_unstorable(value: Any, what: str) -> None:
+    """``UnstorableValue`` naming the field when ``value``, produced by a run, holds a NaN, an infinity or a
+    lone surrogate (stored, a NaN would come back as ``null``)."""
+    if not _storable(value):
+        _refuse_unstorable(value, what, error=UnstorableValue)
+
+
+def _refuse_unstorable(
+    value: Any, what: str, loc: tuple[Any, ...] = (), error: type[PayloadError] = PayloadError
+) -> None:
+    """``error`` (a ``PayloadError``) naming the first NaN, infinity or lone surrogate inside ``value``
+    (dicts, lists and models' fields are searched)."""
     if isinstance(value, str):
         if not value.isascii():
             try:
                 value.encode()
             except UnicodeEncodeError as exc:
                 msg = f"holds {value[exc.start]!r}, a lone surrogate, not text"
-                raise PayloadError(what, [{"loc": loc, "msg": msg, "type": "surrogate"}]) from None
+                raise error(what, [{"loc": loc, "msg": msg, "type": "surrogate"}]) from None
     elif isinstance(value, float):
         if not math.isfinite(value):
-            raise PayloadError(
-                what, [{"loc": loc, "msg": f"{value!r} is not a number JSON can hold", "type": "finite_number"}]
-            )
+            msg = f"{value!r} is not a number JSON can hold"
+            raise error(what, [{"loc": loc, "msg": msg, "type": "finite_number"}])
     elif isinstance(value, BaseModel):  # its fields as they are: no dump
         for key, item in vars(value).items():
-            _refuse_unstorable(item, what, (*loc, key))
+            _refuse_unstorable(item, what, (*loc, key), error)
     elif isinstance(value, dict):
         for key, item in value.items():
-            _refuse_unstorable(key, what, (*loc, key))
-            _refuse_unstorable(item, what, (*loc, key))
+            _refuse_unstorable(key, what, (*loc, key), error)
+            _refuse_unstorable(item, what, (*loc, key), error)
     elif isinstance(value, list | tuple):
         for i, item in enumerate(value):
-            _refuse_unstorable(item, what, (*loc, i))
+            _refuse_unstorable(item, what, (*loc, i), error)
 
 
 def payload_json(model: type[BaseModel] | None, payload: Any, *, what: str) -> str:

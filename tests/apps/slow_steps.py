@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import time
 from pathlib import Path
@@ -41,3 +42,16 @@ def second(n: int) -> int:
 async def job(ctx: lg.Context, p: Job) -> int:
     doubled = await ctx.step("slow", slow, p.n)
     return int(await ctx.step("second", second, doubled))
+
+
+async def slow_async(n: int) -> int:
+    _count("async-began")
+    await asyncio.sleep(float(os.environ.get("SLOW_STEP_SECONDS", "2")))
+    _count("async")
+    return n * 3
+
+
+@app.workflow(name="slow.async_job", idempotency_key=lambda p: f"slow-async:{p.n}")
+async def async_job(ctx: lg.Context, p: Job) -> int:
+    tripled = await ctx.step("slow", slow_async, p.n)
+    return int(await ctx.step("second", second, tripled))

@@ -309,15 +309,10 @@ def existing_store(url: str, *, writes: bool) -> Store:
 
 
 @asynccontextmanager
-async def open_client(app: App, store: str, *, must_exist: bool = True) -> AsyncIterator[Client]:
-    """An open ``Client``; with ``must_exist``, on an existing, current lockgate database (nothing is
-    created or migrated), else on one created or migrated here (a command that starts work)."""
-    if must_exist:
-        opened = existing_store(store, writes=True)
-    else:
-        opened = open_store(store)
-        opened.share_file = False  # a mistyped --store never writes into another application's file
-    async with Client(app, opened) as client:
+async def open_client(app: App, store: str) -> AsyncIterator[Client]:
+    """An open ``Client`` on an existing, current lockgate database: nothing is created or migrated, so
+    that a mistyped ``--store`` is an error, not a new database nobody serves."""
+    async with Client(app, existing_store(store, writes=True)) as client:
         client.source = "cli"  # what its starts and publishes record as their source
         yield client
 

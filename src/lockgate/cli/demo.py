@@ -84,6 +84,7 @@ class Outcome:
     firings: list[FiringInfo] = field(default_factory=list)  # the heartbeat schedule's, oldest first
     published: list[Published] = field(default_factory=list)  # the domain events of this demo, oldest first
     charge_waits: list[float] = field(default_factory=list)  # seconds each checkout's charge waited for its key
+    created: bool = False  # the demo made its database (it did not exist, or was reset)
 
 
 # The gated workflows and the bursts of starts the demo offers them.
@@ -230,6 +231,7 @@ async def run_demo(store: str, board: Board, *, timeout: float, poll: float = 0.
     opened = open_store(store)
     opened.share_file = False  # the demo never writes into another application's file
     async with Engine(demo_app.app, opened, poll_interval=poll) as engine:
+        outcome.created = opened.created
         inspector = inspector_of(engine)
         starts: list[tuple[Any, dict[str, Any]]] = [
             (demo_app.checkout, {"order_id": "A-1001", "amount": 4200}),
@@ -505,7 +507,8 @@ def demo(ctx: click.Context, store: str, keep: bool, timeout: float) -> None:
         for line in events_summary(outcome.published, outcome.rows):
             console.print(f"  {line}")
     console.print()
-    console.print(f"Database: {path}" if path is not None else f"Store: {display_url(store)}")
+    made = " (created by the demo)" if outcome.created else ""
+    console.print(f"Database{made}: {path}" if path is not None else f"Store{made}: {display_url(store)}")
     console.print("Inspect it:")
     lockgate = _command()
     console.print(f"  {lockgate} workflows list --store {quoted}", soft_wrap=True)

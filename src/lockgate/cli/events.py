@@ -134,7 +134,7 @@ def publish(name: str, key: Any, payload: Any, trace_id: str | None, app_ref: st
     app = load_app(app_ref)
 
     async def go() -> dict[str, Any]:
-        async with open_client(app, store, must_exist=False) as client:
+        async with open_client(app, store) as client:
             event_id = await client.publish(name, key, payload, trace_id=trace_id)
             return {
                 "event_id": event_id,

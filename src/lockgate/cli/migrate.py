@@ -1,7 +1,8 @@
 """``lockgate migrate``: create a lockgate database, or bring its schema up to this version.
 
 Every other command except ``serve`` (which migrates at boot unless ``--no-migrate``) and
-``demo`` opens only a database that is already lockgate's and current, and changes no schema.
+``demo`` opens only a database that is already lockgate's and current: it creates no database and
+changes no schema. Any command refuses a database holding migrations this lockgate does not know.
 """
 
 from __future__ import annotations
@@ -26,13 +27,15 @@ def migrate(store: str) -> None:
     that holds another application's tables is refused, and nothing is written to it.
     """
 
-    async def go() -> None:
+    async def go() -> bool:
         opened = open_store(store)
         opened.schema_mode = "migrate"
         opened.share_file = False
         await opened.open()
         await opened.close()
+        return opened.created
 
-    run_async(go())
+    created = run_async(go())
     dialect = "sqlite" if store.startswith("sqlite:") else "postgres"
-    click.echo(f"lockgate schema at version {schema_version(dialect)}: {display_url(store)}")
+    said = "created a lockgate database" if created else "lockgate schema"
+    click.echo(f"{said} at version {schema_version(dialect)}: {display_url(store)}")

@@ -143,7 +143,7 @@ def run_now(name: str, app_ref: str, store: str, fmt: str) -> None:
     """Fire NAME now: a manual firing (source schedule:NAME+manual), outside the overlap policy."""
 
     async def go() -> Fired:
-        async with open_client(load_app(app_ref), store, must_exist=False) as client:
+        async with open_client(load_app(app_ref), store) as client:
             return await client.run_schedule(name)
 
     fired = run_async(go())
@@ -177,7 +177,7 @@ def unpause(name: str, app_ref: str | None, store: str, fmt: str) -> None:
 
 def _set_paused(name: str, paused: bool, reason: str | None, app_ref: str | None, store: str, fmt: str) -> None:
     async def go() -> None:
-        async with open_client(load_app(app_ref), store, must_exist=app_ref is None) as client:
+        async with open_client(load_app(app_ref), store) as client:
             if paused:
                 await client.pause_schedule(name, reason)
             else:
@@ -204,7 +204,7 @@ def backfill(name: str, start: str, end: str, commit: bool, app_ref: str, store:
     bounds = [_parse(text, option, sched.zone) for text, option in ((start, "--from"), (end, "--to"))]
 
     async def go() -> list[BackfillSlot]:
-        async with open_client(app, store, must_exist=False) as client:
+        async with open_client(app, store) as client:
             return await client.backfill_schedule(name, bounds[0], bounds[1], commit=commit)
 
     slots = run_async(go())

@@ -228,6 +228,8 @@ async def serve_app(app: App, config: ServeConfig) -> int:
     failed: list[str] = []
     await engine.open()
     try:
+        if store.created:
+            log.info("created a new lockgate database at %s", display_url(config.store))
         log.info(
             "worker %s started (store %s, app %s: %d workflow(s), max %d concurrent runs, lease %gs, retention %s)",
             engine.worker_id,
@@ -257,17 +259,23 @@ async def serve_app(app: App, config: ServeConfig) -> int:
                 await task
     finally:
         if received:
-            log.info("stopping: no new work is claimed; running steps may finish for %s", format_seconds(config.grace))
+            log.info(
+                "stopping: no new work is claimed; running steps may finish for %s (then a step awaited on the "
+                "event loop is cancelled, and one in a thread keeps its run leased here until it returns)",
+                format_seconds(config.grace),
+            )
         shutdown = await engine.close(grace=config.grace if received and not failed else 0)
     if failed == ["store"]:
         why = "the store is corrupt"
     else:
         why = received[0] if received else f"service {failed[0]} ended"
     log.info(
-        "worker %s stopped (%s): %d step attempt(s) finished and journaled while stopping, %d run(s) released",
+        "worker %s stopped (%s): %d step attempt(s) finished and journaled while stopping, %d ended after the "
+        "grace, %d run(s) released",
         engine.worker_id,
         why,
         shutdown.finished,
+        shutdown.ended,
         shutdown.released,
     )
     return 1 if failed else 0

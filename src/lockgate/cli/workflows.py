@@ -284,7 +284,7 @@ def start(
     app = load_app(app_ref)
 
     async def go() -> dict[str, Any]:
-        async with open_client(app, store, must_exist=False) as client:
+        async with open_client(app, store) as client:
             handle = await client.start(workflow, payload, idempotency_key=idempotency_key, wait=wait, timeout=timeout)
             document = handle.to_dict()
             if wait and handle.run_id is not None:

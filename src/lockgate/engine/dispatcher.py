@@ -42,6 +42,7 @@ from .durable import Running
 from .executor import Execution
 from .identity import ScopeResolver
 from .leases import Outages, Wakeup, backoff, release_dead_local_workers, report_released
+from .shutdown import Drained, drain
 
 __all__ = ["Dispatcher", "Shutdown"]
 
@@ -142,7 +143,7 @@ class Dispatcher:
         With ``grace``, first stop claiming and let the step attempts running here finish (up to
         ``grace`` seconds, leases renewed meanwhile) so that their results are journaled, not lost.
         """
-        finished = await self._drain(grace) if grace > 0 and self._running else 0
+        drained = await self._drain(grace) if grace > 0 and self._running else Drained(0, 0)
         self._running = False
         for task in self._tasks:
             task.cancel()
@@ -164,10 +165,10 @@ class Dispatcher:
             with contextlib.suppress(Exception):
                 await self.store.write(workers.stop_worker, self.worker_id, now)
         self.step_pool.shutdown(wait=False, cancel_futures=True)  # a step still in a thread is not waited for
-        return Shutdown(finished=finished, released=len(executions))
+        return Shutdown(finished=drained.finished, released=len(executions) + drained.ended, ended=drained.ended)
 
-    async def _drain(self, grace: float) -> int:
-        """Stop claiming; wait up to ``grace`` for the step attempts running here; how many finished."""
+    async def _drain(self, grace: float) -> Drained:
+        """Stop claiming; wait for the step attempts running here (``grace``, then see shutdown.py)."""
         self.draining = True  # an execution begins no new step attempt now (engine/executor.py)
         stopping = [t for t in self._tasks if t.get_name() != "lockgate-leases"]
         for task in stopping:
@@ -176,14 +177,7 @@ class Dispatcher:
             with contextlib.suppress(BaseException):
                 await task
         self._tasks = [t for t in self._tasks if t not in stopping]
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + grace
-        busy = sum(e.attempting for e in self.executions.values())
-        while (left := sum(e.attempting for e in self.executions.values())) and loop.time() < deadline:
-            await asyncio.sleep(0.02)
-        for _ in range(3):  # let the finished attempts reach their journal entries
-            await asyncio.sleep(0)
-        return max(0, busy - left)
+        return await drain(lambda: list(self.executions.values()), grace)  # the leases are renewed meanwhile
 
     def is_running(self) -> bool:
         """Whether the loops should keep going (false once ``close`` began)."""
@@ -606,10 +600,12 @@ _LOST = "lease lost (another worker took the run over, or it was ended elsewhere
 
 @dataclass(frozen=True)
 class Shutdown:
-    """What ``close`` did: step attempts that finished in the grace period, runs released for others."""
+    """What ``close`` did: step attempts that finished while stopping, runs released for others, and
+    step attempts ended (cancelled) after the grace."""
 
     finished: int
     released: int
+    ended: int = 0
 
 
 class _ClaimAtStart:

@@ -39,6 +39,7 @@ from ..store.base import Row
 from .identity import ScopeResolver
 
 __all__ = [
+    "IN_THREAD",
     "Host",
     "Parked",
     "Running",
@@ -55,6 +56,10 @@ __all__ = [
 ]
 
 T = TypeVar("T")
+
+IN_THREAD: weakref.WeakSet[asyncio.Task[Any]] = weakref.WeakSet()
+"""The tasks awaiting a function ``call`` runs in a thread: cancelling one would not end the function
+(a stopping worker waits for those, engine/shutdown.py)."""
 
 
 class Host(Protocol):
@@ -205,14 +210,29 @@ async def call(
     """Call ``fn``: awaited if async, in a thread of ``pool`` if not (the loop's default pool without one)."""
     if callable_facts(fn)[1]:
         return await fn(*args, **kwargs)
-    if pool is None:
-        result = await asyncio.to_thread(fn, *args, **kwargs)
-    else:  # as to_thread does: the step sees the context variables of its caller
-        bound = functools.partial(contextvars.copy_context().run, fn, *args, **kwargs)
-        result = await asyncio.get_running_loop().run_in_executor(pool, bound)
+    task = asyncio.current_task()
+    if task is not None:
+        IN_THREAD.add(task)
+    try:
+        if pool is None:
+            result = await asyncio.to_thread(fn, *args, **kwargs)
+        else:  # as to_thread does: the step sees the context variables of its caller
+            bound = functools.partial(contextvars.copy_context().run, fn, *args, **kwargs)
+            result = await asyncio.get_running_loop().run_in_executor(pool, bound)
+    finally:
+        if task is not None:
+            IN_THREAD.discard(task)
     if inspect.isawaitable(result):
         return await result
     return result
+
+
+def step_output(name: str, result: Any, rtype: Any) -> str:
+    """A step's result as its journal entry stores it; ``TypeError`` when JSON cannot hold it."""
+    try:
+        return encode(result, rtype)
+    except Exception as exc:
+        raise TypeError(f"ctx.step({name!r}): its result cannot be stored as JSON: {exc}") from exc
 
 
 def kept_input(value: Any, limit: int) -> str:

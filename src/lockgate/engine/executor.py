@@ -27,15 +27,15 @@ from ..controls import FailureReport
 from ..crypto import Sealer, is_sealed, open_for_replay
 from ..definitions import Retry, WorkflowDef
 from ..durations import Duration
-from ..errors import JournalDecryptionError, ResultTypeError, StepFailed, StoreError
+from ..errors import JournalDecryptionError, ResultTypeError, StepFailed, StoreError, UnstorableValue
 from ..events import Subject
 from ..flowcontrol import INHERIT
 from ..gate.handoff import finish_passing
-from ..serde import conform, decode, decode_as, encode, validate_payload
+from ..serde import conform, decode, decode_as, encode, refuse_unstorable, validate_payload
 from ..store import Store, runs, shared
 from ..store import journal as store_journal
 from ..store.base import Row
-from . import operations, run_events, stepflow
+from . import durable, operations, run_events, stepflow
 from .children import take_back
 from .durable import Host, Parked, Wait, attempt_row, callable_facts, describe, divergence, kept_input, seen, step_entry
 
@@ -266,7 +266,8 @@ class Execution(Context):
             return
         try:
             value = conform(value, self.defn.result_type, workflow=self.workflow)
-        except ResultTypeError as exc:  # checked before the run ends: a caller never meets a bad result
+            refuse_unstorable(value, f"workflow {self.workflow!r} result")
+        except (ResultTypeError, UnstorableValue) as exc:  # checked before the run ends: no caller meets a bad result
             await self._fail(exc)
             return
         self._tripwire(parked=False)
@@ -547,6 +548,7 @@ class Execution(Context):
                         else:
                             with self._observer.step_attempt(self.workflow, self.run_id, name, attempt):
                                 result = await body
+                        refuse_unstorable(result, f"step {name!r} result")  # a NaN fails the attempt, not as null
                     finally:
                         self.attempting -= 1  # the attempt ended: a shutdown waits for this
                 except (asyncio.CancelledError, shared.Fenced, Parked):
@@ -566,10 +568,7 @@ class Execution(Context):
                     self._host.on_step_error(self, key, exc)
                     await self._clock.sleep_until(self._clock.now() + delay)
                     continue
-                try:
-                    output = encode(result, rtype)
-                except Exception as exc:
-                    raise TypeError(f"ctx.step({name!r}): its result cannot be stored as JSON: {exc}") from exc
+                output = durable.step_output(name, result, rtype)
                 if self._sealer is not None:
                     output = self._sealer.seal(key, "output", output)
                 await self._settle(

@@ -24,7 +24,7 @@ from ..errors import InvalidArgument, JournalDecryptionError, PayloadError, RunC
 from ..gate.admission import start_flow_control
 from ..ids import new_id
 from ..queues import check_member
-from ..serde import decode, decode_as, dump_json, encode, validate_payload
+from ..serde import decode, decode_as, dump_json, encode, refuse_unstorable, validate_payload
 from ..store import messages, runs, shared
 from ..store.base import Row
 from . import children
@@ -127,6 +127,7 @@ async def _value(x: Running, name: str, make: Callable[[], Any], tp: Any) -> Any
         return decode(entry["output"], tp)
     async with x.busy():
         value = make()
+        refuse_unstorable(value, f"recorded value {name!r}")
         output = _stored(x, key, "output", encode(value))
         await x.record({"step_key": key, "kind": "value", "status": "completed", "output": output})
         return value
@@ -228,6 +229,7 @@ async def handle_update(x: Running, name: str, model: type[M], handler: Callable
                     body = sealer.open(f"msg:{mid}", "payload", body)
                 value = validate_payload(model, body, what=f"update {name!r}")
                 result = await call(handler, (value,), {})
+                refuse_unstorable(result, f"update {name!r} answer")  # the update fails; the caller is told why
             except (asyncio.CancelledError, shared.Fenced, Parked, JournalDecryptionError):
                 raise
             except Exception as exc:

@@ -126,6 +126,8 @@ class Store(abc.ABC):
     own_clock = False
     """Whether its processes keep the database's time rather than their own (PostgreSQL: many
     hosts, each clock its own); SQLite's processes share one machine's clock."""
+    created = False
+    """Set by ``open`` in ``migrate`` mode: whether it made the lockgate tables (a new database)."""
     share_file = True
     """SQLite: whether lockgate may add its tables to a file that holds an application's tables.
     Code may (a transactional start shares the application's file, docs/transactions.md); the

@@ -12,6 +12,7 @@ __all__ = [
     "check_schema",
     "load_queries",
     "migrations",
+    "refuse_newer",
     "repeatable_queries",
     "schema_version",
     "silent_queries",
@@ -99,19 +100,26 @@ def check_schema(dialect: str, applied: set[int] | None, where: str, url: str) -
     how = f"run 'lockgate migrate --store {url}'"
     if applied is None:
         raise StoreError(f"no lockgate database at {where} ({how} to create one)")
+    refuse_newer(dialect, applied, where)
     known = {version for version, _, _ in migrations(dialect)}
     latest = schema_version(dialect)
-    unknown = sorted(applied - known)
-    if unknown:
-        raise StoreError(
-            f"the lockgate database at {where} holds migration(s) {_listed(unknown)} that this lockgate "
-            f"(schema version {latest}) does not know: upgrade lockgate"
-        )
     missing = sorted(known - applied)
     if missing:
         raise StoreError(
             f"the lockgate database at {where} is missing migration(s) {_listed(missing)} of this lockgate's "
             f"schema (version {latest}): {how}"
+        )
+
+
+def refuse_newer(dialect: str, applied: set[int], where: str) -> None:
+    """Refuse a database that holds migrations this code does not know (a newer lockgate made them):
+    neither migrating nor writing to it is safe, whatever the mode a store opens in."""
+    unknown = sorted(applied - {version for version, _, _ in migrations(dialect)})
+    if unknown:
+        raise StoreError(
+            f"the lockgate database at {where} is at schema version {max(applied)}: it holds migration(s) "
+            f"{_listed(unknown)} that this lockgate (schema version {schema_version(dialect)}) does not know: "
+            "upgrade lockgate"
         )
 
 

@@ -32,7 +32,7 @@ from ..errors import StoreCorrupt, StoreError, StoreFull
 from .base import Joined, Op, Row, Store, Tx
 from .coalesce import Call, run_calls
 from .multirow import multirow
-from .sql_files import check_schema, load_queries, migrations
+from .sql_files import check_schema, load_queries, migrations, refuse_newer
 from .sqlite_joined import join_sqlite
 from .sqlite_wakeups import ChangeWatch
 
@@ -206,6 +206,9 @@ class SQLiteStore(Store):
                 raise StoreError(f"{self.path} is not a lockgate database (it holds other tables); nothing was written")
             if self.schema_mode != "migrate":
                 check_schema("sqlite", applied, self.path, self.url)
+            elif applied is not None:
+                refuse_newer("sqlite", applied, self.path)
+            self.created = applied is None
             if self.schema_mode != "read":
                 conn.execute("PRAGMA journal_mode = WAL")
                 conn.execute(f"PRAGMA synchronous = {self.synchronous.upper()}")
@@ -269,6 +272,7 @@ class SQLiteStore(Store):
                 "(version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at REAL NOT NULL)"
             )
             done = {r[0] for r in conn.execute("SELECT version FROM lockgate_migrations").fetchall()}
+            refuse_newer("sqlite", done, self.path)  # another process may have migrated since open read it
             for version, name, sql in migrations("sqlite"):
                 if version in done:
                     continue

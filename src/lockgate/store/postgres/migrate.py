@@ -10,7 +10,7 @@ import psycopg
 from psycopg.rows import dict_row
 
 from ...errors import StoreError
-from ..sql_files import check_schema, migrations
+from ..sql_files import check_schema, migrations, refuse_newer
 from .failures import cannot_connect, first_line
 
 __all__ = ["check", "migrate"]
@@ -19,8 +19,10 @@ log = logging.getLogger("lockgate.store")
 _MIGRATION_LOCK = 0x6C6F636B67617465  # "lockgate": serialises the migrations of processes booting together
 
 
-async def migrate(conninfo: str, where: str, schema: str | None = None) -> None:
-    """Apply pending migrations in one transaction, one process at a time (in ``schema``, created if need be)."""
+async def migrate(conninfo: str, where: str, schema: str | None = None) -> bool:
+    """Apply pending migrations in one transaction, one process at a time (in ``schema``, created if need be);
+    whether the lockgate tables were created here. A database holding migrations this code does not know
+    is refused (``StoreError``) and left as it was."""
     try:
         conn = await psycopg.AsyncConnection.connect(conninfo, autocommit=True, row_factory=dict_row)
     except psycopg.OperationalError as exc:
@@ -29,9 +31,10 @@ async def migrate(conninfo: str, where: str, schema: str | None = None) -> None:
         async with conn:
             await _refuse_standby(conn, where)
             async with conn.transaction():
-                await _apply(conn, schema)
+                created = await _apply(conn, schema, where)
     except psycopg.Error as exc:
         raise StoreError(f"migrating PostgreSQL at {where} failed: {first_line(exc)}") from exc
+    return created
 
 
 async def _refuse_standby(conn: psycopg.AsyncConnection[Any], where: str) -> None:
@@ -45,17 +48,22 @@ async def _refuse_standby(conn: psycopg.AsyncConnection[Any], where: str) -> Non
         )
 
 
-async def _apply(conn: psycopg.AsyncConnection[Any], schema: str | None) -> None:
-    """The pending migrations, in order, under the lock that serialises booting processes."""
+async def _apply(conn: psycopg.AsyncConnection[Any], schema: str | None, where: str) -> bool:
+    """The pending migrations, in order, under the lock that serialises booting processes; whether the
+    lockgate tables were made here (a new database)."""
     await conn.execute("SELECT pg_advisory_xact_lock(%s)", (_MIGRATION_LOCK,))
     if schema is not None:  # an identifier checked by the store; the connection's search_path names it
         await conn.execute(f'CREATE SCHEMA IF NOT EXISTS "{schema}"')
+    cursor = await conn.execute("SELECT to_regclass('lockgate_migrations') IS NULL AS absent")
+    row = await cursor.fetchone()
+    created = bool(row and row["absent"])
     await conn.execute(
         "CREATE TABLE IF NOT EXISTS lockgate_migrations "
         "(version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at DOUBLE PRECISION NOT NULL)"
     )
     cursor = await conn.execute("SELECT version FROM lockgate_migrations")
     done = {row["version"] for row in await cursor.fetchall()}
+    refuse_newer("postgres", done, where)  # raised inside the transaction: nothing is kept
     for version, name, sql in migrations("postgres"):
         if version in done:
             continue
@@ -65,6 +73,7 @@ async def _apply(conn: psycopg.AsyncConnection[Any], schema: str | None) -> None
             (version, name, time.time()),
         )
         log.info("applied postgres migration %04d_%s", version, name)
+    return created
 
 
 async def check(conninfo: str, where: str, url: str) -> None:

@@ -183,7 +183,7 @@ class PostgresStore(Writer, Wakeups, Joining, Stalls):
         if self._pool is not None:
             return
         if self.schema_mode == "migrate":
-            await migrate(self.conninfo, self._where, self.schema)
+            self.created = await migrate(self.conninfo, self._where, self.schema)
         else:
             await check(self.conninfo, self._where, redact(self.url))
         pool: AsyncConnectionPool[Conn] = AsyncConnectionPool(
