@@ -274,10 +274,11 @@ async def acquire(
             handed = await _wake(
                 tx, limits, now, room=room - 1, at=None, near=near, holder=fence.owner, line=others, here=here
             )
-        elif limits["rate"] is not None and int(state["started"]) + 1 >= int(limits["rate"]):
+        if room <= 1 and limits["rate"] is not None and int(state["started"]) + 1 >= int(limits["rate"]):
             opens = (float(state["oldest"]) if state["oldest"] is not None else now) + float(limits["period"])
             # the next in line looks when the window opens
-            handed = await _wake(tx, limits, now, room=0, at=opens, holder=fence.owner, line=others)
+            later = await _wake(tx, limits, now, room=0, at=opens, holder=fence.owner, line=others)
+            handed = Woken(handed.handed + later.handed, handed.woke or later.woke)
         if waiting and state["my_attempt"] is not None:  # the count its waiting row kept
             attempt, first = int(state["my_attempt"]), state["my_first"]
             return Grant(True, limits, waited, None, attempt, first, handed=handed.handed, woke=handed.woke)
