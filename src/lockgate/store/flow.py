@@ -270,6 +270,8 @@ async def acquire(
         waited = now - float(state["my_since"]) if waiting else 0.0
         handed = Woken()
         others = line.without(run_id, step_key)
+        if limits["rate"] is not None and int(state["started"]) + 1 >= int(limits["rate"]):
+            near = 0  # this start fills the window
         if room > 1 or (waiting and near):  # room beside this step, or the line moved up: who comes next
             handed = await _wake(
                 tx, limits, now, room=room - 1, at=None, near=near, holder=fence.owner, line=others, here=here
@@ -302,6 +304,8 @@ def _near(state: Row) -> int:
     (a slot freed goes to one of them at once; the next parked ones are woken to take their places)."""
     if state["parallelism"] is None or int(state.get("paused") or 0):
         return 0
+    if state["rate"] is not None and int(state["started"]) >= int(state["rate"]):
+        return 0  # the window is full: the next slot comes with its opening, not from a step that ends
     return int(state["parallelism"])
 
 
