@@ -101,6 +101,14 @@ async def throttled(ctx: lg.Context, p: Tenant) -> str:
 
 
 @app.workflow(
+    name="paced",
+    throttle=lg.Throttle(limit=60, period="1m", burst=10, key=lambda p: p.tenant_id)  # 1 a second, 11 at once
+)
+async def paced(ctx: lg.Context, p: Tenant) -> str:
+    return p.tenant_id
+
+
+@app.workflow(
     name="rated",
     rate_limit=lg.RateLimit(limit=100, period="1m", key=lambda p: p.tenant_id)  # drops the excess
 )
@@ -174,6 +182,8 @@ async def main() -> None:
         print(await engine.result(holder.run_id, timeout=30))
         print(await handle.result(timeout=600))  # once its turn came and its run ended
 
+        paced = [await engine.start("paced", {"tenant_id": "t1"}) for _ in range(12)]
+        print([h.status for h in paced].count("started"))  # 11: one, and the burst of ten
         await engine.start("issues.refresh", {"tenant_id": "t1", "issue": "ABC-1"})   # one item
         await engine.start("orders.remind", {"order_id": "o-1"}, at=datetime.now(UTC) + timedelta(days=1))
         await engine.pause("tour.narration", reason="deploying a fix")   # arrivals collect (mode paused)

@@ -47,6 +47,17 @@ async def fulfil(ctx: lg.Context, order: Order) -> str:
     return order.id
 
 
+class OrderBatch(BaseModel):
+    ids: list[str]
+
+
+@app.workflow(name="orders.batch")
+async def batch(ctx: lg.Context, p: OrderBatch) -> list[str]:
+    child = await ctx.start_child("orders.fulfil", {"id": p.ids[0]},
+                                  flow_control=lg.FlowControl("bulk", parallelism=2))  # that child's run
+    return [await ctx.wait_child(child)]
+
+
 class Response:
     """What the provider answers: a 429 (retry after 10 ms) or the text."""
 
@@ -95,6 +106,14 @@ async def classify(ctx: lg.Context, p: Doc) -> str:
     return label
 
 
+SEARCH = lg.FlowControl("search-api", rate=10, period="1s", burst=5)  # 6 at once, then 1 per 100 ms
+
+
+@app.workflow(name="search", flow_control=SEARCH)
+async def search(ctx: lg.Context, p: Ask) -> str:
+    return await ctx.step("search", call_llm, p.prompt)
+
+
 @app.workflow(name="ask")
 async def ask(ctx: lg.Context, p: Ask) -> str:
     prompt = p.prompt
@@ -116,9 +135,11 @@ async def main() -> None:
                    flow_control=lg.FlowControl("vip", rate=100, period="1m"))
         [run] = await engine.list_runs(workflow="orders.fulfil")
         print(await engine.result(run.id, timeout=30))
+        print(await engine.run("orders.batch", {"ids": ["o-2"]}, timeout=30))
         print(await engine.run("classify", {"id": "d-1", "text": "buy now"}, timeout=30))
         print(await engine.run("ask", {"prompt": "is it spam?"}, timeout=30))  # a 429 first: retried
         print(await engine.run("crm.write", {"tenant": "acme", "body": "hello"}, timeout=30))
+        print(await engine.run("search", {"prompt": "lockgate"}, timeout=30))
         for key in await engine.flow_keys():
             print(key.key, key.rate, key.period, key.parallelism)
 

@@ -110,12 +110,25 @@ async def render(ctx: lg.Context, p: Report) -> str:
     return await ctx.step("render", render_pdf, p.id)  # type: ignore[no-any-return]
 
 
+class Depth(BaseModel):
+    n: int
+
+
+@app.workflow(name="tree", concurrency=lg.Concurrency(limit=1))
+async def tree(ctx: lg.Context, p: Depth) -> int:
+    if p.n == 0:
+        return 1
+    child = await ctx.start_child("tree", {"n": p.n - 1})   # "queued": the parent holds the slot
+    assert child.status == "queued"
+    return 1 + await ctx.wait_child(child)                  # type: ignore[no-any-return]  # the parent parks: the child takes it
+
+
 @app.workflow(name="report")
 async def report(ctx: lg.Context, p: Report) -> list[Any]:
     child = await ctx.start_child("report.render", {"id": p.id}, parent_close="cancel")
     pdf = await ctx.wait_child(child)     # the child's result, or RunFailed / RunCancelled raised
     found: list[Any] = [pdf]
-    h = await ctx.start_child("render", {"id": p.id}, gate=True)
+    h = await ctx.start_child("render", {"id": p.id})
     h.status          # "started" | "existing" | "queued" | "dropped" | "skipped"
     try:
         pdf = await ctx.wait_child(h)               # waits through the gate, then for the run
@@ -144,6 +157,8 @@ async def main() -> None:
         attempt.input_size           # bytes of the whole input
         print("first attempt:", attempt.status, attempt.input)
         print(await engine.run("report", {"id": "r-1"}, timeout=30))
+        tall = await engine.start("tree", {"n": 3})
+        print("tree of", await engine.result(tall.run_id, timeout=30))   # 4: each level waited for the slot
 
 
 if __name__ == "__main__":

@@ -50,7 +50,7 @@ def make_app(
             me = await engine.get_run(ctx.run_id)
             assert me.parent_id is not None
             entries = await engine.steps(me.parent_id)
-            return any(e.kind == "child" and e.output == ctx.run_id for e in entries)
+            return any(e.kind == "child" and e.output["run_id"] == ctx.run_id for e in entries)
 
         return bool(await ctx.step("check", check))
 
@@ -187,7 +187,7 @@ async def test_wait_child_returns_the_childs_result(make_engine: Any) -> None:
         assert started[0].data["parent_id"] == h.run_id
         entries = {s.key: s for s in await engine.steps(h.run_id)}
         assert entries["child:child.square#0"].kind == "child"
-        assert entries["child:child.square#0"].output == child.id
+        assert entries["child:child.square#0"].output["run_id"] == child.id  # the gate's decision, recorded
 
 
 async def test_lineage_is_durable_before_the_child_body_runs(make_engine: Any) -> None:

@@ -479,3 +479,23 @@ def test_demo_refuses_to_reset_a_database_of_other_runs(cli: Lockgate, tmp_path:
     refused = cli("demo", "--store", url, code=1)
     assert refused.err.startswith("error: refusing to reset") and "--keep" in refused.err
     assert len(cli.json("workflows", "list", "--store", url)["runs"]) == 1
+
+
+@pytest.mark.parametrize(
+    ("source", "error"),
+    [
+        ('import json\n\ndef helper():\n    return json.loads("{")\n\nhelper()\n', "JSONDecodeError"),
+        ("import no_such_dependency_of_theirs\n", "ModuleNotFoundError"),
+    ],
+)
+def test_an_app_that_fails_to_import_shows_only_its_own_frames(
+    cli: Lockgate, tmp_path: Path, source: str, error: str
+) -> None:
+    (tmp_path / "brokenapp.py").write_text(source)
+    for args in (["serve", "brokenapp:app"], ["workflows", "start", "x", "--app", "brokenapp:app"]):
+        result = subprocess.run(cli.argv(*args), cwd=tmp_path, env=cli.env, capture_output=True, text=True, timeout=60)
+        assert result.returncode == 1, result.stderr
+        lines = result.stderr.strip().splitlines()
+        assert lines[0].startswith(f"error: importing 'brokenapp' failed: {error}"), lines
+        assert "brokenapp.py" in result.stderr and "lockgate" not in "\n".join(lines[1:]), result.stderr
+        assert len(lines) <= 12, result.stderr

@@ -1,5 +1,6 @@
 """Listing from the command line and over HTTP: the same query gives the same runs, pages, children
-and hourly counts on both surfaces; ``--tail`` follows new runs; a second discard says so."""
+and hourly counts on both surfaces; ``--tail`` prints the last runs and ``--follow`` follows new
+ones; a second discard says so."""
 
 from __future__ import annotations
 
@@ -115,10 +116,19 @@ def test_usage_errors_of_listing_never_reach_a_store(tmp_path: Path) -> None:
     assert not (tmp_path / "lockgate.db").exists()
 
 
-def test_tail_follows_new_runs_until_interrupted(lg_cli: Lockgate) -> None:
+def test_tail_prints_the_last_runs_and_exits(lg_cli: Lockgate) -> None:
+    first = [lg_cli.start("double", {"n": n}) for n in range(3)]
+    result = lg_cli("workflows", "list", "--tail", "2", "--format", "json")
+    assert [json.loads(line)["id"] for line in result.out.splitlines()] == first[1:]  # the last two, oldest first
+    lines = lg_cli("workflows", "list", "--tail", "5").out.strip().splitlines()
+    assert len(lines) == 3 and all(run_id in "\n".join(lines) for run_id in first)
+    assert lg_cli("workflows", "list", "--tail", "0").out.strip() == ""
+
+
+def test_follow_shows_new_runs_until_interrupted(lg_cli: Lockgate) -> None:
     first = [lg_cli.start("double", {"n": n}) for n in range(3)]
     proc = subprocess.Popen(
-        lg_cli.argv("workflows", "list", "--tail", "2", "--poll", "100ms", "--format", "json"),
+        lg_cli.argv("workflows", "list", "--tail", "2", "--follow", "--poll", "100ms", "--format", "json"),
         cwd=lg_cli.cwd,
         env=lg_cli.env,
         stdout=subprocess.PIPE,

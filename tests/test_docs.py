@@ -48,6 +48,25 @@ def test_example_runs_to_completion(example: Path, tmp_path: Path) -> None:
     assert "Traceback" not in done.stderr
 
 
+def test_the_quickstart_can_be_run_twice(tmp_path: Path) -> None:
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "examples")}
+    outputs = []
+    for _ in range(2):
+        done = subprocess.run(
+            [sys.executable, str(ROOT / "examples" / "run_shop.py")],
+            cwd=tmp_path,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert done.returncode == 0 and not done.stderr.strip(), done.stderr
+        outputs.append(done.stdout.split())
+    (first, run_id, result), (again, same_id, same_result) = outputs
+    assert (first, again) == ("started", "existing")
+    assert (same_id, same_result) == (run_id, result) == (run_id, "ch_o-1")
+
+
 def _named_blocks() -> list[tuple[str, str, Path]]:
     """The blocks that open with ``# NAME.py`` where ``examples/NAME.py`` exists."""
     named = []

@@ -13,7 +13,7 @@ from pydantic import BaseModel
 
 import lockgate as lg
 from lockgate.cli import run as cli_run
-from lockgate.crypto import KEYS_ENV, Keyring, Sealer, Undecryptable, generate_key, is_sealed, parse_keys
+from lockgate.crypto import KEY_ENV, KEYS_ENV, Keyring, Sealer, Undecryptable, generate_key, is_sealed, parse_keys
 from lockgate.inspect import connect
 from lockgate.store import journal, runs, shared
 from lockgate.store.keys import rotate_keys
@@ -187,6 +187,7 @@ def test_the_cli_shows_encrypted_without_the_key_and_clear_with_it(
         return dict(json.loads(capsys.readouterr().out))
 
     monkeypatch.delenv(KEYS_ENV, raising=False)
+    monkeypatch.delenv(KEY_ENV, raising=False)
     shown = show()
     assert (shown["run"]["payload"], shown["run"]["output"]) == ("<encrypted>", "<encrypted>")
     assert shown["steps"][0]["output"] == "<encrypted>"
@@ -259,6 +260,7 @@ async def test_a_workflow_that_encrypts_refuses_to_boot_without_a_key(
     store_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.delenv(KEYS_ENV, raising=False)
+    monkeypatch.delenv(KEY_ENV, raising=False)
     with pytest.raises(lg.DefinitionError, match=r"sealed\.parent") as refused:
         async with lg.Engine(make_app(), store_url):
             pass
@@ -268,7 +270,36 @@ async def test_a_workflow_that_encrypts_refuses_to_boot_without_a_key(
             pass
 
 
+async def test_one_key_in_lockgate_encryption_key_seals_and_opens(
+    store_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv(KEYS_ENV, raising=False)
+    monkeypatch.setenv(KEY_ENV, NEW)
+    async with lg.Engine(make_app(), store_url) as engine:  # boots: encrypt_steps has its key
+        out = await engine.run("sealed.simple", {"marker": MARK}, timeout=30)
+    assert out == f"{MARK}-out"
+    assert MARK.encode() not in await raw_dump(store_url)
+    assert Keyring.load().ids == ["new"]
+    monkeypatch.setenv(KEYS_ENV, f"{NEW},{OLD}")  # moving to a list: the single key among them is fine
+    assert Keyring.load().ids == ["new", "old"]
+
+
+def test_lockgate_encryption_key_holds_one_key_that_agrees_with_the_list(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(KEYS_ENV, raising=False)
+    monkeypatch.setenv(KEY_ENV, f"{NEW},{OLD}")
+    with pytest.raises(lg.EncryptionKeyError, match=f"{KEY_ENV} holds one key"):
+        lg.Client(lg.App(), "sqlite:///:memory:")
+    monkeypatch.setenv(KEY_ENV, "k1:not*base64")
+    with pytest.raises(lg.EncryptionKeyError, match=f"{KEY_ENV}: key 1.*base64"):
+        lg.Client(lg.App(), "sqlite:///:memory:")
+    monkeypatch.setenv(KEY_ENV, NEW)
+    monkeypatch.setenv(KEYS_ENV, OLD)
+    with pytest.raises(lg.EncryptionKeyError, match=f"{KEY_ENV} \\('new'\\) is not among the keys of {KEYS_ENV}"):
+        lg.Client(lg.App(), "sqlite:///:memory:")
+
+
 def test_a_bad_key_is_refused_naming_where_it_came_from(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(KEY_ENV, raising=False)
     monkeypatch.setenv(KEYS_ENV, "k1:not*base64")
     with pytest.raises(lg.EncryptionKeyError, match=f"{KEYS_ENV}.*base64"):
         lg.Client(lg.App(), "sqlite:///:memory:")

@@ -294,12 +294,8 @@ async def test_an_end_whose_lease_was_lost_admits_nothing(store_url: str) -> Non
         assert run == {"status": "running", "owner": "w-test"}
 
 
-async def test_a_worker_past_its_share_of_a_key_leaves_the_next_run_to_any_worker(
-    env_factory: Any, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """With three live workers and a limit of three, a worker already executing two runs of the key does not
-    claim the start its ending run admits: the run is created unclaimed, for whichever worker asks first."""
-    release = {n: asyncio.Event() for n in range(4)}
+def holding_app(release: dict[int, asyncio.Event], limit: int = 3) -> lg.App:
+    """Runs of one key whose step holds until ``release[n]`` is set."""
 
     async def hold(n: int) -> int:
         await release[n].wait()
@@ -307,11 +303,22 @@ async def test_a_worker_past_its_share_of_a_key_leaves_the_next_run_to_any_worke
 
     app = lg.App()
 
-    @app.workflow(name="conc", concurrency=lg.Concurrency(limit=3))
+    @app.workflow(name="conc", concurrency=lg.Concurrency(limit=limit))
     async def body(ctx: lg.Context, p: Job) -> int:
         return int(await ctx.step("hold", hold, p.n))
 
-    async with env_factory(app) as env:
+    return app
+
+
+async def test_a_worker_past_its_share_of_a_key_leaves_the_next_run_to_workers_that_hear_of_it(
+    env_factory: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With three live workers and a limit of three, a worker already executing two runs of the key does not
+    claim the start its ending run admits where the others are woken for it (PostgreSQL): the run is created
+    unclaimed, for whichever worker asks first, so a key's work spreads. Where they would find it only at their
+    next poll (SQLite), the ending worker claims it and executes it at once."""
+    release = {n: asyncio.Event() for n in range(4)}
+    async with env_factory(holding_app(release)) as env:
         e = env.engine
         stop_drainer(env, monkeypatch)
         seen = watch_passes(env, monkeypatch)
@@ -323,12 +330,38 @@ async def test_a_worker_past_its_share_of_a_key_leaves_the_next_run_to_any_worke
         await eventually(lambda: len(e.executing) == 3, what="three runs executing")
         release[0].set()
         await eventually(lambda: seen, what="the first end's hand-off")
-        assert (seen[0].claimed, seen[0].unclaimed, seen[0].settled) == (None, 1, True)
         run_id = await run_of(env, handles[3].ticket)
         assert run_id is not None
+        if e.store.cross_process_wakeups:
+            assert (seen[0].claimed, seen[0].unclaimed, seen[0].settled) == (None, 1, True)
+        else:
+            claimed = seen[0].claimed
+            assert claimed is not None and (claimed["id"], claimed["owner"]) == (run_id, e.worker_id)
+            assert (seen[0].unclaimed, seen[0].settled) == (0, True)
         for n in (1, 2, 3):
             release[n].set()
-        assert await e.result(run_id, timeout=10) == 3  # claimed by the dispatcher (the only worker here)
+        assert await e.result(run_id, timeout=10) == 3
+
+
+async def test_a_worker_without_room_leaves_the_next_run_to_any_worker(
+    env_factory: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A worker stopping (draining) claims nothing more: the run its end admits is created unclaimed."""
+    release = {n: asyncio.Event() for n in range(3)}
+    async with env_factory(holding_app(release, limit=2)) as env:
+        e = env.engine
+        stop_drainer(env, monkeypatch)
+        seen = watch_passes(env, monkeypatch)
+        handles = [await e.start("conc", {"n": n}) for n in range(3)]
+        assert [h.status for h in handles] == ["started"] * 2 + ["queued"]
+        attempting = lambda: sum(x.attempting for x in e.dispatcher.executions.values()) == 2  # noqa: E731
+        await eventually(attempting, what="two runs inside their step")
+        e.dispatcher.draining = True  # as ``close(grace=...)`` sets it: no new run is taken on here
+        release[0].set()
+        await eventually(lambda: seen, what="the first end's hand-off")
+        assert (seen[0].claimed, seen[0].unclaimed) == (None, 1)
+        run_id = await run_of(env, handles[2].ticket)
+        assert run_id is not None  # admitted into the freed slot all the same, for any worker to claim
 
 
 async def test_runs_ending_together_with_one_lease_lost_end_one_by_one(
@@ -361,3 +394,50 @@ async def test_runs_ending_together_with_one_lease_lost_end_one_by_one(
         slots = {s["run_id"] for s in await slot_rows(store_url)}
         assert fences[1].run_id in slots and fences[0].run_id not in slots and len(slots) == 3
         assert tried[0] == 3  # they were tried together first, then one by one
+
+
+async def _gate_wakeups(store_url: str, act: Any) -> list[str]:
+    """The wake-up channels another process hears while ``act()`` runs (PostgreSQL's LISTEN/NOTIFY)."""
+    import json
+
+    import psycopg
+
+    async with await psycopg.AsyncConnection.connect(store_url, autocommit=True) as listener:
+        await listener.execute("LISTEN lockgate")
+        await act()
+        await listener.execute("SELECT 1")  # notifications committed before this have arrived
+        heard: list[str] = []
+        async for note in listener.notifies(timeout=0.5, stop_after=20):
+            heard.append(json.loads(note.payload)[1])
+        return heard
+
+
+async def test_a_slot_passed_on_wakes_no_other_drainer_unless_it_leaves_work(
+    store_url: str, store_kind: str
+) -> None:
+    """A hand-off that decides its key's whole line raises no 'gate' wake-up (nobody else has anything to drain);
+    one that stops at a start it cannot decide raises one, as a plain slot release does."""
+    if store_kind != "postgres":
+        pytest.skip("only PostgreSQL wakes other processes from its triggers")
+    async with lg.Client(make_app(limit=3), store_url) as client:
+        fences = await _held(client, "a", 3)
+        assert (await client.start("conc", {"n": 10, "key": "a"})).status == "queued"
+        now = client.clock.now()
+
+        async def settled() -> None:
+            passed = await client.store.write(
+                finish_passing, fences[0], now, _hand_off(client, "a"), status="succeeded", output="1"
+            )
+            assert passed.settled and passed.claimed is not None
+
+        assert "gate" not in await _gate_wakeups(store_url, settled)
+        waiting = await client.start("conc", {"n": 11, "key": "a"}, idempotency_key="the pipeline decides this one")
+        assert waiting.status == "queued"
+
+        async def unsettled() -> None:
+            passed = await client.store.write(
+                finish_passing, fences[1], now, _hand_off(client, "a"), status="succeeded", output="1"
+            )
+            assert not passed.settled and passed.claimed is None
+
+        assert "gate" in await _gate_wakeups(store_url, unsettled)

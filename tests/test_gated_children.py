@@ -45,7 +45,7 @@ def make_app() -> lg.App:
     app.workflow(name="limited", concurrency=lg.Concurrency(limit=1))(held)
     app.workflow(name="dropping", rate_limit=lg.RateLimit(limit=1, period="1h"))(held)
     app.workflow(name="folding", debounce=lg.Debounce(key=lambda p: p.key, period="1h"))(held)
-    app.workflow(name="gated-default", concurrency=lg.Concurrency(limit=1), gate_as_child=True)(held)
+    app.workflow(name="ungated", concurrency=lg.Concurrency(limit=1), gate_as_child=False)(held)
     @app.workflow(name="batched", batch=lg.Batch(item=Job, max_size=2, timeout="1h"))
     async def batched(ctx: lg.Context, p: Jobs) -> str:
         return "+".join(j.key for j in p.items)
@@ -145,19 +145,38 @@ async def _parent_waits(engine: lg.Engine, run_id: str) -> lg.RunInfo | None:
     return None
 
 
-async def test_the_workflow_option_makes_the_gate_the_default(make_engine: Any) -> None:
+async def test_a_child_passes_its_gate_by_default(make_engine: Any) -> None:
+    """Two children of a ``Concurrency(limit=1)`` workflow: the second waits for the first's slot."""
     async with make_engine(make_app()) as engine:
-        handle = await engine.start("parent", {"keys": ["gated-default/1", "gated-default/2"], "gate": None})
+        handle = await engine.start("parent", {"keys": ["limited/1", "limited/2"], "gate": None})
         (first,) = await _children(engine, str(handle.run_id), 1)
         await eventually(lambda: _waiting(engine, first.id), what="first child waits")
-        assert sum(f.queued for f in await engine.flow(workflow="gated-default")) == 1
+        assert sum(f.queued for f in await engine.flow(workflow="limited")) == 1
+        await engine.signal(first.id, "go", {})
+        second = next(r for r in await _children(engine, str(handle.run_id), 2) if r.id != first.id)
+        await eventually(lambda: _waiting(engine, second.id), what="second child admitted")
+        await engine.signal(second.id, "go", {})
+        out = await engine.result(str(handle.run_id), timeout=30)
+        assert out == ["started", "queued", "limited/1:0", "limited/2:1"]
+
+
+async def test_gate_false_and_the_workflow_option_opt_out(make_engine: Any) -> None:
+    async with make_engine(make_app()) as engine:
+        first = await engine.start("parent", {"keys": ["limited/a"], "gate": None})
+        (held,) = await _children(engine, str(first.run_id), 1)
+        await eventually(lambda: _waiting(engine, held.id), what="a child holds the slot")
         plain = await engine.start("parent", {"keys": ["limited/x"], "gate": False})  # ungated: no slot asked
         (child,) = await _children(engine, str(plain.run_id), 1)
         await eventually(lambda: _waiting(engine, child.id), what="ungated child runs beside the limit")
-        for run_id in (first.id, child.id):
+        declared = await engine.start("parent", {"keys": ["ungated/y"], "gate": None})  # gate_as_child=False
+        (other,) = await _children(engine, str(declared.run_id), 1)
+        await eventually(lambda: _waiting(engine, other.id), what="a child of an opted-out workflow runs")
+        assert sum(f.queued for f in await engine.flow()) == 0
+        for run_id in (held.id, child.id, other.id):
             await engine.signal(run_id, "go", {})
         assert await engine.result(str(plain.run_id), timeout=30) == ["started", "limited/x:0"]
-        await engine.cancel(str(handle.run_id), "enough")
+        assert await engine.result(str(declared.run_id), timeout=30) == ["started", "ungated/y:0"]
+        assert await engine.result(str(first.run_id), timeout=30) == ["started", "limited/a:0"]
 
 
 async def test_a_queue_bounds_its_members_together(make_engine: Any) -> None:

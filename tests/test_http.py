@@ -10,6 +10,7 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 import httpx
+import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from pydantic import BaseModel
 
@@ -326,6 +327,63 @@ async def test_metrics_count_a_known_workload(env_factory: Callable[..., TestEnv
         assert samples[("lockgate_oldest_waiting_seconds", (("workflow", "folded"),))] >= 30
         assert sum(v for (name, _), v in samples.items() if name == "lockgate_workers") == 1
         assert samples[("lockgate_scrape_errors", ())] == 0
+
+
+_NIGHTLY = """
+import asyncio, sys
+from pydantic import BaseModel
+import lockgate as lg
+
+class Night(BaseModel):
+    fail: bool = False
+
+app = lg.App()
+
+@app.workflow(name="nightly")
+async def nightly(ctx: lg.Context, p: Night) -> str:
+    if p.fail:
+        raise RuntimeError("no report")
+    return "done"
+
+async def main() -> None:
+    async with lg.Engine(app, sys.argv[1]) as engine:
+        ok = await engine.start("nightly", {})
+        print(ok.run_id, await engine.result(ok.run_id, timeout=30))
+        bad = await engine.start("nightly", {"fail": True})
+        try:
+            await engine.result(bad.run_id, timeout=30)
+        except lg.RunFailed:
+            pass
+
+asyncio.run(main())
+"""
+
+
+def _scrape(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    return {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+    }
+
+
+async def test_metrics_give_each_workflows_last_success_read_from_the_store(store_url: str) -> None:
+    """A run that succeeded in another process: this one's /metrics reports when, from the store."""
+    async with lg.Client(lg.App(), store_url) as client:
+        transport = httpx.ASGITransport(app=create_app(client))
+        async with httpx.AsyncClient(transport=transport, base_url="http://testserver") as http:
+            before = _scrape((await http.get("/metrics")).text)
+            assert not [k for k in before if k[0] == "lockgate_last_success_timestamp_seconds"]  # none yet
+            done = subprocess.run(
+                [sys.executable, "-c", _NIGHTLY, store_url], capture_output=True, text=True, timeout=90, check=True
+            )
+            run_id = done.stdout.split()[0]
+            finished = (await client.get_run(run_id)).finished_at
+            assert finished is not None
+            after = _scrape((await http.get("/metrics")).text)
+    gauge = after[("lockgate_last_success_timestamp_seconds", (("workflow", "nightly"),))]
+    assert gauge == pytest.approx(finished.timestamp(), abs=1e-3)  # the success, not the later failure
+    assert after[("lockgate_runs", (("status", "failed"), ("workflow", "nightly")))] == 1
 
 
 async def test_the_cli_and_the_api_show_the_same_run(env_factory: Callable[..., TestEnv]) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import socket
 import sqlite3
@@ -16,6 +17,7 @@ import click
 import httpx
 import psycopg
 import pytest
+from pydantic import BaseModel
 
 import lockgate as lg
 from lockgate.cli.serve import access_policy
@@ -134,3 +136,61 @@ def test_serve_with_a_token_file_answers_healthz(tmp_path: Path) -> None:
         process.terminate()
         process.wait(timeout=30)
     assert process.returncode == 0, log.read_text()
+
+
+class Job(BaseModel):
+    n: int
+
+
+def _one_app() -> lg.App:
+    app = lg.App()
+
+    @app.workflow(name="anew.job")
+    async def job(ctx: lg.Context, p: Job) -> int:
+        return p.n
+
+    return app
+
+
+def test_inspect_follows_a_database_file_made_anew(tmp_path: Path) -> None:
+    """A demo run again deletes its file and makes a new one: ``inspect`` must show the new runs."""
+    db = tmp_path / "x.db"
+
+    async def start(n: int) -> str:
+        async with lg.Client(_one_app(), f"sqlite:///{db}") as client:
+            handle = await client.start("anew.job", {"n": n})
+            assert handle.run_id is not None
+            return handle.run_id
+
+    first = asyncio.run(start(1))
+    port = _free_port()
+    argv = [sys.executable, "-m", "lockgate.cli", "inspect", "--store", f"sqlite:///{db}"]
+    argv += ["--http", f"127.0.0.1:{port}"]
+    log = tmp_path / "inspect.log"
+    with log.open("w") as err:
+        process = subprocess.Popen(argv, env=_env(), stdout=subprocess.DEVNULL, stderr=err)
+    base = f"http://127.0.0.1:{port}{API}/runs"
+
+    def listed() -> set[str] | None:
+        try:
+            return {r["id"] for r in httpx.get(base, timeout=2).json()["items"]}
+        except httpx.TransportError:
+            assert process.poll() is None, log.read_text()
+            return None
+
+    def until(wanted: set[str]) -> None:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and listed() != wanted:
+            time.sleep(0.2)
+        assert listed() == wanted, log.read_text()
+
+    try:
+        until({first})
+        for suffix in ("", "-wal", "-shm"):
+            (tmp_path / f"x.db{suffix}").unlink(missing_ok=True)
+        second = asyncio.run(start(2))
+        until({second})
+    finally:
+        process.terminate()
+        process.wait(timeout=30)
+    assert "was replaced" in log.read_text()

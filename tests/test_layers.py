@@ -43,6 +43,7 @@ LAYERS: dict[str, int] = {
     "lockgate.recording": DEFINITIONS,
     "lockgate.queues": DEFINITIONS,
     "lockgate.flowcontrol": DEFINITIONS,
+    "lockgate.buckets": DEFINITIONS,
     "lockgate.store": STORE,
     "lockgate.gate": GATE,
     "lockgate.runtime": GATE,

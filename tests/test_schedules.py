@@ -113,6 +113,32 @@ async def test_daily_slots_fire_once_each_with_their_own_payload_and_a_ledger(en
         assert firings[0].workflow == "sched.quick" and firings[0].ticket and firings[0].start_status == "started"
 
 
+class Region(BaseModel):
+    region: str = "eu"
+
+
+async def test_a_schedule_without_a_payload_starts_runs_with_the_models_defaults(env_factory: Any) -> None:
+    app = lg.App()
+
+    @app.workflow(name="sched.defaults", schedule=lg.Schedule(cron="0 3 * * *"))
+    async def defaults(ctx: lg.Context, p: Region) -> str:
+        return p.region
+
+    app.schedule("sched.hourly", workflow="sched.defaults", every="1h")
+    async with env_factory(app, start=T0) as env:
+        await tick(env)
+        env.clock.advance("1d")
+        await tick(env)
+        await settle_firings(env)
+        for name in ("sched.defaults", "sched.hourly"):
+            (firing, *_) = await env.engine.schedule_firings(name)
+            assert firing.status == "succeeded" and firing.run_id is not None
+            assert await env.engine.result(firing.run_id) == "eu"
+    required = make_app(bare={"workflow": "sched.quick", "cron": "0 3 * * *"})  # a field without a default
+    with pytest.raises(lg.DefinitionError, match=r"payload: .*day"):
+        required.definitions()
+
+
 async def test_a_failed_run_fails_its_firing(env_factory: Any) -> None:
     app = make_app(bad={"workflow": "sched.broken", "every": "1h", "payload": by_day})
     async with env_factory(app, start=T0) as env:

@@ -20,7 +20,8 @@ records common to all. Cases:
 (j5) one worker holding 100 jobs of 5 s is killed with SIGKILL and started again: jobs lost and
      jobs run twice, from a side table each job increments when it completes.
 
-Worker processes: 3 of concurrency 4 unless the case says otherwise (j5: one of 100). The
+Worker processes: 3 of concurrency 4 unless the case says otherwise (j5: one of 100); lockgate's run
+with `lockgate serve`'s default slots (its runs are coroutines: 4 would copy a thread pool). The
 floors beside the figures: one-row commits/s of PostgreSQL and of SQLite (synchronous FULL, the
 setting of lockgate-sqlite), and Redis round trips/s. Scratch PostgreSQL databases are
 created per system and case and dropped at the end; Redis databases 14 (the probe) and 15

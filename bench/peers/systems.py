@@ -15,6 +15,9 @@ from pathlib import Path
 
 __all__ = ["SYSTEMS", "System", "Workers"]
 
+DEFAULT_SLOTS = 200
+"""``lockgate serve``'s runs per process when ``--max-concurrent-runs`` is not given."""
+
 
 @dataclass(frozen=True)
 class Workers:
@@ -155,8 +158,10 @@ def dbos(bin_: Path, url: str, case: Case) -> Workers | str:
 
 
 def lockgate(bin_: Path, url: str, case: Case) -> Workers | str:
+    """``lockgate serve`` as deployed: its default slots (runs are coroutines, not threads)."""
     env: dict[str, str] = {"PEERS_LOCKGATE_STORE": url}
-    settings = [f"lockgate serve --max-concurrent-runs {case.concurrency}"]
+    slots = [] if case.concurrency <= DEFAULT_SLOTS else ["--max-concurrent-runs", str(case.concurrency)]
+    settings = [f"lockgate serve {' '.join(slots) or f'(default slots: {DEFAULT_SLOTS})'}"]
     if case.limit is not None:
         env["PEERS_GLOBAL"] = str(case.limit)
         settings.append(f"concurrency=lg.Concurrency(limit={case.limit})")
@@ -167,8 +172,7 @@ def lockgate(bin_: Path, url: str, case: Case) -> Workers | str:
         else:
             settings.append(f"flow_control=lg.FlowControl('provider', rate={case.rate}, period='1s') (step starts)")
     commands = [
-        [str(bin_ / "lockgate"), "serve", "bench.peers.apps.lockgate_app:app", "--store", url,
-         "--max-concurrent-runs", str(case.concurrency), "--no-http"]
+        [str(bin_ / "lockgate"), "serve", "bench.peers.apps.lockgate_app:app", "--store", url, *slots, "--no-http"]
         for _ in range(case.processes)
     ]
     return Workers(commands, env, settings)

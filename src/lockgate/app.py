@@ -262,7 +262,7 @@ def _build(decl: _Declaration) -> WorkflowDef:
         updates=_messages(name, "updates", opts.get("updates")),
         cancel_on=tuple(opts.get("cancel_on") or ()),
         queue=None if opts.get("queue") is None else getattr(opts["queue"], "name", None),
-        gate_as_child=_flag(name, "gate_as_child", opts.get("gate_as_child", False)),
+        gate_as_child=_flag(name, "gate_as_child", opts.get("gate_as_child", True)),
         gate=GatePlan(workflow=name),
     )
 

@@ -30,7 +30,7 @@ ParentClose = Literal["cancel", "terminate", "abandon"]
 class ChildHandle:
     """A child started from a body; pass it to ``ctx.wait_child``.
 
-    A child offered to its workflow's gate (``gate=True``) has its ``ticket`` and the gate's
+    A child offered to its workflow's gate (the default) has its ``ticket`` and the gate's
     ``status`` (``started``, ``existing``, ``queued``, ``dropped``, ``skipped``); ``run_id``
     is ``None`` until it is admitted (a queued child) or for good (a dropped one).
     """
@@ -95,12 +95,17 @@ class Context(abc.ABC):
         parent_close: ParentClose = "cancel",
         gate: bool | None = None,
         queue: Any = None,
+        flow_control: Any = None,
     ) -> ChildHandle:
         """Start a child run; the lineage is journaled before the child exists.
 
         ``gate=True`` offers it to its workflow's gate like ``engine.start`` (it takes a
-        concurrency slot, a window, a fold); ``None`` takes the child workflow's
-        ``gate_as_child`` (default ``False``: created at once). ``queue`` is what ``enqueue`` passes.
+        concurrency slot, a window, a fold); ``gate=False`` creates it at once; ``None`` takes
+        the child workflow's ``gate_as_child`` (default ``True``: through its gate). A parent
+        gives its own concurrency slot back while it waits on a child, so gated children cannot
+        deadlock with limited parents. ``flow_control`` (an ``lg.FlowControl``) is the child
+        run's own step flow control, checked like ``engine.start(flow_control=)``
+        (``InvalidArgument``, nothing started). ``queue`` is what ``enqueue`` passes.
         """
 
     async def enqueue(self, queue: Any, workflow: str | Callable[..., Any], payload: Any) -> ChildHandle:

@@ -81,12 +81,18 @@ class Concurrency:
 
 @dataclass(frozen=True)
 class Throttle:
-    """At most ``limit`` admissions per sliding ``period`` per ``key``; the excess waits (queued)."""
+    """At most ``limit`` admissions per sliding ``period`` per ``key``; the excess waits (queued).
+
+    With ``burst`` the window becomes a token bucket (GCRA): starts are spaced ``period / limit``
+    apart, and a key that has been idle lets up to ``burst`` more through at once; never more
+    than ``limit + burst`` in any ``period``, ``limit`` per ``period`` in the long run.
+    """
 
     limit: int
     period: Duration
     key: KeyFn | None = None
     pool: str | None = None
+    burst: int | None = None
 
 
 @dataclass(frozen=True)

@@ -35,10 +35,12 @@ from .errors import DefinitionError, EncryptionKeyError, JournalDecryptionError
 __all__ = [
     "ENCRYPTED",
     "KEYS_ENV",
+    "KEY_ENV",
     "Keyring",
     "Sealer",
     "Undecryptable",
     "check_keys",
+    "env_keys",
     "envelope_key",
     "event_identity",
     "generate_key",
@@ -55,6 +57,8 @@ __all__ = [
 
 KEYS_ENV = "LOCKGATE_ENCRYPTION_KEYS"
 """The environment variable an engine or client reads its keys from when none are passed."""
+KEY_ENV = "LOCKGATE_ENCRYPTION_KEY"
+"""One key instead, for a deployment that has never rotated (``KEYS_ENV`` lists several)."""
 
 ENCRYPTED = "<encrypted>"
 """What a reader without a key that opens a value is shown in its place."""
@@ -126,6 +130,23 @@ def parse_keys(spec: str | Sequence[str] | None, *, source: str) -> list[tuple[s
     return keys
 
 
+def env_keys() -> list[tuple[str, bytes]]:
+    """The keys of ``LOCKGATE_ENCRYPTION_KEYS`` (newest first), or the one of ``LOCKGATE_ENCRYPTION_KEY``.
+
+    Both may be set while a deployment moves from one to the other, as long as the single key
+    is among the listed ones (the list then stands); anything else is an ``EncryptionKeyError``.
+    """
+    listed = parse_keys(os.environ.get(KEYS_ENV), source=KEYS_ENV)
+    single = parse_keys(os.environ.get(KEY_ENV), source=KEY_ENV)
+    if len(single) > 1:
+        raise EncryptionKeyError(f"{KEY_ENV} holds one key ('id:base64'); list several, newest first, in {KEYS_ENV}")
+    if single and listed and single[0] not in listed:
+        raise EncryptionKeyError(
+            f"{KEY_ENV} ({single[0][0]!r}) is not among the keys of {KEYS_ENV}: set one of the two, or list it there"
+        )
+    return listed or single
+
+
 def _aad(identity: Sequence[str]) -> bytes:
     return "\x1f".join(identity).encode()
 
@@ -139,10 +160,10 @@ class Keyring:
 
     @classmethod
     def load(cls, keys: str | Sequence[str] | None = None) -> Keyring:
-        """The keys given, else those of ``LOCKGATE_ENCRYPTION_KEYS`` (none when it is unset)."""
+        """The keys given, else those of the environment (``env_keys``; none when neither variable is set)."""
         if keys is not None:
             return cls(parse_keys(keys, source="encryption_keys"))
-        return cls(parse_keys(os.environ.get(KEYS_ENV), source=KEYS_ENV))
+        return cls(env_keys())
 
     def __bool__(self) -> bool:
         return bool(self._keys)
@@ -159,7 +180,9 @@ class Keyring:
     def seal(self, plain: str, identity: Sequence[str]) -> str:
         """The envelope of ``plain`` under the newest key, bound to ``identity``."""
         if not self._keys:  # never a clear fallback
-            raise EncryptionKeyError(f"no encryption key to seal a value with: set {KEYS_ENV} or pass encryption_keys")
+            raise EncryptionKeyError(
+                f"no encryption key to seal a value with: set {KEY_ENV} or {KEYS_ENV}, or pass encryption_keys"
+            )
         key = self._keys[0]
         nonce = os.urandom(_NONCE)
         data = nonce + key.cipher.encrypt(nonce, plain.encode(), _aad(identity))
@@ -344,7 +367,7 @@ def check_keys(definitions: dict[str, Any], keyring: Keyring) -> None:
             raise DefinitionError(
                 name,
                 "encrypt_steps",
-                f"needs an encryption key: pass encryption_keys=[...] or set {KEYS_ENV} "
+                f"needs an encryption key: pass encryption_keys=[...] or set {KEY_ENV} (or {KEYS_ENV}) "
                 "(generate one with 'lockgate keys generate')",
             )
 

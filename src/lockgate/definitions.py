@@ -155,7 +155,7 @@ class WorkflowDef:
     updates: dict[str, type[BaseModel]] = field(default_factory=dict)
     cancel_on: tuple[Any, ...] = ()  # events.CancelOn entries (checked by events.validate_events)
     queue: str | None = None  # the durable queue it belongs to (queues.py): its controls are the queue's
-    gate_as_child: bool = False  # ctx.start_child offers it to its gate unless told otherwise
+    gate_as_child: bool = True  # ctx.start_child offers it to its gate unless told otherwise (gate=False)
 
     @functools.cached_property
     def patches_json(self) -> str:

@@ -18,7 +18,15 @@ from typing import Any
 
 from .durations import Duration, to_seconds
 
-__all__ = ["INHERIT", "FlowControl", "FlowLimits", "check_flow_control", "check_limits", "resolve_flow"]
+__all__ = [
+    "INHERIT",
+    "FlowControl",
+    "FlowLimits",
+    "check_burst",
+    "check_flow_control",
+    "check_limits",
+    "resolve_flow",
+]
 
 
 class _Inherit:
@@ -46,12 +54,15 @@ class FlowControl:
     ``key`` is a string or a callable of the run's decoded payload; at least one of
     ``rate`` and ``parallelism`` is given. A step over the key's limits waits durably
     (its run parks; no worker is held) and starts when a slot frees or the window opens.
+    With ``burst`` (and a ``rate``) the window is a token bucket: starts are spaced
+    ``period / rate`` apart and an idle key lets ``burst`` more start at once.
     """
 
     key: str | Callable[[Any], Any]
     rate: int | None = None
     period: Duration = "1s"
     parallelism: int | None = None
+    burst: int | None = None
 
 
 @dataclass(frozen=True)
@@ -62,29 +73,35 @@ class FlowLimits:
     rate: int | None
     period: float
     parallelism: int | None
+    burst: int | None = None
 
     def to_json(self) -> str:
-        return json.dumps({"key": self.key, "rate": self.rate, "period": self.period, "parallelism": self.parallelism})
+        data: dict[str, Any] = {"key": self.key, "rate": self.rate, "period": self.period}
+        data["parallelism"] = self.parallelism
+        if self.burst is not None:  # absent otherwise: a declaration without one reads as it always did
+            data["burst"] = self.burst
+        return json.dumps(data)
 
     @classmethod
     def from_json(cls, text: str) -> FlowLimits:
         data = json.loads(text)
-        return cls(str(data["key"]), data["rate"], float(data["period"]), data["parallelism"])
+        return cls(str(data["key"]), data["rate"], float(data["period"]), data["parallelism"], data.get("burst"))
 
     @classmethod
     def from_row(cls, row: dict[str, Any]) -> FlowLimits:
-        """From a ``lockgate_flow_keys`` row (``key, rate, period, parallelism``)."""
-        rate, par = row.get("rate"), row.get("parallelism")
+        """From a ``lockgate_flow_keys`` row (``key, rate, period, parallelism``, and ``burst`` if read)."""
+        rate, par, burst = row.get("rate"), row.get("parallelism"), row.get("burst")
         return cls(
             str(row["key"]),
             None if rate is None else int(rate),
             float(row["period"]),
             None if par is None else int(par),
+            None if burst is None else int(burst),
         )
 
     def as_control(self) -> FlowControl:
         """The limits as a ``FlowControl`` (what ``ctx.flow_control`` returns)."""
-        return FlowControl(self.key, self.rate, self.period, self.parallelism)
+        return FlowControl(self.key, self.rate, self.period, self.parallelism, self.burst)
 
 
 def _count(field: str, value: Any) -> int | None:
@@ -112,6 +129,19 @@ def check_limits(rate: Any, period: Any, parallelism: Any) -> tuple[int | None, 
     return checked_rate, seconds, checked_par
 
 
+def check_burst(burst: Any, rate: int | None) -> int | None:
+    """A flow control's ``burst`` checked: absent, or a non-negative int beside a ``rate``."""
+    if burst is None:
+        return None
+    if isinstance(burst, bool) or not isinstance(burst, int):
+        raise ValueError(f"burst: must be a non-negative int, got {burst!r}")
+    if burst < 0:
+        raise ValueError(f"burst: must be non-negative, got {burst!r}")
+    if rate is None:
+        raise ValueError("burst: lets starts through beyond a rate: give rate too")
+    return burst
+
+
 def check_flow_control(value: Any) -> FlowControl:
     """``value`` as a valid ``FlowControl``; ``ValueError`` names the bad field (the caller types it)."""
     if not isinstance(value, FlowControl):
@@ -121,6 +151,7 @@ def check_flow_control(value: Any) -> FlowControl:
         raise ValueError(f"flow_control.key: must be a non-empty string or a callable of the payload, got {key!r}")
     try:
         check_limits(value.rate, value.period, value.parallelism)
+        check_burst(value.burst, value.rate)
     except ValueError as exc:
         raise ValueError(f"flow_control.{exc}") from None
     return value
@@ -137,4 +168,4 @@ def resolve_flow(fc: FlowControl, payload: Any) -> FlowLimits:
         if key is None or (isinstance(key, str) and not key.strip()):
             raise ValueError(f"flow_control.key: callback returned {key!r}, not a non-empty key")
     rate, period, parallelism = check_limits(fc.rate, fc.period, fc.parallelism)
-    return FlowLimits(str(key), rate, period, parallelism)
+    return FlowLimits(str(key), rate, period, parallelism, check_burst(fc.burst, rate))

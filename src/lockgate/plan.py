@@ -47,6 +47,7 @@ class Window:
     period: float
     key: Callable[[Any], Any] | None
     scope: str  # the pool name, or the workflow's own
+    burst: int | None = None  # a throttle's token bucket (``rules.bucket_*``); ``None``: the sliding window
 
     @property
     def name(self) -> str:
@@ -224,9 +225,21 @@ def _windows_plan(wf: str, options: WorkflowOptions) -> tuple[Window, ...]:
                     period=_seconds(wf, f"{where}.period", w.period),
                     key=callable_or_none(wf, f"{where}.key", w.key),
                     scope=f"pool:{w.pool}" if w.pool else f"wf:{wf}:{kind}[{i}]",
+                    burst=_burst(wf, where, w) if isinstance(w, Throttle) else None,
                 )
             )
     return tuple(windows)
+
+
+def _burst(wf: str, where: str, throttle: Throttle) -> int | None:
+    """A throttle's ``burst``: absent, or a non-negative int (the starts an idle key lets through at once
+    beyond the first)."""
+    burst: Any = throttle.burst
+    if burst is None:
+        return None
+    if not isinstance(burst, int) or isinstance(burst, bool) or not 0 <= burst <= MAX_LIMIT:
+        _fail(wf, f"{where}.burst", f"must be an integer from 0 to {MAX_LIMIT}, got {_shown(burst)}")
+    return int(burst)
 
 
 def _concurrency_plan(wf: str, concurrency: Concurrency) -> str:
@@ -266,15 +279,15 @@ def _check_pools(name: str, plan: GatePlan, pools: dict[str, tuple[str, Any]]) -
     """Every member of a pool declares the same limits as its first member (recorded in ``pools``)."""
     # A pool's slots and its windows are counted apart (a queue names one pool for both): each is
     # compared with the same kind of limit of the pool's first member.
-    shared: list[tuple[str, str, Any]] = []
+    shared: list[tuple[str, str, str, Any]] = []  # (kind, scope, field, what members must share)
     if plan.concurrency is not None and plan.concurrency.pool:
         c = plan.concurrency
-        shared.append((plan.concurrency_scope, "concurrency.limit", (c.limit, c.total, c.burst)))
-    shared += [
-        (w.scope, f"{w.name}.limit", (w.kind, w.limit, w.period)) for w in plan.windows if w.scope.startswith("pool:")
-    ]
-    for scope, field, signature in shared:
-        kind = "slots" if field == "concurrency.limit" else "window"
+        shared.append(("slots", plan.concurrency_scope, "concurrency.limit", (c.limit, c.total, c.burst)))
+    for w in plan.windows:
+        if w.scope.startswith("pool:"):
+            shared.append(("window", w.scope, f"{w.name}.limit", (w.kind, w.limit, w.period)))
+            shared.append(("bucket", w.scope, f"{w.name}.burst", w.burst))
+    for kind, scope, field, signature in shared:
         seen = pools.setdefault(f"{kind} {scope}", (name, signature))
         if seen[1] != signature:
             _fail(
@@ -315,9 +328,12 @@ MAX_LIMIT = 1_000_000_000
 
 def _positive_int(wf: str, field: str, value: Any) -> int:
     if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= MAX_LIMIT:
-        shown = repr(value) if len(repr(value)) <= 40 else f"{repr(value)[:37]}..."
-        _fail(wf, field, f"must be an integer from 1 to {MAX_LIMIT}, got {shown}")
+        _fail(wf, field, f"must be an integer from 1 to {MAX_LIMIT}, got {_shown(value)}")
     return value
+
+
+def _shown(value: Any) -> str:
+    return repr(value) if len(repr(value)) <= 40 else f"{repr(value)[:37]}..."
 
 
 def _items_type(model: type[BaseModel]) -> Any:

@@ -52,7 +52,8 @@ class Schedule:
     """Start a workflow by the clock: ``cron`` (in ``timezone``) or ``every`` (an interval).
 
     ``payload`` is the run's payload, or a function of the slot's ``scheduled_at`` (an aware
-    datetime in ``timezone``). ``on_overlap`` says what a firing does while the previous
+    datetime in ``timezone``); none given is ``{}``, for a payload model whose fields all have
+    defaults. ``on_overlap`` says what a firing does while the previous
     firing's run is live: ``"skip"`` it, ``"buffer"`` it behind that run (at most
     ``buffer_limit`` waiting), or ``"cancel_other"`` (cancel that run, then start).
     ``backfill`` governs slots missed while nothing ran: ``None`` fires the most recent one,
@@ -312,7 +313,7 @@ def build_schedule(
         except ValueError as exc:
             raise fail(option, str(exc).removeprefix(f"{option}: ")) from None
     max_runtime = durations["max_runtime"] or DEFAULT_MAX_RUNTIME
-    spec = given.payload
+    spec = {} if given.payload is None else given.payload  # none given: the model's defaults
     if callable(spec) and not isinstance(spec, BaseModel):
         try:
             inspect.signature(spec).bind(datetime.now(UTC))

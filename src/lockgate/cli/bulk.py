@@ -11,11 +11,11 @@ from typing import Any
 
 import click
 from rich.console import Console
-from rich.table import Table
 from rich.text import Text
 
 from ..engine.operator import BulkResult, check_reason
 from .common import app_option, count_type, format_option, load_app, open_client, run_async, store_option
+from .fit import FitTable
 from .groups import workflows
 from .output import emit, short
 from .workflows import STATUSES, usage_errors
@@ -114,7 +114,7 @@ def _report(result: BulkResult, limit: int, fmt: str) -> None:
         if not result.items:
             console.print(f"no runs to {result.verb}")
             return
-        table = Table()
+        table = FitTable()
         for column in ("run id", "workflow", "status", "outcome", "reason"):
             table.add_column(column, no_wrap=column != "reason")
         for item in result.items:

@@ -6,7 +6,6 @@ from pathlib import Path
 
 import click
 from rich.console import Console
-from rich.table import Table
 from rich.text import Text
 
 from ..app import App
@@ -14,6 +13,7 @@ from ..engine.replay_check import JournalExport
 from ..inspect import ReplayReport
 from ..inspect.replay import check as check_exports
 from .common import format_option, load_app, open_inspector, run_async, store_option
+from .fit import FitTable
 from .groups import EXIT_CODES, cli, workflows
 from .output import emit
 
@@ -92,7 +92,7 @@ def _render(console: Console, report: ReplayReport) -> None:
     if not report.verdicts:
         console.print("no runs to check")
         return
-    table = Table(title="replay check", title_justify="left")
+    table = FitTable(title="replay check", title_justify="left")
     for column in ("run", "workflow", "status", "outcome", "where", "recorded", "requested / detail"):
         table.add_column(column, no_wrap=column not in ("requested / detail",))
     for v in report.verdicts:

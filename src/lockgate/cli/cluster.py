@@ -10,6 +10,7 @@ from rich.table import Table
 from rich.text import Text
 
 from .common import format_option, load_app, open_inspector, run_async, store_option
+from .fit import FitTable
 from .groups import EXIT_CODES, cli
 from .output import emit
 
@@ -62,7 +63,7 @@ def status(show_all: bool, store: str, fmt: str) -> None:
 
 
 def _workers_table(workers: list[dict[str, Any]]) -> Table:
-    table = Table(title="workers", title_justify="left")
+    table = FitTable(title="workers", title_justify="left")
     for column in ("worker", "host", "pid", "state", "heartbeat", "lease", "runs held", "sweeps"):
         table.add_column(column, no_wrap=True, justify="right" if column in ("pid", "runs held") else "left")
     for w in workers:
@@ -80,7 +81,7 @@ def _workers_table(workers: list[dict[str, Any]]) -> Table:
 
 
 def _sweeps_table(sweeps: list[dict[str, Any]]) -> Table:
-    table = Table(title="sweep leases", title_justify="left")
+    table = FitTable(title="sweep leases", title_justify="left")
     for column in ("sweep", "held by", "lease left", "ticks"):
         table.add_column(column, no_wrap=True)
     for s in sweeps:

@@ -11,6 +11,8 @@ import importlib
 import json
 import os
 import sys
+import sysconfig
+import traceback
 from collections.abc import AsyncIterator, Callable, Coroutine
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime, timedelta
@@ -202,6 +204,33 @@ def app_option(
 # -- loading the app -------------------------------------------------------------------------
 
 
+# lockgate's own frames and the import machinery's are never the user's to read
+_NOT_THEIRS = (
+    os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+    os.path.dirname(importlib.__file__),
+    "<frozen ",
+)
+
+
+class UserCodeFailed(click.ClickException):
+    """The user's own code raised while a command ran it: one line, then the frames of their code alone."""
+
+    def __init__(self, what: str, exc: BaseException) -> None:
+        frames = [
+            frame
+            for frame in traceback.extract_tb(exc.__traceback__)
+            if not frame.filename.startswith(_NOT_THEIRS)
+        ]
+        libraries = tuple({sysconfig.get_paths()[k] for k in ("stdlib", "purelib", "platlib")})
+        while frames and frames[-1].filename.startswith(libraries):
+            frames.pop()  # below their last line, in a library they called: the error line says what it raised
+        message = f"{what} failed: {type(exc).__name__}: {exc}"
+        if frames:
+            listing = "".join(traceback.format_list(frames)).rstrip()
+            message += f"\nTraceback of your code (most recent call last):\n{listing}"
+        super().__init__(message)
+
+
 def load_app(ref: str | None, *, param_hint: str = "'--app'") -> App:
     """The ``App`` named by ``MODULE:ATTR`` (``ATTR`` defaults to ``app``); an empty ``App`` for ``None``.
 
@@ -223,7 +252,9 @@ def load_app(ref: str | None, *, param_hint: str = "'--app'") -> App:
     except ModuleNotFoundError as exc:
         if exc.name is not None and (module_name == exc.name or module_name.startswith(exc.name + ".")):
             raise click.BadParameter(f"cannot import module {module_name!r}", param_hint=param_hint) from None
-        raise  # the module exists but one of its own imports is missing: show where
+        raise UserCodeFailed(f"importing {module_name!r}", exc) from None  # one of its own imports is missing
+    except Exception as exc:
+        raise UserCodeFailed(f"importing {module_name!r}", exc) from None
     for part in attr.split("."):
         try:
             obj = getattr(obj, part)
@@ -243,6 +274,24 @@ def load_app(ref: str | None, *, param_hint: str = "'--app'") -> App:
 def run_async(main: Coroutine[Any, Any, T]) -> T:
     """Run one command's coroutine to completion on a fresh event loop."""
     return asyncio.run(main)
+
+
+def _identity(path: str) -> tuple[int, int] | None:
+    try:
+        found = os.stat(path)
+    except FileNotFoundError:
+        return None
+    return found.st_dev, found.st_ino
+
+
+async def file_replaced(path: str, poll: float = 1.0) -> None:
+    """Return once another file stands at ``path`` than the one there now (deleted, then made anew)."""
+    first = _identity(path)
+    while True:
+        await asyncio.sleep(poll)
+        now = _identity(path)
+        if now is not None and now != first:
+            return
 
 
 def sqlite_path(url: str) -> str | None:

@@ -41,6 +41,7 @@ from ..inspect import TERMINAL, FiringInfo, FlowRow, Inspector
 from ..records import EventInfo
 from ..store import open_store
 from .common import DurationType, check_store, inspector_of, open_inspector, run_async, sqlite_path
+from .fit import FitTable
 from .groups import cli
 from .output import make_console, short, status_text, when
 from .serve import display_url
@@ -152,7 +153,9 @@ def table(rows: list[RunRow]) -> Table:
     """The table of the demo's runs."""
     # Laid out for 80 columns: run ids by their last 8 characters (unique among the demo's runs, and
     # the end of the ids `workflows list` shows), statuses whole, the rest wrapping.
-    out = Table(title="lockgate demo", title_justify="left")
+    out = FitTable(
+        title="lockgate demo", title_justify="left", keep=("workflow", "run", "status"), drop=("waiting", "retries")
+    )
     out.add_column("workflow", overflow="fold")
     out.add_column("run", no_wrap=True)
     out.add_column("status", no_wrap=True)
@@ -370,7 +373,7 @@ async def run_demo(store: str, board: Board, *, timeout: float, poll: float = 0.
 
 def gate_table(rows: list[FlowRow]) -> Table:
     """The gate's decisions on the demo's gated starts, per workflow and key."""
-    out = Table(title="gate decisions", title_justify="left")
+    out = FitTable(title="gate decisions", title_justify="left")
     for column in ("workflow", "key", "admitted", "queued now", "collapsed", "dropped"):
         out.add_column(column, no_wrap=True, justify="left" if column in ("workflow", "key") else "right")
     for row in rows:

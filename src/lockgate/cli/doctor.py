@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import click
 from rich.console import Console
-from rich.table import Table
 from rich.text import Text
 
 from ..inspect import DoctorReport, DoctorSettings
 from .common import DurationType, format_option, load_app, open_inspector, run_async, store_option
+from .fit import FitTable
 from .groups import cli
 from .output import emit
 
@@ -43,7 +43,7 @@ def doctor(ctx: click.Context, store: str, app_ref: str | None, stall_after: flo
     report = run_async(read())
 
     def render(console: Console) -> None:
-        table = Table(title="lockgate doctor", title_justify="left")
+        table = FitTable(title="lockgate doctor", title_justify="left")
         for column in ("check", "status", "summary"):
             table.add_column(column, no_wrap=column != "summary")
         for f in report.findings:

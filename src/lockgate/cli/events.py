@@ -22,6 +22,7 @@ from .common import (
     run_async,
     store_option,
 )
+from .fit import FitTable
 from .groups import cli
 from .output import emit, short, when
 
@@ -34,7 +35,7 @@ def events() -> None:
 
 
 def events_table(found: list[EventRecord]) -> Table:
-    table = Table()
+    table = FitTable(keep=("event id", "name"), drop=("data", "source"))
     for column in ("event id", "name", "key", "occurred (UTC)", "source", "data"):
         table.add_column(column, no_wrap=column in ("event id", "occurred (UTC)"))
     for ev in found:
@@ -43,7 +44,7 @@ def events_table(found: list[EventRecord]) -> Table:
 
 
 def deliveries_table(found: list[DeliveryRecord]) -> Table:
-    table = Table()
+    table = FitTable()
     for column in ("trigger", "workflow", "status", "why", "gate", "run id", "ticket"):
         table.add_column(column, no_wrap=column in ("run id", "ticket"))
     for d in found:

@@ -10,6 +10,7 @@ from rich.table import Table
 
 from ..errors import LockgateError
 from .common import DurationType, format_option, load_app, open_client, open_inspector, run_async, store_option
+from .fit import FitTable
 from .gate import human_seconds
 from .groups import EXIT_CODES, cli
 from .output import emit
@@ -50,13 +51,15 @@ def _limit(row: dict[str, Any]) -> str:
     parts = []
     if row["rate"] is not None:
         parts.append(f"{row['rate']} / {human_seconds(row['period'])}")
+        if row.get("burst") is not None:
+            parts.append(f"burst {row['burst']}")
     if row["parallelism"] is not None:
         parts.append(f"{row['parallelism']} at once")
     return ", ".join(parts)
 
 
 def _table(rows: list[dict[str, Any]]) -> Table:
-    table = Table("key", "limits", "running", "waiting", "started (window)", "oldest waiting", "paused", "set by")
+    table = FitTable("key", "limits", "running", "waiting", "started (window)", "oldest waiting", "paused", "set by")
     for r in rows:
         paused = ""
         if r["paused"]:

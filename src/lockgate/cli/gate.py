@@ -31,6 +31,7 @@ from .common import (
     run_async,
     store_option,
 )
+from .fit import FitTable
 from .groups import workflows
 from .output import emit, short, status_text, when
 from .workflows import usage_errors
@@ -105,7 +106,7 @@ def flow(workflow: str | None, since: float | None, store: str, fmt: str) -> Non
             console.print(f"nothing queued, running or decided at the gate{scope}{period}")
             return
         title = None if start is None else f"decisions since {when(start)} UTC"
-        table = Table(title=title, title_justify="left")
+        table = FitTable(title=title, title_justify="left")
         table.add_column("workflow", no_wrap=True)
         table.add_column("key")
         table.add_column("queued")
@@ -190,7 +191,7 @@ def _summary(t: Trace, now: float) -> str:
 
 
 def _trace_fields(t: Trace) -> Table:
-    table = Table(show_header=False, box=None, padding=(0, 2, 0, 0))
+    table = FitTable(show_header=False, box=None, padding=(0, 2, 0, 0))
     table.add_column(style="bold")
     table.add_column()
     fields: list[tuple[str, Any]] = [
@@ -215,7 +216,7 @@ def _trace_fields(t: Trace) -> Table:
 
 
 def _history_table(history: list[dict[str, Any]]) -> Table:
-    table = Table(title="ledger", title_justify="left")
+    table = FitTable(title="ledger", title_justify="left", keep=("outcome",), drop=("waited", "folded", "kind"))
     for column in ("at (UTC)", "kind", "outcome", "control", "key", "reason", "run", "folded", "waited"):
         table.add_column(column, no_wrap=column in ("at (UTC)", "run"))
     for entry in history:
@@ -362,7 +363,7 @@ def pauses(store: str, fmt: str) -> None:
         if not entries:
             console.print("nothing is paused")
             return
-        table = Table()
+        table = FitTable()
         for column in ("kind", "name", "reason", "since (UTC)", "until (UTC)"):
             table.add_column(column, no_wrap=column != "reason")
         for p in found:
@@ -397,7 +398,7 @@ def pending(workflow: str | None, mode: str | None, limit: int, store: str, fmt:
             console.print("no start is parked at the gate")
             return
         # tickets whole (they are what `why` takes), each above its workflow: 80 columns hold a row
-        table = Table()
+        table = FitTable()
         table.add_column("ticket / workflow", no_wrap=True)
         table.add_column("held by", no_wrap=True)
         table.add_column("key", overflow="fold", ratio=1)

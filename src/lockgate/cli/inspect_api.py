@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import signal
 import sys
 
@@ -16,7 +17,7 @@ import click
 
 from ..app import App
 from ..http import AccessPolicy, create_app, serve_http
-from .common import app_option, load_app, open_client, run_async, store_option
+from .common import app_option, file_replaced, load_app, open_client, run_async, sqlite_path, store_option
 from .groups import cli
 from .serve import access_policy, check_http_bind, display_url, http_options
 
@@ -25,11 +26,25 @@ __all__: list[str] = []
 log = logging.getLogger("lockgate.inspect")
 
 
-async def _serve(app: App, store: str, host: str, port: int, policy: AccessPolicy) -> None:
+async def _serve(app: App, store: str, host: str, port: int, policy: AccessPolicy) -> bool:
+    """Serve until SIGINT/SIGTERM (``False``) or until the SQLite file is replaced (``True``)."""
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
+    replaced = await _serve_file(app, store, host, port, policy, stop, sqlite_path(store))
+    log.info("HTTP API stopped")
+    return replaced
+
+
+async def _serve_file(
+    app: App, store: str, host: str, port: int, policy: AccessPolicy, stop: asyncio.Event, path: str | None
+) -> bool:
+    """Serve until ``stop`` (``False``) or, on SQLite, until the file is replaced (``True``).
+
+    A connection keeps reading the file it opened, deleted or not: a re-run demo would otherwise
+    leave this process showing the runs of a database that no longer exists.
+    """
     async with open_client(app, store) as client:
         client.source = "http"
         log.info(
@@ -42,15 +57,20 @@ async def _serve(app: App, store: str, host: str, port: int, policy: AccessPolic
         )
         server = asyncio.create_task(serve_http(create_app(client, policy=policy), host, port))
         stopper = asyncio.create_task(stop.wait())
-        done, _ = await asyncio.wait({server, stopper}, return_when=asyncio.FIRST_COMPLETED)
-        for task in (server, stopper):
+        tasks = {server, stopper}
+        replaced = None
+        if path is not None:
+            replaced = asyncio.create_task(file_replaced(path))
+            tasks.add(replaced)
+        done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+        for task in tasks:
             task.cancel()
-        for task in (server, stopper):
+        for task in tasks:
             with contextlib.suppress(BaseException):
                 await task
         if server in done and server.exception() is not None:
             raise click.ClickException(f"the HTTP server stopped: {server.exception()!r}")
-    log.info("HTTP API stopped")
+    return replaced is not None and replaced in done and not stop.is_set()
 
 
 @cli.command("inspect")
@@ -73,4 +93,7 @@ def inspect_api(
     assert bind is not None
     app = load_app(app_ref)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
-    run_async(_serve(app, store, *bind, policy))
+    if run_async(_serve(app, store, *bind, policy)):
+        # start afresh on the new file: nothing of the old one's connections, caches or server is kept
+        log.info("the database file %s was replaced: serving the new one", sqlite_path(store))
+        os.execv(sys.executable, [sys.executable, "-m", "lockgate.cli", *sys.argv[1:]])

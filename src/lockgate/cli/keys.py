@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import click
 from rich.console import Console
-from rich.table import Table
 
 from ..crypto import KEYS_ENV, Keyring, generate_key
 from ..inspect import Rotation
 from .common import count_type, format_option, load_app, open_inspector, run_async, store_option
+from .fit import FitTable
 from .groups import cli
 from .output import emit
 
@@ -23,7 +23,8 @@ def keys() -> None:
 @keys.command("generate")
 @click.option("--id", "key_id", metavar="ID", help="The key's id (default: a random one).")
 def generate(key_id: str | None) -> None:
-    """Print a new key (id:base64 of 32 random bytes); put it first in $LOCKGATE_ENCRYPTION_KEYS."""
+    """Print a new key (id:base64 of 32 random bytes); put it first in $LOCKGATE_ENCRYPTION_KEYS
+    (or, as the only key, in $LOCKGATE_ENCRYPTION_KEY)."""
     click.echo(generate_key(key_id))
 
 
@@ -62,7 +63,7 @@ def rotate(workflow: str | None, batch: int, dry_run: bool, store: str, fmt: str
             )
         )
         if report.unopened:
-            table = Table("table", "row", "column", "key id", title="values no listed key opens")
+            table = FitTable("table", "row", "column", "key id", title="values no listed key opens")
             for u in report.unopened:
                 table.add_row(u.table, u.row, u.column, u.key_id or "")
             console.print(table)

@@ -19,6 +19,7 @@ from rich.table import Table
 from rich.text import Text
 
 from ..records import AttemptInfo, EventInfo, RunInfo, StepInfo
+from .fit import FitTable
 
 __all__ = [
     "attempts_table",
@@ -92,7 +93,7 @@ def _error(tag: str | None, message: str | None) -> str:
 
 
 def runs_table(runs: Iterable[RunInfo], *, title: str | None = None) -> Table:
-    table = Table(title=title, title_justify="left")
+    table = FitTable(title=title, title_justify="left", keep=("run id", "workflow", "status"))
     for column in ("run id", "workflow", "status", "created (UTC)", "finished (UTC)", "error"):
         table.add_column(column, no_wrap=column in ("run id", "created (UTC)", "finished (UTC)"))
     for run in runs:
@@ -118,7 +119,7 @@ def run_line(run: RunInfo) -> Text:
 
 
 def run_summary(run: RunInfo) -> Table:
-    table = Table(show_header=False, box=None, padding=(0, 2, 0, 0))
+    table = FitTable(show_header=False, box=None, padding=(0, 2, 0, 0))
     table.add_column(style="bold")
     table.add_column()
     fields: list[tuple[str, Any]] = [
@@ -160,7 +161,7 @@ def steps_table(steps: Iterable[StepInfo]) -> Table:
     # "#": the order the body reached each entry, 1, 2, 3, ... (the stored seq may skip numbers)
     steps = list(steps)
     zone, at = _clock(s.finished_at for s in steps)
-    table = Table(title=f"journal ({zone})", title_justify="left")
+    table = FitTable(title=f"journal ({zone})", title_justify="left")
     table.add_column("#", no_wrap=True, justify="right")
     table.add_column("step", overflow="fold", max_width=28)
     table.add_column("kind", no_wrap=True)
@@ -185,7 +186,7 @@ def steps_table(steps: Iterable[StepInfo]) -> Table:
 def attempts_table(attempts: Iterable[AttemptInfo]) -> Table:
     attempts = list(attempts)
     zone, at = _clock([a.started_at for a in attempts] + [a.finished_at for a in attempts])
-    table = Table(title=f"attempts ({zone})", title_justify="left")
+    table = FitTable(title=f"attempts ({zone})", title_justify="left")
     table.add_column("step", overflow="fold", max_width=28)
     table.add_column("try", no_wrap=True, justify="right")
     table.add_column("status", no_wrap=True)
@@ -207,7 +208,7 @@ def attempts_table(attempts: Iterable[AttemptInfo]) -> Table:
 def events_table(events: Iterable[EventInfo]) -> Table:
     events = list(events)
     zone, at = _clock(e.at for e in events)
-    table = Table(title=f"events ({zone})", title_justify="left")
+    table = FitTable(title=f"events ({zone})", title_justify="left")
     table.add_column("at", no_wrap=True)
     table.add_column("event", no_wrap=True)
     table.add_column("data", overflow="fold", ratio=1)

@@ -7,7 +7,6 @@ from typing import Any
 
 import click
 from rich.console import Console
-from rich.table import Table
 from rich.text import Text
 
 from ..engine.firing import Fired
@@ -24,6 +23,7 @@ from .common import (
     run_async,
     store_option,
 )
+from .fit import FitTable
 from .groups import cli
 from .output import STATUS_STYLE, emit, when
 
@@ -54,7 +54,7 @@ def list_schedules(app_ref: str | None, store: str, fmt: str) -> None:
         if not infos:
             console.print("no schedules")
             return
-        table = Table()
+        table = FitTable()
         for column in ("schedule", "workflow", "when", "zone", "state", "next firing", "firings", "missed"):
             table.add_column(column, no_wrap=column in ("schedule", "next firing"))
         for i in infos:
@@ -92,7 +92,7 @@ def next_slots(name: str, count: int, app_ref: str, fmt: str) -> None:
     }
 
     def render(console: Console) -> None:
-        table = Table(title=f"{name}: {sched.spec} ({sched.timezone})")
+        table = FitTable(title=f"{name}: {sched.spec} ({sched.timezone})")
         table.add_column("local")
         table.add_column("UTC")
         for s in slots:
@@ -121,7 +121,7 @@ def firings(name: str, limit: int, app_ref: str | None, store: str, fmt: str) ->
         if not rows:
             console.print(f"no firings of {name!r} yet")
             return
-        table = Table()
+        table = FitTable(keep=("status", "run"), drop=("ticket", "finished"))
         for column in ("scheduled at (UTC)", "cause", "status", "why", "run", "ticket", "finished"):
             table.add_column(column, no_wrap=column != "why")
         for f in rows:
@@ -214,7 +214,7 @@ def backfill(name: str, start: str, end: str, commit: bool, app_ref: str, store:
         if not slots:
             console.print("no slots in that range")
             return
-        table = Table(title=None if commit else "dry run: nothing fired (add --commit)")
+        table = FitTable(title=None if commit else "dry run: nothing fired (add --commit)")
         table.add_column("slot (local)")
         table.add_column("UTC")
         table.add_column("outcome")

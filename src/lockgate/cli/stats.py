@@ -11,6 +11,7 @@ from rich.text import Text
 
 from ..inspect import MAX_HOURS, RUN_STATUSES, Hours, Stats
 from .common import format_option, load_app, open_inspector, run_async, store_option
+from .fit import FitTable
 from .groups import workflows
 from .output import STATUS_STYLE, emit, when
 
@@ -45,7 +46,7 @@ def stats(workflow: str | None, hours: int | None, store: str, fmt: str) -> None
         if not listed:
             console.print("no runs and nothing parked" + (f" for workflow {workflow!r}" if workflow else ""))
             return
-        table = Table()
+        table = FitTable()
         table.add_column("workflow", no_wrap=True)
         for status in RUN_STATUSES:
             table.add_column(status, justify="right", style=STATUS_STYLE.get(status, ""))
@@ -68,7 +69,7 @@ def stats(workflow: str | None, hours: int | None, store: str, fmt: str) -> None
 def _hourly_table(hourly: Hours) -> Table:
     """Runs created per hour, per workflow: a sparkline (oldest hour at the left), totals beside it."""
     title = f"runs created per hour, the last {hourly.hours} hour(s) from {when(hourly.start)} UTC"
-    table = Table(title=title, title_justify="left")
+    table = FitTable(title=title, title_justify="left")
     table.add_column("workflow", no_wrap=True)
     table.add_column("per hour", no_wrap=True)
     table.add_column("peak", justify="right")

@@ -15,6 +15,7 @@ from rich.text import Text
 
 from ..errors import InvalidArgument
 from ..inspect import RUN_STATUSES, RunDetail, RunFilter, RunPage, split_statuses
+from ..records import RunInfo
 from .common import (
     DurationType,
     JsonType,
@@ -71,6 +72,9 @@ def _statuses(ctx: click.Context, param: click.Parameter, value: str | None) -> 
     return found
 
 
+FOLLOW_TAIL = 10  # what --follow shows first when --tail is not given
+
+
 @workflows.command("list")
 @click.option("--workflow", metavar="NAME", help="Only runs of this workflow.")
 @click.option("--status", type=click.Choice(STATUSES), help="Only runs in this status.")
@@ -90,9 +94,10 @@ def _statuses(ctx: click.Context, param: click.Parameter, value: str | None) -> 
     "--tail",
     type=count_type(0),
     metavar="N",
-    help="Show the last N runs, then each new one as it comes (Ctrl-C stops).",
+    help="Show the last N runs, oldest first, one line each (with --follow: before the new ones).",
 )
-@click.option("--poll", type=DurationType(), default="1s", show_default=True, help="With --tail: how often to look.")
+@click.option("--follow", is_flag=True, help="Then show each new run as it comes, until Ctrl-C.")
+@click.option("--poll", type=DurationType(), default="1s", show_default=True, help="With --follow: how often to look.")
 @store_option
 @format_option
 def list_runs(
@@ -109,6 +114,7 @@ def list_runs(
     offset: int,
     cursor: str | None,
     tail: int | None,
+    follow: bool,
     poll: float,
     store: str,
     fmt: str,
@@ -128,8 +134,11 @@ def list_runs(
         text=text,
         dead_letter=dead_letter,
     )
+    if follow:
+        _follow(where, FOLLOW_TAIL if tail is None else tail, poll, store, fmt)
+        return
     if tail is not None:
-        _follow(where, tail, poll, store, fmt)
+        _tail(where, tail, store, fmt)
         return
 
     async def go() -> RunPage:
@@ -162,6 +171,26 @@ def list_runs(
     emit(fmt, document, render)
 
 
+def _print_run(console: Console, run: RunInfo, fmt: str) -> None:
+    """One run as one line: a JSON document with ``--format json``, else the follow line."""
+    if fmt == "json":
+        click.echo(json.dumps(to_jsonable_python(run.to_dict(), fallback=str), ensure_ascii=False))
+    else:
+        console.print(run_line(run))
+
+
+def _tail(where: RunFilter, tail: int, store: str, fmt: str) -> None:
+    """Print the last ``tail`` runs ``where`` keeps, oldest first, and exit (as ``tail -n``)."""
+
+    async def go() -> list[RunInfo]:
+        async with open_inspector(load_app(None), store) as inspector:
+            return list(reversed((await inspector.run_page(where, limit=tail)).items)) if tail else []
+
+    console = make_console()
+    for run in run_async(go()):
+        _print_run(console, run, fmt)
+
+
 def _follow(where: RunFilter, tail: int, poll: float, store: str, fmt: str) -> None:
     """Print the last ``tail`` runs, then each new one (one line, or one JSON document per line) until Ctrl-C."""
     console = make_console()
@@ -169,10 +198,7 @@ def _follow(where: RunFilter, tail: int, poll: float, store: str, fmt: str) -> N
     async def go() -> None:
         async with open_inspector(load_app(None), store) as inspector:
             async for run in inspector.follow_runs(where, tail=tail, poll=poll):
-                if fmt == "json":
-                    click.echo(json.dumps(to_jsonable_python(run.to_dict(), fallback=str), ensure_ascii=False))
-                else:
-                    console.print(run_line(run))
+                _print_run(console, run, fmt)
 
     with contextlib.suppress(KeyboardInterrupt):  # Ctrl-C is how a follow ends
         run_async(go())

@@ -29,5 +29,7 @@ def install_dashboard(app: FastAPI, client: Client, *, prefix: str = DASHBOARD_P
         app.include_router(router, prefix=prefix, include_in_schema=False)
 
     @app.get("/", include_in_schema=False)
+    @app.get(prefix, include_in_schema=False)
+    @app.get(f"{prefix}/", include_in_schema=False)
     async def home(request: Request) -> RedirectResponse:
         return RedirectResponse(str(request.scope.get("root_path", "")) + f"{prefix}/runs", status_code=307)

@@ -10,7 +10,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse, RedirectResponse
 
 from ..errors import LockgateError, UnknownRun
-from ..inspect import RUN_STATUSES, Inspector, RunDetail
+from ..inspect import RUN_STATUSES, Inspector, LedgerEntry, RunDetail
 from .flowview import WINDOWS, flow_page
 from .runs_filter import RunFilter, fetch_runs
 from .site import Dashboard, dashboard
@@ -152,18 +152,31 @@ async def flow(request: Request) -> HTMLResponse:
     return d.html(request, "flow.html", windows=list(WINDOWS), active="flow", **context)
 
 
+WHY_RECENT = 20  # decisions the why page lists before a ticket is asked for
+
+
 @router.get("/why", response_class=HTMLResponse)
 async def why(request: Request, ticket: str = "") -> HTMLResponse:
     d = dashboard(request)
     ticket = ticket.strip()
     found = problem = None
+    recent: list[LedgerEntry] = []
     if ticket:
         try:
             found = await d.inspector.trace(ticket)
         except LockgateError as exc:
             problem = exc
+    else:  # nothing asked yet: the latest decisions give a ticket to follow
+        recent = await d.inspector.ledger(limit=WHY_RECENT)
     return d.html(
-        request, "why.html", 404 if problem else 200, ticket=ticket, trace=found, problem=problem, active="why"
+        request,
+        "why.html",
+        404 if problem else 200,
+        ticket=ticket,
+        trace=found,
+        problem=problem,
+        recent=recent,
+        active="why",
     )
 
 

@@ -233,8 +233,10 @@ class Dispatcher:
             for rid, other in self.executions.items()
             if rid != row["id"] and other.row.get("slot_scope") == scope and (other.row.get("slot_key") or "") == key
         )
+        room = 0 if self.draining else self._room() + 1  # the ending run's place is free again once it ends
         template = self.new_run_row(defn, "{}")
-        return HandOff(scope, key, limit, defn.gate, template, self.worker_id, self.lease, held)
+        spread = self.store.cross_process_wakeups
+        return HandOff(scope, key, limit, defn.gate, template, self.worker_id, self.lease, held, room, spread)
 
     def passed(self, passed: Passed) -> None:
         """A run's end passed its slot on: execute the run claimed for this worker; wake others for the rest."""

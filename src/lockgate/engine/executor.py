@@ -22,7 +22,7 @@ from typing import Any, TypeVar
 from pydantic import BaseModel
 
 from ..clock import Clock
-from ..context import ChildHandle, Context, ParentClose
+from ..context import ChildHandle, Context
 from ..controls import FailureReport
 from ..crypto import Sealer, is_sealed, open_for_replay
 from ..definitions import Retry, WorkflowDef
@@ -36,6 +36,7 @@ from ..store import Store, runs, shared
 from ..store import journal as store_journal
 from ..store.base import Row
 from . import operations, run_events, stepflow
+from .children import take_back
 from .durable import Host, Parked, Wait, attempt_row, callable_facts, describe, divergence, kept_input, seen, step_entry
 
 __all__ = ["Execution", "Host"]
@@ -135,6 +136,8 @@ class Execution(Context):
         # entry fails, the run is handed back and, entered again and again, ends crash-looped
         # (suspended) for an operator, its journal kept for when a fixed deploy resumes it.
         payload = self._payload = validate_payload(self.defn.payload_model, text, what=f"run {self.run_id} payload")
+        if not await take_back(self, self.defn):  # a parent that gave its slot back waits for one
+            return
         if self._host.resolve_scopes is not None:  # asked each attempt; none without a resolver
             self._scopes = await run_events.scopes(self._host.resolve_scopes, self.subject)
         loop = asyncio.get_running_loop()
@@ -222,6 +225,7 @@ class Execution(Context):
         flow_keys = sorted({k for w in waits for k in w.flow_keys})
         children = sorted({c for w in waits for c in w.children})
         models = {k: v for w in waits for k, v in w.models.items()}
+        give_back = "child" in kinds and self.row.get("slot_scope") is not None  # children.py: no deadlock
         self._tripwire(parked=True)
         try:
             await self._flushed()
@@ -236,11 +240,12 @@ class Execution(Context):
                 children=children,
                 models=models,
                 entries=self._take_held(),
+                give_back=give_back,
             )
         except shared.Fenced:
             return
         self.outcome = "parked"
-        self._host.wake(woke)
+        self._host.wake(None if give_back else woke)  # a slot given back: the drainer admits who is next
 
     async def _finish(self) -> None:
         assert self.task is not None
@@ -320,14 +325,8 @@ class Execution(Context):
 
     def _ended(self, status: str, output: str | None, tag: str | None, message: str | None) -> Row:
         """The outcome columns of the row ``finish_run`` just wrote (what a result waiter needs)."""
-        return {
-            "id": self.run_id,
-            "workflow": self.workflow,
-            "status": status,
-            "output": output,
-            "error_tag": tag,
-            "error_message": message,
-        }
+        ended = {"id": self.run_id, "workflow": self.workflow, "status": status, "output": output}
+        return {**ended, "error_tag": tag, "error_message": message}
 
     def stop(self, reason: str) -> None:
         """Stop the body from outside (cancel, suspend, lost lease, shutdown); nothing more is written."""
@@ -627,16 +626,8 @@ class Execution(Context):
     async def publish(self, event: Any, key: Any = None, payload: Any = None) -> str:
         return await run_events.publish(self, event, key, payload)
 
-    async def start_child(
-        self,
-        workflow: str | Callable[..., Any],
-        payload: Any,
-        *,
-        parent_close: ParentClose = "cancel",
-        gate: bool | None = None,
-        queue: Any = None,
-    ) -> ChildHandle:
-        return await operations.start_child(self, workflow, payload, parent_close=parent_close, gate=gate, queue=queue)
+    async def start_child(self, workflow: str | Callable[..., Any], payload: Any, **options: Any) -> ChildHandle:
+        return await operations.start_child(self, workflow, payload, **options)
 
     async def wait_child(self, handle: ChildHandle) -> Any:
         return await operations.wait_child(self, handle)

@@ -21,6 +21,7 @@ from ..context import ChildHandle, ParentClose
 from ..crypto import Sealer, is_sealed, seal_payload
 from ..durations import MAX_SECONDS, Duration, to_seconds
 from ..errors import InvalidArgument, JournalDecryptionError, PayloadError, RunCancelled, RunFailed
+from ..gate.admission import start_flow_control
 from ..ids import new_id
 from ..queues import check_member
 from ..serde import decode, decode_as, dump_json, encode, validate_payload
@@ -274,8 +275,11 @@ async def start_child(
     parent_close: ParentClose = "cancel",
     gate: bool | None = None,
     queue: Any = None,
+    flow_control: Any = None,
 ) -> ChildHandle:
-    """``ctx.start_child``: create a child run once, or offer it to its gate once (``gate``)."""
+    """``ctx.start_child``: create a child run once, or offer it to its gate once (``gate``).
+
+    ``flow_control``: the child run's own step flow control, checked as ``start`` checks it."""
     if parent_close not in ("cancel", "terminate", "abandon"):
         raise ValueError(f"parent_close must be 'cancel', 'terminate' or 'abandon', not {parent_close!r}")
     if gate not in (None, True, False):
@@ -289,8 +293,9 @@ async def start_child(
     if entry is not None and entry["status"] == "completed":
         return children.handle_of(child_def.name, decode(entry["output"]))
     if child_def.gate_as_child if gate is None else gate:
-        return await children.start_gated(x, child_def, payload, key, parent_close)
+        return await children.start_gated(x, child_def, payload, key, parent_close, flow_control)
     model = validate_payload(child_def.payload_model, payload, what=f"child {child_def.name!r} payload")
+    flow = None if flow_control is None else start_flow_control(flow_control, model)
     async with x.busy():
         now = x.clock.now()
         child_id = new_id("run")
@@ -298,7 +303,7 @@ async def start_child(
         if x.sealer is not None:  # an encrypted run's children carry its data: theirs are sealed too
             body = seal_payload(host.keyring, child_def.name, body)
         run = host.new_run_row(child_def, body, run_id=child_id, identity=f"child:{x.run_id}:{key}")
-        run.update(parent_id=x.run_id, parent_close=parent_close, recording=x.row["recording"])
+        run.update(parent_id=x.run_id, parent_close=parent_close, recording=x.row["recording"], flow_control=flow)
         # traced: the child's spans continue under this run's (else it keeps the parent's starter)
         traced = None if host.observer is None else host.observer.trace_parent()
         run.update(source=f"child:{x.run_id}", trace_id=traced or x.row["trace_id"], subject=x.row["subject"])

@@ -207,6 +207,7 @@ class StepGate:
             "rate": limits.rate,
             "period": limits.period,
             "parallelism": limits.parallelism,
+            "burst": limits.burst,
             "declared": text,
         }
 
@@ -240,6 +241,8 @@ class StepGate:
                     x.host.wake(x.clock.now())
             handed = None
             if grant.granted:
+                if grant.on_burst:  # the step analogue of a start's "passed on burst" ledger reason
+                    x.event("flow-burst", {"step": self._step_key, "key": key})
                 if self.waited is None:
                     self.waited = grant.waited
                     if grant.waited > 0:

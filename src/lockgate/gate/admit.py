@@ -9,6 +9,7 @@ from ..store.base import Tx
 from .keys import primary_key, singleton_key, slot_of
 from .offer import Decision, Offer, admitted
 from .parking import end_parked, record
+from .rules import BURST_REASON, Bucket, bucket_hit
 
 __all__ = ["admit"]
 
@@ -43,7 +44,7 @@ async def admit(tx: Tx, o: Offer, now: float) -> Decision:
         await end_parked(tx, o)
         return Decision("existing", o.ticket, run_id=created["id"])
     run_id = created["id"]
-    await _take(tx, o, run_id, run.get("deadline_at"), now)
+    on_burst = await _take(tx, o, run_id, run.get("deadline_at"), now)
     stopped: list[str] = []
     if plan.singleton is not None and plan.singleton.mode == "cancel":
         for incumbent in await tx.execute("singleton_incumbents", {"singleton_key": run["singleton_key"]}):
@@ -58,6 +59,7 @@ async def admit(tx: Tx, o: Offer, now: float) -> Decision:
         key=primary_key(o) if row is None else row["hold_key"],
         run_id=run_id,
         pending_id=None if row is None else row["id"],
+        reason=BURST_REASON if on_burst else None,
     )
     await end_parked(tx, o)
     return Decision("started", o.ticket, run_id=run_id, stopped=stopped)
@@ -80,11 +82,20 @@ def _merged(o: Offer) -> tuple[str, str | None, str | None]:
     return payload, identity, idem
 
 
-async def _take(tx: Tx, o: Offer, run_id: str, expires_at: float | None, now: float) -> None:
-    """What the admitted run holds: a hit in each throttle window, and its concurrency slot."""
+async def _take(tx: Tx, o: Offer, run_id: str, expires_at: float | None, now: float) -> bool:
+    """What the admitted run holds: a hit in each throttle window, and its concurrency slot; whether a
+    token-bucket throttle let it through on burst."""
     plan = o.plan
+    on_burst = False
     for w in plan.throttles:
-        await gate.add_window_hit(tx, w.scope, o.keys.get(w.name, ""), now, w.period)
+        key = o.keys.get(w.name, "")
+        if w.burst is None:
+            await gate.add_window_hit(tx, w.scope, key, now, w.period)
+            continue
+        state = await gate.bucket_state(tx, w.scope, key)  # under the key's lock, taken by the throttle stage
+        taken, burst = bucket_hit(None if state is None else Bucket(*state), w.limit, w.period, now)
+        await gate.set_bucket(tx, w.scope, key, taken.anchor, taken.n, taken.last)
+        on_burst = on_burst or burst
     if plan.concurrency is not None:
         await tx.execute(
             "take_slot",
@@ -97,3 +108,4 @@ async def _take(tx: Tx, o: Offer, run_id: str, expires_at: float | None, now: fl
                 "expires_at": expires_at,
             },
         )
+    return on_burst

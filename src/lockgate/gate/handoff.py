@@ -4,10 +4,15 @@ A run of a workflow whose one control is a per-key concurrency limit ends; its s
 freed and, under the key's lock, the starts waiting for that key are admitted into the
 room it left (as the drainer would admit them: in priority, then arrival, order, each
 with its ``drain`` ledger row). The worker that ended the run claims the first of them
-in the same statement while it holds no more than its share of the key's slots (the
-limit over the live workers); otherwise, and for any further room, the runs are left for
-whichever worker claims them first. No drainer pass, no separate claim: one commit per
-turn of a slot. Runs of one key ending in one group commit pass their slots on together.
+in the same statement, into the place the ended run leaves (unless it is stopping), and
+executes it as soon as the commit returns, while it holds no more than its share of the
+key's slots (the limit over the live workers), so a key's work spreads over the
+replicas. Past its share it leaves the run to whichever worker claims first, but only
+where the others hear of it at once (PostgreSQL's notifications): on a store without
+wake-ups between processes they would find it at their next poll, and it claims anyway.
+Any further room is left for whichever worker claims first. No drainer pass, no separate
+claim: one commit per turn of a slot. Runs of one key ending in one group commit pass
+their slots on together.
 
 Whatever this path cannot decide as the drainer would (a row with an idempotency key or
 items, a row past its start timeout, a key pause, a pool shared with other workflows)
@@ -45,6 +50,8 @@ class HandOff:
     owner: str  # the worker ending the run
     lease: float
     held: int = 0  # the owner's other runs of this key in execution: it claims while that is below its share
+    room: int = 1  # runs the owner can take on as this one ends (its own place included): none, it claims none
+    spread: bool = True  # others hear at once of a run left to them: past its share, the owner leaves it
 
 
 @dataclass
@@ -139,7 +146,11 @@ async def _finish_passing_many(tx: Tx, calls: Sequence[Args]) -> list[Passed]:
             ended.append(fence.run_id)
             freed.setdefault((handoff.scope, handoff.key), []).append((passed, handoff, now))
     await tx.execute_values("insert_event", events)
+    # Each freed slot is offered to its key's line below: no other process's drainer has anything to do for
+    # it, unless that line is left undecided (``_pass_on`` then wakes the drainers itself).
+    await gate.quiet_slot_frees(tx, True)
     await gate.free_slots(tx, ended)
+    await gate.quiet_slot_frees(tx, False)
     for slot in sorted(freed):  # keys locked in one order: no two processes wait on each other
         await _pass_on(tx, slot, freed[slot])
     return out
@@ -161,14 +172,17 @@ async def _pass_on(tx: Tx, slot: gate.Slot, ended: list[tuple[Passed, HandOff, f
     settled = len(ready) == len(rows)
     for passed, _, _ in ended:
         passed.settled = settled
+    if not settled:
+        await gate.wake_drainers(tx)
     if not ready:
         return
     columns = gate.run_columns(admitted(handoff.plan, handoff.template, now))
     lease_until = now + handoff.lease
     # A worker claims while it executes fewer of the key's runs than its share (the limit over the live
-    # workers): past that, runs are left to whichever worker claims first, so a key's work spreads.
+    # workers): past that, runs are left to whichever worker claims first, so a key's work spreads. Where
+    # the others would only find the run at their next poll, it is executed here at once all the same.
     share = -(-handoff.limit // max(1, int(rows[0]["live"])))
-    claimers = [(passed, h.owner) for passed, h, _ in ended if h.held < share]
+    claimers = [(passed, h.owner) for passed, h, _ in ended if h.room > 0 and (h.held < share or not h.spread)]
     claims = min(len(ready), len(claimers))
     owner = claimers[0][1] if claimers else None
     run_ids = await gate.admit_parked(

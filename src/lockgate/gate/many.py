@@ -87,7 +87,8 @@ def in_memory(o: Offer, now: float) -> bool:
     Not so, and decided by ``offer``: a parked row, a start with an idempotency key (the
     identity stage reads it), one without a pause snapshot, one delayed, one a pause holds,
     a singleton (its incumbents are read per start), a total (it counts the whole scope),
-    or more than one window (their locks are taken in declaration order, per start).
+    more than one window (their locks are taken in declaration order, per start), or a
+    throttle with a burst (its token bucket is read and moved per start).
     """
     plan, c = o.plan, o.plan.concurrency
     return (
@@ -98,6 +99,7 @@ def in_memory(o: Offer, now: float) -> bool:
         and plan.singleton is None
         and (c is None or c.total is None)
         and len(plan.windows) <= 1
+        and (not plan.windows or plan.windows[0].burst is None)
         and gate.pause_in(o.pauses, [f"wf:{o.workflow}", *key_pause_scopes(plan, o.keys)], now) is None
     )
 

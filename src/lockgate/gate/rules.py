@@ -9,15 +9,20 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from ..buckets import Bucket, bucket_hit, bucket_opens
 from ..controls import Concurrency
 from ..store.base import Row
 from .keys import batch_group, debounce_group
 from .offer import Offer
 
 __all__ = [
+    "BURST_REASON",
+    "Bucket",
     "batch_fold",
     "batch_full",
     "batch_opens",
+    "bucket_hit",
+    "bucket_opens",
     "concurrency_admits",
     "concurrency_ceiling",
     "concurrency_room",
@@ -74,6 +79,12 @@ def rate_limit_refusal(limit: int, period: float, opens: float, now: float) -> t
     """A start dropped by a full rate limit window: after how long to retry, and the reason recorded."""
     retry = max(0.0, opens - now)
     return retry, f"{limit} per {period:g}s reached; retry after {retry:.3f}s"
+
+
+# -- a token bucket (a throttle with a burst): ``lockgate.buckets`` ---------------------------------
+
+BURST_REASON = "passed on burst"
+"""The reason a start's admission records when a token-bucket throttle let it through on burst."""
 
 
 # -- a fold (debounce, batch) ------------------------------------------------------------------

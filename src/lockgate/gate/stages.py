@@ -16,9 +16,11 @@ from .keys import batch_group, debounce_group, key_pause_scopes, singleton_key, 
 from .offer import Decision, Offer, Stage, reoffer
 from .parking import end_parked, fold, park, record
 from .rules import (
+    Bucket,
     batch_fold,
     batch_full,
     batch_opens,
+    bucket_opens,
     concurrency_admits,
     concurrency_room,
     debounce_fold,
@@ -113,6 +115,13 @@ async def _window_room(tx: Tx, scope: str, key: str, limit: int, period: float, 
     """``None`` when the window has room, else the instant a slot in it opens."""
     await gate.lock_key(tx, scope, key)
     return window_opens(await gate.window_opens(tx, scope, key, now - period, limit), period, now)
+
+
+async def _bucket_room(tx: Tx, scope: str, key: str, limit: int, period: float, burst: int, now: float) -> float | None:
+    """As ``_window_room``, for a throttle with a burst (a token bucket)."""
+    await gate.lock_key(tx, scope, key)
+    state = await gate.bucket_state(tx, scope, key)
+    return bucket_opens(None if state is None else Bucket(*state), limit, period, burst, now)
 
 
 async def _rate_limit(tx: Tx, o: Offer, now: float) -> Decision | None:
@@ -264,7 +273,10 @@ async def _throttle(tx: Tx, o: Offer, now: float) -> Decision | None:
     latest: tuple[float, str, str] | None = None
     for w in windows:
         key = o.keys.get(w.name, "")
-        opens = await _window_room(tx, w.scope, key, w.limit, w.period, now)
+        if w.burst is None:
+            opens = await _window_room(tx, w.scope, key, w.limit, w.period, now)
+        else:
+            opens = await _bucket_room(tx, w.scope, key, w.limit, w.period, w.burst, now)
         if opens is None and o.pending is None:  # earlier starts waiting for this window: queue behind them
             waiting = await tx.one("waiting_ahead", {"mode": "throttle", "scope": w.scope, "key": key}) is not None
             opens = throttle_due(opens, waiting, now)

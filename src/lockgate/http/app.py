@@ -14,6 +14,7 @@ from fastapi.responses import Response
 from .. import __version__
 from ..dashboard import DASHBOARD_PREFIX, DashboardSession, install_dashboard
 from ..engine import Client
+from .head import HeadAsGet
 from .metrics import CONTENT_TYPE_LATEST, StoreMetrics
 from .openapi import install_openapi
 from .problems import install_problem_handlers
@@ -71,4 +72,5 @@ def create_app(
     app.add_middleware(GuardMiddleware, policy=policy)
     if dashboard:  # outside the guard: a browser signs in with a cookie the guard then sees as a token
         app.add_middleware(DashboardSession, policy=policy, prefix=DASHBOARD_PREFIX)
+    app.add_middleware(HeadAsGet)  # outermost: the guard and the session see a HEAD as the read it is
     return app

@@ -1,7 +1,7 @@
 """``GET /metrics``: Prometheus gauges sampled from the store through the Inspector on each scrape.
 
 Each app has its own ``CollectorRegistry`` (two apps in one process never share series). A
-scrape reads ``stats``, ``flow`` and ``cluster_status`` (a few grouped queries), then the
+scrape reads ``stats``, ``flow``, ``cluster_status`` and ``last_successes`` (a few grouped queries), then the
 collector below turns that snapshot into metric families. These numbers are the cluster's,
 the same from every replica: ``reports`` says whether this one serves them (the others
 answer only their process-local metrics, ``engine/metrics.py``, which follow them).
@@ -39,6 +39,7 @@ class _Snapshot:
     stats: Stats | None = None
     flow: list[FlowRow] = field(default_factory=list)
     cluster: ClusterStatus | None = None
+    successes: dict[str, float] = field(default_factory=dict)
     duration: float = 0.0
     errors: int = 0
 
@@ -68,13 +69,16 @@ class StoreMetrics(Collector):
             started = time.perf_counter()
             errors = self._snapshot.errors
             try:
-                stats, flow, cluster = await asyncio.gather(
-                    self.inspector.stats(), self.inspector.flow(), self.inspector.cluster_status()
+                stats, flow, cluster, successes = await asyncio.gather(
+                    self.inspector.stats(),
+                    self.inspector.flow(),
+                    self.inspector.cluster_status(),
+                    self.inspector.last_successes(),
                 )
             except Exception:
                 self._snapshot = _Snapshot(errors=errors + 1, duration=time.perf_counter() - started)
                 raise
-            self._snapshot = _Snapshot(stats, flow, cluster, time.perf_counter() - started, errors)
+            self._snapshot = _Snapshot(stats, flow, cluster, successes, time.perf_counter() - started, errors)
             return generate_latest(self.registry) + tail
 
     def collect(self) -> Iterator[Metric]:
@@ -103,6 +107,15 @@ class StoreMetrics(Collector):
                     parked.add_metric([wf.workflow, mode], count)
         yield runs
         yield parked
+        last = GaugeMetricFamily(
+            "lockgate_last_success_timestamp_seconds",
+            "When the workflow's newest succeeded run finished (Unix time), read from the store at each scrape;"
+            " absent until one succeeds (and once retention has swept them all).",
+            labels=["workflow"],
+        )
+        for workflow, at in sorted(snap.successes.items()):
+            last.add_metric([workflow], at)
+        yield last
         yield from _flow_families(snap.flow)
         workers = GaugeMetricFamily("lockgate_workers", "Workers registered in the store by state.", labels=["state"])
         if snap.cluster is not None:

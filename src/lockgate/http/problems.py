@@ -97,6 +97,17 @@ def problem_response(
     return JSONResponse(jsonable_encoder(body), status_code=status, media_type=PROBLEM_JSON)
 
 
+def _field_error(error: Any) -> dict[str, Any]:
+    """One validation error as ``{"field", "message"}``: a body that is not JSON names the body."""
+    if error.get("type") == "json_invalid":  # its loc is ("body", <character offset>), not a field
+        where = [p for p in error.get("loc", ()) if p != "body"]
+        at = f" at character {where[0]}" if where else ""
+        reason = (error.get("ctx") or {}).get("error")
+        return {"field": "body", "message": f"malformed JSON{at}" + (f": {reason}" if reason else "")}
+    field = ".".join(str(p) for p in error.get("loc", ()) if p != "body") or "body"
+    return {"field": field, "message": error.get("msg")}
+
+
 def install_problem_handlers(app: FastAPI) -> None:
     """Answer every error of ``app`` with a problem document (no traceback ever leaves the process)."""
 
@@ -110,17 +121,16 @@ def install_problem_handlers(app: FastAPI) -> None:
 
     async def on_validation(request: Request, exc: Exception) -> JSONResponse:
         assert isinstance(exc, RequestValidationError)
-        errors = [
-            {"field": ".".join(str(p) for p in e.get("loc", ()) if p != "body") or "body", "message": e.get("msg")}
-            for e in exc.errors()
-        ]
+        errors = [_field_error(e) for e in exc.errors()]
         detail = "; ".join(f"{e['field']}: {e['message']}" for e in errors)
         return problem_response(422, "InvalidRequest", detail, instance=request.url.path, errors=errors)
 
     async def on_http(request: Request, exc: Exception) -> JSONResponse:
         assert isinstance(exc, StarletteHTTPException)
         name = "NotFound" if exc.status_code == 404 else _TITLES.get(exc.status_code, "HTTPError").replace(" ", "")
-        return problem_response(exc.status_code, name, str(exc.detail), instance=request.url.path)
+        response = problem_response(exc.status_code, name, str(exc.detail), instance=request.url.path)
+        response.headers.update(exc.headers or {})  # a 405's Allow, above all
+        return response
 
     async def on_unexpected(request: Request, exc: Exception) -> JSONResponse:
         if isinstance(exc, OSError):  # the database went away below the store's own errors

@@ -51,8 +51,12 @@ class AccessPolicy:
 
     @classmethod
     def from_env(cls, *, max_body: int = DEFAULT_MAX_BODY) -> AccessPolicy:
-        """Tokens from ``LOCKGATE_TOKEN`` and ``LOCKGATE_TOKEN_READ`` (empty counts as unset)."""
-        return cls(os.environ.get(TOKEN_ENV) or None, os.environ.get(READ_TOKEN_ENV) or None, max_body)
+        """Tokens from ``LOCKGATE_TOKEN`` and ``LOCKGATE_TOKEN_READ`` (empty counts as unset).
+
+        A value of only whitespace, or with a space inside, is a ``ValueError`` naming the
+        variable, as the same value in a token file is: it never serves the API open.
+        """
+        return cls(_token_env(TOKEN_ENV), _token_env(READ_TOKEN_ENV), max_body)
 
     @classmethod
     def load(
@@ -81,6 +85,16 @@ class AccessPolicy:
         if operate:
             return "operate"
         return "read" if read else None
+
+
+def _token_env(name: str) -> str | None:
+    value = os.environ.get(name)
+    if not value:
+        return None
+    token = value.strip()
+    if not token or any(c.isspace() for c in token):
+        raise ValueError(f"{name} must hold one token (no spaces), found {len(token.split())} words")
+    return token
 
 
 def _token_in(path: str) -> str:

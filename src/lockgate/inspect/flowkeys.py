@@ -18,7 +18,9 @@ class FlowKeyRow:
     ``running``: steps holding a slot; ``waiting``: steps in its line (their runs parked
     with ``waiting_on="flow"`` or about to be); ``started``: starts in the current window;
     ``oldest_waiting``: seconds the first in line has waited; ``source``: ``declared`` (set
-    from code) or ``operator`` (set by hand, which declarations no longer change).
+    from code) or ``operator`` (set by hand, which declarations no longer change); ``burst``:
+    the starts an idle key lets through at once beyond its rate's pace (``None``: the rate is
+    a sliding window).
     """
 
     key: str
@@ -33,6 +35,7 @@ class FlowKeyRow:
     paused: bool
     paused_until: float | None
     pause_reason: str | None
+    burst: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -54,6 +57,7 @@ async def flow_keys(tx: Tx, now: float, key: str | None = None) -> list[FlowKeyR
             paused=s.paused,
             paused_until=s.paused_until,
             pause_reason=s.pause_reason,
+            burst=s.burst,
         )
         for s in await flow.key_states(tx, now, key)
     ]

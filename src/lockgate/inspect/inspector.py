@@ -36,7 +36,7 @@ from .listing import RunFilter, RunPage, runs_page
 from .replay import ReplayReport
 from .runs import RunDetail, run_detail
 from .schedules import FiringInfo, ScheduleInfo, firings_page, schedule_infos
-from .stats import Stats, stats
+from .stats import Stats, last_successes, stats
 from .trace import Trace, trace
 from .views import SavedView
 
@@ -320,6 +320,11 @@ class Inspector:
         """Runs per workflow and status, and starts parked at the gate per mode; with ``hours``, also the
         runs created in each of the last ``hours`` hours (``Stats.hourly``)."""
         return await self.store.read(stats, workflow, hours=hours, now=self.clock.now())
+
+    async def last_successes(self) -> dict[str, float]:
+        """When each workflow's newest succeeded run finished, by workflow (seconds since the epoch): what
+        ``/metrics`` serves as ``lockgate_last_success_timestamp_seconds``."""
+        return await self.store.read(last_successes)
 
     async def cluster_status(self) -> ClusterStatus:
         """The workers sharing the store, what each holds, which look dead, and the sweep leases."""

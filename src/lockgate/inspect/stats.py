@@ -13,7 +13,17 @@ from ..store.base import Tx
 from ..store.listing import runs_per_hour
 from .listing import RUN_STATUSES
 
-__all__ = ["MAX_HOURS", "HourlyRuns", "Hours", "Stats", "StatsTotals", "WorkflowStats", "hourly", "stats"]
+__all__ = [
+    "MAX_HOURS",
+    "HourlyRuns",
+    "Hours",
+    "Stats",
+    "StatsTotals",
+    "WorkflowStats",
+    "hourly",
+    "last_successes",
+    "stats",
+]
 
 MAX_HOURS = 24 * 31
 """The longest span ``hourly`` counts (a month of hourly buckets)."""
@@ -136,3 +146,9 @@ async def hourly(tx: Tx, now: float, hours: int, workflow: str | None = None) ->
     start = to_datetime(first * 3600.0)
     assert start is not None
     return Hours(hours=hours, start=start, workflows=listed, totals=totals)
+
+
+async def last_successes(tx: Tx) -> dict[str, float]:
+    """When each workflow's newest succeeded run finished (seconds since the epoch), read from the store,
+    so every process answers alike; a workflow whose succeeded runs were all swept by retention has none."""
+    return await store_runs.last_successes(tx)

@@ -159,16 +159,16 @@ async def cancel_run_for_event(tx: Tx, run_id: str, event_id: str, reason: str, 
 
 
 async def cancel_parked_for_event(tx: Tx, pending_id: str, reason: str, now: float) -> bool:
-    """Discard a parked start for an event: ledger ``cancelled`` and the ``on_failure`` report; whether it was."""
+    """Discard a parked start for an event, its ledger row ``cancelled``; whether it was.
+
+    No ``on_failure`` report: the start never ran, so nothing of it is left to undo, and it
+    is discarded on purpose (a start that expires unstarted is reported: wanted work that
+    did not happen). The report goes to a run the event cancelled (``cancel_run_for_event``).
+    """
     row = await gate.get_pending(tx, pending_id)
     if row is None or not await gate.delete_pending(tx, pending_id):
         return False
     await gate.ledger_parked(tx, row, "cancelled", reason, now)
-    if row["on_failure"]:
-        payload: Any = json.loads(row["payload"])
-        if row["items"] is not None:
-            payload = {"items": [json.loads(i) for i in json.loads(row["items"])]}
-        await gate.enqueue_failure_report(tx, row["on_failure"], _report(row, payload, None, reason, now), now)
     return True
 
 

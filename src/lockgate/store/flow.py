@@ -10,7 +10,9 @@ holds is given the slot there and then (its row turns ``running`` under that hol
 ``Handed``), a parked one is woken by moving its run's ``wake_at``, and so are the parked
 runs among the next in line, so that they wait near the head before their turn comes.
 A running row counts only while its run is held under the epoch that took it, so the slots
-of a process that died free themselves with its lease. Decisions on one key are serialised
+of a process that died free themselves with its lease. A key with a burst starts under a token
+bucket (``lockgate.buckets``) instead of its sliding window; only ``acquire`` moves it on, so
+such a key's waiters are told to ask rather than handed a slot. Decisions on one key are serialised
 (``gate.lock_key``); runs without flow control never reach this module.
 """
 
@@ -22,9 +24,10 @@ from collections.abc import Callable, Container
 from dataclasses import dataclass
 from typing import Any
 
+from ..buckets import Bucket, bucket_hit, bucket_opens, bucket_room
 from .base import Row, Tx
 from .coalesce import with_locks
-from .gate import lock_key, lock_name
+from .gate import bucket_state, lock_key, lock_name, set_bucket
 from .shared import Fence
 
 __all__ = [
@@ -45,6 +48,7 @@ __all__ = [
 ]
 
 _LOCK_SCOPE = "flow"
+_LIMITS = ("key", "rate", "period", "parallelism", "declared", "burst")  # a key's limits, as a grant carries them
 
 
 @dataclass(frozen=True)
@@ -60,6 +64,7 @@ class Grant:
     near: bool = False  # refused near the head of the line: wait in the process for the slot to be handed over
     handed: tuple[Handed, ...] = ()  # slots this transaction handed to other waiters (see ``Handed``)
     woke: bool = False  # it woke parked runs (runnable now)
+    on_burst: bool = False  # granted on burst (a burst key: ``lockgate.buckets.bucket_hit``)
 
 
 @dataclass(frozen=True)
@@ -70,7 +75,9 @@ class Handed:
     worker starts it without asking again (``grant`` is what ``acquire`` would have answered).
     Under a rate window only a step waiting in place beside the releasing one is granted so
     (it starts as the transaction commits, the instant its start is counted at); another is
-    told to ask (``grant`` ``None``), and a grant it then takes is counted when it asks.
+    told to ask (``grant`` ``None``), and a grant it then takes is counted when it asks. A key
+    with a burst hands no slot so: its token bucket moves on in ``acquire`` only, so all its
+    waiters are told to ask.
     """
 
     key: str
@@ -104,6 +111,7 @@ class KeyState:
     paused_until: float | None
     paused: bool
     pause_reason: str | None
+    burst: int | None = None  # the rate is a token bucket (``lockgate.buckets``)
 
 
 def _limits(declared: dict[str, Any]) -> dict[str, Any]:
@@ -111,18 +119,19 @@ def _limits(declared: dict[str, Any]) -> dict[str, Any]:
 
 
 async def get_key(tx: Tx, key: str) -> Row | None:
-    """The key's limits row (``key, rate, period, parallelism, declared, updated_at``), if any."""
+    """The key's limits row (``key, rate, period, parallelism, declared, updated_at, burst``), if any."""
     return await tx.one("stepflow_get_key", {"key": key})
 
 
 async def set_key(
-    tx: Tx, key: str, rate: int | None, period: float, parallelism: int | None, now: float
+    tx: Tx, key: str, rate: int | None, period: float, parallelism: int | None, now: float, burst: int | None = None
 ) -> tuple[Handed, ...]:
     """Set a key's limits by hand (declarations no longer change them); waiters that now fit are woken."""
     await lock_key(tx, _LOCK_SCOPE, key)
     await tx.execute(
         "stepflow_set_key", {"key": key, "rate": rate, "period": period, "parallelism": parallelism, "now": now}
     )
+    await tx.execute("stepflow_set_burst", {"key": key, "burst": burst, "declared": None})
     await tx.execute("stepflow_drop_dead_waiters", {"key": key})
     state, line = await _read(tx, key, now)
     assert state is not None
@@ -193,6 +202,8 @@ async def _room(tx: Tx, state: Row, now: float) -> tuple[float, float | None]:
     if state["parallelism"] is not None:
         room = int(state["parallelism"]) - int(state["running"])
     at: float | None = None
+    if state["rate"] is not None and room > 0 and state["burst"] is not None:
+        return await _bucket_room(tx, state, now, room)
     if state["rate"] is not None and room > 0:
         rate, used, period = int(state["rate"]), int(state["started"]), float(state["period"])
         left = rate - used
@@ -234,6 +245,8 @@ async def acquire(
     if declared is not None:
         params = {**_limits(declared), "declared": declared["declared"], "now": clock()}
         await tx.execute("stepflow_declare_key", params)
+        burst = {"key": key, "burst": declared.get("burst"), "declared": declared["declared"]}
+        await tx.execute("stepflow_set_burst", burst)
     run_id = fence.run_id
     # Read with the time as asked, which counts the window no shorter than now; the lock is held once the
     # read answers, and the time read then stamps the decision (see ``_locked``).
@@ -241,7 +254,7 @@ async def acquire(
     now = clock()
     if state is None:  # declared by this process, then the table was emptied: declare again
         raise LookupError(key)
-    limits = {k: state[k] for k in ("key", "rate", "period", "parallelism", "declared")}
+    limits = {k: state[k] for k in _LIMITS}
     mine = state["my_state"]
     if mine == "running":
         if state["my_epoch"] is not None and int(state["my_epoch"]) == fence.epoch:
@@ -267,24 +280,27 @@ async def acquire(
         if limits["rate"] is not None:
             await tx.execute("stepflow_prune_starts", {"key": key, "before": now - float(limits["period"])})
             await tx.execute("stepflow_add_start", {"key": key, "at": now})
+        opens, on_burst = (None, False) if limits["burst"] is None else await _take_bucket(tx, limits, now)
+        if limits["burst"] is None and limits["rate"] is not None and int(state["started"]) + 1 >= int(limits["rate"]):
+            opens = (float(state["oldest"]) if state["oldest"] is not None else now) + float(limits["period"])
         waited = now - float(state["my_since"]) if waiting else 0.0
         handed = Woken()
         others = line.without(run_id, step_key)
-        if limits["rate"] is not None and int(state["started"]) + 1 >= int(limits["rate"]):
-            near = 0  # this start fills the window
+        if opens is not None:
+            near = 0  # this start fills the window (or empties the bucket)
         if room > 1 or (waiting and near):  # room beside this step, or the line moved up: who comes next
             handed = await _wake(
                 tx, limits, now, room=room - 1, at=None, near=near, holder=fence.owner, line=others, here=here
             )
-        if room <= 1 and limits["rate"] is not None and int(state["started"]) + 1 >= int(limits["rate"]):
-            opens = (float(state["oldest"]) if state["oldest"] is not None else now) + float(limits["period"])
-            # the next in line looks when the window opens
+        if room <= 1 and opens is not None:  # the next in line looks when the window (or the bucket) lets it
             later = await _wake(tx, limits, now, room=0, at=opens, holder=fence.owner, line=others)
             handed = Woken(handed.handed + later.handed, handed.woke or later.woke)
         if waiting and state["my_attempt"] is not None:  # the count its waiting row kept
             attempt, first = int(state["my_attempt"]), state["my_first"]
-            return Grant(True, limits, waited, None, attempt, first, handed=handed.handed, woke=handed.woke)
-        return Grant(True, limits, waited=waited, handed=handed.handed, woke=handed.woke)
+            return Grant(
+                True, limits, waited, None, attempt, first, handed=handed.handed, woke=handed.woke, on_burst=on_burst
+            )
+        return Grant(True, limits, waited=waited, handed=handed.handed, woke=handed.woke, on_burst=on_burst)
     if at is not None:
         if ahead is None:
             ahead = int(await tx.scalar("stepflow_ahead", place_in_line))
@@ -390,7 +406,7 @@ async def _wake(
     elif near is None:
         near = 0
     key = state["key"]
-    limits = {k: state[k] for k in ("key", "rate", "period", "parallelism", "declared")}
+    limits = {k: state[k] for k in _LIMITS}
     n = int(min(room, 1_000_000))
     handed: list[Handed] = []
     woke = False
@@ -405,9 +421,10 @@ async def _wake(
                 parked = parked or head["wake_at"] is None or float(head["wake_at"]) > now
             elif i < n and _held(head, now):
                 place = (head["run_id"], head["step_key"])
-                if state["rate"] is not None and place not in here:
+                if state["rate"] is not None and (place not in here or state["burst"] is not None):
                     # A rate window counts a start when it is granted: only a step that starts as this commits
                     # (waiting in place beside the one that made room) is granted here; another is told to ask.
+                    # A key with a burst is a token bucket, which only ``acquire`` moves on: its waiters ask.
                     handed.append(Handed(key, place[0], place[1], owner, None))
                     continue
                 await tx.execute("stepflow_grant", {"id": head["id"], "epoch": head["epoch"], "now": now})
@@ -447,6 +464,30 @@ async def handed_slots(tx: Tx, run_ids: list[str]) -> list[Row]:
     """The steps of ``run_ids`` that hold a slot (``key, run_id, step_key, epoch``): a worker told that a
     slot was handed to one of its waiters reads which."""
     return await tx.execute("stepflow_handed", {"ids": json.dumps(run_ids)})
+
+
+async def _bucket_room(tx: Tx, state: Row, now: float, room: float) -> tuple[float, float | None]:
+    """``_room`` for a key with a burst: its rate is a token bucket (``lockgate.buckets``)."""
+    bucket, rate, period, burst = await _bucket(tx, state)
+    fits = bucket_room(bucket, rate, period, burst, now)
+    at = bucket_opens(bucket, rate, period, burst, now) if fits <= 0 else None
+    return max(min(room, fits), 0), at
+
+
+async def _take_bucket(tx: Tx, limits: Row, now: float) -> tuple[float | None, bool]:
+    """A step of a key with a burst starts: its bucket moved on; when the next may start (``None``:
+    now), and whether this one started on burst."""
+    bucket, rate, period, burst = await _bucket(tx, limits)
+    taken, on_burst = bucket_hit(bucket, rate, period, now)
+    await set_bucket(tx, _LOCK_SCOPE, limits["key"], taken.anchor, taken.n, taken.last)
+    return bucket_opens(taken, rate, period, burst, now), on_burst
+
+
+async def _bucket(tx: Tx, limits: Row) -> tuple[Bucket | None, int, float, int]:
+    """A burst key's bucket as stored, and its rate, period and burst."""
+    found = await bucket_state(tx, _LOCK_SCOPE, limits["key"])
+    bucket = None if found is None else Bucket(*found)
+    return bucket, int(limits["rate"]), float(limits["period"]), int(limits["burst"])
 
 
 async def take_rate_slot(tx: Tx, key: str, limit: int, period: float, clock: Callable[[], float]) -> float | None:
@@ -498,6 +539,7 @@ async def key_states(tx: Tx, now: float, key: str | None = None) -> list[KeyStat
                 paused=pause is not None,
                 paused_until=None if pause is None or pause["until"] is None else float(pause["until"]),
                 pause_reason=None if pause is None else pause["reason"],
+                burst=None if row["burst"] is None else int(row["burst"]),
             )
         )
     return out

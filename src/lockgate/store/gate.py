@@ -20,12 +20,14 @@ __all__ = [
     "active_pause",
     "add_window_hit",
     "admit_parked",
+    "bucket_state",
     "cancel_parked",
     "delete_pending",
     "enqueue_failure_report",
     "free_slot",
     "free_slots",
     "get_pending",
+    "holds_slot",
     "insert_pending",
     "ledger",
     "ledger_parked",
@@ -37,14 +39,17 @@ __all__ = [
     "pause",
     "pause_in",
     "pending_by_ids",
+    "quiet_slot_frees",
     "refold_pending",
     "release_paused",
     "retake_slot",
     "run_columns",
+    "set_bucket",
     "slot_queues",
     "slots_in_scope",
     "slots_in_use",
     "unpause",
+    "wake_drainers",
     "window_opens",
     "window_queues",
 ]
@@ -213,6 +218,16 @@ async def add_window_hit(tx: Tx, scope: str, key: str, at: float, period: float)
     await tx.execute("add_window_hit", {"scope": scope, "key": key, "at": at})
 
 
+async def bucket_state(tx: Tx, scope: str, key: str) -> tuple[float, int, float] | None:
+    """A token-bucket key's ``(anchor, n, last_at)`` (``gate.rules.Bucket``), if it has had a start."""
+    row = await tx.one("bucket_state", {"scope": scope, "key": key})
+    return None if row is None else (float(row["anchor"]), int(row["n"]), float(row["last_at"]))
+
+
+async def set_bucket(tx: Tx, scope: str, key: str, anchor: float, n: int, last_at: float) -> None:
+    await tx.execute("set_bucket", {"scope": scope, "key": key, "anchor": anchor, "n": n, "last_at": last_at})
+
+
 def lock_name(scope: str, key: str) -> str:
     """The name ``lock_key`` locks (``coalesce.with_locks`` declares these)."""
     return f"{scope}\x1f{key}"
@@ -222,6 +237,19 @@ async def lock_key(tx: Tx, scope: str, key: str) -> None:
     """Serialise decisions on one (scope, key) across processes (a no-op where the store has one writer)."""
     if not tx.single_writer:  # one writer already decides one transaction at a time
         await tx.execute("lock_key", {"lock": lock_name(scope, key)})
+
+
+async def quiet_slot_frees(tx: Tx, passing: bool) -> None:
+    """``passing``: the slots freed next are passed on in this transaction, and wake no other process's
+    drainer (until called again with ``False``); a no-op where the store has one writer."""
+    if not tx.single_writer:
+        await tx.execute("quiet_slot_frees", {"passing": "on" if passing else ""})
+
+
+async def wake_drainers(tx: Tx) -> None:
+    """Wake the drainer of whichever process holds its lease, as a freed slot would (a no-op on one writer)."""
+    if not tx.single_writer:
+        await tx.execute("wake_drainers")
 
 
 async def slots_in_use(tx: Tx, scope: str, key: str) -> int:
@@ -266,6 +294,11 @@ async def retake_slot(tx: Tx, run: Row, now: float) -> None:
             "expires_at": run["deadline_at"],
         },
     )
+
+
+async def holds_slot(tx: Tx, run_id: str) -> bool:
+    """Whether the run holds a concurrency slot now."""
+    return bool(int(await tx.scalar("holds_slot", {"run_id": run_id})))
 
 
 async def pause(tx: Tx, scope: str, reason: str | None, until: float | None, now: float) -> None:
@@ -408,8 +441,8 @@ async def admit_parked(
         await tx.execute("admit_parked_slots", params)
     await tx.execute("admit_parked_events", params)
     await tx.execute("admit_parked_ledger", params)
-    if locked:  # nobody else can have decided them: not worth a wait for the answer
-        await tx.expect("admit_parked_delete", {"admitted": encoded})
+    if locked:  # nobody else can have decided them: no check, so COMMIT need not wait for an answer
+        await tx.execute("admit_parked_drop", {"admitted": encoded})
     elif len(await tx.execute("admit_parked_delete", {"admitted": encoded})) != len(admitted):
         raise RuntimeError("a parked row was decided elsewhere while it was being admitted")
     return run_ids

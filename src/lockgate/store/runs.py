@@ -39,6 +39,7 @@ __all__ = [
     "finish_collecting",
     "finish_run",
     "get_runs",
+    "last_successes",
     "list_runs",
     "mark_stalled",
     "next_wake",
@@ -129,6 +130,11 @@ async def list_runs(
     return await tx.execute("list_runs", {**params, "limit": limit, "offset": offset})
 
 
+async def last_successes(tx: Tx) -> dict[str, float]:
+    """When each workflow's newest succeeded run (of those kept) finished, by workflow."""
+    return {r["workflow"]: float(r["at"]) for r in await tx.execute("last_successes") if r["at"] is not None}
+
+
 async def count_runs(tx: Tx, workflow: str | None = None) -> tuple[list[Row], list[Row]]:
     """Runs per workflow and status (``workflow, status, n``) and parked starts per workflow and mode
     (``workflow, mode, n``), read in one transaction so the two agree."""
@@ -171,12 +177,17 @@ async def park_run(
     children: list[str],
     models: dict[str, str] | None = None,
     entries: Sequence[Entry] = (),
+    give_back: bool = False,
 ) -> float | None:
     """Release a held run until ``wake_at`` or a message/child it waits for; the wake time set.
 
-    ``entries``: journal entries held back for this write, written first.
+    ``entries``: journal entries held back for this write, written first. ``give_back``: the
+    run frees its concurrency slot while it waits (a parent waiting on a child), and says so
+    in ``waiting_for`` (``"slot": true``), so that it takes a slot again before it goes on.
     """
     await journal.record_entries(tx, fence, entries)
+    if give_back:
+        await gate.free_slot(tx, fence.run_id)
     if names or children:
         hit = await tx.one(
             "pending_for_waits", {"run_id": fence.run_id, "names": json.dumps(names), "children": json.dumps(children)}
@@ -184,8 +195,9 @@ async def park_run(
         if hit is not None:
             wake_at = now
     waiting_for = None
-    if names or children:
-        waiting_for = dump_json({"names": names, "children": children, "models": models or {}})
+    if names or children or give_back:
+        waits: dict[str, Any] = {"names": names, "children": children, "models": models or {}}
+        waiting_for = dump_json({**waits, "slot": True} if give_back else waits)
     if not await tx.execute(
         "park_run",
         {**fence.params(), "now": now, "wake_at": wake_at, "waiting_on": waiting_on, "waiting_for": waiting_for},
@@ -455,6 +467,10 @@ async def _reopen(tx: Tx, run_id: str, from_status: str, now: float) -> None:
     await tx.execute("clear_failure", {"run_id": run_id, "now": now})
     if from_status in TERMINAL:  # its slot was freed when it ended: a live gated run must hold one
         await gate.retake_slot(tx, await get_run(tx, run_id), now)
+    elif from_status == "suspended":  # suspended while it had given its slot back: it takes one before it goes on
+        row = await get_run(tx, run_id)
+        if row["slot_scope"] is not None and not await gate.holds_slot(tx, run_id):
+            await tx.execute("set_waiting_for", {"run_id": run_id, "waiting_for": dump_json({"slot": True})})
 
 
 def _redrivable(verb: str, row: Row) -> None:

@@ -134,6 +134,9 @@ FROM json_array_elements(%(slots)s::json) AS s(value);
 INSERT INTO lockgate_slots (run_id, scope, key, workflow, acquired_at, expires_at)
 VALUES (%(run_id)s, %(scope)s, %(key)s, %(workflow)s, %(now)s, %(expires_at)s);
 
+-- name: holds_slot
+SELECT COUNT(*) AS n FROM lockgate_slots WHERE run_id = %(run_id)s;
+
 -- name: free_slot
 DELETE FROM lockgate_slots WHERE run_id = %(run_id)s;
 
@@ -398,3 +401,29 @@ ORDER BY a.n;
 -- name: admit_parked_delete
 DELETE FROM lockgate_pending WHERE id = ANY (ARRAY(SELECT value ->> 0 FROM json_array_elements(%(admitted)s::json)))
 RETURNING id;
+
+-- name: bucket_state
+-- A token-bucket throttle key's state (rules.Bucket), read under the key's lock.
+SELECT anchor, n, last_at FROM lockgate_buckets WHERE scope = %(scope)s AND key = %(key)s;
+
+-- name: set_bucket
+INSERT INTO lockgate_buckets (scope, key, anchor, n, last_at)
+VALUES (%(scope)s, %(key)s, %(anchor)s, %(n)s, %(last_at)s)
+ON CONFLICT (scope, key) DO UPDATE SET anchor = excluded.anchor, n = excluded.n, last_at = excluded.last_at;
+
+-- name: admit_parked_drop
+-- The admitted rows, locked by this transaction (handoff_rows), deleted: nobody else can have decided them.
+-- silent: run for its effect; COMMIT may follow it without a wait for its answer
+DELETE FROM lockgate_pending WHERE id = ANY (ARRAY(SELECT value ->> 0 FROM json_array_elements(%(admitted)s::json)));
+
+-- name: quiet_slot_frees
+-- Slots freed from here until this is set back to '' are passed on in this transaction: their DELETE wakes
+-- no drainer (migration 0023). Local to the transaction.
+-- silent: run for its effect; nothing waits for its answer
+SELECT set_config('lockgate.passing', %(passing)s, true) AS passing;
+
+-- name: wake_drainers
+-- The 'gate' wake-up the slot trigger would raise (lockgate_wake, migration 0003), raised by a hand-off that
+-- left starts for the drainer to decide.
+-- silent: run for its effect; nothing waits for its answer
+SELECT pg_notify('lockgate', json_build_array(COALESCE(current_setting('lockgate.origin', true), ''), 'gate', '')::text) AS woke;

@@ -36,6 +36,11 @@ LIMIT %(limit)s OFFSET %(offset)s;
 -- name: count_runs_by_status
 SELECT workflow, status, COUNT(*) AS n FROM lockgate_runs GROUP BY workflow, status;
 
+-- name: last_successes
+-- The newest finished_at of each workflow's succeeded runs still kept: read at a /metrics scrape (one pass
+-- over the succeeded runs, like count_runs_by_status over all), never on a run's path.
+SELECT workflow, MAX(finished_at) AS at FROM lockgate_runs WHERE status = 'succeeded' GROUP BY workflow;
+
 -- name: claim_runs
 -- SKIP LOCKED: replicas claiming at once take disjoint runs instead of queueing on each other's rows.
 UPDATE lockgate_runs
@@ -117,6 +122,10 @@ WHERE id = %(run_id)s AND status = %(from_status)s
 RETURNING id, workflow, parent_id, payload, slot_scope, on_failure,
     EXISTS (SELECT 1 FROM lockgate_runs c WHERE c.parent_id = lockgate_runs.id
             AND c.status IN ('running', 'suspended')) AS open_children;
+
+-- name: set_waiting_for
+-- A resumed run that had given its concurrency slot back is marked so (engine/children.py: take_back).
+UPDATE lockgate_runs SET waiting_for = %(waiting_for)s WHERE id = %(run_id)s;
 
 -- name: clear_failure
 -- A re-opened run gets its whole timeouts.finish budget again, counted from now.

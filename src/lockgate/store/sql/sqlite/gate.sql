@@ -134,6 +134,9 @@ FROM json_each(:slots) s;
 INSERT INTO lockgate_slots (run_id, scope, key, workflow, acquired_at, expires_at)
 VALUES (:run_id, :scope, :key, :workflow, :now, :expires_at);
 
+-- name: holds_slot
+SELECT COUNT(*) AS n FROM lockgate_slots WHERE run_id = :run_id;
+
 -- name: free_slot
 DELETE FROM lockgate_slots WHERE run_id = :run_id;
 
@@ -384,3 +387,24 @@ ORDER BY a.key;
 -- name: admit_parked_delete
 DELETE FROM lockgate_pending WHERE id IN (SELECT json_extract(value, '$[0]') FROM json_each(:admitted))
 RETURNING id;
+
+-- name: bucket_state
+-- A token-bucket throttle key's state (rules.Bucket), read under the key's lock.
+SELECT anchor, n, last_at FROM lockgate_buckets WHERE scope = :scope AND key = :key;
+
+-- name: set_bucket
+INSERT INTO lockgate_buckets (scope, key, anchor, n, last_at) VALUES (:scope, :key, :anchor, :n, :last_at)
+ON CONFLICT (scope, key) DO UPDATE SET anchor = excluded.anchor, n = excluded.n, last_at = excluded.last_at;
+
+-- name: admit_parked_drop
+-- The admitted rows, locked by this transaction (handoff_rows), deleted: nobody else can have decided them.
+-- silent: run for its effect; COMMIT may follow it without a wait for its answer
+DELETE FROM lockgate_pending WHERE id IN (SELECT json_extract(value, '$[0]') FROM json_each(:admitted));
+
+-- name: quiet_slot_frees
+-- PostgreSQL only (one process decides on SQLite's single writer): never run here.
+SELECT :passing AS passing;
+
+-- name: wake_drainers
+-- PostgreSQL only: never run here.
+SELECT 1 AS woke;
