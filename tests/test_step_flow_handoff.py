@@ -83,8 +83,33 @@ def test_handed_slots_never_exceed_the_limits(
     asyncio.run(_handoffs(store_url, parallelism, rate, durations, engines, gathered))
 
 
+@pytest.mark.slow
+@settings(max_examples=6, deadline=None, suppress_health_check=list(HealthCheck))
+@given(
+    parallelism=st.integers(min_value=1, max_value=3),
+    rate=st.integers(min_value=1, max_value=4),
+    burst=st.integers(min_value=0, max_value=3),
+    durations=st.lists(st.integers(min_value=0, max_value=20), min_size=3, max_size=10),
+    engines=st.integers(min_value=1, max_value=2),
+    gathered=st.booleans(),
+)
+def test_a_burst_key_under_the_hand_off_never_exceeds_its_limits(
+    store_url: str, parallelism: int, rate: int, burst: int, durations: list[int], engines: int, gathered: bool
+) -> None:
+    """A key with a burst hands no slot in place (its token bucket moves on only where a step asks):
+    its steps still never run more than its parallelism at once, nor start more than
+    ``rate + burst`` in a period; every step runs once and every run ends."""
+    asyncio.run(_handoffs(store_url, parallelism, rate, durations, engines, gathered, burst=burst))
+
+
 async def _handoffs(
-    store_url: str, parallelism: int, rate: int | None, durations: list[int], engines: int, gathered: bool
+    store_url: str,
+    parallelism: int,
+    rate: int | None,
+    durations: list[int],
+    engines: int,
+    gathered: bool,
+    burst: int | None = None,
 ) -> None:
     period = 0.4
     key = f"mix-{uuid.uuid4().hex[:8]}"  # examples share the test's store: each its own key
@@ -100,7 +125,7 @@ async def _handoffs(
         return ms
 
     app = lg.App()
-    control = lg.FlowControl(key, rate=rate, period=period, parallelism=parallelism)
+    control = lg.FlowControl(key, rate=rate, period=period, parallelism=parallelism, burst=burst)
 
     @app.workflow(name=f"mix-{key}", flow_control=control)
     async def mix(ctx: lg.Context, p: Item) -> int:
@@ -126,4 +151,4 @@ async def _handoffs(
     )  # each step ran once
     assert max_overlap(intervals) <= parallelism
     if rate is not None:
-        assert max_in_window([t for _, t in starts], period - 0.05) <= rate
+        assert max_in_window([t for _, t in starts], period - 0.05) <= rate + (burst or 0)
