@@ -88,6 +88,15 @@ class PrivatePostgres:
                 "log_min_messages = warning\n"
             )
 
+    def init_standby(self, primary: PrivatePostgres) -> None:
+        """Make this server a streaming standby of ``primary`` (``pg_basebackup -R``); ``start()`` it then."""
+        self._run(
+            "pg_basebackup", "-D", str(self.data), "-R", "-X", "stream", "-h", "127.0.0.1",
+            "-p", str(primary.port), "-U", "postgres", "--no-sync",
+        )  # fmt: skip
+        with (self.data / "postgresql.conf").open("a") as conf:  # the last setting wins over the primary's
+            conf.write(f"port = {self.port}\nunix_socket_directories = '{self.root}'\nhot_standby = on\n")
+
     def start(self) -> None:
         """Start the server and wait until it accepts connections."""
         self._run("pg_ctl", "-D", str(self.data), "-l", str(self.log), "-w", "-t", "60", "start")

@@ -79,9 +79,11 @@ async def test_a_healthy_store_needs_nobody(make_engine: Any, store_url: str) ->
     assert found["workers"].status == "ok" and found["workers"].details[0]["state"] == "live"
     assert found["store_size"].details[0]["bytes"] > 0
     assert found["schedules"].status == "ok"
+    assert found["clocks"].status == "ok"
     assert set(found) == {
         "migrations",
         "workers",
+        "clocks",
         "stalled_runs",
         "crash_looped_runs",
         "parked_past_start_timeout",

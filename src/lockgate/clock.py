@@ -4,9 +4,24 @@ from __future__ import annotations
 
 import asyncio
 import time
+from dataclasses import dataclass
 from datetime import UTC, datetime
 
-__all__ = ["Clock", "SystemClock", "to_datetime", "wait_event"]
+__all__ = ["CLOCK_TOLERANCE", "Clock", "ClockReading", "SystemClock", "to_datetime", "wait_event"]
+
+_time = time.time
+
+CLOCK_TOLERANCE = 1.0
+"""Seconds a process's own clock may differ from the database's before it is reported (docs/postgres.md)."""
+
+
+@dataclass(frozen=True)
+class ClockReading:
+    """The database's clock read once from this process: what ``SystemClock.follow`` sets time by."""
+
+    database: float  # the database's epoch seconds
+    offset: float  # this process's wall clock minus the database's, in seconds (ahead: positive)
+    round_trip: float  # seconds the reading took: the offset is known to within half of it
 
 
 class Clock:
@@ -24,13 +39,28 @@ class Clock:
 
 
 class SystemClock(Clock):
-    """Wall-clock time."""
+    """Wall-clock time; once it follows a database (``follow``), that database's time.
+
+    On PostgreSQL every process compares leases, timers and windows written by others, so
+    each keeps the database's time: its own clock corrected by the offset last measured,
+    re-measured on every heartbeat (a step of the host's clock counts from the next one).
+    """
+
+    def __init__(self) -> None:
+        self._shift = 0.0  # seconds added to this process's wall clock: the database's minus its own
+        self.offset = 0.0
+        """This process's wall clock minus the database's at the last reading (0 until one)."""
+
+    def follow(self, reading: ClockReading) -> None:
+        """Keep the database's time from now on (read again on every heartbeat)."""
+        self.offset = reading.offset
+        self._shift = -reading.offset
 
     def now(self) -> float:
-        return time.time()
+        return _time() + self._shift
 
     async def sleep_until(self, when: float) -> None:
-        delay = when - time.time()
+        delay = when - self.now()
         if delay > 0:
             await asyncio.sleep(delay)
 

@@ -55,6 +55,9 @@ class Observer:
     def store_error(self, where: str) -> None:
         """A store ``read`` or ``commit`` failed (the store was unreachable or refused)."""
 
+    def commit_stalled(self) -> None:
+        """A commit has waited past ``STALLED`` seconds (a blocked server, a missing synchronous standby)."""
+
     def trace_parent(self) -> str | None:
         """The trace context a start made now records as its ``trace_id`` (W3C ``traceparent``), if any."""
         return None
@@ -99,6 +102,10 @@ class Observers(Observer):
     def store_error(self, where: str) -> None:
         for o in self.observers:
             o.store_error(where)
+
+    def commit_stalled(self) -> None:
+        for o in self.observers:
+            o.commit_stalled()
 
     def trace_parent(self) -> str | None:
         for o in self.observers:

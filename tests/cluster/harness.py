@@ -56,6 +56,7 @@ class Worker:
         store: str,
         app: str = APP_REF,
         args: Sequence[str] = (),
+        wrap: Sequence[str] = (),
     ) -> None:
         self.name = name
         self.log_path = log_dir / f"{name}.log"
@@ -65,6 +66,7 @@ class Worker:
         with self.log_path.open("wb") as log:
             self.proc = subprocess.Popen(
                 [
+                    *wrap,
                     sys.executable,
                     "-m",
                     "lockgate.cli",
@@ -143,10 +145,12 @@ class Cluster:
         store: str | None = None,
         app: str = APP_REF,
         args: Sequence[str] = (),
+        wrap: Sequence[str] = (),
     ) -> list[Worker]:
         """Start ``count`` workers serving ``app``; ``store``: the URL lockgate uses (default: the database).
 
-        ``args``: more options for ``lockgate serve``.
+        ``args``: more options for ``lockgate serve``; ``wrap``: a command the worker runs under
+        (``faketime -f +30s``: a worker whose clock is wrong).
         """
         started = [
             Worker(
@@ -158,6 +162,7 @@ class Cluster:
                 store=store or self.url,
                 app=app,
                 args=args,
+                wrap=wrap,
             )
             for i in range(count)
         ]

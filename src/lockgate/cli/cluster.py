@@ -9,6 +9,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from ..clock import CLOCK_TOLERANCE
 from .common import format_option, load_app, open_inspector, run_async, store_option
 from .fit import FitTable
 from .groups import EXIT_CODES, cli
@@ -38,7 +39,8 @@ def status(show_all: bool, store: str, fmt: str) -> None:
     """Each worker: id, host, pid, heartbeat age, runs held, sweep leases held.
 
     A worker whose heartbeat is older than its lease is flagged stale: it is dead or cut
-    off, and other workers take its runs over as their leases lapse.
+    off, and other workers take its runs over as their leases lapse. ``clock`` is how far
+    the worker's own clock is from the database's (ahead: +), flagged past 1 s.
     """
     document = run_async(status_document(store))
     if not show_all:
@@ -63,8 +65,8 @@ def status(show_all: bool, store: str, fmt: str) -> None:
 
 
 def _workers_table(workers: list[dict[str, Any]]) -> Table:
-    table = FitTable(title="workers", title_justify="left")
-    for column in ("worker", "host", "pid", "state", "heartbeat", "lease", "runs held", "sweeps"):
+    table = FitTable(title="workers", title_justify="left", keep=("state",))
+    for column in ("worker", "host", "pid", "state", "heartbeat", "lease", "clock", "runs held", "sweeps"):
         table.add_column(column, no_wrap=True, justify="right" if column in ("pid", "runs held") else "left")
     for w in workers:
         table.add_row(
@@ -74,10 +76,17 @@ def _workers_table(workers: list[dict[str, Any]]) -> Table:
             Text(w["state"], style=STATE_STYLE.get(w["state"], "")),
             f"{w['heartbeat_age']:.1f}s ago",
             f"{w['lease']:g}s",
+            clock_text(w.get("clock_offset", 0.0)),
             str(w["runs_held"]),
             ", ".join(w["sweeps"]),
         )
     return table
+
+
+def clock_text(offset: float) -> Text:
+    """A worker's clock against the database's: ``+0.002s``; red past the tolerance."""
+    skewed = abs(offset) > CLOCK_TOLERANCE
+    return Text(f"{offset:+.3f}s" + (" (skewed)" if skewed else ""), style="red" if skewed else "")
 
 
 def _sweeps_table(sweeps: list[dict[str, Any]]) -> Table:

@@ -29,9 +29,10 @@ from ..recording import DEFAULT_INPUT_LIMIT
 from ..runtime import Published, Runtime
 from ..serde import decode_as
 from ..store import Store, shared
-from ..store.base import Row
+from ..store.base import CHANGED, Row
 from . import tracing
 from .admissions import Admissions
+from .leases import ClockWatch
 from .metrics import EngineMetrics
 from .pauses import PauseCache
 from .results import ResultWaiters
@@ -103,6 +104,7 @@ class Core:
         self.results = ResultWaiters(store, lambda: self.poll_interval)
         self.admissions = Admissions(store, lambda: self.poll_interval)
         self.pauses = PauseCache(store, clock)
+        self.clock_watch = ClockWatch(store, clock)
         self.settled: dict[str, asyncio.Event] = {}  # update message id -> set when it is answered
         self.is_open = False
         self.local: Local | None = None
@@ -110,6 +112,7 @@ class Core:
         self.published = Published()
         self.observer: Observer | None = None  # metrics and traces; None: nothing is reported (observer.py)
         self._metrics: EngineMetrics | None = None
+        self._listening = False
         self.runtime = self._runtime()
 
     def serve(self, local: Local) -> None:
@@ -177,9 +180,22 @@ class Core:
         if tracing.configured() and not _traces(self.observer):
             self.observe(tracing.Tracing())
         await self.store.open()
+        await self.clock_watch.read()  # from here on, the database's time (on PostgreSQL)
         self.results.open()
         self.admissions.open()
+        if self.store.tells_commits and not self._listening:  # SQLite; PostgreSQL's NOTIFY wakes dispatchers only
+            self.store.add_listener(self._heard)
+            self._listening = True
         self.is_open = True
+
+    def _heard(self, channel: str, payload: str) -> None:
+        """Another process committed: whoever waits here on another process's work reads again now."""
+        if channel != CHANGED:
+            return
+        self.results.poke()
+        self.admissions.poke()
+        for answered in self.settled.values():
+            answered.set()  # the update's caller reads its message again (engine/client.py)
 
     async def close(self) -> None:
         await self.admissions.close()

@@ -41,7 +41,7 @@ from .core import Core, WorkflowRef
 from .durable import Running
 from .executor import Execution
 from .identity import ScopeResolver
-from .leases import Outages, Wakeup, backoff, release_dead_local_workers
+from .leases import Outages, Wakeup, backoff, release_dead_local_workers, report_released
 
 __all__ = ["Dispatcher", "Shutdown"]
 
@@ -92,6 +92,8 @@ class Dispatcher:
         self.draining = False  # shutting down: running step attempts may finish, no new one begins
         self.broken = asyncio.Event()  # set when the store is found corrupt: retrying cannot help
         self.inflight: set[str] = set()
+        self.epochs: dict[str, int] = {}  # the runs executed here and the epoch each was claimed at
+        self._suspects: dict[str, int] = {}  # rows naming this worker it did not hold at the last heartbeat
         self._background: set[asyncio.Future[Any]] = set()
         self._wake = Wakeup()
         self._tasks: list[asyncio.Task[Any]] = []
@@ -117,7 +119,8 @@ class Dispatcher:
     async def open(self) -> None:
         """Register this worker and start the dispatcher, the lease renewal and the drainer (core open)."""
         now = self.clock.now()
-        await self.store.write(workers.register_with_lease, self.worker_id, self.host, os.getpid(), now, self.lease)
+        me, offset = self.worker_id, self.core.clock_watch.offset
+        await self.store.write(workers.register_with_lease, me, self.host, os.getpid(), now, self.lease, offset)
         if self.store.cross_process_wakeups:
             self.store.add_listener(self._on_wakeup)
         await release_dead_local_workers(self.store, self.clock, self.host, self.worker_id)
@@ -200,12 +203,14 @@ class Dispatcher:
             self._wake.set()  # a start, a park, a signal: the dispatcher's business, not the drainer's
 
     def _on_wakeup(self, channel: str, payload: str) -> None:
-        """A wake-up the database raised for another process's write (see migration 0003)."""
+        """A wake-up the database raised for another process's write (see migrations 0003 and 0024)."""
         if channel == "runs":  # a run became claimable, or a timer was set: re-read when the next one is due
             self._wake.set()
             self.core.admissions.poke()  # it may be a parked start another process admitted
         elif channel == "gate" and self.drainer.holds_lease:
             self.drainer.wake()  # only the replica holding the drain lease drains; the others would only poll it
+        elif channel == "events":
+            self.core.published()  # another process published: the event sweeps here fan it out now
 
     def after_finish(self, run_id: str, stopped: list[str], ended: Row | None = None, *, settled: bool = False) -> None:
         """``settled``: the run's slot passed on in its end's transaction, and nothing is left to drain for it."""
@@ -417,6 +422,7 @@ class Dispatcher:
     def launch(self, row: Row) -> None:
         """Execute the claimed run ``row`` in a task of its own."""
         self.inflight.add(row["id"])
+        self.epochs[row["id"]] = int(row["epoch"])
         execution_task = asyncio.create_task(self._execute(row), name=f"lockgate-run-{row['id']}")
         execution_task.add_done_callback(self._slot_freed)
 
@@ -483,6 +489,8 @@ class Dispatcher:
         finally:
             self.executions.pop(run_id, None)
             self.inflight.discard(run_id)
+            if self.epochs.get(run_id) == int(row["epoch"]):
+                del self.epochs[run_id]
 
     async def _observed(self, observer: Observer, execution: Execution) -> None:
         """``execution.run()`` reported: its attempt (a span around the body), a takeover, the run's end."""
@@ -518,21 +526,30 @@ class Dispatcher:
     # -- leases ---------------------------------------------------------------------------
 
     async def _renew(self) -> None:
+        """The heartbeat: read the database's clock, renew the runs executed here (by id and epoch),
+        release the rows naming this worker that it does not execute (``workers.renew_leases``)."""
         interval = self.lease / 3
         while self._running:
             await asyncio.sleep(interval)
-            now = self.clock.now()
             try:
-                held = await self.store.write(workers.renew_leases, self.worker_id, now, now + self.lease)
+                offset = await self.core.clock_watch.read()
+                now = self.clock.now()
+                mine, until, before = dict(self.epochs), now + self.lease, now - interval
+                renew = workers.renew_leases
+                done = await self.store.write(renew, self.worker_id, now, until, mine, self._suspects, before, offset)
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
                 self.store_failed("lease renewal", exc)
                 continue
             self.store_recovered()
-            for rid, execution in list(self.executions.items()):
-                if held.get(rid) != execution.fence.epoch:
+            self._suspects = done.suspects
+            for rid, execution in list(self.executions.items()):  # one launched since ``mine`` was not asked about
+                if mine.get(rid) == execution.fence.epoch != done.held.get(rid):
                     execution.stop("lease lost")  # logged when the execution ends
+            if done.released:
+                report_released(done.released)
+                self._wake.set()  # this worker may resume them too
 
     def _hand_back(self, fence: shared.Fence) -> None:
         """Release a run whose execution broke on the store, retrying until the store answers."""

@@ -8,11 +8,11 @@ import logging
 import os
 import time
 
-from ..clock import Clock
+from ..clock import CLOCK_TOLERANCE, Clock
 from ..errors import StoreError
 from ..store import Store, workers
 
-__all__ = ["Outages", "Wakeup", "backoff", "pid_alive", "release_dead_local_workers"]
+__all__ = ["ClockWatch", "Outages", "Wakeup", "backoff", "pid_alive", "release_dead_local_workers", "report_released"]
 
 log = logging.getLogger("lockgate.engine")
 
@@ -89,6 +89,44 @@ class Outages:
             self._since = None
 
 
+class ClockWatch:
+    """This process's clock against the database's: read at open and on every heartbeat.
+
+    The process keeps the database's time from each reading on (``SystemClock.follow``), so a
+    clock set wrong takes no live lease and fires no timer early; an offset beyond
+    ``CLOCK_TOLERANCE`` is still worth fixing, and is logged once (and once when it is mended).
+    """
+
+    __slots__ = ("_clock", "_skewed", "_store", "offset")
+
+    def __init__(self, store: Store, clock: Clock) -> None:
+        self._store = store
+        self._clock = clock
+        self._skewed = False
+        self.offset = 0.0  # this process's clock minus the database's, at the last reading
+
+    async def read(self) -> float:
+        """Read the database's clock again; the offset (0 where processes share one machine's clock)."""
+        reading = await workers.follow_database(self._store, self._clock)
+        if reading is None:
+            return self.offset
+        self.offset = offset = reading.offset
+        skewed = abs(offset) > CLOCK_TOLERANCE
+        if skewed and not self._skewed:
+            side = "ahead of" if offset > 0 else "behind"
+            log.warning(
+                "this process's clock is %.3fs %s the database's (tolerance %gs): leases, timers and windows "
+                "keep the database's time, but set this host's clock right (NTP)",
+                abs(offset),
+                side,
+                CLOCK_TOLERANCE,
+            )
+        elif self._skewed and not skewed:
+            log.warning("this process's clock is within %gs of the database's again (%+.3fs)", CLOCK_TOLERANCE, offset)
+        self._skewed = skewed
+        return offset
+
+
 async def release_dead_local_workers(store: Store, clock: Clock, host: str, worker_id: str) -> None:
     """Runs held by a process on this host that no longer exists are released at once."""
     rows = await store.read(workers.live_workers_on_host, host, worker_id)
@@ -112,3 +150,13 @@ def pid_alive(pid: int) -> bool:
     except PermissionError:
         return True
     return True
+
+
+def report_released(released: list[str]) -> None:
+    """Runs whose rows named this worker but which it did not execute were released: said once per heartbeat."""
+    shown = ", ".join(released[:5]) + (" ..." if len(released) > 5 else "")
+    log.warning(
+        "released %d run(s) recorded as held by this worker but not executed here (%s); resumed from their journals",
+        len(released),
+        shown,
+    )

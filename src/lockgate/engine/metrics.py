@@ -84,6 +84,11 @@ class EngineMetrics(Observer):
             ["kind"],
             registry=r,
         )
+        self.stalled_commits = Counter(
+            "lockgate_store_stalled_commits",
+            "Commits that waited more than 10 s (a blocked server, or a synchronous standby missing).",
+            registry=r,
+        )
 
     def run_started(self, workflow: str) -> None:
         self.runs_started.labels(workflow).inc()
@@ -124,3 +129,6 @@ class EngineMetrics(Observer):
 
     def store_error(self, where: str) -> None:
         self.store_errors.labels(where).inc()
+
+    def commit_stalled(self) -> None:
+        self.stalled_commits.inc()

@@ -108,6 +108,14 @@ class ResultWaiters:
             self._tick_at = at
             self._task = loop.create_task(self._poll_loop(), name="lockgate-results")
 
+    def poke(self) -> None:
+        """Another process committed: every run polled for is read at once (its back-off goes on after)."""
+        if not self._polls:
+            return
+        now = asyncio.get_running_loop().time()
+        self._polls = {rid: (min(at, now), delay) for rid, (at, delay) in self._polls.items()}
+        self._changed.set()
+
     def forget(self, run_id: str, future: asyncio.Future[Row | None]) -> None:
         """``future``'s caller stopped waiting."""
         futures = self._waiters.get(run_id)

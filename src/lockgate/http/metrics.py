@@ -125,6 +125,16 @@ class StoreMetrics(Collector):
             for state, count in sorted(states.items()):
                 workers.add_metric([state], count)
         yield workers
+        offsets = GaugeMetricFamily(
+            "lockgate_worker_clock_offset_seconds",
+            "Each live worker's clock minus the database's at its last heartbeat (PostgreSQL; 0 on SQLite).",
+            labels=["worker"],
+        )
+        if snap.cluster is not None:
+            for w in snap.cluster.workers:
+                if w.state != "stopped":
+                    offsets.add_metric([w.id], w.clock_offset)
+        yield offsets
         yield GaugeMetricFamily(
             "lockgate_scrape_duration_seconds", "Time the last scrape spent reading the store.", value=snap.duration
         )

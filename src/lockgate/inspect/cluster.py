@@ -24,6 +24,7 @@ class WorkerStatus:
     runs_held: int
     sweeps: list[str]
     state: str
+    clock_offset: float = 0.0  # seconds: the worker's clock minus the database's (ahead: +), at its last heartbeat
 
 
 @dataclass(frozen=True)

@@ -7,9 +7,10 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass
 
 from ..app import App
-from ..clock import Clock
+from ..clock import Clock, SystemClock
 from ..crypto import Keyring
 from ..store import Store, open_store
+from ..store.workers import follow_database
 from .inspector import Inspector
 
 __all__ = ["StoreLocation", "connect", "locate"]
@@ -46,6 +47,8 @@ async def connect(
     opened = open_store(store) if isinstance(store, str) else store
     await opened.open()
     try:
+        clock = clock or SystemClock()
+        await follow_database(opened, clock)  # ages and leases read by the database's time (PostgreSQL)
         yield Inspector(opened, app, clock, keyring=keyring)
     finally:
         await opened.close()

@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from ..clock import CLOCK_TOLERANCE
 from ..schedule import ScheduleDef
 from ..store import doctor as ops
 from ..store import workers
@@ -77,6 +78,7 @@ async def diagnose(
     findings = [
         await _migrations(tx),
         _workers(cluster["workers"], await ops.runnable(tx, now - settings.worker_grace) > 0),
+        _clocks(cluster["workers"]),
         _stalled(stalled, now, settings.stall_after),
         _crashlooped(await ops.crashlooped(tx, LISTED + 1)),
         _overdue(await ops.overdue_parked(tx, now), now),
@@ -121,6 +123,19 @@ def _workers(found: list[dict[str, Any]], work_waiting: bool) -> Finding:
     oldest = max((w["heartbeat_age"] for w in live), default=0.0)
     summary = f"{len(live)} live, oldest heartbeat {oldest:.1f}s ago" if live else "no workers (nothing waits)"
     return Finding("workers", "ok", summary, details)
+
+
+def _clocks(found: list[dict[str, Any]]) -> Finding:
+    """Live workers whose own clock is off the database's by more than the tolerance (they keep its time)."""
+    live = [w for w in found if w["state"] != "stopped"]
+    skewed = [{"id": w["id"], "host": w["host"], "clock_offset": w["clock_offset"]} for w in live]
+    skewed = [w for w in skewed if abs(w["clock_offset"]) > CLOCK_TOLERANCE]
+    if skewed:
+        worst = max(skewed, key=lambda w: abs(w["clock_offset"]))
+        summary = f"{len(skewed)} worker clock(s) off the database's by more than {CLOCK_TOLERANCE:g}s"
+        return Finding("clocks", "warn", f"{summary} (worst {worst['clock_offset']:+.3f}s on {worst['host']})", skewed)
+    widest = max((abs(w["clock_offset"]) for w in live), default=0.0)
+    return Finding("clocks", "ok", f"every worker within {CLOCK_TOLERANCE:g}s of the database (widest {widest:.3f}s)")
 
 
 def _stalled(rows: list[dict[str, Any]], now: float, stall_after: float) -> Finding:

@@ -43,9 +43,10 @@ class FlowRow:
 async def flow(tx: Tx, now: float, *, workflow: str | None = None, since: float | None = None) -> list[FlowRow]:
     """One row per (workflow, key) with anything parked, running or decided since ``since`` (``None``: ever).
 
-    A store operation (``store.read(flow, now, ...)``). Every read is bounded by what is parked or
-    running now and by the (workflow, key, outcome) groups; only a read ``since`` a time walks the
-    ledger rows of that period."""
+    A store operation (``store.read(flow, now, ...)``). Every read is bounded by the groups: parked
+    starts and decisions are read from their kept counts (an index probe per group finds the oldest
+    waiter), slots and running runs as they are now; only a read ``since`` a time walks the ledger
+    rows of that period."""
     rows: dict[tuple[str, str], dict[str, Any]] = defaultdict(lambda: {"modes": {}, "sources": {}})
     for r in await ledger.flow_pending(tx, workflow):
         entry = rows[(r["workflow"], r["key"])]
@@ -53,8 +54,9 @@ async def flow(tx: Tx, now: float, *, workflow: str | None = None, since: float 
         entry["modes"][r["mode"]] = entry["modes"].get(r["mode"], 0) + int(r["queued"])
         if r["source"]:
             entry["sources"][r["source"]] = entry["sources"].get(r["source"], 0) + int(r["queued"])
-        waited = now - float(r["oldest"])
-        entry["oldest_waiting"] = max(entry.get("oldest_waiting") or 0.0, waited)
+        if r["oldest"] is not None:  # counts put wrong by hand (a row moved under the triggers) never break a read
+            waited = now - float(r["oldest"])
+            entry["oldest_waiting"] = max(entry.get("oldest_waiting") or 0.0, waited)
     slotted: set[str] = set()
     for r in await ledger.flow_slots(tx, workflow):
         rows[(r["workflow"], r["key"])]["in_flight"] = int(r["in_flight"])

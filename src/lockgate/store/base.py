@@ -19,7 +19,10 @@ from typing import Any, Concatenate, Literal, ParamSpec, TypeVar
 from ..errors import ForeignTransaction
 from ..observer import Observer
 
-__all__ = ["Joined", "Op", "Outcome", "Row", "Store", "Tx"]
+__all__ = ["CHANGED", "Joined", "Op", "Outcome", "Row", "Store", "Tx"]
+
+CHANGED = "changed"
+"""The wake-up channel a store tells after any other process's commit (``Store.add_listener``)."""
 
 T = TypeVar("T")
 P = ParamSpec("P")
@@ -128,6 +131,9 @@ class Store(abc.ABC):
     """What ``open`` does with the schema, set before it: ``migrate`` applies pending migrations;
     ``check`` refuses a database whose schema is not current (``StoreError``) and writes no DDL;
     ``read`` checks too and opens the database read-only (every write is refused)."""
+    own_clock = False
+    """Whether its processes keep the database's time rather than their own (PostgreSQL: many
+    hosts, each clock its own); SQLite's processes share one machine's clock."""
     share_file = True
     """SQLite: whether lockgate may add its tables to a file that holds an application's tables.
     Code may (a transactional start shares the application's file, docs/transactions.md); the
@@ -167,7 +173,9 @@ class Store(abc.ABC):
         raise ForeignTransaction(f"a {self.dialect} store cannot join the caller's transaction")
 
     def add_listener(self, callback: Callable[[str, str], None]) -> None:  # noqa: B027
-        """Be told of wake-ups other processes publish (``channel``, ``payload``)."""
+        """Be told of wake-ups other processes publish (``channel``, ``payload``): ``runs`` (a run became
+        claimable), ``gate`` (gate work appeared), ``events`` (a domain event was published), and, from a
+        store that can tell, ``CHANGED`` after any other process's commit."""
 
     async def notify(self, tx: Tx, channel: str, payload: str) -> None:  # noqa: B027
         """Publish a wake-up to other processes when ``tx`` commits (no-op where unsupported)."""
@@ -175,4 +183,9 @@ class Store(abc.ABC):
     @property
     def cross_process_wakeups(self) -> bool:
         """Whether other processes' writes arrive as notifications (else: poll)."""
+        return False
+
+    @property
+    def tells_commits(self) -> bool:
+        """Whether the listeners also hear ``CHANGED`` after any other process's commit."""
         return False

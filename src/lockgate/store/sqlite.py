@@ -5,9 +5,11 @@ together at the next turn of the loop: a single ``BEGIN IMMEDIATE`` … ``COMMIT
 carries every operation queued since the last commit (group commit), so a thousand
 concurrent runs finishing steps pay for one fsync, not a thousand. Reads run on the
 same connection between flushes and see committed data only. Other processes may
-open the same file (WAL lets their readers run beside our writer); cross-process
-wake-ups are polled. A commit that wrote ledger rows folds them into the counts
-``flow()`` reads once ``FOLD_AT`` or more are left out (``_SQLiteTx.count_ledger``).
+open the same file (WAL lets their readers run beside our writer); their commits are
+heard by a cheap change check (``sqlite_wakeups.py``), and while one of them holds the
+write lock a batch waits for it on a timer, never on the loop's thread. A commit that
+wrote ledger rows folds them into the counts ``flow()`` reads once ``FOLD_AT`` or more
+are left out (``_SQLiteTx.count_ledger``).
 """
 
 from __future__ import annotations
@@ -16,10 +18,11 @@ import asyncio
 import contextlib
 import logging
 import os
+import random
 import re
 import sqlite3
 import time
-from collections.abc import Awaitable, Coroutine, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
 from pathlib import Path
 from types import CoroutineType
 from typing import Any, ParamSpec, TypeVar
@@ -31,6 +34,7 @@ from .coalesce import Call, run_calls
 from .multirow import multirow
 from .sql_files import check_schema, load_queries, migrations
 from .sqlite_joined import join_sqlite
+from .sqlite_wakeups import ChangeWatch
 
 __all__ = ["SQLiteStore"]
 
@@ -41,6 +45,8 @@ P = ParamSpec("P")
 
 FOLD_AT = 1000
 """Ledger rows left out of flow()'s counts at most after a commit (a read adds them up itself)."""
+BUSY_WAIT = (0.0005, 0.004)
+"""Seconds between two tries for a write lock another connection holds: the first, and at most (doubling)."""
 _LEDGER_INSERT = re.compile(r"\bINSERT\s+INTO\s+lockgate_ledger\b", re.IGNORECASE)
 
 
@@ -162,6 +168,11 @@ class SQLiteStore(Store):
         self._flush_scheduled = False
         self._loop: asyncio.AbstractEventLoop | None = None
         self.commits = 0
+        self._busy_since: float | None = None  # when the write lock was first found held by another connection
+        self._busy_wait = BUSY_WAIT[0]
+        self._guarded = False  # the next batch runs op by op (its optimistic try refused, then the lock was lost)
+        self._listeners: list[Callable[[str, str], None]] = []
+        self._watch: ChangeWatch | None = None
 
     # -- lifecycle ----------------------------------------------------------------------
 
@@ -201,6 +212,8 @@ class SQLiteStore(Store):
             conn.execute("PRAGMA foreign_keys = OFF")
             if self.schema_mode == "migrate":
                 self._migrate()
+            # From here on a lock another connection holds is waited for on a timer (``_begin``, ``read``).
+            conn.execute("PRAGMA busy_timeout = 0")
         except (sqlite3.Error, StoreError) as exc:
             self._conn = None
             conn.close()
@@ -209,6 +222,30 @@ class SQLiteStore(Store):
             if getattr(exc, "sqlite_errorname", None) == "SQLITE_CORRUPT":  # not merely another kind of file
                 raise _failed("open", self.path, exc) from None
             raise StoreError(f"cannot open SQLite database {self.path}: {exc}") from None
+        if self._listeners:
+            self._watch_changes()
+
+    # -- wake-ups -----------------------------------------------------------------------
+
+    @property
+    def cross_process_wakeups(self) -> bool:
+        return self.path != ":memory:"
+
+    @property
+    def tells_commits(self) -> bool:
+        return self.cross_process_wakeups
+
+    def add_listener(self, callback: Callable[[str, str], None]) -> None:
+        """Be told of other connections' commits, on the channels PostgreSQL notifies (``sqlite_wakeups.py``)."""
+        self._listeners.append(callback)
+        if self._conn is not None and self.cross_process_wakeups:
+            self._watch_changes()
+
+    def _watch_changes(self) -> None:
+        if self._watch is None:
+            wal = f"{self.path}-wal"
+            self._watch = ChangeWatch(self._require(), wal, self._queries["wakeup_counts"], self._listeners)
+            self._watch.start()
 
     @staticmethod
     def _applied(conn: sqlite3.Connection) -> set[int] | None:
@@ -251,7 +288,13 @@ class SQLiteStore(Store):
     async def close(self) -> None:
         if self._conn is None:
             return
+        if self._watch is not None:
+            self._watch.stop()
+            self._watch = None
         self._flush()
+        while self._pending:  # another connection holds the write lock: wait for it (or for the busy timeout)
+            await asyncio.sleep(self._busy_wait)
+            self._flush()
         self._conn.close()
         self._conn = None
 
@@ -295,9 +338,11 @@ class SQLiteStore(Store):
         outcomes: list[tuple[bool, Any]] = []
         single = len(batch) == 1
         tx.ledger_grew = False
+        guarded, self._guarded = self._guarded, False
         try:
-            conn.execute("BEGIN IMMEDIATE")
-            if not single:
+            if not self._begin(batch, guarded):
+                return
+            if not single and not guarded:
                 outcomes = self._optimistic(batch, tx)
             for op, _ in batch if not outcomes else ():
                 if not single:
@@ -319,6 +364,9 @@ class SQLiteStore(Store):
                 tx.count_ledger()
             conn.execute("COMMIT")
             self.commits += 1
+        except _LockLost:
+            self._requeue(batch, guarded=True)
+            return
         except BaseException as exc:
             if conn.in_transaction:
                 with contextlib.suppress(sqlite3.Error):
@@ -346,6 +394,36 @@ class SQLiteStore(Store):
             else:
                 fut.set_exception(value)
 
+    def _begin(self, batch: list[tuple[Call, asyncio.Future[Any] | None]], guarded: bool) -> bool:
+        """``BEGIN IMMEDIATE``; ``False`` when another connection holds the write lock: the batch is queued
+        again and tried on a timer, so the loop goes on running everything else meanwhile (a busy handler
+        would sleep on the loop's thread). Past ``busy_timeout_ms`` of trying, the lock error is raised."""
+        try:
+            self._require().execute("BEGIN IMMEDIATE")
+        except sqlite3.OperationalError as exc:
+            if not _busy(exc):
+                raise
+            now = time.monotonic()
+            if self._busy_since is None:
+                self._busy_since = now
+            elif now - self._busy_since >= self.busy_timeout_ms / 1000:
+                self._busy_since, self._busy_wait = None, BUSY_WAIT[0]
+                raise
+            self._requeue(batch, guarded)
+            return False
+        self._busy_since, self._busy_wait = None, BUSY_WAIT[0]
+        return True
+
+    def _requeue(self, batch: list[tuple[Call, asyncio.Future[Any] | None]], guarded: bool) -> None:
+        """Put ``batch`` back ahead of what was queued since, and flush again after a jittered wait."""
+        assert self._loop is not None
+        self._pending = batch + self._pending
+        self._guarded = self._guarded or guarded
+        wait = self._busy_wait * (0.5 + random.random())
+        self._busy_wait = min(self._busy_wait * 2, BUSY_WAIT[1])
+        self._flush_scheduled = True
+        self._loop.call_later(wait, self._flush)
+
     def _optimistic(self, batch: list[tuple[Call, asyncio.Future[Any] | None]], tx: Tx) -> list[tuple[bool, Any]]:
         """Run every op of a batch without savepoints (the common case: none refuses); ``[]`` when one
         did, after rolling back to a fresh transaction in which the batch runs again op by op, guarded.
@@ -358,7 +436,12 @@ class SQLiteStore(Store):
             return [(True, value) for value in run_sync(run_calls(tx, [call for call, _ in batch]))]
         except BaseException:  # a refusal: nothing of this attempt is kept
             conn.execute("ROLLBACK")
-            conn.execute("BEGIN IMMEDIATE")
+            try:
+                conn.execute("BEGIN IMMEDIATE")
+            except sqlite3.OperationalError as exc:
+                if _busy(exc):  # another connection took the lock in between: the batch is tried again, guarded
+                    raise _LockLost from exc
+                raise
             return []
 
     def join(self, conn: Any) -> contextlib.AbstractAsyncContextManager[Joined]:
@@ -371,12 +454,28 @@ class SQLiteStore(Store):
     async def read(self, op: Op[P, T], /, *args: P.args, **kwargs: P.kwargs) -> T:
         self._require()
         assert self._tx is not None
-        try:
-            return run_sync(op(self._tx, *args, **kwargs))
-        except sqlite3.Error as exc:
-            if self.observer is not None:
-                self.observer.store_error("read")
-            raise _failed("read", self.path, exc) from exc
+        waited, wait = 0.0, BUSY_WAIT[0]
+        while True:
+            try:
+                return run_sync(op(self._tx, *args, **kwargs))
+            except sqlite3.Error as exc:
+                # Busy (a recovery or checkpoint another connection runs): try again on a timer, not on the thread.
+                if _busy(exc) and waited < self.busy_timeout_ms / 1000:
+                    await asyncio.sleep(wait)
+                    waited, wait = waited + wait, min(wait * 2, BUSY_WAIT[1])
+                    continue
+                if self.observer is not None:
+                    self.observer.store_error("read")
+                raise _failed("read", self.path, exc) from exc
+
+
+class _LockLost(Exception):
+    """Between a refused optimistic try and its guarded rerun, another connection took the write lock."""
+
+
+def _busy(exc: BaseException) -> bool:
+    """Whether ``exc`` is SQLite's ``SQLITE_BUSY`` (any extended code): a lock another connection holds."""
+    return (getattr(exc, "sqlite_errorcode", 0) & 0xFF) == sqlite3.SQLITE_BUSY
 
 
 def _failed(what: str, path: str, exc: BaseException) -> StoreError:

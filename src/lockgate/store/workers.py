@@ -1,8 +1,10 @@
 """Store operations for running many workers on one store: workers, their leases, sweep claims, status.
 
 A worker registers with its lease (how long its runs wait for it if it dies); its heartbeat
-is written with every lease renewal (``renew_leases``), which extends the leases of every
-run it holds. Claiming a run is a change to the run's row and lives in ``runs``; what is
+is written with every lease renewal (``renew_leases``), which extends the lease of each run
+it executes, by id and epoch, and releases any other run whose row names it. Its clock
+offset from the database's rides with both (``read_clock``, ``follow_database``). Claiming
+a run is a change to the run's row and lives in ``runs``; what is
 here is the worker's side: its liveness, its hand-backs (``stop_worker``) and the sweep
 leases (``acquire_sweep``). ``cluster_status`` is the snapshot behind ``lockgate cluster
 status``: which worker holds what, and which look dead.
@@ -10,15 +12,22 @@ status``: which worker holds what, and which look dead.
 
 from __future__ import annotations
 
+import json
+import time
+from dataclasses import dataclass
 from typing import Any
 
-from .base import Row, Tx
+from ..clock import Clock, ClockReading, SystemClock
+from .base import Row, Store, Tx
 
 __all__ = [
+    "Renewal",
     "acquire_sweep",
     "cluster_status",
+    "follow_database",
     "list_workers",
     "live_workers_on_host",
+    "read_clock",
     "register_with_lease",
     "register_worker",
     "renew_leases",
@@ -30,10 +39,12 @@ async def register_worker(tx: Tx, worker_id: str, host: str, pid: int, now: floa
     await tx.execute("upsert_worker", {"id": worker_id, "host": host, "pid": pid, "now": now})
 
 
-async def register_with_lease(tx: Tx, worker_id: str, host: str, pid: int, now: float, lease: float) -> None:
-    """Record a starting worker (or a restarted one under the same id) and its lease."""
+async def register_with_lease(
+    tx: Tx, worker_id: str, host: str, pid: int, now: float, lease: float, clock_offset: float = 0.0
+) -> None:
+    """Record a starting worker (or a restarted one under the same id), its lease and its clock offset."""
     await register_worker(tx, worker_id, host, pid, now)
-    await tx.execute("set_worker_lease", {"id": worker_id, "lease": lease})
+    await tx.execute("set_worker_lease", {"id": worker_id, "lease": lease, "clock_offset": clock_offset})
 
 
 async def stop_worker(tx: Tx, worker_id: str, now: float, *, clean: bool = True) -> list[str]:
@@ -51,10 +62,65 @@ async def live_workers_on_host(tx: Tx, host: str, me: str) -> list[Row]:
     return await tx.execute("live_workers_on_host", {"host": host, "id": me})
 
 
-async def renew_leases(tx: Tx, owner: str, now: float, lease_until: float) -> dict[str, int]:
-    await tx.execute("heartbeat", {"id": owner, "now": now})
-    rows = await tx.execute("renew_leases", {"owner": owner, "lease_until": lease_until})
-    return {r["id"]: int(r["epoch"]) for r in rows}
+@dataclass(frozen=True)
+class Renewal:
+    """What a heartbeat did: the runs renewed (id -> epoch), the ids released, the next suspects."""
+
+    held: dict[str, int]
+    released: list[str]
+    suspects: dict[str, int]
+
+
+async def renew_leases(
+    tx: Tx,
+    owner: str,
+    now: float,
+    lease_until: float,
+    held: dict[str, int],
+    suspects: dict[str, int],
+    claimed_before: float,
+    clock_offset: float = 0.0,
+) -> Renewal:
+    """The heartbeat: renew the runs ``held`` here (id -> epoch); release the rows naming ``owner`` it does not hold.
+
+    What is renewed is what this worker executes, not every row naming it: after a failover
+    that lost commits a row may name a live worker that does not run it, and it must not stay
+    ``running`` under that worker for ever. A row naming ``owner``, claimed before
+    ``claimed_before`` and not held, is a suspect; a suspect of the last heartbeat (``suspects``)
+    still so at the same epoch is released: a claim just made, on its way to its execution, is
+    never released by a heartbeat that ran before that execution began.
+    """
+    await tx.execute("heartbeat", {"id": owner, "now": now, "clock_offset": clock_offset})
+    mine = json.dumps(held)
+    rows = await tx.execute("renew_held", {"owner": owner, "lease_until": lease_until, "held": mine}) if held else []
+    released = []
+    if suspects:
+        params = {"owner": owner, "held": mine, "suspects": json.dumps(suspects)}
+        released = [r["id"] for r in await tx.execute("release_unheld", params)]
+    found = await tx.execute("unheld_runs", {"owner": owner, "held": mine, "before": claimed_before})
+    suspected = {r["id"]: int(r["epoch"]) for r in found if r["id"] not in released}
+    return Renewal({r["id"]: int(r["epoch"]) for r in rows}, released, suspected)
+
+
+async def read_clock(tx: Tx) -> ClockReading:
+    """The database's clock, read now, against this process's wall clock (at the round trip's middle)."""
+    before = time.time()
+    database = float(await tx.scalar("database_clock"))
+    after = time.time()
+    return ClockReading(database=database, offset=(before + after) / 2 - database, round_trip=max(0.0, after - before))
+
+
+async def follow_database(store: Store, clock: Clock) -> ClockReading | None:
+    """Set ``clock`` by the database's (a ``SystemClock`` on a store many hosts share); the reading.
+
+    ``None`` where processes share one machine's clock (SQLite), or ``clock`` is not the
+    system's (a test clock).
+    """
+    if not store.own_clock or not isinstance(clock, SystemClock):
+        return None
+    reading = await store.read(read_clock)
+    clock.follow(reading)
+    return reading
 
 
 async def acquire_sweep(tx: Tx, name: str, owner: str, now: float, ttl: float) -> bool:
@@ -98,6 +164,7 @@ async def cluster_status(tx: Tx, now: float, *, default_lease: float = 15.0) -> 
                 "heartbeat_age": age,
                 "lease": lease,
                 "runs_held": int(row["runs_held"]),
+                "clock_offset": float(row.get("clock_offset") or 0.0),
                 "sweeps": sorted(held.get(row["id"], [])),
                 "state": "stopped" if stopped else "stale" if age > lease else "live",
             }

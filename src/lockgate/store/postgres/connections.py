@@ -19,6 +19,19 @@ from .tx import Conn, WriterConn, idle
 
 __all__ = ["Connections"]
 
+_SESSION = (
+    "SELECT set_config('lockgate.origin', %s, false), "
+    "set_config('statement_timeout', CASE current_setting('statement_timeout') WHEN '0' THEN %s "
+    "ELSE current_setting('statement_timeout') END, false), "
+    "set_config('idle_in_transaction_session_timeout', CASE current_setting('idle_in_transaction_session_timeout') "
+    "WHEN '0' THEN %s ELSE current_setting('idle_in_transaction_session_timeout') END, false)"
+)
+_SESSION_WRITER = (
+    "SELECT set_config('lockgate.origin', %s, false), "
+    "set_config('idle_in_transaction_session_timeout', CASE current_setting('idle_in_transaction_session_timeout') "
+    "WHEN '0' THEN %s ELSE current_setting('idle_in_transaction_session_timeout') END, false)"
+)
+
 log = logging.getLogger("lockgate.store")
 
 
@@ -27,6 +40,7 @@ class Connections(Store):
 
     conninfo: str
     pool_timeout: float
+    statement_timeout: float  # seconds
     _where: str
     _origin: str  # tells our own notifications from other stores'
     _pool: AsyncConnectionPool[Conn] | None
@@ -37,11 +51,20 @@ class Connections(Store):
     _disk_full: bool  # said once per spell of full disk
     _outages: int  # outages logged so far: a connection born before the last one is one of its casualties
     _born: weakref.WeakKeyDictionary[Any, int]
+    _committing_since: float | None  # monotonic time the writer's commit in flight began (stalls.py)
 
-    async def _configure(self, conn: Conn) -> None:
+    async def _configure(self, conn: Conn, *, writer: bool = False) -> None:
         """Tag each session with this store's origin: the database's own wake-ups then name who caused them."""
         self._born[conn] = self._outages
-        await conn.execute("SELECT set_config('lockgate.origin', %s, false)", (self._origin,))
+        # Where the session has none of its own (libpq options, role or database settings): a read
+        # that blocks is cut off, a session idle in a transaction too. The writer's statements are
+        # not (a COMMIT cancelled while it waits on a synchronous standby would be acknowledged
+        # unreplicated): stalls.py reports them instead.
+        limit = f"{round(self.statement_timeout * 1000)}"
+        if writer:
+            await conn.execute(_SESSION_WRITER, (self._origin, limit))
+        else:
+            await conn.execute(_SESSION, (self._origin, limit, limit))
         if self.schema_mode == "read":  # every transaction read-only: the server refuses any write
             await conn.execute("SET default_transaction_read_only = on")
 
@@ -59,7 +82,7 @@ class Connections(Store):
         except TimeoutError:
             raise psycopg.OperationalError(f"no connection within {self.pool_timeout:g}s") from None
         try:
-            await self._configure(conn)
+            await self._configure(conn, writer=True)
         except BaseException:
             await conn.close()
             raise

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import re
 from collections.abc import AsyncIterator
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
@@ -20,6 +21,7 @@ __all__ = [
     "RETRIES",
     "StalePlan",
     "backoff",
+    "cannot_connect",
     "connection_lost",
     "discarding_stale_plans",
     "disk_full",
@@ -90,6 +92,21 @@ def disk_full(exc: BaseException) -> bool:
 
 def backoff(attempt: int) -> float:
     return float(min(2.0, 0.1 * 2**attempt))
+
+
+_ATTEMPT = re.compile(r"^- host: '([^']*)', port: '([^']*)'.*?failed: (?:.*? failed: )?(.*)$")
+
+
+def cannot_connect(where: str, exc: BaseException) -> StoreError:
+    """The one-line error of a failed connection; with several hosts, what each one said."""
+    text = str(exc)
+    attempts = [m.groups() for line in text.splitlines() if (m := _ATTEMPT.match(line.strip()))]
+    if len(attempts) < 2:
+        return StoreError(f"cannot connect to PostgreSQL at {where}: {first_line(exc)}")
+    said = "; ".join(f"{host}:{port} {why.strip()}" for host, port, why in attempts)
+    if all("read-only" in why or "standby" in why for _, _, why in attempts):
+        return StoreError(f"no primary among the hosts of {where} (each is a standby or read-only): {said}")
+    return StoreError(f"no host of {where} could be used: {said}")
 
 
 def first_line(exc: BaseException) -> str:

@@ -50,6 +50,7 @@ from .failures import RETRIES, StalePlan, backoff, discarding_stale_plans, disk_
 from .joined import Joining
 from .migrate import check, migrate
 from .notify import Wakeups
+from .stalls import Stalls
 from .tx import Conn, PostgresTx, WriterConn, silent
 from .writer import Writer
 
@@ -58,7 +59,17 @@ __all__ = ["PostgresStore"]
 T = TypeVar("T")
 P = ParamSpec("P")
 _CONNECT_TIMEOUT = "5"  # libpq connect_timeout unless the URL sets one
-_OPTIONS = frozenset({"pool_size", "pool_timeout", "schema"})  # lockgate's own URL options; the rest go to libpq
+_OPTIONS = frozenset({"pool_size", "pool_timeout", "schema", "statement_timeout"})  # lockgate's; the rest: libpq
+# A dead peer is found by the kernel, whatever the connection is doing: idle (keepalives: 5 s, then
+# 3 probes 2 s apart) or with data unacknowledged (tcp_user_timeout, ms). Without them a query on a cut
+# link waits for TCP's retransmissions (minutes). Each is the URL's own when it sets one.
+_WIRE = {
+    "keepalives": "1",
+    "keepalives_idle": "5",
+    "keepalives_interval": "2",
+    "keepalives_count": "3",
+    "tcp_user_timeout": "10000",
+}
 _SCHEMA = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
 
 
@@ -88,16 +99,19 @@ def _with_search_path(libpq: list[str], schema: str) -> list[str]:
     return [*libpq, f"options={setting}"]
 
 
-class PostgresStore(Writer, Wakeups, Joining):
+class PostgresStore(Writer, Wakeups, Joining, Stalls):
     """``postgresql://user@host/db``; any option but these three is passed to libpq.
 
     ``pool_size`` (default 4) bounds the connections held; ``pool_timeout`` (seconds,
     default 5) is the longest one attempt waits for a connection while the server is away;
+    ``statement_timeout`` (seconds, default 30) bounds each read, and how long any session
+    of lockgate's may sit idle inside a transaction (a commit is watched instead: ``stalls.py``);
     ``schema`` (default: the connection's own ``search_path``) is the schema lockgate's
     tables live in, created at boot (every connection lockgate opens uses it).
     """
 
     dialect = "postgres"
+    own_clock = True
 
     def __init__(self, url: str) -> None:
         self.url = url
@@ -123,8 +137,13 @@ class PostgresStore(Writer, Wakeups, Joining):
                 )
             libpq = _with_search_path(libpq, self.schema)
         self._identity: tuple[str, str] | None = None
-        if not any(unquote(item.partition("=")[0]) == "connect_timeout" for item in libpq):
+        given = {unquote(item.partition("=")[0]) for item in libpq}
+        if "connect_timeout" not in given:
             libpq.append(f"connect_timeout={_CONNECT_TIMEOUT}")
+        libpq += [f"{key}={value}" for key, value in _WIRE.items() if key not in given]
+        self.statement_timeout = _positive(
+            url, "statement_timeout", mine.get("statement_timeout", "30"), integer=False
+        )
         self.conninfo = urlunsplit((parts.scheme, parts.netloc, parts.path, "&".join(libpq), parts.fragment))
         self._where = redact(urlunsplit((parts.scheme, parts.netloc, parts.path, "", "")))
         self._queries = load_queries("postgres")
@@ -154,6 +173,9 @@ class PostgresStore(Writer, Wakeups, Joining):
         self._outages = 0  # outages logged so far: a connection born before the last one is one of its casualties
         self._born: weakref.WeakKeyDictionary[Any, int] = weakref.WeakKeyDictionary()
         self.commits = 0
+        self._committing_since: float | None = None  # the commit in flight, watched for stalls (stalls.py)
+        self._stalled_at: float | None = None
+        self._watcher: asyncio.Task[None] | None = None
 
     # -- lifecycle ----------------------------------------------------------------------
 
@@ -183,6 +205,7 @@ class PostgresStore(Writer, Wakeups, Joining):
         self._closing = False
         self._work = asyncio.Event()
         self._writer = asyncio.create_task(self._write_loop(), name="lockgate-pg-writer")
+        self._watch_commits()
         if self._listeners:
             self._start_listener()
 
@@ -192,6 +215,7 @@ class PostgresStore(Writer, Wakeups, Joining):
         with contextlib.suppress(Exception):
             await self._enqueue(Call(_noop, (), {}))  # resolves once everything queued before it is committed
         self._closing = True
+        await self._stop_watching()
         await self._lone_done.wait()  # a lone write its caller started after the last queued one
         for task in (self._writer, self._listener):
             if task is not None:

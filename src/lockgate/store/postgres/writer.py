@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from typing import Any, ParamSpec, TypeVar
 
 import psycopg
@@ -65,6 +66,7 @@ class Writer(Batches):
         """
         self._held = self._writing = True
         self._lone_done.clear()
+        self._committing_since = time.monotonic()
         try:
             outcomes = await self._lone(conn, call)
         except asyncio.CancelledError:
@@ -93,6 +95,7 @@ class Writer(Batches):
             self._release_lone()
 
     def _release_lone(self) -> None:
+        self._committing_since = None
         self._held = self._writing = False
         self._crowded = bool(self._queue)
         self._lone_done.set()
@@ -127,6 +130,7 @@ class Writer(Batches):
             while self._queue and not self._held:  # a lone write running inline sets the event when it is done
                 batch, self._queue = self._queue, []
                 self._held = True
+                self._committing_since = time.monotonic()
                 try:
                     await self._commit(batch)
                 except asyncio.CancelledError:
@@ -137,6 +141,7 @@ class Writer(Batches):
                     self._failed("commit")
                     fail(batch, StoreError(f"PostgreSQL commit failed: {exc}"))
                 finally:
+                    self._committing_since = None
                     self._held = False
                     self._crowded = bool(self._queue)
 

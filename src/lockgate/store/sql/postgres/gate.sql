@@ -40,8 +40,9 @@ WHERE h.n > (SELECT MAX(m.n) FROM lockgate_window_hits m WHERE m.scope = h.scope
 UNION ALL
 SELECT w.value ->> 0, w.value ->> 1, NULL, NULL
 FROM json_array_elements(%(windows)s::json) AS w(value)
-WHERE EXISTS (SELECT 1 FROM lockgate_pending p
-              WHERE p.mode = 'throttle' AND p.hold_scope = w.value ->> 0 AND p.hold_key = w.value ->> 1);
+WHERE (SELECT 1 FROM lockgate_pending p  -- the head of the line: one index probe (see slot_queues)
+       WHERE p.mode = 'throttle' AND p.hold_scope = w.value ->> 0 AND p.hold_key = w.value ->> 1
+       ORDER BY p.priority DESC, p.seq LIMIT 1) IS NOT NULL;
 
 -- name: add_window_hit
 -- Ranked after the key's newest hit (decisions on one key are serialised: one writer, or the key's lock).
@@ -101,8 +102,9 @@ DELETE FROM lockgate_pending WHERE id = %(id)s RETURNING id;
 SELECT * FROM lockgate_pending WHERE id = %(id)s;
 
 -- name: waiting_ahead
+-- The head of the line: one index probe (see slot_queues).
 SELECT 1 AS ahead FROM lockgate_pending
-WHERE mode = %(mode)s AND hold_scope = %(scope)s AND hold_key = %(key)s LIMIT 1;
+WHERE mode = %(mode)s AND hold_scope = %(scope)s AND hold_key = %(key)s ORDER BY priority DESC, seq LIMIT 1;
 
 -- name: singleton_incumbent
 SELECT id FROM lockgate_runs
@@ -125,8 +127,12 @@ SELECT COUNT(*) AS n FROM lockgate_slots WHERE scope = %(scope)s;
 -- For each [scope, key] of the JSON list %(slots)s: whether a start waits there for a slot (waiting_ahead
 -- with mode 'concurrency') and the slots in use there (slots_in_use).
 SELECT s.value ->> 0 AS scope, s.value ->> 1 AS key,
-    EXISTS (SELECT 1 FROM lockgate_pending p
-            WHERE p.mode = 'concurrency' AND p.hold_scope = s.value ->> 0 AND p.hold_key = s.value ->> 1) AS ahead,
+    -- the head of the key's line, one probe of lockgate_pending_hold: written as EXISTS, it is planned as
+    -- a hashed SubPlan that reads every parked row of the mode, on every decision; without the ORDER BY,
+    -- as a table scan that stops at the first match, after however many drained rows the heap starts with
+    (SELECT 1 FROM lockgate_pending p
+     WHERE p.mode = 'concurrency' AND p.hold_scope = s.value ->> 0 AND p.hold_key = s.value ->> 1
+     ORDER BY p.priority DESC, p.seq LIMIT 1) IS NOT NULL AS ahead,
     (SELECT COUNT(*) FROM lockgate_slots t WHERE t.scope = s.value ->> 0 AND t.key = s.value ->> 1) AS used
 FROM json_array_elements(%(slots)s::json) AS s(value);
 
@@ -178,8 +184,19 @@ ORDER BY priority DESC, seq LIMIT %(limit)s;
 SELECT * FROM lockgate_pending WHERE expires_at IS NOT NULL AND expires_at <= %(now)s ORDER BY seq LIMIT %(limit)s;
 
 -- name: waiting_keys
-SELECT hold_scope, hold_key, COUNT(*) AS waiting FROM lockgate_pending
-WHERE mode = 'concurrency' GROUP BY hold_scope, hold_key;
+-- Each (scope, key) a start waits at for a slot: a skip along lockgate_pending_hold, one probe per key
+-- (a GROUP BY would read every parked row).
+WITH RECURSIVE k (hold_scope, hold_key) AS (
+    (SELECT hold_scope, hold_key FROM lockgate_pending
+     WHERE mode = 'concurrency' AND hold_scope IS NOT NULL AND hold_key IS NOT NULL
+     ORDER BY hold_scope, hold_key LIMIT 1)
+    UNION ALL
+    SELECT nxt.hold_scope, nxt.hold_key FROM k CROSS JOIN LATERAL (
+        SELECT p.hold_scope, p.hold_key FROM lockgate_pending p
+        WHERE p.mode = 'concurrency' AND (p.hold_scope, p.hold_key) > (k.hold_scope, k.hold_key)
+        ORDER BY p.hold_scope, p.hold_key LIMIT 1) AS nxt
+)
+SELECT hold_scope, hold_key FROM k;
 
 -- name: waiting_for_key
 SELECT * FROM lockgate_pending
@@ -250,15 +267,19 @@ SELECT AVG(finished_at - created_at) AS avg FROM (
     WHERE workflow = %(workflow)s AND status = 'succeeded' ORDER BY created_at DESC LIMIT 50) AS recent;
 
 -- name: flow_pending
--- Parked rows per workflow, mode, key and source (where a start came from, e.g. event:<name>): one workflow's (found through lockgate_pending_workflow), or
--- (no :workflow) every workflow's. As many rows to read as are parked: none once they have drained.
-SELECT workflow, mode, COALESCE(hold_key, '') AS key, COALESCE(source, '') AS source, COUNT(*) AS queued, MIN(first_at) AS oldest
-FROM lockgate_pending WHERE workflow = %(workflow)s::text
-GROUP BY workflow, mode, COALESCE(hold_key, ''), COALESCE(source, '')
-UNION ALL
-SELECT workflow, mode, COALESCE(hold_key, '') AS key, COALESCE(source, '') AS source, COUNT(*) AS queued, MIN(first_at) AS oldest
-FROM lockgate_pending WHERE %(workflow)s::text IS NULL
-GROUP BY workflow, mode, COALESCE(hold_key, ''), COALESCE(source, '');
+-- Parked rows per workflow, mode, key and source (where a start came from, e.g. event:<name>): one workflow's, or
+-- (no :workflow) every workflow's. The counts kept by migration 0018's triggers, and the oldest of each group
+-- by one probe of lockgate_pending_flow: as many rows to read as there are groups, however many are parked.
+SELECT c.workflow, c.mode, c.key, c.source, c.queued,
+    (SELECT p.first_at FROM lockgate_pending p
+     WHERE p.workflow = c.workflow AND p.mode = c.mode AND COALESCE(p.hold_key, '') = c.key
+         AND COALESCE(p.source, '') = c.source
+     ORDER BY p.first_at LIMIT 1) AS oldest
+FROM (
+    SELECT workflow, mode, key, source, SUM(n) AS queued FROM lockgate_pending_counts
+    WHERE workflow = %(workflow)s::text OR %(workflow)s::text IS NULL
+    GROUP BY workflow, mode, key, source HAVING SUM(n) > 0
+) AS c;
 
 -- name: flow_slots
 SELECT workflow, key, COUNT(*) AS in_flight FROM lockgate_slots

@@ -4,7 +4,7 @@ VALUES (%(id)s, %(host)s, %(pid)s, %(now)s, %(now)s)
 ON CONFLICT (id) DO UPDATE SET heartbeat_at = excluded.heartbeat_at, stopped_at = NULL;
 
 -- name: heartbeat
-UPDATE lockgate_workers SET heartbeat_at = %(now)s WHERE id = %(id)s;
+UPDATE lockgate_workers SET heartbeat_at = %(now)s, clock_offset = %(clock_offset)s WHERE id = %(id)s;
 
 -- name: stop_worker
 UPDATE lockgate_workers SET stopped_at = %(now)s, heartbeat_at = %(now)s WHERE id = %(id)s;
@@ -27,7 +27,7 @@ RETURNING owner;
 SELECT * FROM lockgate_sweep_leases ORDER BY name;
 
 -- name: set_worker_lease
-UPDATE lockgate_workers SET lease = %(lease)s WHERE id = %(id)s;
+UPDATE lockgate_workers SET lease = %(lease)s, clock_offset = %(clock_offset)s WHERE id = %(id)s;
 
 -- name: release_owner
 UPDATE lockgate_runs SET owner = NULL, lease_until = NULL,
@@ -35,7 +35,29 @@ UPDATE lockgate_runs SET owner = NULL, lease_until = NULL,
 WHERE owner = %(owner)s AND status = 'running'
 RETURNING id;
 
--- name: renew_leases
-UPDATE lockgate_runs SET lease_until = %(lease_until)s
-WHERE owner = %(owner)s AND status = 'running'
-RETURNING id, epoch;
+-- name: renew_held
+-- Only the runs this worker executes, each at the epoch it holds: a row that names this worker
+-- but is not executed here (a claim whose commit a failover lost) is not kept alive by it.
+UPDATE lockgate_runs r SET lease_until = %(lease_until)s
+FROM jsonb_each_text(%(held)s::jsonb) AS h(id, epoch)
+WHERE r.id = h.id AND r.epoch = h.epoch::bigint AND r.owner = %(owner)s AND r.status = 'running'
+RETURNING r.id, r.epoch;
+
+-- name: unheld_runs
+-- Rows naming this worker that it does not execute, claimed before ``before`` (a claim of an instant
+-- ago may not have reached its execution yet): suspects, released if the next heartbeat finds them so.
+SELECT id, epoch FROM lockgate_runs
+WHERE owner = %(owner)s AND status = 'running' AND COALESCE(entered_at, 0) < %(before)s
+  AND NOT (%(held)s::jsonb ? id);
+
+-- name: release_unheld
+-- The suspects of the last heartbeat still unheld at the same epoch: released, so that any worker,
+-- this one included, resumes them from their journals.
+UPDATE lockgate_runs r SET owner = NULL, lease_until = NULL
+FROM jsonb_each_text(%(suspects)s::jsonb) AS s(id, epoch)
+WHERE r.id = s.id AND r.epoch = s.epoch::bigint AND r.owner = %(owner)s AND r.status = 'running'
+  AND NOT (%(held)s::jsonb ? r.id)
+RETURNING r.id;
+
+-- name: database_clock
+SELECT extract(epoch FROM clock_timestamp())::float8 AS now;

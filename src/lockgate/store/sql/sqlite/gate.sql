@@ -179,8 +179,23 @@ ORDER BY priority DESC, seq LIMIT :limit;
 SELECT * FROM lockgate_pending WHERE expires_at IS NOT NULL AND expires_at <= :now ORDER BY seq LIMIT :limit;
 
 -- name: waiting_keys
-SELECT hold_scope, hold_key, COUNT(*) AS waiting FROM lockgate_pending
-WHERE mode = 'concurrency' GROUP BY hold_scope, hold_key;
+-- Each (scope, key) a start waits at for a slot: a skip along lockgate_pending_hold, one probe per key
+-- (a GROUP BY would read every parked row). The next key is the next one in its scope, else the first
+-- of the next scope (a row value comparison would search by scope alone and read the scope's rows).
+WITH RECURSIVE k (hold_scope, hold_key) AS (
+    SELECT * FROM (SELECT hold_scope, hold_key FROM lockgate_pending
+                   WHERE mode = 'concurrency' AND hold_scope IS NOT NULL AND hold_key IS NOT NULL
+                   ORDER BY hold_scope, hold_key LIMIT 1)
+    UNION ALL
+    SELECT n.hold_scope, n.hold_key FROM k JOIN lockgate_pending n ON n.id = COALESCE(
+        (SELECT p.id FROM lockgate_pending p
+         WHERE p.mode = 'concurrency' AND p.hold_scope = k.hold_scope AND p.hold_key > k.hold_key
+         ORDER BY p.hold_key LIMIT 1),
+        (SELECT p.id FROM lockgate_pending p
+         WHERE p.mode = 'concurrency' AND p.hold_scope > k.hold_scope AND p.hold_key IS NOT NULL
+         ORDER BY p.hold_scope, p.hold_key LIMIT 1))
+)
+SELECT hold_scope, hold_key FROM k;
 
 -- name: waiting_for_key
 SELECT * FROM lockgate_pending
@@ -247,15 +262,21 @@ SELECT AVG(finished_at - created_at) AS avg FROM (
     WHERE workflow = :workflow AND status = 'succeeded' ORDER BY created_at DESC LIMIT 50);
 
 -- name: flow_pending
--- Parked rows per workflow, mode, key and source (where a start came from, e.g. event:<name>): one workflow's (found through lockgate_pending_workflow), or
--- (no :workflow) every workflow's. As many rows to read as are parked: none once they have drained.
-SELECT workflow, mode, COALESCE(hold_key, '') AS key, COALESCE(source, '') AS source, COUNT(*) AS queued, MIN(first_at) AS oldest
-FROM lockgate_pending WHERE workflow = :workflow
-GROUP BY workflow, mode, COALESCE(hold_key, ''), COALESCE(source, '')
-UNION ALL
-SELECT workflow, mode, COALESCE(hold_key, '') AS key, COALESCE(source, '') AS source, COUNT(*) AS queued, MIN(first_at) AS oldest
-FROM lockgate_pending WHERE :workflow IS NULL
-GROUP BY workflow, mode, COALESCE(hold_key, ''), COALESCE(source, '');
+-- Parked rows per workflow, mode, key and source (where a start came from, e.g. event:<name>): one workflow's, or
+-- (no :workflow) every workflow's. The counts kept by migration 0018's triggers, and the oldest of each group
+-- by one probe of lockgate_pending_flow: as many rows to read as there are groups, however many are parked.
+SELECT c.workflow, c.mode, c.key, c.source, c.queued,
+    -- +c.key: a value without the column's TEXT affinity, which the index's expressions do not have
+    -- (compared with the column itself, SQLite would not search them)
+    (SELECT p.first_at FROM lockgate_pending p
+     WHERE p.workflow = c.workflow AND p.mode = c.mode AND COALESCE(p.hold_key, '') = +c.key
+         AND COALESCE(p.source, '') = +c.source
+     ORDER BY p.first_at LIMIT 1) AS oldest
+FROM (
+    SELECT workflow, mode, key, source, SUM(n) AS queued FROM lockgate_pending_counts
+    WHERE workflow = :workflow OR :workflow IS NULL
+    GROUP BY workflow, mode, key, source HAVING SUM(n) > 0
+) AS c;
 
 -- name: flow_slots
 SELECT workflow, key, COUNT(*) AS in_flight FROM lockgate_slots

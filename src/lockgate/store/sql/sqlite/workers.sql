@@ -4,7 +4,7 @@ VALUES (:id, :host, :pid, :now, :now)
 ON CONFLICT (id) DO UPDATE SET heartbeat_at = excluded.heartbeat_at, stopped_at = NULL;
 
 -- name: heartbeat
-UPDATE lockgate_workers SET heartbeat_at = :now WHERE id = :id;
+UPDATE lockgate_workers SET heartbeat_at = :now, clock_offset = :clock_offset WHERE id = :id;
 
 -- name: stop_worker
 UPDATE lockgate_workers SET stopped_at = :now, heartbeat_at = :now WHERE id = :id;
@@ -27,7 +27,7 @@ RETURNING owner;
 SELECT * FROM lockgate_sweep_leases ORDER BY name;
 
 -- name: set_worker_lease
-UPDATE lockgate_workers SET lease = :lease WHERE id = :id;
+UPDATE lockgate_workers SET lease = :lease, clock_offset = :clock_offset WHERE id = :id;
 
 -- name: release_owner
 UPDATE lockgate_runs SET owner = NULL, lease_until = NULL,
@@ -35,7 +35,25 @@ UPDATE lockgate_runs SET owner = NULL, lease_until = NULL,
 WHERE owner = :owner AND status = 'running'
 RETURNING id;
 
--- name: renew_leases
+-- name: renew_held
+-- Only the runs this worker executes, each at the epoch it holds (see the PostgreSQL twin).
 UPDATE lockgate_runs SET lease_until = :lease_until
 WHERE owner = :owner AND status = 'running'
+  AND id IN (SELECT key FROM json_each(:held)) AND epoch = json_extract(:held, '$."' || id || '"')
 RETURNING id, epoch;
+
+-- name: unheld_runs
+SELECT id, epoch FROM lockgate_runs
+WHERE owner = :owner AND status = 'running' AND COALESCE(entered_at, 0) < :before
+  AND id NOT IN (SELECT key FROM json_each(:held));
+
+-- name: release_unheld
+UPDATE lockgate_runs SET owner = NULL, lease_until = NULL
+WHERE owner = :owner AND status = 'running'
+  AND id IN (SELECT key FROM json_each(:suspects)) AND epoch = json_extract(:suspects, '$."' || id || '"')
+  AND id NOT IN (SELECT key FROM json_each(:held))
+RETURNING id;
+
+-- name: database_clock
+-- One machine's clock: every process on a SQLite file reads the same one.
+SELECT (julianday('now') - 2440587.5) * 86400.0 AS now;
