@@ -229,8 +229,8 @@ class Execution(Context):
         self._tripwire(parked=True)
         try:
             await self._flushed()
-            woke = await self._store.write(
-                stepflow.park_run,
+            woke = await stepflow.park(
+                self._store,
                 self.fence,
                 self._clock.now(),
                 flow_keys=flow_keys,

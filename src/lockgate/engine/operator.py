@@ -17,6 +17,7 @@ from ..gate.pipeline import Decision
 from ..inspect import FlowKeyRow, FlowRow, Inspector, RunFilter, Trace
 from ..store import Store, flow, gate
 from ..store.base import Row, Tx
+from . import stepflow
 from .core import Core
 
 __all__ = ["BulkItem", "BulkResult", "OperatorVerbs", "bulk", "check_key_hold", "check_reason", "statuses"]
@@ -120,7 +121,8 @@ class OperatorVerbs:
         except ValueError as exc:
             raise InvalidArgument(str(exc)) from None
         core = self.core
-        await core.store.write(flow.set_key, key, checked_rate, seconds, checked_par, core.clock.now())
+        handed = await core.store.write(flow.set_key, key, checked_rate, seconds, checked_par, core.clock.now())
+        stepflow.deliver(core.store, handed)  # steps waiting here for a slot of the key start now
         core.runtime.wake(core.clock.now())  # a woken run is claimable here too
         return (await self.flow_keys(key))[0]
 

@@ -3,9 +3,12 @@
 A flow-controlled step asks the store for a slot before each attempt (``StepGate.enter``)
 and frees it when the attempt ends, however it ends (``StepGate.leave``; a process that
 dies frees its slots with its lease, see ``store/flow.py``). Refused, the step keeps its
-place in the key's line and waits without holding the worker: when the wait is short (a
-rate window about to open) in place, else the run parks with ``waiting_on="flow"`` and the
-store wakes it when its turn comes. A step with no flow control never reaches this module.
+place in the key's line. Near the head of the line it waits in place for the slot: the
+transaction that frees one hands it to the first waiter, and this process starts that step
+as the transaction commits (``Waiters``; a hand-off by another process arrives as a
+notification, or at the next look). Further back, or for a rate window that opens later
+than ``inline_sleep``, the run parks with ``waiting_on="flow"`` and the store wakes it when
+it nears its turn. A step with no flow control never reaches this module.
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ from typing import Any
 
 from ..clock import to_datetime
 from ..definitions import retry_hint
-from ..errors import InvalidArgument
+from ..errors import InvalidArgument, StoreError
 from ..flowcontrol import INHERIT, FlowControl, FlowLimits, check_flow_control, check_limits, resolve_flow
 from ..store import Store, flow, gate, runs
 from ..store.base import Tx
@@ -28,7 +31,19 @@ from ..store.coalesce import with_locks
 from ..store.shared import Fence
 from .durable import Running, Wait, call
 
-__all__ = ["Exempt", "StepGate", "attempt", "current", "gate_for", "park_run", "rate_limit"]
+__all__ = [
+    "RECHECK",
+    "Exempt",
+    "StepGate",
+    "Waiters",
+    "attempt",
+    "current",
+    "deliver",
+    "gate_for",
+    "park",
+    "park_run",
+    "rate_limit",
+]
 
 log = logging.getLogger("lockgate.executor")
 
@@ -37,6 +52,100 @@ _CURRENT: contextvars.ContextVar[Any] = contextvars.ContextVar("lockgate_flow_co
 # The (key, declaration) pairs this process has written to each store: a key is declared once per process.
 _DECLARED: weakref.WeakKeyDictionary[Store, set[tuple[str, str]]] = weakref.WeakKeyDictionary()
 _BACKGROUND: set[asyncio.Future[Any]] = set()
+RECHECK = 0.5
+"""Seconds a step waiting in place for a hand-off goes without news before it asks the store again."""
+
+
+class Waiters:
+    """The steps of this process waiting in place for a slot of their key, on one store.
+
+    A hand-off found in a transaction's answer (``deliver``) starts its step at once; a
+    notification that another process handed a slot to a step held here (PostgreSQL) has the
+    waiters' rows read once, and those given a slot start.
+    """
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+        self.waiting: dict[tuple[str, str], asyncio.Future[flow.Grant | None]] = {}
+        self.owners: set[str] = set()
+        self.early: dict[tuple[str, str], tuple[float, flow.Grant | None]] = {}  # handed before their step waited
+        self._reading: asyncio.Task[None] | None = None
+        self._again = False
+        store.add_listener(self._on_wakeup)
+
+    def wait(self, run_id: str, step_key: str, owner: str, asked: float) -> asyncio.Future[flow.Grant | None]:
+        """A future for the step's hand-off; ``asked``: the loop's time its refused ``acquire`` was sent
+        (a slot handed before then went to an earlier ask, which took it or lost it)."""
+        future: asyncio.Future[flow.Grant | None] = asyncio.get_running_loop().create_future()
+        early = self.early.pop((run_id, step_key), None)
+        if early is not None and early[0] >= asked:
+            future.set_result(early[1])
+        self.waiting[(run_id, step_key)] = future
+        self.owners.add(owner)
+        return future
+
+    def done(self, run_id: str, step_key: str) -> None:
+        self.waiting.pop((run_id, step_key), None)
+
+    def hand(self, handed: flow.Handed) -> None:
+        place = (handed.run_id, handed.step_key)
+        future = self.waiting.get(place)
+        if future is None:
+            # Its step may not wait yet: refused in the very commit that handed it the slot, its answer
+            # not yet read. Kept a moment for it (a step that never comes asks the store, and finds it).
+            now = asyncio.get_running_loop().time()
+            if len(self.early) > 1000:
+                self.early = {k: v for k, v in self.early.items() if v[0] > now - RECHECK}
+            self.early[place] = (now, handed.grant)
+        elif not future.done():
+            future.set_result(handed.grant)
+
+    def _on_wakeup(self, channel: str, payload: str) -> None:
+        if channel not in ("flow", "flow-ask") or payload not in self.owners or not self.waiting:
+            return
+        if channel == "flow-ask":  # a turn came under a rate window: the waiters here ask again
+            for future in self.waiting.values():
+                if not future.done():
+                    future.set_result(None)
+            return
+        if self._reading is not None and not self._reading.done():
+            self._again = True  # read once more when this read is done: it may have begun before the hand-off
+            return
+        self._reading = asyncio.ensure_future(self._read())
+
+    async def _read(self) -> None:
+        while True:
+            self._again = False
+            ids = sorted({run_id for run_id, _ in self.waiting})
+            try:
+                rows = await self.store.read(flow.handed_slots, ids)
+            except StoreError:
+                rows = []  # the waiters ask again on their own
+            for row in rows:
+                future = self.waiting.get((row["run_id"], row["step_key"]))
+                if future is not None and not future.done():
+                    future.set_result(None)  # ask again: the grant is read under the step's own hold
+            if not self._again:
+                return
+
+
+_WAITERS: weakref.WeakKeyDictionary[Store, Waiters] = weakref.WeakKeyDictionary()
+
+
+def _waiters(store: Store) -> Waiters:
+    found = _WAITERS.get(store)
+    if found is None:
+        found = _WAITERS[store] = Waiters(store)
+    return found
+
+
+def deliver(store: Store, handed: tuple[flow.Handed, ...] | list[flow.Handed]) -> None:
+    """Slots a committed transaction handed over: the steps waiting for them here start now."""
+    if not handed:
+        return
+    waiters = _waiters(store)
+    for h in handed:
+        waiters.hand(h)
 
 
 def _limits_of(given: Any, payload: Any) -> FlowLimits | None:
@@ -110,17 +219,27 @@ class StepGate:
         """
         x = self._x
         key = self.limits.key
+        handed: flow.Grant | None = None
         while True:
-            declared = self._declaration()
-            try:
-                grant = await x.store.write(
-                    flow.acquire, declared, key, x.fence, self._step_key, self._priority, x.clock.now, attempt, first
-                )
-            except LookupError:  # the key's row vanished since this process declared it
-                _DECLARED.get(x.store, set()).clear()
-                continue
-            if declared is not None:
-                _DECLARED.setdefault(x.store, set()).add((key, declared["declared"]))
+            if handed is not None and handed.granted:
+                grant = handed
+            else:
+                asked = asyncio.get_running_loop().time()
+                declared = self._declaration()
+                try:
+                    step, priority, here = self._step_key, self._priority, _waiters(x.store).waiting
+                    grant = await x.store.write(
+                        flow.acquire, declared, key, x.fence, step, priority, x.clock.now, attempt, first, here
+                    )
+                except LookupError:  # the key's row vanished since this process declared it
+                    _DECLARED.get(x.store, set()).clear()
+                    continue
+                if declared is not None:
+                    _DECLARED.setdefault(x.store, set()).add((key, declared["declared"]))
+                deliver(x.store, grant.handed)
+                if grant.woke:
+                    x.host.wake(x.clock.now())
+            handed = None
             if grant.granted:
                 if grant.on_burst:  # the step analogue of a start's "passed on burst" ledger reason
                     x.event("flow-burst", {"step": self._step_key, "key": key})
@@ -136,7 +255,26 @@ class StepGate:
             if grant.retry_at is not None and grant.retry_at - now <= x.host.inline_sleep:
                 await x.clock.sleep_until(grant.retry_at)  # the window opens soon: wait in place
                 continue
+            if grant.near and grant.retry_at is None:
+                handed = await self._wait_here(asked)
+                if handed is not None and not handed.granted and handed.retry_at is not None:
+                    if handed.retry_at - x.clock.now() <= x.host.inline_sleep:
+                        await x.clock.sleep_until(handed.retry_at)
+                    handed = None
+                continue
             await block(Wait("flow", wake_at=grant.retry_at, flow_keys=[key]))
+
+    async def _wait_here(self, asked: float) -> flow.Grant | None:
+        """Wait in place for a slot handed over (its grant), news to ask again on (``None``), or ``RECHECK``."""
+        x = self._x
+        waiters = _waiters(x.store)
+        future = waiters.wait(x.run_id, self._step_key, x.fence.owner, asked)
+        try:
+            return await asyncio.wait_for(future, RECHECK)
+        except TimeoutError:
+            return None
+        finally:
+            waiters.done(x.run_id, self._step_key)
 
     def back_pressure(self, error: BaseException) -> None:
         """An error that asks to retry later (``RetryAfter``, any ``retry_after``) pauses the key for every run.
@@ -161,12 +299,25 @@ class StepGate:
             _CURRENT.reset(self._token)
             self._token = None
         x = self._x
-        x.store.write_nowait(_release, self.limits.key, x.run_id, self._step_key, x)
+        try:
+            released = x.store.write_soon(_release, self.limits.key, x.run_id, self._step_key, x)
+        except StoreError:
+            return  # the store is closing: the slot frees with the run's hold
+        released.add_done_callback(lambda done: _released(x, done))
 
 
-async def _release(tx: Tx, key: str, run_id: str, step_key: str, x: Running) -> None:
-    if await flow.release(tx, key, run_id, step_key, x.clock.now()):
-        x.host.wake(x.clock.now())  # a woken run is claimed by a write queued after this one
+async def _release(tx: Tx, key: str, run_id: str, step_key: str, x: Running) -> flow.Woken:
+    return await flow.release(tx, key, run_id, step_key, x.clock.now, x.fence.owner, _waiters(x.store).waiting)
+
+
+def _released(x: Running, done: asyncio.Future[flow.Woken]) -> None:
+    """The release committed: the steps it handed slots to here start, and woken parked runs are claimed."""
+    if done.cancelled() or done.exception() is not None:
+        return
+    woken = done.result()
+    deliver(x.store, woken.handed)
+    if woken.woke:
+        x.host.wake(x.clock.now())
 
 
 class Exempt:
@@ -206,11 +357,24 @@ async def attempt(
         step.leave()
 
 
-async def park_run(tx: Tx, /, fence: Fence, now: float, *, flow_keys: list[str], **park: Any) -> float | None:
+async def park(store: Store, fence: Fence, now: float, **park: Any) -> float | None:
+    """Park the run (``park_run``); the steps waiting here given a slot meanwhile start as it commits."""
+    handed: list[flow.Handed] = []
+    woke = await store.write(park_run, fence, now, handed=handed, **park)
+    deliver(store, handed)
+    return woke
+
+
+async def park_run(
+    tx: Tx, /, fence: Fence, now: float, *, flow_keys: list[str], handed: list[flow.Handed], **park: Any
+) -> float | None:
     """``runs.park_run`` for a run some of whose steps wait on flow keys: if their turn came meanwhile,
-    the run is woken in the same transaction (no release can slip between the two)."""
+    the run is woken in the same transaction (no release can slip between the two). A slot handed to
+    one of its steps meanwhile goes back to the line; what that hands to others is added to ``handed``."""
+    handed.clear()  # a batch run again runs this again
     woke = await runs.park_run(tx, fence, now, **park)
-    due = await flow.wake_waiters(tx, flow_keys, now)
+    due, woken = await flow.wake_waiters(tx, flow_keys, now, fence.run_id)
+    handed += woken.handed
     if due is None:
         return woke
     return due if woke is None else min(woke, due)

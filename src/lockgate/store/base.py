@@ -11,6 +11,7 @@ does not undo its neighbours (the batch is then run again, each op under a savep
 from __future__ import annotations
 
 import abc
+import asyncio
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
 from typing import Any, Concatenate, Literal, ParamSpec, TypeVar
@@ -44,6 +45,13 @@ class Tx(abc.ABC):
     @abc.abstractmethod
     async def execute_many(self, name: str, params: Sequence[Mapping[str, Any]]) -> None:
         """Run the named statement once per parameter set."""
+
+    async def execute_all(self, queries: Sequence[tuple[str, Mapping[str, Any] | None]]) -> list[list[Row]]:
+        """Run the named queries in order, each with its parameters; their rows, query by query.
+
+        A store that pipelines its statements reads them all in one round trip.
+        """
+        return [await self.execute(name, params) for name, params in queries]
 
     async def execute_values(self, name: str, rows: Sequence[Mapping[str, Any]]) -> list[Row]:
         """Run a one-row ``INSERT ... VALUES`` query for every row of ``rows``, in order.
@@ -148,6 +156,10 @@ class Store(abc.ABC):
     @abc.abstractmethod
     def write_nowait(self, op: Op[P, Any], /, *args: P.args, **kwargs: P.kwargs) -> None:
         """Queue ``op`` for the next group commit without waiting (introspection rows)."""
+
+    def write_soon(self, op: Op[P, T], /, *args: P.args, **kwargs: P.kwargs) -> asyncio.Future[T]:
+        """Queue ``op`` now, in order with ``write_nowait``; a future resolved with its answer once it is durable."""
+        return asyncio.ensure_future(self.write(op, *args, **kwargs))
 
     @abc.abstractmethod
     async def read(self, op: Op[P, T], /, *args: P.args, **kwargs: P.kwargs) -> T:

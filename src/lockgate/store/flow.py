@@ -2,18 +2,25 @@
 
 A step under a key asks ``acquire``: granted, it holds a slot (a ``running`` row taken under
 its run's epoch) until ``release``; refused, it keeps a place in the key's line (a
-``waiting`` row; priority, then arrival) and its run parks. Whatever frees room (a release,
-a raised limit, a park that found room meanwhile) wakes the first waiters that fit, by
-moving their runs' ``wake_at``: the dispatcher of any process claims them as any woken run.
+``waiting`` row; priority, then arrival). A step near the head of the line (fewer than the
+key's parallelism ahead of it: ``Grant.near``) waits in its process; the others park their
+runs. Whatever frees room (a release, a raised limit, a park that found room meanwhile)
+hands it to the first waiters that fit in the same transaction: a waiter whose run a worker
+holds is given the slot there and then (its row turns ``running`` under that hold's epoch,
+``Handed``), a parked one is woken by moving its run's ``wake_at``, and so are the parked
+runs among the next in line, so that they wait near the head before their turn comes.
 A running row counts only while its run is held under the epoch that took it, so the slots
-of a process that died free themselves with its lease. Decisions on one key are serialised
+of a process that died free themselves with its lease. A key with a burst starts under a token
+bucket (``lockgate.buckets``) instead of its sliding window; only ``acquire`` moves it on, so
+such a key's waiters are told to ask rather than handed a slot. Decisions on one key are serialised
 (``gate.lock_key``); runs without flow control never reach this module.
 """
 
 from __future__ import annotations
 
+import json
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Container
 from dataclasses import dataclass
 from typing import Any
 
@@ -25,9 +32,12 @@ from .shared import Fence
 
 __all__ = [
     "Grant",
+    "Handed",
     "KeyState",
+    "Woken",
     "acquire",
     "get_key",
+    "handed_slots",
     "key_states",
     "lock_names",
     "parked_runs",
@@ -38,6 +48,7 @@ __all__ = [
 ]
 
 _LOCK_SCOPE = "flow"
+_LIMITS = ("key", "rate", "period", "parallelism", "declared", "burst")  # a key's limits, as a grant carries them
 
 
 @dataclass(frozen=True)
@@ -50,7 +61,38 @@ class Grant:
     retry_at: float | None = None
     attempt: int = 1  # the attempt the step waited to begin, as its waiting row kept it across a park
     first: float | None = None  # when its first attempt began (kept with it)
+    near: bool = False  # refused near the head of the line: wait in the process for the slot to be handed over
+    handed: tuple[Handed, ...] = ()  # slots this transaction handed to other waiters (see ``Handed``)
+    woke: bool = False  # it woke parked runs (runnable now)
     on_burst: bool = False  # granted on burst (a burst key: ``lockgate.buckets.bucket_hit``)
+
+
+@dataclass(frozen=True)
+class Handed:
+    """A slot handed to a waiting step whose run ``owner`` holds, in the transaction that made room.
+
+    The step's row is ``running`` under the hold's epoch once the transaction commits: its
+    worker starts it without asking again (``grant`` is what ``acquire`` would have answered).
+    Under a rate window only a step waiting in place beside the releasing one is granted so
+    (it starts as the transaction commits, the instant its start is counted at); another is
+    told to ask (``grant`` ``None``), and a grant it then takes is counted when it asks. A key
+    with a burst hands no slot so: its token bucket moves on in ``acquire`` only, so all its
+    waiters are told to ask.
+    """
+
+    key: str
+    run_id: str
+    step_key: str
+    owner: str
+    grant: Grant | None  # ``None``: not granted, but its turn may have come: ask again
+
+
+@dataclass(frozen=True)
+class Woken:
+    """What making room did: slots handed to held waiters, and whether parked runs were woken (runnable now)."""
+
+    handed: tuple[Handed, ...] = ()
+    woke: bool = False
 
 
 @dataclass(frozen=True)
@@ -83,7 +125,7 @@ async def get_key(tx: Tx, key: str) -> Row | None:
 
 async def set_key(
     tx: Tx, key: str, rate: int | None, period: float, parallelism: int | None, now: float, burst: int | None = None
-) -> list[str]:
+) -> tuple[Handed, ...]:
     """Set a key's limits by hand (declarations no longer change them); waiters that now fit are woken."""
     await lock_key(tx, _LOCK_SCOPE, key)
     await tx.execute(
@@ -91,9 +133,9 @@ async def set_key(
     )
     await tx.execute("stepflow_set_burst", {"key": key, "burst": burst, "declared": None})
     await tx.execute("stepflow_drop_dead_waiters", {"key": key})
-    state = await _state(tx, key, now)
+    state, line = await _read(tx, key, now)
     assert state is not None
-    return await _wake(tx, state, now)
+    return (await _wake(tx, state, now, line=line)).handed
 
 
 async def _locked(tx: Tx, key: str, clock: Callable[[], float]) -> float:
@@ -105,9 +147,50 @@ async def _locked(tx: Tx, key: str, clock: Callable[[], float]) -> float:
     return clock()
 
 
+_CAP: dict[str, int] = {}  # per key: how far into its line one read looks (twice its parallelism, and one)
+
+
 async def _state(tx: Tx, key: str, now: float, run_id: str = "", step_key: str = "") -> Row | None:
     """The key's limits and what it holds now, with the step's own place (one statement)."""
-    return await tx.one("stepflow_state", {"key": key, "now": now, "run_id": run_id, "step_key": step_key})
+    return (await _read(tx, key, now, run_id, step_key))[0]
+
+
+async def _read(tx: Tx, key: str, now: float, run_id: str = "", step_key: str = "") -> tuple[Row | None, _Line]:
+    """The key's state (``_state``) and the head of its line, read in one round trip."""
+    cap = _CAP.get(key, 16)
+    params = {"key": key, "now": now, "run_id": run_id, "step_key": step_key, "cap": cap}
+    if tx.single_writer:  # in-process, a statement costs no round trip: the line is read when it is needed
+        state = await tx.one("stepflow_state", params)
+        heads: list[Row] = []
+        line = _Line([], 0)
+    else:
+        states, heads = await tx.execute_all([("stepflow_state", params), ("stepflow_heads", {"key": key, "n": cap})])
+        state = states[0] if states else None
+        line = _Line(heads, cap)
+    if state is not None and state["parallelism"] is not None:
+        if len(_CAP) > 10_000:
+            _CAP.clear()
+        _CAP[key] = max(16, 2 * int(state["parallelism"]) + 1)
+    return state, line
+
+
+@dataclass(frozen=True)
+class _Line:
+    """The first ``cap`` of a key's line as read beside its state (``stepflow_heads``)."""
+
+    heads: list[Row]
+    cap: int
+
+    def without(self, run_id: str, step_key: str) -> _Line:
+        """The line without the step (which just took its slot)."""
+        heads = [h for h in self.heads if h["run_id"] != run_id or h["step_key"] != step_key]
+        return _Line(heads, self.cap - (len(self.heads) - len(heads)))
+
+    def first(self, n: int) -> list[Row] | None:
+        """The first ``n``, or ``None`` when the read did not reach that far and the line may go on."""
+        if n > len(self.heads) and len(self.heads) >= self.cap:
+            return None
+        return self.heads[:n]
 
 
 async def _room(tx: Tx, state: Row, now: float) -> tuple[float, float | None]:
@@ -146,6 +229,7 @@ async def acquire(
     clock: Callable[[], float],
     attempt: int = 1,
     first: float | None = None,
+    here: Container[tuple[str, str]] = (),
 ) -> Grant:
     """Take a slot of ``key`` for the step ``step_key`` of the held run, or keep its place in line.
 
@@ -155,97 +239,231 @@ async def acquire(
     it is decided, not when it was asked for (the rate window counts those instants). ``attempt``
     and ``first``: the attempt about to begin and when the step's first began, kept on a waiting
     row; a grant to a step that waited returns what its row kept (the step entered again after a
-    park counts on from there).
+    park counts on from there). A slot handed to the step while it waited is granted as it is.
     """
-    now = await _locked(tx, key, clock)
+    await lock_key(tx, _LOCK_SCOPE, key)
     if declared is not None:
-        params = {**_limits(declared), "declared": declared["declared"], "now": now}
+        params = {**_limits(declared), "declared": declared["declared"], "now": clock()}
         await tx.execute("stepflow_declare_key", params)
         burst = {"key": key, "burst": declared.get("burst"), "declared": declared["declared"]}
         await tx.execute("stepflow_set_burst", burst)
     run_id = fence.run_id
-    state = await _state(tx, key, now, run_id, step_key)
+    # Read with the time as asked, which counts the window no shorter than now; the lock is held once the
+    # read answers, and the time read then stamps the decision (see ``_locked``).
+    state, line = await _read(tx, key, clock(), run_id, step_key)
+    now = clock()
     if state is None:  # declared by this process, then the table was emptied: declare again
         raise LookupError(key)
-    limits = {k: state[k] for k in ("key", "rate", "period", "parallelism", "declared", "burst")}
-    waiting = state["my_state"] == "waiting"
+    limits = {k: state[k] for k in _LIMITS}
+    mine = state["my_state"]
+    if mine == "running":
+        if state["my_epoch"] is not None and int(state["my_epoch"]) == fence.epoch:
+            return _handed_grant(limits, state["my_started"], state["my_since"], state["my_attempt"], state["my_first"])
+        # handed to (or taken by) an earlier hold of the run, which ended before the step ran: back at its place
+        await tx.execute("stepflow_requeue", {"id": state["my_id"]})
+        mine = "waiting"
+    waiting = mine == "waiting"
     room, at = await _room(tx, state, now)
+    near = _near(state)
     place = {"key": key, "run_id": run_id, "step_key": step_key}
-    line = {**place, "id": None, "priority": priority, "room": 1}
+    place_in_line = {**place, "id": None, "priority": priority, "room": 1}
     if waiting:
-        line.update(id=state["my_id"], priority=state["my_priority"])
-    if room > 0:
-        ahead = int(await tx.scalar("stepflow_ahead", {**line, "room": int(min(room, 1_000_000))}))
-        if ahead < room:
-            await tx.execute("stepflow_take_slot", {**place, "priority": priority, "epoch": fence.epoch, "now": now})
-            if limits["rate"] is not None:
-                await tx.execute("stepflow_prune_starts", {"key": key, "before": now - float(limits["period"])})
-                await tx.execute("stepflow_add_start", {"key": key, "at": now})
-            opens, on_burst = (None, False) if limits["burst"] is None else await _take_bucket(tx, limits, now)
-            waited = now - float(state["my_since"]) if waiting else 0.0
-            if room > 1:  # room left beside this step: the first in line take it (none wait, mostly)
-                await _wake(tx, limits, now, room=room - 1, at=None)
-            elif limits["burst"] is not None:
-                if opens is not None:
-                    await _wake(tx, limits, now, room=0, at=opens)  # the next in line looks when the bucket lets it
-            elif limits["rate"] is not None and int(state["started"]) + 1 >= int(limits["rate"]):
-                opens = (float(state["oldest"]) if state["oldest"] is not None else now) + float(limits["period"])
-                await _wake(tx, limits, now, room=0, at=opens)  # the next in line looks when the window opens
-            if waiting and state["my_attempt"] is not None:  # the count its waiting row kept
-                attempt, first = int(state["my_attempt"]), state["my_first"]
-                return Grant(True, limits, waited=waited, attempt=attempt, first=first, on_burst=on_burst)
-            return Grant(True, limits, waited=waited, on_burst=on_burst)
-    if at is not None and int(await tx.scalar("stepflow_ahead", line)) > 0:
-        at = None  # only the first in line looks again when the window opens; the next follow its start
+        place_in_line.update(id=state["my_id"], priority=state["my_priority"])
+    ahead: int | None = None
+    if room > 0 or near:
+        need = int(min(max(room, near), 1_000_000))
+        ahead = int(state["ahead"])
+        if mine != state["my_state"] or (ahead >= line.cap and need > line.cap):  # requeued, or counted short
+            ahead = int(await tx.scalar("stepflow_ahead", {**place_in_line, "room": need}))
+    if room > 0 and ahead is not None and ahead < room:
+        await tx.execute("stepflow_take_slot", {**place, "priority": priority, "epoch": fence.epoch, "now": now})
+        if limits["rate"] is not None:
+            await tx.execute("stepflow_prune_starts", {"key": key, "before": now - float(limits["period"])})
+            await tx.execute("stepflow_add_start", {"key": key, "at": now})
+        opens, on_burst = (None, False) if limits["burst"] is None else await _take_bucket(tx, limits, now)
+        if limits["burst"] is None and limits["rate"] is not None and int(state["started"]) + 1 >= int(limits["rate"]):
+            opens = (float(state["oldest"]) if state["oldest"] is not None else now) + float(limits["period"])
+        waited = now - float(state["my_since"]) if waiting else 0.0
+        handed = Woken()
+        others = line.without(run_id, step_key)
+        if opens is not None:
+            near = 0  # this start fills the window (or empties the bucket)
+        if room > 1 or (waiting and near):  # room beside this step, or the line moved up: who comes next
+            handed = await _wake(
+                tx, limits, now, room=room - 1, at=None, near=near, holder=fence.owner, line=others, here=here
+            )
+        if room <= 1 and opens is not None:  # the next in line looks when the window (or the bucket) lets it
+            later = await _wake(tx, limits, now, room=0, at=opens, holder=fence.owner, line=others)
+            handed = Woken(handed.handed + later.handed, handed.woke or later.woke)
+        if waiting and state["my_attempt"] is not None:  # the count its waiting row kept
+            attempt, first = int(state["my_attempt"]), state["my_first"]
+            return Grant(
+                True, limits, waited, None, attempt, first, handed=handed.handed, woke=handed.woke, on_burst=on_burst
+            )
+        return Grant(True, limits, waited=waited, handed=handed.handed, woke=handed.woke, on_burst=on_burst)
+    if at is not None:
+        if ahead is None:
+            ahead = int(await tx.scalar("stepflow_ahead", place_in_line))
+        if ahead > 0:
+            at = None  # only the first in line looks again when the window opens; the next follow its start
     if not waiting:
-        if state["my_state"] is not None:
+        if mine is not None:
             await tx.execute("stepflow_free_slot", place)
         await tx.execute(
             "stepflow_add_waiter", {**place, "priority": priority, "now": now, "attempt": attempt, "first": first}
         )
-    return Grant(False, limits, retry_at=at)
+    return Grant(False, limits, retry_at=at, near=ahead is not None and ahead < near)
 
 
-async def release(tx: Tx, key: str, run_id: str, step_key: str, now: float) -> list[str]:
-    """The step's attempt ended: free its slot and wake the waiters that now fit (their run ids)."""
+def _near(state: Row) -> int:
+    """How many of a key's line wait in their processes rather than parked: as many as may run at once
+    (a slot freed goes to one of them at once; the next parked ones are woken to take their places)."""
+    if state["parallelism"] is None or int(state.get("paused") or 0):
+        return 0
+    if state["rate"] is not None and int(state["started"]) >= int(state["rate"]):
+        return 0  # the window is full: the next slot comes with its opening, not from a step that ends
+    return int(state["parallelism"])
+
+
+def _handed_grant(limits: Row, started: Any, since: Any, attempt: Any, first: Any) -> Grant:
+    waited = max(0.0, float(started) - float(since)) if started is not None and since is not None else 0.0
+    if attempt is None:
+        return Grant(True, limits, waited=waited)
+    return Grant(True, limits, waited=waited, attempt=int(attempt), first=first)
+
+
+async def release(
+    tx: Tx,
+    key: str,
+    run_id: str,
+    step_key: str,
+    clock: Callable[[], float],
+    holder: str = "",
+    here: Container[tuple[str, str]] = (),
+) -> Woken:
+    """The step's attempt ended: free its slot and hand the room to the waiters that now fit. ``holder``: the releasing
+    worker, which learns of its own hand-offs from the answer (the others are notified); ``here``:
+    the steps (run id, step key) waiting in place in it. The time
+    of a hand-off is read once a round trip after the key's lock has answered (see ``_locked``).
+    """
     await lock_key(tx, _LOCK_SCOPE, key)
     await tx.execute("stepflow_free_slot", {"key": key, "run_id": run_id, "step_key": step_key})
-    state = await _state(tx, key, now)
-    return [] if state is None else await _wake(tx, state, now)
+    state, line = await _read(tx, key, clock())
+    if state is None:
+        return Woken()
+    return await _wake(tx, state, clock(), holder=holder, line=line, here=here)
 
 
-async def wake_waiters(tx: Tx, keys: list[str], now: float) -> float | None:
+async def wake_waiters(tx: Tx, keys: list[str], now: float, run_id: str | None = None) -> tuple[float | None, Woken]:
     """After a run parked waiting on ``keys``: wake whoever fits now (it, if its turn came meanwhile).
 
-    The earliest wake time set, if any.
+    A slot handed to ``run_id`` before it parked goes back to the line at its place first. The
+    earliest wake time set, if any, and what was handed to held waiters.
     """
     earliest: float | None = None
+    handed: list[Handed] = []
+    woke = False
     for key in sorted(keys):
         await lock_key(tx, _LOCK_SCOPE, key)
-        state = await _state(tx, key, now)
+        if run_id is not None:
+            await tx.execute("stepflow_unhand", {"key": key, "run_id": run_id})
+        state, line = await _read(tx, key, now)
         if state is None:
             continue
         room, at = await _room(tx, state, now)
-        if room > 0 and await _wake(tx, state, now, room=room, at=at):
-            earliest = now
-        elif at is not None and await _wake(tx, state, now, room=0, at=at):
-            earliest = at if earliest is None else min(earliest, at)
-    return earliest
+        if room > 0:
+            woken = await _wake(tx, state, now, room=room, at=at, near=_near(state), line=line)
+            if woken.woke:
+                earliest = now
+        elif at is not None:
+            woken = await _wake(tx, state, now, room=0, at=at, line=line)
+            if woken.woke:
+                earliest = at if earliest is None else min(earliest, at)
+        else:
+            continue
+        handed += woken.handed
+        woke = woke or woken.woke
+    return earliest, Woken(tuple(handed), woke)
 
 
-async def _wake(tx: Tx, state: Row, now: float, *, room: float | None = None, at: float | None = None) -> list[str]:
-    """Wake the first waiters that fit (``room`` of them now), or the first one when the window opens."""
+async def _wake(
+    tx: Tx,
+    state: Row,
+    now: float,
+    *,
+    room: float | None = None,
+    at: float | None = None,
+    near: int | None = None,
+    holder: str = "",
+    line: _Line | None = None,
+    here: Container[tuple[str, str]] = (),
+) -> Woken:
+    """Hand the room to the first waiters that fit (``room`` of them now), else wake the first when the
+    window opens; and wake the parked runs among the ``near`` next, to wait near the head."""
     if room is None:
         room, at = await _room(tx, state, now)
+        near = _near(state)
+    elif near is None:
+        near = 0
     key = state["key"]
-    if room > 0:
-        n = int(min(room, 1_000_000))
-        rows = await tx.execute("stepflow_wake_waiters", {"key": key, "n": n, "at": now, "now": now})
-    elif at is not None:  # full for now: the first in line looks again when the window (or pause) lets it
-        rows = await tx.execute("stepflow_wake_waiters", {"key": key, "n": 1, "at": at, "now": now})
-    else:
-        return []
-    return [r["id"] for r in rows]
+    limits = {k: state[k] for k in _LIMITS}
+    n = int(min(room, 1_000_000))
+    handed: list[Handed] = []
+    woke = False
+    if n > 0 or near > 0:
+        heads = None if line is None else line.first(n + near)
+        if heads is None:
+            heads = await tx.execute("stepflow_heads", {"key": key, "n": n + near})
+        parked = False
+        for i, head in enumerate(heads):
+            owner = head["owner"]
+            if owner is None:  # parked: woken now (for its slot, or to wait near the head)
+                parked = parked or head["wake_at"] is None or float(head["wake_at"]) > now
+            elif i < n and _held(head, now):
+                place = (head["run_id"], head["step_key"])
+                if state["rate"] is not None and (place not in here or state["burst"] is not None):
+                    # A rate window counts a start when it is granted: only a step that starts as this commits
+                    # (waiting in place beside the one that made room) is granted here; another is told to ask.
+                    # A key with a burst is a token bucket, which only ``acquire`` moves on: its waiters ask.
+                    handed.append(Handed(key, place[0], place[1], owner, None))
+                    continue
+                await tx.execute("stepflow_grant", {"id": head["id"], "epoch": head["epoch"], "now": now})
+                grant = _handed_grant(limits, now, head["waiting_since"], head["attempt"], head["first_at"])
+                handed.append(Handed(key, place[0], place[1], owner, grant))
+        granted = sum(1 for h in handed if h.grant is not None)
+        if granted and state["rate"] is not None:
+            await tx.execute("stepflow_prune_starts", {"key": key, "before": now - float(state["period"])})
+            for _ in range(granted):
+                await tx.execute("stepflow_add_start", {"key": key, "at": now})
+        if parked:  # silent where statements are pipelined: the parked ones among these, if any, are woken
+            await tx.execute("stepflow_wake_waiters", {"key": key, "n": len(heads), "at": now, "now": now})
+            woke = True
+    if n <= 0 and at is not None:  # full for now: the first in line looks again when the window (or pause) lets it
+        heads = None if line is None else line.first(1)
+        if heads is None:
+            heads = await tx.execute("stepflow_heads", {"key": key, "n": 1})
+        if heads and heads[0]["owner"] is not None and _held(heads[0], now):  # waiting in its process: told when
+            head = heads[0]
+            later = Grant(False, limits, retry_at=at)
+            handed.append(Handed(key, head["run_id"], head["step_key"], head["owner"], later))
+        elif heads:
+            await tx.execute("stepflow_wake_waiters", {"key": key, "n": 1, "at": at, "now": now})
+            woke = True
+    for owner in sorted({h.owner for h in handed if h.owner != holder and h.grant is not None}):
+        await tx.execute("stepflow_notify", {"channel": "flow", "owner": owner})
+    for owner in sorted({h.owner for h in handed if h.owner != holder and h.grant is None}):
+        await tx.execute("stepflow_notify", {"channel": "flow-ask", "owner": owner})
+    return Woken(tuple(handed), woke)
+
+
+def _held(head: Row, now: float) -> bool:
+    return head["lease_until"] is not None and float(head["lease_until"]) >= now
+
+
+async def handed_slots(tx: Tx, run_ids: list[str]) -> list[Row]:
+    """The steps of ``run_ids`` that hold a slot (``key, run_id, step_key, epoch``): a worker told that a
+    slot was handed to one of its waiters reads which."""
+    return await tx.execute("stepflow_handed", {"ids": json.dumps(run_ids)})
 
 
 async def _bucket_room(tx: Tx, state: Row, now: float, room: float) -> tuple[float, float | None]:

@@ -310,12 +310,15 @@ class SQLiteStore(Store):
     # -- writes -------------------------------------------------------------------------
 
     async def write(self, op: Op[P, T], /, *args: P.args, **kwargs: P.kwargs) -> T:
+        return await self.write_soon(op, *args, **kwargs)
+
+    def write_soon(self, op: Op[P, T], /, *args: P.args, **kwargs: P.kwargs) -> asyncio.Future[T]:
         self._require()
         assert self._loop is not None
         future: asyncio.Future[T] = self._loop.create_future()
         self._pending.append((Call(op, args, kwargs), future))
         self._schedule()
-        return await future
+        return future
 
     def write_nowait(self, op: Op[P, Any], /, *args: P.args, **kwargs: P.kwargs) -> None:
         if self._conn is None:

@@ -164,6 +164,18 @@ class WireTx(Tx):
         await self.sync()  # its rows are read now: one round trip, carrying all queued before it
         return self._rows(holder[0]) if holder else []
 
+    async def execute_all(self, queries: Sequence[tuple[str, Mapping[str, Any] | None]]) -> list[list[Row]]:
+        holders: list[list[pq.abc.PGresult] | None] = []
+        for name, params in queries:
+            if name in self._silent:
+                self._queue(self._sql(name), params, _SILENT)
+                holders.append(None)
+            else:
+                holders.append([])
+                self._queue(self._sql(name), params, _ROWS, holders[-1])
+        await self.sync()  # every query's rows in one round trip
+        return [self._rows(holder[0]) if holder else [] for holder in holders]
+
     async def expect(self, name: str, params: Mapping[str, Any]) -> bool:
         return await self.expect_rows(name, params, 1)
 

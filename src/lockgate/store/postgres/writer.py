@@ -108,12 +108,19 @@ class Writer(Batches):
         self._queue.append((Call(op, args, kwargs), None))
         self._work.set()
 
+    def write_soon(self, op: Op[P, T], /, *args: P.args, **kwargs: P.kwargs) -> asyncio.Future[T]:
+        self._require()
+        return self._queued(Call(op, args, kwargs))
+
     async def _enqueue(self, bound: Call) -> Any:
+        return await self._queued(bound)
+
+    def _queued(self, bound: Call) -> asyncio.Future[Any]:
         assert self._work is not None
         future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         self._queue.append((bound, future))
         self._work.set()
-        return await future
+        return future
 
     async def _write_loop(self) -> None:
         assert self._work is not None

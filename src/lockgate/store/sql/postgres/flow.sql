@@ -2,7 +2,8 @@
 
 -- name: stepflow_state
 -- Everything a decision on one key reads, in one statement: its limits, its pause, the slots held, the
--- starts in its window (and the oldest of them), and the asking step's own place, if any.
+-- starts in its window (and the oldest of them), the asking step's own place, if any, and the waiters ahead
+-- of it (stepflow_ahead's count, up to %(cap)s).
 SELECT k.key, k.rate, k.period, k.parallelism, k.declared, k.burst,
     (SELECT COUNT(*) FROM lockgate_pauses
      WHERE scope = 'key:' || k.key AND (until IS NULL OR until > %(now)s)) AS paused,
@@ -14,7 +15,13 @@ SELECT k.key, k.rate, k.period, k.parallelism, k.declared, k.burst,
     (SELECT COUNT(*) FROM lockgate_flow_starts WHERE key = k.key AND at > %(now)s - k.period) AS started,
     (SELECT MIN(at) FROM lockgate_flow_starts WHERE key = k.key AND at > %(now)s - k.period) AS oldest,
     m.id AS my_id, m.state AS my_state, m.waiting_since AS my_since, m.priority AS my_priority,
-    m.attempt AS my_attempt, m.first_at AS my_first
+    m.attempt AS my_attempt, m.first_at AS my_first, m.epoch AS my_epoch, m.started_at AS my_started,
+    (SELECT COUNT(*) FROM (
+        SELECT 1 FROM lockgate_flow_slots w JOIN lockgate_runs wr ON wr.id = w.run_id
+        WHERE w.key = k.key AND w.state = 'waiting' AND wr.status = 'running'
+          AND (m.state IS DISTINCT FROM 'waiting' OR w.priority > m.priority OR (w.priority = m.priority AND w.id < m.id))
+          AND NOT (w.run_id = %(run_id)s AND w.step_key = %(step_key)s)
+        LIMIT %(cap)s) AS line) AS ahead
 FROM lockgate_flow_keys k
 LEFT JOIN lockgate_flow_slots m ON m.key = k.key AND m.run_id = %(run_id)s AND m.step_key = %(step_key)s
 WHERE k.key = %(key)s;
@@ -101,6 +108,7 @@ ON CONFLICT (key, run_id, step_key) DO UPDATE SET state = 'running', epoch = exc
 DELETE FROM lockgate_flow_slots WHERE key = %(key)s AND run_id = %(run_id)s AND step_key = %(step_key)s;
 
 -- name: stepflow_wake_waiters
+-- silent: run for its effect; who was woken is not waited for (the caller knows it asked)
 -- The first %(n)s waiters of live runs: those parked are runnable from %(at)s. Only the parked ones' rows are
 -- locked, and one another transaction holds is skipped, never waited for (this one holds the key's lock):
 -- that one is claiming it (it will ask for a slot itself), parking it (it looks for room under the key's
@@ -144,6 +152,44 @@ DELETE FROM lockgate_flow_slots WHERE run_id = ANY (ARRAY(SELECT jsonb_array_ele
 SELECT workflow, COUNT(*) AS n FROM lockgate_runs
 WHERE status = 'running' AND waiting_on = 'flow' AND (%(workflow)s::text IS NULL OR workflow = %(workflow)s::text)
 GROUP BY workflow;
+
+-- name: stepflow_heads
+-- The first %(n)s of the key's line (waiters of live runs), with what a hand-off needs of each run: held by a
+-- worker (owner, epoch, lease) or parked (wake_at).
+SELECT s.id, s.run_id, s.step_key, s.waiting_since, s.attempt, s.first_at, r.owner, r.epoch, r.lease_until, r.wake_at
+FROM lockgate_flow_slots s JOIN lockgate_runs r ON r.id = s.run_id
+WHERE s.key = %(key)s AND s.state = 'waiting' AND r.status = 'running'
+ORDER BY s.priority DESC, s.id LIMIT %(n)s;
+
+-- name: stepflow_grant
+-- silent: run for its effect; nothing waits for its answer
+-- A slot handed to a waiter whose run a worker holds: it counts under that hold's epoch, as a slot taken does.
+UPDATE lockgate_flow_slots SET state = 'running', epoch = %(epoch)s, started_at = %(now)s
+WHERE id = %(id)s AND state = 'waiting';
+
+-- name: stepflow_requeue
+-- silent: run for its effect; nothing waits for its answer
+-- A slot handed to (or taken by) an earlier hold of the run that ended before the step ran: waiting again,
+-- at its place in line.
+UPDATE lockgate_flow_slots SET state = 'waiting', epoch = NULL, started_at = NULL WHERE id = %(id)s;
+
+-- name: stepflow_unhand
+-- silent: run for its effect; nothing waits for its answer
+-- A run parks: a slot handed to one of its steps meanwhile goes back to the line, the step at its place.
+UPDATE lockgate_flow_slots SET state = 'waiting', epoch = NULL, started_at = NULL
+WHERE key = %(key)s AND run_id = %(run_id)s AND state = 'running';
+
+-- name: stepflow_handed
+-- Which steps of the given runs hold a slot (a worker told of a hand-off reads which of its waiters it was for).
+SELECT s.key, s.run_id, s.step_key, s.epoch, s.waiting_since, s.started_at, s.attempt, s.first_at
+FROM lockgate_flow_slots s WHERE s.run_id = ANY (ARRAY(SELECT jsonb_array_elements_text(%(ids)s::jsonb))) AND s.state = 'running';
+
+-- name: stepflow_notify
+-- silent: run for its effect; nothing waits for its answer
+-- A slot handed to a waiter another worker holds ('flow'), or its turn come ('flow-ask'): that worker is told
+-- (the payload names it) at commit.
+SELECT pg_notify('lockgate', json_build_array(
+    COALESCE(current_setting('lockgate.origin', true), ''), %(channel)s::text, %(owner)s::text)::text);
 
 -- name: stepflow_set_burst
 -- A key's burst, as the declaration that holds its limits gives it (:declared NULL: as set by hand).

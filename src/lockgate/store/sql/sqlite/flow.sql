@@ -2,7 +2,8 @@
 
 -- name: stepflow_state
 -- Everything a decision on one key reads, in one statement: its limits, its pause, the slots held, the
--- starts in its window (and the oldest of them), and the asking step's own place, if any.
+-- starts in its window (and the oldest of them), the asking step's own place, if any, and the waiters ahead
+-- of it (stepflow_ahead's count, up to :cap).
 SELECT k.key, k.rate, k.period, k.parallelism, k.declared, k.burst,
     (SELECT COUNT(*) FROM lockgate_pauses
      WHERE scope = 'key:' || k.key AND (until IS NULL OR until > :now)) AS paused,
@@ -14,7 +15,13 @@ SELECT k.key, k.rate, k.period, k.parallelism, k.declared, k.burst,
     (SELECT COUNT(*) FROM lockgate_flow_starts WHERE key = k.key AND at > :now - k.period) AS started,
     (SELECT MIN(at) FROM lockgate_flow_starts WHERE key = k.key AND at > :now - k.period) AS oldest,
     m.id AS my_id, m.state AS my_state, m.waiting_since AS my_since, m.priority AS my_priority,
-    m.attempt AS my_attempt, m.first_at AS my_first
+    m.attempt AS my_attempt, m.first_at AS my_first, m.epoch AS my_epoch, m.started_at AS my_started,
+    (SELECT COUNT(*) FROM (
+        SELECT 1 FROM lockgate_flow_slots w JOIN lockgate_runs wr ON wr.id = w.run_id
+        WHERE w.key = k.key AND w.state = 'waiting' AND wr.status = 'running'
+          AND (m.state IS NOT 'waiting' OR w.priority > m.priority OR (w.priority = m.priority AND w.id < m.id))
+          AND NOT (w.run_id = :run_id AND w.step_key = :step_key)
+        LIMIT :cap) AS line) AS ahead
 FROM lockgate_flow_keys k
 LEFT JOIN lockgate_flow_slots m ON m.key = k.key AND m.run_id = :run_id AND m.step_key = :step_key
 WHERE k.key = :key;
@@ -124,6 +131,38 @@ DELETE FROM lockgate_flow_slots WHERE run_id IN (SELECT value FROM json_each(:id
 SELECT workflow, COUNT(*) AS n FROM lockgate_runs
 WHERE status = 'running' AND waiting_on = 'flow' AND (:workflow IS NULL OR workflow = :workflow)
 GROUP BY workflow;
+
+-- name: stepflow_heads
+-- The first :n of the key's line (waiters of live runs), with what a hand-off needs of each run: held by a
+-- worker (owner, epoch, lease) or parked (wake_at).
+SELECT s.id, s.run_id, s.step_key, s.waiting_since, s.attempt, s.first_at, r.owner, r.epoch, r.lease_until, r.wake_at
+FROM lockgate_flow_slots s JOIN lockgate_runs r ON r.id = s.run_id
+WHERE s.key = :key AND s.state = 'waiting' AND r.status = 'running'
+ORDER BY s.priority DESC, s.id LIMIT :n;
+
+-- name: stepflow_grant
+-- A slot handed to a waiter whose run a worker holds: it counts under that hold's epoch, as a slot taken does.
+UPDATE lockgate_flow_slots SET state = 'running', epoch = :epoch, started_at = :now
+WHERE id = :id AND state = 'waiting';
+
+-- name: stepflow_requeue
+-- A slot handed to (or taken by) an earlier hold of the run that ended before the step ran: waiting again,
+-- at its place in line.
+UPDATE lockgate_flow_slots SET state = 'waiting', epoch = NULL, started_at = NULL WHERE id = :id;
+
+-- name: stepflow_unhand
+-- A run parks: a slot handed to one of its steps meanwhile goes back to the line, the step at its place.
+UPDATE lockgate_flow_slots SET state = 'waiting', epoch = NULL, started_at = NULL
+WHERE key = :key AND run_id = :run_id AND state = 'running';
+
+-- name: stepflow_handed
+-- Which steps of the given runs hold a slot (a worker told of a hand-off reads which of its waiters it was for).
+SELECT s.key, s.run_id, s.step_key, s.epoch, s.waiting_since, s.started_at, s.attempt, s.first_at
+FROM lockgate_flow_slots s WHERE s.run_id IN (SELECT value FROM json_each(:ids)) AND s.state = 'running';
+
+-- name: stepflow_notify
+-- SQLite has no notifications: another process learns of a slot handed to its waiter at its next look.
+SELECT :channel AS channel, :owner AS owner WHERE 0;
 
 -- name: stepflow_set_burst
 -- A key's burst, as the declaration that holds its limits gives it (:declared NULL: as set by hand).

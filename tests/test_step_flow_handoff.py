@@ -1,0 +1,154 @@
+"""Step flow control's hand-off: a slot freed goes to the step waiting in place at the head of the
+key's line, in the transaction that frees it, and its worker starts it as that commits.
+
+Steps note their start and end in memory (every engine here runs in this process), so overlaps,
+windows and repeats are measured on what ran, not on the engine's rows.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections import Counter
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from pydantic import BaseModel
+
+import lockgate as lg
+
+from .apps.stepflow import max_in_window, max_overlap
+from .apps.waits import eventually
+
+
+class Item(BaseModel):
+    n: int
+    ms: int = 0
+
+
+async def _waiting(engine: lg.Engine, key: str, n: int) -> bool:
+    rows = await engine.flow_keys(key)
+    return bool(rows) and rows[0].waiting == n
+
+
+async def test_a_freed_slot_goes_to_the_step_waiting_in_place(make_engine: Any) -> None:
+    app = lg.App()
+    release = asyncio.Event()
+    began: dict[int, float] = {}
+    ended: dict[int, float] = {}
+
+    async def step(n: int) -> int:
+        began[n] = asyncio.get_running_loop().time()
+        if n == 0:
+            await release.wait()
+        ended[n] = asyncio.get_running_loop().time()
+        return n
+
+    @app.workflow(name="solo", flow_control=lg.FlowControl("solo", parallelism=1))
+    async def solo(ctx: lg.Context, p: Item) -> int:
+        return int(await ctx.step("s", step, p.n))
+
+    async with make_engine(app) as engine:
+        first = await engine.start("solo", {"n": 0})
+        await eventually(lambda: 0 in began, what="the first holds the slot")
+        second = await engine.start("solo", {"n": 1})
+        await eventually(lambda: _waiting(engine, "solo", 1), what="the second waits")
+        # first in line: it waits in its worker, not parked
+        assert (await engine.get_run(second.run_id or "")).waiting_on is None
+        assert second.run_id in engine.executing
+        release.set()
+        assert [await engine.result(h.run_id or "", timeout=30) for h in (first, second)] == [0, 1]
+        steps = await engine.steps(second.run_id or "")
+    assert began[1] >= ended[0]  # never both at once
+    assert steps[0].flow_wait is not None and steps[0].flow_wait > 0
+
+
+@pytest.mark.slow
+@settings(max_examples=8, deadline=None, suppress_health_check=list(HealthCheck))
+@given(
+    parallelism=st.integers(min_value=1, max_value=3),
+    rate=st.one_of(st.none(), st.integers(min_value=2, max_value=6)),
+    durations=st.lists(st.integers(min_value=0, max_value=20), min_size=3, max_size=12),
+    engines=st.integers(min_value=1, max_value=2),
+    gathered=st.booleans(),
+)
+def test_handed_slots_never_exceed_the_limits(
+    store_url: str, parallelism: int, rate: int | None, durations: list[int], engines: int, gathered: bool
+) -> None:
+    """Any mix of step lengths, one or two engines, steps in sequence or gathered: a step handed its
+    slot in place (or on another engine) never makes the key run more than its parallelism at once,
+    nor start more than its rate in a period; every step runs once and every run ends."""
+    asyncio.run(_handoffs(store_url, parallelism, rate, durations, engines, gathered))
+
+
+@pytest.mark.slow
+@settings(max_examples=6, deadline=None, suppress_health_check=list(HealthCheck))
+@given(
+    parallelism=st.integers(min_value=1, max_value=3),
+    rate=st.integers(min_value=1, max_value=4),
+    burst=st.integers(min_value=0, max_value=3),
+    durations=st.lists(st.integers(min_value=0, max_value=20), min_size=3, max_size=10),
+    engines=st.integers(min_value=1, max_value=2),
+    gathered=st.booleans(),
+)
+def test_a_burst_key_under_the_hand_off_never_exceeds_its_limits(
+    store_url: str, parallelism: int, rate: int, burst: int, durations: list[int], engines: int, gathered: bool
+) -> None:
+    """A key with a burst hands no slot in place (its token bucket moves on only where a step asks):
+    its steps still never run more than its parallelism at once, nor start more than
+    ``rate + burst`` in a period; every step runs once and every run ends."""
+    asyncio.run(_handoffs(store_url, parallelism, rate, durations, engines, gathered, burst=burst))
+
+
+async def _handoffs(
+    store_url: str,
+    parallelism: int,
+    rate: int | None,
+    durations: list[int],
+    engines: int,
+    gathered: bool,
+    burst: int | None = None,
+) -> None:
+    period = 0.4
+    key = f"mix-{uuid.uuid4().hex[:8]}"  # examples share the test's store: each its own key
+    starts: list[tuple[str, float]] = []
+    intervals: list[tuple[float, float]] = []
+
+    async def step(tag: str, ms: int) -> int:
+        loop = asyncio.get_running_loop()
+        began = loop.time()
+        starts.append((tag, began))
+        await asyncio.sleep(ms / 1000)
+        intervals.append((began, loop.time()))
+        return ms
+
+    app = lg.App()
+    control = lg.FlowControl(key, rate=rate, period=period, parallelism=parallelism, burst=burst)
+
+    @app.workflow(name=f"mix-{key}", flow_control=control)
+    async def mix(ctx: lg.Context, p: Item) -> int:
+        if gathered:
+            parts = await asyncio.gather(
+                ctx.step("a", step, f"{ctx.run_id}:a", p.ms), ctx.step("b", step, f"{ctx.run_id}:b", p.ms)
+            )
+            return sum(parts)
+        return int(await ctx.step("a", step, f"{ctx.run_id}:a", p.ms)) + int(
+            await ctx.step("b", step, f"{ctx.run_id}:b", p.ms)
+        )
+
+    opts: dict[str, Any] = {"poll_interval": 0.05, "inline_sleep": 0.1, "lease": "30s"}
+    async with lg.Engine(app, store_url, **opts) as one, lg.Engine(app, store_url, **opts) as two:
+        pick = [one, two][:engines]
+        handles = await asyncio.gather(
+            *(pick[i % engines].start(f"mix-{key}", {"n": i, "ms": d}) for i, d in enumerate(durations))
+        )
+        outs = [await one.result(h.run_id or "", timeout=120) for h in handles]
+    assert outs == [2 * d for d in durations]
+    assert Counter(tag for tag, _ in starts) == Counter(
+        f"{h.run_id}:{s}" for h in handles for s in ("a", "b")
+    )  # each step ran once
+    assert max_overlap(intervals) <= parallelism
+    if rate is not None:
+        assert max_in_window([t for _, t in starts], period - 0.05) <= rate + (burst or 0)
