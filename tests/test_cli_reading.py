@@ -152,4 +152,4 @@ def test_demo_table_fits_80_columns_with_short_unique_ids(tmp_path: Path, column
     text = captured.get()
     assert all(len(line) <= 80 for line in text.splitlines())
     assert all(f"ao72gllirk{i}"[-8:] in text for i in range(3))
-    assert text.count("succeeded") == 3
+    assert text.count("│ succeeded ") == 3  # each status whole, in its own column

@@ -38,6 +38,9 @@ from .sqlite_wakeups import ChangeWatch
 
 __all__ = ["SQLiteStore"]
 
+# Jitter from a generator of our own: the process's shared ``random`` state is its code's, not ours.
+_JITTER = random.Random()
+
 log = logging.getLogger("lockgate.store")
 T = TypeVar("T")
 P = ParamSpec("P")
@@ -423,7 +426,7 @@ class SQLiteStore(Store):
         assert self._loop is not None
         self._pending = batch + self._pending
         self._guarded = self._guarded or guarded
-        wait = self._busy_wait * (0.5 + random.random())
+        wait = self._busy_wait * (0.5 + _JITTER.random())
         self._busy_wait = min(self._busy_wait * 2, BUSY_WAIT[1])
         self._flush_scheduled = True
         self._loop.call_later(wait, self._flush)

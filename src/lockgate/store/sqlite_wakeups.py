@@ -38,6 +38,9 @@ from .base import CHANGED
 
 __all__ = ["CHECK_EVERY", "HOT_FOR", "LONGEST_WAIT", "SYNC_FOR", "ChangeWatch"]
 
+# Jitter from a generator of our own: the process's shared ``random`` state is its code's, not ours.
+_JITTER = random.Random()
+
 log = logging.getLogger("lockgate.store")
 
 CHECK_EVERY = 0.002
@@ -118,7 +121,7 @@ class ChangeWatch:
             self._arm()
 
     def _arm(self) -> None:
-        self._timer = self._loop.call_later(self._wait * (0.5 + random.random()), self._tick)
+        self._timer = self._loop.call_later(self._wait * (0.5 + _JITTER.random()), self._tick)
 
     def _tick(self) -> None:
         self._timer = None
