@@ -117,6 +117,7 @@ def test_usage_errors_of_listing_never_reach_a_store(tmp_path: Path) -> None:
 
 
 def test_tail_prints_the_last_runs_and_exits(lg_cli: Lockgate) -> None:
+    lg_cli("migrate")  # a CLI start opens only a store that exists
     first = [lg_cli.start("double", {"n": n}) for n in range(3)]
     result = lg_cli("workflows", "list", "--tail", "2", "--format", "json")
     assert [json.loads(line)["id"] for line in result.out.splitlines()] == first[1:]  # the last two, oldest first
@@ -126,6 +127,7 @@ def test_tail_prints_the_last_runs_and_exits(lg_cli: Lockgate) -> None:
 
 
 def test_follow_shows_new_runs_until_interrupted(lg_cli: Lockgate) -> None:
+    lg_cli("migrate")  # a CLI start opens only a store that exists
     first = [lg_cli.start("double", {"n": n}) for n in range(3)]
     proc = subprocess.Popen(
         lg_cli.argv("workflows", "list", "--tail", "2", "--follow", "--poll", "100ms", "--format", "json"),
