@@ -17,6 +17,7 @@ import pytest
 from lockgate import App, Engine
 from lockgate.testing import TestEnv
 
+from .cluster.harness import Cluster
 from .pg import in_ci, pg_database_url, pg_template
 from .pgserver import PrivatePostgres, private_postgres
 
@@ -81,3 +82,20 @@ async def env_factory(store_url: str) -> AsyncIterator[object]:
         return TestEnv(app, store=store_url, **options)  # type: ignore[arg-type]
 
     yield make
+
+
+@pytest.fixture
+def pg_url(request: pytest.FixtureRequest) -> Iterator[str]:
+    """A migrated PostgreSQL database of this test's own (for the tests that are about PostgreSQL)."""
+    yield from pg_database_url(request)
+
+
+@pytest.fixture
+async def cluster(pg_url: str, tmp_path: Path) -> AsyncIterator[Cluster]:
+    """Worker processes of ``tests/cluster/harness.py`` over ``pg_url``, stopped after the test."""
+    group = Cluster(pg_url, tmp_path)
+    await group.setup()
+    try:
+        yield group
+    finally:
+        await group.close()

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Iterator
-from pathlib import Path
 
 import pytest
 
@@ -12,26 +10,10 @@ import lockgate as lg
 
 from .apps.child_slots import app
 from .cluster.harness import Cluster
-from .pg import pg_database_url
 
 pytestmark = pytest.mark.slow
 
 APP = "tests.apps.child_slots:app"
-
-
-@pytest.fixture
-def pg_url(request: pytest.FixtureRequest) -> Iterator[str]:
-    yield from pg_database_url(request)
-
-
-@pytest.fixture
-async def cluster(pg_url: str, tmp_path: Path) -> AsyncIterator[Cluster]:
-    group = Cluster(pg_url, tmp_path)
-    await group.setup()
-    try:
-        yield group
-    finally:
-        await group.close()
 
 
 async def test_nested_and_crossed_limited_children_finish_across_two_workers(cluster: Cluster, pg_url: str) -> None:

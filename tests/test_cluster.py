@@ -19,7 +19,7 @@ import subprocess
 import sys
 import time
 from collections import Counter
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -32,25 +32,9 @@ from lockgate.store import workers as store_workers
 from .cluster.app import Job
 from .cluster.app import app as cluster_app
 from .cluster.harness import ROOT, Cluster, until
-from .pg import PgProxy, pg_database_url
+from .pg import PgProxy
 
 pytestmark = pytest.mark.slow
-
-
-@pytest.fixture
-def pg_url(request: pytest.FixtureRequest) -> Iterator[str]:
-    """A migrated PostgreSQL database of this test's own (these tests are about PostgreSQL)."""
-    yield from pg_database_url(request)
-
-
-@pytest.fixture
-async def cluster(pg_url: str, tmp_path: Path) -> AsyncIterator[Cluster]:
-    group = Cluster(pg_url, tmp_path)
-    await group.setup()
-    try:
-        yield group
-    finally:
-        await group.close()
 
 
 @pytest.fixture

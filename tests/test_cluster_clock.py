@@ -17,7 +17,7 @@ import subprocess
 import sys
 import time
 from collections import Counter
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import psycopg
@@ -32,7 +32,7 @@ from lockgate.store.postgres.stalls import STALLED
 from .cluster.app import Job
 from .cluster.app import app as cluster_app
 from .cluster.harness import Cluster, until
-from .pg import in_ci, pg_database_url
+from .pg import in_ci
 from .pgserver import PrivatePostgres, free_port
 
 pytestmark = pytest.mark.slow
@@ -40,21 +40,6 @@ pytestmark = pytest.mark.slow
 # libfaketime preloaded through ``env`` (which execs): the worker keeps the pid the harness knows it by.
 FAKETIME = next(iter(glob.glob("/usr/lib/*/faketime/libfaketimeMT.so.1")), None)
 NAP = 4.0  # seconds each sleeper's durable timer waits
-
-
-@pytest.fixture
-def pg_url(request: pytest.FixtureRequest) -> Iterator[str]:
-    yield from pg_database_url(request)
-
-
-@pytest.fixture
-async def cluster(pg_url: str, tmp_path: Path) -> AsyncIterator[Cluster]:
-    group = Cluster(pg_url, tmp_path)
-    await group.setup()
-    try:
-        yield group
-    finally:
-        await group.close()
 
 
 @pytest.mark.parametrize("skew", ["+30s", "-30s"])

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import asyncio
 from collections import Counter
-from collections.abc import AsyncIterator, Iterator
-from pathlib import Path
 
 import pytest
 
@@ -13,26 +11,10 @@ import lockgate as lg
 
 from .apps.events import app, order_paid, row_deleted
 from .cluster.harness import Cluster, until
-from .pg import pg_database_url
 
 pytestmark = pytest.mark.slow
 
 APP = "tests.apps.events:app"
-
-
-@pytest.fixture
-def pg_url(request: pytest.FixtureRequest) -> Iterator[str]:
-    yield from pg_database_url(request)
-
-
-@pytest.fixture
-async def cluster(pg_url: str, tmp_path: Path) -> AsyncIterator[Cluster]:
-    group = Cluster(pg_url, tmp_path)
-    await group.setup()
-    try:
-        yield group
-    finally:
-        await group.close()
 
 
 async def test_200_events_fan_out_once_and_cancel_once_across_three_workers(cluster: Cluster, pg_url: str) -> None:

@@ -6,9 +6,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import Counter
-from collections.abc import AsyncIterator, Iterator
 from datetime import datetime
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -17,7 +15,6 @@ from pydantic import BaseModel
 import lockgate as lg
 
 from .cluster.harness import Cluster, until
-from .pg import pg_database_url
 
 
 class Slot(BaseModel):
@@ -45,21 +42,6 @@ async def test_an_engine_fires_an_every_second_schedule_in_real_time(make_engine
     assert all(f.cause == "cron" and f.status in ("started", "succeeded") for f in firings)
     lag = [(f.claimed_at - f.scheduled_at).total_seconds() for f in firings]
     assert max(lag) < 1.5
-
-
-@pytest.fixture
-def pg_url(request: pytest.FixtureRequest) -> Iterator[str]:
-    yield from pg_database_url(request)
-
-
-@pytest.fixture
-async def cluster(pg_url: str, tmp_path: Path) -> AsyncIterator[Cluster]:
-    group = Cluster(pg_url, tmp_path)
-    await group.setup()
-    try:
-        yield group
-    finally:
-        await group.close()
 
 
 @pytest.mark.slow
