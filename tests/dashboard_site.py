@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import lockgate as lg
-from lockgate.engine import Engine
+from lockgate.facades import Engine
 from lockgate.http import bind_socket, create_app, serve_http
 
 T = TypeVar("T")

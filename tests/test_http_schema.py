@@ -14,7 +14,7 @@ import pytest
 from hypothesis import HealthCheck, settings
 
 import lockgate as lg
-from lockgate.engine import Client
+from lockgate.facades import Client
 from lockgate.http import AccessPolicy, bind_socket, create_app, serve_http
 
 from .test_http import make_app

@@ -16,7 +16,7 @@ import pytest
 
 import lockgate as lg
 from lockgate.cli.serve import BindRefused, ServeConfig, build_services, check_http_bind
-from lockgate.engine import Client
+from lockgate.facades import Client
 from lockgate.http import AccessPolicy, bind_refusal, bind_socket, create_app, is_loopback
 
 API = "/api/v1"

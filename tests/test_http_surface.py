@@ -11,7 +11,7 @@ import pytest
 from pydantic import BaseModel
 
 import lockgate as lg
-from lockgate.engine import Client
+from lockgate.facades import Client
 from lockgate.http import AccessPolicy, create_app
 
 API = "/api/v1"

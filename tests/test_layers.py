@@ -49,10 +49,7 @@ LAYERS: dict[str, int] = {
     "lockgate.gate": GATE,
     "lockgate.runtime": GATE,
     "lockgate.engine": MACHINERY,
-    "lockgate.engine.engine": SURFACES,
-    "lockgate.engine.client": SURFACES,
-    "lockgate.engine.operator": SURFACES,  # the Client's verbs; flow and trace read through inspect/
-    "lockgate.engine.__init__": SURFACES,
+    "lockgate.facades": SURFACES,  # Client and Engine; the Client's verbs read flow and trace through inspect/
     "lockgate.sweeps": SWEEPS,
     "lockgate.inspect": INSPECT,
     "lockgate.cli": SURFACES,
@@ -136,7 +133,7 @@ def _imports(name: str, path: Path, modules: dict[str, Path]) -> list[tuple[str,
 
 
 def _layer(name: str) -> int:
-    name = name.removesuffix(".__init__") if name != "lockgate.engine.__init__" else name
+    name = name.removesuffix(".__init__")
     best = ""
     for prefix in LAYERS:
         if (name == prefix or name.startswith(prefix + ".")) and len(prefix) > len(best):

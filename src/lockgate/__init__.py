@@ -4,8 +4,6 @@ from .app import App
 from .context import ChildHandle, Context
 from .controls import Batch, Concurrency, Debounce, FailureReport, RateLimit, Singleton, Throttle, Timeouts
 from .definitions import Retry
-from .engine import Client, Engine
-from .engine.operator import BulkItem, BulkResult
 from .errors import (
     BlockingStartRefused,
     ChildNotStarted,
@@ -38,6 +36,8 @@ from .errors import (
     WorkflowVersionIncompatible,
 )
 from .events import CancelOn, DeliveryRecord, Event, EventDef, EventRecord, Subject
+from .facades import Client, Engine
+from .facades.operator import BulkItem, BulkResult
 from .flowcontrol import FlowControl
 from .handles import Deferral, RunHandle
 from .inspect import FlowRow, Trace

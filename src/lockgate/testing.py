@@ -22,10 +22,10 @@ from typing import Any, Self
 from .app import App
 from .clock import Clock
 from .durations import Duration, to_seconds
-from .engine import Engine
 from .engine.firing import settle as settle_firings
 from .engine.replay_check import JournalExport, ReplayVerdict, check_export
 from .errors import InvalidArgument
+from .facades import Engine
 from .store import runs
 from .sweeps.schedules import fire_due, register, runtime_for
 

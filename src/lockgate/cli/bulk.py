@@ -13,7 +13,7 @@ import click
 from rich.console import Console
 from rich.text import Text
 
-from ..engine.operator import BulkResult, check_reason
+from ..facades.operator import BulkResult, check_reason
 from .common import app_option, count_type, format_option, load_app, open_client, run_async, store_option
 from .fit import FitTable
 from .groups import workflows

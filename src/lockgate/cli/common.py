@@ -23,8 +23,8 @@ import click
 
 from ..app import App
 from ..durations import to_seconds
-from ..engine import Client, Engine
-from ..engine.client import DEFAULT_STORE
+from ..facades import Client, Engine
+from ..facades.client import DEFAULT_STORE
 from ..inspect import Inspector, connect, locate
 from ..inspect.inspector import MAX_COUNT  # the largest count (--limit, --batch, ...) a command takes
 from ..store import Store, open_store

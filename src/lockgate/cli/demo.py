@@ -33,8 +33,8 @@ from .. import demo_app
 from ..app import App
 from ..clock import to_datetime
 from ..dashboard import DASHBOARD_PREFIX
-from ..engine import Engine
 from ..events import DeliveryRecord, EventRecord
+from ..facades import Engine
 from ..http import DEFAULT_BIND
 from ..ids import short_id
 from ..inspect import TERMINAL, FiringInfo, FlowRow, Inspector

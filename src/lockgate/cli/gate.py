@@ -16,7 +16,7 @@ from rich.table import Table
 from rich.text import Text
 
 from ..clock import to_datetime
-from ..engine.operator import check_key_hold
+from ..facades.operator import check_key_hold
 from ..inspect import FlowRow, ParkedStart, Pause, Trace
 from .common import (
     DurationType,

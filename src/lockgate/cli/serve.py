@@ -23,8 +23,8 @@ import click
 
 from ..app import App
 from ..durations import format_seconds
-from ..engine import Engine
-from ..engine.engine import MIN_RETENTION
+from ..facades import Engine
+from ..facades.engine import MIN_RETENTION
 from ..http import (
     DEFAULT_BIND,
     READ_TOKEN_ENV,

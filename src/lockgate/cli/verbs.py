@@ -13,7 +13,7 @@ from typing import Any
 import click
 from rich.console import Console
 
-from ..engine import Client
+from ..facades import Client
 from .common import (
     DurationType,
     JsonType,

@@ -13,9 +13,9 @@ from urllib.parse import parse_qsl, quote, urlsplit
 from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 
-from ..engine import Client
-from ..engine.operator import BulkResult
 from ..errors import InvalidArgument, LockgateError, UnknownRun
+from ..facades import Client
+from ..facades.operator import BulkResult
 from .pages import run_context
 from .runs_filter import RunFilter
 from .site import dashboard

@@ -11,7 +11,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import RedirectResponse
 from fastapi.staticfiles import StaticFiles
 
-from ..engine import Client
+from ..facades import Client
 from .actions import router as actions
 from .live import router as live
 from .pages import router as pages

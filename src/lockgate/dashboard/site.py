@@ -12,7 +12,7 @@ from jinja2 import Environment
 
 from .. import __version__
 from ..clock import to_datetime
-from ..engine import Client
+from ..facades import Client
 from ..inspect import Inspector
 from .session import READ_ONLY
 

@@ -11,8 +11,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ..engine import Client
 from ..errors import InvalidArgument
+from ..facades import Client
 from ..records import RunInfo
 
 __all__ = ["VERBS", "Verb", "allowed", "perform"]

@@ -13,7 +13,7 @@ from fastapi.responses import Response
 
 from .. import __version__
 from ..dashboard import DASHBOARD_PREFIX, DashboardSession, install_dashboard
-from ..engine import Client
+from ..facades import Client
 from .head import HeadAsGet
 from .metrics import CONTENT_TYPE_LATEST, StoreMetrics
 from .openapi import install_openapi

@@ -12,7 +12,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from ..engine.operator import BulkItem, BulkResult
+from ..facades.operator import BulkItem, BulkResult
 from ..handles import RunHandle
 from ..inspect import LedgerEntry, RunDetail
 from ..inspect import RunPage as RunsRead

@@ -5,8 +5,8 @@ from __future__ import annotations
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 
-from ..engine import Client
 from ..errors import ResultTimeout
+from ..facades import Client
 from ..origin import starting_from
 from .models import (
     BulkOut,

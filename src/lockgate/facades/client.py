@@ -21,6 +21,10 @@ from ..app import App
 from ..clock import Clock, SystemClock, wait_event
 from ..crypto import Keyring, Sealer, is_sealed, open_payload
 from ..definitions import WorkflowDef
+from ..engine import events as domain_events
+from ..engine import schedules
+from ..engine.core import Core, WorkflowRef
+from ..engine.firing import Fired, ScheduleRuntime
 from ..errors import (
     InvalidArgument,
     PayloadError,
@@ -41,10 +45,6 @@ from ..records import AttemptInfo, EventInfo, RunInfo, StepInfo
 from ..serde import import_model, payload_json, validate_payload
 from ..store import Store, messages, open_store, runs, shared
 from ..store.base import Row
-from . import events as domain_events
-from . import schedules
-from .core import Core, WorkflowRef
-from .firing import Fired, ScheduleRuntime
 from .operator import BulkResult, OperatorVerbs, bulk, check_reason, statuses
 
 __all__ = ["DEFAULT_STORE", "Client", "WorkflowRef"]

@@ -11,14 +11,14 @@ from typing import Any
 
 from ..definitions import WorkflowDef
 from ..durations import Duration
+from ..engine import stepflow
+from ..engine.core import Core
 from ..errors import InvalidArgument, LockgateError
 from ..flowcontrol import check_limits
 from ..gate.pipeline import Decision
 from ..inspect import FlowKeyRow, FlowRow, Inspector, RunFilter, Trace
 from ..store import Store, flow, gate
 from ..store.base import Row, Tx
-from . import stepflow
-from .core import Core
 
 __all__ = ["BulkItem", "BulkResult", "OperatorVerbs", "bulk", "check_key_hold", "check_reason", "statuses"]
 

@@ -20,6 +20,12 @@ from ..clock import Clock
 from ..crypto import Keyring
 from ..definitions import WorkflowDef
 from ..durations import Duration, to_seconds
+from ..engine.core import Core, WorkflowRef
+from ..engine.dispatcher import Dispatcher, Shutdown
+from ..engine.durable import Running
+from ..engine.firing import Fired
+from ..engine.identity import ScopeResolver
+from ..engine.schedules import BackfillSlot
 from ..errors import InvalidArgument
 from ..events import DeliveryRecord, EventDef, EventRecord, Subject
 from ..gate.drainer import Drainer
@@ -36,13 +42,7 @@ from ..store import Store
 from ..store.base import Row
 from ..sweeps import SweepSettings, start_sweeps
 from .client import DEFAULT_STORE, Client
-from .core import Core, WorkflowRef
-from .dispatcher import Dispatcher, Shutdown
-from .durable import Running
-from .firing import Fired
-from .identity import ScopeResolver
 from .operator import BulkResult
-from .schedules import BackfillSlot
 
 __all__ = ["MIN_RETENTION", "Engine"]
 
