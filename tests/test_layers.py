@@ -47,7 +47,6 @@ LAYERS: dict[str, int] = {
     "lockgate.names": DEFINITIONS,
     "lockgate.store": STORE,
     "lockgate.gate": GATE,
-    "lockgate.runtime": GATE,
     "lockgate.engine": MACHINERY,
     "lockgate.facades": SURFACES,  # Client and Engine; the Client's verbs read flow and trace through inspect/
     "lockgate.sweeps": SWEEPS,

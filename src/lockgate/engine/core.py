@@ -21,12 +21,12 @@ from ..crypto import Keyring, Sealer, check_keys, is_sealed, seal_payload
 from ..definitions import WorkflowDef
 from ..errors import ResultTimeout, ResultTypeError, RunCancelled, RunFailed
 from ..gate.pipeline import Decision
+from ..gate.runtime import Published, Runtime
 from ..handles import RunHandle
 from ..ids import new_id
 from ..observer import Observer, Observers
 from ..origin import current_columns
 from ..recording import DEFAULT_INPUT_LIMIT
-from ..runtime import Published, Runtime
 from ..serde import decode_as
 from ..store import Store, shared
 from ..store.base import CHANGED, Row

@@ -29,11 +29,11 @@ from ..gate.admission import admit
 from ..gate.drainer import Drainer
 from ..gate.handoff import HandOff, Passed, hand_off_for
 from ..gate.pipeline import Decision
+from ..gate.runtime import Runtime, WorkerRuntime
 from ..handles import RunHandle
 from ..ids import short_id
 from ..observer import Observer, RunOutcome
 from ..recording import REPLAY_SHAPE_LIMIT
-from ..runtime import Runtime, WorkerRuntime
 from ..store import journal as store_journal
 from ..store import runs, shared, workers
 from ..store.base import Row

@@ -30,9 +30,9 @@ from ..crypto import Keyring, Sealer
 from ..definitions import WorkflowDef
 from ..errors import StepFailed
 from ..gate.handoff import HandOff, Passed
+from ..gate.runtime import Runtime
 from ..observer import Observer
 from ..recording import TRUNCATED
-from ..runtime import Runtime
 from ..serde import dump_json, encode
 from ..store import Store, shared
 from ..store.base import Row

@@ -18,9 +18,9 @@ from typing import Any
 
 from ..clock import Clock
 from ..gate.admission import admit
+from ..gate.runtime import Runtime
 from ..handles import RunHandle
 from ..origin import starting_from
-from ..runtime import Runtime
 from ..schedule import DEFAULT_MAX_RUNTIME, ScheduleDef, slot_key
 from ..store import Store, runs
 from ..store import schedules as sched_ops

@@ -31,13 +31,13 @@ from ..events import DeliveryRecord, EventDef, EventRecord, Subject
 from ..gate.drainer import Drainer
 from ..gate.handoff import HandOff, Passed
 from ..gate.pipeline import Decision
+from ..gate.runtime import Runtime, WorkerRuntime
 from ..handles import RunHandle
 from ..ids import new_id
 from ..inspect import FiringInfo, FlowKeyRow, FlowRow, Inspector, ScheduleInfo, Trace
 from ..queues import Queue
 from ..recording import DEFAULT_INPUT_LIMIT, REPLAY_SHAPE_LIMIT
 from ..records import AttemptInfo, EventInfo, RunInfo, StepInfo
-from ..runtime import Runtime, WorkerRuntime
 from ..store import Store
 from ..store.base import Row
 from ..sweeps import SweepSettings, start_sweeps

@@ -22,13 +22,13 @@ from ..flowcontrol import check_flow_control, resolve_flow
 from ..handles import Deferral, RunHandle, Waiter
 from ..ids import new_id
 from ..plan import GatePlan
-from ..runtime import Runtime
 from ..serde import validate_payload
 from ..store import gate
 from ..store import runs as store_runs
 from ..store.base import Row, Tx
 from ..store.coalesce import Args, with_many
 from .pipeline import Decision, Offer, offer
+from .runtime import Runtime
 
 __all__ = [
     "admit",

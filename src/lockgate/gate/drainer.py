@@ -18,12 +18,12 @@ from typing import Any
 from ..clock import wait_event
 from ..definitions import WorkflowDef
 from ..plan import GatePlan
-from ..runtime import WorkerRuntime
 from ..store import gate, runs, workers
 from ..store.base import Row, Tx
 from .admission import control_keys
 from .pipeline import Decision, admitted, key_pause_scopes, offer, plain_row, reoffer, slot_of
 from .rules import concurrency_room
+from .runtime import WorkerRuntime
 from .stages import room
 
 __all__ = ["Drainer"]

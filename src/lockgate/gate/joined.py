@@ -18,10 +18,10 @@ from typing import Any
 from ..definitions import WorkflowDef
 from ..errors import ResultTimeout, StartRolledBack
 from ..handles import RunHandle
-from ..runtime import Runtime
 from ..store.base import Joined
 from .admission import admit_bare, bare_run, handle_for, offer_of, prepare
 from .pipeline import Decision, offer
+from .runtime import Runtime
 
 __all__ = ["InTransaction", "admit_within"]
 

@@ -10,7 +10,7 @@ import asyncio
 from collections.abc import Callable
 from typing import Any
 
-from ..runtime import WorkerRuntime
+from ..gate.runtime import WorkerRuntime
 from .base import Sweep, SweepSettings
 from .cancel_on import cancel_on_sweep
 from .events import fanout_sweep

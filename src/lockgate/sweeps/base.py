@@ -7,7 +7,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
-from ..runtime import WorkerRuntime
+from ..gate.runtime import WorkerRuntime
 from ..store import workers
 
 __all__ = ["Sweep", "SweepSettings"]

@@ -20,7 +20,7 @@ from ..clock import Clock
 from ..crypto import Keyring, Undecryptable, is_sealed, payload_identity
 from ..definitions import WorkflowDef
 from ..events import CancelOn, Event, decode_event
-from ..runtime import WorkerRuntime
+from ..gate.runtime import WorkerRuntime
 from ..store import Store
 from ..store import events as event_ops
 from ..store.base import Row

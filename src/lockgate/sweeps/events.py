@@ -23,9 +23,9 @@ from ..crypto import Keyring
 from ..errors import LockgateError, StoreError
 from ..events import Event, TriggerDef, decode_event
 from ..gate.admission import admit
+from ..gate.runtime import Runtime, WorkerRuntime
 from ..handles import RunHandle
 from ..origin import starting_from
-from ..runtime import Runtime, WorkerRuntime
 from ..store import Store
 from ..store import events as event_ops
 from .base import Sweep, SweepSettings

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from functools import partial
 
 from ..durations import format_seconds
-from ..runtime import WorkerRuntime
+from ..gate.runtime import WorkerRuntime
 from ..store import events as store_events
 from ..store import retention as store_retention
 from .base import Sweep, SweepSettings

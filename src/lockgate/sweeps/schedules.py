@@ -17,7 +17,7 @@ import logging
 from dataclasses import dataclass, field
 
 from ..engine.firing import Fired, ScheduleRuntime, fire, settle
-from ..runtime import WorkerRuntime
+from ..gate.runtime import WorkerRuntime
 from ..schedule import ScheduleDef
 from ..store import schedules as sched_ops
 from ..store.base import Row

@@ -6,7 +6,7 @@ import inspect
 import logging
 from functools import partial
 
-from ..runtime import WorkerRuntime
+from ..gate.runtime import WorkerRuntime
 from ..store import runs
 from .base import Sweep, SweepSettings
 

@@ -16,14 +16,14 @@ from typing import Any, Protocol
 
 from pydantic import BaseModel
 
-from .app import App
-from .clock import Clock
-from .crypto import Keyring
-from .definitions import WorkflowDef
-from .gate.pipeline import Decision
-from .handles import Waiter
-from .store import Store
-from .store.base import Row
+from ..app import App
+from ..clock import Clock
+from ..crypto import Keyring
+from ..definitions import WorkflowDef
+from ..handles import Waiter
+from ..store import Store
+from ..store.base import Row
+from .pipeline import Decision
 
 __all__ = ["NewRunRow", "Pauses", "Published", "Runtime", "WorkerRuntime"]
 
