@@ -1,4 +1,5 @@
-"""The package's import graph: layers point one way and nothing imports in a circle.
+"""The package's import graph: layers point one way and nothing imports in a circle, module by
+module and folder by folder (each top-level package holds one layer).
 
 Every import counts, including those under ``TYPE_CHECKING`` and inside functions: a type-only
 import that points upward is still a dependency a reader has to follow, and an import moved
@@ -9,6 +10,7 @@ into a function to dodge a cycle is still the cycle. The layers, lowest first, a
 from __future__ import annotations
 
 import ast
+import itertools
 from pathlib import Path
 
 import pytest
@@ -164,13 +166,7 @@ def test_no_import_inside_a_function() -> None:
     assert not lazy, "\n".join(sorted(set(lazy)))
 
 
-def test_no_cycle() -> None:
-    # Parent packages are initialised before their members anyway; an edge into a package's own
-    # __init__ from a member is the ordinary relative import, not a cycle worth reporting.
-    edges = {
-        src: {dst for dst, _ in targets if not (dst.endswith(".__init__") and src.startswith(dst[: -len("__init__")]))}
-        for src, targets in GRAPH.items()
-    }
+def _cycles(edges: dict[str, set[str]]) -> list[list[str]]:
     state: dict[str, int] = {}
     stack: list[str] = []
     cycles: list[list[str]] = []
@@ -189,7 +185,64 @@ def test_no_cycle() -> None:
     for node in sorted(edges):
         if node not in state:
             walk(node)
+    return cycles
+
+
+def test_no_cycle() -> None:
+    # Parent packages are initialised before their members anyway; an edge into a package's own
+    # __init__ from a member is the ordinary relative import, not a cycle worth reporting.
+    edges = {
+        src: {dst for dst, _ in targets if not (dst.endswith(".__init__") and src.startswith(dst[: -len("__init__")]))}
+        for src, targets in GRAPH.items()
+    }
+    cycles = _cycles(edges)
     assert not cycles, "import cycles:\n" + "\n".join(" -> ".join(c) for c in cycles)
+
+
+# The same graph read as folders: each top-level package or module of lockgate is one node. The
+# folders are what a reader sees first, so each holds one layer and their imports point one way too.
+def _package(name: str) -> str:
+    parts = name.split(".")
+    return "lockgate" if len(parts) == 1 or parts[1] == "__init__" else ".".join(parts[:2])
+
+
+def _package_graph() -> dict[str, dict[str, list[str]]]:
+    """Each package's imports of other packages, with the module imports behind each."""
+    graph: dict[str, dict[str, list[str]]] = {}
+    for src, targets in GRAPH.items():
+        for dst, _ in targets:
+            if _package(dst) != _package(src):
+                graph.setdefault(_package(src), {}).setdefault(_package(dst), []).append(f"{src} -> {dst}")
+    return graph
+
+
+PACKAGE_GRAPH = _package_graph()
+
+
+def test_every_package_is_one_layer() -> None:
+    packages = {_package(n) for n in GRAPH}
+    unplaced = sorted(p for p in packages if p not in LAYERS)
+    assert not unplaced, f"give these packages a layer in tests/test_layers.py: {unplaced}"
+    apart = sorted(f"{n} ({LAYER_NAMES[_layer(n)]}) sits in {_package(n)}/ ({LAYER_NAMES[LAYERS[_package(n)]]})"
+                   for n in GRAPH if _layer(n) != LAYERS[_package(n)])
+    assert not apart, "modules in a package of another layer: move them to a package of their own\n" + "\n".join(apart)
+
+
+def test_packages_import_downward() -> None:
+    upward = [
+        f"{src} ({LAYER_NAMES[_layer(src)]}) imports {dst} ({LAYER_NAMES[_layer(dst)]}): {', '.join(why[:3])}"
+        for src, targets in PACKAGE_GRAPH.items()
+        for dst, why in targets.items()
+        if _layer(dst) > _layer(src)
+    ]
+    assert not upward, "packages that import up the layers:\n" + "\n".join(sorted(upward))
+
+
+def test_no_package_cycle() -> None:
+    cycles = _cycles({src: set(targets) for src, targets in PACKAGE_GRAPH.items()})
+    shown = [" -> ".join(c) + " (" + "; ".join(PACKAGE_GRAPH[a][b][0] for a, b in itertools.pairwise(c)) + ")"
+             for c in cycles]
+    assert not cycles, "packages that import each other in a circle:\n" + "\n".join(shown)
 
 
 @pytest.mark.parametrize("name", sorted(GRAPH))
