@@ -195,7 +195,7 @@ class Core:
         self.results.poke()
         self.admissions.poke()
         for answered in self.settled.values():
-            answered.set()  # the update's caller reads its message again (engine/client.py)
+            answered.set()  # the update's caller reads its message again (facades/client.py)
 
     async def close(self) -> None:
         await self.admissions.close()
