@@ -21,6 +21,7 @@ stops it; it then says so and the drainer decides, as it does for every other wo
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -182,7 +183,7 @@ async def _pass_on(tx: Tx, slot: gate.Slot, ended: list[tuple[Passed, HandOff, f
     # workers): past that, runs are left to whichever worker claims first, so a key's work spreads. Where
     # the others would only find the run at their next poll, it is executed here at once all the same.
     share = -(-handoff.limit // max(1, int(rows[0]["live"])))
-    claimers = [(passed, h.owner) for passed, h, _ in ended if h.room > 0 and (h.held < share or not h.spread)]
+    claimers = _claimers(ended, share)
     claims = min(len(ready), len(claimers))
     owner = claimers[0][1] if claimers else None
     run_ids = await gate.admit_parked(
@@ -210,6 +211,26 @@ async def _pass_on(tx: Tx, slot: gate.Slot, ended: list[tuple[Passed, HandOff, f
 
 
 with_many(finish_passing, _finish_passing_many, gather=True)
+
+
+def _claimers(ended: list[tuple[Passed, HandOff, float]], share: int) -> list[tuple[Passed, str]]:
+    """The ended runs whose owner claims a run in their place, in order: each while its owner stays within
+    its share of the key (or where the others would not hear of a run left to them).
+
+    What an owner holds is counted as the commit leaves it: its runs of the key ending here do not count
+    (``HandOff.held`` counted them, as they still ran), the runs it claimed here before do. A worker whose
+    runs all end together so keeps its share, and leaves only the rest to the others, instead of leaving
+    every one of them to whichever worker claims first (which would then hold them all).
+    """
+    ending = Counter(h.owner for _, h, _ in ended)
+    granted: Counter[str] = Counter()
+    out = []
+    for passed, h, _ in ended:
+        holds = h.held - (ending[h.owner] - 1) + granted[h.owner]
+        if h.room > 0 and (holds < share or not h.spread):
+            out.append((passed, h.owner))
+            granted[h.owner] += 1
+    return out
 
 
 def _admissible(row: Row, now: float) -> bool:
