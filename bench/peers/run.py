@@ -100,7 +100,8 @@ class Run:
     def __init__(self, args: argparse.Namespace, cache: Path, scratch: Path, system: System, case: Case) -> None:
         self.args, self.cache, self.system, self.case = args, cache, system, case
         self.bin = cache / system.env / "bin"
-        self.db = f"peers_{system.name.replace('-', '_')}_{case.name}"
+        # the run's own name: workers left over from an interrupted run never join this one
+        self.db = f"peers_{system.name.replace('-', '_')}_{case.name}_{os.getpid()}"
         self.sqlite = scratch / f"{system.name}-{case.name}.db"
         self.logs = cache / "logs"
         self.logs.mkdir(parents=True, exist_ok=True)
