@@ -441,3 +441,17 @@ async def test_a_slot_passed_on_wakes_no_other_drainer_unless_it_leaves_work(
             assert not passed.settled and passed.claimed is None
 
         assert "gate" in await _gate_wakeups(store_url, unsettled)
+
+
+def test_a_worker_whose_runs_end_together_keeps_its_share_and_leaves_the_rest() -> None:
+    """Ten runs of one worker ending in one commit: it claims its share (4 of a limit of 10 over 3 workers) in
+    their place, not none (each saw nine others of its own still running), and leaves the other six."""
+    plan = make_app(limit=10).validate()["conc"].gate
+    ends = [(Passed([]), HandOff("wf:conc", "k", 10, plan, {}, "w-1", 15.0, held=9, room=200), 0.0) for _ in range(10)]
+    claimers = handoff_module._claimers(ends, share=4)
+    assert [owner for _, owner in claimers] == ["w-1"] * 4
+    # one run ending beside three others of its worker still running: it stays within its share
+    one = [(Passed([]), HandOff("wf:conc", "k", 10, plan, {}, "w-1", 15.0, held=3, room=200), 0.0)]
+    assert len(handoff_module._claimers(one, share=4)) == 1
+    past = [(Passed([]), HandOff("wf:conc", "k", 10, plan, {}, "w-1", 15.0, held=4, room=200), 0.0)]
+    assert handoff_module._claimers(past, share=4) == []

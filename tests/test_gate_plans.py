@@ -76,6 +76,8 @@ def _params() -> dict[str, dict[str, Any]]:
         # a freed slot handed on
         "free_slot": {"run_id": "run_slot_1"},
         "handoff_rows": {"scope": SCOPE, "key": KEY, "limit": 10, "lease": 15.0, "now": NOW},
+        "handoff_transfer": {"scope": SCOPE, "key": KEY, "limit": 10, "lease": 15.0, "now": NOW, "freed": 3},
+        "handoff_line": {"scope": SCOPE, "key": KEY, "limit": 10, "freed": 3},
         "delete_pending": {"id": "pnd_000000000003"},
         # what flow() and the dashboard's flow page read
         "flow_pending": {"workflow": None},
@@ -307,7 +309,7 @@ async def test_the_arrival_probes_are_index_probes_on_postgresql(store_url: str)
     async with lg.Client(lg.App(), store_url):
         pass
     plans = pg_reads(store_url, LARGE)
-    for name in ("slot_queues", "window_queues", "waiting_keys", "handoff_rows"):
+    for name in ("slot_queues", "window_queues", "waiting_keys", "handoff_rows", "handoff_transfer", "handoff_line"):
         read, _, plan = plans[name]
         assert "hashed SubPlan" not in plan and "Seq Scan on lockgate_pending" not in plan, (name, plan)
         assert read < 100, (name, read, plan)

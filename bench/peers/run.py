@@ -100,7 +100,8 @@ class Run:
     def __init__(self, args: argparse.Namespace, cache: Path, scratch: Path, system: System, case: Case) -> None:
         self.args, self.cache, self.system, self.case = args, cache, system, case
         self.bin = cache / system.env / "bin"
-        self.db = f"peers_{system.name.replace('-', '_')}_{case.name}"
+        # the run's own name: workers left over from an interrupted run never join this one
+        self.db = f"peers_{system.name.replace('-', '_')}_{case.name}_{os.getpid()}"
         self.sqlite = scratch / f"{system.name}-{case.name}.db"
         self.logs = cache / "logs"
         self.logs.mkdir(parents=True, exist_ok=True)
@@ -176,6 +177,7 @@ class Run:
         driver = self.driver(self.system.app, self.case.name, stdin=subprocess.PIPE if self.case.durability else None)
         assert driver.stdout is not None
         deadline = time.monotonic() + self.args.timeout
+        before: dict[str, float] | None = None
         try:
             while True:
                 ready, _, _ = select.select([driver.stdout], [], [], 1.0)
@@ -189,18 +191,42 @@ class Run:
                 if not line:
                     driver.wait()
                     return {"value": None, "error": f"driver exited {driver.returncode}"}
-                if line.startswith("HOLDING"):
+                if line.startswith("MEASURING"):
+                    before = self._costs(workers)
+                elif line.startswith("HOLDING"):
                     self._kill_and_restart(plan, workers)
                     assert driver.stdin is not None
                     driver.stdin.write(b"go\n")
                     driver.stdin.flush()
                 elif line.startswith("RESULT "):
                     result: dict[str, Any] = json.loads(line[len("RESULT "):])
+                    if before is not None and result.get("jobs"):
+                        after = self._costs(workers)
+                        jobs = int(result["jobs"])
+                        result.update({f"{k}_per_job": (after[k] - before[k]) / jobs for k in after if k in before})
                     return result
         finally:
             if driver.poll() is None:
                 driver.kill()
             driver.wait()
+
+    def _costs(self, workers: list[subprocess.Popen[bytes]]) -> dict[str, float]:
+        """What the workers spent so far: their CPU (ms, from /proc) and, on PostgreSQL, the commits
+        of the case's database (the driver's included)."""
+        cpu = 0.0
+        for proc in workers:
+            with contextlib.suppress(OSError, IndexError):
+                fields = Path(f"/proc/{proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
+                cpu += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK") * 1000
+        found = {"worker_cpu_ms": cpu}
+        if self.system.store == "postgres":
+            with psycopg.connect(self.args.store, autocommit=True) as conn:
+                row = conn.execute(
+                    "SELECT xact_commit, tup_inserted + tup_updated + tup_deleted FROM pg_stat_database"
+                    " WHERE datname = %s", (self.db,)).fetchone()
+            if row is not None:
+                found.update(commits=float(row[0]), rows_written=float(row[1]))
+        return found
 
     def _kill_and_restart(self, plan: Workers, workers: list[subprocess.Popen[bytes]]) -> None:
         _stop(workers, signal.SIGKILL, wait=5)
@@ -243,7 +269,15 @@ def _detail(case: str, r: dict[str, Any]) -> str:
         capped = f", stopped after {r['jobs']} (cap)" if r.get("capped") else ""
         return f"p99 {r['p99_ms']:.1f} ms{capped}"
     if case == "j3":
-        return f"max in flight {r['max_in_flight']} (limit {r['limit']}); ideal {r['ideal_jobs_per_s']:.0f}/s"
+        found = f"max in flight {r['max_in_flight']} (limit {r['limit']}); ideal {r['ideal_jobs_per_s']:.0f}/s"
+        if r.get("gap_p50_ms") is not None:
+            found += (f"; slot use {r['slot_use']:.0%}, end -> next start"
+                      f" p50 {r['gap_p50_ms']:.1f} / p99 {r['gap_p99_ms']:.1f} ms")
+        if r.get("worker_cpu_ms_per_job") is not None:
+            found += f"; workers' CPU {r['worker_cpu_ms_per_job']:.2f} ms/job"
+        if r.get("commits_per_job") is not None:
+            found += f", {r['commits_per_job']:.2f} commits/job"
+        return found
     if case == "j4":
         return f"max started in a rolling second: {r['max_in_rolling_second']} (limit {r['rate']})"
     return (f"held {r['held_when_killed']}; lost {r['lost']} of {r['jobs']}, run twice {r['run_twice']}"
@@ -261,8 +295,12 @@ def _ratio(case: str, value: float | None, reference: float | None) -> float | N
 def _parse(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m bench.peers", description=__doc__.split("\n\n")[0])
     parser.add_argument("--peers", default="celery,rq,procrastinate,pgqueuer,huey,dbos",
-                        help="comma-separated peers (lockgate on SQLite and PostgreSQL always runs)")
+                        help="comma-separated peers (lockgate runs on the --lockgate stores); none: lockgate only")
     parser.add_argument("--cases", default="j1,j2,j3,j4,j5")
+    parser.add_argument("--lockgate", default="sqlite,pg", help="lockgate's stores to run: sqlite, pg or both")
+    parser.add_argument("--lockgate-repo", default=str(REPO),
+                        help="the lockgate checkout its environment installs (another one to compare; give it a --cache"
+                             " of its own)")
     parser.add_argument("--store", default="postgresql://postgres@127.0.0.1:5432/postgres",
                         help="the PostgreSQL server for the PostgreSQL systems and the side table")
     parser.add_argument("--redis", default="redis://127.0.0.1:6379")
@@ -285,12 +323,12 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = _parse(argv)
-    wanted = set(args.peers.split(",")) | {"lockgate-sqlite", "lockgate-pg"}
+    wanted = set(args.peers.split(",")) | {f"lockgate-{store}" for store in args.lockgate.split(",") if store}
     systems = [s for s in SYSTEMS if s.name in wanted]
     cache = Path(args.cache)
     cache.mkdir(parents=True, exist_ok=True)
     for env in dict.fromkeys(s.env for s in systems):
-        venvs.ensure(cache, env, REPO)
+        venvs.ensure(cache, env, Path(args.lockgate_repo))
     print("versions: " + "; ".join(f"{s.env}: {' '.join(venvs.PINS[s.env])}" for s in systems if s.env != "lockgate"))
     results: dict[str, dict[str, dict[str, Any]]] = {}
     with tempfile.TemporaryDirectory(dir=cache) as tmp:

@@ -13,6 +13,7 @@ killed and restarted the worker), then counts each job's completions in the side
 from __future__ import annotations
 
 import asyncio
+import collections
 import importlib
 import inspect
 import json
@@ -80,6 +81,24 @@ def _most_overlapping(spans: list[tuple[float, float]]) -> int:
     return best
 
 
+def _slot_gaps(spans: list[tuple[float, float]]) -> list[float]:
+    """Seconds from each body end (a slot freed) to the body start that took that slot next.
+
+    Walked in time order: an end frees a slot, a start takes the slot freed longest ago. The
+    first ``limit`` starts take slots no end freed, and slots still free when the line ran dry
+    are not counted.
+    """
+    edges = sorted([(start, 1) for start, _ in spans] + [(stop, -1) for _, stop in spans], key=lambda e: (e[0], e[1]))
+    free: collections.deque[float] = collections.deque()
+    gaps: list[float] = []
+    for at, step in edges:
+        if step < 0:
+            free.append(at)
+        elif free:
+            gaps.append(at - free.popleft())
+    return gaps
+
+
 def _spans() -> list[tuple[float, float]]:
     """Each job's body start and end, as the bodies read the clock (``probe.end``)."""
     out = []
@@ -144,12 +163,19 @@ async def case_j3(enqueue: Enqueue, n: int, limit: int) -> dict[str, Any]:
     enqueued = time.perf_counter()
     finished = await _wait_done(n, timeout=600)
     ended = time.perf_counter()
+    spans = _spans()
+    gaps = _slot_gaps(spans)
+    busy = sum(stop - start for start, stop in spans)
+    window = (max(stop for _, stop in spans) - min(start for start, _ in spans)) if spans else 0.0
     return {
         "value": n / (ended - started) if finished else None,
         "unit": "jobs/s",
         "jobs": n,
         "limit": limit,
-        "max_in_flight": _most_overlapping(_spans()),  # from the bodies' own clocks
+        "max_in_flight": _most_overlapping(spans),  # from the bodies' own clocks
+        "slot_use": busy / (limit * window) if window else None,  # body time over the limit's, first start to last end
+        "gap_p50_ms": _pct(gaps, 50) * 1000 if gaps else None,  # a body's end to the next body's start
+        "gap_p99_ms": _pct(gaps, 99) * 1000 if gaps else None,
         "max_in_flight_counted": int(probe.redis_client().get("max_inflight") or 0),  # Redis INCR/DECR
         "ideal_jobs_per_s": limit / probe.SLEEP_S,
         "enqueue_s": enqueued - started,
@@ -234,6 +260,7 @@ async def run(peer: str, case: str) -> dict[str, Any]:
     enqueue: Enqueue = importlib.import_module(f"bench.peers.apps.{peer}_app").enqueue
     n = _env_int("PEERS_JOBS")
     await _warm_up(enqueue, _env_int("PEERS_WARMUP"))
+    print("MEASURING", flush=True)  # the harness samples the workers' CPU and the store's commits from here
     if case == "j1":
         return await case_j1(enqueue, n)
     if case == "j2":

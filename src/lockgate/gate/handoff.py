@@ -1,18 +1,27 @@
 """A freed concurrency slot passes straight to the next start in line, in the transaction that frees it.
 
 A run of a workflow whose one control is a per-key concurrency limit ends; its slot is
-freed and, under the key's lock, the starts waiting for that key are admitted into the
-room it left (as the drainer would admit them: in priority, then arrival, order, each
-with its ``drain`` ledger row). The worker that ended the run claims the first of them
-in the same statement, into the place the ended run leaves (unless it is stopping), and
-executes it as soon as the commit returns, while it holds no more than its share of the
-key's slots (the limit over the live workers), so a key's work spreads over the
-replicas. Past its share it leaves the run to whichever worker claims first, but only
-where the others hear of it at once (PostgreSQL's notifications): on a store without
-wake-ups between processes they would find it at their next poll, and it claims anyway.
-Any further room is left for whichever worker claims first. No drainer pass, no separate
-claim: one commit per turn of a slot. Runs of one key ending in one group commit pass
-their slots on together.
+freed and the starts waiting for that key are admitted into the room it left (as the
+drainer would admit them: in priority, then arrival, order, each with its ``drain``
+ledger row). The worker that ended the run claims the first of them in the same
+statement, into the place the ended run leaves (unless it is stopping), and executes it
+as soon as the commit returns, while it holds no more than its share of the key's slots
+(the limit over the live workers), so a key's work spreads over the replicas. Past its
+share it leaves the run to whichever worker claims first, but only where the others hear
+of it at once (PostgreSQL's notifications): on a store without wake-ups between
+processes they would find it at their next poll, and it claims anyway. Any further room
+is left for whichever worker claims first. No drainer pass, no separate claim: one
+commit per turn of a slot. Runs of one key ending in one group commit pass their slots
+on together.
+
+Where other processes decide beside this one (PostgreSQL), a slot passes without the key's
+lock: each slot the commit frees goes to one start in line (``handoff_transfer``: rows another
+decider has locked are skipped, not waited for), never more, and only when the run's end did
+free a slot of its own. A transfer so never adds to the key's slots in use, and whatever
+takes a slot under the key's lock (an arrival, the drainer) counts room from slots that no
+transfer can grow: the limit holds without the lock, and ends on different processes no
+longer queue on one another's commits. Room beyond the slots freed, left beside starts
+still waiting, is the drainer's to fill: the end wakes it.
 
 Whatever this path cannot decide as the drainer would (a row with an idempotency key or
 items, a row past its start timeout, a key pause, a pool shared with other workflows)
@@ -21,6 +30,7 @@ stops it; it then says so and the drainer decides, as it does for every other wo
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -149,27 +159,36 @@ async def _finish_passing_many(tx: Tx, calls: Sequence[Args]) -> list[Passed]:
     # Each freed slot is offered to its key's line below: no other process's drainer has anything to do for
     # it, unless that line is left undecided (``_pass_on`` then wakes the drainers itself).
     await gate.quiet_slot_frees(tx, True)
-    await gate.free_slots(tx, ended)
+    held = await gate.free_passed_slots(tx, ended)
     await gate.quiet_slot_frees(tx, False)
     for slot in sorted(freed):  # keys locked in one order: no two processes wait on each other
-        await _pass_on(tx, slot, freed[slot])
+        await _pass_on(tx, slot, freed[slot], transfer=held and not tx.single_writer)
     return out
 
 
-async def _pass_on(tx: Tx, slot: gate.Slot, ended: list[tuple[Passed, HandOff, float]]) -> None:
-    """Admit the starts next in line for ``slot`` into its room; claim one for each run in ``ended``."""
+async def _pass_on(tx: Tx, slot: gate.Slot, ended: list[tuple[Passed, HandOff, float]], *, transfer: bool) -> None:
+    """Admit the starts next in line for ``slot`` into its room; claim one for each run in ``ended``.
+
+    ``transfer``: each freed slot passes to one start, without the key's lock (see the module's docstring).
+    """
     handoff, now = ended[-1][1], max(at for _, _, at in ended)
-    await gate.lock_key(tx, *slot)
-    rows = await tx.execute(
-        "handoff_rows",
-        {"scope": slot[0], "key": slot[1], "limit": handoff.limit, "now": now, "lease": handoff.lease},
-    )
+    params = {"scope": slot[0], "key": slot[1], "limit": handoff.limit, "now": now, "lease": handoff.lease}
+    line: Row | None = None
+    if transfer:
+        params["freed"] = len(ended)
+        rows, lines = await tx.execute_all([("handoff_transfer", params), ("handoff_line", params)])
+        line = lines[0]
+    else:
+        await gate.lock_key(tx, *slot)
+        rows = await tx.execute("handoff_rows", params)
     ready = []
     for row in rows:
         if not _admissible(row, now):
             break
         ready.append(row)
     settled = len(ready) == len(rows)
+    if line is not None and int(line["room"]) > len(ready) and int(line["waiting"]) > len(ready):
+        settled = False  # room left beside starts still waiting (skipped, or past the slots passed): the drainer's
     for passed, _, _ in ended:
         passed.settled = settled
     if not settled:
@@ -182,7 +201,7 @@ async def _pass_on(tx: Tx, slot: gate.Slot, ended: list[tuple[Passed, HandOff, f
     # workers): past that, runs are left to whichever worker claims first, so a key's work spreads. Where
     # the others would only find the run at their next poll, it is executed here at once all the same.
     share = -(-handoff.limit // max(1, int(rows[0]["live"])))
-    claimers = [(passed, h.owner) for passed, h, _ in ended if h.room > 0 and (h.held < share or not h.spread)]
+    claimers = _claimers(ended, share)
     claims = min(len(ready), len(claimers))
     owner = claimers[0][1] if claimers else None
     run_ids = await gate.admit_parked(
@@ -210,6 +229,26 @@ async def _pass_on(tx: Tx, slot: gate.Slot, ended: list[tuple[Passed, HandOff, f
 
 
 with_many(finish_passing, _finish_passing_many, gather=True)
+
+
+def _claimers(ended: list[tuple[Passed, HandOff, float]], share: int) -> list[tuple[Passed, str]]:
+    """The ended runs whose owner claims a run in their place, in order: each while its owner stays within
+    its share of the key (or where the others would not hear of a run left to them).
+
+    What an owner holds is counted as the commit leaves it: its runs of the key ending here do not count
+    (``HandOff.held`` counted them, as they still ran), the runs it claimed here before do. A worker whose
+    runs all end together so keeps its share, and leaves only the rest to the others, instead of leaving
+    every one of them to whichever worker claims first (which would then hold them all).
+    """
+    ending = Counter(h.owner for _, h, _ in ended)
+    granted: Counter[str] = Counter()
+    out = []
+    for passed, h, _ in ended:
+        holds = h.held - (ending[h.owner] - 1) + granted[h.owner]
+        if h.room > 0 and (holds < share or not h.spread):
+            out.append((passed, h.owner))
+            granted[h.owner] += 1
+    return out
 
 
 def _admissible(row: Row, now: float) -> bool:

@@ -24,6 +24,7 @@ __all__ = [
     "cancel_parked",
     "delete_pending",
     "enqueue_failure_report",
+    "free_passed_slots",
     "free_slot",
     "free_slots",
     "get_pending",
@@ -277,6 +278,19 @@ async def free_slots(tx: Tx, run_ids: list[str]) -> None:
         await free_slot(tx, run_ids[0])
     elif run_ids:
         await tx.execute("free_slots", {"ids": json.dumps(run_ids)})
+
+
+async def free_passed_slots(tx: Tx, run_ids: list[str]) -> bool:
+    """``free_slots`` for runs whose end passes their slots on; whether each of them held one.
+
+    Checked only where other processes decide beside this one (``single_writer`` false): a slot
+    passes from run to start there without the key's lock (``gate/handoff.py``), which is only
+    sound for a slot that was really held.
+    """
+    if tx.single_writer or not run_ids:
+        await free_slots(tx, run_ids)
+        return True
+    return await tx.expect_rows("free_slots", {"ids": json.dumps(run_ids)}, len(run_ids))
 
 
 async def retake_slot(tx: Tx, run: Row, now: float) -> None:

@@ -220,6 +220,29 @@ WHERE p.id = ANY (ARRAY(
 ORDER BY p.priority DESC, p.seq
 FOR UPDATE OF p SKIP LOCKED;
 
+-- name: handoff_transfer
+-- handoff_rows without the key's lock: the starts next in line for a concurrency key, one for each of the
+-- %(freed)s slots this transaction freed there (fewer where the key holds more than its limit), each slot
+-- passing from the run that ended to the start that takes it. Rows another decider has locked are skipped,
+-- the next ones taken instead (the lock is taken before the LIMIT counts).
+SELECT p.id, p.ticket, p.mode, p.stage, p.due_at, p.expires_at, p.keys, p.identity, p.items IS NOT NULL AS has_items,
+    p.payload, p.idempotency_key, p.retry_of, p.source, p.trace_id, p.subject,
+    (SELECT COUNT(*) FROM lockgate_workers WHERE stopped_at IS NULL
+       AND heartbeat_at + COALESCE(lease, %(lease)s) >= %(now)s) AS live
+FROM lockgate_pending p
+WHERE p.mode = 'concurrency' AND p.hold_scope = %(scope)s AND p.hold_key = %(key)s
+ORDER BY p.priority DESC, p.seq
+LIMIT LEAST(%(freed)s, GREATEST(0, %(limit)s - (SELECT COUNT(*) FROM lockgate_slots WHERE scope = %(scope)s AND key = %(key)s)))
+FOR UPDATE OF p SKIP LOCKED;
+
+-- name: handoff_line
+-- Beside handoff_transfer: room, the key's limit less its slots in use as this transaction sees them (its
+-- own freed slots gone); waiting, the starts in line, counted up to one more than the slots freed.
+SELECT %(limit)s - (SELECT COUNT(*) FROM lockgate_slots WHERE scope = %(scope)s AND key = %(key)s) AS room,
+    (SELECT COUNT(*) FROM (SELECT 1 FROM lockgate_pending
+       WHERE mode = 'concurrency' AND hold_scope = %(scope)s AND hold_key = %(key)s
+       ORDER BY priority DESC, seq LIMIT %(freed)s + 1) AS line) AS waiting;
+
 -- name: paused_pending
 SELECT * FROM lockgate_pending WHERE mode = 'paused' AND workflow = %(workflow)s ORDER BY priority DESC, seq;
 

@@ -215,6 +215,26 @@ WHERE mode = 'concurrency' AND hold_scope = :scope AND hold_key = :key
 ORDER BY priority DESC, seq
 LIMIT MAX(0, :limit - (SELECT COUNT(*) FROM lockgate_slots WHERE scope = :scope AND key = :key));
 
+-- name: handoff_transfer
+-- handoff_rows for the :freed slots this transaction freed at the key, and no more: where one writer decides
+-- at a time it is handoff_rows with a smaller LIMIT (gate/handoff.py takes it on PostgreSQL only).
+SELECT id, ticket, mode, stage, due_at, expires_at, keys, identity, items IS NOT NULL AS has_items,
+    payload, idempotency_key, retry_of, source, trace_id, subject,
+    (SELECT COUNT(*) FROM lockgate_workers WHERE stopped_at IS NULL
+       AND heartbeat_at + COALESCE(lease, :lease) >= :now) AS live
+FROM lockgate_pending
+WHERE mode = 'concurrency' AND hold_scope = :scope AND hold_key = :key
+ORDER BY priority DESC, seq
+LIMIT MIN(:freed, MAX(0, :limit - (SELECT COUNT(*) FROM lockgate_slots WHERE scope = :scope AND key = :key)));
+
+-- name: handoff_line
+-- Beside handoff_transfer: room, the key's limit less its slots in use; waiting, the starts in line, counted
+-- up to one more than the slots freed.
+SELECT :limit - (SELECT COUNT(*) FROM lockgate_slots WHERE scope = :scope AND key = :key) AS room,
+    (SELECT COUNT(*) FROM (SELECT 1 FROM lockgate_pending
+       WHERE mode = 'concurrency' AND hold_scope = :scope AND hold_key = :key
+       ORDER BY priority DESC, seq LIMIT :freed + 1)) AS waiting;
+
 -- name: paused_pending
 SELECT * FROM lockgate_pending WHERE mode = 'paused' AND workflow = :workflow ORDER BY priority DESC, seq;
 
