@@ -45,6 +45,7 @@ LAYERS: dict[str, int] = {
     "lockgate.flowcontrol": DEFINITIONS,
     "lockgate.buckets": DEFINITIONS,
     "lockgate.names": DEFINITIONS,
+    "lockgate.matching": DEFINITIONS,
     "lockgate.store": STORE,
     "lockgate.gate": GATE,
     "lockgate.runtime": GATE,

@@ -14,6 +14,7 @@ from ..clock import Clock
 from ..errors import InvalidArgument
 from ..events import WILDCARD, EventDef, Subject
 from ..ids import new_id
+from ..matching import leaf_keys
 from ..store import Store
 from ..store import events as event_ops
 
@@ -108,9 +109,10 @@ async def publish(
     row, deliveries = event_rows(
         app, declared, key_json, data_json, now, source=source, trace_id=trace_id, subject=subject
     )
+    keys = leaf_keys(declared.name, data_json)  # what runs waiting for it find it by (matching.py)
     if conn is None:
-        await store.write(event_ops.publish, row, deliveries)
+        await store.write(event_ops.publish, row, deliveries, keys)
     else:
         async with store.join(conn) as joined:
-            await event_ops.publish(joined.tx, row, deliveries)
+            await event_ops.publish(joined.tx, row, deliveries, keys)
     return str(row["id"])

@@ -8,9 +8,10 @@ pending rows. A delivery settles once (``settle_delivery`` changes only a pendin
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from typing import Any
 
-from . import gate, runs
+from . import event_waits, gate, runs
 from .base import Row, Tx
 from .shared import LIVE
 
@@ -32,11 +33,17 @@ __all__ = [
 ]
 
 
-async def publish(tx: Tx, event: dict[str, Any], deliveries: list[dict[str, Any]]) -> None:
-    """Write ``event`` and one pending delivery per trigger row of ``deliveries``."""
+async def publish(
+    tx: Tx, event: dict[str, Any], deliveries: list[dict[str, Any]], keys: Sequence[str] = ()
+) -> list[str]:
+    """Write ``event``, one pending delivery per trigger row of ``deliveries`` and its match ``keys``;
+    the parked runs waiting for it (``store/event_waits.py``), woken."""
     await tx.execute("insert_domain_event", event)
     for delivery in deliveries:
         await tx.execute("insert_delivery", delivery)
+    if not keys:
+        return []
+    return await event_waits.publish_keys(tx, event["id"], event["occurred_at"], keys, event["occurred_at"])
 
 
 async def get_event(tx: Tx, event_id: str) -> Row | None:
@@ -176,8 +183,10 @@ async def cancel_parked_for_event(tx: Tx, pending_id: str, reason: str, now: flo
 
 
 async def forget_events(tx: Tx, cutoff: float, limit: int) -> int:
-    """Delete up to ``limit`` events published before ``cutoff``."""
-    return len(await tx.execute("forget_domain_events", {"cutoff": cutoff, "limit": limit}))
+    """Delete up to ``limit`` events published before ``cutoff`` (with the keys waits found them by)."""
+    forgotten = len(await tx.execute("forget_domain_events", {"cutoff": cutoff, "limit": limit}))
+    await event_waits.forget(tx, cutoff, limit)
+    return forgotten
 
 
 async def forget_deliveries(tx: Tx, cutoff: float, limit: int) -> int:

@@ -11,7 +11,7 @@ uses ``journal`` and ``gate``; neither of them, nor any other subject module, us
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 from ..errors import RunNotEligible, UnknownRun
@@ -178,14 +178,19 @@ async def park_run(
     models: dict[str, str] | None = None,
     entries: Sequence[Entry] = (),
     give_back: bool = False,
+    hooks: Sequence[Callable[[Tx, float], Awaitable[bool]]] = (),
 ) -> float | None:
     """Release a held run until ``wake_at`` or a message/child it waits for; the wake time set.
 
     ``entries``: journal entries held back for this write, written first. ``give_back``: the
     run frees its concurrency slot while it waits (a parent waiting on a child), and says so
     in ``waiting_for`` (``"slot": true``), so that it takes a slot again before it goes on.
+    ``hooks``: run here, each says whether what it waits for came meanwhile (an event wait).
     """
     await journal.record_entries(tx, fence, entries)
+    for hook in hooks:
+        if await hook(tx, now):
+            wake_at = now
     if give_back:
         await gate.free_slot(tx, fence.run_id)
     if names or children:
