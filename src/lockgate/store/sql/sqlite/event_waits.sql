@@ -17,7 +17,7 @@ ON CONFLICT DO NOTHING;
 -- Parked runs holding a wait under one of the published event's keys become due now (the runs
 -- wake-up then tells the other processes). A run being executed is found by its own park instead.
 UPDATE lockgate_runs SET wake_at = :now, updated_at = :now
-WHERE id IN (SELECT run_id FROM lockgate_event_waits WHERE key IN (SELECT value FROM json_each(:keys)))
+WHERE id IN (SELECT w.run_id FROM json_each(:keys) j CROSS JOIN lockgate_event_waits w WHERE w.key = j.value)
   AND status = 'running' AND owner IS NULL AND (wake_at IS NULL OR wake_at > :now)
 RETURNING id;
 
@@ -32,8 +32,8 @@ ON CONFLICT (run_id, step_key, key) DO UPDATE SET since = EXCLUDED.since, match 
 -- name: event_candidates
 -- Events under one of the wait's keys, from its lookback on, that this run has not consumed, oldest
 -- first, after the cursor (occurred_at, event id) of the page before.
-SELECT e.* FROM lockgate_event_keys k JOIN lockgate_events e ON e.id = k.event_id
-WHERE k.key IN (SELECT value FROM json_each(:keys)) AND k.occurred_at >= :since
+SELECT e.* FROM json_each(:keys) j CROSS JOIN lockgate_event_keys k JOIN lockgate_events e ON e.id = k.event_id
+WHERE k.key = j.value AND k.occurred_at >= :since
   AND (k.occurred_at, k.event_id) > (:after_at, :after_id)
   AND NOT EXISTS (SELECT 1 FROM lockgate_event_consumed c WHERE c.run_id = :run_id AND c.event_id = k.event_id)
 ORDER BY k.occurred_at, k.event_id
