@@ -40,6 +40,8 @@ async def test_an_event_published_after_the_wait_resumes_the_parked_run(env_fact
         await env.settle()
         await parked_on(engine, h.run_id, "event:order.shipped")
         assert len(engine.executing) == 0  # parked: no task, no slot
+        run = await engine.get_run(h.run_id)
+        assert run.waiting_match == [{"event": "order.shipped", "match": {"order_id": "o1"}}]
         await engine.publish(order_shipped, None, {"order_id": "o2", "carrier": "dhl"})  # not its order
         eid = await engine.publish(order_shipped, None, {"order_id": "o1", "carrier": "fedex"})
         assert await engine.result(h.run_id, timeout=10) == [[eid, "fedex"]]

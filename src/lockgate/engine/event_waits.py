@@ -122,7 +122,19 @@ async def wait_for_event(
         await store_waits.write_waits(tx, x.run_id, key, rows, now)
         return (due is not None and due <= now) or await _find(tx, x, spec, since) is not None
 
-    await x.block(Wait(f"event:{spec.label}", wake_at=due, on_park=on_park))
+    described = [{"event": name, "match": _described(spec, x.sealer is not None)} for name in spec.declared]
+    await x.block(Wait(f"event:{spec.label}", wake_at=due, on_park=on_park, events=described))
+
+
+def _described(spec: EventWait, sealed: bool) -> Any:
+    """The match as ``show`` and the API tell it: the equalities, unless the run is encrypted."""
+    if spec.match is None:
+        return None
+    if not spec.equalities:
+        return "callable"
+    if sealed:
+        return {path: "(encrypted)" for path in spec.equalities}
+    return {path: json.loads(value) for path, value in spec.equalities.items()}
 
 
 async def _find(tx: Tx, x: Running, spec: EventWait, since: float) -> tuple[Row, Event] | None:

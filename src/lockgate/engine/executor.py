@@ -242,6 +242,7 @@ class Execution(Context):
                 entries=self._take_held(),
                 give_back=give_back,
                 hooks=[w.on_park for w in waits if w.on_park is not None],
+                events=[e for w in waits for e in w.events],
             )
         except shared.Fenced:
             return
