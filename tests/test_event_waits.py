@@ -42,6 +42,8 @@ async def test_an_event_published_after_the_wait_resumes_the_parked_run(env_fact
         assert len(engine.executing) == 0  # parked: no task, no slot
         run = await engine.get_run(h.run_id)
         assert run.waiting_match == [{"event": "order.shipped", "match": {"order_id": "o1"}}]
+        [row] = [r for r in await engine.flow("ew.ship") if r.key == ""]
+        assert row.event_waiting == {"order.shipped": 1}
         await engine.publish(order_shipped, None, {"order_id": "o2", "carrier": "dhl"})  # not its order
         eid = await engine.publish(order_shipped, None, {"order_id": "o1", "carrier": "fedex"})
         assert await engine.result(h.run_id, timeout=10) == [[eid, "fedex"]]

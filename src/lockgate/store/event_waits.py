@@ -82,9 +82,9 @@ async def run_waits(tx: Tx, run_id: str) -> list[Row]:
     return await tx.execute("run_event_waits", {"run_id": run_id})
 
 
-async def waiting_per_event(tx: Tx) -> dict[str, int]:
-    """Runs waiting per event name."""
-    return {r["name"]: int(r["waiting"]) for r in await tx.execute("waiting_per_event", {})}
+async def waiting_per_event(tx: Tx, workflow: str | None = None) -> list[Row]:
+    """Runs waiting per workflow and event name: ``{workflow, name, waiting}`` rows."""
+    return await tx.execute("waiting_per_event", {"workflow": workflow})
 
 
 async def forget(tx: Tx, cutoff: float, limit: int) -> int:

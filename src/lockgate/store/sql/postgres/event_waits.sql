@@ -60,10 +60,11 @@ SELECT step_key, name, match, since, created_at FROM lockgate_event_waits WHERE 
 ORDER BY step_key, name;
 
 -- name: waiting_per_event
--- Parked runs waiting per event name (flow()); a run that ended while waiting is not counted.
-SELECT w.name, count(DISTINCT w.run_id) AS waiting FROM lockgate_event_waits w
+-- Parked runs waiting per workflow and event name (flow()); a run that ended while waiting is not counted.
+SELECT r.workflow, w.name, count(DISTINCT w.run_id) AS waiting FROM lockgate_event_waits w
 JOIN lockgate_runs r ON r.id = w.run_id AND r.status = 'running'
-GROUP BY w.name ORDER BY w.name;
+WHERE %(workflow)s::text IS NULL OR r.workflow = %(workflow)s::text
+GROUP BY r.workflow, w.name ORDER BY r.workflow, w.name;
 
 -- name: forget_event_keys
 DELETE FROM lockgate_event_keys WHERE (key, occurred_at, event_id) IN (
