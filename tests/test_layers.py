@@ -46,6 +46,7 @@ LAYERS: dict[str, int] = {
     "lockgate.buckets": DEFINITIONS,
     "lockgate.names": DEFINITIONS,
     "lockgate.matching": DEFINITIONS,
+    "lockgate.webhooks": DEFINITIONS,
     "lockgate.store": STORE,
     "lockgate.gate": GATE,
     "lockgate.runtime": GATE,

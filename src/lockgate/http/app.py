@@ -15,6 +15,7 @@ from .. import __version__
 from ..dashboard import DASHBOARD_PREFIX, DashboardSession, install_dashboard
 from ..engine import Client
 from .head import HeadAsGet
+from .hooks import install_hooks
 from .metrics import CONTENT_TYPE_LATEST, StoreMetrics
 from .openapi import install_openapi
 from .problems import install_problem_handlers
@@ -61,6 +62,7 @@ def create_app(
     api.include_router(reads)
     api.include_router(verbs)
     app.include_router(api)
+    install_hooks(app, client)  # POST /hooks/{name}: signed by each provider, not by the API's token
 
     @app.get("/metrics", include_in_schema=False)
     async def scrape(request: Request) -> Response:

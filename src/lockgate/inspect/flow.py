@@ -6,9 +6,8 @@ from collections import defaultdict
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from ..store import event_waits
+from ..store import event_waits, ledger
 from ..store import flow as step_flow
-from ..store import ledger
 from ..store.base import Tx
 
 __all__ = ["FLOW_OUTCOMES", "FlowRow", "flow"]
