@@ -308,6 +308,7 @@ class DeliveryRecord:
     ticket: str | None
     created_at: datetime
     delivered_at: datetime | None
+    replay: int = 0  # 0: the delivery made at publish; n: the nth replay (lockgate events replay)
 
     @classmethod
     def from_row(cls, row: Mapping[str, Any]) -> DeliveryRecord:
@@ -325,6 +326,7 @@ class DeliveryRecord:
             ticket=row["ticket"],
             created_at=datetime.fromtimestamp(float(row["created_at"]), UTC),
             delivered_at=None if delivered is None else datetime.fromtimestamp(float(delivered), UTC),
+            replay=int(row.get("replay") or 0),
         )
 
     def to_dict(self) -> dict[str, Any]:
