@@ -19,9 +19,7 @@ async def test_a_replay_is_a_dry_run_until_committed_and_happens_once(env_factor
     async with env_factory(app) as env:
         engine = env.engine
         eid = await engine.publish(order_paid, {"order_id": "o1"}, {"total": 3, "tenant_id": "t"})
-        print("A", flush=True)
         await settled(engine, eid)
-        print("B", flush=True)
         now = datetime.fromtimestamp(env.clock.now(), UTC)
         window = {"since": now - timedelta(hours=1), "until": now}
         before = len(await engine.list_runs(workflow="ev.receipt"))
@@ -29,28 +27,21 @@ async def test_a_replay_is_a_dry_run_until_committed_and_happens_once(env_factor
         assert [(r.event_id, r.trigger, r.status, r.replay) for r in dry] == [(eid, RECEIPT, "would-replay", 1)]
         assert len(await engine.list_runs(workflow="ev.receipt")) == before  # nothing started
 
-        print("C", flush=True)
         [done] = await engine.replay_events("order.paid", trigger=[RECEIPT], commit=True, **window)
         assert (done.status, done.replay) == ("started", 1) and done.run_id is not None
-        print("D", flush=True)
         assert await engine.result(done.run_id, timeout=10) == 3
-        print("E", flush=True)
         assert (await engine.get_run(done.run_id)).source == "event:order.paid"
 
-        print("F", flush=True)
         [again] = await engine.replay_events("order.paid", trigger=[RECEIPT], commit=True, **window)
         assert again.status == "skipped" and "already replayed" in (again.reason or "")
-        print("G", flush=True)
         [forced] = await engine.replay_events("order.paid", trigger=[RECEIPT], commit=True, force=True, **window)
         assert (forced.status, forced.replay) == ("started", 2) and forced.run_id not in (None, done.run_id)
         assert len(await engine.list_runs(workflow="ev.receipt")) == before + 2
 
-        print("H", flush=True)
         rows = [d for d in await engine.deliveries(eid) if d.trigger == RECEIPT]
         assert [(d.replay, d.status) for d in rows] == [(0, "started"), (1, "started"), (2, "started")]
 
         # only the pairs whose first delivery failed (the mapper that raises), and it fails again, with why
-        print("I", flush=True)
         [broken] = await engine.replay_events("order.paid", status=["failed"], commit=True, **window)
         assert (broken.trigger, broken.status) == ("order.paid->broken", "failed")
         assert "mapper broke" in (broken.reason or "")
