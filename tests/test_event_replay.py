@@ -63,3 +63,23 @@ async def test_bad_replay_input_is_a_typed_error_naming_the_option(env_factory: 
             with pytest.raises(InvalidArgument, match=needle):
                 await engine.replay_events(args.pop("event"), commit=True, **args)
         assert await engine.list_events() == []
+
+
+async def test_replay_over_http(make_engine: Any) -> None:
+    import httpx
+
+    from lockgate.http import AccessPolicy, create_app
+
+    async with make_engine(app) as engine:
+        eid = await engine.publish(order_paid, {"order_id": "o9"}, {"total": 2, "tenant_id": "t"})
+        await settled(engine, eid)
+        transport = httpx.ASGITransport(app=create_app(engine.client, policy=AccessPolicy()))
+        async with httpx.AsyncClient(transport=transport, base_url="http://testserver") as http:
+            since = (datetime.now(UTC) - timedelta(hours=1)).isoformat()
+            body = {"event": "order.paid", "since": since, "trigger": [RECEIPT], "commit": True}
+            answer = await http.post("/api/v1/events/replay", json=body)
+            assert answer.status_code == 200, answer.text
+            [result] = answer.json()["results"]
+            assert (result["event_id"], result["status"], result["replay"]) == (eid, "started", 1)
+            bad = await http.post("/api/v1/events/replay", json={**body, "event": "order.nowhere"})
+            assert bad.status_code == 422 and "event:" in bad.json()["detail"]

@@ -20,6 +20,7 @@ from .metrics import CONTENT_TYPE_LATEST, StoreMetrics
 from .openapi import install_openapi
 from .problems import install_problem_handlers
 from .reads import router as reads
+from .replay import router as replay
 from .security import AccessPolicy, GuardMiddleware
 from .verbs import router as verbs
 
@@ -61,6 +62,7 @@ def create_app(
     api = APIRouter(prefix=API_PREFIX)
     api.include_router(reads)
     api.include_router(verbs)
+    api.include_router(replay)
     app.include_router(api)
     install_hooks(app, client)  # POST /hooks/{name}: signed by each provider, not by the API's token
 
