@@ -41,8 +41,6 @@ from ..records import AttemptInfo, EventInfo, RunInfo, StepInfo
 from ..serde import import_model, payload_json, validate_payload
 from ..store import Store, messages, open_store, runs, shared
 from ..store.base import Row
-from ..sweeps.events import FanOut, gate_start
-from ..sweeps.replay import ReplayResult, replay_events
 from . import events as domain_events
 from . import schedules
 from .core import Core, WorkflowRef
@@ -406,17 +404,6 @@ class Client(OperatorVerbs):
     async def deliveries(self, event_id: str) -> list[DeliveryRecord]:
         """What became of ``event_id`` for each trigger listening for it."""
         return await self.inspector.deliveries(event_id)
-
-    async def replay_events(
-        self, event: str, *, since: datetime, until: datetime, **options: Any
-    ) -> list[ReplayResult]:
-        """Offer the events ``event`` published in ``[since, until]`` to their triggers again (``sweeps/replay.py``):
-        a dry run unless ``commit=True``; ``trigger=[...]``, ``status=[...]``, ``limit=``, ``force=``."""
-        rt = self.core.runtime
-        deps = FanOut(self.store, self.clock, self.app, gate_start(rt), keyring=rt.keyring)
-        picked = {"triggers": options.pop("trigger", None), "statuses": options.pop("status", None)}
-        begin, end = since.timestamp(), until.timestamp()
-        return await replay_events(deps, event, since=begin, until=end, **picked, **options)
 
     # -- messages -----------------------------------------------------------------------
 
