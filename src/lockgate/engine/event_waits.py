@@ -166,9 +166,10 @@ async def _take(
 ) -> Event:
     """Consume the event ``found`` for the wait ``key`` and journal it, or stop the run if a cancel came first."""
     row, event = found
-    cancel = await x.store.read(_cancel_first, x, event)
-    if cancel is not None:
-        await _cancel(x, *cancel)
+    if x.host.app.get(x.row["workflow"]).cancel_on:  # else nothing could have cancelled it first
+        cancel = await x.store.read(_cancel_first, x, event)
+        if cancel is not None:
+            await _cancel(x, *cancel)
     kept = {k: row[k] for k in ("id", "name", "key", "data", "source", "trace_id", "subject", "occurred_at")}
     text = json.dumps(kept)
     output = text if x.sealer is None else x.sealer.seal(key, "output", text)
@@ -198,8 +199,6 @@ async def _cancel_first(tx: Tx, x: Running, event: Event) -> tuple[str, str] | N
     """A ``cancel_on`` event of the run's workflow that matches the run and was published no later than
     ``event``: ``(its id, the reason)``. The cancel wins then, whichever sweep or wake-up came first."""
     defn = x.host.app.get(x.row["workflow"])
-    if not defn.cancel_on:
-        return None
     at = event.occurred_at.timestamp()
     created = float(x.row["created_at"])
     for entry in defn.cancel_on:
