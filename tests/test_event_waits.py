@@ -5,11 +5,13 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+import httpx
 import pytest
 
 import lockgate as lg
 from lockgate.crypto import generate_key
 from lockgate.errors import InvalidArgument
+from lockgate.http import AccessPolicy, create_app
 
 from .apps.event_waits import Order, app, order_cancelled, order_lost, order_shipped
 
@@ -44,6 +46,13 @@ async def test_an_event_published_after_the_wait_resumes_the_parked_run(env_fact
         assert run.waiting_match == [{"event": "order.shipped", "match": {"order_id": "o1"}}]
         [row] = [r for r in await engine.flow("ew.ship") if r.key == ""]
         assert row.event_waiting == {"order.shipped": 1}
+        transport = httpx.ASGITransport(app=create_app(engine.client, policy=AccessPolicy()))
+        async with httpx.AsyncClient(transport=transport, base_url="http://testserver") as http:
+            page = await http.get("/ui/events")
+            assert page.status_code == 200 and "order.shipped: <strong>1</strong>" in page.text
+            api = (await http.get(f"/api/v1/runs/{h.run_id}")).json()["run"]
+            assert api["waiting_on"] == "event:order.shipped"
+            assert api["waiting_match"] == [{"event": "order.shipped", "match": {"order_id": "o1"}}]
         await engine.publish(order_shipped, None, {"order_id": "o2", "carrier": "dhl"})  # not its order
         eid = await engine.publish(order_shipped, None, {"order_id": "o1", "carrier": "fedex"})
         assert await engine.result(h.run_id, timeout=10) == [[eid, "fedex"]]
