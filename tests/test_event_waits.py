@@ -199,3 +199,21 @@ async def test_an_undeclared_event_is_refused(env_factory: Any) -> None:
     async with env_factory(bad) as env:
         h = await env.engine.start("ew.undeclared", {"order_id": "o"})
         assert "'order.nowhere' is not declared" in await env.engine.result(h.run_id, timeout=10)
+
+
+async def test_lockgate_check_replays_a_wait_from_its_journal(env_factory: Any, store_url: str) -> None:
+    from lockgate.inspect import connect
+    from lockgate.testing import replay_check
+
+    async with env_factory(app, encryption_keys=[KEY]) as env:
+        engine = env.engine
+        h = await engine.start("ew.ship", {"order_id": "o1", "waits": 2})
+        await env.settle()
+        first = await engine.publish(order_shipped, None, {"order_id": "o1", "carrier": "a"})
+        await env.settle()
+        await parked_on(engine, h.run_id, "event:order.shipped")  # the second wait
+        async with connect(store_url) as inspector:
+            export = await inspector.export_run(h.run_id or "")
+        verdict = await replay_check(app, export)
+        assert not verdict.breaks, verdict.to_dict()
+        assert first in export.to_json()
