@@ -10,7 +10,9 @@ Cases, each on a fresh database:
 (b) publish -> triggered start: ``--sequential`` publishes one after the other, each timed until the
     triggered run's body is entered on an ``Engine`` in this process: p50/p99 ms;
 (c) publish -> cancel: a run sleeping (parked on a timer) is cancelled by a published event through
-    ``cancel_on``; the time until its waiter learns it: p50/p99 ms.
+    ``cancel_on``; the time until its waiter learns it: p50/p99 ms;
+(d)-(f) publish -> a run parked in ``ctx.wait_for_event`` resumes, among ``--waiters`` runs waiting on
+    distinct keys, in-process and cross-process, and signed webhooks/s (``bench/event_waits.py``).
 
 Latencies (b) and (c) are bounded by the sweeps' tick (``--poll``, the engine's ``poll_interval``)
 when the publisher is another process; here the publish pokes the local fan-out at once.
@@ -30,6 +32,7 @@ from pydantic import BaseModel
 
 import lockgate as lg
 
+from . import event_waits
 from .core import Place, _folder, _pct
 from .report import Cell, machine, print_table, ratio, write_json
 
@@ -136,6 +139,15 @@ async def run(place: Place, args: argparse.Namespace) -> dict[str, Any]:
     )
     starts = sorted(await case_trigger(place.url("trigger"), args.sequential, args.poll))
     cancels = sorted(await case_cancel(place.url("cancel"), args.cancels, args.poll))
+    waits: dict[str, Any] = {}
+    if args.waiters:
+        local = await event_waits.case_wait_local(place.url("wait-local"), args.waiters, args.resumes, args.poll)
+        waits["wait_resume_in_process_ms"] = event_waits.summary(local)
+        cross = await event_waits.case_wait_cross(place.url("wait-cross"), args.waiters, args.resumes, args.poll)
+        waits["wait_resume_cross_process_ms"] = event_waits.summary(cross)
+        waits["waiters"] = args.waiters
+    if args.hooks:
+        waits["webhooks_per_s"] = await event_waits.case_hooks(place.url("hooks"), args.hooks)
     return {
         "store": place.store,
         "mode": place.mode,
@@ -144,6 +156,7 @@ async def run(place: Place, args: argparse.Namespace) -> dict[str, Any]:
         "publish_3_triggers_per_s": three,
         "publish_to_start_ms": {"p50": _pct(starts, 50), "p99": _pct(starts, 99), "n": len(starts)},
         "publish_to_cancel_ms": {"p50": _pct(cancels, 50), "p99": _pct(cancels, 99), "n": len(cancels)},
+        **waits,
     }
 
 
@@ -168,7 +181,20 @@ def _rows(result: dict[str, Any]) -> list[list[Cell]]:
         ["(b) publish -> start p99", starts["p99"], "ms", None],
         ["(c) publish -> cancel p50", cancels["p50"], "ms", None],
         ["(c) publish -> cancel p99", cancels["p99"], "ms", None],
+        *_wait_rows(result),
     ]
+
+
+def _wait_rows(result: dict[str, Any]) -> list[list[Cell]]:
+    rows: list[list[Cell]] = []
+    n = result.get("waiters")
+    for key, label in (("wait_resume_in_process_ms", "(d) in-process"), ("wait_resume_cross_process_ms", "(e) cross")):
+        if key in result:
+            for pct in ("p50", "p99"):
+                rows.append([f"{label} publish -> wait resumes {pct} ({n} waiting)", result[key][pct], "ms", None])
+    if "webhooks_per_s" in result:
+        rows.append(["(f) signed webhooks, end to end", result["webhooks_per_s"], "requests/s", None])
+    return rows
 
 
 def _parse(argv: list[str] | None) -> argparse.Namespace:
@@ -180,6 +206,9 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--sequential", type=int, default=200, help="case (b): publishes one after the other")
     parser.add_argument("--cancels", type=int, default=50, help="case (c): sleeping runs cancelled one by one")
     parser.add_argument("--poll", type=float, default=0.5, help="the engine's poll interval (sweep tick), seconds")
+    parser.add_argument("--waiters", type=int, default=10_000, help="cases (d)/(e): runs waiting (0: skip)")
+    parser.add_argument("--resumes", type=int, default=200, help="cases (d)/(e): publishes timed one by one")
+    parser.add_argument("--hooks", type=int, default=2000, help="case (f): webhook deliveries (0: skip)")
     parser.add_argument("--floor-seconds", type=float, default=1.0, help="how long the floor loop runs")
     parser.add_argument("--repeat", type=int, default=3, help="rounds of case (a); the median is reported")
     parser.add_argument("--plain", action="store_true", help="plain-text table")

@@ -53,3 +53,20 @@ def test_a_bad_payload_is_refused_naming_the_fields(cli: Lockgate) -> None:
     refused = cli("events", "publish", "order.paid", "--app", APP, "--key", "{}", "--payload", "{}", code=1)
     assert "key.order_id" in refused.err and "payload.total" in refused.err
     assert cli.json("events", "list")["events"] == []
+
+
+async def test_replay_is_a_dry_run_until_commit(cli: Lockgate, env_factory: Any) -> None:
+    key, payload = '{"order_id": "o7"}', '{"total": 3, "tenant_id": "t"}'
+    event_id = cli.json("events", "publish", "order.paid", "--app", APP, "--key", key, "--payload", payload)["event_id"]
+    async with env_factory(app) as env:
+        await settled(env.engine, event_id)
+    args = ["events", "replay", "--app", APP, "--event", "order.paid", "--since", "2000-01-01"]
+    dry = cli.json(*args, "--status", "failed")
+    assert dry["commit"] is False
+    assert [(r["trigger"], r["status"]) for r in dry["results"]] == [("order.paid->broken", "would-replay")]
+    done = cli.json(*args, "--trigger", "order.paid->ev.receipt", "--commit")
+    assert [(r["status"], r["replay"]) for r in done["results"]] == [("started", 1)]
+    again = cli.json(*args, "--trigger", "order.paid->ev.receipt", "--commit")
+    assert [r["status"] for r in again["results"]] == ["skipped"]
+    table = cli("events", "deliveries", event_id).out
+    assert "#1" in table

@@ -95,3 +95,15 @@ async def test_a_fan_out_cut_short_by_sigkill_delivers_each_event_once(
     runs = await client.list_runs(workflow="crashev.react", limit=200)
     assert sorted(r.payload["tag"] for r in runs) == sorted(f"t{n}" for n in range(40))
     assert {r.source for r in runs} == {"event:crash.happened"}
+
+
+async def test_a_wait_replayed_after_sigkill_returns_the_same_event(workers: EventWorkers, client: lg.Client) -> None:
+    h = await client.start("crashev.waiter", {"tag": "w1", "n": 7})
+    assert h.run_id is not None
+    consumed = await client.publish(crashy_events.happened, {"tag": "x"}, {"n": 7})
+    first = workers.spawn()
+    assert await workers.exited(first) == -9  # killed in the step after the wait
+    await client.publish(crashy_events.happened, {"tag": "y"}, {"n": 7})  # matches too, but later
+    workers.spawn()
+    assert await client.result(h.run_id, timeout=60) == consumed
+    assert workers.count("w1:after") == 2

@@ -47,6 +47,8 @@ LAYERS: dict[str, int] = {
     "lockgate.flowcontrol": DEFINITIONS,
     "lockgate.buckets": DEFINITIONS,
     "lockgate.names": DEFINITIONS,
+    "lockgate.matching": DEFINITIONS,
+    "lockgate.webhooks": DEFINITIONS,
     "lockgate.store": STORE,
     "lockgate.gate": GATE,
     "lockgate.engine": MACHINERY,

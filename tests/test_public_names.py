@@ -32,6 +32,7 @@ PUBLIC = [
     "FlowControl",
     "FlowRow",
     "ForeignTransaction",
+    "HmacSignature",
     "InvalidArgument",
     "JournalDecryptionError",
     "LockgateError",
@@ -65,6 +66,7 @@ PUBLIC = [
     "UnknownWorkflow",
     "UnstorableValue",
     "UpdateFailed",
+    "WebhookDef",
     "WorkflowCrashLooped",
     "WorkflowVersionIncompatible",
 ]

@@ -44,6 +44,7 @@ from .inspect import FlowRow, Trace
 from .queues import Queue
 from .records import AttemptInfo, EventInfo, RunInfo, StepInfo
 from .schedule import Schedule
+from .webhooks import HmacSignature, WebhookDef
 
 __all__ = [
     "App",
@@ -73,6 +74,7 @@ __all__ = [
     "FlowControl",
     "FlowRow",
     "ForeignTransaction",
+    "HmacSignature",
     "InvalidArgument",
     "JournalDecryptionError",
     "LockgateError",
@@ -106,6 +108,7 @@ __all__ = [
     "UnknownWorkflow",
     "UnstorableValue",
     "UpdateFailed",
+    "WebhookDef",
     "WorkflowCrashLooped",
     "WorkflowVersionIncompatible",
 ]

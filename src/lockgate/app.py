@@ -28,6 +28,7 @@ from .names import name_problem
 from .plan import GatePlan, check_shared, plan_for
 from .queues import Queue, member_controls
 from .schedule import Schedule, ScheduleDef, build_schedules
+from .webhooks import MAX_BODY, HmacSignature, Transform, WebhookDef, validate_webhooks
 
 __all__ = ["App"]
 
@@ -71,6 +72,8 @@ class App:
         self._triggers: list[TriggerDef] = []
         self._queues: list[Queue] = []
         self.events: dict[str, EventDef] = {}  # by name, once validated
+        self._webhooks: list[WebhookDef] = []
+        self.webhooks: dict[str, WebhookDef] = {}  # by name, once validated
 
     @overload
     def workflow(self, fn: F, /) -> F: ...
@@ -157,6 +160,22 @@ class App:
         """The declared triggers, in declaration order."""
         return list(self._triggers)
 
+    def webhook(
+        self,
+        name: str,
+        *,
+        event: EventDef,
+        verify: HmacSignature,
+        transform: Transform | None = None,
+        dedupe: str | None = None,
+        max_body: int = MAX_BODY,
+    ) -> WebhookDef:
+        """Accept ``POST /hooks/{name}`` signed per ``verify`` and publish it as ``event`` (see ``webhooks.py``)."""
+        hook = WebhookDef(name, event, verify, transform, dedupe, max_body)
+        self._webhooks.append(hook)
+        self._built = None
+        return hook
+
     # -- boot -------------------------------------------------------------------------
 
     def validate(self) -> dict[str, WorkflowDef]:
@@ -198,6 +217,7 @@ class App:
             models = {name: defn.payload_model for name, defn in built.items()}
             self._built_schedules = build_schedules(on_workflows, self._scheduled, models, time.time())
             self.events = validate_events(self._events, self._triggers, built)
+            self.webhooks = validate_webhooks(self._webhooks, self.events)
             self._built = built
         return self._built
 

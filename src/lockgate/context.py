@@ -124,6 +124,14 @@ class Context(abc.ABC):
         Its id; triggers start their workflows from it and ``cancel_on`` declarations see it.
         """
 
+    async def wait_for_event(
+        self, event: Any, *, match: Any = None, timeout: Duration | None = None, lookback: Duration | None = None
+    ) -> Any:
+        """The first published event (a declared one, or any of a list) that ``match`` accepts, as ``lg.Event``;
+        ``None`` when ``timeout`` passes first. Satisfied by events from ``lookback`` before the call (default:
+        since the run started; ``0``: only from now); each wait consumes one event; the run parks meanwhile."""
+        raise NotImplementedError
+
     async def rate_limit(self, name: str, *, limit: int, period: Duration, key: Any = None) -> None:
         """Wait durably for a slot of the sliding window ``name`` (``limit`` per ``period``, per ``key``),
         shared by every run that uses it; journaled, so a replay does not take a second slot."""

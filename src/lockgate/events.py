@@ -15,10 +15,11 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from .crypto import Keyring, Undecryptable, event_identity, is_sealed
+from .crypto import Keyring, Undecryptable, event_identity, is_sealed, payload_identity
 from .definitions import WorkflowDef
 from .durations import Duration, to_seconds
 from .errors import DefinitionError, PayloadError
+from .matching import Match, check_match
 from .names import name_problem
 from .origin import Subject
 from .serde import validate_payload
@@ -33,6 +34,7 @@ __all__ = [
     "Subject",
     "TriggerDef",
     "decode_event",
+    "payload_for_match",
     "validate_events",
 ]
 
@@ -128,6 +130,21 @@ def decode_event(
     )
 
 
+def payload_for_match(defn: WorkflowDef, payload_json: str, keyring: Keyring | None) -> Any:
+    """A run's (or parked start's) payload as a ``cancel_on`` match sees it: its model, opened with ``keyring``.
+
+    ``None`` when it does not validate (a batch's own payload, a model that changed); ``Undecryptable``
+    when no key opens it.
+    """
+    model = defn.gate.item_model if defn.gate is not None and defn.gate.item_model is not None else defn.payload_model
+    if is_sealed(payload_json):  # an encrypted workflow's payload: match sees it opened, or never matches
+        payload_json = (keyring or Keyring()).open(payload_json, payload_identity(defn.name))
+    try:
+        return model.model_validate_json(payload_json)
+    except ValueError:
+        return None
+
+
 EventFn = Callable[[Event], Any]
 
 
@@ -161,13 +178,14 @@ class TriggerDef:
 class CancelOn:
     """Cancel live runs and parked starts of the declaring workflow when ``event`` correlates.
 
-    ``match(ev, payload) -> bool`` is required (``lambda ev, p: True`` means every live run);
+    ``match(ev, payload) -> bool`` or a dict of equalities on the event's data is required
+    (``lambda ev, p: True`` means every live run); it is matched by the rule ``ctx.wait_for_event`` uses;
     ``within`` only cancels runs started that long before the event; ``reason`` defaults to
     ``cancel-on:<event>``.
     """
 
     event: EventDef
-    match: Callable[[Event, Any], bool] | None = None
+    match: Callable[[Event, Any], bool] | Match = None
     within: Duration | None = None
     reason: str | None = None
 
@@ -223,12 +241,16 @@ def validate_events(
                 raise DefinitionError(
                     defn.name, [option, f"event {co.event.name!r}"], "the event is not declared in this app"
                 )
-            if co.match is None or not callable(co.match):
+            if co.match is None or not (callable(co.match) or isinstance(co.match, Mapping)):
                 raise DefinitionError(
                     defn.name,
                     [f"{option}.match", f"event {co.event.name!r}"],
-                    "match is required (ev, payload) -> bool",
+                    "match is required: (ev, payload) -> bool, or a dict of field path -> value",
                 )
+            try:
+                check_match(co.match, [(co.event.name, co.event.payload)], f"{option}.match")
+            except ValueError as exc:
+                raise DefinitionError(defn.name, f"{option}.match", str(exc)) from None
             try:
                 within = co.within_seconds
             except ValueError as exc:
@@ -286,6 +308,7 @@ class DeliveryRecord:
     ticket: str | None
     created_at: datetime
     delivered_at: datetime | None
+    replay: int = 0  # 0: the delivery made at publish; n: the nth replay (lockgate events replay)
 
     @classmethod
     def from_row(cls, row: Mapping[str, Any]) -> DeliveryRecord:
@@ -303,6 +326,7 @@ class DeliveryRecord:
             ticket=row["ticket"],
             created_at=datetime.fromtimestamp(float(row["created_at"]), UTC),
             delivered_at=None if delivered is None else datetime.fromtimestamp(float(delivered), UTC),
+            replay=int(row.get("replay") or 0),
         )
 
     def to_dict(self) -> dict[str, Any]:

@@ -46,6 +46,18 @@ def _child_output(outcome: Any) -> Any:
     return outcome
 
 
+def _event_waits(row: dict[str, Any]) -> list[dict[str, Any]] | None:
+    """The event waits a parked run's ``waiting_for`` holds (``ctx.wait_for_event``), if any."""
+    text = row.get("waiting_for")
+    if not text or row.get("status") != "running" or "events" not in text:
+        return None
+    try:
+        found = json.loads(text).get("events")
+    except (ValueError, AttributeError):
+        return None
+    return found if isinstance(found, list) and found else None
+
+
 @dataclass(frozen=True)
 class RunInfo:
     """One run as stored."""
@@ -75,6 +87,7 @@ class RunInfo:
     discarded: bool
     source: str | None = None  # where the run came from (origin.py)
     trace_id: str | None = None
+    waiting_match: list[dict[str, Any]] | None = None  # the events a parked run waits for, with their match
     raw: dict[str, Any] = field(repr=False, compare=False, default_factory=dict)
 
     @classmethod
@@ -105,6 +118,7 @@ class RunInfo:
             discarded=row["discarded_at"] is not None,
             source=row.get("source"),
             trace_id=row.get("trace_id"),
+            waiting_match=_event_waits(row),
             raw=dict(row),
         )
 

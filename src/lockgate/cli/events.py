@@ -1,4 +1,4 @@
-"""``lockgate events list | show | publish | deliveries``: the domain event log and its fan-out."""
+"""``lockgate events list | show | publish | deliveries | replay``: the domain event log and its fan-out."""
 
 from __future__ import annotations
 
@@ -45,12 +45,12 @@ def events_table(found: list[EventRecord]) -> Table:
 
 def deliveries_table(found: list[DeliveryRecord]) -> Table:
     table = FitTable()
-    for column in ("trigger", "workflow", "status", "why", "gate", "run id", "ticket"):
+    for column in ("trigger", "replay", "workflow", "status", "why", "gate", "run id", "ticket"):
         table.add_column(column, no_wrap=column in ("run id", "ticket"))
     for d in found:
-        table.add_row(
-            d.trigger, d.workflow, d.status, short(d.reason, 60), d.outcome or "", d.run_id or "", d.ticket or ""
-        )
+        replay = f"#{d.replay}" if d.replay else ""
+        row = (d.workflow, d.status, short(d.reason, 60), d.outcome or "", d.run_id or "", d.ticket or "")
+        table.add_row(d.trigger, replay, *row)
     return table
 
 
@@ -148,3 +148,63 @@ def publish(name: str, key: Any, payload: Any, trace_id: str | None, app_ref: st
         console.print(f"published {name}: event {document['event_id']}, {len(document['deliveries'])} delivery(ies)")
 
     emit(fmt, document, render)
+
+
+def _utc(value: datetime) -> datetime:
+    return value if value.tzinfo is not None else value.replace(tzinfo=UTC)
+
+
+@events.command("replay")
+@click.option("--event", "event", metavar="NAME", required=True, help="The declared event whose past to replay.")
+@click.option("--trigger", "triggers", metavar="NAME", multiple=True, help="Only this trigger (repeatable).")
+@click.option(
+    "--since", type=click.DateTime(), required=True, help="Events published at or after (UTC unless it says)."
+)
+@click.option("--until", type=click.DateTime(), help="Events published at or before (default: now).")
+@click.option("--status", metavar="S,S", help="Only events whose first delivery ended so: skipped,failed,...")
+@click.option("--limit", type=count_type(1), default=100, show_default=True, help="Events read at most.")
+@click.option("--commit", is_flag=True, help="Start for real (without it: a dry run saying what would happen).")
+@click.option("--force", is_flag=True, help="Replay again what was replayed before.")
+@app_option(required=True)
+@store_option
+@format_option
+def replay(
+    event: str,
+    triggers: tuple[str, ...],
+    since: datetime,
+    until: datetime | None,
+    status: str | None,
+    limit: int,
+    commit: bool,
+    force: bool,
+    app_ref: str,
+    store: str,
+    fmt: str,
+) -> None:
+    """Offer past events to their triggers again, each through the workflow's gate (a dry run unless --commit)."""
+    app = load_app(app_ref)
+    statuses = [s.strip() for s in status.split(",") if s.strip()] if status else None
+    options: dict[str, Any] = {"trigger": list(triggers) or None, "status": statuses, "limit": limit}
+
+    async def go() -> list[Any]:
+        async with open_client(app, store) as client:
+            end = _utc(until) if until is not None else datetime.fromtimestamp(client.clock.now(), UTC)
+            return await client.replay_events(
+                event, since=_utc(since), until=end, commit=commit, force=force, **options
+            )
+
+    results = run_async(go())
+
+    def render(console: Console) -> None:
+        table = FitTable()
+        for column in ("event id", "trigger", "replay", "result", "why", "run id"):
+            table.add_column(column, no_wrap=column in ("event id", "run id"))
+        for r in results:
+            table.add_row(
+                r.event_id, r.trigger, f"#{r.replay}" if r.replay else "", r.status, r.reason or "", r.run_id or ""
+            )
+        console.print(table if results else "no event in the window")
+        if not commit:
+            console.print("dry run: nothing started (pass --commit)")
+
+    emit(fmt, {"commit": commit, "results": [r.to_dict() for r in results]}, render)

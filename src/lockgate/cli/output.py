@@ -126,6 +126,7 @@ def run_summary(run: RunInfo) -> Table:
         ("run", run.id),
         ("workflow", run.workflow),
         ("status", status_text(run.status, run.waiting_on)),
+        ("waits for", run.waiting_match and short(run.waiting_match, 200)),
         ("payload", short(run.payload, 200)),
         ("output", short(run.output, 200)),
         ("error", _error(run.error_tag, run.error_message)),

@@ -11,6 +11,7 @@ from fastapi.responses import HTMLResponse, RedirectResponse
 
 from ..errors import LockgateError, UnknownRun
 from ..inspect import RUN_STATUSES, Inspector, LedgerEntry, RunDetail
+from ..store import event_waits
 from .flowview import WINDOWS, flow_page
 from .runs_filter import RunFilter, fetch_runs
 from .site import Dashboard, dashboard
@@ -185,7 +186,11 @@ async def events(request: Request, name: str = "") -> HTMLResponse:
     d = dashboard(request)
     found = await d.inspector.list_events(name=name or None, limit=50)
     deliveries = await asyncio.gather(*(d.inspector.deliveries(e.id) for e in found))
-    return d.html(request, "events.html", name=name, events=list(zip(found, deliveries, strict=True)), active="events")
+    waiting: dict[str, int] = {}  # runs parked in ctx.wait_for_event, per event
+    for row in await d.inspector.store.read(event_waits.waiting_per_event, None):
+        waiting[row["name"]] = waiting.get(row["name"], 0) + int(row["waiting"])
+    listed = list(zip(found, deliveries, strict=True))
+    return d.html(request, "events.html", name=name, events=listed, waiting=waiting, active="events")
 
 
 @router.get("/schedules", response_class=HTMLResponse)

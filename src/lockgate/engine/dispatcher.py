@@ -97,6 +97,7 @@ class Dispatcher:
         self._suspects: dict[str, int] = {}  # rows naming this worker it did not hold at the last heartbeat
         self._background: set[asyncio.Future[Any]] = set()
         self._wake = Wakeup()
+        core.published.listen(self._wake.set)  # a publish here may have made runs waiting for it due
         self._tasks: list[asyncio.Task[Any]] = []
         self._running = False
         self._outages = Outages()

@@ -124,6 +124,9 @@ class Wait:
     children: list[str] = field(default_factory=list)
     models: dict[str, str] = field(default_factory=dict)
     flow_keys: list[str] = field(default_factory=list)  # the step flow-control keys it waits on
+    # Run in the park's transaction: whether what it waits for came meanwhile (the run is then due at once).
+    on_park: Callable[[Any, float], Awaitable[bool]] | None = None
+    events: list[dict[str, Any]] = field(default_factory=list)  # the event waits shown: name and match
 
 
 class Parked(BaseException):

@@ -14,6 +14,7 @@ from ..clock import Clock
 from ..errors import InvalidArgument
 from ..events import WILDCARD, EventDef, Subject
 from ..ids import new_id
+from ..matching import leaf_keys
 from ..store import Store
 from ..store import events as event_ops
 
@@ -97,20 +98,23 @@ async def publish(
     trace_id: str | None = None,
     subject: Subject | None = None,
     conn: Any = None,
+    event_id: str | None = None,
 ) -> str:
     """Validate, then write the event with its pending deliveries in one transaction; the event id.
 
-    ``conn``: the caller's open transaction to write them in (``Store.join``) instead of a group commit.
+    ``conn``: the caller's open transaction to write them in (``Store.join``) instead of a group commit;
+    ``event_id``: the id to publish under (a webhook's delivery id makes a provider's retry the same event).
     """
     declared = declared_event(app, event)
     key_json, data_json = declared.validate(key, payload)  # PayloadError: nothing written
     now = clock.now()
     row, deliveries = event_rows(
-        app, declared, key_json, data_json, now, source=source, trace_id=trace_id, subject=subject
+        app, declared, key_json, data_json, now, source=source, trace_id=trace_id, subject=subject, event_id=event_id
     )
+    keys = leaf_keys(declared.name, data_json)  # what runs waiting for it find it by (matching.py)
     if conn is None:
-        await store.write(event_ops.publish, row, deliveries)
+        await store.write(event_ops.publish, row, deliveries, keys)
     else:
         async with store.join(conn) as joined:
-            await event_ops.publish(joined.tx, row, deliveries)
+            await event_ops.publish(joined.tx, row, deliveries, keys)
     return str(row["id"])

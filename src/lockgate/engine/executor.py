@@ -35,7 +35,7 @@ from ..serde import conform, decode, decode_as, encode, refuse_unstorable, valid
 from ..store import Store, runs, shared
 from ..store import journal as store_journal
 from ..store.base import Row
-from . import durable, operations, run_events, stepflow
+from . import durable, event_waits, operations, run_events, stepflow
 from .children import take_back
 from .durable import Host, Parked, Wait, attempt_row, callable_facts, describe, divergence, kept_input, seen, step_entry
 
@@ -241,6 +241,8 @@ class Execution(Context):
                 models=models,
                 entries=self._take_held(),
                 give_back=give_back,
+                hooks=[w.on_park for w in waits if w.on_park is not None],
+                events=[e for w in waits for e in w.events],
             )
         except shared.Fenced:
             return
@@ -613,6 +615,9 @@ class Execution(Context):
 
     async def handle_update(self, name: str, model: type[M], handler: Callable[[M], Awaitable[T] | T]) -> T:
         return await operations.handle_update(self, name, model, handler)
+
+    async def wait_for_event(self, event: Any, **options: Any) -> Any:
+        return await event_waits.wait_for_event(self, event, **options)
 
     @property
     def subject(self) -> Subject:

@@ -38,6 +38,7 @@ from ..serde import conform, decode, decode_as, validate_payload
 from ..store.base import Row
 from .children import handle_of
 from .durable import callable_facts, describe
+from .event_waits import EventWait, recorded_event
 from .events import declared_event
 
 __all__ = ["EXPORT_FORMAT", "JournalExport", "Outcome", "ReplayVerdict", "check_export"]
@@ -232,6 +233,13 @@ class _Replay(Context):
             await self._live()
         out = entry["output"]
         return None if out is None else validate_payload(model, out, what=f"recorded signal {name!r}")
+
+    async def wait_for_event(self, event: Any, **options: Any) -> Any:
+        spec = EventWait.of(self.app, event, options.get("match"), options.get("timeout"), options.get("lookback"))
+        _, entry = self._key(f"event:{spec.label}")
+        if entry is None:
+            await self._live()
+        return recorded_event(self.app, entry["output"], None)
 
     async def handle_update(self, name: str, model: type[M], handler: Callable[[M], Awaitable[T] | T]) -> T:
         key, entry = self._key(f"update:{name}")

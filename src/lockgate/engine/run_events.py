@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..crypto import event_identity
+from ..matching import leaf_keys
 from ..serde import decode, encode
 from ..store import events as store_events
 from . import events as domain_events
@@ -36,12 +37,13 @@ async def publish(run: Running, event: Any, key: Any = None, payload: Any = None
     async with run.busy():
         now = run.clock.now()
         row, deliveries = domain_events.run_event_rows(host.app, declared, key_json, data_json, now, run.row)
+        keys = leaf_keys(declared.name, data_json)  # from the data in clear: a sealed event is found all the same
         if run.sealer is not None:  # an encrypted run's data stays sealed in what it publishes
             row["data"] = host.keyring.seal(row["data"], event_identity(row["id"]))
         entry_row = {"step_key": step_key, "kind": "publish", "status": "completed", "output": encode(row["id"])}
 
         async def write(tx: Any) -> None:  # the event, its deliveries and the journal entry commit together
-            await store_events.publish(tx, row, deliveries)
+            await store_events.publish(tx, row, deliveries, keys)
 
         await run.record_with(entry_row, write)
         host.published()

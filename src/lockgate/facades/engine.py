@@ -425,6 +425,10 @@ class Engine:
         """What became of ``event_id`` for each trigger listening for it."""
         return await self.client.deliveries(event_id)
 
+    async def replay_events(self, event: str, **options: Any) -> list[Any]:
+        """``Client.replay_events``: offer past events to their triggers again (a dry run unless ``commit=True``)."""
+        return await self.client.replay_events(event, **options)
+
     async def signal(self, run_id: str, name: str, payload: Any = None) -> None:
         """Send signal ``name`` to a live run; kept until the body waits for it."""
         await self.client.signal(run_id, name, payload)

@@ -19,6 +19,8 @@ from ..gate.pipeline import Decision
 from ..inspect import FlowKeyRow, FlowRow, Inspector, RunFilter, Trace
 from ..store import Store, flow, gate
 from ..store.base import Row, Tx
+from ..sweeps.events import FanOut, gate_start
+from ..sweeps.replay import ReplayResult, replay_events
 
 __all__ = ["BulkItem", "BulkResult", "OperatorVerbs", "bulk", "check_key_hold", "check_reason", "statuses"]
 
@@ -59,6 +61,19 @@ class OperatorVerbs:
 
     def __init__(self, core: Core) -> None:
         self.core = core
+
+    # -- events --------------------------------------------------------------------------
+
+    async def replay_events(
+        self, event: str, *, since: datetime, until: datetime, **options: Any
+    ) -> list[ReplayResult]:
+        """Offer the events ``event`` published in ``[since, until]`` to their triggers again (``sweeps/replay.py``):
+        a dry run unless ``commit=True``; ``trigger=[...]``, ``status=[...]``, ``limit=``, ``force=``."""
+        core, rt = self.core, self.core.runtime
+        deps = FanOut(core.store, core.clock, core.app, gate_start(rt), keyring=rt.keyring)
+        picked = {"triggers": options.pop("trigger", None), "statuses": options.pop("status", None)}
+        begin, end = since.timestamp(), until.timestamp()
+        return await replay_events(deps, event, since=begin, until=end, **picked, **options)
 
     # -- pauses --------------------------------------------------------------------------
 

@@ -15,10 +15,12 @@ from .. import __version__
 from ..dashboard import DASHBOARD_PREFIX, DashboardSession, install_dashboard
 from ..facades import Client
 from .head import HeadAsGet
+from .hooks import install_hooks
 from .metrics import CONTENT_TYPE_LATEST, StoreMetrics
 from .openapi import install_openapi
 from .problems import install_problem_handlers
 from .reads import router as reads
+from .replay import router as replay
 from .security import AccessPolicy, GuardMiddleware
 from .verbs import router as verbs
 
@@ -60,7 +62,9 @@ def create_app(
     api = APIRouter(prefix=API_PREFIX)
     api.include_router(reads)
     api.include_router(verbs)
+    api.include_router(replay)
     app.include_router(api)
+    install_hooks(app, client)  # POST /hooks/{name}: signed by each provider, not by the API's token
 
     @app.get("/metrics", include_in_schema=False)
     async def scrape(request: Request) -> Response:

@@ -89,6 +89,7 @@ class Run(BaseModel):
     discarded: bool
     source: str | None = None
     trace_id: str | None = None
+    waiting_match: list[dict[str, Any]] | None = None  # what a run parked on events waits for, with the match
 
     @classmethod
     def of(cls, info: RunInfo) -> Run:

@@ -6,8 +6,8 @@ from collections import defaultdict
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from ..store import event_waits, ledger
 from ..store import flow as step_flow
-from ..store import ledger
 from ..store.base import Tx
 
 __all__ = ["FLOW_OUTCOMES", "FlowRow", "flow"]
@@ -35,6 +35,7 @@ class FlowRow:
     modes: dict[str, int] = field(default_factory=dict)
     flow_waiting: int = 0  # runs parked with a step waiting for its step flow-control key (waiting_on="flow")
     sources: dict[str, int] = field(default_factory=dict)  # parked starts by where they came from (event:<name>, ...)
+    event_waiting: dict[str, int] = field(default_factory=dict)  # runs parked in ctx.wait_for_event, per event
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -66,6 +67,8 @@ async def flow(tx: Tx, now: float, *, workflow: str | None = None, since: float 
             rows[(r["workflow"], "")]["in_flight"] = int(r["in_flight"])
     for r in await step_flow.parked_runs(tx, workflow):
         rows[(r["workflow"], "")]["flow_waiting"] = int(r["n"])
+    for r in await event_waits.waiting_per_event(tx, workflow):
+        rows[(r["workflow"], "")].setdefault("event_waiting", {})[r["name"]] = int(r["waiting"])
     if since is None:
         decided = await ledger.flow_counts(tx, workflow)
     else:

@@ -8,9 +8,10 @@ pending rows. A delivery settles once (``settle_delivery`` changes only a pendin
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from typing import Any
 
-from . import gate, runs
+from . import event_waits, gate, runs
 from .base import Row, Tx
 from .shared import LIVE
 
@@ -26,17 +27,26 @@ __all__ = [
     "mark_swept",
     "pending_deliveries",
     "publish",
+    "record_replay",
+    "replay_candidates",
+    "replay_state",
     "settle_delivery",
     "started_by_key",
     "unswept_events",
 ]
 
 
-async def publish(tx: Tx, event: dict[str, Any], deliveries: list[dict[str, Any]]) -> None:
-    """Write ``event`` and one pending delivery per trigger row of ``deliveries``."""
+async def publish(
+    tx: Tx, event: dict[str, Any], deliveries: list[dict[str, Any]], keys: Sequence[str] = ()
+) -> list[str]:
+    """Write ``event``, one pending delivery per trigger row of ``deliveries`` and its match ``keys``;
+    the parked runs waiting for it (``store/event_waits.py``), woken."""
     await tx.execute("insert_domain_event", event)
     for delivery in deliveries:
         await tx.execute("insert_delivery", delivery)
+    if not keys:
+        return []
+    return await event_waits.publish_keys(tx, event["id"], event["occurred_at"], keys, event["occurred_at"])
 
 
 async def get_event(tx: Tx, event_id: str) -> Row | None:
@@ -49,7 +59,30 @@ async def list_events(tx: Tx, name: str | None, since: float | None, limit: int)
 
 
 async def list_deliveries(tx: Tx, event_id: str) -> list[Row]:
-    return await tx.execute("list_deliveries", {"event_id": event_id})
+    """The event's deliveries, then its replays (each with ``replay``: 0 for the delivery, n for the nth replay)."""
+    rows = [{**r, "replay": 0} for r in await tx.execute("list_deliveries", {"event_id": event_id})]
+    return rows + await tx.execute("list_replays", {"event_id": event_id})
+
+
+# -- replay ----------------------------------------------------------------------------------
+
+
+async def replay_candidates(tx: Tx, name: str, since: float, until: float, limit: int) -> list[Row]:
+    """Events ``name`` published in ``[since, until]``, oldest first."""
+    return await tx.execute("replay_candidates", {"name": name, "since": since, "until": until, "limit": limit})
+
+
+async def replay_state(tx: Tx, event_id: str, trigger: str) -> tuple[Row | None, int]:
+    """The event's delivery to ``trigger`` (if any) and how many times it was replayed to it."""
+    params = {"event_id": event_id, "trigger_name": trigger}
+    delivery = await tx.one("delivery_of", params)
+    last = await tx.one("last_replay", params)
+    return delivery, int(last["replay"] or 0) if last is not None else 0
+
+
+async def record_replay(tx: Tx, row: dict[str, Any]) -> bool:
+    """Record one replay of an event to a trigger; ``False`` if that replay number was taken meanwhile."""
+    return bool(await tx.execute("insert_replay", row))
 
 
 async def pending_deliveries(tx: Tx, triggers: list[str], limit: int) -> list[Row]:
@@ -176,10 +209,13 @@ async def cancel_parked_for_event(tx: Tx, pending_id: str, reason: str, now: flo
 
 
 async def forget_events(tx: Tx, cutoff: float, limit: int) -> int:
-    """Delete up to ``limit`` events published before ``cutoff``."""
-    return len(await tx.execute("forget_domain_events", {"cutoff": cutoff, "limit": limit}))
+    """Delete up to ``limit`` events published before ``cutoff`` (with the keys waits found them by)."""
+    forgotten = len(await tx.execute("forget_domain_events", {"cutoff": cutoff, "limit": limit}))
+    await event_waits.forget(tx, cutoff, limit)
+    return forgotten
 
 
 async def forget_deliveries(tx: Tx, cutoff: float, limit: int) -> int:
-    """Delete up to ``limit`` settled deliveries made before ``cutoff`` (this ends their dedupe window)."""
-    return len(await tx.execute("forget_deliveries", {"cutoff": cutoff, "limit": limit}))
+    """Delete up to ``limit`` settled deliveries (and replays) made before ``cutoff`` (ends their dedupe window)."""
+    params = {"cutoff": cutoff, "limit": limit}
+    return len(await tx.execute("forget_deliveries", params)) + len(await tx.execute("forget_replays", params))

@@ -11,7 +11,7 @@ uses ``journal`` and ``gate``; neither of them, nor any other subject module, us
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 from ..errors import RunNotEligible, UnknownRun
@@ -178,14 +178,21 @@ async def park_run(
     models: dict[str, str] | None = None,
     entries: Sequence[Entry] = (),
     give_back: bool = False,
+    hooks: Sequence[Callable[[Tx, float], Awaitable[bool]]] = (),
+    events: Sequence[dict[str, Any]] = (),
 ) -> float | None:
     """Release a held run until ``wake_at`` or a message/child it waits for; the wake time set.
 
     ``entries``: journal entries held back for this write, written first. ``give_back``: the
     run frees its concurrency slot while it waits (a parent waiting on a child), and says so
     in ``waiting_for`` (``"slot": true``), so that it takes a slot again before it goes on.
+    ``hooks``: run here, each says whether what it waits for came meanwhile (an event wait); ``events``:
+    the event waits, each ``{"event": name, "match": ...}``, kept in ``waiting_for`` to be shown.
     """
     await journal.record_entries(tx, fence, entries)
+    for hook in hooks:
+        if await hook(tx, now):
+            wake_at = now
     if give_back:
         await gate.free_slot(tx, fence.run_id)
     if names or children:
@@ -195,8 +202,10 @@ async def park_run(
         if hit is not None:
             wake_at = now
     waiting_for = None
-    if names or children or give_back:
+    if names or children or give_back or events:
         waits: dict[str, Any] = {"names": names, "children": children, "models": models or {}}
+        if events:
+            waits["events"] = list(events)
         waiting_for = dump_json({**waits, "slot": True} if give_back else waits)
     if not await tx.execute(
         "park_run",

@@ -13,14 +13,14 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
 
 from ..app import App
 from ..clock import Clock
-from ..crypto import Keyring, Undecryptable, is_sealed, payload_identity
+from ..crypto import Keyring, Undecryptable
 from ..definitions import WorkflowDef
-from ..events import CancelOn, Event, decode_event
+from ..events import CancelOn, Event, decode_event, payload_for_match
 from ..gate.runtime import WorkerRuntime
+from ..matching import event_matches
 from ..store import Store
 from ..store import events as event_ops
 from ..store.base import Row
@@ -120,23 +120,12 @@ def _parked_payloads(row: Row) -> list[str]:
 
 
 def _matches(defn: WorkflowDef, entry: CancelOn, event: Event, payload_json: str, keyring: Keyring | None) -> bool:
-    model = defn.gate.item_model if defn.gate is not None and defn.gate.item_model is not None else defn.payload_model
-    if is_sealed(payload_json):  # an encrypted workflow's payload: match sees it opened, or never matches
-        try:
-            payload_json = (keyring or Keyring()).open(payload_json, payload_identity(defn.name))
-        except Undecryptable:
-            log.warning("cancel_on of %s: no key opens a payload; event %s not matched to it", defn.name, event.id)
-            return False
     try:
-        payload: Any = model.model_validate_json(payload_json)
-    except ValueError:
-        payload = None  # a batch's own payload, or a model that changed: match sees the raw value
-    try:
-        assert entry.match is not None  # required at boot
-        return bool(entry.match(event, payload))
-    except Exception:
-        log.exception("cancel_on match of %s raised for event %s; treated as no match", defn.name, event.id)
+        payload = payload_for_match(defn, payload_json, keyring)
+    except Undecryptable:
+        log.warning("cancel_on of %s: no key opens a payload; event %s not matched to it", defn.name, event.id)
         return False
+    return event_matches(entry.match, event, payload)  # the one rule ctx.wait_for_event matches by too
 
 
 def cancel_on_sweep(worker: WorkerRuntime, settings: SweepSettings) -> Sweep | None:

@@ -76,3 +76,33 @@ DELETE FROM lockgate_deliveries WHERE id IN (
     SELECT id FROM lockgate_deliveries WHERE created_at < %(cutoff)s AND status <> 'pending' LIMIT %(limit)s
 )
 RETURNING id;
+
+-- name: replay_candidates
+-- Events of one name published in [since, until], oldest first (lockgate events replay).
+SELECT * FROM lockgate_events
+WHERE name = %(name)s AND occurred_at >= %(since)s AND occurred_at <= %(until)s
+ORDER BY occurred_at, id
+LIMIT %(limit)s;
+
+-- name: delivery_of
+SELECT * FROM lockgate_deliveries WHERE event_id = %(event_id)s AND trigger_name = %(trigger_name)s;
+
+-- name: last_replay
+SELECT max(replay) AS replay FROM lockgate_replays WHERE event_id = %(event_id)s AND trigger_name = %(trigger_name)s;
+
+-- name: insert_replay
+INSERT INTO lockgate_replays (id, event_id, trigger_name, workflow, replay, status, reason, idempotency_key,
+    outcome, run_id, ticket, created_at, delivered_at)
+VALUES (%(id)s, %(event_id)s, %(trigger_name)s, %(workflow)s, %(replay)s, %(status)s, %(reason)s,
+    %(idempotency_key)s, %(outcome)s, %(run_id)s, %(ticket)s, %(now)s, %(now)s)
+ON CONFLICT (event_id, trigger_name, replay) DO NOTHING
+RETURNING id;
+
+-- name: list_replays
+SELECT * FROM lockgate_replays WHERE event_id = %(event_id)s ORDER BY trigger_name, replay;
+
+-- name: forget_replays
+DELETE FROM lockgate_replays WHERE id IN (
+    SELECT id FROM lockgate_replays WHERE created_at < %(cutoff)s LIMIT %(limit)s
+)
+RETURNING id;

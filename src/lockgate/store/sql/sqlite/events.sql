@@ -76,3 +76,33 @@ DELETE FROM lockgate_deliveries WHERE id IN (
     SELECT id FROM lockgate_deliveries WHERE created_at < :cutoff AND status <> 'pending' LIMIT :limit
 )
 RETURNING id;
+
+-- name: replay_candidates
+-- Events of one name published in [since, until], oldest first (lockgate events replay).
+SELECT * FROM lockgate_events
+WHERE name = :name AND occurred_at >= :since AND occurred_at <= :until
+ORDER BY occurred_at, id
+LIMIT :limit;
+
+-- name: delivery_of
+SELECT * FROM lockgate_deliveries WHERE event_id = :event_id AND trigger_name = :trigger_name;
+
+-- name: last_replay
+SELECT max(replay) AS replay FROM lockgate_replays WHERE event_id = :event_id AND trigger_name = :trigger_name;
+
+-- name: insert_replay
+INSERT INTO lockgate_replays (id, event_id, trigger_name, workflow, replay, status, reason, idempotency_key,
+    outcome, run_id, ticket, created_at, delivered_at)
+VALUES (:id, :event_id, :trigger_name, :workflow, :replay, :status, :reason,
+    :idempotency_key, :outcome, :run_id, :ticket, :now, :now)
+ON CONFLICT (event_id, trigger_name, replay) DO NOTHING
+RETURNING id;
+
+-- name: list_replays
+SELECT * FROM lockgate_replays WHERE event_id = :event_id ORDER BY trigger_name, replay;
+
+-- name: forget_replays
+DELETE FROM lockgate_replays WHERE id IN (
+    SELECT id FROM lockgate_replays WHERE created_at < :cutoff LIMIT :limit
+)
+RETURNING id;
