@@ -198,6 +198,7 @@ class Replicas:
         self.standby = PrivatePostgres(bindir)
         self._ports = (self.primary.port, self.standby.port)  # fixed: the URL stays valid across failovers
         self.has_standby = False
+        self._databases = 0
 
     def start(self) -> None:
         self.primary.init()
@@ -225,7 +226,9 @@ class Replicas:
 
     def create_database(self, prefix: str = "lockgate") -> str:
         """A new database on the primary (the standby gets it by replication); its multi-host URL."""
-        name = self.primary.create_database(prefix).rsplit("/", 1)[1]
+        self._databases += 1  # counted here: the servers swap parts, the names stay unique
+        name = f"{prefix}_{self._databases}"
+        self.primary.admin(f'CREATE DATABASE "{name}"')
         return self.url(name)
 
     def replicate(self, *, synchronous: bool) -> None:
@@ -282,7 +285,9 @@ def replicas() -> Iterator[Replicas]:
     """A running primary and standby, torn down on exit; skipped (failed under CI) without binaries."""
     bindir = find_bin()
     if bindir is None:
-        unavailable("no PostgreSQL server binaries (initdb, pg_ctl, pg_basebackup) on this machine; set LOCKGATE_PG_BIN")
+        unavailable(
+            "no PostgreSQL server binaries (initdb, pg_ctl, pg_basebackup) on this machine; set LOCKGATE_PG_BIN"
+        )
     pair = Replicas(bindir)
     try:
         try:

@@ -13,11 +13,8 @@ import asyncio
 import glob
 import logging
 import sqlite3
-import subprocess
-import sys
 import time
 from collections import Counter
-from collections.abc import Iterator
 from pathlib import Path
 
 import psycopg
@@ -33,7 +30,7 @@ from .cluster.app import Job
 from .cluster.app import app as cluster_app
 from .cluster.harness import Cluster, until
 from .pg import in_ci
-from .pgserver import PrivatePostgres, free_port
+from .pgserver import PrivatePostgres
 
 pytestmark = pytest.mark.slow
 
@@ -194,41 +191,3 @@ async def test_a_commit_waiting_on_a_missing_synchronous_standby_is_reported(
             return "commits return again" in caplog.text
 
         await until(mended, timeout=5, what="the end of the stall said")
-
-
-# -- bad input: a store that cannot take writes -------------------------------------------------
-
-
-@pytest.fixture
-def standby(private_pg: PrivatePostgres) -> Iterator[PrivatePostgres]:
-    """A streaming standby of the session's private server (its own directory, removed at the end)."""
-    server = PrivatePostgres(private_pg.bindir)
-    try:
-        server.init_standby(private_pg)
-        server.start()
-        yield server
-    finally:
-        server.close()
-
-
-def _serve_line(store: str) -> tuple[int, str]:
-    done = subprocess.run(
-        [sys.executable, "-m", "lockgate.cli", "serve", "tests.cluster.app:app", "--store", store, "--no-http"],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        cwd=Path(__file__).resolve().parents[1],
-    )
-    return done.returncode, done.stdout + done.stderr
-
-
-def test_a_standby_or_no_reachable_primary_is_one_clear_line(standby: PrivatePostgres) -> None:
-    code, said = _serve_line(standby.url())
-    assert code != 0 and "Traceback" not in said, said
-    assert f"127.0.0.1:{standby.port}/postgres is a standby (in recovery) and takes no writes" in said, said
-    hosts = f"postgresql://postgres@127.0.0.1:{standby.port},127.0.0.1:{free_port()}/postgres"
-    code, said = _serve_line(f"{hosts}?target_session_attrs=read-write")
-    assert code != 0 and "Traceback" not in said, said
-    lines = [line for line in said.splitlines() if line.strip()]
-    assert len(lines) == 1 and f"127.0.0.1:{standby.port} session is read-only" in lines[0], said
-    assert "Connection refused" in lines[0], said
