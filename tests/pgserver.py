@@ -88,6 +88,13 @@ class PrivatePostgres:
                 "log_min_messages = warning\n"
             )
 
+    def listen_also(self, address: str) -> None:
+        """Listen on ``address`` too (trusting its /30), e.g. the host's end of a veth pair; before ``start``."""
+        with (self.data / "postgresql.conf").open("a") as conf:
+            conf.write(f"listen_addresses = '127.0.0.1,{address}'\n")
+        with (self.data / "pg_hba.conf").open("a") as hba:
+            hba.write(f"host all all {address}/30 trust\n")
+
     def init_standby(self, primary: PrivatePostgres) -> None:
         """Make this server a streaming standby of ``primary`` (``pg_basebackup -R``); ``start()`` it then."""
         self._run(
@@ -167,7 +174,7 @@ class PrivatePostgres:
 
 
 @contextlib.contextmanager
-def private_postgres() -> Iterator[PrivatePostgres]:
+def private_postgres(*, listen_also: str | None = None) -> Iterator[PrivatePostgres]:
     """A running private server, torn down on exit; skipped (failed under CI) without binaries."""
     bindir = find_bin()
     if bindir is None:
@@ -176,6 +183,8 @@ def private_postgres() -> Iterator[PrivatePostgres]:
     try:
         try:
             server.init()
+            if listen_also:
+                server.listen_also(listen_also)
             server.start()
         except (subprocess.CalledProcessError, OSError, KeyError) as exc:
             detail = getattr(exc, "stderr", "") or ""
@@ -193,7 +202,8 @@ class Replicas:
     ``ensure_standby()`` rebuilds the dead one as a standby of the new primary.
     """
 
-    def __init__(self, bindir: Path) -> None:
+    def __init__(self, bindir: Path, *, listen_also: str | None = None) -> None:
+        self.listen_also = listen_also  # a standby copies the primary's settings: both listen there
         self.primary = PrivatePostgres(bindir)
         self.standby = PrivatePostgres(bindir)
         self._ports = (self.primary.port, self.standby.port)  # fixed: the URL stays valid across failovers
@@ -204,6 +214,8 @@ class Replicas:
         self.primary.init()
         with (self.primary.data / "postgresql.conf").open("a") as conf:
             conf.write("wal_level = replica\nmax_wal_senders = 10\nwal_sender_timeout = 5s\n")
+        if self.listen_also:
+            self.primary.listen_also(self.listen_also)
         self.primary.start()
         self.ensure_standby()
 
@@ -281,14 +293,12 @@ class Replicas:
 
 
 @contextlib.contextmanager
-def replicas() -> Iterator[Replicas]:
+def replicas(*, listen_also: str | None = None) -> Iterator[Replicas]:
     """A running primary and standby, torn down on exit; skipped (failed under CI) without binaries."""
     bindir = find_bin()
     if bindir is None:
-        unavailable(
-            "no PostgreSQL server binaries (initdb, pg_ctl, pg_basebackup) on this machine; set LOCKGATE_PG_BIN"
-        )
-    pair = Replicas(bindir)
+        unavailable("no PostgreSQL server binaries (initdb, pg_ctl, pg_basebackup); set LOCKGATE_PG_BIN")
+    pair = Replicas(bindir, listen_also=listen_also)
     try:
         try:
             pair.start()
