@@ -157,6 +157,20 @@ def test_a_clock_following_a_reading_keeps_its_time() -> None:
     assert 0.04 <= time.monotonic() - began < 1.0
 
 
+def test_a_slow_reading_moves_the_clock_no_further_than_it_knows() -> None:
+    """A reading's round trip bounds what it says: one taken across a stall does not shift time by its guess."""
+    from lockgate.clock import ClockReading
+
+    clock = SystemClock()
+    clock.follow(ClockReading(database=100.0, offset=0.0, round_trip=0.002))
+    clock.follow(ClockReading(database=200.0, offset=1.5, round_trip=4.0))  # the request waited 3 s, the answer not
+    assert clock.offset == 0.0
+    clock.follow(ClockReading(database=300.0, offset=30.0, round_trip=0.004))  # the host's clock stepped
+    assert clock.offset == pytest.approx(29.998)
+    clock.follow(ClockReading(database=400.0, offset=0.0, round_trip=50.0))
+    assert clock.offset == pytest.approx(25.0)  # moved only as far as the slow reading's bounds force it
+
+
 # -- commits that do not return ----------------------------------------------------------------
 
 
