@@ -46,7 +46,7 @@ def main() -> int:
     logging.basicConfig(filename=logs / "driver.log", level=logging.WARNING)  # the outages the driver saw
     print(f"nemesis: {args.seconds:g}s of load, {', '.join(kinds)}, a fault every ~{args.every:g}s; logs in {logs}")
     started = time.monotonic()
-    report = asyncio.run(nemesis(config, logs, say=True))
+    report = asyncio.run(nemesis(config, logs, say=True, keep=args.keep_logs))
     print(
         f"finished in {time.monotonic() - started:.0f}s; load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}"
     )

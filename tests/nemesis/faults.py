@@ -25,8 +25,10 @@ KINDS = ("kill", "stop", "partition", "skew", "failover-sync", "failover-async",
 WORKER_FAULTS = {"kill", "stop", "partition", "skew"}  # the others hit the database (every worker)
 
 FAKETIME = next(iter(glob.glob("/usr/lib/*/faketime/libfaketimeMT.so.1")), None)
-NS, HOST, PEER = "lgnem", "lgnv0", "lgnv1"
-SERVER_IP, WORKER_IP = "10.203.0.1", "10.203.0.2"
+# Named after this process: runs side by side (a long one and the suite's) keep apart.
+_ME = os.getpid() % 250
+NS, HOST, PEER = f"lgnem{os.getpid()}", f"lgn{_ME}h", f"lgn{_ME}p"
+SERVER_IP, WORKER_IP = f"10.203.{_ME}.1", f"10.203.{_ME}.2"
 
 
 @dataclass

@@ -57,6 +57,7 @@ class Config:
     burst: int = 100  # starts at once while the database restarts
     settle_timeout: float = 120.0
     seed: int | None = None
+    once: bool = False  # each kind once (shuffled), then the load stops: the short run in the suite
 
 
 @dataclass
@@ -200,6 +201,8 @@ async def _nemeses(c: _Cluster, load: _Load, rng: random.Random, stop: asyncio.E
             turn = list(c.config.kinds)
             rng.shuffle(turn)
         injected.append(await _inject(turn.pop(0), c, load, rng))
+        if c.config.once and not turn:
+            break
     return injected
 
 
@@ -274,8 +277,9 @@ async def _dump(group: Cluster, side: Cluster, injected: list[Fault], log_dir: P
     )
 
 
-async def nemesis(config: Config, log_dir: Path, *, say: bool = False) -> Report:
-    """One run; the report of its checks (``Report.faults``: every fault injected)."""
+async def nemesis(config: Config, log_dir: Path, *, say: bool = False, keep: bool = False) -> Report:
+    """One run; the report of its checks. What they read is written to ``log_dir`` on a violation
+    (always, with ``keep``)."""
     rng = random.Random(config.seed)
     async with _servers(config.kinds) as (pair, side):
         side.admin('CREATE DATABASE "nemesis"')
@@ -297,7 +301,11 @@ async def nemesis(config: Config, log_dir: Path, *, say: bool = False) -> Report
                 began = time.time()
                 driver = asyncio.create_task(load.drive(config.rate, stop))
                 nemeses = asyncio.create_task(_nemeses(c, load, rng, stop))
-                await asyncio.sleep(config.seconds)
+                if config.once:
+                    await nemeses
+                    await asyncio.sleep(1.0)
+                else:
+                    await asyncio.sleep(config.seconds)
                 stop.set()
                 injected = await nemeses
                 await driver
@@ -311,7 +319,7 @@ async def nemesis(config: Config, log_dir: Path, *, say: bool = False) -> Report
             finally:
                 await c.group.close()
         report = await check(c.group, side_group, load.arrivals, load.events, injected, (began, stopped))
-        if report.violations:
+        if report.violations or keep:
             await _dump(c.group, side_group, injected, log_dir)
     report.figures["load (s)"] = round(stopped - began, 1)
     report.figures["workers started"] = len(c.group.workers)
