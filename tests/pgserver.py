@@ -262,15 +262,24 @@ class Replicas:
                 raise TimeoutError(f"the standby is not streaming ({state or 'any'}) after {timeout}s: {states}")
             time.sleep(0.05)
 
-    def cut(self) -> None:
-        """Stop the standby receiving (its WAL receiver ends): from now on, commits reach the primary only."""
+    def cut(self) -> float:
+        """Stop the standby receiving (its WAL receiver ends): from now on, commits reach the primary only.
+
+        How far behind the standby was (seconds, ``pg_stat_replication.flush_lag``): commits acknowledged
+        that long before the cut may not have reached it either.
+        """
+        with psycopg.connect(self.primary.url(), autocommit=True, connect_timeout=5) as conn:
+            row = conn.execute(
+                "SELECT COALESCE(MAX(EXTRACT(epoch FROM flush_lag)), 0) FROM pg_stat_replication"
+            ).fetchone()
+        lag = float(row[0]) if row else 0.0
         self.standby.admin("ALTER SYSTEM SET primary_conninfo = ''")
         self.standby.admin("SELECT pg_reload_conf()")
         deadline = time.monotonic() + 30
         while True:
             with psycopg.connect(self.standby.url(), autocommit=True, connect_timeout=5) as conn:
                 if not conn.execute("SELECT 1 FROM pg_stat_wal_receiver").fetchall():
-                    return
+                    return lag
             if time.monotonic() > deadline:
                 raise TimeoutError("the standby's WAL receiver did not stop")
             time.sleep(0.05)

@@ -33,7 +33,8 @@ TERMINAL = {"succeeded", "failed", "cancelled"}
 SETTLED_AT_ARRIVAL = {"admitted", "existing", "dropped", "skipped"}
 PARKED_AT_ARRIVAL = {"queued", "collapsed", "batched"}
 EXPLAINS = 5.0  # seconds after a step's execution within which a fault explains running it again
-LAG = 0.5  # asynchronous replication: a commit acknowledged this long before the cut may not have been sent
+LAG = 0.5  # asynchronous replication: a commit acknowledged this long (beyond the lag measured) before the
+# cut may not have been sent
 
 
 @dataclass
@@ -83,7 +84,7 @@ class Report:
 
 def _lost_window(faults: list[Fault], at: float) -> bool:
     """Whether an acknowledgement at ``at`` may have been lost by an asynchronous failover."""
-    return any(f.kind == "failover-async" and f.cut - LAG <= at <= f.began for f in faults)
+    return any(f.kind == "failover-async" and f.cut - f.lag - LAG <= at <= f.began for f in faults)
 
 
 async def check(
@@ -168,7 +169,7 @@ def _explain(faults: list[Fault], pids: set[int], began: float, ended: float, ag
     for f in faults:
         if f.kind in WORKER_FAULTS and f.pid not in pids:
             continue
-        start = f.cut - LAG if f.kind == "failover-async" else f.began
+        start = f.cut - f.lag - LAG if f.kind == "failover-async" else f.began
         end = f.ended if f.kind in WORKER_FAULTS else f.ended + EXPLAINS
         if start <= again and end >= began - 0.1 and start - ended <= EXPLAINS:
             return f.kind

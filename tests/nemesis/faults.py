@@ -40,6 +40,7 @@ class Fault:
     began: float
     ended: float
     cut: float = 0.0  # failover-async: when the standby stopped receiving
+    lag: float = 0.0  # failover-async: how far behind it was then (seconds)
 
 
 def _sh(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:

@@ -52,8 +52,10 @@ class Config:
     kinds: Sequence[str] = KINDS
     every: float = 3.0
     rate: float = 4.0
-    lease: str = "2s"
-    partition_for: float = 5.0  # seconds a cut lasts (longer than the lease: the worker's runs move)
+    # Not shorter: on a shared 2-core machine (load average 10-17) a busy worker's event loop stalled
+    # for more than 2 s now and then, and its runs moved as a frozen worker's do.
+    lease: str = "3s"
+    partition_for: float = 4.0  # seconds a cut lasts (longer than the lease: the worker's runs move)
     burst: int = 100  # starts at once while the database restarts
     settle_timeout: float = 120.0
     seed: int | None = None
@@ -175,17 +177,17 @@ async def _inject(kind: str, c: _Cluster, load: _Load, rng: random.Random) -> Fa
             await asyncio.to_thread(c.pair.primary.restart, "immediate")
             await burst
             return Fault(kind, 0, began, time.time())
-        cut = 0.0
+        cut = lag = 0.0
         if kind == "failover-sync":
             await asyncio.to_thread(c.pair.replicate, synchronous=True)
             await asyncio.sleep(1.0)
         else:
             cut = time.time()
-            await asyncio.to_thread(c.pair.cut)
+            lag = await asyncio.to_thread(c.pair.cut)
             await asyncio.sleep(1.0)  # acknowledged meanwhile: on the primary only
         killed, _ = await asyncio.to_thread(c.pair.fail)
         c.rebuild = asyncio.create_task(_rebuild(c))
-        return Fault(kind, 0, killed, time.time(), cut=cut)
+        return Fault(kind, 0, killed, time.time(), cut=cut, lag=lag)
 
 
 async def _rebuild(c: _Cluster) -> None:
@@ -268,6 +270,7 @@ async def _dump(group: Cluster, side: Cluster, injected: list[Fault], log_dir: P
             "SELECT run_id, step_key, kind, status, output, started_at, finished_at FROM lockgate_journal",
         ),
         "workers": (group, "SELECT id, pid, started_at, stopped_at FROM lockgate_workers"),
+        "flow_slots": (group, "SELECT * FROM lockgate_flow_slots"),
     }
     for name, (where, query) in tables.items():
         rows = await where.fetch(query)
@@ -321,6 +324,8 @@ async def nemesis(config: Config, log_dir: Path, *, say: bool = False, keep: boo
         report = await check(c.group, side_group, load.arrivals, load.events, injected, (began, stopped))
         if report.violations or keep:
             await _dump(c.group, side_group, injected, log_dir)
+            rows = [f"{a.ticket}\t{a.workflow}\t{a.status}\t{a.run_id}\t{a.at}" for a in load.arrivals]
+            (log_dir / "arrivals.tsv").write_text("\n".join(rows))
     report.figures["load (s)"] = round(stopped - began, 1)
     report.figures["workers started"] = len(c.group.workers)
     report.figures["starts refused during outages"] = len(load.refused)
