@@ -228,12 +228,20 @@ def _merged(spans: list[tuple[float, float]]) -> list[tuple[float, float]]:
 
 
 async def _limits(side: Cluster, faults: list[Fault], report: Report) -> None:
+    """Limits bind executions under a live lease: a zombie's (a worker frozen or cut off, which cannot know
+    its lease lapsed) is cut at the fault, and what it begins before it learns so is left out."""
     killed = {f.pid: f.began for f in faults if f.kind in ("kill", "skew")}
+    cuts = [f for f in faults if f.kind in ("stop", "partition")]
     per: dict[str, dict[str, list[tuple[float, float]]]] = defaultdict(lambda: defaultdict(list))
     for run_id, key, pid, started, ended in await side.fetch(
         "SELECT run_id, key, pid, started_at, ended_at FROM nem_spans"
     ):
         end = ended if ended is not None else max(started, killed.get(pid, started + 0.3))
+        cut = next((f for f in cuts if f.pid == pid and started <= f.ended + EXPLAINS and end >= f.began), None)
+        if cut is not None:
+            if started >= cut.began:
+                continue  # begun by a zombie
+            end = cut.began  # frozen or cut off mid-step: it executes under no lease from here on
         per[key][run_id].append((started, end))
     peaks = {}
     for key, runs in sorted(per.items()):

@@ -264,7 +264,11 @@ async def _dump(group: Cluster, side: Cluster, injected: list[Fault], log_dir: P
     tables = {
         "effects": (side, "SELECT * FROM nem_effects ORDER BY at"),
         "spans": (side, "SELECT * FROM nem_spans ORDER BY started_at"),
-        "runs": (group, "SELECT id, workflow, status, owner, epoch, created_at, finished_at FROM lockgate_runs"),
+        "runs": (
+            group,
+            "SELECT id, workflow, status, owner, epoch, created_at, finished_at, lease_until, wake_at, waiting_on "
+            "FROM lockgate_runs",
+        ),
         "journal": (
             group,
             "SELECT run_id, step_key, kind, status, output, started_at, finished_at FROM lockgate_journal",
