@@ -133,6 +133,23 @@ async def test_a_run_naming_a_live_worker_that_does_not_execute_it_is_resumed(st
     assert took < 1.5 + 1.5, f"resumed after {took:.2f}s, more than two heartbeats"
 
 
+async def test_a_lapsed_lease_is_not_renewed(store_url: str) -> None:
+    """A worker frozen past its lease renews nothing on waking, even if no one took its run meanwhile:
+    others counted the lease gone (its step slots among them); the run is claimed again at a new epoch."""
+    async with lg.Client(owned, store_url) as client:
+        handles = [await client.start("owned.quick", Job(n=i)) for i in range(2)]
+        now = client.clock.now()
+        lapsed, live = (h.run_id for h in handles)
+        for run_id, until in ((lapsed, now - 0.5), (live, now + 5)):
+            query = "UPDATE lockgate_runs SET owner = {p}, epoch = 3, lease_until = {p} WHERE id = {p}"
+            assert await _execute(store_url, query, "wkr_frozen", until, run_id) == 1
+        held = {str(lapsed): 3, str(live): 3}
+        renewal = await client.core.store.write(
+            store_workers.renew_leases, "wkr_frozen", now, now + 15, held, {}, now - 60
+        )
+    assert renewal.held == {live: 3}
+
+
 async def _execute(url: str, query: str, *params: object) -> int:
     """One statement on the store's database, outside lockgate; the rows it changed."""
     if url.startswith("sqlite"):
