@@ -228,7 +228,14 @@ class Replicas:
             server.kill()  # killed already, or a standby left behind: nothing in it is kept
             shutil.rmtree(server.data)
         server.init_standby(self.primary)
-        server.start()
+        for attempt in range(3):  # the killed server's last processes may still hold its port an instant
+            try:
+                server.start()
+                break
+            except subprocess.CalledProcessError:
+                if attempt == 2:
+                    raise
+                time.sleep(1.0)
         self.has_standby = True
         self.wait_streaming()
 
