@@ -28,7 +28,7 @@ import psycopg
 
 from .pg import unavailable
 
-__all__ = ["PrivatePostgres", "find_bin", "private_postgres"]
+__all__ = ["PrivatePostgres", "Replicas", "find_bin", "private_postgres", "replicas"]
 
 ShutdownMode = Literal["smart", "fast", "immediate"]
 
@@ -88,19 +88,39 @@ class PrivatePostgres:
                 "log_min_messages = warning\n"
             )
 
+    def listen_also(self, address: str) -> None:
+        """Listen on ``address`` too (trusting its /30), e.g. the host's end of a veth pair; before ``start``."""
+        with (self.data / "postgresql.conf").open("a") as conf:
+            conf.write(f"listen_addresses = '127.0.0.1,{address}'\n")
+        with (self.data / "pg_hba.conf").open("a") as hba:
+            hba.write(f"host all all {address}/30 trust\n")
+
     def init_standby(self, primary: PrivatePostgres) -> None:
         """Make this server a streaming standby of ``primary`` (``pg_basebackup -R``); ``start()`` it then."""
         self._run(
             "pg_basebackup", "-D", str(self.data), "-R", "-X", "stream", "-h", "127.0.0.1",
-            "-p", str(primary.port), "-U", "postgres", "--no-sync",
-        )  # fmt: skip
+            "-p", str(primary.port), "-U", "postgres", "--no-sync", "--checkpoint=fast",
+        )  # fmt: skip  # a spread checkpoint on an idle primary made this wait for minutes
         with (self.data / "postgresql.conf").open("a") as conf:  # the last setting wins over the primary's
             conf.write(f"port = {self.port}\nunix_socket_directories = '{self.root}'\nhot_standby = on\n")
+        # The primary's ALTER SYSTEM settings came along: a standby promoted later must not wait for a
+        # synchronous standby of its own, nor keep a feed cut by ``Replicas.cut``.
+        auto = self.data / "postgresql.auto.conf"
+        kept = [
+            line
+            for line in auto.read_text().splitlines()
+            if not line.startswith("synchronous_standby_names") and line != "primary_conninfo = ''"
+        ]
+        auto.write_text("\n".join(kept) + "\n")
 
     def start(self) -> None:
         """Start the server and wait until it accepts connections."""
         self._run("pg_ctl", "-D", str(self.data), "-l", str(self.log), "-w", "-t", "60", "start")
         self.wait_ready()
+
+    def promote(self) -> None:
+        """Promote this standby to a primary; returns once it takes writes."""
+        self._run("pg_ctl", "-D", str(self.data), "-w", "-t", "60", "promote")
 
     def stop(self, mode: ShutdownMode = "fast") -> None:
         self._run("pg_ctl", "-D", str(self.data), "-m", mode, "-w", "-t", "60", "stop")
@@ -154,7 +174,7 @@ class PrivatePostgres:
 
 
 @contextlib.contextmanager
-def private_postgres() -> Iterator[PrivatePostgres]:
+def private_postgres(*, listen_also: str | None = None) -> Iterator[PrivatePostgres]:
     """A running private server, torn down on exit; skipped (failed under CI) without binaries."""
     bindir = find_bin()
     if bindir is None:
@@ -163,6 +183,8 @@ def private_postgres() -> Iterator[PrivatePostgres]:
     try:
         try:
             server.init()
+            if listen_also:
+                server.listen_also(listen_also)
             server.start()
         except (subprocess.CalledProcessError, OSError, KeyError) as exc:
             detail = getattr(exc, "stderr", "") or ""
@@ -170,3 +192,135 @@ def private_postgres() -> Iterator[PrivatePostgres]:
         yield server
     finally:
         server.close()
+
+
+class Replicas:
+    """A primary and a streaming standby of it, on two private servers, for failover tests.
+
+    ``url(name)`` lists both hosts with ``target_session_attrs=read-write``: libpq finds whichever is
+    the primary. ``fail()`` kills the primary and promotes the standby; the two swap parts, and
+    ``ensure_standby()`` rebuilds the dead one as a standby of the new primary.
+    """
+
+    def __init__(self, bindir: Path, *, listen_also: str | None = None) -> None:
+        self.listen_also = listen_also  # a standby copies the primary's settings: both listen there
+        self.primary = PrivatePostgres(bindir)
+        self.standby = PrivatePostgres(bindir)
+        self._ports = (self.primary.port, self.standby.port)  # fixed: the URL stays valid across failovers
+        self.has_standby = False
+        self._databases = 0
+
+    def start(self) -> None:
+        self.primary.init()
+        with (self.primary.data / "postgresql.conf").open("a") as conf:
+            conf.write("wal_level = replica\nmax_wal_senders = 10\nwal_sender_timeout = 5s\n")
+        if self.listen_also:
+            self.primary.listen_also(self.listen_also)
+        self.primary.start()
+        self.ensure_standby()
+
+    def ensure_standby(self) -> None:
+        """A standby streaming from the current primary (a new base backup if the last one was used up)."""
+        if self.has_standby:
+            return
+        server = self.standby
+        if server.data.exists():
+            server.kill()  # killed already, or a standby left behind: nothing in it is kept
+            shutil.rmtree(server.data)
+        server.init_standby(self.primary)
+        for attempt in range(3):  # the killed server's last processes may still hold its port an instant
+            try:
+                server.start()
+                break
+            except subprocess.CalledProcessError:
+                if attempt == 2:
+                    raise
+                time.sleep(1.0)
+        self.has_standby = True
+        self.wait_streaming()
+
+    def url(self, name: str = "postgres") -> str:
+        hosts = ",".join(f"127.0.0.1:{port}" for port in self._ports)
+        return f"postgresql://postgres@{hosts}/{name}?target_session_attrs=read-write"
+
+    def create_database(self, prefix: str = "lockgate") -> str:
+        """A new database on the primary (the standby gets it by replication); its multi-host URL."""
+        self._databases += 1  # counted here: the servers swap parts, the names stay unique
+        name = f"{prefix}_{self._databases}"
+        self.primary.admin(f'CREATE DATABASE "{name}"')
+        return self.url(name)
+
+    def replicate(self, *, synchronous: bool) -> None:
+        """Synchronous: a commit returns once the standby has flushed it; asynchronous: at once."""
+        names = "*" if synchronous else ""
+        self.primary.admin(f"ALTER SYSTEM SET synchronous_standby_names = '{names}'")
+        self.primary.admin("SELECT pg_reload_conf()")
+        self.wait_streaming("sync" if synchronous else "async")
+
+    def wait_streaming(self, state: str | None = None, timeout: float = 30.0) -> None:
+        deadline = time.monotonic() + timeout
+        query = "SELECT sync_state FROM pg_stat_replication WHERE state = 'streaming'"
+        while True:
+            with psycopg.connect(self.primary.url(), autocommit=True, connect_timeout=5) as conn:
+                states = [r[0] for r in conn.execute(query).fetchall()]
+            if states and (state is None or state in states):
+                return
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"the standby is not streaming ({state or 'any'}) after {timeout}s: {states}")
+            time.sleep(0.05)
+
+    def cut(self) -> float:
+        """Stop the standby receiving (its WAL receiver ends): from now on, commits reach the primary only.
+
+        How far behind the standby was (seconds, ``pg_stat_replication.flush_lag``): commits acknowledged
+        that long before the cut may not have reached it either.
+        """
+        with psycopg.connect(self.primary.url(), autocommit=True, connect_timeout=5) as conn:
+            row = conn.execute(
+                "SELECT COALESCE(MAX(EXTRACT(epoch FROM flush_lag)), 0) FROM pg_stat_replication"
+            ).fetchone()
+        lag = float(row[0]) if row else 0.0
+        self.standby.admin("ALTER SYSTEM SET primary_conninfo = ''")
+        self.standby.admin("SELECT pg_reload_conf()")
+        deadline = time.monotonic() + 30
+        while True:
+            with psycopg.connect(self.standby.url(), autocommit=True, connect_timeout=5) as conn:
+                if not conn.execute("SELECT 1 FROM pg_stat_wal_receiver").fetchall():
+                    return lag
+            if time.monotonic() > deadline:
+                raise TimeoutError("the standby's WAL receiver did not stop")
+            time.sleep(0.05)
+
+    def fail(self) -> tuple[float, float]:
+        """``kill -9`` the primary and promote the standby; when each was done (``time.time()``)."""
+        killed = time.time()
+        self.primary.kill()
+        self.standby.promote()
+        promoted = time.time()
+        self.primary, self.standby = self.standby, self.primary
+        self.has_standby = False
+        return killed, promoted
+
+    def close(self) -> None:
+        try:
+            self.primary.close()
+        finally:
+            self.standby.close()
+
+
+@contextlib.contextmanager
+def replicas(*, listen_also: str | None = None) -> Iterator[Replicas]:
+    """A running primary and standby, torn down on exit; skipped (failed under CI) without binaries."""
+    bindir = find_bin()
+    if bindir is None:
+        unavailable("no PostgreSQL server binaries (initdb, pg_ctl, pg_basebackup); set LOCKGATE_PG_BIN")
+    pair = Replicas(bindir, listen_also=listen_also)
+    try:
+        try:
+            pair.start()
+        except (subprocess.CalledProcessError, OSError, KeyError) as exc:
+            detail = getattr(exc, "stderr", "") or ""
+            unavailable(f"cannot start a private primary and standby from {bindir}: {exc} {detail}".strip())
+        yield pair
+    finally:
+        pair.close()

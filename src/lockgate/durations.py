@@ -66,9 +66,7 @@ def to_seconds(value: Duration, *, what: str = "duration") -> float:
     elif isinstance(value, str):
         seconds = _parse_text(value, what)
     else:
-        raise InvalidArgument(
-            f"{what}: expected timedelta, seconds or a string like '15m', got {type(value).__name__}"
-        )
+        raise InvalidArgument(f"{what}: expected timedelta, seconds or a string like '15m', got {type(value).__name__}")
     if math.isnan(seconds) or seconds < 0:
         raise InvalidArgument(f"{what}: must be a duration of 0 or more, got {_shown(value)}")
     if seconds > MAX_SECONDS:

@@ -277,6 +277,7 @@ class ForeignTransaction(InvalidArgument):
     The message names both sides (the caller's connection and the store). Nothing was written.
     """
 
+
 class ChildNotStarted(StartNotAdmitted):
     """A child offered to its workflow's gate did not become a run of its own.
 

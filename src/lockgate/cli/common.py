@@ -217,9 +217,7 @@ class UserCodeFailed(click.ClickException):
 
     def __init__(self, what: str, exc: BaseException) -> None:
         frames = [
-            frame
-            for frame in traceback.extract_tb(exc.__traceback__)
-            if not frame.filename.startswith(_NOT_THEIRS)
+            frame for frame in traceback.extract_tb(exc.__traceback__) if not frame.filename.startswith(_NOT_THEIRS)
         ]
         libraries = tuple({sysconfig.get_paths()[k] for k in ("stdlib", "purelib", "platlib")})
         while frames and frames[-1].filename.startswith(libraries):
@@ -327,4 +325,3 @@ async def open_inspector(app: App, store: str, *, writes: bool = False) -> Async
 def inspector_of(client: Client | Engine) -> Inspector:
     """An ``Inspector`` on an open client's store, app and clock (a verb that reads before or after it acts)."""
     return client.inspector
-

@@ -41,6 +41,7 @@ __all__ = ["human_seconds"]
 # The decisions ``flow`` counts, in the order its table shows them.
 FLOW_COUNTS = ("in_flight", "admitted", "collapsed", "batched", "dropped", "skipped", "expired", "existing")
 
+
 def human_seconds(seconds: float | None) -> str:
     """``seconds`` for people: ``850ms``, ``12s``, ``3m05s``, ``2h10m``, ``4d3h`` (empty for ``None``)."""
     if seconds is None:

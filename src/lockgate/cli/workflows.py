@@ -46,6 +46,7 @@ __all__ = ["STATUSES", "run_filter", "usage_errors"]
 
 STATUSES = RUN_STATUSES
 
+
 @contextlib.contextmanager
 def usage_errors() -> Iterator[None]:
     """Around a check of the query/verb layer made before any store is opened: its ``InvalidArgument``

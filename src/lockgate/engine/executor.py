@@ -642,4 +642,3 @@ class Execution(Context):
     @property
     def flow_control(self) -> Any:
         return stepflow.current(self._run_flow, self._payload)
-

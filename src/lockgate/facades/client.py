@@ -644,4 +644,3 @@ class Client(OperatorVerbs):
                 await self.retry(run_id)
 
         return await bulk(self.store, mode, wanted, eligible, workflow, limit, commit, act)
-

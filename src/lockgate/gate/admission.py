@@ -203,6 +203,7 @@ async def _admit_bare_many(tx: Tx, calls: Sequence[Args]) -> list[Any]:
 MAX_PRIORITY = 1_000_000_000
 """The largest priority a callback may give (and its negative the smallest): a database integer holds it."""
 
+
 def _bare_decision(run: dict[str, Any], created: dict[str, Any], fresh: bool, now: float) -> dict[str, Any]:
     return {
         "ticket": run["ticket"],

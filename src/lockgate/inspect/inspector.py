@@ -370,6 +370,7 @@ class Inspector:
         exports = await self.store.read(replay.checkable, workflow=workflow, limit=limit, include_ended=include_ended)
         return await replay.check(self.app, exports, keyring=self.keyring)
 
+
 MAX_COUNT = 1_000_000
 """The largest count (a page's ``limit``, an ``offset``) a read takes, as the CLI's options do."""
 

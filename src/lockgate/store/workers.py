@@ -92,7 +92,8 @@ async def renew_leases(
     """
     await tx.execute("heartbeat", {"id": owner, "now": now, "clock_offset": clock_offset})
     mine = json.dumps(held)
-    rows = await tx.execute("renew_held", {"owner": owner, "lease_until": lease_until, "held": mine}) if held else []
+    params = {"owner": owner, "now": now, "lease_until": lease_until, "held": mine}
+    rows = await tx.execute("renew_held", params) if held else []
     released = []
     if suspects:
         params = {"owner": owner, "held": mine, "suspects": json.dumps(suspects)}

@@ -33,6 +33,7 @@ class Attempt:
         self.xid: str | None = None  # the transaction's id, if it wrote anything
         self.pid: int | None = None  # the server process that ran it
         self.conn: Any = None  # the connection it ran on
+        self.timeline: str | None = None  # the WAL timeline of that connection's server
         self.outcomes: list[tuple[bool, Any]] = []
 
 
@@ -49,7 +50,7 @@ class Batches(Connections):
         if self._pool is None:
             raise StoreError("the PostgreSQL store is not open")
         conn = await self._writer_connection()
-        state.conn = conn
+        state.conn, state.timeline = conn, self._timeline
         self._writing = True
         try:
             async with discarding_stale_plans(conn):

@@ -32,6 +32,9 @@ _SESSION_WRITER = (
     "WHEN '0' THEN %s ELSE current_setting('idle_in_transaction_session_timeout') END, false)"
 )
 
+# The server's WAL timeline (the WAL file name's first 8 hex digits): a promoted standby starts a new one.
+TIMELINE = "substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8)"
+
 log = logging.getLogger("lockgate.store")
 
 
@@ -45,6 +48,7 @@ class Connections(Store):
     _origin: str  # tells our own notifications from other stores'
     _pool: AsyncConnectionPool[Conn] | None
     _conn: WriterConn | None  # the writer's own
+    _timeline: str | None  # the WAL timeline the writer's server was on when it connected
     _writing: bool  # whether a batch is using it
     _closing: bool
     _down: bool
@@ -83,9 +87,12 @@ class Connections(Store):
             raise psycopg.OperationalError(f"no connection within {self.pool_timeout:g}s") from None
         try:
             await self._configure(conn, writer=True)
+            cursor = await conn.execute(f"SELECT {TIMELINE} AS timeline")
+            row = await cursor.fetchone()
         except BaseException:
             await conn.close()
             raise
+        self._timeline = None if row is None else row["timeline"]
         self._conn = conn
         return conn
 

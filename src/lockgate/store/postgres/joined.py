@@ -249,4 +249,3 @@ def _quoted(schema: str) -> str:
 def _where(conn: psycopg.AsyncConnection[Any] | psycopg.Connection[Any]) -> str:
     info = conn.info
     return f"{info.host}:{info.port}/{info.dbname}"
-

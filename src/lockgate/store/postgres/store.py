@@ -141,9 +141,7 @@ class PostgresStore(Writer, Wakeups, Joining, Stalls):
         if "connect_timeout" not in given:
             libpq.append(f"connect_timeout={_CONNECT_TIMEOUT}")
         libpq += [f"{key}={value}" for key, value in _WIRE.items() if key not in given]
-        self.statement_timeout = _positive(
-            url, "statement_timeout", mine.get("statement_timeout", "30"), integer=False
-        )
+        self.statement_timeout = _positive(url, "statement_timeout", mine.get("statement_timeout", "30"), integer=False)
         self.conninfo = urlunsplit((parts.scheme, parts.netloc, parts.path, "&".join(libpq), parts.fragment))
         self._where = redact(urlunsplit((parts.scheme, parts.netloc, parts.path, "", "")))
         self._queries = load_queries("postgres")
@@ -154,6 +152,7 @@ class PostgresStore(Writer, Wakeups, Joining, Stalls):
             if "RETURNING" not in self._queries[name].upper()
         }
         self._conn: WriterConn | None = None  # the writer's own
+        self._timeline: str | None = None  # the WAL timeline its server was on when it connected
         self._writing = False  # whether a batch is using it
         self._held = False  # whether it is spoken for: a batch is being committed, or a lone write runs on it
         self._crowded = False  # whether writes queued up while the last commit was in flight

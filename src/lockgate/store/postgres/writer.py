@@ -23,6 +23,7 @@ from ..base import Op
 from ..coalesce import Call, runs_lone
 from ..direct import DirectStatement
 from .batches import Attempt, Batches
+from .connections import TIMELINE
 from .failures import RETRIES, StalePlan, backoff, disk_full, fail, first_line
 from .tx import Conn, idle
 
@@ -209,9 +210,22 @@ class Writer(Batches):
             conn = None
             try:
                 async with self._pool.connection() as conn:
-                    cursor = await conn.execute("SELECT pg_xact_status(%s::xid8) AS status", (state.xid,))
+                    cursor = await conn.execute(
+                        f"SELECT pg_xact_status(%s::xid8) AS status, {TIMELINE} AS timeline", (state.xid,)
+                    )
                     row = await cursor.fetchone()
                     status = None if row is None else row["status"]
+                    if row is not None and state.timeline is not None and row["timeline"] != state.timeline:
+                        # A standby promoted since (a failover): transaction ids it had not received are
+                        # handed out again there, so what it says of this one may be of another.
+                        log.warning(
+                            "could not learn the outcome of transaction %s: it ran on WAL timeline %s, the server "
+                            "now answering is on %s (a failover)",
+                            state.xid,
+                            state.timeline,
+                            row["timeline"],
+                        )
+                        return None
                     if status == "in progress":
                         # Its session outlived our connection and holds the transaction open, waiting for a
                         # COMMIT that never reached it: end that session (if it is still idle in this very

@@ -37,10 +37,13 @@ RETURNING id;
 
 -- name: renew_held
 -- Only the runs this worker executes, each at the epoch it holds: a row that names this worker
--- but is not executed here (a claim whose commit a failover lost) is not kept alive by it.
+-- but is not executed here (a claim whose commit a failover lost) is not kept alive by it. Nor is
+-- a lease that lapsed (the worker was frozen or cut off): others counted it gone (its run's step
+-- slots among them) and may have used the room; the run is claimed again, at a new epoch.
 UPDATE lockgate_runs r SET lease_until = %(lease_until)s
 FROM jsonb_each_text(%(held)s::jsonb) AS h(id, epoch)
 WHERE r.id = h.id AND r.epoch = h.epoch::bigint AND r.owner = %(owner)s AND r.status = 'running'
+  AND r.lease_until >= %(now)s
 RETURNING r.id, r.epoch;
 
 -- name: unheld_runs

@@ -38,7 +38,7 @@ RETURNING id;
 -- name: renew_held
 -- Only the runs this worker executes, each at the epoch it holds (see the PostgreSQL twin).
 UPDATE lockgate_runs SET lease_until = :lease_until
-WHERE owner = :owner AND status = 'running'
+WHERE owner = :owner AND status = 'running' AND lease_until >= :now
   AND id IN (SELECT key FROM json_each(:held)) AND epoch = json_extract(:held, '$."' || id || '"')
 RETURNING id, epoch;
 
