@@ -28,6 +28,7 @@ LAYERS: dict[str, int] = {
     "lockgate.controls": DEFINITIONS,
     "lockgate.plan": DEFINITIONS,
     "lockgate.schedule": DEFINITIONS,
+    "lockgate.schedule_options": DEFINITIONS,
     "lockgate.crypto": DEFINITIONS,
     "lockgate.durations": DEFINITIONS,
     "lockgate.errors": DEFINITIONS,
@@ -52,6 +53,7 @@ LAYERS: dict[str, int] = {
     "lockgate.engine.engine": SURFACES,
     "lockgate.engine.client": SURFACES,
     "lockgate.engine.operator": SURFACES,  # the Client's verbs; flow and trace read through inspect/
+    "lockgate.engine.schedules_api": SURFACES,  # client.schedules: the runtime schedule verbs and reads
     "lockgate.engine.__init__": SURFACES,
     "lockgate.sweeps": SWEEPS,
     "lockgate.inspect": INSPECT,

@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import hashlib
 import inspect
+import itertools
+import math
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -25,7 +27,7 @@ from croniter import CroniterBadDateError, croniter  # type: ignore[import-untyp
 from pydantic import BaseModel
 
 from .durations import Duration, format_seconds, to_seconds
-from .errors import DefinitionError, InvalidArgument, LockgateError
+from .errors import DefinitionError, LockgateError, UnknownSchedule
 from .names import name_problem
 from .serde import validate_payload
 
@@ -101,6 +103,10 @@ class ScheduleDef:
     backfill: Literal["all"] | float | None  # "all", a window in seconds, or None (catch up once)
     max_runtime: float
     jitter: float
+    start_at: float | None = None
+    """No slot before this instant (a runtime schedule's ``start_at``)."""
+    end_at: float | None = None
+    """No slot after this instant: past it the schedule has ended."""
 
     @property
     def spec(self) -> str:
@@ -114,13 +120,17 @@ class ScheduleDef:
     # -- slots ----------------------------------------------------------------------------
 
     def next_after(self, instant: float) -> float:
-        """The first slot strictly after ``instant`` (epoch seconds)."""
-        return next(self._from(instant))
+        """The first slot strictly after ``instant`` (epoch seconds); ``inf`` once the schedule has ended."""
+        return next(self._from(instant), math.inf)
 
     def next_slots(self, instant: float, count: int) -> list[float]:
-        """The ``count`` slots strictly after ``instant``, in order."""
-        it = self._from(instant)
-        return [next(it) for _ in range(count)]
+        """The ``count`` slots strictly after ``instant``, in order (fewer once the schedule ends)."""
+        return list(itertools.islice(self._from(instant), count))
+
+    def next_due(self, watermark: float) -> float | None:
+        """When the first slot after ``watermark`` fires (its jitter added); ``None`` once ended."""
+        slot = self.next_after(watermark)
+        return None if math.isinf(slot) else slot + self.jitter_for(slot)
 
     def slots_between(self, start: float, end: float, limit: int | None = None) -> list[float]:
         """Slots ``s`` with ``start < s <= end``, oldest first (at most ``limit``)."""
@@ -167,6 +177,15 @@ class ScheduleDef:
         return spec
 
     def _from(self, instant: float) -> Iterator[float]:
+        if self.start_at is not None and instant < self.start_at:
+            instant = math.nextafter(self.start_at, -math.inf)  # a slot at start_at itself is one
+        slots = self._unbounded(instant)
+        if self.end_at is None:
+            return slots
+        end = self.end_at
+        return itertools.takewhile(lambda slot: slot <= end, slots)
+
+    def _unbounded(self, instant: float) -> Iterator[float]:
         if self.every is not None:
             step = self.every
             n = int(instant // step) + 1
@@ -182,10 +201,10 @@ def slot_key(schedule: str, slot: float) -> str:
     return f"{schedule}@{datetime.fromtimestamp(slot, tz=UTC).isoformat()}"
 
 
-def unknown_schedule(declared: Mapping[str, ScheduleDef], name: str) -> InvalidArgument:
+def unknown_schedule(declared: Mapping[str, ScheduleDef], name: str) -> UnknownSchedule:
     """The error for a schedule ``name`` that ``declared`` (nor, where it was asked, the store) knows."""
-    known = ", ".join(sorted(declared)) or "(none)"
-    return InvalidArgument(f"unknown schedule {name!r} (declared here: {known})")
+    known = ", ".join(sorted(declared)[:20]) or "(none)"
+    return UnknownSchedule(name, f" (declared here: {known})")
 
 
 def _cron_slots(expr: str, zone: ZoneInfo, instant: float) -> Iterator[float]:

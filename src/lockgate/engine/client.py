@@ -46,6 +46,7 @@ from . import schedules
 from .core import Core, WorkflowRef
 from .firing import Fired, ScheduleRuntime
 from .operator import BulkResult, OperatorVerbs, bulk, check_reason, statuses
+from .schedules_api import Schedules
 
 __all__ = ["DEFAULT_STORE", "Client", "WorkflowRef"]
 
@@ -81,6 +82,8 @@ class Client(OperatorVerbs):
         )
         self.schedule_owner = "client"
         """Recorded on the schedule firings this client claims (an ``Engine`` sets its worker's id)."""
+        self.schedules = Schedules(self._schedules)
+        """Runtime schedules: create, update, pause, unpause, delete, get, list (``engine/schedules_api.py``)."""
 
     @property
     def app(self) -> App:

@@ -25,6 +25,7 @@ from ..schedule import DEFAULT_MAX_RUNTIME, ScheduleDef, slot_key
 from ..store import Store, runs
 from ..store import schedules as sched_ops
 from ..store.base import Row, Tx
+from .schedule_book import ScheduleBook
 
 __all__ = ["Fired", "ScheduleRuntime", "cancel_run", "fire", "settle", "start_claimed", "start_run"]
 
@@ -75,7 +76,7 @@ class Fired:
 
     schedule: str
     scheduled_at: float
-    status: str  # taken | skipped | buffered | started | failed
+    status: str  # taken | deleted | skipped | buffered | started | failed
     why: str | None = None
     run_id: str | None = None
     ticket: str | None = None
@@ -122,7 +123,8 @@ async def fire(rt: ScheduleRuntime, sched: ScheduleDef, slot: float, cause: str,
     }
 
     async def claim(tx: Tx) -> tuple[Row | None, str | None, str | None, list[str]]:
-        await sched_ops.lock_schedule(tx, sched.name)
+        if await sched_ops.lock_schedule(tx, sched.name) is None:
+            return None, "deleted", None, []  # deleted since it was read: none of its slots fire any more
         row = await sched_ops.claim_firing(tx, firing)
         if row is None or manual:
             return row, None, None, []
@@ -149,7 +151,7 @@ async def fire(rt: ScheduleRuntime, sched: ScheduleDef, slot: float, cause: str,
 
     row, decided, why, to_cancel = await rt.store.write(claim)
     if row is None:
-        return Fired(sched.name, slot, "taken")
+        return Fired(sched.name, slot, decided or "taken")
     if decided is not None:
         return Fired(sched.name, slot, decided, why=why, firing_id=int(row["id"]))
     for run_id in to_cancel:
@@ -200,24 +202,33 @@ async def start_claimed(rt: ScheduleRuntime, sched: ScheduleDef, row: Row, expec
 _ENDED = {"succeeded": "succeeded", "failed": "failed", "cancelled": "cancelled"}
 
 
-async def settle(rt: ScheduleRuntime) -> int:
+async def settle(rt: ScheduleRuntime, book: ScheduleBook | None = None) -> int:
     """Move open firings along: finish those whose run ended, fail those past ``max_runtime``, take
     over claims their claimant abandoned, and start the next buffered firing of a schedule whose
     run ended. How many firings moved."""
     now = rt.clock.now()
     rows = await rt.store.read(sched_ops.open_firings)
+    if not rows:
+        return 0
+    defs = await (book or ScheduleBook(rt.schedules)).named(rt.store, {row["schedule"] for row in rows})
     moved = 0
     busy: set[str] = set()
     buffered: dict[str, list[Row]] = {}
     for row in rows:
-        sched = rt.schedules.get(row["schedule"])
+        sched = defs.get(row["schedule"])
         fid, status = int(row["id"]), row["status"]
         if status == "buffered":
             buffered.setdefault(row["schedule"], []).append(row)
             continue
         if status == "claimed":
             busy.add(row["schedule"])
-            if row["lease_until"] is not None and float(row["lease_until"]) < now and sched is not None:
+            abandoned = row["lease_until"] is not None and float(row["lease_until"]) < now
+            if abandoned and sched is None:  # its schedule is gone: nobody starts it any more
+                gone = "schedule deleted"
+                await rt.store.write(sched_ops.move_firing, fid, "claimed", "skipped", why=gone, finished_at=now)
+                moved += 1
+                continue
+            if abandoned and sched is not None:
                 taken = await rt.store.write(sched_ops.take_firing, fid, rt.owner, now, CLAIM_LEASE)
                 if taken is not None:
                     log.warning(
@@ -260,7 +271,7 @@ async def settle(rt: ScheduleRuntime) -> int:
     for name, waiting in buffered.items():
         if name in busy:
             continue
-        sched = rt.schedules.get(name)
+        sched = defs.get(name)
         head = waiting[0]
         if sched is None:
             await rt.store.write(
