@@ -18,6 +18,7 @@ from lockgate import sweeps
 from lockgate.engine.firing import fire
 from lockgate.engine.schedule_book import ScheduleBook
 from lockgate.store import schedules as sched_ops
+from lockgate.store.sql_files import load_queries
 from lockgate.sweeps import schedules as sweep
 from lockgate.testing import TestEnv
 
@@ -369,3 +370,29 @@ async def test_two_replicas_racing_a_due_runtime_slot_fire_it_once(env_factory: 
         ticks = await asyncio.gather(*(sweep.fire_due(r) for r in replicas))
         started = [f for t in ticks for f in t.fired if f.status == "started"]
         assert len(started) == 20 and len({f.schedule for f in started}) == 20
+
+
+async def test_the_due_read_is_an_index_range_however_many_schedules_wait(store_url: str) -> None:
+    """20,000 idle schedules: the sweep's read of the due ones searches the index on next_at."""
+    async with TestEnv(make_app(), store=store_url, start=T0):
+        pass  # migrated
+    sql = load_queries("sqlite" if store_url.startswith("sqlite") else "postgres")["schedules_due"]
+    fill = (
+        "INSERT INTO lockgate_schedules (name, workflow, spec, timezone, watermark, next_at, origin, definition, "
+        "created_at, updated_at) SELECT 'idle:' || i, 'digest', 'every 1d', 'UTC', 0, 1e10 + i, 'runtime', '{}', 0, 0 "
+    )
+    if store_url.startswith("sqlite"):
+        with sqlite3.connect(store_url.removeprefix("sqlite:///")) as lite:
+            lite.execute(
+                "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 20000) " + fill + "FROM n"
+            )
+            lite.execute("ANALYZE")
+            plan = " ".join(str(r[3]) for r in lite.execute("EXPLAIN QUERY PLAN " + sql, {"now": T0, "limit": 10}))
+        assert "USING INDEX lockgate_schedules_due" in plan, plan
+    else:
+        async with await psycopg.AsyncConnection.connect(store_url, autocommit=True) as pg:
+            await pg.execute(fill + "FROM generate_series(1, 20000) AS i")
+            await pg.execute("ANALYZE lockgate_schedules")
+            rows = await (await pg.execute("EXPLAIN " + sql, {"now": T0, "limit": 10})).fetchall()
+            plan = " ".join(r[0] for r in rows)
+        assert "Index Scan using lockgate_schedules_due" in plan and "Seq Scan" not in plan, plan
