@@ -19,6 +19,7 @@ from .metrics import CONTENT_TYPE_LATEST, StoreMetrics
 from .openapi import install_openapi
 from .problems import install_problem_handlers
 from .reads import router as reads
+from .schedules import router as schedules
 from .security import AccessPolicy, GuardMiddleware
 from .verbs import router as verbs
 
@@ -59,6 +60,7 @@ def create_app(
     install_problem_handlers(app)
     api = APIRouter(prefix=API_PREFIX)
     api.include_router(reads)
+    api.include_router(schedules)
     api.include_router(verbs)
     app.include_router(api)
 
