@@ -24,6 +24,7 @@ from ..store import schedules as sched_ops
 from ..store.base import Row, Tx
 from .firing import ScheduleRuntime
 from .schedule_due import fire_schedule
+from .schedules import register_declared
 
 __all__ = ["Created", "create", "delete", "update"]
 
@@ -51,6 +52,7 @@ async def create(
         raise InvalidSchedule(schedule_id, "paused", f"must be True or False, got {paused!r}")
     now = rt.clock.now()
     defn, note = _validated(rt, schedule_id, workflow, options, now)
+    await register_declared(rt, schedule_id)  # an id this code declares is taken, stored or not yet
     row = _row(defn, note, now, now, paused=paused)
     row.update(paused=int(paused), paused_at=now if paused else None)
 
@@ -82,6 +84,7 @@ async def create(
 async def update(rt: ScheduleRuntime, schedule_id: str, changes: Mapping[str, Any]) -> Created:
     """Change the given options of runtime schedule ``schedule_id`` (the others stay as they are)."""
     schedule_id = check_id(schedule_id)
+    await register_declared(rt, schedule_id)
     changes = dict(changes)
     workflow = changes.pop("workflow", None)
 
@@ -100,6 +103,7 @@ async def delete(rt: ScheduleRuntime, schedule_id: str, *, conn: Any = None) -> 
     """Delete runtime schedule ``schedule_id``: no slot of it fires any more. A run it started goes on;
     its firing is recorded when the run ends. Buffered firings are skipped."""
     schedule_id = check_id(schedule_id)
+    await register_declared(rt, schedule_id)
 
     async def op(tx: Tx) -> None:
         existing = await sched_ops.lock_schedule(tx, schedule_id)

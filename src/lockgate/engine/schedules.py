@@ -20,7 +20,7 @@ from ..store import schedules as sched_ops
 from .firing import Fired, ScheduleRuntime, fire
 from .schedule_book import ScheduleBook
 
-__all__ = ["BackfillSlot", "backfill", "pause", "run_now"]
+__all__ = ["BackfillSlot", "backfill", "pause", "register_declared", "run_now"]
 
 
 @dataclass(frozen=True)
@@ -44,7 +44,7 @@ async def pause(rt: ScheduleRuntime, name: str, paused: bool, reason: str | None
 
     Declared and runtime schedules alike: pausing is an operator's act, not a change of definition.
     """
-    await _register(rt, name)
+    await register_declared(rt, name)
     now = rt.clock.now()
     next_at: float | None = None
     if not paused:
@@ -59,7 +59,7 @@ async def pause(rt: ScheduleRuntime, name: str, paused: bool, reason: str | None
 async def run_now(rt: ScheduleRuntime, name: str) -> Fired:
     """Fire ``name`` now, as an operator's manual run (outside the overlap policy)."""
     sched = await _definition(rt, name)
-    await _register(rt, name)
+    await register_declared(rt, name)
     return await fire(rt, sched, rt.clock.now(), "manual", manual=True)
 
 
@@ -85,7 +85,7 @@ async def backfill(
     )
     out: list[BackfillSlot] = []
     if commit:
-        await _register(rt, name)
+        await register_declared(rt, name)
     for slot in slots:
         when = sched.local(slot)
         if slot in taken:
@@ -106,7 +106,8 @@ async def _definition(rt: ScheduleRuntime, name: str) -> ScheduleDef:
     return sched
 
 
-async def _register(rt: ScheduleRuntime, name: str) -> None:
+async def register_declared(rt: ScheduleRuntime, name: str) -> None:
+    """Record ``name``'s row if this code declares it (a verb may come before any engine ticked)."""
     sched = rt.schedules.get(name)
     if sched is not None:
         declared = [sched_ops.Declared(sched.name, sched.workflow, sched.spec, sched.timezone, sched.next_due)]
