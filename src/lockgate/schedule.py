@@ -13,12 +13,13 @@ time, multiples of the interval since the Unix epoch, untouched by DST.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import inspect
 import itertools
 import math
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Literal
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
@@ -107,6 +108,8 @@ class ScheduleDef:
     """No slot before this instant (a runtime schedule's ``start_at``)."""
     end_at: float | None = None
     """No slot after this instant: past it the schedule has ended."""
+    _last: list[float] = field(default_factory=list, init=False, compare=False, repr=False)
+    # The last ``next_after`` asked and answered: creating a schedule asks it three times of one instant.
 
     @property
     def spec(self) -> str:
@@ -121,7 +124,12 @@ class ScheduleDef:
 
     def next_after(self, instant: float) -> float:
         """The first slot strictly after ``instant`` (epoch seconds); ``inf`` once the schedule has ended."""
-        return next(self._from(instant), math.inf)
+        last = self._last
+        if last and last[0] == instant:
+            return last[1]
+        slot = next(self._from(instant), math.inf)
+        last[:] = (instant, slot)
+        return slot
 
     def next_slots(self, instant: float, count: int) -> list[float]:
         """The ``count`` slots strictly after ``instant``, in order (fewer once the schedule ends)."""
@@ -205,6 +213,12 @@ def unknown_schedule(declared: Mapping[str, ScheduleDef], name: str) -> UnknownS
     """The error for a schedule ``name`` that ``declared`` (nor, where it was asked, the store) knows."""
     known = ", ".join(sorted(declared)[:20]) or "(none)"
     return UnknownSchedule(name, f" (declared here: {known})")
+
+
+@functools.lru_cache(maxsize=4096)
+def _valid_cron(expr: str) -> bool:
+    """Whether croniter reads ``expr`` (kept: many schedules share few expressions)."""
+    return bool(croniter.is_valid(expr))
 
 
 def _cron_slots(expr: str, zone: ZoneInfo, instant: float) -> Iterator[float]:
@@ -298,7 +312,7 @@ def build_schedule(
     cron: str | None = None
     every: float | None = None
     if given.cron is not None:
-        if not isinstance(given.cron, str) or not croniter.is_valid(given.cron):
+        if not isinstance(given.cron, str) or not _valid_cron(given.cron):
             raise fail("cron", f"not a valid cron expression: {given.cron!r}")
         cron = " ".join(given.cron.split())
     else:

@@ -97,7 +97,8 @@ def build_runtime(
         raise InvalidSchedule(schedule_id, exc.fields[0], exc.problem) from None
     except LockgateError as exc:
         raise InvalidSchedule(schedule_id, "schedule", exc.message) from None
-    defn = dataclasses.replace(defn, start_at=start, end_at=end)
+    if start is not None or end is not None:
+        defn = dataclasses.replace(defn, start_at=start, end_at=end)
     if end is not None and end <= now:
         raise InvalidSchedule(schedule_id, "end_at", "is in the past: the schedule would never fire")
     return defn, note

@@ -75,7 +75,7 @@ class Schedules:
         rt = self._runtime()
         name = _workflow_name(workflow)
         done, row = await schedule_verbs.create(rt, id, name, options, paused=paused, if_exists=if_exists, conn=conn)
-        if conn is not None and done == "created":  # not committed yet: what the caller's transaction holds
+        if done == "created":  # the row as written (with conn=, not committed yet: not readable elsewhere)
             return ScheduleView.from_row(row, rt.schedules)
         return await self.get(id)
 

@@ -112,8 +112,8 @@ def _slot_of(row: Row, defn: ScheduleDef | None) -> datetime | None:
     """The schedule's next slot: after its watermark, where its definition is known and it is live."""
     if row["next_at"] is None or row["paused"] or row["orphaned_at"] is not None:
         return None
-    if defn is None or row["watermark"] is None:
-        return to_datetime(row["next_at"])
+    if defn is None or row["watermark"] is None or not defn.jitter:
+        return to_datetime(row["next_at"])  # without jitter, next_at is the slot itself
     slot = defn.next_after(float(row["watermark"]))
     return None if slot == float("inf") else datetime.fromtimestamp(slot, tz=UTC)
 
