@@ -396,3 +396,19 @@ async def test_the_due_read_is_an_index_range_however_many_schedules_wait(store_
             rows = await (await pg.execute("EXPLAIN " + sql, {"now": T0, "limit": 10})).fetchall()
             plan = " ".join(r[0] for r in rows)
         assert "Index Scan using lockgate_schedules_due" in plan and "Seq Scan" not in plan, plan
+
+
+async def test_doctor_reports_runtime_schedules_the_sweep_fell_behind_on(env_factory: Any) -> None:
+    async with env_factory(make_app(), start=T0) as env:
+        await env.engine.schedules.create("late:1", workflow="digest", every="1m", payload={"tenant": "l"})
+        await env.engine.schedules.create("idle:1", workflow="digest", every="1d", payload={"tenant": "i"})
+        inspector = env.engine.client.inspector
+        report = {f.check: f for f in (await inspector.doctor()).findings}
+        assert report["schedules"].status == "ok"
+        env.clock.advance("10m")  # no sweep ticked: late:1 is behind, idle:1 is not due
+        report = {f.check: f for f in (await inspector.doctor()).findings}
+        assert report["schedules"].status == "problem", report["schedules"]
+        assert [d["schedule"] for d in report["schedules"].details] == ["late:1"]
+        await tick(env)
+        report = {f.check: f for f in (await inspector.doctor()).findings}
+        assert report["schedules"].status == "ok"
