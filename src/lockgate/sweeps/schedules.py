@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
+import time
 from dataclasses import dataclass, field
 
 from ..engine.firing import Fired, ScheduleRuntime, settle
@@ -47,6 +49,10 @@ PARALLEL = 256
 DUE_PER_TICK = 5000
 """Schedules one tick looks at, at most (the most overdue first); the rest at the next tick."""
 
+TICK_BUDGET = 0.7
+"""Seconds of real time a tick starts schedules for; the rest stay due for the next tick. Below the
+sweep's lease (two intervals), so that no other replica's tick fires the same rows meanwhile."""
+
 UNKNOWN_RETRY = 60.0
 """Seconds before a due schedule declared by other code (not this process's) is looked at again."""
 
@@ -63,20 +69,21 @@ class Tick:
     settled: int = 0
     looked_at: int = 0
     """Schedules whose ``next_at`` had come (the tick's work)."""
+    deferred: int = 0
+    """Of those, left for the next tick once the tick's time was spent."""
 
 
 async def register(rt: ScheduleRuntime, *, orphan_others: bool) -> None:
     """Record every declared schedule; with ``orphan_others`` mark the rest of the declared ones orphaned."""
-    declared = [
-        sched_ops.Declared(s.name, s.workflow, s.spec, s.timezone, s.next_due) for s in rt.schedules.values()
-    ]
+    declared = [sched_ops.Declared(s.name, s.workflow, s.spec, s.timezone, s.next_due) for s in rt.schedules.values()]
     await rt.store.write(sched_ops.register, declared, rt.clock.now(), orphan_others=orphan_others)
 
 
-async def fire_due(rt: ScheduleRuntime, book: ScheduleBook | None = None) -> Tick:
+async def fire_due(rt: ScheduleRuntime, book: ScheduleBook | None = None, budget: float | None = None) -> Tick:
     """One tick: settle open firings, then fire the due slots of each schedule whose ``next_at`` came.
 
-    ``book`` (kept by the caller from tick to tick) holds the runtime schedules' parsed options.
+    ``book`` (kept by the caller from tick to tick) holds the runtime schedules' parsed options;
+    ``budget``: seconds after which no more schedules are started (``None``: all of them).
     """
     book = book or ScheduleBook(rt.schedules)
     tick = Tick(settled=await settle(rt, book))
@@ -84,10 +91,14 @@ async def fire_due(rt: ScheduleRuntime, book: ScheduleBook | None = None) -> Tic
     rows = await rt.store.read(sched_ops.due_schedules, now, DUE_PER_TICK)
     tick.looked_at = len(rows)
     gate = asyncio.Semaphore(PARALLEL)
+    deadline = math.inf if budget is None else time.monotonic() + budget
 
     async def one(state: Row) -> None:
         sched = book.of_row(state)
         async with gate:
+            if time.monotonic() > deadline:
+                tick.deferred += 1
+                return  # still due: the next tick takes it, most overdue first
             if sched is None:  # declared by code this process does not run: its own engines fire it
                 kept = float(state["watermark"] or 0.0)  # its watermark stays where it is
                 later = now + UNKNOWN_RETRY
@@ -129,7 +140,7 @@ def schedule_sweep(worker: WorkerRuntime, settings: SweepSettings) -> Sweep | No
         ticks += 1
         if retention is not None and ticks % FORGET_EVERY == 1:
             await forget_firings(rt, rt.clock.now() - retention)
-        return await fire_due(rt, book)
+        return await fire_due(rt, book, TICK_BUDGET)
 
     return Sweep("schedules", INTERVAL, tick)
 
