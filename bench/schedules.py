@@ -194,7 +194,7 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     runtime.add_argument("--runtime", action="store_true", help="the runtime case (bench/schedules_runtime.py)")
     runtime.add_argument("--tenants", type=int, default=100_000, help="idle runtime schedules, one per tenant")
     runtime.add_argument("--due", type=int, default=1000, help="runtime schedules due in the same second")
-    runtime.add_argument("--parallel", type=int, default=64, help="concurrent create calls")
+    runtime.add_argument("--parallel", type=int, default=256, help="concurrent create calls")
     runtime.add_argument("--ticks", type=int, default=20, help="sweep ticks timed, before and after creating")
     return parser.parse_args(argv)
 

@@ -9,8 +9,10 @@ Four figures:
   ``--parallel`` concurrent callers (one row each, through the group commit). The tenants' schedules
   are daily crons spread over the minutes of the hours ahead, so none is due while the rest runs.
 - **sweep cost per tick**: the time of one sweep tick that finds nothing due (median of
-  ``--ticks``), before any schedule exists and once every tenant's exists: equal when the tick
-  reads only the schedules due.
+  ``--ticks``), before any schedule exists and once every tenant's exists, and the database's
+  own time for the tick's read of the due schedules (PostgreSQL: ``EXPLAIN ANALYZE``; SQLite:
+  the statement timed alone): equal when the tick reads only the schedules due. The tick's
+  wall time on a busy machine is mostly waiting for the CPU.
 - **firing lag**: ``--due`` more runtime schedules share one slot (``every=--every``); the lag of
   each firing behind its slot at its claim and at its start (p50, p99), as ``bench.schedules``
   measures declared ones. A tick reaches a slot up to one sweep interval (0.5 s) after it.
@@ -24,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import sqlite3
 import statistics
 import sys
 import time
@@ -35,6 +38,7 @@ from pydantic import BaseModel
 
 import lockgate as lg
 from lockgate.engine.firing import ScheduleRuntime
+from lockgate.store.sql_files import load_queries
 from lockgate.sweeps import schedules as sweep
 
 from .core import HERE, _create_database, _drop_databases
@@ -82,6 +86,28 @@ async def _tick_cost(rt: ScheduleRuntime, ticks: int) -> float:
     return statistics.median(times)
 
 
+async def _due_read_ms(ledger: Ledger) -> float:
+    """Milliseconds the database spends on the sweep's read of the due schedules (nothing due)."""
+    dialect = "sqlite" if ledger.url.startswith("sqlite") else "postgres"
+    sql = load_queries(dialect)["schedules_due"]
+    now = time.time()
+    if dialect == "sqlite":
+        with sqlite3.connect(ledger.url.removeprefix("sqlite:///")) as conn:
+            started = time.perf_counter()
+            for _ in range(200):
+                conn.execute(sql, {"now": now, "limit": 5000}).fetchall()
+            return (time.perf_counter() - started) / 200 * 1000
+    import psycopg
+
+    async with await psycopg.AsyncConnection.connect(ledger.url, autocommit=True) as pg:
+        times = []
+        for _ in range(20):
+            cursor = await pg.execute("EXPLAIN (ANALYZE, FORMAT JSON) " + sql, {"now": now, "limit": 5000})
+            (plan,) = await cursor.fetchone()  # type: ignore[misc]
+            times.append(float(plan[0]["Execution Time"]))
+        return statistics.median(times)
+
+
 async def _table_bytes(ledger: Ledger) -> int:
     if ledger.url.startswith("sqlite"):
         rows = await ledger.fetch(  # the table, its primary key and its indexes
@@ -97,14 +123,21 @@ async def _run(client: lg.Client, url: str, args: argparse.Namespace) -> dict[st
     rt = ScheduleRuntime(client.core.runtime, "bench")
     ledger = Ledger(url)
     empty_tick = await _tick_cost(rt, args.ticks)
+    empty_read = await _due_read_ms(ledger)
     bytes_before = await _table_bytes(ledger)
     seconds = await _create_tenants(client, 0, args.tenants, args.parallel)
     bytes_after = await _table_bytes(ledger)
     full_tick = await _tick_cost(rt, args.ticks)
-    for n in range(args.due):
-        await client.schedules.create(
-            f"due:{n:05d}", workflow="bench.digest", every=args.every, payload={"tenant": n}, if_exists="skip"
-        )
+    full_read = await _due_read_ms(ledger)
+    due_names = iter(range(args.due))
+
+    async def due_caller() -> None:
+        for n in due_names:
+            await client.schedules.create(
+                f"due:{n:05d}", workflow="bench.digest", every=args.every, payload={"tenant": n}
+            )
+
+    await asyncio.gather(*(due_caller() for _ in range(args.parallel)))
     lag = await measure(url, args.due, args.every, args.timeout)
     return {
         "tenants": args.tenants,
@@ -112,6 +145,8 @@ async def _run(client: lg.Client, url: str, args: argparse.Namespace) -> dict[st
         "creates_per_s": args.tenants / seconds,
         "tick_ms_empty": empty_tick * 1000,
         "tick_ms_full": full_tick * 1000,
+        "due_read_ms_empty": empty_read,
+        "due_read_ms_full": full_read,
         "bytes_per_schedule": (bytes_after - bytes_before) / max(1, args.tenants),
         **{f"due_{k}": v for k, v in lag.items()},
     }
@@ -158,6 +193,8 @@ HEADERS = [
     "creates/s",
     "tick ms (0)",
     "tick ms (all)",
+    "due read ms (0)",
+    "due read ms (all)",
     "bytes/schedule",
     "due",
     "fired",
@@ -170,7 +207,8 @@ HEADERS = [
 
 
 def row_of(result: dict[str, Any]) -> list[Any]:
-    keys = ["store", "processes", "tenants", "creates_per_s", "tick_ms_empty", "tick_ms_full", "bytes_per_schedule"]
+    keys = ["store", "processes", "tenants", "creates_per_s", "tick_ms_empty", "tick_ms_full"]
+    keys += ["due_read_ms_empty", "due_read_ms_full", "bytes_per_schedule"]
     keys += ["due_schedules", "due_fired", "due_duplicates", "due_claim_lag_p50_s", "due_claim_lag_p99_s"]
     keys += ["due_start_lag_p50_s", "due_start_lag_p99_s"]
     return [result[k] for k in keys]
