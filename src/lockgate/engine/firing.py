@@ -10,6 +10,7 @@ firings along as their runs end.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import secrets
 from collections.abc import Mapping
@@ -30,6 +31,9 @@ from .schedule_book import ScheduleBook
 __all__ = ["Fired", "ScheduleRuntime", "cancel_run", "fire", "settle", "start_claimed", "start_run"]
 
 log = logging.getLogger("lockgate.schedules")
+
+PARALLEL = 256
+"""Firings moved at once by ``settle`` (their writes share group commits)."""
 
 CLAIM_LEASE = 5.0
 """Seconds a claimed slot waits for its claimant to start it before another replica takes it over."""
@@ -211,73 +215,86 @@ async def settle(rt: ScheduleRuntime, book: ScheduleBook | None = None) -> int:
     if not rows:
         return 0
     defs = await (book or ScheduleBook(rt.schedules)).named(rt.store, {row["schedule"] for row in rows})
-    moved = 0
     busy: set[str] = set()
     buffered: dict[str, list[Row]] = {}
-    for row in rows:
+    gate = asyncio.Semaphore(PARALLEL)
+
+    async def one(row: Row) -> int:
+        """Move one open firing along; 1 if it moved. Each is its own write: they share group commits."""
         sched = defs.get(row["schedule"])
         fid, status = int(row["id"]), row["status"]
         if status == "buffered":
             buffered.setdefault(row["schedule"], []).append(row)
-            continue
+            return 0
         if status == "claimed":
             busy.add(row["schedule"])
             abandoned = row["lease_until"] is not None and float(row["lease_until"]) < now
             if abandoned and sched is None:  # its schedule is gone: nobody starts it any more
                 gone = "schedule deleted"
-                await rt.store.write(sched_ops.move_firing, fid, "claimed", "skipped", why=gone, finished_at=now)
-                moved += 1
-                continue
+                async with gate:
+                    await rt.store.write(sched_ops.move_firing, fid, "claimed", "skipped", why=gone, finished_at=now)
+                return 1
             if abandoned and sched is not None:
-                taken = await rt.store.write(sched_ops.take_firing, fid, rt.owner, now, CLAIM_LEASE)
-                if taken is not None:
+                async with gate:
+                    taken = await rt.store.write(sched_ops.take_firing, fid, rt.owner, now, CLAIM_LEASE)
+                    if taken is None:
+                        return 0
                     log.warning(
                         "schedule %s: took over the unstarted claim of slot %s", sched.name, row["scheduled_at"]
                     )
                     await start_claimed(rt, sched, taken)
-                    moved += 1
-            continue
+                return 1
+            return 0
         run_status = row["run_status"]
         if run_status in _ENDED:
             why = row["run_error"] if run_status == "failed" else None
             finished = row["run_finished_at"]
-            await rt.store.write(
-                sched_ops.move_firing,
-                fid,
-                "started",
-                _ENDED[run_status],
-                why=why,
-                run_id=row["found_run"],
-                finished_at=float(finished) if finished is not None else now,
-            )
-            moved += 1
-            continue
+            async with gate:
+                await rt.store.write(
+                    sched_ops.move_firing,
+                    fid,
+                    "started",
+                    _ENDED[run_status],
+                    why=why,
+                    run_id=row["found_run"],
+                    finished_at=float(finished) if finished is not None else now,
+                )
+            return 1
         limit = sched.max_runtime if sched is not None else DEFAULT_MAX_RUNTIME
         if row["started_at"] is not None and now - float(row["started_at"]) > limit:
             run_id = row["found_run"] or row["run_id"]
-            if run_id is not None:
-                try:
-                    await cancel_run(rt, run_id, f"schedule {row['schedule']!r}: max_runtime exceeded")
-                except Exception as exc:
-                    log.debug("schedule %s: cancelling run %s: %s", row["schedule"], run_id, exc)
-            await rt.store.write(
-                sched_ops.move_firing, fid, "started", "failed", why="max_runtime exceeded", finished_at=now
-            )
-            moved += 1
-            continue
-        if row["run_id"] is None and row["found_run"] is not None:  # a parked start was admitted
-            await rt.store.write(sched_ops.move_firing, fid, "started", "started", run_id=row["found_run"])
+            async with gate:
+                if run_id is not None:
+                    try:
+                        await cancel_run(rt, run_id, f"schedule {row['schedule']!r}: max_runtime exceeded")
+                    except Exception as exc:
+                        log.debug("schedule %s: cancelling run %s: %s", row["schedule"], run_id, exc)
+                await rt.store.write(
+                    sched_ops.move_firing, fid, "started", "failed", why="max_runtime exceeded", finished_at=now
+                )
+            return 1
         busy.add(row["schedule"])
-    for name, waiting in buffered.items():
-        if name in busy:
-            continue
+        if row["run_id"] is None and row["found_run"] is not None:  # a parked start was admitted
+            async with gate:
+                await rt.store.write(sched_ops.move_firing, fid, "started", "started", run_id=row["found_run"])
+        return 0
+
+    moved = sum(await asyncio.gather(*(one(row) for row in rows)))
+    # The buffered heads wait for the rows' classification: a schedule still busy starts none.
+    for rows_of in buffered.values():
+        rows_of.sort(key=lambda r: (float(r["scheduled_at"]), int(r["id"])))
+
+    async def head_of(name: str, waiting: list[Row]) -> None:
         sched = defs.get(name)
         head = waiting[0]
-        if sched is None:
-            await rt.store.write(
-                sched_ops.move_firing, int(head["id"]), "buffered", "skipped", why="orphaned", finished_at=now
-            )
-        else:
-            await start_claimed(rt, sched, head, expect="buffered")
-        moved += 1
-    return moved
+        async with gate:
+            if sched is None:
+                await rt.store.write(
+                    sched_ops.move_firing, int(head["id"]), "buffered", "skipped", why="orphaned", finished_at=now
+                )
+            else:
+                await start_claimed(rt, sched, head, expect="buffered")
+
+    ready = [(name, waiting) for name, waiting in buffered.items() if name not in busy]
+    await asyncio.gather(*(head_of(name, waiting) for name, waiting in ready))
+    return moved + len(ready)
