@@ -12,8 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import math
-import time
 from dataclasses import dataclass, field
 
 from ..engine.firing import Fired, ScheduleRuntime, settle
@@ -21,6 +19,7 @@ from ..engine.schedule_book import ScheduleBook
 from ..engine.schedule_due import GRACE, MAX_PER_TICK, Due, due_slots, fire_schedule
 from ..runtime import WorkerRuntime
 from ..store import schedules as sched_ops
+from ..store import workers
 from ..store.base import Row
 from .base import Sweep, SweepSettings
 
@@ -49,10 +48,6 @@ PARALLEL = 256
 DUE_PER_TICK = 5000
 """Schedules one tick looks at, at most (the most overdue first); the rest at the next tick."""
 
-TICK_BUDGET = 0.7
-"""Seconds of real time a tick starts schedules for; the rest stay due for the next tick. Below the
-sweep's lease (two intervals), so that no other replica's tick fires the same rows meanwhile."""
-
 UNKNOWN_RETRY = 60.0
 """Seconds before a due schedule declared by other code (not this process's) is looked at again."""
 
@@ -69,8 +64,6 @@ class Tick:
     settled: int = 0
     looked_at: int = 0
     """Schedules whose ``next_at`` had come (the tick's work)."""
-    deferred: int = 0
-    """Of those, left for the next tick once the tick's time was spent."""
 
 
 async def register(rt: ScheduleRuntime, *, orphan_others: bool) -> None:
@@ -79,11 +72,10 @@ async def register(rt: ScheduleRuntime, *, orphan_others: bool) -> None:
     await rt.store.write(sched_ops.register, declared, rt.clock.now(), orphan_others=orphan_others)
 
 
-async def fire_due(rt: ScheduleRuntime, book: ScheduleBook | None = None, budget: float | None = None) -> Tick:
+async def fire_due(rt: ScheduleRuntime, book: ScheduleBook | None = None) -> Tick:
     """One tick: settle open firings, then fire the due slots of each schedule whose ``next_at`` came.
 
-    ``book`` (kept by the caller from tick to tick) holds the runtime schedules' parsed options;
-    ``budget``: seconds after which no more schedules are started (``None``: all of them).
+    ``book`` (kept by the caller from tick to tick) holds the runtime schedules' parsed options.
     """
     book = book or ScheduleBook(rt.schedules)
     tick = Tick(settled=await settle(rt, book))
@@ -91,14 +83,10 @@ async def fire_due(rt: ScheduleRuntime, book: ScheduleBook | None = None, budget
     rows = await rt.store.read(sched_ops.due_schedules, now, DUE_PER_TICK)
     tick.looked_at = len(rows)
     gate = asyncio.Semaphore(PARALLEL)
-    deadline = math.inf if budget is None else time.monotonic() + budget
 
     async def one(state: Row) -> None:
         sched = book.of_row(state)
         async with gate:
-            if time.monotonic() > deadline:
-                tick.deferred += 1
-                return  # still due: the next tick takes it, most overdue first
             if sched is None:  # declared by code this process does not run: its own engines fire it
                 kept = float(state["watermark"] or 0.0)  # its watermark stays where it is
                 later = now + UNKNOWN_RETRY
@@ -140,9 +128,27 @@ def schedule_sweep(worker: WorkerRuntime, settings: SweepSettings) -> Sweep | No
         ticks += 1
         if retention is not None and ticks % FORGET_EVERY == 1:
             await forget_firings(rt, rt.clock.now() - retention)
-        return await fire_due(rt, book, TICK_BUDGET)
+        # A tick firing thousands outlives its lease: held meanwhile, so no other replica ticks the
+        # same due rows at once (their claims would only wait on each other's locks).
+        holding = asyncio.create_task(_hold_lease(worker))
+        try:
+            return await fire_due(rt, book)
+        finally:
+            holding.cancel()
 
     return Sweep("schedules", INTERVAL, tick)
+
+
+async def _hold_lease(worker: WorkerRuntime) -> None:
+    """Renew the sweep's lease while a tick runs (as its holder: the same write that took it)."""
+    store, clock = worker.runtime.store, worker.runtime.clock
+    while True:
+        await asyncio.sleep(INTERVAL * 0.8)
+        try:
+            await store.write(workers.acquire_sweep, "schedules", worker.worker_id, clock.now(), INTERVAL * 2)
+        except Exception as exc:  # the tick's own writes meet the outage and report it
+            log.debug("schedules: renewing the sweep's lease: %s", exc)
+            return
 
 
 def runtime_for(worker: WorkerRuntime) -> ScheduleRuntime:
