@@ -3,6 +3,7 @@
     python -m bench.schedules                         # SQLite, one engine in this process
     python -m bench.schedules --store postgresql://postgres@127.0.0.1:5432/postgres   # + 3 serve processes
     python -m bench.schedules --schedules 1000 --every 10 --json /tmp/schedules.json --plain
+    python -m bench.schedules --runtime [--tenants 100000]   # runtime schedules: see bench/schedules_runtime.py
 
 ``--schedules`` schedules of one trivial workflow share ``every=--every`` seconds, so each
 multiple of it is a slot of every one of them. The benchmark waits until every schedule is
@@ -189,11 +190,19 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--timeout", type=float, default=120.0, help="seconds to wait for every firing")
     parser.add_argument("--json", help="where to write the JSON (default bench/results/schedules-<store>.json)")
     parser.add_argument("--plain", action="store_true", help="plain-text table")
+    runtime = parser.add_argument_group("runtime schedules (--runtime)")
+    runtime.add_argument("--runtime", action="store_true", help="the runtime case (bench/schedules_runtime.py)")
+    runtime.add_argument("--tenants", type=int, default=100_000, help="idle runtime schedules, one per tenant")
+    runtime.add_argument("--due", type=int, default=1000, help="runtime schedules due in the same second")
+    runtime.add_argument("--parallel", type=int, default=256, help="concurrent create calls")
+    runtime.add_argument("--ticks", type=int, default=20, help="sweep ticks timed, before and after creating")
     return parser.parse_args(argv)
 
 
 def main(argv: list[str] | None = None) -> int:
     args = _parse(argv)
+    if args.runtime:
+        return _main_runtime(args)
     with tempfile.TemporaryDirectory(prefix="lockgate-bench-") as tmp:
         folder = Path(tmp)
         runner = on_postgres if args.store else on_sqlite
@@ -219,6 +228,20 @@ def main(argv: list[str] | None = None) -> int:
     path = args.json or HERE / "results" / f"schedules-{result['store']}.json"
     write_json(path, {"machine": machine(), "args": vars(args), "result": result})
     return 0 if result["fired"] == result["schedules"] and not result["duplicates"] else 1
+
+
+def _main_runtime(args: argparse.Namespace) -> int:
+    from . import schedules_runtime as runtime
+
+    with tempfile.TemporaryDirectory(prefix="lockgate-bench-") as tmp:
+        result = asyncio.run(runtime.run_runtime(args, Path(tmp)))
+    load = os.getloadavg()
+    result["load_average"] = [round(x, 2) for x in load]
+    print_table("runtime schedules", runtime.HEADERS, [runtime.row_of(result)], plain=args.plain)
+    print(f"load average: {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}")
+    path = args.json or HERE / "results" / f"schedules-runtime-{result['store']}.json"
+    write_json(path, {"machine": machine(), "args": vars(args), "result": result})
+    return 0 if result["due_fired"] == result["due_schedules"] and not result["due_duplicates"] else 1
 
 
 if __name__ == "__main__":

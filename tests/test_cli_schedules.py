@@ -106,3 +106,24 @@ def test_serve_fires_the_schedule_and_a_removed_one_shows_orphaned(lockgate: Loc
         )
     assert listed["pulse"]["next_at"] is None and not listed["report"]["orphaned"]
     assert "orphaned" in lockgate("schedules", "list", "--app", lockgate.app).out
+
+
+def test_create_get_update_delete_a_runtime_schedule(lockgate: Lockgate) -> None:
+    made = lockgate.json(
+        "schedules", "create", "report:tenant-4711", "--workflow", "report", "--cron", "0 8 * * 1",
+        "--timezone", "Europe/Berlin", "--payload", '{"day": "monday"}', "--note", "weekly", "--app", lockgate.app,
+    )  # fmt: skip
+    assert made["origin"] == "runtime" and made["cron"] == "0 8 * * 1" and made["note"] == "weekly"
+    changed = lockgate.json("schedules", "update", "report:tenant-4711", "--every", "1h", "--app", lockgate.app)
+    assert changed["every"] == 3600 and changed["cron"] is None and changed["revision"] == 2
+    shown = lockgate("schedules", "get", "report:tenant-4711").out
+    assert "runtime" in shown and "monday" in shown
+    refused = lockgate("schedules", "delete", "pulse", "--app", lockgate.app, code=1)
+    assert "cannot delete schedule 'pulse': it is declared" in refused.err
+    bad = lockgate(
+        "schedules", "create", "x", "--workflow", "report", "--cron", "0 8 * * *", "--timezone", "Mars/Olympus",
+        "--payload", '{"day": "d"}', "--app", lockgate.app, code=1,
+    )  # fmt: skip
+    assert "timezone: unknown time zone" in bad.err
+    lockgate("schedules", "delete", "report:tenant-4711")
+    assert "unknown schedule 'report:tenant-4711'" in lockgate("schedules", "get", "report:tenant-4711", code=1).err

@@ -330,3 +330,32 @@ async def test_the_dashboard_works_mounted_inside_another_app(env_factory: Calla
             page = await http.get("/ops/ui/runs")
             assert page.status_code == 200 and 'href="/ops/ui/static/dashboard.css"' in page.text
             assert (await http.get("/ops/ui/static/dashboard.js")).status_code == 200
+
+
+async def test_the_schedules_page_creates_edits_pauses_and_deletes_runtime_schedules(
+    env_factory: Callable[..., TestEnv],
+) -> None:
+    app = make_app()
+    app.schedule("nightly", workflow="plain", cron="0 3 * * *", payload={"tenant": "all"})
+    async with env_factory(app) as env, site(env) as http:
+        form = {"id": "digest:t1", "workflow": "plain", "rule": "cron", "cron": "0 8 * * 1", "timezone": "UTC"}
+        made = await http.post(f"{UI}/schedules/create", data={**form, "payload": '{"tenant": "t1"}'})
+        assert made.status_code == 303 and made.headers["location"].endswith("/schedules?name=digest%3At1")
+        page = (await http.get(f"{UI}/schedules?name=digest:t1")).text
+        assert "cron 0 8 * * 1" in page and "/schedules/digest%3At1/edit" in page and "Delete" in page
+        bad = await http.post(f"{UI}/schedules/create", data={**form, "id": "x", "timezone": "Mars/Olympus"})
+        assert bad.status_code == 422 and "InvalidSchedule" in bad.text and "timezone" in bad.text
+        edited = await http.post(f"{UI}/schedules/digest:t1/edit", data={"rule": "every", "cron": "15m"})
+        assert edited.status_code == 303
+        assert (await env.engine.schedules.get("digest:t1")).every == 900
+        assert (await http.post(f"{UI}/schedules/digest:t1/pause", data={})).status_code == 303
+        assert (await env.engine.schedules.get("digest:t1")).paused
+        assert (await http.post(f"{UI}/schedules/digest:t1/unpause", data={})).status_code == 303
+        declared = (await http.get(f"{UI}/schedules?name=nightly")).text
+        assert "read-only" in declared and "/schedules/nightly/edit" not in declared
+        refused = await http.post(f"{UI}/schedules/nightly/delete", data={})
+        assert refused.status_code == 409 and "ScheduleNotOwned" in refused.text
+        assert (await http.post(f"{UI}/schedules/digest:t1/delete", data={})).status_code == 303
+        assert [s.id for s in (await env.engine.schedules.list()).items] == ["nightly"]
+        foreign = await http.post(f"{UI}/schedules/create", data=form, headers={"origin": "http://evil.example"})
+        assert foreign.status_code == 403

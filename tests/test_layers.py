@@ -30,6 +30,7 @@ LAYERS: dict[str, int] = {
     "lockgate.controls": DEFINITIONS,
     "lockgate.plan": DEFINITIONS,
     "lockgate.schedule": DEFINITIONS,
+    "lockgate.schedule_options": DEFINITIONS,
     "lockgate.crypto": DEFINITIONS,
     "lockgate.durations": DEFINITIONS,
     "lockgate.errors": DEFINITIONS,

@@ -15,6 +15,8 @@ from pydantic import BaseModel
 import lockgate as lg
 
 from .cluster.harness import Cluster, until
+from .cluster.runtime_schedules_app import app as runtime_app
+from .conftest import LONG
 
 
 class Slot(BaseModel):
@@ -86,3 +88,59 @@ async def test_three_processes_fire_each_second_once_through_a_kill_9(cluster: C
     assert set(slots) <= set(by_slot), "a firing without its run"
     assert {status for _, status, _ in firings} == {"succeeded"}, firings
     assert slots[0] - started < 5
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(240)
+async def test_three_processes_fire_runtime_schedules_once_through_a_kill_9(cluster: Cluster) -> None:
+    """Runtime schedules every second on three ``lockgate serve`` processes, the sweep's holder killed
+    halfway: every slot of every schedule fires once (50 for 10 s; LOCKGATE_TORTURE=long: 1,000 for a minute)."""
+    count, span = (1000, 60.0) if LONG else (50, 10.0)
+    cluster.spawn(3, lease="2s", max_runs=100, app="tests.cluster.runtime_schedules_app:app")
+    await cluster.ready()
+    async with lg.Client(runtime_app, cluster.url) as client:
+        created = time.time()
+        for i in range(count):
+            await client.schedules.create(
+                f"tenant:{i:04d}", workflow="cluster.digest", every="1s", payload={"tenant": i},
+                on_overlap="buffer", buffer_limit=1000,
+            )  # fmt: skip
+        await asyncio.sleep(span / 2)
+        holder = await cluster.fetch("SELECT owner FROM lockgate_sweep_leases WHERE name = 'schedules'")
+        owners = await cluster.fetch("SELECT id, pid FROM lockgate_workers")
+        pid = next(p for wid, p in owners if holder and wid == holder[0][0])
+        cluster.by_pid(pid).kill()  # the replica ticking the schedules: the worst one to lose
+        await asyncio.sleep(span / 2)
+        cutoff = float(int(time.time()) - 2)
+
+        async def settled() -> bool:
+            rows = await cluster.fetch(
+                "SELECT COUNT(*) FROM lockgate_schedule_firings WHERE scheduled_at <= %s AND status <> 'succeeded'",
+                cutoff,
+            )
+            return rows[0][0] == 0
+
+        try:
+            await until(settled, timeout=90, what="firings up to the cutoff succeeded")
+        except TimeoutError:
+            left = await cluster.fetch(
+                "SELECT status, COUNT(*) FROM lockgate_schedule_firings WHERE scheduled_at <= %s GROUP BY 1", cutoff
+            )
+            raise AssertionError(f"firings up to the cutoff by status: {left}\n{cluster.logs()[-3000:]}") from None
+        for i in range(count):
+            await client.schedules.delete(f"tenant:{i:04d}")
+    firings = await cluster.fetch(
+        "SELECT schedule, scheduled_at FROM lockgate_schedule_firings WHERE scheduled_at <= %s ORDER BY 1, 2", cutoff
+    )
+    dupes = await cluster.fetch(
+        "SELECT identity FROM lockgate_runs WHERE workflow = 'cluster.digest' GROUP BY identity HAVING COUNT(*) > 1"
+    )
+    assert dupes == [], "a slot started twice"
+    by_schedule: dict[str, list[float]] = {}
+    for name, slot in firings:
+        by_schedule.setdefault(name, []).append(float(slot))
+    assert len(by_schedule) == count, cluster.logs()
+    for name, slots in by_schedule.items():
+        # Every second from its first slot (just after it was created) to the cutoff, once: none lost to the kill.
+        assert slots[0] <= created + 2 + count / 50, (name, slots[0] - created)
+        assert slots == [slots[0] + i for i in range(int(cutoff - slots[0]) + 1)], (name, slots)

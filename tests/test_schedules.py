@@ -386,22 +386,6 @@ async def test_the_test_env_fires_schedules_as_its_clock_moves(store_url: str) -
         assert [f.status for f in firings] == ["succeeded"] * 3
 
 
-def test_an_app_without_schedules_runs_no_schedule_sweep(tmp_path: Any) -> None:
-    app = lg.App()
-
-    @app.workflow(name="plain")
-    async def plain(ctx: lg.Context, p: Day) -> str:
-        return p.day
-
-    engine = lg.Engine(app, f"sqlite:///{tmp_path}/plain.db")
-    assert sweep.schedule_sweep(engine.worker, engine.sweep_settings) is None  # such an engine pays nothing
-    scheduled = lg.Engine(
-        make_app(x={"workflow": "sched.quick", "every": "1h", "payload": by_day}), f"sqlite:///{tmp_path}/s.db"
-    )
-    made = sweep.schedule_sweep(scheduled.worker, scheduled.sweep_settings)
-    assert made is not None and made.name == "schedules"
-
-
 @pytest.mark.parametrize(
     ("options", "named"),
     [

@@ -8,6 +8,10 @@
      │    └── UnstorableValue       a produced value holds NaN, an infinity or a lone surrogate
      ├── UnknownWorkflow            no workflow is registered under that name
      ├── InvalidArgument            an argument to an API call is wrong (also a ValueError)
+     │    ├── InvalidSchedule       a runtime schedule's option is wrong (names the field)
+     │    └── UnknownSchedule       no schedule has that id
+     ├── ScheduleExists             a runtime schedule with that id exists already
+     ├── ScheduleNotOwned           a declared schedule cannot be changed by the runtime verbs
      ├── UnknownRun                 no run has that id
      ├── RunNotEligible             a recovery verb does not apply to the run's state
      ├── RunFailed                  the awaited run failed
@@ -49,6 +53,7 @@ __all__ = [
     "EngineClosed",
     "ForeignTransaction",
     "InvalidArgument",
+    "InvalidSchedule",
     "JournalDecryptionError",
     "LockgateError",
     "PayloadError",
@@ -59,6 +64,8 @@ __all__ = [
     "RunCancelled",
     "RunFailed",
     "RunNotEligible",
+    "ScheduleExists",
+    "ScheduleNotOwned",
     "SingletonHeld",
     "StartNotAdmitted",
     "StartRolledBack",
@@ -67,6 +74,7 @@ __all__ = [
     "StoreError",
     "StoreFull",
     "UnknownRun",
+    "UnknownSchedule",
     "UnknownWorkflow",
     "UnstorableValue",
     "UpdateFailed",
@@ -139,6 +147,44 @@ class UnknownWorkflow(LockgateError):
 
 class InvalidArgument(LockgateError, ValueError):
     """An argument to an API call is wrong; the message names it and what is accepted."""
+
+
+class InvalidSchedule(InvalidArgument):
+    """A runtime schedule's option is wrong: ``field`` names it, ``problem`` says why (nothing was written)."""
+
+    def __init__(self, schedule: str, field: str, problem: str) -> None:
+        self.schedule = schedule
+        self.field = field
+        self.problem = problem
+        super().__init__(f"schedule {schedule!r}: {field}: {problem}")
+
+
+class UnknownSchedule(InvalidArgument):
+    """No schedule has that id."""
+
+    def __init__(self, schedule: str, hint: str = "") -> None:
+        self.schedule = schedule
+        super().__init__(f"unknown schedule {schedule!r}{hint}")
+
+
+class ScheduleExists(LockgateError):
+    """A schedule with that id exists already (``create(..., if_exists="error")``)."""
+
+    def __init__(self, schedule: str, origin: str) -> None:
+        self.schedule = schedule
+        self.origin = origin
+        super().__init__(f"schedule {schedule!r} exists already ({origin})")
+
+
+class ScheduleNotOwned(LockgateError):
+    """A declared schedule belongs to the code that declares it: the runtime verbs do not change it."""
+
+    def __init__(self, schedule: str, verb: str) -> None:
+        self.schedule = schedule
+        self.verb = verb
+        super().__init__(
+            f"cannot {verb} schedule {schedule!r}: it is declared in code (change the declaration instead)"
+        )
 
 
 class UnknownRun(LockgateError):

@@ -13,10 +13,13 @@ time, multiples of the interval since the Unix epoch, untouched by DST.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import inspect
+import itertools
+import math
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Literal
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
@@ -25,7 +28,7 @@ from croniter import CroniterBadDateError, croniter  # type: ignore[import-untyp
 from pydantic import BaseModel
 
 from .durations import Duration, format_seconds, to_seconds
-from .errors import DefinitionError, InvalidArgument, LockgateError
+from .errors import DefinitionError, LockgateError, UnknownSchedule
 from .names import name_problem
 from .serde import validate_payload
 
@@ -101,6 +104,12 @@ class ScheduleDef:
     backfill: Literal["all"] | float | None  # "all", a window in seconds, or None (catch up once)
     max_runtime: float
     jitter: float
+    start_at: float | None = None
+    """No slot before this instant (a runtime schedule's ``start_at``)."""
+    end_at: float | None = None
+    """No slot after this instant: past it the schedule has ended."""
+    _last: list[float] = field(default_factory=list, init=False, compare=False, repr=False)
+    # The last ``next_after`` asked and answered: creating a schedule asks it three times of one instant.
 
     @property
     def spec(self) -> str:
@@ -114,13 +123,22 @@ class ScheduleDef:
     # -- slots ----------------------------------------------------------------------------
 
     def next_after(self, instant: float) -> float:
-        """The first slot strictly after ``instant`` (epoch seconds)."""
-        return next(self._from(instant))
+        """The first slot strictly after ``instant`` (epoch seconds); ``inf`` once the schedule has ended."""
+        last = self._last
+        if last and last[0] == instant:
+            return last[1]
+        slot = next(self._from(instant), math.inf)
+        last[:] = (instant, slot)
+        return slot
 
     def next_slots(self, instant: float, count: int) -> list[float]:
-        """The ``count`` slots strictly after ``instant``, in order."""
-        it = self._from(instant)
-        return [next(it) for _ in range(count)]
+        """The ``count`` slots strictly after ``instant``, in order (fewer once the schedule ends)."""
+        return list(itertools.islice(self._from(instant), count))
+
+    def next_due(self, watermark: float) -> float | None:
+        """When the first slot after ``watermark`` fires (its jitter added); ``None`` once ended."""
+        slot = self.next_after(watermark)
+        return None if math.isinf(slot) else slot + self.jitter_for(slot)
 
     def slots_between(self, start: float, end: float, limit: int | None = None) -> list[float]:
         """Slots ``s`` with ``start < s <= end``, oldest first (at most ``limit``)."""
@@ -167,6 +185,15 @@ class ScheduleDef:
         return spec
 
     def _from(self, instant: float) -> Iterator[float]:
+        if self.start_at is not None and instant < self.start_at:
+            instant = math.nextafter(self.start_at, -math.inf)  # a slot at start_at itself is one
+        slots = self._unbounded(instant)
+        if self.end_at is None:
+            return slots
+        end = self.end_at
+        return itertools.takewhile(lambda slot: slot <= end, slots)
+
+    def _unbounded(self, instant: float) -> Iterator[float]:
         if self.every is not None:
             step = self.every
             n = int(instant // step) + 1
@@ -182,10 +209,16 @@ def slot_key(schedule: str, slot: float) -> str:
     return f"{schedule}@{datetime.fromtimestamp(slot, tz=UTC).isoformat()}"
 
 
-def unknown_schedule(declared: Mapping[str, ScheduleDef], name: str) -> InvalidArgument:
+def unknown_schedule(declared: Mapping[str, ScheduleDef], name: str) -> UnknownSchedule:
     """The error for a schedule ``name`` that ``declared`` (nor, where it was asked, the store) knows."""
-    known = ", ".join(sorted(declared)) or "(none)"
-    return InvalidArgument(f"unknown schedule {name!r} (declared here: {known})")
+    known = ", ".join(sorted(declared)[:20]) or "(none)"
+    return UnknownSchedule(name, f" (declared here: {known})")
+
+
+@functools.lru_cache(maxsize=4096)
+def _valid_cron(expr: str) -> bool:
+    """Whether croniter reads ``expr`` (kept: many schedules share few expressions)."""
+    return bool(croniter.is_valid(expr))
 
 
 def _cron_slots(expr: str, zone: ZoneInfo, instant: float) -> Iterator[float]:
@@ -279,7 +312,7 @@ def build_schedule(
     cron: str | None = None
     every: float | None = None
     if given.cron is not None:
-        if not isinstance(given.cron, str) or not croniter.is_valid(given.cron):
+        if not isinstance(given.cron, str) or not _valid_cron(given.cron):
             raise fail("cron", f"not a valid cron expression: {given.cron!r}")
         cron = " ".join(given.cron.split())
     else:

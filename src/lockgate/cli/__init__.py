@@ -27,6 +27,7 @@ from . import gate as gate
 from . import inspect_api as inspect_api
 from . import keys as keys
 from . import migrate as migrate
+from . import schedule_edit as schedule_edit
 from . import schedules as schedules
 from . import serve as serve
 from . import stats as stats

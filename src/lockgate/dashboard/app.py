@@ -16,6 +16,7 @@ from .actions import router as actions
 from .live import router as live
 from .pages import router as pages
 from .render import environment
+from .schedules import router as schedules
 from .site import DASHBOARD_PREFIX, Dashboard
 
 __all__ = ["install_dashboard"]
@@ -25,7 +26,7 @@ def install_dashboard(app: FastAPI, client: Client, *, prefix: str = DASHBOARD_P
     """Serve the dashboard over ``client`` under ``prefix`` of ``app``; ``/`` leads to its runs list."""
     app.state.lockgate_dashboard = Dashboard(client, environment(), prefix)
     app.mount(f"{prefix}/static", StaticFiles(packages=[("lockgate.dashboard", "static")]), name="dashboard-static")
-    for router in (pages, actions, live):
+    for router in (pages, schedules, actions, live):
         app.include_router(router, prefix=prefix, include_in_schema=False)
 
     @app.get("/", include_in_schema=False)

@@ -193,30 +193,6 @@ async def events(request: Request, name: str = "") -> HTMLResponse:
     return d.html(request, "events.html", name=name, events=listed, waiting=waiting, active="events")
 
 
-@router.get("/schedules", response_class=HTMLResponse)
-async def schedules(request: Request, name: str = "") -> HTMLResponse:
-    d = dashboard(request)
-    found = await d.inspector.schedules()
-    chosen = name or (found[0].name if found else "")
-    firings: list[Any] = []
-    problem = None
-    if chosen:
-        try:
-            firings = await d.inspector.schedule_firings(chosen, 50)
-        except LockgateError as exc:
-            problem = exc
-    return d.html(
-        request,
-        "schedules.html",
-        404 if problem else 200,
-        schedules=found,
-        chosen="" if problem else chosen,
-        firings=firings,
-        problem=problem,
-        active="schedules",
-    )
-
-
 @router.get("/cluster", response_class=HTMLResponse)
 async def cluster(request: Request) -> HTMLResponse:
     d = dashboard(request)

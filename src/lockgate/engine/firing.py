@@ -10,6 +10,7 @@ firings along as their runs end.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import secrets
 from collections.abc import Mapping
@@ -25,10 +26,14 @@ from ..schedule import DEFAULT_MAX_RUNTIME, ScheduleDef, slot_key
 from ..store import Store, runs
 from ..store import schedules as sched_ops
 from ..store.base import Row, Tx
+from .schedule_book import ScheduleBook
 
 __all__ = ["Fired", "ScheduleRuntime", "cancel_run", "fire", "settle", "start_claimed", "start_run"]
 
 log = logging.getLogger("lockgate.schedules")
+
+PARALLEL = 256
+"""Firings moved at once by ``settle`` (their writes share group commits)."""
 
 CLAIM_LEASE = 5.0
 """Seconds a claimed slot waits for its claimant to start it before another replica takes it over."""
@@ -75,7 +80,7 @@ class Fired:
 
     schedule: str
     scheduled_at: float
-    status: str  # taken | skipped | buffered | started | failed
+    status: str  # taken | deleted | skipped | buffered | started | failed
     why: str | None = None
     run_id: str | None = None
     ticket: str | None = None
@@ -122,7 +127,8 @@ async def fire(rt: ScheduleRuntime, sched: ScheduleDef, slot: float, cause: str,
     }
 
     async def claim(tx: Tx) -> tuple[Row | None, str | None, str | None, list[str]]:
-        await sched_ops.lock_schedule(tx, sched.name)
+        if await sched_ops.lock_schedule(tx, sched.name) is None:
+            return None, "deleted", None, []  # deleted since it was read: none of its slots fire any more
         row = await sched_ops.claim_firing(tx, firing)
         if row is None or manual:
             return row, None, None, []
@@ -149,7 +155,7 @@ async def fire(rt: ScheduleRuntime, sched: ScheduleDef, slot: float, cause: str,
 
     row, decided, why, to_cancel = await rt.store.write(claim)
     if row is None:
-        return Fired(sched.name, slot, "taken")
+        return Fired(sched.name, slot, decided or "taken")
     if decided is not None:
         return Fired(sched.name, slot, decided, why=why, firing_id=int(row["id"]))
     for run_id in to_cancel:
@@ -200,73 +206,95 @@ async def start_claimed(rt: ScheduleRuntime, sched: ScheduleDef, row: Row, expec
 _ENDED = {"succeeded": "succeeded", "failed": "failed", "cancelled": "cancelled"}
 
 
-async def settle(rt: ScheduleRuntime) -> int:
+async def settle(rt: ScheduleRuntime, book: ScheduleBook | None = None) -> int:
     """Move open firings along: finish those whose run ended, fail those past ``max_runtime``, take
     over claims their claimant abandoned, and start the next buffered firing of a schedule whose
     run ended. How many firings moved."""
     now = rt.clock.now()
     rows = await rt.store.read(sched_ops.open_firings)
-    moved = 0
+    if not rows:
+        return 0
+    defs = await (book or ScheduleBook(rt.schedules)).named(rt.store, {row["schedule"] for row in rows})
     busy: set[str] = set()
     buffered: dict[str, list[Row]] = {}
-    for row in rows:
-        sched = rt.schedules.get(row["schedule"])
+    gate = asyncio.Semaphore(PARALLEL)
+
+    async def one(row: Row) -> int:
+        """Move one open firing along; 1 if it moved. Each is its own write: they share group commits."""
+        sched = defs.get(row["schedule"])
         fid, status = int(row["id"]), row["status"]
         if status == "buffered":
             buffered.setdefault(row["schedule"], []).append(row)
-            continue
+            return 0
         if status == "claimed":
             busy.add(row["schedule"])
-            if row["lease_until"] is not None and float(row["lease_until"]) < now and sched is not None:
-                taken = await rt.store.write(sched_ops.take_firing, fid, rt.owner, now, CLAIM_LEASE)
-                if taken is not None:
+            abandoned = row["lease_until"] is not None and float(row["lease_until"]) < now
+            if abandoned and sched is None:  # its schedule is gone: nobody starts it any more
+                gone = "schedule deleted"
+                async with gate:
+                    await rt.store.write(sched_ops.move_firing, fid, "claimed", "skipped", why=gone, finished_at=now)
+                return 1
+            if abandoned and sched is not None:
+                async with gate:
+                    taken = await rt.store.write(sched_ops.take_firing, fid, rt.owner, now, CLAIM_LEASE)
+                    if taken is None:
+                        return 0
                     log.warning(
                         "schedule %s: took over the unstarted claim of slot %s", sched.name, row["scheduled_at"]
                     )
                     await start_claimed(rt, sched, taken)
-                    moved += 1
-            continue
+                return 1
+            return 0
         run_status = row["run_status"]
         if run_status in _ENDED:
             why = row["run_error"] if run_status == "failed" else None
             finished = row["run_finished_at"]
-            await rt.store.write(
-                sched_ops.move_firing,
-                fid,
-                "started",
-                _ENDED[run_status],
-                why=why,
-                run_id=row["found_run"],
-                finished_at=float(finished) if finished is not None else now,
-            )
-            moved += 1
-            continue
+            async with gate:
+                await rt.store.write(
+                    sched_ops.move_firing,
+                    fid,
+                    "started",
+                    _ENDED[run_status],
+                    why=why,
+                    run_id=row["found_run"],
+                    finished_at=float(finished) if finished is not None else now,
+                )
+            return 1
         limit = sched.max_runtime if sched is not None else DEFAULT_MAX_RUNTIME
         if row["started_at"] is not None and now - float(row["started_at"]) > limit:
             run_id = row["found_run"] or row["run_id"]
-            if run_id is not None:
-                try:
-                    await cancel_run(rt, run_id, f"schedule {row['schedule']!r}: max_runtime exceeded")
-                except Exception as exc:
-                    log.debug("schedule %s: cancelling run %s: %s", row["schedule"], run_id, exc)
-            await rt.store.write(
-                sched_ops.move_firing, fid, "started", "failed", why="max_runtime exceeded", finished_at=now
-            )
-            moved += 1
-            continue
-        if row["run_id"] is None and row["found_run"] is not None:  # a parked start was admitted
-            await rt.store.write(sched_ops.move_firing, fid, "started", "started", run_id=row["found_run"])
+            async with gate:
+                if run_id is not None:
+                    try:
+                        await cancel_run(rt, run_id, f"schedule {row['schedule']!r}: max_runtime exceeded")
+                    except Exception as exc:
+                        log.debug("schedule %s: cancelling run %s: %s", row["schedule"], run_id, exc)
+                await rt.store.write(
+                    sched_ops.move_firing, fid, "started", "failed", why="max_runtime exceeded", finished_at=now
+                )
+            return 1
         busy.add(row["schedule"])
-    for name, waiting in buffered.items():
-        if name in busy:
-            continue
-        sched = rt.schedules.get(name)
+        if row["run_id"] is None and row["found_run"] is not None:  # a parked start was admitted
+            async with gate:
+                await rt.store.write(sched_ops.move_firing, fid, "started", "started", run_id=row["found_run"])
+        return 0
+
+    moved = sum(await asyncio.gather(*(one(row) for row in rows)))
+    # The buffered heads wait for the rows' classification: a schedule still busy starts none.
+    for rows_of in buffered.values():
+        rows_of.sort(key=lambda r: (float(r["scheduled_at"]), int(r["id"])))
+
+    async def head_of(name: str, waiting: list[Row]) -> None:
+        sched = defs.get(name)
         head = waiting[0]
-        if sched is None:
-            await rt.store.write(
-                sched_ops.move_firing, int(head["id"]), "buffered", "skipped", why="orphaned", finished_at=now
-            )
-        else:
-            await start_claimed(rt, sched, head, expect="buffered")
-        moved += 1
-    return moved
+        async with gate:
+            if sched is None:
+                await rt.store.write(
+                    sched_ops.move_firing, int(head["id"]), "buffered", "skipped", why="orphaned", finished_at=now
+                )
+            else:
+                await start_claimed(rt, sched, head, expect="buffered")
+
+    ready = [(name, waiting) for name, waiting in buffered.items() if name not in busy]
+    await asyncio.gather(*(head_of(name, waiting) for name, waiting in ready))
+    return moved + len(ready)

@@ -1,8 +1,10 @@
 """The schedule verbs: pause, unpause, run now, backfill (the ``Client`` delegates here).
 
 Each works through a ``ScheduleRuntime`` (the process's ``Runtime`` and the owner of its
-claims). A schedule this code does not declare can be paused and unpaused, but not run or
-backfilled: its workflow and payload are unknown here. Reads (the list, the ledger) are
+claims). They apply to declared and runtime schedules alike, except that a schedule declared
+by other code than this can be paused and unpaused, but not run or backfilled: its workflow
+and payload are unknown here. Creating, changing and deleting runtime schedules is
+``schedule_verbs.py``'s. Reads (the list, the ledger) are
 ``inspect/schedules.py``'s.
 """
 
@@ -16,8 +18,9 @@ from ..errors import InvalidArgument
 from ..schedule import ScheduleDef, unknown_schedule
 from ..store import schedules as sched_ops
 from .firing import Fired, ScheduleRuntime, fire
+from .schedule_book import ScheduleBook
 
-__all__ = ["BackfillSlot", "backfill", "pause", "run_now"]
+__all__ = ["BackfillSlot", "backfill", "pause", "register_declared", "run_now"]
 
 
 @dataclass(frozen=True)
@@ -37,16 +40,26 @@ class BackfillSlot:
 
 
 async def pause(rt: ScheduleRuntime, name: str, paused: bool, reason: str | None = None) -> None:
-    """Pause or unpause ``name`` on every replica (durable); unpausing does not catch up paused slots."""
-    await _register(rt, name)
-    if not await rt.store.write(sched_ops.set_paused, name, paused, reason, rt.clock.now()):
+    """Pause or unpause ``name`` on every replica (durable); unpausing does not catch up paused slots.
+
+    Declared and runtime schedules alike: pausing is an operator's act, not a change of definition.
+    """
+    await register_declared(rt, name)
+    now = rt.clock.now()
+    next_at: float | None = None
+    if not paused:
+        # Due again from now: at its next slot where its definition is known here, else looked at now.
+        state = await rt.store.read(sched_ops.schedule_state, name)
+        sched = ScheduleBook(rt.schedules).of_row(state) if state is not None else None
+        next_at = now if sched is None else sched.next_due(now)
+    if not await rt.store.write(sched_ops.set_paused, name, paused, reason, now, next_at):
         raise unknown_schedule(rt.schedules, name)
 
 
 async def run_now(rt: ScheduleRuntime, name: str) -> Fired:
     """Fire ``name`` now, as an operator's manual run (outside the overlap policy)."""
-    sched = _declared(rt, name)
-    await _register(rt, name)
+    sched = await _definition(rt, name)
+    await register_declared(rt, name)
     return await fire(rt, sched, rt.clock.now(), "manual", manual=True)
 
 
@@ -61,7 +74,7 @@ async def backfill(
         raise InvalidArgument("backfill bounds must be aware datetimes (with a time zone)")
     if end < start:
         raise InvalidArgument("backfill: --to is before --from")
-    sched = _declared(rt, name)
+    sched = await _definition(rt, name)
     slots = sched.slots_between(start.timestamp() - 1e-6, end.timestamp(), limit + 1)
     if len(slots) > limit:
         raise InvalidArgument(f"backfill: more than {limit} slots in that range; narrow it")
@@ -72,7 +85,7 @@ async def backfill(
     )
     out: list[BackfillSlot] = []
     if commit:
-        await _register(rt, name)
+        await register_declared(rt, name)
     for slot in slots:
         when = sched.local(slot)
         if slot in taken:
@@ -85,15 +98,17 @@ async def backfill(
     return out
 
 
-def _declared(rt: ScheduleRuntime, name: str) -> ScheduleDef:
-    sched = rt.schedules.get(name)
+async def _definition(rt: ScheduleRuntime, name: str) -> ScheduleDef:
+    """``name``'s definition: declared by this code, or a runtime schedule's stored options."""
+    sched = (await ScheduleBook(rt.schedules).named(rt.store, [name])).get(name)
     if sched is None:
         raise unknown_schedule(rt.schedules, name)
     return sched
 
 
-async def _register(rt: ScheduleRuntime, name: str) -> None:
+async def register_declared(rt: ScheduleRuntime, name: str) -> None:
+    """Record ``name``'s row if this code declares it (a verb may come before any engine ticked)."""
     sched = rt.schedules.get(name)
     if sched is not None:
-        declared = [sched_ops.Declared(sched.name, sched.workflow, sched.spec, sched.timezone)]
+        declared = [sched_ops.Declared(sched.name, sched.workflow, sched.spec, sched.timezone, sched.next_due)]
         await rt.store.write(sched_ops.register, declared, rt.clock.now(), orphan_others=False)

@@ -46,6 +46,7 @@ from ..serde import import_model, payload_json, validate_payload
 from ..store import Store, messages, open_store, runs, shared
 from ..store.base import Row
 from .operator import BulkResult, OperatorVerbs, bulk, check_reason, statuses
+from .schedules_api import Schedules
 
 __all__ = ["DEFAULT_STORE", "Client", "WorkflowRef"]
 
@@ -81,6 +82,8 @@ class Client(OperatorVerbs):
         )
         self.schedule_owner = "client"
         """Recorded on the schedule firings this client claims (an ``Engine`` sets its worker's id)."""
+        self.schedules = Schedules(self._schedules)
+        """Runtime schedules: create, update, pause, unpause, delete, get, list (``facades/schedules_api.py``)."""
 
     @property
     def app(self) -> App:

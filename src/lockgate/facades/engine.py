@@ -119,6 +119,8 @@ class Engine:
         self.client.source = "api"  # a start or publish made through an engine, unless told otherwise (origin.py)
         self.worker_id = worker_id or new_id("wkr")
         self.client.schedule_owner = self.worker_id
+        self.schedules = self.client.schedules
+        """Runtime schedules (``Client.schedules``)."""
         self.host = socket.gethostname()
         self.dispatcher = Dispatcher(
             self.client.core,

@@ -21,6 +21,7 @@ from .openapi import install_openapi
 from .problems import install_problem_handlers
 from .reads import router as reads
 from .replay import router as replay
+from .schedules import router as schedules
 from .security import AccessPolicy, GuardMiddleware
 from .verbs import router as verbs
 
@@ -61,6 +62,7 @@ def create_app(
     install_problem_handlers(app)
     api = APIRouter(prefix=API_PREFIX)
     api.include_router(reads)
+    api.include_router(schedules)
     api.include_router(verbs)
     api.include_router(replay)
     app.include_router(api)

@@ -23,9 +23,12 @@ from ..errors import (
     PayloadError,
     ResultTimeout,
     RunNotEligible,
+    ScheduleExists,
+    ScheduleNotOwned,
     SingletonHeld,
     StoreError,
     UnknownRun,
+    UnknownSchedule,
     UnknownWorkflow,
     UpdateFailed,
 )
@@ -37,6 +40,9 @@ log = logging.getLogger("lockgate.http")
 
 _STATUS: list[tuple[type[Exception], int]] = [
     (UnknownRun, 404),
+    (UnknownSchedule, 404),
+    (ScheduleExists, 409),
+    (ScheduleNotOwned, 409),
     (UnknownWorkflow, 404),
     (RunNotEligible, 409),
     (SingletonHeld, 409),

@@ -18,7 +18,6 @@ from ..inspect import (
     ParkedStart,
     Pause,
     RunFilter,
-    ScheduleInfo,
     Stats,
     Trace,
     split_statuses,
@@ -213,12 +212,6 @@ async def deliveries(request: Request, event_id: str) -> list[DeliveryRecord]:
     except InvalidArgument as exc:
         raise ApiProblem(404, "UnknownEvent", str(exc)) from exc
     return await found.deliveries(event_id)
-
-
-@router.get("/schedules", response_model=list[ScheduleInfo], tags=["schedules"])
-async def schedules(request: Request) -> list[ScheduleInfo]:
-    """Every schedule, with its next firing time."""
-    return await inspector(request).schedules()
 
 
 @router.get("/schedules/{name}/firings", response_model=list[FiringInfo], tags=["schedules"])

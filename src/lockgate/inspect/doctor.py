@@ -83,7 +83,13 @@ async def diagnose(
         _crashlooped(await ops.crashlooped(tx, LISTED + 1)),
         _overdue(await ops.overdue_parked(tx, now), now),
         _orphaned(await ops.orphaned_slots(tx, LISTED + 1)),
-        _schedules(await ops.schedule_states(tx), schedules, now, settings.schedule_grace),
+        _schedules(
+            await ops.schedule_states(tx),
+            await ops.schedules_behind(tx, now - settings.schedule_grace, LISTED + 1),
+            schedules,
+            now,
+            settings.schedule_grace,
+        ),
         await _retention(tx, now, settings.retention),
         _size(await ops.store_size(tx), tx.dialect),
     ]
@@ -190,13 +196,23 @@ def _orphaned(rows: list[dict[str, Any]]) -> Finding:
 
 
 def _schedules(
-    rows: list[dict[str, Any]], declared: Mapping[str, ScheduleDef] | None, now: float, grace: float
+    rows: list[dict[str, Any]],
+    late: list[dict[str, Any]],
+    declared: Mapping[str, ScheduleDef] | None,
+    now: float,
+    grace: float,
 ) -> Finding:
+    # Runtime schedules carry their next instant (next_at): judged without the app.
+    behind = [{"schedule": r["name"], "workflow": r["workflow"], "behind": now - float(r["next_at"])} for r in late]
+    if behind:
+        more = "+" if len(late) > LISTED else ""
+        return Finding(
+            "schedules", "problem", f"{len(behind[:LISTED])}{more} schedule(s) behind their next slot", behind[:LISTED]
+        )
     if not rows:
-        return Finding("schedules", "ok", "no schedules")
+        return Finding("schedules", "ok", "no declared schedules behind")
     if declared is None:
-        return Finding("schedules", "skipped", f"{len(rows)} schedule(s): pass the app to judge them")
-    behind = []
+        return Finding("schedules", "skipped", f"{len(rows)} declared schedule(s): pass the app to judge them")
     for row in rows:
         schedule = declared.get(row["name"])
         if schedule is None or row["paused"] or row["orphaned_at"] is not None or row["watermark"] is None:

@@ -7,6 +7,7 @@ shown orphaned once an engine without it has marked it so.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
@@ -16,6 +17,7 @@ from ..clock import to_datetime
 from ..durations import format_seconds
 from ..errors import InvalidArgument
 from ..schedule import ScheduleDef, unknown_schedule
+from ..schedule_options import from_row
 from ..store import schedules as sched_ops
 from ..store.base import Row, Tx
 
@@ -105,6 +107,8 @@ async def schedule_infos(tx: Tx, declared: Mapping[str, ScheduleDef], now: float
     out = []
     for name in sorted(set(states) | set(declared)):
         state, sched = states.get(name), declared.get(name)
+        if sched is None and state is not None and state["origin"] == "runtime":
+            sched = from_row(state)[0]
         paused = bool(state and state["paused"])
         out.append(
             ScheduleInfo(
@@ -116,7 +120,7 @@ async def schedule_infos(tx: Tx, declared: Mapping[str, ScheduleDef], now: float
                 paused_reason=state["paused_reason"] if state else None,
                 # The durable mark an engine left, unless this code declares the schedule (again).
                 orphaned=sched is None and state is not None and state["orphaned_at"] is not None,
-                next_at=None if sched is None or paused else sched.local(sched.next_after(now)),
+                next_at=None if sched is None or paused else _next(sched, now),
                 last_slot=None if state is None or state["watermark"] is None else _at(state["watermark"]),
                 missed=int(state["missed"]) if state else 0,
                 firings=counts.get(name, {}),
@@ -131,9 +135,16 @@ async def firings_page(tx: Tx, declared: Mapping[str, ScheduleDef], name: str, l
     """The firing ledger of ``name``, newest claim first; ``InvalidArgument`` for a schedule nobody knows."""
     if limit < 1:
         raise InvalidArgument("limit must be >= 1")
-    if name not in declared and await sched_ops.schedule_state(tx, name) is None:
+    rows = await sched_ops.firings_of(tx, name, limit)
+    # A deleted runtime schedule's ledger is still read while it holds firings.
+    if not rows and name not in declared and await sched_ops.schedule_state(tx, name) is None:
         raise unknown_schedule(declared, name)
-    return [FiringInfo.from_row(r) for r in await sched_ops.firings_of(tx, name, limit)]
+    return [FiringInfo.from_row(r) for r in rows]
+
+
+def _next(sched: ScheduleDef, now: float) -> datetime | None:
+    slot = sched.next_after(now)
+    return None if math.isinf(slot) else sched.local(slot)
 
 
 def _backfill(sched: ScheduleDef | None) -> str | None:

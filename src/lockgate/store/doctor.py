@@ -18,6 +18,7 @@ __all__ = [
     "retention_backlog",
     "runnable",
     "schedule_states",
+    "schedules_behind",
     "stalled",
     "store_size",
 ]
@@ -53,6 +54,11 @@ async def orphaned_slots(tx: Tx, limit: int) -> list[Row]:
 
 async def schedule_states(tx: Tx) -> list[Row]:
     return await tx.execute("doctor_schedules")
+
+
+async def schedules_behind(tx: Tx, cutoff: float, limit: int) -> list[Row]:
+    """Runtime schedules due before ``cutoff`` that the sweep has not looked at."""
+    return await tx.execute("doctor_schedules_behind", {"cutoff": cutoff, "limit": limit})
 
 
 async def retention_backlog(tx: Tx, cutoff: float) -> Row:

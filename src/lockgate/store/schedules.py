@@ -9,8 +9,8 @@ gets the row back. Everything after the claim moves that row from status to stat
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from .base import Row, Tx
@@ -20,6 +20,9 @@ __all__ = [
     "Declared",
     "advance",
     "claim_firing",
+    "create_schedule",
+    "delete_schedule",
+    "due_schedules",
     "firing_counts",
     "firings_at",
     "firings_of",
@@ -29,8 +32,12 @@ __all__ = [
     "move_firing",
     "open_firings",
     "register",
+    "replace_schedule",
     "schedule_state",
     "schedule_states",
+    "schedules_behind",
+    "schedules_named",
+    "schedules_page",
     "set_paused",
     "take_firing",
 ]
@@ -47,15 +54,18 @@ class Declared:
     workflow: str
     spec: str
     timezone: str
+    next_due: Callable[[float], float | None] = field(default=lambda watermark: watermark, compare=False)
+    """When the first slot after a watermark fires (``None``: never again)."""
 
 
 async def register(tx: Tx, declared: Sequence[Declared], now: float, *, orphan_others: bool) -> None:
-    """Record ``declared``; with ``orphan_others`` mark every other stored schedule orphaned."""
+    """Record ``declared``; with ``orphan_others`` mark every other stored declared schedule orphaned."""
     for d in declared:
-        await tx.execute(
-            "schedule_register",
-            {"name": d.name, "workflow": d.workflow, "spec": d.spec, "timezone": d.timezone, "now": now},
-        )
+        known = await tx.one("schedule_state", {"name": d.name})
+        kept = known is not None and known["origin"] == "declared" and known["watermark"] is not None
+        watermark = float(known["watermark"]) if kept and known is not None else now
+        params = {"name": d.name, "workflow": d.workflow, "spec": d.spec, "timezone": d.timezone, "now": now}
+        await tx.execute("schedule_register", {**params, "next_at": d.next_due(watermark)})
     if orphan_others:
         await tx.execute("schedule_orphan", {"names": json.dumps([d.name for d in declared]), "now": now})
 
@@ -73,16 +83,66 @@ async def lock_schedule(tx: Tx, name: str) -> Row | None:
     return await tx.one("schedule_lock", {"name": name})
 
 
-async def advance(tx: Tx, name: str, watermark: float, missed: int, now: float) -> None:
-    """Slots up to ``watermark`` are dealt with; ``missed`` of them were passed over."""
-    await tx.execute("schedule_advance", {"name": name, "watermark": watermark, "missed": missed, "now": now})
+async def advance(
+    tx: Tx, name: str, watermark: float, missed: int, now: float, next_at: float | None, revision: int
+) -> None:
+    """Slots up to ``watermark`` are dealt with (``missed`` of them passed over); look again at ``next_at``.
+
+    Nothing changes if the schedule's revision is no longer ``revision``.
+    """
+    params = {"name": name, "watermark": watermark, "missed": missed, "now": now, "next_at": next_at}
+    await tx.execute("schedule_advance", {**params, "revision": revision})
 
 
-async def set_paused(tx: Tx, name: str, paused: bool, reason: str | None, now: float) -> bool:
-    """Pause or unpause ``name``; whether it exists."""
+async def set_paused(
+    tx: Tx, name: str, paused: bool, reason: str | None, now: float, next_at: float | None = None
+) -> bool:
+    """Pause or unpause ``name`` (unpaused, due again at ``next_at``); whether it exists."""
     params = {"name": name, "paused": int(paused), "reason": reason if paused else None, "now": now}
     params["paused_at"] = now if paused else None
+    params["next_at"] = next_at
     return bool(await tx.execute("schedule_pause", params))
+
+
+async def due_schedules(tx: Tx, now: float, limit: int) -> list[Row]:
+    """Schedules to look at by ``now``, the most overdue first (through the index on ``next_at``)."""
+    return await tx.execute("schedules_due", {"now": now, "limit": limit})
+
+
+async def schedules_named(tx: Tx, names: Sequence[str]) -> list[Row]:
+    return await tx.execute("schedules_named", {"names": json.dumps(list(names))}) if names else []
+
+
+async def create_schedule(tx: Tx, row: dict[str, Any]) -> bool:
+    """Insert a runtime schedule's row; whether it was new (an existing id is left alone)."""
+    return bool(await tx.execute("schedule_create", row))
+
+
+async def replace_schedule(tx: Tx, row: dict[str, Any], revision: int) -> bool:
+    """Write a runtime schedule's new options; whether it was still at ``revision``."""
+    return bool(await tx.execute("schedule_replace", {**row, "revision": revision}))
+
+
+async def delete_schedule(tx: Tx, name: str, now: float) -> bool:
+    """Delete runtime schedule ``name`` and skip its firings that never started; whether it existed."""
+    if not await tx.execute("schedule_delete", {"name": name}):
+        return False
+    await tx.execute("firings_drop_waiting", {"schedule": name, "why": "schedule deleted", "now": now})
+    return True
+
+
+async def schedules_page(
+    tx: Tx, *, cursor: str, limit: int, workflow: str | None, prefix: str | None, paused: bool | None
+) -> list[Row]:
+    params = {"cursor": cursor, "limit": limit, "workflow": workflow, "prefix": prefix}
+    params["prefix_len"] = len(prefix) if prefix is not None else 0
+    params["paused"] = None if paused is None else int(paused)
+    return await tx.execute("schedules_page", params)
+
+
+async def schedules_behind(tx: Tx, cutoff: float) -> Row | None:
+    """How many schedules were due before ``cutoff`` and not looked at, and the oldest such instant."""
+    return await tx.one("schedules_behind", {"cutoff": cutoff})
 
 
 async def claim_firing(tx: Tx, firing: dict[str, Any]) -> Row | None:

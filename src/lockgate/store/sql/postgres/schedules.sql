@@ -3,16 +3,21 @@
 
 -- name: schedule_register
 -- A declared schedule: a new one starts its watermark now (no slot before it existed fires); a known
--- one takes the declaration as given and is no longer orphaned.
-INSERT INTO lockgate_schedules (name, workflow, spec, timezone, watermark, created_at, updated_at)
-VALUES (%(name)s, %(workflow)s, %(spec)s, %(timezone)s, %(now)s, %(now)s, %(now)s)
+-- one takes the declaration as given and is no longer orphaned. A runtime schedule of the same name
+-- passes to the code (its slots start over from now). The caller computed next_at from the watermark.
+INSERT INTO lockgate_schedules (name, workflow, spec, timezone, watermark, next_at, created_at, updated_at)
+VALUES (%(name)s, %(workflow)s, %(spec)s, %(timezone)s, %(now)s, %(next_at)s, %(now)s, %(now)s)
 ON CONFLICT (name) DO UPDATE SET workflow = excluded.workflow, spec = excluded.spec,
-    timezone = excluded.timezone, orphaned_at = NULL, updated_at = excluded.updated_at;
+    timezone = excluded.timezone, orphaned_at = NULL, updated_at = excluded.updated_at,
+    watermark = CASE WHEN lockgate_schedules.origin = 'declared' THEN lockgate_schedules.watermark
+        ELSE excluded.watermark END,
+    next_at = CASE WHEN lockgate_schedules.paused = 1 THEN NULL ELSE excluded.next_at END,
+    origin = 'declared', definition = NULL;
 
 -- name: schedule_orphan
 -- Schedules no longer declared by the code that ticks them: marked, never deleted.
-UPDATE lockgate_schedules SET orphaned_at = %(now)s, updated_at = %(now)s
-WHERE orphaned_at IS NULL AND name NOT IN (SELECT jsonb_array_elements_text(%(names)s::jsonb));
+UPDATE lockgate_schedules SET orphaned_at = %(now)s, updated_at = %(now)s, next_at = NULL
+WHERE orphaned_at IS NULL AND origin = 'declared' AND name NOT IN (SELECT jsonb_array_elements_text(%(names)s::jsonb));
 
 -- name: schedule_states
 SELECT * FROM lockgate_schedules ORDER BY name;
@@ -26,16 +31,22 @@ SELECT * FROM lockgate_schedules WHERE name = %(name)s;
 SELECT * FROM lockgate_schedules WHERE name = %(name)s FOR UPDATE;
 
 -- name: schedule_advance
--- Move the watermark forward (never back), counting the slots the catch-up rule passed over.
-UPDATE lockgate_schedules SET watermark = %(watermark)s, missed = missed + %(missed)s, updated_at = %(now)s
-WHERE name = %(name)s AND (watermark IS NULL OR watermark < %(watermark)s);
+-- Move the watermark forward (never back), counting the slots the catch-up rule passed over, and set
+-- when the sweep looks next. A sweep that read an older revision of a runtime schedule writes nothing.
+UPDATE lockgate_schedules SET watermark = GREATEST(COALESCE(watermark, %(watermark)s::double precision), %(watermark)s::double precision),
+    missed = missed + %(missed)s, next_at = CASE WHEN paused = 1 THEN NULL ELSE %(next_at)s::double precision END,
+    updated_at = %(now)s
+WHERE name = %(name)s AND revision = %(revision)s;
 
 -- name: schedule_pause
 -- Pause or unpause. Unpausing moves the watermark to now: slots that fell in the pause are not caught up.
+-- A paused schedule is not due; an unpaused one next at the instant the caller computed.
 UPDATE lockgate_schedules SET paused = %(paused)s, paused_reason = %(reason)s, paused_at = %(paused_at)s,
     watermark = CASE WHEN %(paused)s::integer = 0
         THEN GREATEST(COALESCE(watermark, %(now)s::double precision), %(now)s::double precision)
         ELSE watermark END,
+    next_at = CASE WHEN %(paused)s::integer = 0 AND orphaned_at IS NULL
+        THEN %(next_at)s::double precision ELSE NULL END,
     updated_at = %(now)s
 WHERE name = %(name)s
 RETURNING name;
@@ -102,3 +113,49 @@ DELETE FROM lockgate_schedule_firings WHERE id IN (
     LIMIT %(limit)s
 )
 RETURNING id;
+
+-- name: schedules_due
+-- The schedules the sweep looks at now, by the index on next_at: its work is the rows due, not all rows.
+SELECT * FROM lockgate_schedules WHERE next_at <= %(now)s ORDER BY next_at LIMIT %(limit)s;
+
+-- name: schedules_named
+SELECT * FROM lockgate_schedules WHERE name IN (SELECT jsonb_array_elements_text(%(names)s::jsonb));
+
+-- name: schedule_create
+-- A runtime schedule: one row, its options as JSON, due at next_at.
+INSERT INTO lockgate_schedules (name, workflow, spec, timezone, paused, paused_at, watermark, next_at, origin,
+    definition, revision, created_at, updated_at)
+VALUES (%(name)s, %(workflow)s, %(spec)s, %(timezone)s, %(paused)s, %(paused_at)s, %(watermark)s, %(next_at)s, 'runtime',
+    %(definition)s, 1, %(now)s, %(now)s)
+ON CONFLICT (name) DO NOTHING
+RETURNING name;
+
+-- name: schedule_replace
+-- New options for a runtime schedule, if nobody changed it since the caller read revision.
+UPDATE lockgate_schedules SET workflow = %(workflow)s, spec = %(spec)s, timezone = %(timezone)s,
+    definition = %(definition)s, watermark = %(watermark)s,
+    next_at = CASE WHEN paused = 1 THEN NULL ELSE %(next_at)s::double precision END,
+    revision = revision + 1, updated_at = %(now)s
+WHERE name = %(name)s AND origin = 'runtime' AND revision = %(revision)s
+RETURNING name;
+
+-- name: schedule_delete
+DELETE FROM lockgate_schedules WHERE name = %(name)s AND origin = 'runtime' RETURNING name;
+
+-- name: firings_drop_waiting
+-- A deleted schedule's firings that never started: buffered ones, and claims their claimant left.
+UPDATE lockgate_schedule_firings SET status = 'skipped', why = %(why)s, finished_at = %(now)s
+WHERE schedule = %(schedule)s AND (status = 'buffered' OR (status = 'claimed' AND lease_until < %(now)s))
+RETURNING id;
+
+-- name: schedules_page
+-- A page of schedules by id, from after the cursor, optionally of one workflow, origin or pause state.
+SELECT * FROM lockgate_schedules
+WHERE name > %(cursor)s AND (%(workflow)s::text IS NULL OR workflow = %(workflow)s)
+    AND (%(prefix)s::text IS NULL OR substr(name, 1, %(prefix_len)s) = %(prefix)s)
+    AND (%(paused)s::integer IS NULL OR paused = %(paused)s)
+ORDER BY name LIMIT %(limit)s;
+
+-- name: schedules_behind
+-- Schedules the sweep should have looked at before cutoff: how many, and the oldest instant among them.
+SELECT COUNT(*) AS n, MIN(next_at) AS oldest FROM lockgate_schedules WHERE next_at < %(cutoff)s;

@@ -30,7 +30,14 @@ WHERE r.id IS NULL OR r.status IN ('succeeded', 'failed', 'cancelled')
 ORDER BY s.acquired_at LIMIT :limit;
 
 -- name: doctor_schedules
-SELECT name, workflow, paused, orphaned_at, watermark FROM lockgate_schedules ORDER BY name;
+-- Declared schedules, judged against the code that declares them (runtime ones: doctor_schedules_behind).
+SELECT name, workflow, paused, orphaned_at, watermark FROM lockgate_schedules WHERE origin = 'declared'
+ORDER BY name;
+
+-- name: doctor_schedules_behind
+-- Runtime schedules the sweep has not looked at since cutoff, by the index on next_at.
+SELECT name, workflow, next_at FROM lockgate_schedules WHERE next_at < :cutoff AND origin = 'runtime'
+ORDER BY next_at LIMIT :limit;
 
 -- name: doctor_retention_backlog
 SELECT COUNT(*) AS runs, MIN(finished_at) AS oldest FROM lockgate_runs

@@ -3,16 +3,21 @@
 
 -- name: schedule_register
 -- A declared schedule: a new one starts its watermark now (no slot before it existed fires); a known
--- one takes the declaration as given and is no longer orphaned.
-INSERT INTO lockgate_schedules (name, workflow, spec, timezone, watermark, created_at, updated_at)
-VALUES (:name, :workflow, :spec, :timezone, :now, :now, :now)
+-- one takes the declaration as given and is no longer orphaned. A runtime schedule of the same name
+-- passes to the code (its slots start over from now). The caller computed next_at from the watermark.
+INSERT INTO lockgate_schedules (name, workflow, spec, timezone, watermark, next_at, created_at, updated_at)
+VALUES (:name, :workflow, :spec, :timezone, :now, :next_at, :now, :now)
 ON CONFLICT (name) DO UPDATE SET workflow = excluded.workflow, spec = excluded.spec,
-    timezone = excluded.timezone, orphaned_at = NULL, updated_at = excluded.updated_at;
+    timezone = excluded.timezone, orphaned_at = NULL, updated_at = excluded.updated_at,
+    watermark = CASE WHEN lockgate_schedules.origin = 'declared' THEN lockgate_schedules.watermark
+        ELSE excluded.watermark END,
+    next_at = CASE WHEN lockgate_schedules.paused = 1 THEN NULL ELSE excluded.next_at END,
+    origin = 'declared', definition = NULL;
 
 -- name: schedule_orphan
 -- Schedules no longer declared by the code that ticks them: marked, never deleted.
-UPDATE lockgate_schedules SET orphaned_at = :now, updated_at = :now
-WHERE orphaned_at IS NULL AND name NOT IN (SELECT value FROM json_each(:names));
+UPDATE lockgate_schedules SET orphaned_at = :now, updated_at = :now, next_at = NULL
+WHERE orphaned_at IS NULL AND origin = 'declared' AND name NOT IN (SELECT value FROM json_each(:names));
 
 -- name: schedule_states
 SELECT * FROM lockgate_schedules ORDER BY name;
@@ -26,14 +31,19 @@ SELECT * FROM lockgate_schedules WHERE name = :name;
 SELECT * FROM lockgate_schedules WHERE name = :name;
 
 -- name: schedule_advance
--- Move the watermark forward (never back), counting the slots the catch-up rule passed over.
-UPDATE lockgate_schedules SET watermark = :watermark, missed = missed + :missed, updated_at = :now
-WHERE name = :name AND (watermark IS NULL OR watermark < :watermark);
+-- Move the watermark forward (never back), counting the slots the catch-up rule passed over, and set
+-- when the sweep looks next. A sweep that read an older revision of a runtime schedule writes nothing.
+UPDATE lockgate_schedules SET watermark = MAX(COALESCE(watermark, :watermark), :watermark),
+    missed = missed + :missed, next_at = CASE WHEN paused = 1 THEN NULL ELSE :next_at END,
+    updated_at = :now
+WHERE name = :name AND revision = :revision;
 
 -- name: schedule_pause
 -- Pause or unpause. Unpausing moves the watermark to now: slots that fell in the pause are not caught up.
+-- A paused schedule is not due; an unpaused one next at the instant the caller computed.
 UPDATE lockgate_schedules SET paused = :paused, paused_reason = :reason, paused_at = :paused_at,
     watermark = CASE WHEN :paused = 0 THEN MAX(COALESCE(watermark, :now), :now) ELSE watermark END,
+    next_at = CASE WHEN :paused = 0 AND orphaned_at IS NULL THEN :next_at ELSE NULL END,
     updated_at = :now
 WHERE name = :name
 RETURNING name;
@@ -99,3 +109,49 @@ DELETE FROM lockgate_schedule_firings WHERE id IN (
     LIMIT :limit
 )
 RETURNING id;
+
+-- name: schedules_due
+-- The schedules the sweep looks at now, by the index on next_at: its work is the rows due, not all rows.
+SELECT * FROM lockgate_schedules WHERE next_at <= :now ORDER BY next_at LIMIT :limit;
+
+-- name: schedules_named
+SELECT * FROM lockgate_schedules WHERE name IN (SELECT value FROM json_each(:names));
+
+-- name: schedule_create
+-- A runtime schedule: one row, its options as JSON, due at next_at.
+INSERT INTO lockgate_schedules (name, workflow, spec, timezone, paused, paused_at, watermark, next_at, origin,
+    definition, revision, created_at, updated_at)
+VALUES (:name, :workflow, :spec, :timezone, :paused, :paused_at, :watermark, :next_at, 'runtime',
+    :definition, 1, :now, :now)
+ON CONFLICT (name) DO NOTHING
+RETURNING name;
+
+-- name: schedule_replace
+-- New options for a runtime schedule, if nobody changed it since the caller read revision.
+UPDATE lockgate_schedules SET workflow = :workflow, spec = :spec, timezone = :timezone,
+    definition = :definition, watermark = :watermark,
+    next_at = CASE WHEN paused = 1 THEN NULL ELSE :next_at END,
+    revision = revision + 1, updated_at = :now
+WHERE name = :name AND origin = 'runtime' AND revision = :revision
+RETURNING name;
+
+-- name: schedule_delete
+DELETE FROM lockgate_schedules WHERE name = :name AND origin = 'runtime' RETURNING name;
+
+-- name: firings_drop_waiting
+-- A deleted schedule's firings that never started: buffered ones, and claims their claimant left.
+UPDATE lockgate_schedule_firings SET status = 'skipped', why = :why, finished_at = :now
+WHERE schedule = :schedule AND (status = 'buffered' OR (status = 'claimed' AND lease_until < :now))
+RETURNING id;
+
+-- name: schedules_page
+-- A page of schedules by id, from after the cursor, optionally of one workflow, origin or pause state.
+SELECT * FROM lockgate_schedules
+WHERE name > :cursor AND (:workflow IS NULL OR workflow = :workflow)
+    AND (:prefix IS NULL OR substr(name, 1, :prefix_len) = :prefix)
+    AND (:paused IS NULL OR paused = :paused)
+ORDER BY name LIMIT :limit;
+
+-- name: schedules_behind
+-- Schedules the sweep should have looked at before cutoff: how many, and the oldest instant among them.
+SELECT COUNT(*) AS n, MIN(next_at) AS oldest FROM lockgate_schedules WHERE next_at < :cutoff;
