@@ -210,6 +210,30 @@ def workers(store_url: str) -> list[dict[str, Any]]:
 # -- reading and starting ---------------------------------------------------------------------
 
 
+SERVER_PACKAGES = ("fastapi", "starlette", "uvicorn", "jinja2")
+
+
+@pytest.mark.parametrize("verb", [["workflows", "list", "--help"], ["migrate", "--help"], ["--version"]])
+def test_a_verb_that_serves_nothing_does_not_import_the_server(verb: list[str]) -> None:
+    # Every CLI call is a new process: the HTTP server and the dashboard would double its start-up.
+    code = (
+        "import sys\n"
+        "from lockgate.cli import run\n"
+        f"run({verb!r})\n"
+        f"print(sorted({{m.split('.')[0] for m in sys.modules}} & {set(SERVER_PACKAGES)!r}))\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
+    assert proc.stdout.splitlines()[-1] == "[]", proc.stdout
+
+
+def test_the_serving_commands_load_when_asked_for(cli: Lockgate) -> None:
+    listed = cli("--help").out
+    for command in ("serve", "inspect", "demo"):
+        assert command in listed
+        assert "Usage: lockgate " + command in cli(command, "--help").out
+    assert "serve" not in cli("workflows", "--help").out.split("Commands:")[1]
+
+
 def test_start_then_list_and_show(lg: Lockgate) -> None:
     run_id = lg.start("double", {"n": 21})
 

@@ -1,7 +1,8 @@
 """The ``lockgate`` command line.
 
 Each command lives in a small module that registers on a group from ``groups.py``;
-importing the module below is what adds it. ``main`` turns every expected failure into
+importing the module below is what adds it (``serve``, ``inspect`` and ``demo`` are imported
+when run: see ``groups.RootGroup``). ``main`` turns every expected failure into
 one line on stderr and an exit code (0 ok, 1 lockgate error, 2 bad usage, 130 interrupted).
 """
 
@@ -18,18 +19,15 @@ import click
 from ..errors import LockgateError
 from . import bulk as bulk
 from . import check as check
-from . import cluster as cluster
-from . import demo as demo  # each import registers that module's commands on its group
+from . import cluster as cluster  # each import registers that module's commands on its group
 from . import doctor as doctor
 from . import events as events
 from . import flowkeys as flowkeys
 from . import gate as gate
-from . import inspect_api as inspect_api
 from . import keys as keys
 from . import migrate as migrate
 from . import schedule_edit as schedule_edit
 from . import schedules as schedules
-from . import serve as serve
 from . import stats as stats
 from . import verbs as verbs
 from . import workflows as workflows

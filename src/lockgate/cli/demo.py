@@ -43,8 +43,7 @@ from ..store import open_store
 from .common import DurationType, check_store, inspector_of, open_inspector, run_async, sqlite_path
 from .fit import FitTable
 from .groups import cli
-from .output import make_console, short, status_text, when
-from .serve import display_url
+from .output import display_url, make_console, short, status_text, when
 
 __all__ = ["RunRow", "run_demo"]
 

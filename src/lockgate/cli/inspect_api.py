@@ -19,7 +19,8 @@ from ..app import App
 from ..http import AccessPolicy, create_app, serve_http
 from .common import app_option, file_replaced, load_app, open_client, run_async, sqlite_path, store_option
 from .groups import cli
-from .serve import access_policy, check_http_bind, display_url, http_options
+from .output import display_url
+from .serve import access_policy, check_http_bind, http_options
 
 __all__: list[str] = []
 

@@ -13,7 +13,7 @@ from ..store import open_store
 from ..store.sql_files import schema_version
 from .common import run_async, store_option
 from .groups import cli
-from .serve import display_url
+from .output import display_url
 
 __all__ = ["migrate"]
 

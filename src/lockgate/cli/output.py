@@ -11,6 +11,7 @@ import os
 from collections.abc import Callable, Iterable
 from datetime import datetime
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 import click
 from pydantic_core import to_jsonable_python
@@ -216,3 +217,12 @@ def events_table(events: Iterable[EventInfo]) -> Table:
     for event in events:
         table.add_row(at(event.at), event.type, short(event.data, 100))
     return table
+
+
+def display_url(url: str) -> str:
+    """``url`` with any password masked, for logs."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    netloc = parts.netloc.replace(f":{parts.password}@", ":***@", 1)
+    return urlunsplit(parts._replace(netloc=netloc))

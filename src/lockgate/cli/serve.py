@@ -17,7 +17,6 @@ import sys
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
 
 import click
 
@@ -39,6 +38,7 @@ from ..http import (
 from ..store import open_store
 from .common import DurationType, count_type, load_app, run_async, store_option
 from .groups import cli
+from .output import display_url
 
 __all__ = [
     "BindRefused",
@@ -188,15 +188,6 @@ class RetentionType(DurationType):
         if seconds < MIN_RETENTION:
             self.fail(f"must be at least 1m or 'never', got {value!r}", param, ctx)
         return seconds
-
-
-def display_url(url: str) -> str:
-    """``url`` with any password masked, for logs."""
-    parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    netloc = parts.netloc.replace(f":{parts.password}@", ":***@", 1)
-    return urlunsplit(parts._replace(netloc=netloc))
 
 
 async def serve_app(app: App, config: ServeConfig) -> int:
