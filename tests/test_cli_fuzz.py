@@ -21,7 +21,10 @@ _SKIP = {("demo",), ("inspect",)}
 
 
 def _commands(group: click.Group, path: tuple[str, ...] = ()) -> Iterator[tuple[tuple[str, ...], click.Command]]:
-    for name, command in sorted(group.commands.items()):
+    ctx = click.Context(group)  # listed as the CLI lists them: serve, inspect and demo load when asked for
+    for name in group.list_commands(ctx):
+        command = group.get_command(ctx, name)
+        assert command is not None, name
         if isinstance(command, click.Group):
             yield from _commands(command, (*path, name))
         elif (*path, name) not in _SKIP:
