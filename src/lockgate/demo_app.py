@@ -6,6 +6,7 @@
 - ``demo.receipt``: the child; one step.
 - ``demo.approval``: waits for the ``approve`` signal (the demo sends it).
 - ``demo.quote``: serves one ``discount`` update and answers the caller with the new price.
+- ``demo.ship``: parks until ``demo.order.paid`` is published for its order, then ships it.
 
 And three whose flow control the admission gate decides before a run exists:
 
@@ -286,3 +287,17 @@ async def reminder(ctx: Context, order: OrderKey) -> str:
     await ctx.sleep("wait", "1h")  # parks the run: the cancellation reaches it without waking it
     reminded: str = await ctx.step("remind", send_reminder, order.order_id)
     return reminded
+
+
+def ship_order(order_id: str) -> str:
+    return f"shipped {order_id}"
+
+
+@app.workflow(name="demo.ship")
+async def ship(ctx: Context, order: OrderKey) -> str:
+    """Wait up to a day for this order's ``demo.order.paid`` (its publisher knows no run id), then ship it."""
+    paid = await ctx.wait_for_event(order_paid, match=lambda ev: ev.key.order_id == order.order_id, timeout="1d")
+    if paid is None:
+        return f"{order.order_id} was not paid within a day"
+    shipped: str = await ctx.step("ship", ship_order, order.order_id)
+    return shipped

@@ -238,6 +238,7 @@ async def run_demo(store: str, board: Board, *, timeout: float, poll: float = 0.
             (demo_app.approval, {"order_id": "A-1003", "amount": 99000}),
             (demo_app.quote, {"customer": "acme", "items": 3}),
             (demo_app.reminder, {"order_id": CANCELLED_ORDER}),
+            (demo_app.ship, {"order_id": "A-1001"}),  # parks until A-1001's demo.order.paid
         ]
         began = to_datetime(engine.clock.now())
         roots = []
