@@ -262,7 +262,11 @@ class StepGate:
                         await x.clock.sleep_until(handed.retry_at)
                     handed = None
                 continue
-            await block(Wait("flow", wake_at=grant.retry_at, flow_keys=[key]))
+            wait = Wait("flow", wake_at=grant.retry_at, flow_keys=[key])
+            if grant.retry_at is None:
+                await block(wait)
+            else:
+                await _block_until(x, block, wait, grant.retry_at)
 
     async def _wait_here(self, asked: float) -> flow.Grant | None:
         """Wait in place for a slot handed over (its grant), news to ask again on (``None``), or ``RECHECK``."""
@@ -318,6 +322,33 @@ def _released(x: Running, done: asyncio.Future[flow.Woken]) -> None:
     deliver(x.store, woken.handed)
     if woken.woke:
         x.host.wake(x.clock.now())
+
+
+async def _block_until(x: Running, block: Any, wait: Wait, at: float) -> None:
+    """``block`` (the run parks once every branch of its body waits), but look again at ``at`` if the
+    run is still held then: another branch keeps it busy (a step waiting in place behind this one in
+    the key's line would otherwise wait for it for good, and it for the park)."""
+    me = asyncio.current_task()
+    assert me is not None
+    due = False
+
+    def fired(timer: asyncio.Future[None]) -> None:
+        nonlocal due
+        if not timer.cancelled() and timer.exception() is None:
+            due = True
+            me.cancel()
+
+    timer = asyncio.ensure_future(x.clock.sleep_until(at))
+    timer.add_done_callback(fired)
+    try:
+        await block(wait)
+    except asyncio.CancelledError:
+        if due and me.uncancel() == 0:  # only the timer's cancel: the run was not parked meanwhile
+            return
+        raise
+    finally:
+        timer.remove_done_callback(fired)
+        timer.cancel()
 
 
 class Exempt:
