@@ -78,11 +78,17 @@ async def create(
         return "created", {**written, "paused_reason": None, "created_at": now, "updated_at": now}
     if if_exists == "skip":
         return "existing", existing
-    return await _replace(rt, schedule_id, lambda _old: (workflow, dict(options)), conn=conn), existing
+    done, replaced = await _replace(rt, schedule_id, lambda _old: (workflow, dict(options)), conn=conn)
+    return done, existing if replaced is None else replaced
 
 
-async def update(rt: ScheduleRuntime, schedule_id: str, changes: Mapping[str, Any]) -> Created:
-    """Change the given options of runtime schedule ``schedule_id`` (the others stay as they are)."""
+async def update(
+    rt: ScheduleRuntime, schedule_id: str, changes: Mapping[str, Any], *, conn: Any = None
+) -> tuple[Created, Row | None]:
+    """Change the given options of runtime schedule ``schedule_id`` (the others stay as they are); what
+    happened, and with ``conn=`` the row as written in the caller's transaction (``None`` without).
+    With ``conn=``, the old rule's slots due by now (a moved rule) are fired at once, outside that
+    transaction: they were due whether or not it commits."""
     schedule_id = check_id(schedule_id)
     await register_declared(rt, schedule_id)
     changes = dict(changes)
@@ -96,7 +102,7 @@ async def update(rt: ScheduleRuntime, schedule_id: str, changes: Mapping[str, An
         options.update(changes)
         return (workflow if workflow is not None else str(old["workflow"])), options
 
-    return await _replace(rt, schedule_id, merged)
+    return await _replace(rt, schedule_id, merged, conn=conn)
 
 
 async def delete(rt: ScheduleRuntime, schedule_id: str, *, conn: Any = None) -> None:
@@ -130,8 +136,11 @@ async def runtime_row(rt: ScheduleRuntime, schedule_id: str, verb: str) -> Row:
     return row
 
 
-async def _replace(rt: ScheduleRuntime, schedule_id: str, new_options: Any, *, conn: Any = None) -> Created:
-    """Write the options ``new_options(old_row)`` gives, retrying if another writer changed the row meanwhile."""
+async def _replace(
+    rt: ScheduleRuntime, schedule_id: str, new_options: Any, *, conn: Any = None
+) -> tuple[Created, Row | None]:
+    """Write the options ``new_options(old_row)`` gives, retrying if another writer changed the row meanwhile;
+    with ``conn=``, also the row as the caller's transaction now holds it."""
     for _ in range(UPDATE_TRIES):
         old = await runtime_row(rt, schedule_id, "update")
         workflow, options = new_options(old)
@@ -140,7 +149,7 @@ async def _replace(rt: ScheduleRuntime, schedule_id: str, new_options: Any, *, c
         before, _ = from_row(old)
         fresh = options_json(defn, note)
         if fresh == old["definition"] and workflow == old["workflow"] and defn.timezone == old["timezone"]:
-            return "unchanged"
+            return "unchanged", None
         moved = _rule(before) != _rule(defn)
         state = old
         if moved and not old["paused"]:
@@ -152,13 +161,16 @@ async def _replace(rt: ScheduleRuntime, schedule_id: str, new_options: Any, *, c
             watermark = max(watermark, now)
         row = _row(defn, note, now, watermark, paused=bool(state["paused"]))
         revision = int(state["revision"])
+        written = None
         if conn is not None:
             async with rt.store.join(conn) as joined:
                 done = await sched_ops.replace_schedule(joined.tx, row, revision)
+                if done:
+                    written = await sched_ops.schedule_state(joined.tx, schedule_id)
         else:
             done = await rt.store.write(sched_ops.replace_schedule, row, revision)
         if done:
-            return "updated"
+            return "updated", written
     raise InvalidSchedule(schedule_id, "id", f"changed by others {UPDATE_TRIES} times during this update; try again")
 
 

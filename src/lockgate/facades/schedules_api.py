@@ -79,12 +79,16 @@ class Schedules:
             return ScheduleView.from_row(row, rt.schedules)
         return await self.get(id)
 
-    async def update(self, id: str, **changes: Any) -> ScheduleView:
+    async def update(self, id: str, *, conn: Any = None, **changes: Any) -> ScheduleView:
         """Change the named options (``create``'s, and ``workflow``); the rest stay. A new cron, interval
-        or time zone takes effect from now: slots the old rule had due fire once, first."""
+        or time zone takes effect from now: slots the old rule had due fire once, first. ``conn``: the
+        caller's open transaction, as for ``create`` (the view returned is the row it now holds)."""
         if "workflow" in changes:
             changes["workflow"] = _workflow_name(changes["workflow"])
-        await schedule_verbs.update(self._runtime(), id, changes)
+        rt = self._runtime()
+        _, written = await schedule_verbs.update(rt, id, changes, conn=conn)
+        if written is not None:
+            return ScheduleView.from_row(written, rt.schedules)
         return await self.get(id)
 
     async def pause(self, id: str, reason: str | None = None) -> None:
