@@ -67,6 +67,8 @@ def test_run_pause_firings_and_backfill(lockgate: Lockgate) -> None:
     assert listed["pulse"]["next_at"] is not None and not listed["pulse"]["orphaned"]
     lockgate("schedules", "unpause", "report")
     listed = {s["name"]: s for s in lockgate.json("schedules", "list")["schedules"]}  # no --app: the store alone
+    first = lockgate.json("schedules", "list", "--app", lockgate.app, "--limit", "1")
+    assert [s["name"] for s in first["schedules"]] == ["pulse"] and first["next_cursor"] == "pulse"
     assert not listed["report"]["paused"] and not listed["report"]["orphaned"] and listed["report"]["next_at"] is None
     args = ("schedules", "backfill", "report", "--from", "2026-03-27T00:00", "--to", "2026-03-30T12:00")
     dry = lockgate.json(*args, "--app", lockgate.app)

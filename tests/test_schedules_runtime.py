@@ -17,6 +17,7 @@ import lockgate as lg
 from lockgate import sweeps
 from lockgate.engine.firing import fire
 from lockgate.engine.schedule_book import ScheduleBook
+from lockgate.inspect import Inspector
 from lockgate.store import schedules as sched_ops
 from lockgate.store.sql_files import load_queries
 from lockgate.sweeps import schedules as sweep
@@ -340,6 +341,57 @@ async def test_conn_commits_the_schedule_with_the_callers_rows(store_url: str) -
                 await s.create("digest:t2", workflow="digest", every="1d", payload={"tenant": "t2"}, conn=pg)
                 await pg.commit()
         assert [x.id for x in (await s.list()).items] == ["digest:t2"]
+
+
+async def test_conn_updates_the_schedule_with_the_callers_rows(store_url: str) -> None:
+    async with TestEnv(make_app(), store=store_url, start=T0) as env:
+        s = env.engine.schedules
+        await s.create("digest:t1", workflow="digest", every="1d", payload={"tenant": "t1"})
+        if store_url.startswith("sqlite"):
+            lite = sqlite3.connect(store_url.removeprefix("sqlite:///"))
+            lite.execute("BEGIN")
+            seen = await s.update("digest:t1", every="2d", conn=lite)
+            assert seen.every == 172800 and seen.revision == 2  # the row as the open transaction holds it
+            lite.rollback()
+            assert (await s.get("digest:t1")).revision == 1
+            lite.execute("BEGIN")
+            await s.update("digest:t1", payload={"tenant": "t9"}, conn=lite)
+            lite.commit()
+            lite.close()
+        else:
+            async with await psycopg.AsyncConnection.connect(store_url) as pg:
+                seen = await s.update("digest:t1", every="2d", conn=pg)
+                assert seen.every == 172800 and seen.revision == 2
+                await pg.rollback()
+                assert (await s.get("digest:t1")).revision == 1
+                await s.update("digest:t1", payload={"tenant": "t9"}, conn=pg)
+                await pg.commit()
+        after = await s.get("digest:t1")
+        assert after.revision == 2 and after.payload == {"tenant": "t9"} and after.every == 86400
+
+
+async def test_schedules_are_listed_a_page_at_a_time(env_factory: Any) -> None:
+    async with env_factory(make_app(declared=True), start=T0) as env:
+        for i in range(5):
+            await env.engine.schedules.create(f"digest:t{i}", workflow="digest", every="1m", payload={"tenant": "t"})
+        env.clock.set(T0 + 60.5)
+        await tick(env)
+        inspector = Inspector(env.engine.store, env.engine.app, env.clock)
+        seen: list[str] = []
+        cursor = None
+        while True:
+            page, cursor = await inspector.schedule_page(limit=2, cursor=cursor)
+            assert len(page) <= 2
+            seen += [i.name for i in page]
+            if cursor is None:
+                break
+        everything = await inspector.schedules()
+        assert seen == [i.name for i in everything]  # the declared ones and the five, in order, once each
+        page, after = await inspector.schedule_page(limit=10, prefix="digest:")
+        assert [i.name for i in page] == [f"digest:t{i}" for i in range(5)] and after is None
+        assert all(i.firings == {"succeeded": 1} or i.firings == {"started": 1} for i in page)
+        with pytest.raises(lg.InvalidArgument, match="limit"):
+            await inspector.schedule_page(limit=0)
 
 
 async def test_the_sweep_looks_only_at_schedules_due(env_factory: Any) -> None:

@@ -41,14 +41,26 @@ def schedules() -> None:
 @app_option(required=False, purpose="shows next firing times and marks the schedules it declares")
 @store_option
 @format_option
-def list_schedules(app_ref: str | None, store: str, fmt: str) -> None:
-    """Every schedule, with its next firing; one no code declares any more is shown as orphaned."""
+@click.option("--limit", type=click.IntRange(1, 1000), default=100, show_default=True, help="Schedules per page.")
+@click.option("--cursor", default=None, help="Start after this schedule id (the page before printed it).")
+@click.option("--prefix", default=None, help="Only schedules whose id starts with this.")
+@click.option("--workflow", default=None, help="Only schedules of this workflow.")
+def list_schedules(
+    app_ref: str | None,
+    store: str,
+    fmt: str,
+    limit: int,
+    cursor: str | None,
+    prefix: str | None,
+    workflow: str | None,
+) -> None:
+    """Schedules by id, a page at a time, with their next firing; one no code declares any more is shown as orphaned."""
 
-    async def go() -> list[ScheduleInfo]:
+    async def go() -> tuple[list[ScheduleInfo], str | None]:
         async with open_inspector(load_app(app_ref), store) as inspector:
-            return await inspector.schedules()
+            return await inspector.schedule_page(limit=limit, cursor=cursor, workflow=workflow, prefix=prefix)
 
-    infos = run_async(go())
+    infos, after = run_async(go())
 
     def render(console: Console) -> None:
         if not infos:
@@ -67,8 +79,10 @@ def list_schedules(app_ref: str | None, store: str, fmt: str) -> None:
             next_at = "" if i.next_at is None else i.next_at.strftime("%Y-%m-%d %H:%M:%S %Z")
             table.add_row(i.name, i.workflow, i.spec, i.timezone, state, next_at, fired, str(i.missed or ""))
         console.print(table)
+        if after is not None:
+            console.print(f"more: --cursor {after}")
 
-    emit(fmt, {"schedules": [i.to_dict() for i in infos]}, render)
+    emit(fmt, {"schedules": [i.to_dict() for i in infos], "next_cursor": after}, render)
 
 
 @schedules.command("next")

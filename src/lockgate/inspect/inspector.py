@@ -35,7 +35,7 @@ from .gate import LedgerEntry, ParkedStart, Pause, ledger_page, parked_page, pau
 from .listing import RunFilter, RunPage, runs_page
 from .replay import ReplayReport
 from .runs import RunDetail, run_detail
-from .schedules import FiringInfo, ScheduleInfo, firings_page, schedule_infos
+from .schedules import FiringInfo, ScheduleInfo, firings_page, schedule_info_page, schedule_infos
 from .stats import Stats, last_successes, stats
 from .trace import Trace, trace
 from .views import SavedView
@@ -308,6 +308,20 @@ class Inspector:
     async def schedules(self) -> list[ScheduleInfo]:
         """Every schedule the app declares or the store holds, with its next firing time."""
         return await self.store.read(schedule_infos, self.app.schedules(), self.clock.now())
+
+    async def schedule_page(
+        self, *, limit: int = 100, cursor: str | None = None, workflow: str | None = None, prefix: str | None = None
+    ) -> tuple[list[ScheduleInfo], str | None]:
+        """``schedules`` a page at a time, by name after ``cursor``; the next page's cursor, ``None`` at the end."""
+        return await self.store.read(
+            schedule_info_page,
+            self.app.schedules(),
+            self.clock.now(),
+            limit=limit,
+            cursor=cursor,
+            workflow=workflow,
+            prefix=prefix,
+        )
 
     async def schedule_firings(self, name: str, limit: int = 50) -> list[FiringInfo]:
         """The firing ledger of schedule ``name``: claimed, skipped (why), started, failed..., newest first."""

@@ -19,7 +19,7 @@ from ..schedule_options import from_row
 from ..store import schedules as sched_ops
 from ..store.base import Row, Tx
 
-__all__ = ["SchedulePage", "ScheduleView", "schedule_view", "schedules_page"]
+__all__ = ["PAGE_LIMIT", "SchedulePage", "ScheduleView", "check_page_limit", "schedule_view", "schedules_page"]
 
 PAGE_LIMIT = 1000
 
@@ -126,6 +126,12 @@ async def schedule_view(tx: Tx, declared: Mapping[str, ScheduleDef], schedule_id
     return ScheduleView.from_row(row, declared)
 
 
+def check_page_limit(limit: Any) -> None:
+    """A page's ``limit``: 1 to ``PAGE_LIMIT`` (``InvalidArgument`` otherwise)."""
+    if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= PAGE_LIMIT:
+        raise InvalidArgument(f"limit must be between 1 and {PAGE_LIMIT}, got {limit!r}")
+
+
 async def schedules_page(
     tx: Tx,
     declared: Mapping[str, ScheduleDef],
@@ -137,8 +143,7 @@ async def schedules_page(
     cursor: str | None = None,
 ) -> SchedulePage:
     """Schedules by id after ``cursor``: of ``workflow``, with ids starting ``prefix``, ``paused`` or not."""
-    if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= PAGE_LIMIT:
-        raise InvalidArgument(f"limit must be between 1 and {PAGE_LIMIT}, got {limit!r}")
+    check_page_limit(limit)
     rows = await sched_ops.schedules_page(
         tx, cursor=cursor or "", limit=limit + 1, workflow=workflow, prefix=prefix or None, paused=paused
     )

@@ -20,8 +20,9 @@ from ..schedule import ScheduleDef, unknown_schedule
 from ..schedule_options import from_row
 from ..store import schedules as sched_ops
 from ..store.base import Row, Tx
+from .schedule_views import check_page_limit
 
-__all__ = ["FiringInfo", "ScheduleInfo", "firings_page", "schedule_infos"]
+__all__ = ["FiringInfo", "ScheduleInfo", "firings_page", "schedule_info_page", "schedule_infos"]
 
 
 @dataclass(frozen=True)
@@ -101,11 +102,51 @@ class FiringInfo:
 async def schedule_infos(tx: Tx, declared: Mapping[str, ScheduleDef], now: float) -> list[ScheduleInfo]:
     """Every schedule, declared or stored, with its next slot after ``now`` (orphaned ones have none)."""
     states = {row["name"]: row for row in await sched_ops.schedule_states(tx)}
+    return await _infos(tx, declared, states, sorted(set(states) | set(declared)), now, every=True)
+
+
+async def schedule_info_page(
+    tx: Tx,
+    declared: Mapping[str, ScheduleDef],
+    now: float,
+    *,
+    limit: int,
+    cursor: str | None = None,
+    workflow: str | None = None,
+    prefix: str | None = None,
+) -> tuple[list[ScheduleInfo], str | None]:
+    """``schedule_infos`` a page at a time, by name after ``cursor``: the page and the next cursor (``None``
+    at the end). Reads the page's rows and their firings only, however many schedules the store holds."""
+    check_page_limit(limit)
+    rows = await sched_ops.schedules_page(
+        tx, cursor=cursor or "", limit=limit + 1, workflow=workflow, prefix=prefix or None, paused=None
+    )
+    states = {row["name"]: row for row in rows[:limit]}
+    last = rows[limit - 1]["name"] if len(rows) > limit else None  # the page ends there; else it runs to the end
+    # A schedule declared here and not stored yet (no engine has booted with it) is listed at its place.
+    unstored = [
+        name
+        for name, sched in declared.items()
+        if name not in states
+        and name > (cursor or "")
+        and (last is None or name <= last)
+        and (workflow is None or sched.workflow == workflow)
+        and (not prefix or name.startswith(prefix))
+    ]
+    names = sorted([*states, *unstored])
+    infos = await _infos(tx, declared, states, names[:limit], now, every=False)
+    more = len(rows) > limit or len(names) > limit
+    return infos, (infos[-1].name if more and infos else None)
+
+
+async def _infos(
+    tx: Tx, declared: Mapping[str, ScheduleDef], states: Mapping[str, Row], names: list[str], now: float, *, every: bool
+) -> list[ScheduleInfo]:
     counts: dict[str, dict[str, int]] = {}
-    for row in await sched_ops.firing_counts(tx):
+    for row in await sched_ops.firing_counts(tx, None if every else names):
         counts.setdefault(row["schedule"], {})[row["status"]] = int(row["n"])
     out = []
-    for name in sorted(set(states) | set(declared)):
+    for name in names:
         state, sched = states.get(name), declared.get(name)
         if sched is None and state is not None and state["origin"] == "runtime":
             sched = from_row(state)[0]

@@ -202,9 +202,11 @@ async def firings_at(tx: Tx, schedule: str, start: float, end: float) -> list[Ro
     return await tx.execute("firings_at", {"schedule": schedule, "start": start, "end": end})
 
 
-async def firing_counts(tx: Tx) -> list[Row]:
-    """Per schedule and status: how many firings, and the newest slot among them."""
-    return await tx.execute("firing_counts")
+async def firing_counts(tx: Tx, names: list[str] | None = None) -> list[Row]:
+    """Per schedule and status: how many firings, and the newest slot among them (of ``names`` only, if given)."""
+    if names is None:
+        return await tx.execute("firing_counts")
+    return await tx.execute("firing_counts_of", {"names": json.dumps(names)})
 
 
 async def forget_firings(tx: Tx, cutoff: float, limit: int) -> int:

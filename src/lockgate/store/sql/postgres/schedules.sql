@@ -105,6 +105,11 @@ ORDER BY scheduled_at;
 SELECT schedule, status, COUNT(*) AS n, MAX(scheduled_at) AS last_at
 FROM lockgate_schedule_firings GROUP BY schedule, status;
 
+-- name: firing_counts_of
+-- firing_counts for the named schedules only (a page of them): read through the firings' schedule index.
+SELECT schedule, status, COUNT(*) AS n, MAX(scheduled_at) AS last_at
+FROM lockgate_schedule_firings WHERE schedule = ANY (ARRAY(SELECT jsonb_array_elements_text(%(names)s::jsonb))) GROUP BY schedule, status;
+
 -- name: firings_forget
 -- Finished firings claimed before the engine's retention cutoff (their runs are forgotten then too).
 DELETE FROM lockgate_schedule_firings WHERE id IN (
