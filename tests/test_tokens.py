@@ -238,3 +238,27 @@ async def test_the_http_door_needs_no_bearer_token_and_answers_problems(env_fact
             assert line in metrics.text
             assert 'client="203.0.113.9",reason="used"} 1.0' in metrics.text
         assert await engine.result(h.run_id, timeout=10) == [[True, "web"]]
+
+
+async def test_the_dashboard_lists_pending_tokens_and_an_operator_completes_one(env_factory: Any) -> None:
+    async with env_factory(app, encryption_keys=[KEY]) as env:
+        engine = env.engine
+        h = await engine.start("tok.approve", {"timeout": 3600})
+        await env.settle()
+        await parked_on(engine, h.run_id, "token")
+        tok = handed[h.run_id]
+        transport = httpx.ASGITransport(app=create_app(engine.client, policy=AccessPolicy()))
+        async with httpx.AsyncClient(transport=transport, base_url="http://testserver") as http:
+            page = await http.get(f"/ui/runs/{h.run_id}")
+            assert page.status_code == 200 and "Pending tokens" in page.text and tok.id in page.text
+            assert tok.token not in page.text  # the secret is nowhere to be shown
+            form = await http.get(f"/ui/runs/{h.run_id}/tokens/{tok.id}")
+            assert form.status_code == 200 and 'name="payload"' in form.text
+            url = f"/ui/runs/{h.run_id}/tokens/{tok.id}"
+            bad = await http.post(url, data={"action": "complete", "payload": '{"approved": "?"}'})
+            assert bad.status_code == 422 and "PayloadError" in bad.text
+            done = await http.post(url, data={"action": "complete", "payload": '{"approved": true, "by": "op"}'})
+            assert done.status_code == 303
+            assert await engine.result(h.run_id, timeout=10) == [[True, "op"]]
+            page = await http.get(f"/ui/runs/{h.run_id}")
+            assert "Pending tokens" not in page.text

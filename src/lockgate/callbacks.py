@@ -37,6 +37,7 @@ __all__ = [
     "new_token",
     "public_url_from_env",
     "token_hash",
+    "without_secret",
 ]
 
 CALLBACKS_PREFIX = "/callbacks/"
@@ -134,6 +135,13 @@ class CallbackToken:
         at = data.get("expires_at")
         expires = None if at is None else datetime.fromtimestamp(float(at), UTC)
         return cls(data["name"], data["id"], data["token"], data.get("url"), expires, bool(data["single_use"]), model)
+
+
+def without_secret(output: Any) -> Any:
+    """A ``create_token`` journal entry's output as surfaces show it: the secret and its URL hidden."""
+    if isinstance(output, dict) and "token" in output:
+        return {**output, "token": "(hidden)", "url": None if output.get("url") is None else "(hidden)"}
+    return output
 
 
 def new_token() -> str:
