@@ -262,3 +262,23 @@ async def test_the_dashboard_lists_pending_tokens_and_an_operator_completes_one(
             assert await engine.result(h.run_id, timeout=10) == [[True, "op"]]
             page = await http.get(f"/ui/runs/{h.run_id}")
             assert "Pending tokens" not in page.text
+
+
+async def test_lockgate_check_replays_token_waits_from_the_journal(env_factory: Any) -> None:
+    from lockgate.testing import replay_check
+
+    async with env_factory(app, encryption_keys=[KEY]) as env:
+        engine = env.engine
+        h = await engine.start("tok.approve", {"single_use": False, "waits": 2})
+        await env.settle()
+        tok = handed[h.run_id]
+        await engine.complete_token(tok.token, {"approved": True, "by": "one"})
+        await env.settle()
+        await parked_on(engine, h.run_id, "token")  # the second wait
+        export = await engine.inspector.export_run(h.run_id or "")
+        verdict = await replay_check(app, export)
+        assert not verdict.breaks, verdict.to_dict()
+        await engine.reject_token(tok.token, "changed my mind")
+        assert await engine.result(h.run_id, timeout=10) == [[True, "one"], ["rejected", "changed my mind"]]
+        verdict = await replay_check(app, await engine.inspector.export_run(h.run_id or ""))
+        assert not verdict.breaks, verdict.to_dict()
