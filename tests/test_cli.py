@@ -450,7 +450,7 @@ def test_demo_runs_to_completion(cli: Lockgate, tmp_path: Path) -> None:
     runs = [r for r in listed if r["workflow"] != "demo.heartbeat"]
     assert sorted(r["workflow"] for r in runs) == sorted(
         ["demo.checkout", "demo.checkout", "demo.receipt", "demo.receipt", "demo.approval", "demo.quote"]
-        + ["demo.reminder", "demo.fulfil", "demo.fulfil", "demo.ship"]
+        + ["demo.reminder", "demo.fulfil", "demo.fulfil", "demo.ship", "demo.expense"]
         + ["demo.narrate"]
         + ["demo.label"] * 5
         + ["demo.sms"] * 3
@@ -460,6 +460,9 @@ def test_demo_runs_to_completion(cli: Lockgate, tmp_path: Path) -> None:
     reminder = next(r for r in runs if r["workflow"] == "demo.reminder")
     ship = next(r for r in runs if r["workflow"] == "demo.ship")
     assert cli.json("workflows", "show", ship["id"], "--store", url)["run"]["output"] == "shipped A-1001"
+    expense = next(r for r in runs if r["workflow"] == "demo.expense")
+    expensed = cli.json("workflows", "show", expense["id"], "--store", url)["run"]["output"]
+    assert expensed == "approved by manager@example.com (emailed link)"
     assert (reminder["status"], reminder["error_message"]) == ("cancelled", "order cancelled")
     assert "demo.reminder A-1004: cancelled by demo.order.cancelled ('order cancelled')" in result.out
     assert any(r["status"] == "succeeded" for r in beats)  # the schedule fired at least once
@@ -507,7 +510,7 @@ def test_demo_runs_to_completion(cli: Lockgate, tmp_path: Path) -> None:
 
     cli("demo", "--store", url, "--timeout", "40s")  # a second demo starts from an empty database
     again = cli.json("workflows", "list", "--store", url)["runs"]
-    assert len([r for r in again if r["workflow"] != "demo.heartbeat"]) == 19
+    assert len([r for r in again if r["workflow"] != "demo.heartbeat"]) == 20
 
 
 def test_demo_refuses_to_reset_a_database_of_other_runs(cli: Lockgate, tmp_path: Path) -> None:

@@ -49,6 +49,7 @@ LAYERS: dict[str, int] = {
     "lockgate.buckets": DEFINITIONS,
     "lockgate.names": DEFINITIONS,
     "lockgate.matching": DEFINITIONS,
+    "lockgate.callbacks": DEFINITIONS,
     "lockgate.webhooks": DEFINITIONS,
     "lockgate.store": STORE,
     "lockgate.gate": GATE,

@@ -1,6 +1,7 @@
 """lockgate: durable Python workflows whose flow control is decided at the gate."""
 
 from .app import App
+from .callbacks import CallbackToken, TokenExpired, TokenGone, TokenRejected, TokenUsed, UnknownToken
 from .context import ChildHandle, Context
 from .controls import Batch, Concurrency, Debounce, FailureReport, RateLimit, Singleton, Throttle, Timeouts
 from .definitions import Retry
@@ -57,6 +58,7 @@ __all__ = [
     "BlockingStartRefused",
     "BulkItem",
     "BulkResult",
+    "CallbackToken",
     "CancelOn",
     "ChildHandle",
     "ChildNotStarted",
@@ -110,9 +112,14 @@ __all__ = [
     "Subject",
     "Throttle",
     "Timeouts",
+    "TokenExpired",
+    "TokenGone",
+    "TokenRejected",
+    "TokenUsed",
     "Trace",
     "UnknownRun",
     "UnknownSchedule",
+    "UnknownToken",
     "UnknownWorkflow",
     "UnstorableValue",
     "UpdateFailed",

@@ -132,6 +132,24 @@ class Context(abc.ABC):
         since the run started; ``0``: only from now); each wait consumes one event; the run parks meanwhile."""
         raise NotImplementedError
 
+    async def create_token(
+        self,
+        name: str,
+        *,
+        model: type[BaseModel] | None = None,
+        timeout: Duration | None = None,
+        single_use: bool = True,
+    ) -> Any:
+        """A new ``lg.CallbackToken`` for this run (journaled: a replay returns the same one). Whoever holds its
+        secret completes it (``POST /callbacks/{token}``, ``client.complete_token``) with a payload ``model``
+        validates; after ``timeout`` it expires. See docs/human-in-the-loop.md."""
+        raise NotImplementedError
+
+    async def wait_for_token(self, token: Any) -> Any:
+        """The payload ``token`` is completed with (the run parks meanwhile, before or after it comes);
+        ``lg.TokenRejected`` when it is rejected, ``lg.TokenExpired`` once its timeout passes first."""
+        raise NotImplementedError
+
     async def rate_limit(self, name: str, *, limit: int, period: Duration, key: Any = None) -> None:
         """Wait durably for a slot of the sliding window ``name`` (``limit`` per ``period``, per ``key``),
         shared by every run that uses it; journaled, so a replay does not take a second slot."""

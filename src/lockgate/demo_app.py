@@ -7,6 +7,8 @@
 - ``demo.approval``: waits for the ``approve`` signal (the demo sends it).
 - ``demo.quote``: serves one ``discount`` update and answers the caller with the new price.
 - ``demo.ship``: parks until ``demo.order.paid`` is published for its order, then ships it.
+- ``demo.expense``: mails an approval link (``ctx.create_token``) and parks until it is completed
+  (the demo completes it as the manager's click would).
 
 And three whose flow control the admission gate decides before a run exists:
 
@@ -37,6 +39,7 @@ from datetime import datetime
 from pydantic import BaseModel
 
 from .app import App
+from .callbacks import TokenExpired
 from .context import Context
 from .controls import Concurrency, Debounce, RateLimit
 from .definitions import Retry
@@ -301,3 +304,24 @@ async def ship(ctx: Context, order: OrderKey) -> str:
         return f"{order.order_id} was not paid within a day"
     shipped: str = await ctx.step("ship", ship_order, order.order_id)
     return shipped
+
+
+emailed: dict[str, str] = {}
+"""Run id -> the approval token ``demo.expense`` mailed (the demo plays the manager who clicks it)."""
+
+
+def email_link(run_id: str, token: str) -> str:
+    emailed[run_id] = token
+    return "mailed the approval link"
+
+
+@app.workflow(name="demo.expense")
+async def expense(ctx: Context, order: Order) -> str:
+    """Mail an approval link and wait (parked) until whoever holds it answers, for up to a day."""
+    tok = await ctx.create_token("approval", model=Approval, timeout="1d")
+    await ctx.step("email", email_link, ctx.run_id, tok.token)
+    try:
+        decision = await ctx.wait_for_token(tok)
+    except TokenExpired:
+        return "nobody answered within a day"
+    return f"{'approved' if decision.approved else 'rejected'} by {decision.by} (emailed link)"

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from .callbacks import without_secret
 from .clock import to_datetime
 from .recording import TRUNCATED
 
@@ -33,6 +34,12 @@ def _input(text: str | None) -> tuple[Any, bool, int | None]:
     if isinstance(value, dict) and value.get(TRUNCATED) is True:
         return value.get("head"), True, value.get("size")
     return value, False, len(text.encode())
+
+
+def _shown(row: dict[str, Any]) -> Any:
+    """An entry's output as shown: a callback token's secret (and its URL) never are."""
+    output = _json(row["output"])
+    return without_secret(output) if row["kind"] == "token" else output
 
 
 def _child_output(outcome: Any) -> Any:
@@ -158,7 +165,7 @@ class StepInfo:
             kind=row["kind"],
             status=row["status"],
             seq=int(row["seq"]),
-            output=_child_output(_json(row["output"])) if row["kind"] == "wait_child" else _json(row["output"]),
+            output=_child_output(_json(row["output"])) if row["kind"] == "wait_child" else _shown(row),
             error_tag=row["error_tag"],
             error_message=row["error_message"],
             attempts=int(row["attempts"]),

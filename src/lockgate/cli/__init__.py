@@ -18,6 +18,7 @@ import click
 
 from ..errors import LockgateError
 from . import bulk as bulk
+from . import callbacks as callbacks
 from . import check as check
 from . import cluster as cluster  # each import registers that module's commands on its group
 from . import doctor as doctor

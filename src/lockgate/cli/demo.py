@@ -239,6 +239,7 @@ async def run_demo(store: str, board: Board, *, timeout: float, poll: float = 0.
             (demo_app.quote, {"customer": "acme", "items": 3}),
             (demo_app.reminder, {"order_id": CANCELLED_ORDER}),
             (demo_app.ship, {"order_id": "A-1001"}),  # parks until A-1001's demo.order.paid
+            (demo_app.expense, {"order_id": "A-1005", "amount": 56000}),  # parks on an approval token
         ]
         began = to_datetime(engine.clock.now())
         roots = []
@@ -246,7 +247,7 @@ async def run_demo(store: str, board: Board, *, timeout: float, poll: float = 0.
             handle = await engine.start(workflow, payload)
             assert handle.run_id is not None
             roots.append(handle.run_id)
-        approval_id, quote_id, reminder_id = roots[2], roots[3], roots[4]
+        approval_id, quote_id, reminder_id, expense_id = roots[2], roots[3], roots[4], roots[6]
         since = to_datetime(engine.clock.now())
         tickets: set[str] = set()
         for workflow, payloads in GATED:
@@ -300,6 +301,10 @@ async def run_demo(store: str, board: Board, *, timeout: float, poll: float = 0.
                     await engine.signal(approval_id, "approve", {"approved": True, "by": "ops@example.com"})
                     signal_sent = True
                     board.note(f"sent signal 'approve' to {approval_id}")
+                if waiting.get(expense_id) == "token" and expense_id in demo_app.emailed:
+                    token = demo_app.emailed.pop(expense_id)  # as the manager's click on the link would
+                    await engine.complete_token(token, {"approved": True, "by": "manager@example.com"})
+                    board.note(f"completed the approval token run {expense_id} mailed, as its link would")
                 if update is None and waiting.get(quote_id) == "update":
                     remaining = max(1.0, deadline - loop.time())
                     update = asyncio.create_task(

@@ -21,7 +21,9 @@ from typing import Any
 import click
 
 from ..app import App
+from ..callbacks import check_base_url
 from ..durations import format_seconds
+from ..errors import InvalidArgument
 from ..facades import Engine
 from ..facades.engine import MIN_RETENTION
 from ..http import (
@@ -73,6 +75,7 @@ class ServeConfig:
     cluster_metrics: str = "auto"  # which replica serves the store-wide gauges on /metrics (cluster_reporter)
     migrate: bool = True  # False: refuse a store whose schema is not current instead of migrating it
     grace: float = 30.0  # at shutdown, how long running step attempts may finish before their runs are released
+    public_url: str | None = None  # the base of callback tokens' URLs (None: LOCKGATE_PUBLIC_URL, if set)
 
 
 @dataclass(frozen=True)
@@ -203,6 +206,7 @@ async def serve_app(app: App, config: ServeConfig) -> int:
         retention=config.retention,
         event_retention=config.event_retention,
         delivery_retention=config.delivery_retention,
+        public_url=config.public_url,
     )
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
@@ -356,6 +360,12 @@ def configure_logging(quiet: bool, log_format: str) -> None:
     help="At SIGINT/SIGTERM, how long the step attempts running here may finish (their results are journaled) "
     "before the runs are released for other workers.",
 )
+@click.option(
+    "--public-url",
+    metavar="URL",
+    help="Where this service is reached from outside (https://...): callback tokens' URLs start with it "
+    "(default: LOCKGATE_PUBLIC_URL).",
+)
 @click.option("-q", "--quiet", is_flag=True, help="No log line per run start and end.")
 @click.option(
     "--log-format",
@@ -393,6 +403,7 @@ def serve(
     cluster_metrics: str,
     no_migrate: bool,
     grace: float,
+    public_url: str | None,
     quiet: bool,
     log_format: str,
 ) -> None:
@@ -404,6 +415,10 @@ def serve(
     """
     if lease < 0.5:
         raise click.BadParameter("must be at least 500ms", param_hint="'--lease'")
+    try:
+        public_url = check_base_url(public_url, what="--public-url")
+    except InvalidArgument as exc:
+        raise click.BadParameter(str(exc), param_hint="'--public-url'") from None
     policy = access_policy(token_file, read_token_file)
     http = None if no_http else check_http_bind(http_bind, policy)
     app = load_app(app_ref, param_hint="'MODULE:APP'")
@@ -422,6 +437,7 @@ def serve(
         cluster_metrics=cluster_metrics,
         migrate=not no_migrate,
         grace=grace,
+        public_url=public_url,
     )
     code = run_async(serve_app(app, config))
     ctx.exit(code)

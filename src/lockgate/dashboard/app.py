@@ -18,6 +18,7 @@ from .pages import router as pages
 from .render import environment
 from .schedules import router as schedules
 from .site import DASHBOARD_PREFIX, Dashboard
+from .tokens import router as tokens
 
 __all__ = ["install_dashboard"]
 
@@ -26,7 +27,7 @@ def install_dashboard(app: FastAPI, client: Client, *, prefix: str = DASHBOARD_P
     """Serve the dashboard over ``client`` under ``prefix`` of ``app``; ``/`` leads to its runs list."""
     app.state.lockgate_dashboard = Dashboard(client, environment(), prefix)
     app.mount(f"{prefix}/static", StaticFiles(packages=[("lockgate.dashboard", "static")]), name="dashboard-static")
-    for router in (pages, schedules, actions, live):
+    for router in (pages, schedules, actions, tokens, live):
         app.include_router(router, prefix=prefix, include_in_schema=False)
 
     @app.get("/", include_in_schema=False)

@@ -94,6 +94,7 @@ async def run_context(d: Dashboard, run_id: str) -> dict[str, Any]:
         "attempts": attempts,
         "verbs": VERBS,
         "allowed": allowed(detail.run),
+        "tokens": [t for t in await inspector.tokens(run_id) if t.state == "pending"],  # dashboard/tokens.py
     }
 
 

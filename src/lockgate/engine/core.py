@@ -16,6 +16,7 @@ from typing import Any, Protocol
 from pydantic import BaseModel
 
 from ..app import App
+from ..callbacks import public_url_from_env
 from ..clock import Clock
 from ..crypto import Keyring, Sealer, check_keys, is_sealed, seal_payload
 from ..definitions import WorkflowDef
@@ -101,6 +102,7 @@ class Core:
         self.recording = recording
         self.input_limit = input_limit  # bytes of a step's input= kept on its attempt row
         self.keyring = keyring if keyring is not None else Keyring.load()  # newest first
+        self.public_url = public_url_from_env()  # the base of callback tokens' URLs (Engine(public_url=))
         self.results = ResultWaiters(store, lambda: self.poll_interval)
         self.admissions = Admissions(store, lambda: self.poll_interval)
         self.pauses = PauseCache(store, clock)

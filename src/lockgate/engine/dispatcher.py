@@ -81,6 +81,7 @@ class Dispatcher:
         self.store = core.store
         self.clock = core.clock
         self.keyring = core.keyring
+        self.public_url = core.public_url  # where callback tokens' URLs point (engine/callbacks.py)
         self.max_concurrent_runs = max_concurrent_runs
         self.lease = lease
         self.inline_sleep = inline_sleep

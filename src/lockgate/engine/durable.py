@@ -75,6 +75,7 @@ class Host(Protocol):
     resolve_scopes: ScopeResolver | None
     step_pool: Executor  # the threads plain ``def`` steps run in
     draining: bool  # shutting down: no new step attempt begins
+    public_url: str | None  # the base of the URLs callback tokens are completed at (engine/callbacks.py)
 
     @property
     def observer(self) -> Observer | None:

@@ -36,6 +36,7 @@ from ..store import Store, runs, shared
 from ..store import journal as store_journal
 from ..store.base import Row
 from . import durable, event_waits, operations, run_events, stepflow
+from .callbacks import TokenOperations
 from .children import take_back
 from .durable import Host, Parked, Wait, attempt_row, callable_facts, describe, divergence, kept_input, seen, step_entry
 
@@ -75,7 +76,7 @@ class _Busy:
             execution._poke()
 
 
-class Execution(Context):
+class Execution(TokenOperations, Context):
     """One entry into one run's body on this worker."""
 
     def __init__(self, host: Host, defn: WorkflowDef, row: Row, journal: list[Row]) -> None:

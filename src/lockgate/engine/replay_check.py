@@ -28,6 +28,7 @@ from typing import Any, Literal, NoReturn, TypeVar
 from pydantic import BaseModel
 
 from ..app import App
+from ..callbacks import CallbackToken
 from ..context import ChildHandle, Context
 from ..controls import FailureReport
 from ..crypto import Keyring, Sealer, is_sealed, open_for_replay
@@ -36,6 +37,7 @@ from ..durations import Duration
 from ..errors import ChildNotStarted, InvalidArgument, LockgateError, RunCancelled, RunFailed, StepFailed
 from ..serde import conform, decode, decode_as, validate_payload
 from ..store.base import Row
+from .callbacks import recorded_outcome
 from .children import handle_of
 from .durable import callable_facts, describe
 from .event_waits import EventWait, recorded_event
@@ -240,6 +242,18 @@ class _Replay(Context):
         if entry is None:
             await self._live()
         return recorded_event(self.app, entry["output"], None)
+
+    async def create_token(self, name: str, **options: Any) -> CallbackToken:
+        _, entry = self._key(f"token:{name}")
+        if entry is None:
+            await self._live()
+        return CallbackToken.from_dict(json.loads(entry["output"]), options.get("model"))
+
+    async def wait_for_token(self, token: CallbackToken) -> Any:
+        _, entry = self._key(f"token-wait:{token.name}")
+        if entry is None:
+            await self._live()
+        return recorded_outcome(token, entry["output"])
 
     async def handle_update(self, name: str, model: type[M], handler: Callable[[M], Awaitable[T] | T]) -> T:
         key, entry = self._key(f"update:{name}")

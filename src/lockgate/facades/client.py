@@ -45,6 +45,7 @@ from ..records import AttemptInfo, EventInfo, RunInfo, StepInfo
 from ..serde import import_model, payload_json, validate_payload
 from ..store import Store, messages, open_store, runs, shared
 from ..store.base import Row
+from .callbacks import TokenVerbs
 from .operator import BulkResult, OperatorVerbs, bulk, check_reason, statuses
 from .schedules_api import Schedules
 
@@ -53,7 +54,7 @@ __all__ = ["DEFAULT_STORE", "Client", "WorkflowRef"]
 DEFAULT_STORE = "sqlite:///lockgate.db"
 
 
-class Client(OperatorVerbs):
+class Client(OperatorVerbs, TokenVerbs):
     """Start and manage runs in ``store`` without executing any (``async with`` it)."""
 
     def __init__(

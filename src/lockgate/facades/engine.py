@@ -16,6 +16,7 @@ from typing import Any, Self
 from pydantic import BaseModel
 
 from ..app import App
+from ..callbacks import check_base_url
 from ..clock import Clock
 from ..crypto import Keyring
 from ..definitions import WorkflowDef
@@ -57,8 +58,9 @@ class Engine:
     it; ``inline_sleep`` is the longest timer a body waits for in place instead of
     parking; ``stall_after`` is the staleness threshold (per workflow: ``stall_after=``).
     ``step_threads``: how many plain ``def`` steps run at once (threads; default
-    ``max_concurrent_runs``). ``retention``: runs that ended longer ago are deleted with their records, and so are
-    ledger rows that old (``flow()``'s counts stay); ``None`` keeps everything.
+    ``max_concurrent_runs``). ``public_url``: the base of callback tokens' URLs (default
+    ``LOCKGATE_PUBLIC_URL``; docs/human-in-the-loop.md). ``retention``: runs that ended longer ago are
+    deleted with their records, and so are ledger rows that old (``flow()``'s counts stay); ``None`` keeps everything.
     """
 
     def __init__(
@@ -83,6 +85,7 @@ class Engine:
         step_input_limit: int = DEFAULT_INPUT_LIMIT,
         replay_shape_limit: int = REPLAY_SHAPE_LIMIT,
         step_threads: int | None = None,
+        public_url: str | None = None,
     ) -> None:
         self.client = Client(
             app,
@@ -122,6 +125,8 @@ class Engine:
         self.schedules = self.client.schedules
         """Runtime schedules (``Client.schedules``)."""
         self.host = socket.gethostname()
+        if public_url is not None:  # where callback tokens' URLs point; else LOCKGATE_PUBLIC_URL
+            self.client.core.public_url = check_base_url(public_url)
         self.dispatcher = Dispatcher(
             self.client.core,
             max_concurrent_runs=max_concurrent_runs,
@@ -438,6 +443,14 @@ class Engine:
     async def update(self, run_id: str, name: str, payload: Any = None, *, timeout: float | None = None) -> Any:
         """Send update ``name`` and wait for the body's handler to answer."""
         return await self.client.update(run_id, name, payload, timeout=timeout)
+
+    async def complete_token(self, token: str, payload: Any = None) -> str:
+        """Complete an approval token with ``payload`` (``Client.complete_token``)."""
+        return await self.client.complete_token(token, payload)
+
+    async def reject_token(self, token: str, reason: str | None = None) -> str:
+        """Complete an approval token with a rejection (``Client.reject_token``)."""
+        return await self.client.reject_token(token, reason)
 
     async def cancel(self, run_id: str, reason: str | None = None) -> None:
         """Cancel a running or suspended run (its children follow their parent-close policy)."""

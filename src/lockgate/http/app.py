@@ -14,6 +14,7 @@ from fastapi.responses import Response
 from .. import __version__
 from ..dashboard import DASHBOARD_PREFIX, DashboardSession, install_dashboard
 from ..facades import Client
+from .callbacks import install_callbacks
 from .head import HeadAsGet
 from .hooks import install_hooks
 from .metrics import CONTENT_TYPE_LATEST, StoreMetrics
@@ -67,6 +68,7 @@ def create_app(
     api.include_router(replay)
     app.include_router(api)
     install_hooks(app, client)  # POST /hooks/{name}: signed by each provider, not by the API's token
+    install_callbacks(app, client)  # /callbacks/{token}: the token is the credential
 
     @app.get("/metrics", include_in_schema=False)
     async def scrape(request: Request) -> Response:

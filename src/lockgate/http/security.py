@@ -159,8 +159,8 @@ class GuardMiddleware:
         await self.app(scope, receive, send)
 
     def _refusal(self, scope: Scope) -> tuple[int, str, str] | None:
-        if self.policy.open or str(scope.get("path", "")).startswith("/hooks/"):
-            return None  # a webhook is authenticated by its own signature (http/hooks.py), not by a token
+        if self.policy.open or str(scope.get("path", "")).startswith(("/hooks/", "/callbacks/")):
+            return None  # a webhook has its own signature (http/hooks.py), a callback its token (http/callbacks.py)
         auth = _header(scope, b"authorization") or ""
         kind, _, presented = auth.partition(" ")
         granted = self.policy.scope_of(presented.strip()) if kind.lower() == "bearer" and presented else None

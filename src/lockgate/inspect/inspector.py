@@ -23,10 +23,11 @@ from ..store import Store, journal, shared
 from ..store.base import Row, Tx
 from ..store.keys import Rotation, rotate_keys
 from ..store.schema import SchemaState, schema_state
+from . import callbacks, replay
 from . import events as domain_events
-from . import replay
 from . import views as saved_views
 from .activity import admissions
+from .callbacks import TokenInfo
 from .cluster import ClusterStatus, cluster_status
 from .doctor import DoctorReport, DoctorSettings, diagnose
 from .flow import FlowRow, flow
@@ -198,6 +199,15 @@ class Inspector:
 
     def _shown(self, row: Row) -> Row:
         return reveal_row(self.keyring, row)
+
+    async def tokens(self, run_id: str) -> list[TokenInfo]:
+        """The approval tokens the run made, oldest first, without their secrets (``inspect/callbacks.py``)."""
+        run = await self.store.read(shared.get_run, run_id)
+        return await callbacks.run_tokens(self.store, run_id, self.clock.now(), run["status"] in shared.LIVE)
+
+    async def token_state(self, token: str) -> TokenInfo:
+        """The state of the token whose secret is ``token``; ``UnknownToken`` when there is none."""
+        return await callbacks.token_state(self.store, token, self.clock.now())
 
     # -- encryption keys ---------------------------------------------------------------------
 

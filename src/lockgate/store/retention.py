@@ -24,6 +24,7 @@ RUN_RECORDS = (
     "forget_events",
     "forget_messages",
     "forget_flow_slots",  # flow.sql: a step's place in a flow-control key's line
+    "forget_callback_tokens",  # callbacks.sql: the approval tokens the run made
     "forget_runs",
 )
 """The statements that delete a run's records, given its id (the run's own row last)."""
