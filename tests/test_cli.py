@@ -469,7 +469,10 @@ def test_demo_runs_to_completion(cli: Lockgate, tmp_path: Path) -> None:
     firings = cli.json("schedules", "firings", "demo.heartbeat", "--store", url)["firings"]
     fired = {f["status"] for f in firings}
     assert "succeeded" in fired and not {"failed", "cancelled"} & fired
-    assert "schedule demo.heartbeat (every 2s)" in result.out
+    assert "schedule demo.heartbeat (declared, every 2s)" in result.out
+    assert "schedule heartbeat:tenant-4711 (created at runtime, every 2s)" in result.out
+    tenant = cli.json("schedules", "firings", "heartbeat:tenant-4711", "--store", url)["firings"]
+    assert "succeeded" in {f["status"] for f in tenant}
     quote = next(r for r in runs if r["workflow"] == "demo.quote")
     assert quote["output"] == 270
     checkout = next(r for r in runs if r["workflow"] == "demo.checkout")

@@ -81,6 +81,7 @@ class Outcome:
     flow: list[FlowRow] = field(default_factory=list)  # the gate's decisions on the demo's gated starts
     collapsed_ticket: str | None = None  # a debounced edit folded into another, for ``workflows why``
     firings: list[FiringInfo] = field(default_factory=list)  # the heartbeat schedule's, oldest first
+    tenant_firings: list[FiringInfo] = field(default_factory=list)  # the runtime schedule's, oldest first
     published: list[Published] = field(default_factory=list)  # the domain events of this demo, oldest first
     charge_waits: list[float] = field(default_factory=list)  # seconds each checkout's charge waited for its key
     created: bool = False  # the demo made its database (it did not exist, or was reset)
@@ -96,6 +97,9 @@ GATED_NAMES = tuple(wf.__lockgate_workflow__ for wf, _ in GATED)
 
 HEARTBEAT = demo_app.heartbeat.__lockgate_workflow__  # type: ignore[attr-defined]
 """The demo's schedule: declared on its workflow, so it bears the workflow's name."""
+
+TENANT_SCHEDULE = "heartbeat:tenant-4711"
+"""A schedule the demo creates at runtime (``client.schedules.create``), as a service would per tenant."""
 
 CHECKOUT = demo_app.checkout.__lockgate_workflow__  # type: ignore[attr-defined]
 REMINDER = demo_app.reminder.__lockgate_workflow__  # type: ignore[attr-defined]
@@ -248,6 +252,15 @@ async def run_demo(store: str, board: Board, *, timeout: float, poll: float = 0.
             assert handle.run_id is not None
             roots.append(handle.run_id)
         approval_id, quote_id, reminder_id, expense_id = roots[2], roots[3], roots[4], roots[6]
+        await engine.schedules.create(
+            TENANT_SCHEDULE,
+            workflow=demo_app.heartbeat,
+            every=demo_app.HEARTBEAT_EVERY,
+            payload={"at": when(began) if began is not None else "tenant-4711"},
+            if_exists="update",
+            note="one tenant's own heartbeat, created at runtime",
+        )
+        board.note(f"created runtime schedule {TENANT_SCHEDULE} (every {demo_app.HEARTBEAT_EVERY}) for one tenant")
         since = to_datetime(engine.clock.now())
         tickets: set[str] = set()
         for workflow, payloads in GATED:
@@ -267,11 +280,12 @@ async def run_demo(store: str, board: Board, *, timeout: float, poll: float = 0.
         with board:
             while True:
                 firings = list(reversed(await inspector.schedule_firings(HEARTBEAT, limit=100)))
-                for f in firings:
+                tenant = list(reversed(await inspector.schedule_firings(TENANT_SCHEDULE, limit=100)))
+                for f in firings + tenant:
                     if f.id not in told and f.status in TERMINAL:
                         told.add(f.id)
-                        board.note(f"schedule {HEARTBEAT} fired its {when(f.scheduled_at)[11:]} slot: run {f.status}")
-                scheduled = [f.run_id for f in firings if f.run_id is not None]
+                        board.note(f"schedule {f.schedule} fired its {when(f.scheduled_at)[11:]} slot: run {f.status}")
+                scheduled = [f.run_id for f in firings + tenant if f.run_id is not None]
                 # Events before runs: a checkout succeeds only after its event is stored, so one that
                 # succeeds between the two reads shows as a paid event missing here, and the demo waits.
                 published = await _published(inspector, began)
@@ -279,7 +293,7 @@ async def run_demo(store: str, board: Board, *, timeout: float, poll: float = 0.
                 rows = await _snapshot(inspector, roots, triggered, tickets, scheduled)
                 # The scenes' runs decide when the demo ends; the schedule's go on firing meanwhile.
                 scenes = [r for r in rows if r.workflow != HEARTBEAT]
-                fired = any(f.status == "succeeded" for f in firings)
+                fired = any(f.status == "succeeded" for f in firings) and any(f.status == "succeeded" for f in tenant)
                 gate = [f for f in await inspector.flow(since=since) if f.workflow in GATED_NAMES]
                 board.show(rows)
                 for event, ds in published:
@@ -331,7 +345,9 @@ async def run_demo(store: str, board: Board, *, timeout: float, poll: float = 0.
                     if pending:
                         outcome.problems.append(f"{pending} event deliveries still pending")
                     if not fired:
-                        outcome.problems.append(f"the schedule {HEARTBEAT} did not fire within {timeout:g}s")
+                        outcome.problems.append(
+                            f"the schedules {HEARTBEAT} and {TENANT_SCHEDULE} did not both fire within {timeout:g}s"
+                        )
                     break
                 await asyncio.sleep(poll)
             if update is not None and update.done() and update.exception() is None:
@@ -345,7 +361,7 @@ async def run_demo(store: str, board: Board, *, timeout: float, poll: float = 0.
             outcome.problems.append(f"the update failed: {update.exception()}")
         outcome.rows = rows
         outcome.flow = gate
-        outcome.firings = firings
+        outcome.firings, outcome.tenant_firings = firings, tenant
         outcome.published = published
         for r in rows:
             if r.workflow == "demo.checkout":
@@ -371,8 +387,8 @@ async def run_demo(store: str, board: Board, *, timeout: float, poll: float = 0.
             if d.status not in ("started", "pending")
         ]
         outcome.problems += [
-            f"schedule {HEARTBEAT}: firing of {when(f.scheduled_at)} {f.status} ({f.why})"
-            for f in firings
+            f"schedule {f.schedule}: firing of {when(f.scheduled_at)} {f.status} ({f.why})"
+            for f in firings + tenant
             if f.status in ("failed", "cancelled")
         ]
     return outcome
@@ -404,11 +420,12 @@ def gate_summary(rows: list[FlowRow]) -> str:
     return "; ".join(parts) + "."
 
 
-def schedule_summary(firings: list[FiringInfo]) -> str:
-    """One line on the demo's schedule: how often it fired while the demo ran, and how those runs ended."""
+def schedule_summary(firings: list[FiringInfo], name: str = HEARTBEAT, origin: str = "declared") -> str:
+    """One line on a demo schedule: how often it fired while the demo ran, and how those runs ended."""
     ended = Counter(f.status for f in firings)
     counts = ", ".join(f"{n} {status}" for status, n in sorted(ended.items()))
-    return f"schedule {HEARTBEAT} (every {demo_app.HEARTBEAT_EVERY}): {len(firings)} firing(s): {counts}."
+    every = demo_app.HEARTBEAT_EVERY
+    return f"schedule {name} ({origin}, every {every}): {len(firings)} firing(s): {counts}."
 
 
 def flow_summary(waits: list[float]) -> str:
@@ -505,6 +522,8 @@ def demo(ctx: click.Context, store: str, keep: bool, timeout: float) -> None:
         console.print(gate_summary(outcome.flow))
     if outcome.firings:
         console.print(schedule_summary(outcome.firings))
+    if outcome.tenant_firings:
+        console.print(schedule_summary(outcome.tenant_firings, TENANT_SCHEDULE, "created at runtime"))
     if outcome.charge_waits:
         console.print(flow_summary(outcome.charge_waits))
     if outcome.published:
