@@ -1,12 +1,15 @@
 """lockgate: durable Python workflows whose flow control is decided at the gate."""
 
 from .app import App
+from .compensation import Compensations
 from .context import ChildHandle, Context
 from .controls import Batch, Concurrency, Debounce, FailureReport, RateLimit, Singleton, Throttle, Timeouts
 from .definitions import Retry
 from .errors import (
     BlockingStartRefused,
     ChildNotStarted,
+    CompensationClosed,
+    CompensationFailed,
     DefinitionError,
     EncryptionKeyError,
     EngineClosed,
@@ -61,6 +64,9 @@ __all__ = [
     "ChildHandle",
     "ChildNotStarted",
     "Client",
+    "CompensationClosed",
+    "CompensationFailed",
+    "Compensations",
     "Concurrency",
     "Context",
     "Debounce",

@@ -1,0 +1,197 @@
+"""Compensation: ``async with ctx.compensations() as undo:`` on both stores.
+
+A 3-step booking (reserve a flight, reserve a hotel, charge) that fails at each step; a run
+cancelled with ``compensate=True`` while parked and while executing here; a compensation that
+fails and is resumed; a compensation registered after its block. Every step and compensation
+appends a line to an effects file (tests/apps/booking.py), so the counts are what really ran.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import lockgate as lg
+from lockgate.compensation import Compensations
+from lockgate.store import journal as store_journal
+
+from .apps import booking, crashy
+from .apps.waits import eventually
+
+pytestmark = pytest.mark.asyncio
+
+
+@pytest.fixture
+def effects(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Callable[[str], list[str]]:
+    """What the booking's steps and compensations did, in order, for one tag (``what`` only)."""
+    path = tmp_path / "effects.log"
+    monkeypatch.setenv("LOCKGATE_TEST_EFFECTS", str(path))
+    flags = tmp_path / "flags"
+    flags.mkdir()
+    monkeypatch.setenv("LOCKGATE_TEST_FLAGS", str(flags))
+
+    def done(tag: str) -> list[str]:
+        return [line.split(":", 1)[1] for line in crashy.effects(path) if line.startswith(f"{tag}:")]
+
+    return done
+
+
+def _raise(tag: str, what: str) -> None:
+    crashy.flag(f"{tag}.{what}").touch()
+
+
+async def _kinds(engine: lg.Engine, run_id: str) -> list[tuple[str, str, str]]:
+    return [(s.key, s.kind, s.status) for s in await engine.steps(run_id)]
+
+
+@pytest.mark.parametrize(
+    ("fail", "ran"),
+    [
+        ("flight", ["flight"]),
+        ("hotel", ["flight", "hotel", "release-flight"]),
+        ("payment", ["flight", "hotel", "payment", "release-hotel", "release-flight"]),
+    ],
+)
+async def test_a_failure_at_each_step_undoes_what_succeeded_in_reverse(
+    make_engine: Any, effects: Callable[[str], list[str]], fail: str, ran: list[str]
+) -> None:
+    async with make_engine(booking.app) as engine:
+        h = await engine.start("booking.trip", {"tag": fail, "fail": fail})
+        with pytest.raises(lg.RunFailed) as caught:
+            await engine.result(h.run_id, timeout=30)
+        assert caught.value.error_tag == "Declined"  # the original error, re-raised after the undo
+        assert effects(fail) == ran
+        kinds = await _kinds(engine, h.run_id)
+        undone = [(key, status) for key, kind, status in kinds if kind == "compensation"]
+        assert undone == [(f"{w}#0", "completed") for w in ran if w.startswith("release")]
+
+
+async def test_a_booking_that_succeeds_runs_no_compensation(
+    make_engine: Any, effects: Callable[[str], list[str]]
+) -> None:
+    async with make_engine(booking.app) as engine:
+        assert await engine.run("booking.trip", {"tag": "ok"}, timeout=30) == "flight-ok,hotel-ok,payment-ok"
+    assert effects("ok") == ["flight", "hotel", "payment", "confirm"]
+
+
+async def test_cancel_with_compensation_of_a_parked_run(make_engine: Any, effects: Callable[[str], list[str]]) -> None:
+    async with make_engine(booking.app) as engine:
+        h = await engine.start("booking.trip", {"tag": "c1", "wait_paid": True})
+        await eventually(lambda: _waiting(engine, h.run_id), what="parked on the signal", timeout=30)
+        await engine.cancel(h.run_id, "customer left", compensate=True)
+        with pytest.raises(lg.RunCancelled) as caught:
+            await engine.result(h.run_id, timeout=30)
+        assert "customer left" in str(caught.value)
+        assert effects("c1") == ["flight", "hotel", "payment", "release-hotel", "release-flight"]
+        types = [e.type for e in await engine.events(h.run_id)]
+        assert types.index("cancel-requested") < types.index("run-cancelled")
+        steps = [s.key for s in await engine.steps(h.run_id)]
+        assert store_journal.CANCEL_KEY in steps  # the request is kept in the journal, for every replay
+        with pytest.raises(lg.RunNotEligible):
+            await engine.cancel(h.run_id, compensate=True)
+
+
+async def _waiting(engine: lg.Engine, run_id: str) -> bool:
+    run = await engine.get_run(run_id)
+    return run.waiting_on == "signal" and run.owner is None
+
+
+async def test_cancel_with_compensation_while_a_step_runs_here(
+    make_engine: Any, effects: Callable[[str], list[str]]
+) -> None:
+    """The step in flight completes and is recorded; its compensation runs too; the next step never starts."""
+    async with make_engine(booking.app) as engine:
+        h = await engine.start("booking.trip", {"tag": "c2", "hold": "hotel"})
+        await eventually(lambda: "hotel" in effects("c2"), what="hotel step entered", timeout=30)
+        await engine.cancel(h.run_id, compensate=True)
+        _raise("c2", "hotel")
+        with pytest.raises(lg.RunCancelled):
+            await engine.result(h.run_id, timeout=30)
+        assert effects("c2") == ["flight", "hotel", "release-hotel", "release-flight"]
+
+
+async def test_cancel_with_compensation_of_a_run_never_entered_cancels_it_at_once(store_url: str) -> None:
+    async with lg.Client(booking.app, store_url) as client:  # no worker: the run is never entered
+        h = await client.start("booking.trip", {"tag": "c3"})
+        assert h.run_id is not None
+        await client.cancel(h.run_id, compensate=True)
+        assert (await client.get_run(h.run_id)).status == "cancelled"
+
+
+async def test_a_failing_compensation_suspends_the_run_with_both_errors_and_resume_finishes_the_undo(
+    make_engine: Any, effects: Callable[[str], list[str]]
+) -> None:
+    async with make_engine(booking.app) as engine:
+        h = await engine.start("booking.trip", {"tag": "f1", "fail": "payment", "broken": ["release-hotel"]})
+        run = await eventually(lambda: _status(engine, h.run_id, "suspended"), what="suspended", timeout=30)
+        assert run.error_tag == "CompensationFailed"
+        assert "release-hotel" in run.error_message and "the provider refused" in run.error_message
+        assert "Declined" in run.error_message and "payment declined" in run.error_message
+        # retried by its policy (2 attempts), then stopped there: release-flight waits for it
+        assert effects("f1") == ["flight", "hotel", "payment", "release-hotel", "release-hotel"]
+        events = [e for e in await engine.events(h.run_id) if e.type == "run-suspended"]
+        assert events and events[-1].data["reason"] == "compensation"
+
+        _raise("f1", "fixed")
+        await engine.resume(h.run_id)
+        with pytest.raises(lg.RunFailed) as caught:
+            await engine.result(h.run_id, timeout=30)
+        assert caught.value.error_tag == "Declined"  # the payment was not charged again: its failure stays
+        assert effects("f1")[5:] == ["release-hotel", "release-flight"]
+
+
+async def test_cancel_with_compensation_of_a_run_suspended_by_a_compensation(
+    make_engine: Any, effects: Callable[[str], list[str]]
+) -> None:
+    async with make_engine(booking.app) as engine:
+        h = await engine.start("booking.trip", {"tag": "f2", "fail": "payment", "broken": ["release-hotel"]})
+        await eventually(lambda: _status(engine, h.run_id, "suspended"), what="suspended", timeout=30)
+        _raise("f2", "fixed")
+        await engine.cancel(h.run_id, "give up", compensate=True)
+        with pytest.raises(lg.RunCancelled):
+            await engine.result(h.run_id, timeout=30)
+        assert effects("f2")[5:] == ["release-hotel", "release-flight"]
+
+
+async def _status(engine: lg.Engine, run_id: str, status: str) -> lg.RunInfo | None:
+    run = await engine.get_run(run_id)
+    return run if run.status == status else None
+
+
+async def test_a_compensation_registered_after_its_block_is_a_typed_error(
+    make_engine: Any, effects: Callable[[str], list[str]]
+) -> None:
+    async with make_engine(booking.app) as engine:
+        h = await engine.start("booking.late", {"tag": "l1"})
+        with pytest.raises(lg.RunFailed) as caught:
+            await engine.result(h.run_id, timeout=30)
+        assert caught.value.error_tag == "CompensationClosed"
+        assert "release-flight" in str(caught.value)
+    assert effects("l1") == ["flight"]
+
+
+async def test_undo_add_outside_an_open_block_and_bad_arguments() -> None:
+    async def step(name: str, fn: Any, *args: Any, **kwargs: Any) -> Any:
+        return fn(*args)
+
+    undo = Compensations(step, _nothing, lambda: None)
+    with pytest.raises(lg.CompensationClosed, match="was not entered"):
+        undo.add("x", print)
+    async with undo:
+        with pytest.raises(lg.InvalidArgument, match="non-empty"):
+            undo.add("", print)
+        with pytest.raises(lg.InvalidArgument, match="callable"):
+            undo.add("x", "print")  # type: ignore[arg-type]
+        with pytest.raises(lg.InvalidArgument, match="lg.Retry"):
+            undo.add("x", print, retry=3)  # type: ignore[arg-type]
+        assert undo.registered == []
+    with pytest.raises(lg.CompensationClosed, match="has exited"):
+        undo.add("x", print)
+
+
+def _nothing() -> contextlib.AbstractContextManager[None]:
+    return contextlib.nullcontext()
