@@ -9,6 +9,10 @@ appends a line to an effects file (tests/apps/booking.py), so the counts are wha
 from __future__ import annotations
 
 import contextlib
+import os
+import signal
+import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -129,8 +133,9 @@ async def test_a_failing_compensation_suspends_the_run_with_both_errors_and_resu
         h = await engine.start("booking.trip", {"tag": "f1", "fail": "payment", "broken": ["release-hotel"]})
         run = await eventually(lambda: _status(engine, h.run_id, "suspended"), what="suspended", timeout=30)
         assert run.error_tag == "CompensationFailed"
-        assert "release-hotel" in run.error_message and "the provider refused" in run.error_message
-        assert "Declined" in run.error_message and "payment declined" in run.error_message
+        message = run.error_message or ""
+        assert "release-hotel" in message and "the provider refused" in message
+        assert "Declined" in message and "payment declined" in message
         # retried by its policy (2 attempts), then stopped there: release-flight waits for it
         assert effects("f1") == ["flight", "hotel", "payment", "release-hotel", "release-hotel"]
         events = [e for e in await engine.events(h.run_id) if e.type == "run-suspended"]
@@ -186,7 +191,7 @@ async def test_undo_add_outside_an_open_block_and_bad_arguments() -> None:
             undo.add("", print)
         with pytest.raises(lg.InvalidArgument, match="callable"):
             undo.add("x", "print")  # type: ignore[arg-type]
-        with pytest.raises(lg.InvalidArgument, match="lg.Retry"):
+        with pytest.raises(lg.InvalidArgument, match=r"an lg\.Retry"):
             undo.add("x", print, retry=3)  # type: ignore[arg-type]
         assert undo.registered == []
     with pytest.raises(lg.CompensationClosed, match="has exited"):
@@ -195,3 +200,52 @@ async def test_undo_add_outside_an_open_block_and_bad_arguments() -> None:
 
 def _nothing() -> contextlib.AbstractContextManager[None]:
     return contextlib.nullcontext()
+
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.mark.slow
+async def test_kill_9_during_a_compensation_does_not_run_a_completed_one_again(
+    store_url: str, tmp_path: Path, effects: Callable[[str], list[str]]
+) -> None:
+    """A worker process dies inside the second compensation; the next one replays the first from the journal."""
+    procs: list[subprocess.Popen[bytes]] = []
+
+    def spawn() -> subprocess.Popen[bytes]:
+        paths = (str(ROOT / "src"), os.environ.get("PYTHONPATH"))
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in paths if p)}
+        log = (tmp_path / f"worker-{len(procs)}.log").open("wb")
+        cmd = [sys.executable, "-m", "tests.apps.runner", "--store", store_url, "--app", "tests.apps.booking:app"]
+        proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
+        log.close()
+        procs.append(proc)
+        return proc
+
+    try:
+        async with lg.Client(booking.app, store_url, poll_interval=0.05) as client:
+            h = await client.start("booking.trip", {"tag": "k1", "fail": "payment", "hold": "release-flight"})
+            assert h.run_id is not None
+            first = spawn()
+            await eventually(lambda: "release-flight" in effects("k1"), what="second compensation entered", timeout=60)
+            steps = {s.key: (s.kind, s.status) for s in await client.steps(h.run_id)}
+            assert steps["release-hotel#0"] == ("compensation", "completed")  # durable before the next one began
+            os.kill(first.pid, signal.SIGKILL)
+            first.wait(timeout=30)
+
+            _raise("k1", "release-flight")
+            spawn()
+            with pytest.raises(lg.RunFailed) as caught:
+                await client.result(h.run_id, timeout=60)
+            assert caught.value.error_tag == "Declined"
+            # the interrupted compensation runs again; the completed one does not
+            assert effects("k1") == ["flight", "hotel", "payment", "release-hotel", "release-flight", "release-flight"]
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+        for proc in procs:
+            try:
+                proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                proc.kill()
