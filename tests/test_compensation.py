@@ -21,7 +21,9 @@ import pytest
 
 import lockgate as lg
 from lockgate.compensation import Compensations
+from lockgate.inspect import connect
 from lockgate.store import journal as store_journal
+from lockgate.testing import replay_check
 
 from .apps import booking, crashy
 from .apps.waits import eventually
@@ -82,7 +84,9 @@ async def test_a_booking_that_succeeds_runs_no_compensation(
     assert effects("ok") == ["flight", "hotel", "payment", "confirm"]
 
 
-async def test_cancel_with_compensation_of_a_parked_run(make_engine: Any, effects: Callable[[str], list[str]]) -> None:
+async def test_cancel_with_compensation_of_a_parked_run(
+    make_engine: Any, store_url: str, effects: Callable[[str], list[str]]
+) -> None:
     async with make_engine(booking.app) as engine:
         h = await engine.start("booking.trip", {"tag": "c1", "wait_paid": True})
         await eventually(lambda: _waiting(engine, h.run_id), what="parked on the signal", timeout=30)
@@ -97,6 +101,10 @@ async def test_cancel_with_compensation_of_a_parked_run(make_engine: Any, effect
         assert store_journal.CANCEL_KEY in steps  # the request is kept in the journal, for every replay
         with pytest.raises(lg.RunNotEligible):
             await engine.cancel(h.run_id, compensate=True)
+    async with connect(store_url) as inspector:  # the deploy-time check reads the request as no step of the body's
+        export = await inspector.export_run(h.run_id)
+    verdict = await replay_check(booking.app, export)
+    assert not verdict.breaks, verdict.to_dict()
 
 
 async def _waiting(engine: lg.Engine, run_id: str) -> bool:
