@@ -126,6 +126,21 @@ async def test_cancel_with_compensation_while_a_step_runs_here(
         assert effects("c2") == ["flight", "hotel", "release-hotel", "release-flight"]
 
 
+async def test_cancel_with_compensation_from_another_client_reaches_the_holder_when_it_parks(
+    make_engine: Any, store_url: str, effects: Callable[[str], list[str]]
+) -> None:
+    """A client that does not execute the run cannot tell its holder: the park sees the request and makes it due."""
+    async with make_engine(booking.app) as engine, lg.Client(booking.app, store_url, poll_interval=0.05) as client:
+        h = await engine.start("booking.trip", {"tag": "c4", "hold": "hotel", "wait_paid": True})
+        await eventually(lambda: "hotel" in effects("c4"), what="hotel step entered", timeout=30)
+        await client.cancel(h.run_id, "elsewhere", compensate=True)
+        _raise("c4", "hotel")
+        with pytest.raises(lg.RunCancelled):
+            await client.result(h.run_id, timeout=30)
+        # the holder went on to the charge before it parked (it has no undo here); both reservations released
+        assert effects("c4") == ["flight", "hotel", "payment", "release-hotel", "release-flight"]
+
+
 async def test_cancel_with_compensation_of_a_run_never_entered_cancels_it_at_once(store_url: str) -> None:
     async with lg.Client(booking.app, store_url) as client:  # no worker: the run is never entered
         h = await client.start("booking.trip", {"tag": "c3"})
