@@ -71,6 +71,9 @@ async def test_a_failure_at_each_step_undoes_what_succeeded_in_reverse(
             await engine.result(h.run_id, timeout=30)
         assert caught.value.error_tag == "Declined"  # the original error, re-raised after the undo
         assert effects(fail) == ran
+        if fail != "flight":  # work undone is not redriven into going on
+            with pytest.raises(lg.RunNotEligible, match="compensations ran"):
+                await engine.redrive(h.run_id)
         kinds = await _kinds(engine, h.run_id)
         undone = [(key, status) for key, kind, status in kinds if kind == "compensation"]
         assert undone == [(f"{w}#0", "completed") for w in ran if w.startswith("release")]
@@ -170,6 +173,19 @@ async def test_a_failing_compensation_suspends_the_run_with_both_errors_and_resu
             await engine.result(h.run_id, timeout=30)
         assert caught.value.error_tag == "Declined"  # the payment was not charged again: its failure stays
         assert effects("f1")[5:] == ["release-hotel", "release-flight"]
+
+
+async def test_resume_after_an_undo_keeps_the_failure_it_undid_after(
+    make_engine: Any, effects: Callable[[str], list[str]]
+) -> None:
+    """suspend_on_failure: the block undid its work, then the run was suspended; resume does not charge again."""
+    async with make_engine(booking.app) as engine:
+        h = await engine.start("booking.suspending", {"tag": "s1", "fail": "payment"})
+        await eventually(lambda: _status(engine, h.run_id, "suspended"), what="suspended", timeout=30)
+        assert effects("s1") == ["flight", "hotel", "payment", "release-hotel", "release-flight"]
+        await engine.resume(h.run_id)
+        await eventually(lambda: _status(engine, h.run_id, "suspended"), what="suspended again", timeout=30)
+        assert effects("s1") == ["flight", "hotel", "payment", "release-hotel", "release-flight"]
 
 
 async def test_cancel_with_compensation_of_a_run_suspended_by_a_compensation(

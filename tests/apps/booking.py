@@ -74,6 +74,12 @@ async def trip(ctx: lg.Context, p: Booking) -> str:
     return f"{flight},{hotel},{paid}"
 
 
+@app.workflow(name="booking.suspending", suspend_on_failure=True)
+async def suspending(ctx: lg.Context, p: Booking) -> str:
+    """The booking, suspended instead of failed when its error escapes (after its block undid its work)."""
+    return await trip(ctx, p)
+
+
 @app.workflow(name="booking.late")
 async def late(ctx: lg.Context, p: Booking) -> str:
     """Registers a compensation after its block exited: a typed error, at the call."""

@@ -484,9 +484,10 @@ async def resume_run(tx: Tx, run_id: str, now: float) -> None:
     if row["status"] != "suspended":
         hint = "use redrive for a failed run" if row["status"] == "failed" else "only a suspended run can be resumed"
         raise RunNotEligible("resume", run_id, row["status"], hint)
-    # suspended by a failed compensation: it runs again; the failure it was undoing after stays
-    failed = "delete_failed_compensations" if row["error_tag"] == "CompensationFailed" else "delete_failed_journal"
-    await tx.execute(failed, {"run_id": run_id})
+    # once an undo began, a failed compensation runs again and the failure it undid after stays: running
+    # that step again would go on with work already undone
+    undone = await tx.one("has_compensations", {"run_id": run_id}) is not None
+    await tx.execute("delete_failed_compensations" if undone else "delete_failed_journal", {"run_id": run_id})
     await _reopen(tx, run_id, "suspended", now)
     await add_event(tx, run_id, "run-resumed", now, None)
 
@@ -524,6 +525,9 @@ def _redrivable(verb: str, row: Row) -> None:
 async def redrive_run(tx: Tx, run_id: str, now: float) -> None:
     row = await get_run(tx, run_id)
     _redrivable("redrive", row)
+    if await tx.one("has_compensations", {"run_id": run_id}) is not None:
+        why = "its compensations ran (its work was undone): retry it as a fresh run, or resume-from-step"
+        raise RunNotEligible("redrive", run_id, row["status"], why)
     await tx.execute("delete_failed_journal", {"run_id": run_id})
     await _reopen(tx, run_id, "failed", now)
     await add_event(tx, run_id, "run-redriven", now, None)

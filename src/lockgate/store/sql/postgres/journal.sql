@@ -57,6 +57,10 @@ DELETE FROM lockgate_journal WHERE run_id = %(run_id)s AND status = 'failed';
 -- Resuming a run suspended by a failed compensation: the compensation runs again, the failure it undid stays.
 DELETE FROM lockgate_journal WHERE run_id = %(run_id)s AND status = 'failed' AND kind = 'compensation';
 
+-- name: has_compensations
+-- Whether the body ran any compensation (an undo began): a resume then keeps the failure it undid after.
+SELECT 1 AS hit FROM lockgate_journal WHERE run_id = %(run_id)s AND kind = 'compensation' LIMIT 1;
+
 -- name: insert_cancel_request
 -- A cancel with compensate=True, kept as the run's journal entry '$cancel' (seq -1: read first, before every
 -- other entry): an entry of the body then reads it as it replays. Once: a second request changes nothing.
