@@ -17,10 +17,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 
 import lockgate as lg
 from lockgate.compensation import Compensations
+from lockgate.http import create_app
 from lockgate.inspect import connect
 from lockgate.store import journal as store_journal
 from lockgate.testing import replay_check
@@ -102,6 +104,10 @@ async def test_cancel_with_compensation_of_a_parked_run(
         assert types.index("cancel-requested") < types.index("run-cancelled")
         steps = [s.key for s in await engine.steps(h.run_id)]
         assert store_journal.CANCEL_KEY in steps  # the request is kept in the journal, for every replay
+        transport = httpx.ASGITransport(app=create_app(engine.client))
+        async with httpx.AsyncClient(transport=transport, base_url="http://testserver") as http:
+            page = await http.get(f"/ui/runs/{h.run_id}")
+        assert page.status_code == 200 and "release-hotel#0" in page.text and "cancel requested" in page.text
         with pytest.raises(lg.RunNotEligible):
             await engine.cancel(h.run_id, compensate=True)
     async with connect(store_url) as inspector:  # the deploy-time check reads the request as no step of the body's
