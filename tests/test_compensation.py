@@ -194,6 +194,21 @@ async def test_resume_after_an_undo_keeps_the_failure_it_undid_after(
         assert effects("s1") == ["flight", "hotel", "payment", "release-hotel", "release-flight"]
 
 
+async def test_nested_blocks_undo_inner_first_and_wait_for_a_failed_inner_compensation(
+    make_engine: Any, effects: Callable[[str], list[str]]
+) -> None:
+    async with make_engine(booking.app) as engine:
+        h = await engine.start("booking.nested", {"tag": "n1", "fail": "payment", "broken": ["release-flight"]})
+        await eventually(lambda: _status(engine, h.run_id, "suspended"), what="suspended", timeout=30)
+        undone = ["release-hotel", "release-flight", "release-flight"]  # the outer block's undo waits
+        assert effects("n1") == ["seats", "flight", "hotel", "payment", *undone]
+        _raise("n1", "fixed")
+        await engine.resume(h.run_id)
+        with pytest.raises(lg.RunFailed):
+            await engine.result(h.run_id, timeout=30)
+        assert effects("n1")[7:] == ["release-flight", "release-seats"]
+
+
 async def test_cancel_with_compensation_of_a_run_suspended_by_a_compensation(
     make_engine: Any, effects: Callable[[str], list[str]]
 ) -> None:

@@ -96,21 +96,23 @@ class Compensations:
 
     async def __aexit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> bool:
+    ) -> None:  # never swallows the block's error: mypy sees a 'return' inside it as final
         self._state = "has exited"
         if exc is None:
             reason = self._cancel_pending()
             if reason is None:
-                return False
+                return
             cause: BaseException = CancelRequested(reason)
+        elif isinstance(exc, CompensationFailed):  # an inner block's undo stopped half done: the run is suspended
+            return  # and this block's compensations, registered before, wait for it (reverse order)
         elif isinstance(exc, Exception | CancelRequested):
             cause = exc
         else:  # parked, stopped, lease lost: the body is entered again later and comes back here
-            return False
+            return
         await self._run(cause)
         if exc is None:
             raise cause
-        return False  # the block's own error goes on
+        # the block's own error goes on
 
     async def _run(self, cause: BaseException) -> None:
         with self._undoing():

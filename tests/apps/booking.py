@@ -80,6 +80,16 @@ async def suspending(ctx: lg.Context, p: Booking) -> str:
     return await trip(ctx, p)
 
 
+@app.workflow(name="booking.nested")
+async def nested(ctx: lg.Context, p: Booking) -> str:
+    """A trip (inner block) inside an outer block that holds a seat map: the outer undo runs after the inner one."""
+    data = p.model_dump()
+    async with ctx.compensations() as outer:
+        await ctx.step("hold-seats", act, data, "seats")
+        outer.add("release-seats", undo, data, "release-seats")
+        return await trip(ctx, p)
+
+
 @app.workflow(name="booking.late")
 async def late(ctx: lg.Context, p: Booking) -> str:
     """Registers a compensation after its block exited: a typed error, at the call."""
