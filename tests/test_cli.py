@@ -305,6 +305,9 @@ def test_verbs_on_live_and_ended_runs(lg: Lockgate) -> None:
     assert (cancelled["run"]["status"], cancelled["run"]["error_message"]) == ("cancelled", "not needed")
     assert "cannot cancel" in lg("workflows", "cancel", run_id, code=1).err
     assert "a finished run takes no signals" in lg("workflows", "signal", run_id, "note", code=1).err
+    never_entered = lg.start("double", {"n": 5})  # no worker here: nothing to undo, cancelled at once
+    undone = lg.json("workflows", "cancel", never_entered, "--compensate", "--reason", "undo")
+    assert (undone["run"]["status"], undone["run"]["error_message"]) == ("cancelled", "undo")
 
     retried = lg.json("workflows", "retry", run_id, "--app", APP)
     assert retried["retry_of"] == run_id

@@ -104,11 +104,18 @@ async def test_verbs_act_through_the_client_and_show_a_refusal(env_factory: Call
         run = await client.inspector.run(held.run_id)  # type: ignore[arg-type]
         assert run.status == "cancelled" and run.error_message and "by hand" in run.error_message
 
+        parked = await client.start("plain", Job(hold=True))
+        await env.settle()
+        answer = await http.post(f"{UI}/runs/{parked.run_id}/do/cancel-compensate", data={"reason": "undo"})
+        assert answer.status_code == 303, answer.text
+        await env.settle()  # entered again, stopped at its wait, compensated, cancelled
+        assert (await client.inspector.run(parked.run_id)).status == "cancelled"  # type: ignore[arg-type]
+
         refused = await http.post(f"{UI}/runs/{done.run_id}/do/resume")
         assert refused.status_code == 409 and "RunNotEligible" in refused.text
         bad = await http.post(f"{UI}/runs/{held.run_id}/do/retry", data={"payload": "{not json"})
         assert bad.status_code == 422 and "payload must be JSON" in bad.text
-        assert (await client.inspector.runs(workflow="plain", limit=10)).__len__() == 2  # nothing written
+        assert (await client.inspector.runs(workflow="plain", limit=10)).__len__() == 3  # nothing written
 
         retried = await http.post(f"{UI}/runs/{held.run_id}/do/retry", data={"payload": '{"n": 7}'})
         assert retried.status_code == 303

@@ -200,6 +200,12 @@ async def test_run_verbs(env_factory: Callable[..., TestEnv]) -> None:
         await env.settle()
         assert (await http.post(f"{API}/runs/{doomed.run_id}/cancel", json={"reason": "no"})).status_code == 204
         assert await status_of(http, doomed.run_id) == "cancelled"
+        undone = await engine.start("plain", {"n": 3, "hold": True})
+        await env.settle()
+        body = {"reason": "undo", "compensate": True}  # parked: entered again, stopped at its wait, then cancelled
+        assert (await http.post(f"{API}/runs/{undone.run_id}/cancel", json=body)).status_code == 204
+        await env.settle()
+        assert await status_of(http, undone.run_id) == "cancelled"
         retried = await http.post(f"{API}/runs/{doomed.run_id}/retry", json={"payload": {"n": 7}})
         assert retried.status_code == 200, retried.text
         assert retried.json()["status"] == "started"

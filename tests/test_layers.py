@@ -40,6 +40,7 @@ LAYERS: dict[str, int] = {
     "lockgate.handles": DEFINITIONS,
     "lockgate.records": DEFINITIONS,
     "lockgate.context": DEFINITIONS,
+    "lockgate.compensation": DEFINITIONS,
     "lockgate.events": DEFINITIONS,
     "lockgate.origin": DEFINITIONS,
     "lockgate.observer": DEFINITIONS,

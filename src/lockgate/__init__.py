@@ -2,12 +2,15 @@
 
 from .app import App
 from .callbacks import CallbackToken, TokenExpired, TokenGone, TokenRejected, TokenUsed, UnknownToken
+from .compensation import Compensations
 from .context import ChildHandle, Context
 from .controls import Batch, Concurrency, Debounce, FailureReport, RateLimit, Singleton, Throttle, Timeouts
 from .definitions import Retry
 from .errors import (
     BlockingStartRefused,
     ChildNotStarted,
+    CompensationClosed,
+    CompensationFailed,
     DefinitionError,
     EncryptionKeyError,
     EngineClosed,
@@ -63,6 +66,9 @@ __all__ = [
     "ChildHandle",
     "ChildNotStarted",
     "Client",
+    "CompensationClosed",
+    "CompensationFailed",
+    "Compensations",
     "Concurrency",
     "Context",
     "Debounce",

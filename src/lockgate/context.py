@@ -7,6 +7,7 @@ re-entered body can replay what was recorded instead of doing it again.
 from __future__ import annotations
 
 import abc
+import contextlib
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import datetime
@@ -14,6 +15,7 @@ from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel
 
+from .compensation import Compensations
 from .definitions import Retry
 from .durations import Duration
 from .flowcontrol import INHERIT
@@ -154,6 +156,13 @@ class Context(abc.ABC):
         """Wait durably for a slot of the sliding window ``name`` (``limit`` per ``period``, per ``key``),
         shared by every run that uses it; journaled, so a replay does not take a second slot."""
         raise NotImplementedError
+
+    def compensations(self) -> Compensations:
+        """``async with ctx.compensations() as undo:`` -- ``undo.add(name, fn, *args, retry=, **kwargs)`` as each
+        step succeeds; if the block raises (or the run is cancelled with ``compensate=True``), the compensations
+        run as journaled steps in reverse order, each once, then the error goes on. One that fails after its
+        retries suspends the run (``CompensationFailed``, both errors kept)."""
+        return Compensations(self.step, contextlib.nullcontext, lambda: None)
 
     @abc.abstractmethod
     def patch(self, marker: str) -> bool:

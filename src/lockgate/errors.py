@@ -9,7 +9,8 @@
      ├── UnknownWorkflow            no workflow is registered under that name
      ├── InvalidArgument            an argument to an API call is wrong (also a ValueError)
      │    ├── InvalidSchedule       a runtime schedule's option is wrong (names the field)
-     │    └── UnknownSchedule       no schedule has that id
+     │    ├── UnknownSchedule       no schedule has that id
+     │    └── CompensationClosed    a compensation registered outside its ``ctx.compensations()`` block
      ├── ScheduleExists             a runtime schedule with that id exists already
      ├── ScheduleNotOwned           a declared schedule cannot be changed by the runtime verbs
      ├── UnknownRun                 no run has that id
@@ -22,6 +23,7 @@
      ├── WorkflowVersionIncompatible
      ├── WorkflowCrashLooped
      ├── StepFailed                 a step exhausted its retry policy
+     ├── CompensationFailed         a compensation exhausted its retry policy (the run is suspended)
      ├── StartNotAdmitted           a parked start ended without a run
      │    └── ChildNotStarted       a gated child did not become a run of its own
      ├── StartRolledBack            a start made in the caller's transaction was rolled back with it
@@ -48,6 +50,8 @@ from typing import Any
 __all__ = [
     "BlockingStartRefused",
     "ChildNotStarted",
+    "CompensationClosed",
+    "CompensationFailed",
     "DefinitionError",
     "EncryptionKeyError",
     "EngineClosed",
@@ -284,6 +288,40 @@ class StepFailed(LockgateError):
         self.error_message = error_message
         self.attempts = attempts
         super().__init__(f"step {step!r} failed after {attempts} attempt(s): {error_tag}: {error_message}")
+
+
+class CompensationFailed(LockgateError):
+    """A compensation failed after its retry policy gave up, while undoing after another error.
+
+    Both are kept: ``compensation`` and ``error_tag`` / ``error_message`` say which compensation
+    failed and how, ``cause_tag`` / ``cause_message`` what it was undoing after. The run is
+    suspended (never failed nor cancelled with an undo left half done); ``resume`` runs the
+    failed compensation again, then the ones registered before it.
+    """
+
+    def __init__(
+        self, compensation: str, error_tag: str, error_message: str, cause_tag: str, cause_message: str
+    ) -> None:
+        self.compensation = compensation
+        self.error_tag = error_tag
+        self.error_message = error_message
+        self.cause_tag = cause_tag
+        self.cause_message = cause_message
+        super().__init__(
+            f"compensation {compensation!r} failed: {error_tag}: {error_message}; "
+            f"it was undoing after {cause_tag}: {cause_message}"
+        )
+
+
+class CompensationClosed(InvalidArgument):
+    """A compensation was registered on a ``ctx.compensations()`` block that is not open."""
+
+    def __init__(self, compensation: str, state: str) -> None:
+        self.compensation = compensation
+        super().__init__(
+            f"undo.add({compensation!r}, ...): the compensations block {state}; "
+            "register a compensation inside its 'async with ctx.compensations() as undo:' block"
+        )
 
 
 class RateLimited(LockgateError):

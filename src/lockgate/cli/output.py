@@ -178,7 +178,7 @@ def steps_table(steps: Iterable[StepInfo]) -> Table:
             step.key,
             step.kind,
             Text(step.status, style={"completed": "green", "failed": "red"}.get(step.status, "cyan")),
-            str(step.attempts) if step.kind == "step" else "",
+            str(step.attempts) if step.kind in ("step", "compensation") else "",
             at(step.finished_at),
             outcome,
         )

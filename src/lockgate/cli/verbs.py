@@ -58,11 +58,16 @@ reason_option = click.option("--reason", help="Why (kept on the run's event).")
 @workflows.command()
 @run_id_argument
 @reason_option
+@click.option(
+    "--compensate",
+    is_flag=True,
+    help="Undo first: the body's open ctx.compensations() blocks run their compensations, then it ends cancelled.",
+)
 @store_option
 @format_option
-def cancel(run_id: str, reason: str | None, store: str, fmt: str) -> None:
+def cancel(run_id: str, reason: str | None, compensate: bool, store: str, fmt: str) -> None:
     """Cancel a running or suspended run (its children follow their parent-close policy)."""
-    _apply("cancel", run_id, store, fmt, lambda c: c.cancel(run_id, reason))
+    _apply("cancel", run_id, store, fmt, lambda c: c.cancel(run_id, reason, compensate=compensate))
 
 
 @workflows.command()

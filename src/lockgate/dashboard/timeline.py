@@ -22,6 +22,7 @@ WAIT_KINDS = {
     "update": "waiting for an update",
     "child": "child run",
     "wait_child": "waiting for a child",
+    "cancel": "cancel requested (compensate)",
 }
 
 
@@ -90,7 +91,7 @@ def build_timeline(detail: RunDetail, now: datetime, gate_wait: float | None = N
         by_key.setdefault(attempt.step_key, []).append(attempt)
     for step in sorted(detail.steps, key=lambda s: s.seq):
         lane = Lane(step.key, step.kind, step=step, attempts=sorted(by_key.get(step.key, []), key=lambda a: a.attempt))
-        if step.kind == "step":
+        if step.kind in ("step", "compensation"):  # a compensation is a step run to undo one
             _step_bars(lane, step, axis, now)
         elif step.started_at is not None:
             finish = step.finished_at or (now if step.status == "pending" else step.started_at)

@@ -34,6 +34,14 @@ VERBS: dict[str, Verb] = {
     v.name: v
     for v in (
         Verb("cancel", "Cancel", ("running", "suspended"), ("reason",), "Stop the run; it ends cancelled.", True),
+        Verb(
+            "cancel-compensate",
+            "Cancel and undo",
+            ("running", "suspended"),
+            ("reason",),
+            "Stop the run at its next operation; its open compensation blocks undo its work, then it ends cancelled.",
+            True,
+        ),
         Verb("suspend", "Suspend", ("running",), ("reason",), "Park the run until it is resumed."),
         Verb("resume", "Resume", ("suspended",), (), "Continue the suspended run."),
         Verb("redrive", "Redrive", ("failed",), (), "Continue the failed run from its journal."),
@@ -81,6 +89,8 @@ async def perform(client: Client, verb: str, run_id: str, form: Mapping[str, str
     reason = form.get("reason", "").strip() or None
     if verb == "cancel":
         await client.cancel(run_id, reason)
+    elif verb == "cancel-compensate":
+        await client.cancel(run_id, reason, compensate=True)
     elif verb == "suspend":
         await client.suspend(run_id, reason)
     elif verb == "resume":

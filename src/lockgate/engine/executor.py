@@ -16,17 +16,15 @@ import random as _random
 import typing
 from collections import Counter
 from collections.abc import Awaitable, Callable
-from datetime import datetime
 from typing import Any, TypeVar
 
 from pydantic import BaseModel
 
 from ..clock import Clock
-from ..context import ChildHandle, Context
+from ..compensation import CancelRequested, Compensations
 from ..controls import FailureReport
 from ..crypto import Sealer, is_sealed, open_for_replay
 from ..definitions import Retry, WorkflowDef
-from ..durations import Duration
 from ..errors import JournalDecryptionError, ResultTypeError, StepFailed, StoreError, UnstorableValue
 from ..events import Subject
 from ..flowcontrol import INHERIT
@@ -35,10 +33,12 @@ from ..serde import conform, decode, decode_as, encode, refuse_unstorable, valid
 from ..store import Store, runs, shared
 from ..store import journal as store_journal
 from ..store.base import Row
-from . import durable, event_waits, operations, run_events, stepflow
+from . import durable, run_events, stepflow
 from .callbacks import TokenOperations
+from .cancelling import CancelState
 from .children import take_back
 from .durable import Host, Parked, Wait, attempt_row, callable_facts, describe, divergence, kept_input, seen, step_entry
+from .forwarding import Forwarding
 
 __all__ = ["Execution", "Host"]
 
@@ -76,7 +76,7 @@ class _Busy:
             execution._poke()
 
 
-class Execution(TokenOperations, Context):
+class Execution(TokenOperations, Forwarding):
     """One entry into one run's body on this worker."""
 
     def __init__(self, host: Host, defn: WorkflowDef, row: Row, journal: list[Row]) -> None:
@@ -90,6 +90,7 @@ class Execution(TokenOperations, Context):
         self.attempt = int(row["entries"])
         self.fence = shared.Fence(row["id"], row["owner"], int(row["epoch"]))
         self._patches = set(decode(row["patches"]) or [])
+        journal, self.cancel = CancelState.of(journal)  # a compensating cancel: engine/cancelling.py
         self._journal: dict[str, Row] = {e["step_key"]: e for e in journal}
         self._recorded = [e["step_key"] for e in journal]
         self._unreached = len(self._journal)  # recorded entries this entry has not reached yet
@@ -264,8 +265,14 @@ class Execution(TokenOperations, Context):
             self._take_held()
             await self._undecryptable(exc)
             return
-        except Exception as exc:
-            await self._fail(exc)
+        except (Exception, CancelRequested) as exc:  # a compensating cancel ends cancelled, its compensations run
+            if self.cancel.ends_cancelled(exc) or not isinstance(exc, Exception):
+                await self._end(now, "cancelled", **self.cancel.ending())
+            else:
+                await self._fail(exc)
+            return
+        if self.cancel.ends_cancelled(None):  # cancelled while its last steps ran: it ends cancelled all the same
+            await self._end(now, "cancelled", **self.cancel.ending())
             return
         try:
             value = conform(value, self.defn.result_type, workflow=self.workflow)
@@ -286,8 +293,10 @@ class Execution(TokenOperations, Context):
             message = self._sealer.seal("", "error", message)
         self._tripwire(parked=False)
         now = self._clock.now()
-        status = "suspended" if self.defn.suspend_on_failure else "failed"
-        event = {"error_tag": tag, "error_message": message, "reason": "failure" if status == "suspended" else None}
+        undone = tag == "CompensationFailed"  # an undo left half done is never failed for good: suspended
+        status = "suspended" if self.defn.suspend_on_failure or undone else "failed"
+        why = "compensation" if undone else "failure" if status == "suspended" else None
+        event = {"error_tag": tag, "error_message": message, "reason": why}
         if not await self._end(now, status, tag=tag, message=message, event=event):
             return
         if status == "failed" and issubclass(self.defn.payload_model, FailureReport):
@@ -334,6 +343,8 @@ class Execution(TokenOperations, Context):
 
     def stop(self, reason: str) -> None:
         """Stop the body from outside (cancel, suspend, lost lease, shutdown); nothing more is written."""
+        if self.cancel.told(reason):  # a compensating cancel: the body stops at its next new operation
+            return
         self.stop_reason = reason
         held = self._take_held()
         if held and reason == "shutdown":  # the run is handed back: its completed steps stay done
@@ -353,6 +364,8 @@ class Execution(TokenOperations, Context):
             self._confirmed = len(self._extra)
         elif self._unreached:
             self._extra.append(key)
+        if self.cancel.reason is not None:
+            self.cancel.check(key in self._journal)
         return key
 
     def _seq(self) -> int:
@@ -377,6 +390,7 @@ class Execution(TokenOperations, Context):
 
     async def block(self, wait: Wait) -> typing.NoReturn:
         """Wait for something only the outside world ends; the run parks meanwhile."""
+        self.cancel.check()
         self._waits.append(wait)
         self._poke()
         try:
@@ -564,7 +578,7 @@ class Execution(TokenOperations, Context):
                     if delay is None:
                         waited = None if gate is None else gate.waited
                         failed = step_entry(key, "failed", attempt, first, waited, error_tag=tag, error_message=stored)
-                        await self._settle(failed, tried)
+                        await self._settle(self.cancel.entry(failed), tried)
                         raise StepFailed(name, tag, message, attempt) from exc
                     if tried is not None:  # introspection: the retry does not wait for it
                         self._store.write_nowait(store_journal.add_attempt, tried)
@@ -574,8 +588,9 @@ class Execution(TokenOperations, Context):
                 output = durable.step_output(name, result, rtype)
                 if self._sealer is not None:
                     output = self._sealer.seal(key, "output", output)
+                waited = None if gate is None else gate.waited
                 await self._settle(
-                    step_entry(key, "completed", attempt, first, None if gate is None else gate.waited, output=output),
+                    self.cancel.entry(step_entry(key, "completed", attempt, first, waited, output=output)),
                     # A first attempt that completes the step is recorded by the journal entry alone.
                     None
                     if attempt == 1 and recorded_input is None
@@ -591,34 +606,17 @@ class Execution(TokenOperations, Context):
             return None
         return attempt_row(self.run_id, key, attempt, started, self._clock.now(), input_, tag, msg)
 
-    # -- Context: the durable operations (engine/operations.py) -------------------------
+    def compensations(self) -> Compensations:  # a block whose exit is replayed was done with: no cancel reaches it
+        return Compensations(self.step, self.cancel.undoing, lambda: None if self._unreached else self.cancel.reason)
 
-    async def sleep(self, name: str, duration: Duration) -> None:
-        await operations.sleep(self, name, duration)
+    # -- Context: what is not forwarded (forwarding.py forwards the durable operations) ------
 
-    async def sleep_until(self, name: str, when: datetime) -> None:
-        await operations.sleep_until(self, name, when)
-
-    async def now(self) -> datetime:
-        return await operations.now(self)
-
-    async def uuid(self) -> str:
-        return await operations.uuid(self)
-
-    async def random(self) -> float:
-        return await operations.random(self)
+    @property
+    def running(self) -> Execution:
+        return self
 
     def patch(self, marker: str) -> bool:
         return marker in self._patches
-
-    async def wait_for_signal(self, name: str, model: type[M], *, timeout: Duration | None = None) -> M | None:
-        return await operations.wait_for_signal(self, name, model, timeout=timeout)
-
-    async def handle_update(self, name: str, model: type[M], handler: Callable[[M], Awaitable[T] | T]) -> T:
-        return await operations.handle_update(self, name, model, handler)
-
-    async def wait_for_event(self, event: Any, **options: Any) -> Any:
-        return await event_waits.wait_for_event(self, event, **options)
 
     @property
     def subject(self) -> Subject:
@@ -627,18 +625,6 @@ class Execution(TokenOperations, Context):
     @property
     def scopes(self) -> frozenset[str]:
         return self._scopes
-
-    async def publish(self, event: Any, key: Any = None, payload: Any = None) -> str:
-        return await run_events.publish(self, event, key, payload)
-
-    async def start_child(self, workflow: str | Callable[..., Any], payload: Any, **options: Any) -> ChildHandle:
-        return await operations.start_child(self, workflow, payload, **options)
-
-    async def wait_child(self, handle: ChildHandle) -> Any:
-        return await operations.wait_child(self, handle)
-
-    async def rate_limit(self, name: str, *, limit: int, period: Duration, key: Any = None) -> None:
-        await stepflow.rate_limit(self, name, limit, period, key)
 
     @property
     def flow_control(self) -> Any:

@@ -29,6 +29,7 @@ from pydantic import BaseModel
 
 from ..app import App
 from ..callbacks import CallbackToken
+from ..compensation import CancelRequested, Compensations
 from ..context import ChildHandle, Context
 from ..controls import FailureReport
 from ..crypto import Keyring, Sealer, is_sealed, open_for_replay
@@ -38,6 +39,8 @@ from ..errors import ChildNotStarted, InvalidArgument, LockgateError, RunCancell
 from ..serde import conform, decode, decode_as, validate_payload
 from ..store.base import Row
 from .callbacks import recorded_outcome
+from ..store.journal import CANCEL_KEY
+from .cancelling import CancelState
 from .children import handle_of
 from .durable import callable_facts, describe
 from .event_waits import EventWait, recorded_event
@@ -160,8 +163,11 @@ class _Frontier(BaseException):
 class _Replay(Context):
     """A ``Context`` that answers from a journal and records what the body asks for, in order."""
 
-    def __init__(self, app: App, run: dict[str, Any], journal: dict[str, dict[str, Any]]) -> None:
+    def __init__(
+        self, app: App, run: dict[str, Any], journal: dict[str, dict[str, Any]], cancel: str | None = None
+    ) -> None:
         self.app = app
+        self._cancel = CancelState(cancel)  # a compensating cancel was requested: the body stops as it did
         self.run_id = str(run["id"])
         self.workflow = str(run["workflow"])
         self.attempt = 1
@@ -176,9 +182,21 @@ class _Replay(Context):
         n = self._occurrences.get(name, 0)
         self._occurrences[name] = n + 1
         key = f"{name}#{n}"
-        self.asked.append((key, asyncio.current_task() is self.body))
         entry = self._journal.get(key)
-        return key, entry if entry is not None and entry.get("status") in ("completed", "failed") else None
+        if entry is not None or self._cancel.reason is None or self._cancel.depth:  # a cancel stops before new keys
+            self.asked.append((key, asyncio.current_task() is self.body))
+        if entry is None or entry.get("status") not in ("completed", "failed"):
+            self._cancel.check()
+            return key, None
+        return key, entry
+
+    def compensations(self) -> Compensations:
+        return Compensations(self.step, self._cancel.undoing, self._cancel_at_exit)
+
+    def _cancel_at_exit(self) -> str | None:
+        """As the executor: a block exiting while recorded entries are still to come was done with."""
+        asked = {key for key, _ in self.asked}
+        return None if any(key not in asked for key in self._journal) else self._cancel.reason
 
     async def _live(self) -> NoReturn:
         """Stop this branch: from here the run would act for real."""
@@ -316,12 +334,13 @@ async def check_export(app: App, export: JournalExport, *, keyring: Keyring | No
         payload, journal = _opened(defn, export, keyring or Keyring.load())
     except LockgateError as exc:  # a payload that no longer validates, a value sealed under a missing key
         return ReplayVerdict(**base, outcome="undecidable", detail=str(exc))
-    ctx = _Replay(app, run, journal)
+    cancel = next((e for e in export.journal if e["step_key"] == CANCEL_KEY), None)
+    ctx = _Replay(app, run, journal, None if cancel is None else str(cancel.get("error_message") or "cancelled"))
     try:
         failure = await _drive(defn, ctx, payload)
     except _Undecided as exc:
         return ReplayVerdict(**base, outcome="undecidable", detail=str(exc))
-    recorded = [e["step_key"] for e in export.journal]
+    recorded = [e["step_key"] for e in export.journal if e["step_key"] != CANCEL_KEY]  # a request, not the body's
     diverged = _diverges(recorded, ctx.asked, journal)
     if diverged is not None:
         position, was, asked = diverged
@@ -336,7 +355,7 @@ async def check_export(app: App, export: JournalExport, *, keyring: Keyring | No
 def _opened(defn: WorkflowDef, export: JournalExport, keyring: Keyring) -> tuple[BaseModel, dict[str, dict[str, Any]]]:
     """The run's payload and journal in clear, opened as the executor opens them on re-entry."""
     run = export.run
-    journal = {str(e["step_key"]): dict(e) for e in export.journal}
+    journal = {str(e["step_key"]): dict(e) for e in export.journal if e["step_key"] != CANCEL_KEY}
     text = str(run["payload"])
     sealer = Sealer(keyring, str(run["id"])) if defn.encrypt_steps or is_sealed(text) else None
     if sealer is not None or "$sealed" in text:
@@ -379,7 +398,7 @@ async def _drive(defn: WorkflowDef, ctx: _Replay, payload: BaseModel) -> str | N
         except LockgateError as bad:
             return f"{type(bad).__name__}: {bad}"
         return None
-    if isinstance(exc, _Frontier):
+    if isinstance(exc, _Frontier | CancelRequested):  # stopped where the run would go on, or cancelled as it was
         return None
     tag, message = describe(exc)
     return f"{tag}: {message}"

@@ -21,17 +21,11 @@ from ..app import App
 from ..clock import Clock, SystemClock, wait_event
 from ..crypto import Keyring, Sealer, is_sealed, open_payload
 from ..definitions import WorkflowDef
+from ..engine import cancelling, schedules
 from ..engine import events as domain_events
-from ..engine import schedules
 from ..engine.core import Core, WorkflowRef
 from ..engine.firing import Fired, ScheduleRuntime
-from ..errors import (
-    InvalidArgument,
-    PayloadError,
-    ResultTimeout,
-    RunNotEligible,
-    UpdateFailed,
-)
+from ..errors import InvalidArgument, PayloadError, ResultTimeout, RunNotEligible, UpdateFailed
 from ..events import DeliveryRecord, EventDef, EventRecord, Subject
 from ..gate.admission import admit, identity_key
 from ..gate.joined import admit_within
@@ -504,9 +498,11 @@ class Client(OperatorVerbs, TokenVerbs):
 
     # -- recovery verbs -----------------------------------------------------------------
 
-    async def cancel(self, run_id: str, reason: str | None = None) -> None:
+    async def cancel(self, run_id: str, reason: str | None = None, *, compensate: bool = False) -> None:
         """Cancel a running or suspended run (its children follow their parent-close policy)."""
         now = self.clock.now()
+        if compensate:  # its ctx.compensations() blocks undo what it did first (engine/cancelling.py)
+            return await cancelling.request_cancel(self.core.runtime, run_id, reason, now)
         stopped = await self.store.write(runs.cancel_run, run_id, reason, now)
         self.stopped(stopped, "cancelled")
 

@@ -452,9 +452,10 @@ class Engine:
         """Complete an approval token with a rejection (``Client.reject_token``)."""
         return await self.client.reject_token(token, reason)
 
-    async def cancel(self, run_id: str, reason: str | None = None) -> None:
-        """Cancel a running or suspended run (its children follow their parent-close policy)."""
-        await self.client.cancel(run_id, reason)
+    async def cancel(self, run_id: str, reason: str | None = None, *, compensate: bool = False) -> None:
+        """Cancel a running or suspended run (its children follow their parent-close policy);
+        ``compensate=True``: its ``ctx.compensations()`` blocks undo what it did first."""
+        await self.client.cancel(run_id, reason, compensate=compensate)
 
     async def suspend(self, run_id: str, reason: str | None = None) -> None:
         """Park a running run until ``resume``; its journal is kept."""

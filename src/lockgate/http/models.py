@@ -20,6 +20,7 @@ from ..records import AttemptInfo, EventInfo, RunInfo, StepInfo
 
 __all__ = [
     "BulkOut",
+    "CancelBody",
     "CancelManyBody",
     "CancelStartBody",
     "CancelStartOut",
@@ -157,6 +158,12 @@ class ReasonBody(_Body):
     """An optional reason, recorded on the run's event."""
 
     reason: str | None = None
+
+
+class CancelBody(ReasonBody):
+    """An optional reason; ``compensate``: the body's open compensation blocks undo first, then it ends cancelled."""
+
+    compensate: bool = False
 
 
 class RetryBody(_Body):

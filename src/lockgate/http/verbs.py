@@ -10,6 +10,7 @@ from ..facades import Client
 from ..origin import starting_from
 from .models import (
     BulkOut,
+    CancelBody,
     CancelManyBody,
     CancelStartBody,
     CancelStartOut,
@@ -41,9 +42,10 @@ def client(request: Request) -> Client:
 
 
 @router.post("/runs/{run_id}/cancel", status_code=204)
-async def cancel(request: Request, run_id: str, body: ReasonBody | None = None) -> None:
-    """Cancel a running or suspended run."""
-    await client(request).cancel(run_id, None if body is None else body.reason)
+async def cancel(request: Request, run_id: str, body: CancelBody | None = None) -> None:
+    """Cancel a running or suspended run; with ``compensate``, after its compensations run."""
+    body = body or CancelBody()
+    await client(request).cancel(run_id, body.reason, compensate=body.compensate)
 
 
 @router.post("/runs/{run_id}/suspend", status_code=204)

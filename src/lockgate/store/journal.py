@@ -16,9 +16,11 @@ from .coalesce import lone, with_many
 from .shared import Fence, Fenced
 
 __all__ = [
+    "CANCEL_KEY",
     "PROGRESS_RESOLUTION",
     "Entry",
     "add_attempt",
+    "cancel_request",
     "list_attempts",
     "list_events",
     "load_journal",
@@ -39,6 +41,17 @@ async def touch(tx: Tx, fence: Fence, now: float) -> None:
 
 async def load_journal(tx: Tx, run_id: str) -> list[Row]:
     return await tx.execute("load_journal", {"run_id": run_id})
+
+
+CANCEL_KEY = "$cancel"
+"""The journal key of a compensating cancel's request (``runs.request_cancel``), read first (seq -1)."""
+
+
+def cancel_request(journal: list[Row]) -> tuple[list[Row], str | None]:
+    """A loaded journal without its cancel request, and the request's reason (``None``: none was made)."""
+    if journal and journal[0]["step_key"] == CANCEL_KEY:
+        return journal[1:], journal[0]["error_message"] or "cancelled"
+    return journal, None
 
 
 @lone

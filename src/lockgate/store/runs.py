@@ -46,6 +46,7 @@ __all__ = [
     "park_run",
     "redrive_run",
     "release_run",
+    "request_cancel",
     "resume_from_step",
     "resume_run",
     "runs_before",
@@ -207,12 +208,13 @@ async def park_run(
         if events:
             waits["events"] = list(events)
         waiting_for = dump_json({**waits, "slot": True} if give_back else waits)
-    if not await tx.execute(
+    parked = await tx.execute(
         "park_run",
         {**fence.params(), "now": now, "wake_at": wake_at, "waiting_on": waiting_on, "waiting_for": waiting_for},
-    ):
+    )
+    if not parked:
         raise Fenced()
-    return wake_at
+    return wake_at if parked[0]["wake_at"] is None else float(parked[0]["wake_at"])
 
 
 async def finish_run(
@@ -423,6 +425,33 @@ async def cancel_run(tx: Tx, run_id: str, reason: str | None, now: float) -> lis
     )
 
 
+async def request_cancel(tx: Tx, run_id: str, reason: str | None, now: float) -> tuple[list[str], bool]:
+    """Cancel ``run_id`` with compensation: ``(runs ended, whether the body is to be told)``.
+
+    The request is journaled (``$cancel``): whichever worker enters the run next reads it as it
+    replays, and the body's open ``ctx.compensations()`` blocks undo what it did before it ends
+    ``cancelled``. A run nobody holds is made due now; one held stays with its holder, which is
+    told (in its process) or sees the request when it parks. A run never entered has nothing to
+    undo: it is cancelled at once. A suspended run is reopened (a compensation that failed runs
+    again).
+    """
+    row = await get_run(tx, run_id)
+    if row["status"] not in LIVE:
+        raise RunNotEligible("cancel", run_id, row["status"], "only running or suspended runs can be cancelled")
+    if int(row["entries"]) == 0:
+        return await cancel_run(tx, run_id, reason, now), False
+    text = reason or "cancelled"
+    if not await tx.execute("insert_cancel_request", {"run_id": run_id, "reason": text, "now": now}):
+        return [], False  # requested already
+    await add_event(tx, run_id, "cancel-requested", now, {"reason": reason, "compensate": True})
+    if row["status"] == "suspended":
+        await tx.execute("delete_failed_compensations", {"run_id": run_id})
+        await _reopen(tx, run_id, "suspended", now)
+        return [], False
+    await tx.execute("wake_for_cancel", {"run_id": run_id, "now": now})
+    return [], row["owner"] is not None
+
+
 async def suspend_run(
     tx: Tx,
     run_id: str,
@@ -455,7 +484,10 @@ async def resume_run(tx: Tx, run_id: str, now: float) -> None:
     if row["status"] != "suspended":
         hint = "use redrive for a failed run" if row["status"] == "failed" else "only a suspended run can be resumed"
         raise RunNotEligible("resume", run_id, row["status"], hint)
-    await tx.execute("delete_failed_journal", {"run_id": run_id})
+    # once an undo began, a failed compensation runs again and the failure it undid after stays: running
+    # that step again would go on with work already undone
+    undone = await tx.one("has_compensations", {"run_id": run_id}) is not None
+    await tx.execute("delete_failed_compensations" if undone else "delete_failed_journal", {"run_id": run_id})
     await _reopen(tx, run_id, "suspended", now)
     await add_event(tx, run_id, "run-resumed", now, None)
 
@@ -493,6 +525,9 @@ def _redrivable(verb: str, row: Row) -> None:
 async def redrive_run(tx: Tx, run_id: str, now: float) -> None:
     row = await get_run(tx, run_id)
     _redrivable("redrive", row)
+    if await tx.one("has_compensations", {"run_id": run_id}) is not None:
+        why = "its compensations ran (its work was undone): retry it as a fresh run, or resume-from-step"
+        raise RunNotEligible("redrive", run_id, row["status"], why)
     await tx.execute("delete_failed_journal", {"run_id": run_id})
     await _reopen(tx, run_id, "failed", now)
     await add_event(tx, run_id, "run-redriven", now, None)

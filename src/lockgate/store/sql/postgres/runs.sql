@@ -68,9 +68,12 @@ WHERE id = %(run_id)s AND owner = %(owner)s AND epoch = %(epoch)s AND status = '
 -- name: park_run
 UPDATE lockgate_runs
 SET owner = NULL, lease_until = NULL, entered_at = NULL, waiting_on = %(waiting_on)s,
-    waiting_for = %(waiting_for)s, wake_at = %(wake_at)s, updated_at = %(now)s
+    waiting_for = %(waiting_for)s, updated_at = %(now)s,
+    -- a compensating cancel that came while the run was held: due at once, to be entered and cancelled
+    wake_at = CASE WHEN EXISTS (SELECT 1 FROM lockgate_journal j WHERE j.run_id = %(run_id)s AND j.step_key = '$cancel')
+        THEN CAST(%(now)s AS DOUBLE PRECISION) ELSE CAST(%(wake_at)s AS DOUBLE PRECISION) END
 WHERE id = %(run_id)s AND owner = %(owner)s AND epoch = %(epoch)s AND status = 'running'
-RETURNING id;
+RETURNING id, wake_at;
 
 -- name: pending_for_waits
 SELECT 1 AS hit FROM lockgate_messages
@@ -143,6 +146,11 @@ RETURNING id;
 UPDATE lockgate_runs SET wake_at = %(now)s, updated_at = %(now)s
 WHERE id = %(run_id)s AND status = 'running' AND owner IS NULL AND waiting_on = %(waiting_on)s
   AND (wake_at IS NULL OR wake_at > %(now)s);
+
+-- name: wake_for_cancel
+-- A compensating cancel of a run nobody holds (parked, or due): due now, so that a worker enters it.
+UPDATE lockgate_runs SET wake_at = %(now)s, updated_at = %(now)s
+WHERE id = %(run_id)s AND status = 'running' AND owner IS NULL;
 
 -- name: open_children
 SELECT id, parent_close FROM lockgate_runs

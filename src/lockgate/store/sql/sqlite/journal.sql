@@ -43,6 +43,22 @@ ON CONFLICT (run_id, step_key) DO UPDATE SET
 -- Pending entries (a timer, a signal's timeout) keep their due times across a resume.
 DELETE FROM lockgate_journal WHERE run_id = :run_id AND status = 'failed';
 
+-- name: delete_failed_compensations
+-- Resuming a run suspended by a failed compensation: the compensation runs again, the failure it undid stays.
+DELETE FROM lockgate_journal WHERE run_id = :run_id AND status = 'failed' AND kind = 'compensation';
+
+-- name: has_compensations
+-- Whether the body ran any compensation (an undo began): a resume then keeps the failure it undid after.
+SELECT 1 AS hit FROM lockgate_journal WHERE run_id = :run_id AND kind = 'compensation' LIMIT 1;
+
+-- name: insert_cancel_request
+-- A cancel with compensate=True, kept as the run's journal entry '$cancel' (seq -1: read first, before every
+-- other entry): an entry of the body then reads it as it replays. Once: a second request changes nothing.
+INSERT INTO lockgate_journal (run_id, step_key, seq, kind, status, error_message, attempts, started_at, finished_at)
+VALUES (:run_id, '$cancel', -1, 'cancel', 'completed', :reason, 0, :now, :now)
+ON CONFLICT (run_id, step_key) DO NOTHING
+RETURNING step_key;
+
 -- name: delete_journal_from
 DELETE FROM lockgate_journal WHERE run_id = :run_id AND seq >= :seq;
 

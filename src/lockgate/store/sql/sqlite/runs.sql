@@ -66,9 +66,12 @@ WHERE id = :run_id AND owner = :owner AND epoch = :epoch AND status = 'running';
 -- name: park_run
 UPDATE lockgate_runs
 SET owner = NULL, lease_until = NULL, entered_at = NULL, waiting_on = :waiting_on,
-    waiting_for = :waiting_for, wake_at = :wake_at, updated_at = :now
+    waiting_for = :waiting_for, updated_at = :now,
+    -- a compensating cancel that came while the run was held: due at once, to be entered and cancelled
+    wake_at = CASE WHEN EXISTS (SELECT 1 FROM lockgate_journal j WHERE j.run_id = :run_id AND j.step_key = '$cancel')
+        THEN :now ELSE :wake_at END
 WHERE id = :run_id AND owner = :owner AND epoch = :epoch AND status = 'running'
-RETURNING id;
+RETURNING id, wake_at;
 
 -- name: pending_for_waits
 SELECT 1 AS hit FROM lockgate_messages
@@ -137,6 +140,11 @@ RETURNING id;
 UPDATE lockgate_runs SET wake_at = :now, updated_at = :now
 WHERE id = :run_id AND status = 'running' AND owner IS NULL AND waiting_on = :waiting_on
   AND (wake_at IS NULL OR wake_at > :now);
+
+-- name: wake_for_cancel
+-- A compensating cancel of a run nobody holds (parked, or due): due now, so that a worker enters it.
+UPDATE lockgate_runs SET wake_at = :now, updated_at = :now
+WHERE id = :run_id AND status = 'running' AND owner IS NULL;
 
 -- name: open_children
 SELECT id, parent_close FROM lockgate_runs
