@@ -41,6 +41,7 @@ PUBLIC = [
     "Queue",
     "RateLimit",
     "RateLimited",
+    "ReadStoreRefused",
     "ResultTimeout",
     "ResultTypeError",
     "Retry",
