@@ -19,7 +19,7 @@ from lockgate.testing import TestEnv
 
 from .cluster.harness import Cluster
 from .pg import in_ci, pg_database_url, pg_template
-from .pgserver import PrivatePostgres, private_postgres
+from .pgserver import PrivatePostgres, Replicas, private_postgres, replicas
 
 __all__ = ["LONG", "STORES", "in_ci", "pg_template"]
 
@@ -32,6 +32,16 @@ def private_pg() -> Iterator[PrivatePostgres]:
     """A PostgreSQL server of this session's own (tests/pgserver.py), to restart and kill at will."""
     with private_postgres() as server:
         yield server
+
+
+@pytest.fixture(scope="session")
+def replica_pair() -> Iterator[Replicas]:
+    """A private primary and its streaming standby (tests/pgserver.py), shared by the session's tests.
+
+    A failover swaps their parts and uses the standby up: a test calls ``ensure_standby()`` first.
+    """
+    with replicas() as servers:
+        yield servers
 
 
 KNOWN_STORES = ("sqlite", "postgres")

@@ -19,7 +19,6 @@ import subprocess
 import sys
 import time
 from collections import defaultdict
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -30,7 +29,7 @@ from pydantic import BaseModel
 import lockgate as lg
 
 from .cluster.harness import until
-from .pgserver import Replicas, free_port, replicas
+from .pgserver import Replicas, free_port
 
 pytestmark = pytest.mark.slow
 
@@ -56,11 +55,10 @@ async def steps(ctx: lg.Context, job: Job) -> int:
     return job.n
 
 
-@pytest.fixture(scope="module")
-def pair() -> Iterator[Replicas]:
-    """One primary and standby for the module: a failover uses the standby up, the next test rebuilds one."""
-    with replicas() as servers:
-        yield servers
+@pytest.fixture
+def pair(replica_pair: Replicas) -> Replicas:
+    """The session's primary and standby (conftest.py): a failover uses the standby up, the next test rebuilds one."""
+    return replica_pair
 
 
 @dataclass

@@ -45,6 +45,7 @@ PUBLIC = [
     "Queue",
     "RateLimit",
     "RateLimited",
+    "ReadStoreRefused",
     "ResultTimeout",
     "ResultTypeError",
     "Retry",

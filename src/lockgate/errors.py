@@ -9,6 +9,7 @@
      ├── UnknownWorkflow            no workflow is registered under that name
      ├── InvalidArgument            an argument to an API call is wrong (also a ValueError)
      │    ├── InvalidSchedule       a runtime schedule's option is wrong (names the field)
+     │    ├── ReadStoreRefused      a read store is not a streaming standby of the write store (names the option)
      │    ├── UnknownSchedule       no schedule has that id
      │    └── CompensationClosed    a compensation registered outside its ``ctx.compensations()`` block
      ├── ScheduleExists             a runtime schedule with that id exists already
@@ -62,6 +63,7 @@ __all__ = [
     "LockgateError",
     "PayloadError",
     "RateLimited",
+    "ReadStoreRefused",
     "ResultTimeout",
     "ResultTypeError",
     "RetryAfter",
@@ -161,6 +163,16 @@ class InvalidSchedule(InvalidArgument):
         self.field = field
         self.problem = problem
         super().__init__(f"schedule {schedule!r}: {field}: {problem}")
+
+
+class ReadStoreRefused(InvalidArgument):
+    """A read store that cannot serve reads: it is the primary itself, unreachable, not a standby of the write
+    store, or on SQLite. ``field`` names the option (``read_store``, ``--read-store``), ``problem`` says why."""
+
+    def __init__(self, field: str, problem: str) -> None:
+        self.field = field
+        self.problem = problem
+        super().__init__(f"{field}: {problem}")
 
 
 class UnknownSchedule(InvalidArgument):

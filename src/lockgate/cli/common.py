@@ -14,7 +14,7 @@ import sys
 import sysconfig
 import traceback
 from collections.abc import AsyncIterator, Callable, Coroutine
-from contextlib import asynccontextmanager
+from contextlib import AsyncExitStack, asynccontextmanager
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -23,14 +23,16 @@ import click
 
 from ..app import App
 from ..durations import to_seconds
+from ..errors import ReadStoreRefused
 from ..facades import Client, Engine
 from ..facades.client import DEFAULT_STORE
-from ..inspect import Inspector, connect, locate
+from ..inspect import Inspector, connect, locate, open_read_store, refuse_dialects
 from ..inspect.inspector import MAX_COUNT  # the largest count (--limit, --batch, ...) a command takes
 from ..store import Store, open_store
 
 __all__ = [
     "APP_ENV",
+    "READ_STORE_ENV",
     "STORE_ENV",
     "DurationType",
     "InstantType",
@@ -45,12 +47,17 @@ __all__ = [
     "load_app",
     "open_client",
     "open_inspector",
+    "open_reads",
+    "read_store_beside",
+    "read_store_option",
     "run_async",
     "sqlite_path",
     "store_option",
 ]
 
 STORE_ENV = "LOCKGATE_STORE"
+READ_STORE_ENV = "LOCKGATE_READ_STORE"
+READ_STORE_HINT = "'--read-store'"
 APP_ENV = "LOCKGATE_APP"
 
 T = TypeVar("T")
@@ -166,6 +173,32 @@ def store_option(fn: F) -> F:
         callback=check_store,
         metavar="URL",
         help="Store URL: sqlite:///path.db or postgresql://...",
+    )(fn)
+
+
+def check_read_store(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    return None if value is None else check_store(ctx, param, value)
+
+
+def read_store_beside(store: str, read_store: str | None) -> None:
+    """Refuse ``--read-store`` on SQLite, or beside a ``--store`` on SQLite, before anything is opened."""
+    if read_store is not None:
+        try:
+            refuse_dialects(locate(store).dialect, locate(read_store).dialect, "--read-store")
+        except ReadStoreRefused as exc:
+            raise click.BadParameter(exc.problem, param_hint=READ_STORE_HINT) from None
+
+
+def read_store_option(fn: F) -> F:
+    """``--read-store URL`` (env ``LOCKGATE_READ_STORE``): a streaming standby the HTTP reads are served from."""
+    return click.option(
+        "--read-store",
+        envvar=READ_STORE_ENV,
+        show_envvar=True,
+        callback=check_read_store,
+        metavar="URL",
+        help="A streaming standby of --store (PostgreSQL) to serve the dashboard, the HTTP reads and /metrics "
+        "from; verbs and what must show them stay on --store.",
     )(fn)
 
 
@@ -320,6 +353,20 @@ async def open_inspector(app: App, store: str, *, writes: bool = False) -> Async
     """An ``Inspector`` on an existing, current lockgate database, read-only unless ``writes``."""
     async with connect(existing_store(store, writes=writes), app) as inspector:
         yield inspector
+
+
+@asynccontextmanager
+async def open_reads(client: Client, url: str | None) -> AsyncIterator[Inspector | None]:
+    """The Inspector over ``--read-store`` (``None`` without one), checked against the client's store: a
+    refusal is bad usage naming the option."""
+    async with AsyncExitStack() as stack:
+        reads = None
+        if url is not None:
+            try:
+                reads = await stack.enter_async_context(open_read_store(client.inspector, url, field="--read-store"))
+            except ReadStoreRefused as exc:
+                raise click.BadParameter(exc.problem, param_hint=READ_STORE_HINT) from None
+        yield reads
 
 
 def inspector_of(client: Client | Engine) -> Inspector:

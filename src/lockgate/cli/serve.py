@@ -37,8 +37,18 @@ from ..http import (
     parse_bind,
     serve_http,
 )
+from ..inspect import Inspector
 from ..store import open_store
-from .common import DurationType, count_type, load_app, run_async, store_option
+from .common import (
+    DurationType,
+    count_type,
+    load_app,
+    open_reads,
+    read_store_beside,
+    read_store_option,
+    run_async,
+    store_option,
+)
 from .groups import cli
 from .output import display_url
 
@@ -76,6 +86,7 @@ class ServeConfig:
     migrate: bool = True  # False: refuse a store whose schema is not current instead of migrating it
     grace: float = 30.0  # at shutdown, how long running step attempts may finish before their runs are released
     public_url: str | None = None  # the base of callback tokens' URLs (None: LOCKGATE_PUBLIC_URL, if set)
+    read_store: str | None = None  # a streaming standby the HTTP reads, the dashboard and /metrics read from
 
 
 @dataclass(frozen=True)
@@ -86,16 +97,17 @@ class Service:
     run: Callable[[], Coroutine[Any, Any, None]]
 
 
-def build_services(engine: Engine, config: ServeConfig) -> list[Service]:
+def build_services(engine: Engine, config: ServeConfig, reads: Inspector | None = None) -> list[Service]:
     """The services to run beside the engine's own workers and sweeps.
 
-    This is where surfaces that need an open engine join ``serve`` (the HTTP inspect API).
+    This is where surfaces that need an open engine join ``serve`` (the HTTP inspect API; its reads
+    from ``reads``, the read store's Inspector, when there is one).
     A service that ends or fails before shutdown stops the whole process with exit code 1.
     """
     if config.http is None:
         return []
     host, port = config.http
-    api = create_app(engine.client, policy=config.policy, cluster_metrics=cluster_reporter(engine, config))
+    api = create_app(engine.client, policy=config.policy, cluster_metrics=cluster_reporter(engine, config), reads=reads)
 
     async def run() -> None:
         try:
@@ -235,23 +247,11 @@ async def serve_app(app: App, config: ServeConfig) -> int:
             config.lease,
             "never" if config.retention is None else format_seconds(config.retention),
         )
-        services = [*build_services(engine, config), Service("store", _until_broken(engine))]
-        tasks: dict[asyncio.Task[Any], Service] = {
-            asyncio.create_task(s.run(), name=f"lockgate-serve-{s.name}"): s for s in services
-        }
-        stopper: asyncio.Task[Any] = asyncio.create_task(stop.wait())
-        done, _ = await asyncio.wait({stopper, *tasks}, return_when=asyncio.FIRST_COMPLETED)
-        for task in done:
-            if task in tasks:
-                error = task.exception()
-                failed.append(tasks[task].name)
-                if tasks[task].name != "store":  # a corrupt store was logged where it was found
-                    log.error("service %s ended unexpectedly: %r; shutting down", tasks[task].name, error)
-        for task in [stopper, *tasks]:
-            task.cancel()
-        for task in [stopper, *tasks]:
-            with contextlib.suppress(BaseException):
-                await task
+        async with open_reads(engine.client, config.read_store) as reads:
+            if config.read_store is not None:
+                log.info("HTTP reads served from the standby %s", display_url(config.read_store))
+            services = [*build_services(engine, config, reads), Service("store", _until_broken(engine))]
+            await _run_services(services, stop, failed)
     finally:
         if received:
             log.info(
@@ -274,6 +274,26 @@ async def serve_app(app: App, config: ServeConfig) -> int:
         shutdown.released,
     )
     return 1 if failed else 0
+
+
+async def _run_services(services: list[Service], stop: asyncio.Event, failed: list[str]) -> None:
+    """Run ``services`` until ``stop`` or until one ends (its name added to ``failed``)."""
+    tasks: dict[asyncio.Task[Any], Service] = {
+        asyncio.create_task(s.run(), name=f"lockgate-serve-{s.name}"): s for s in services
+    }
+    stopper: asyncio.Task[Any] = asyncio.create_task(stop.wait())
+    done, _ = await asyncio.wait({stopper, *tasks}, return_when=asyncio.FIRST_COMPLETED)
+    for task in done:
+        if task in tasks:
+            error = task.exception()
+            failed.append(tasks[task].name)
+            if tasks[task].name != "store":  # a corrupt store was logged where it was found
+                log.error("service %s ended unexpectedly: %r; shutting down", tasks[task].name, error)
+    for task in [stopper, *tasks]:
+        task.cancel()
+    for task in [stopper, *tasks]:
+        with contextlib.suppress(BaseException):
+            await task
 
 
 def _until_broken(engine: Engine) -> Callable[[], Coroutine[Any, Any, None]]:
@@ -314,6 +334,7 @@ def configure_logging(quiet: bool, log_format: str) -> None:
 @cli.command()
 @click.argument("app_ref", metavar="MODULE:APP")
 @store_option
+@read_store_option
 @click.option(
     "--max-concurrent-runs",
     type=count_type(1, 10_000),
@@ -391,6 +412,7 @@ def serve(
     ctx: click.Context,
     app_ref: str,
     store: str,
+    read_store: str | None,
     max_concurrent_runs: int,
     lease: float,
     retention: float | None,
@@ -421,6 +443,9 @@ def serve(
         raise click.BadParameter(str(exc), param_hint="'--public-url'") from None
     policy = access_policy(token_file, read_token_file)
     http = None if no_http else check_http_bind(http_bind, policy)
+    if read_store is not None and no_http:
+        raise click.UsageError("--read-store serves the HTTP API's reads: drop --no-http or --read-store")
+    read_store_beside(store, read_store)
     app = load_app(app_ref, param_hint="'MODULE:APP'")
     configure_logging(quiet, log_format)
     config = ServeConfig(
@@ -438,6 +463,7 @@ def serve(
         migrate=not no_migrate,
         grace=grace,
         public_url=public_url,
+        read_store=read_store,
     )
     code = run_async(serve_app(app, config))
     ctx.exit(code)

@@ -70,7 +70,7 @@ async def act(request: Request, run_id: str, verb: str) -> Response:
         result = await perform(d.client, verb, run_id, form)
     except LockgateError as exc:
         try:
-            context = await run_context(d, run_id)
+            context = await run_context(d, run_id, d.client.inspector)  # as the refusal found it
         except UnknownRun as missing:
             return d.html(request, "missing.html", 404, what="run", problem=missing, active="runs")
         status = 422 if isinstance(exc, InvalidArgument) else 409
@@ -80,7 +80,7 @@ async def act(request: Request, run_id: str, verb: str) -> Response:
     if verb == "retry" and getattr(result, "run_id", None):
         return RedirectResponse(f"{d.base(request)}/runs/{result.run_id}?done=retry", status_code=303)
     if verb == "update":
-        context = await run_context(d, run_id)
+        context = await run_context(d, run_id, d.client.inspector)  # it shows the update: read where it was written
         return d.html(request, "confirm.html", verb=VERBS[verb], form=form, answer=result, active="runs", **context)
     return RedirectResponse(f"{d.base(request)}/runs/{run_id}?done={quote(verb)}", status_code=303)
 

@@ -78,9 +78,11 @@ async def open_view(request: Request, name: str) -> HTMLResponse | RedirectRespo
     return RedirectResponse(f"{d.base(request)}/runs?{found.query}", status_code=303)
 
 
-async def run_context(d: Dashboard, run_id: str) -> dict[str, Any]:
-    """A run with its timeline and the verbs its state allows; ``UnknownRun`` if there is none."""
-    inspector = d.inspector
+async def run_context(d: Dashboard, run_id: str, inspector: Inspector | None = None) -> dict[str, Any]:
+    """A run with its timeline and the verbs its state allows; ``UnknownRun`` if there is none.
+
+    ``inspector``: where to read it (default: where pages read, ``d.inspector``)."""
+    inspector = inspector or d.inspector
     detail = await _detail(inspector, run_id)
     gate_wait = await _gate_wait(inspector, detail.run.ticket)
     now = d.now()
@@ -127,7 +129,7 @@ async def _gate_wait(inspector: Inspector, ticket: str | None) -> float | None:
 async def run(request: Request, run_id: str) -> HTMLResponse:
     d = dashboard(request)
     try:
-        context = await run_context(d, run_id)
+        context = await run_context(d, run_id, d.reading(request.query_params))
     except UnknownRun as exc:
         return d.html(request, "missing.html", 404, what="run", problem=exc, active="runs")
     if _is_partial(request):
@@ -138,10 +140,11 @@ async def run(request: Request, run_id: str) -> HTMLResponse:
 async def flow_context(d: Dashboard, query: Mapping[str, str]) -> dict[str, Any]:
     window = query.get("window") or "1h"
     workflow = query.get("workflow", "").strip()
+    inspector = d.reading(query)
     try:
-        found = await flow_page(d.inspector, window, workflow or None)
+        found = await flow_page(inspector, window, workflow or None)
     except LockgateError as exc:
-        return {"flow": await flow_page(d.inspector, "1h"), "problem": exc, "workflow": ""}
+        return {"flow": await flow_page(inspector, "1h"), "problem": exc, "workflow": ""}
     return {"flow": found, "problem": None, "workflow": workflow}
 
 

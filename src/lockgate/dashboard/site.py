@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -13,10 +14,14 @@ from jinja2 import Environment
 from .. import __version__
 from ..clock import to_datetime
 from ..facades import Client
-from ..inspect import Inspector
+from ..inspect import Inspector, ReplicaLag
+from .render import span
 from .session import READ_ONLY
 
-__all__ = ["DASHBOARD_PREFIX", "NAV", "Dashboard", "dashboard"]
+__all__ = ["AFTER_ACTION", "DASHBOARD_PREFIX", "NAV", "Dashboard", "dashboard", "lag_text", "measure_lag"]
+
+AFTER_ACTION = ("done", "unpaused")
+"""Query parameters of the page an action leads to: that page must show the action, so it reads the write store."""
 
 DASHBOARD_PREFIX = "/ui"
 
@@ -32,15 +37,27 @@ NAV = (
 
 @dataclass(frozen=True)
 class Dashboard:
-    """What every dashboard route needs: the client, its inspector and the templates."""
+    """What every dashboard route needs: the client, the inspector pages read with and the templates.
+
+    ``reads``: an Inspector over a read store (a standby of the client's store), or ``None``.
+    """
 
     client: Client
     env: Environment
     prefix: str
+    reads: Inspector | None = None
 
     @property
     def inspector(self) -> Inspector:
-        return self.client.inspector
+        """Where pages read: the read store when there is one, else the client's store."""
+        return self.reads or self.client.inspector
+
+    def reading(self, query: Mapping[str, str]) -> Inspector:
+        """Where the page of ``query`` reads: the write store on the page an action leads to (a standby
+        may not have replayed the action yet), else ``inspector``."""
+        if self.reads is not None and any(name in query for name in AFTER_ACTION):
+            return self.client.inspector
+        return self.inspector
 
     def now(self) -> datetime:
         found = to_datetime(self.inspector.clock.now())
@@ -62,8 +79,30 @@ class Dashboard:
             "nav": NAV,
             "version": __version__,
             "read_only": bool(request.scope.get("state", {}).get(READ_ONLY)),
+            "standby": request.scope.get("state", {}).get(LAG),
         }
         return self.env.get_template(template).render(**page, **context)
+
+
+LAG = "lockgate_lag"  # the request state's key for the read store's lag, as text
+
+
+def lag_text(lag: ReplicaLag) -> str:
+    """The read store's lag as the header of every page shows it."""
+    if lag.bytes_behind == 0:
+        return "caught up"
+    if lag.seconds is None:
+        return "lag unknown (the write store did not answer)" if lag.bytes_behind is None else "lag unknown"
+    return f"{span(lag.seconds)} behind ({lag.bytes_behind} bytes of WAL)"
+
+
+async def measure_lag(request: Request) -> None:
+    """Before a route of the dashboard runs, with a read store: measure its lag, which every page shows."""
+    reads = dashboard(request).reads
+    if reads is not None:
+        lag = await reads.replica_lag()
+        if lag is not None:
+            request.scope.setdefault("state", {})[LAG] = lag_text(lag)
 
 
 def dashboard(request: Request) -> Dashboard:

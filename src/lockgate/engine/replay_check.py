@@ -38,8 +38,8 @@ from ..durations import Duration
 from ..errors import ChildNotStarted, InvalidArgument, LockgateError, RunCancelled, RunFailed, StepFailed
 from ..serde import conform, decode, decode_as, validate_payload
 from ..store.base import Row
-from .callbacks import recorded_outcome
 from ..store.journal import CANCEL_KEY
+from .callbacks import recorded_outcome
 from .cancelling import CancelState
 from .children import handle_of
 from .durable import callable_facts, describe

@@ -1,7 +1,8 @@
 """``create_app(client)``: the HTTP inspect-and-operate API as a FastAPI app.
 
-Reads go through ``client.inspector`` and actions through the client's verbs; the app opens
-and closes nothing, so the caller keeps the client open while the app serves.
+Reads go through ``client.inspector`` (or the ``reads`` Inspector over a standby) and actions
+through the client's verbs; the app opens and closes nothing, so the caller keeps the client
+(and the read store) open while the app serves.
 """
 
 from __future__ import annotations
@@ -14,13 +15,14 @@ from fastapi.responses import Response
 from .. import __version__
 from ..dashboard import DASHBOARD_PREFIX, DashboardSession, install_dashboard
 from ..facades import Client
+from ..inspect import Inspector
 from .callbacks import install_callbacks
 from .head import HeadAsGet
 from .hooks import install_hooks
 from .metrics import CONTENT_TYPE_LATEST, StoreMetrics
 from .openapi import install_openapi
 from .problems import install_problem_handlers
-from .reads import router as reads
+from .reads import router as read_routes
 from .replay import router as replay
 from .schedules import router as schedules
 from .security import AccessPolicy, GuardMiddleware
@@ -37,6 +39,7 @@ def create_app(
     policy: AccessPolicy | None = None,
     dashboard: bool = True,
     cluster_metrics: bool | Callable[[], bool] = True,
+    reads: Inspector | None = None,
 ) -> FastAPI:
     """The API over an open ``client``, under ``/api/v1``, with ``/metrics`` beside it.
 
@@ -46,6 +49,11 @@ def create_app(
     under ``/ui`` (``/`` leads there). ``/metrics`` serves this process's own metrics
     (collected from now on) and, where ``cluster_metrics`` is (or answers) true, the gauges
     sampled from the store, which are the same on every replica.
+
+    ``reads``: an ``Inspector`` over a read store (``open_read_store``: a streaming standby of the
+    client's store). The read routes, the dashboard's pages and ``/metrics`` then read there, and
+    ``/healthz`` and every dashboard page show its lag; verbs, their answers and what must show
+    them stay on the client's store (docs/postgres.md, "Reads off a standby").
     """
     policy = policy or AccessPolicy.from_env()
     app = FastAPI(
@@ -56,13 +64,14 @@ def create_app(
         redoc_url=None,
     )
     app.state.lockgate_client = client
-    app.state.lockgate_inspector = client.inspector
+    inspector = reads or client.inspector
+    app.state.lockgate_inspector = inspector
     reports = cluster_metrics if callable(cluster_metrics) else (lambda: cluster_metrics)
-    metrics = StoreMetrics(client.inspector, reports, client.core.metrics().registry)
+    metrics = StoreMetrics(inspector, reports, client.core.metrics().registry)
     app.state.lockgate_metrics = metrics
     install_problem_handlers(app)
     api = APIRouter(prefix=API_PREFIX)
-    api.include_router(reads)
+    api.include_router(read_routes)
     api.include_router(schedules)
     api.include_router(verbs)
     api.include_router(replay)
@@ -75,7 +84,7 @@ def create_app(
         return Response(await metrics.render(), media_type=CONTENT_TYPE_LATEST)
 
     if dashboard:
-        install_dashboard(app, client)
+        install_dashboard(app, client, reads=reads)
     install_openapi(app)
     app.add_middleware(GuardMiddleware, policy=policy)
     if dashboard:  # outside the guard: a browser signs in with a cookie the guard then sees as a token

@@ -4,7 +4,8 @@ Each app has its own ``CollectorRegistry`` (two apps in one process never share 
 scrape reads ``stats``, ``flow``, ``cluster_status`` and ``last_successes`` (a few grouped queries), then the
 collector below turns that snapshot into metric families. These numbers are the cluster's,
 the same from every replica: ``reports`` says whether this one serves them (the others
-answer only their process-local metrics, ``engine/metrics.py``, which follow them).
+answer only their process-local metrics, ``engine/metrics.py``, which follow them). With a
+read store (the Inspector reads a standby), every replica also says how far its standby lags.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_l
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from ..inspect import ClusterStatus, FlowRow, Inspector, Stats
+from ..inspect import ClusterStatus, FlowRow, Inspector, ReplicaLag, Stats
 
 __all__ = ["ADMISSION_OUTCOMES", "CONTENT_TYPE_LATEST", "TOP_KEYS", "StoreMetrics"]
 
@@ -56,6 +57,7 @@ class StoreMetrics(Collector):
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(self)
         self._snapshot = _Snapshot()
+        self._lag: ReplicaLag | None = None
         self._reporting = True
         self._lock = asyncio.Lock()  # one scrape at a time: the collector reads the snapshot it set
 
@@ -63,6 +65,7 @@ class StoreMetrics(Collector):
         """Sample the store (when this replica reports the cluster), then both registries in the text format."""
         tail = b"" if self.local is None else generate_latest(self.local)
         async with self._lock:
+            self._lag = await self.inspector.replica_lag()  # None without a read store
             self._reporting = self.reports()
             if not self._reporting:
                 return generate_latest(self.registry) + tail
@@ -87,6 +90,8 @@ class StoreMetrics(Collector):
             "1 on the replica that serves the store-wide gauges below, 0 on the others.",
             value=1 if self._reporting else 0,
         )
+        if self._lag is not None:
+            yield from _lag_families(self._lag)
         if self._reporting:
             yield from self._store_families(self._snapshot)
 
@@ -140,6 +145,22 @@ class StoreMetrics(Collector):
         )
         yield GaugeMetricFamily(
             "lockgate_scrape_errors", "Scrapes of this process whose store read failed.", value=snap.errors
+        )
+
+
+def _lag_families(lag: ReplicaLag) -> Iterator[Metric]:
+    """The read store's lag; a value the write store did not answer for is left out."""
+    if lag.seconds is not None:
+        yield GaugeMetricFamily(
+            "lockgate_read_store_lag_seconds",
+            "How far the read store (a standby) trails the write store: 0 when it has replayed all its WAL.",
+            value=lag.seconds,
+        )
+    if lag.bytes_behind is not None:
+        yield GaugeMetricFamily(
+            "lockgate_read_store_lag_bytes",
+            "WAL the write store holds past what the read store (a standby) has replayed.",
+            value=lag.bytes_behind,
         )
 
 

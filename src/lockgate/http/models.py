@@ -14,7 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from ..facades.operator import BulkItem, BulkResult
 from ..handles import RunHandle
-from ..inspect import LedgerEntry, RunDetail
+from ..inspect import LedgerEntry, ReplicaLag, RunDetail
 from ..inspect import RunPage as RunsRead
 from ..records import AttemptInfo, EventInfo, RunInfo, StepInfo
 
@@ -144,11 +144,16 @@ class LedgerPage(BaseModel):
 
 
 class Health(BaseModel):
-    """The API answers, its store is reachable and holds this code's migrations (``schema_version``: the last)."""
+    """The API answers, its store is reachable and holds this code's migrations (``schema_version``: the last).
+
+    ``read_store``: with a read store (a standby the reads are served from), how far it trails the
+    write store; ``null`` without one.
+    """
 
     ok: bool
     dialect: str
     schema_version: int
+    read_store: ReplicaLag | None = None
 
 
 # -- verbs ---------------------------------------------------------------------------------------

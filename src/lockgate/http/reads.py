@@ -39,10 +39,18 @@ def inspector(request: Request) -> Inspector:
     return found
 
 
+def written(request: Request) -> Inspector:
+    """An Inspector on the write store (the client's): the same as ``inspector`` without a read store."""
+    found: Inspector = request.app.state.lockgate_client.inspector
+    return found
+
+
 @router.get("/healthz", response_model=Health, tags=["health"])
 async def healthz(request: Request) -> Health:
-    """The store answers and holds exactly this code's migrations (503 ``StoreError`` or ``MigrationsNotCurrent``)."""
-    schema = await inspector(request).schema()
+    """The store answers and holds exactly this code's migrations (503 ``StoreError`` or ``MigrationsNotCurrent``);
+    with a read store, it answers too, and ``read_store`` says how far it trails the write store."""
+    reads = inspector(request)
+    schema = await written(request).schema()
     if not schema.current:
         missing = sorted(set(schema.known) - set(schema.applied))
         unknown = sorted(set(schema.applied) - set(schema.known))
@@ -51,7 +59,12 @@ async def healthz(request: Request) -> Health:
             "MigrationsNotCurrent",
             f"the database's migrations are not this code's: missing {missing}, from a newer release {unknown}",
         )
-    return Health(ok=True, dialect=inspector(request).store.dialect, schema_version=max(schema.applied, default=0))
+    return Health(
+        ok=True,
+        dialect=reads.store.dialect,
+        schema_version=max(schema.applied, default=0),
+        read_store=await reads.replica_lag(),  # a read store that does not answer: StoreError, the 503
+    )
 
 
 @router.get("/runs", response_model=RunPage, tags=["runs"])

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from ..store.keys import Rotation, Unopened
 from .cluster import ClusterStatus, SweepLease, WorkerStatus
-from .connect import StoreLocation, connect, locate
+from .connect import READ_STORE_FIELD, StoreLocation, connect, locate, open_read_store, refuse_dialects
 from .doctor import DoctorReport, DoctorSettings, Finding
 from .flow import FlowRow
 from .flowkeys import FlowKeyRow
@@ -19,12 +19,14 @@ from .listing import RUN_STATUSES, TEXT_WINDOW, RunFilter, RunPage, split_status
 from .replay import ReplayReport
 from .runs import TERMINAL, RunDetail
 from .schedules import FiringInfo, ScheduleInfo
+from .standby import ReplicaLag
 from .stats import MAX_HOURS, HourlyRuns, Hours, Stats, StatsTotals, WorkflowStats
 from .trace import Trace
 from .views import SavedView
 
 __all__ = [
     "MAX_HOURS",
+    "READ_STORE_FIELD",
     "RUN_STATUSES",
     "TERMINAL",
     "TEXT_WINDOW",
@@ -42,6 +44,7 @@ __all__ = [
     "ParkedStart",
     "Pause",
     "ReplayReport",
+    "ReplicaLag",
     "Rotation",
     "RunDetail",
     "RunFilter",
@@ -58,5 +61,7 @@ __all__ = [
     "WorkflowStats",
     "connect",
     "locate",
+    "open_read_store",
+    "refuse_dialects",
     "split_statuses",
 ]

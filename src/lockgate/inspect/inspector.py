@@ -37,6 +37,7 @@ from .listing import RunFilter, RunPage, runs_page
 from .replay import ReplayReport
 from .runs import RunDetail, run_detail
 from .schedules import FiringInfo, ScheduleInfo, firings_page, schedule_info_page, schedule_infos
+from .standby import ReplicaLag, measure_lag
 from .stats import Stats, last_successes, stats
 from .trace import Trace, trace
 from .views import SavedView
@@ -52,15 +53,32 @@ class Inspector:
 
     Values of encrypted runs show in clear where ``keyring`` (default: ``LOCKGATE_ENCRYPTION_KEYS``)
     opens them, and as ``<encrypted>`` elsewhere.
+
+    ``primary``: the write store, when ``store`` is a read store (a streaming standby of it, see
+    ``open_read_store``): ``replica_lag`` measures against it, and saved views, which their readers
+    write, are read and written there.
     """
 
     def __init__(
-        self, store: Store, app: App | None = None, clock: Clock | None = None, *, keyring: Keyring | None = None
+        self,
+        store: Store,
+        app: App | None = None,
+        clock: Clock | None = None,
+        *,
+        keyring: Keyring | None = None,
+        primary: Store | None = None,
     ) -> None:
         self.store = store
         self.app = app or App()
         self.clock = clock or SystemClock()
         self.keyring = keyring if keyring is not None else Keyring.load()
+        self.primary = primary
+
+    async def replica_lag(self) -> ReplicaLag | None:
+        """How far this inspector's read store trails the write store; ``None`` when it reads the write store."""
+        if self.primary is None:
+            return None
+        return await measure_lag(self.primary, self.store)
 
     # -- runs ------------------------------------------------------------------------------
 
@@ -362,18 +380,18 @@ class Inspector:
 
     async def saved_views(self) -> list[SavedView]:
         """The runs-list views operators saved, by name."""
-        return await saved_views.list_views(self.store)
+        return await saved_views.list_views(self.primary or self.store)
 
     async def save_view(self, name: str, query: str) -> SavedView:
         """Save the runs-list filters ``query`` (a URL query string) as ``name``, replacing one of that name.
 
         Like ``rotate_keys``, a write the inspector makes: a preference of the people reading, not
         a change to any run."""
-        return await saved_views.save_view(self.store, name, query, self.clock.now())
+        return await saved_views.save_view(self.primary or self.store, name, query, self.clock.now())
 
     async def delete_view(self, name: str) -> bool:
         """Forget the saved view ``name``; whether there was one."""
-        return await saved_views.delete_view(self.store, name)
+        return await saved_views.delete_view(self.primary or self.store, name)
 
     async def doctor(self, settings: DoctorSettings | None = None) -> DoctorReport:
         """A one-shot health report (``lockgate doctor``); schedules are judged when the app declares workflows."""
