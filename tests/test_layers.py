@@ -50,6 +50,7 @@ LAYERS: dict[str, int] = {
     "lockgate.names": DEFINITIONS,
     "lockgate.matching": DEFINITIONS,
     "lockgate.webhooks": DEFINITIONS,
+    "lockgate.streams": DEFINITIONS,
     "lockgate.store": STORE,
     "lockgate.gate": GATE,
     "lockgate.engine": MACHINERY,

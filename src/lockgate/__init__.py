@@ -31,6 +31,8 @@ from .errors import (
     StepFailed,
     StoreError,
     StoreFull,
+    StreamLimitExceeded,
+    StreamTokenRefused,
     UnknownRun,
     UnknownSchedule,
     UnknownWorkflow,
@@ -48,6 +50,7 @@ from .inspect import FlowRow, Trace
 from .queues import Queue
 from .records import AttemptInfo, EventInfo, RunInfo, StepInfo
 from .schedule import Schedule
+from .streams import StreamChunk, StreamEnd, StreamLimits, drop_resets
 from .webhooks import HmacSignature, WebhookDef
 
 __all__ = [
@@ -107,6 +110,11 @@ __all__ = [
     "StepInfo",
     "StoreError",
     "StoreFull",
+    "StreamChunk",
+    "StreamEnd",
+    "StreamLimitExceeded",
+    "StreamLimits",
+    "StreamTokenRefused",
     "Subject",
     "Throttle",
     "Timeouts",
@@ -119,6 +127,7 @@ __all__ = [
     "WebhookDef",
     "WorkflowCrashLooped",
     "WorkflowVersionIncompatible",
+    "drop_resets",
 ]
 
 __version__ = "0.1.0"

@@ -47,13 +47,14 @@ from ..store import Store, messages, open_store, runs, shared
 from ..store.base import Row
 from .operator import BulkResult, OperatorVerbs, bulk, check_reason, statuses
 from .schedules_api import Schedules
+from .streams_api import StreamVerbs
 
 __all__ = ["DEFAULT_STORE", "Client", "WorkflowRef"]
 
 DEFAULT_STORE = "sqlite:///lockgate.db"
 
 
-class Client(OperatorVerbs):
+class Client(OperatorVerbs, StreamVerbs):
     """Start and manage runs in ``store`` without executing any (``async with`` it)."""
 
     def __init__(

@@ -6,7 +6,8 @@ and closes nothing, so the caller keeps the client open while the app serves.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, MutableMapping, Sequence
+from typing import Any
 
 from fastapi import APIRouter, FastAPI, Request
 from fastapi.responses import Response
@@ -23,6 +24,8 @@ from .reads import router as reads
 from .replay import router as replay
 from .schedules import router as schedules
 from .security import AccessPolicy, GuardMiddleware
+from .streams import STREAM_PATH, StreamCors, origins_from_env, stream_token_of
+from .streams import router as streams
 from .verbs import router as verbs
 
 __all__ = ["API_PREFIX", "create_app"]
@@ -36,6 +39,7 @@ def create_app(
     policy: AccessPolicy | None = None,
     dashboard: bool = True,
     cluster_metrics: bool | Callable[[], bool] = True,
+    stream_origins: Sequence[str] | None = None,
 ) -> FastAPI:
     """The API over an open ``client``, under ``/api/v1``, with ``/metrics`` beside it.
 
@@ -44,7 +48,8 @@ def create_app(
     middleware to allow a browser origin. ``dashboard`` serves the pages of docs/dashboard.md
     under ``/ui`` (``/`` leads there). ``/metrics`` serves this process's own metrics
     (collected from now on) and, where ``cluster_metrics`` is (or answers) true, the gauges
-    sampled from the store, which are the same on every replica.
+    sampled from the store, which are the same on every replica. ``stream_origins`` (default:
+    ``LOCKGATE_STREAM_ORIGINS``) are the browser origins that may read run streams (docs/streams.md).
     """
     policy = policy or AccessPolicy.from_env()
     app = FastAPI(
@@ -65,6 +70,7 @@ def create_app(
     api.include_router(schedules)
     api.include_router(verbs)
     api.include_router(replay)
+    api.include_router(streams)  # GET /runs/{id}/stream: Server-Sent Events, stream tokens (http/streams.py)
     app.include_router(api)
     install_hooks(app, client)  # POST /hooks/{name}: signed by each provider, not by the API's token
 
@@ -75,8 +81,14 @@ def create_app(
     if dashboard:
         install_dashboard(app, client)
     install_openapi(app)
-    app.add_middleware(GuardMiddleware, policy=policy)
+    app.add_middleware(GuardMiddleware, policy=policy, let_through=_presents_stream_token)
+    app.add_middleware(StreamCors, origins=origins_from_env() if stream_origins is None else stream_origins)
     if dashboard:  # outside the guard: a browser signs in with a cookie the guard then sees as a token
         app.add_middleware(DashboardSession, policy=policy, prefix=DASHBOARD_PREFIX)
     app.add_middleware(HeadAsGet)  # outermost: the guard and the session see a HEAD as the read it is
     return app
+
+
+def _presents_stream_token(scope: MutableMapping[str, Any]) -> bool:
+    """A read of the stream endpoint with a stream token: its route checks the token."""
+    return bool(STREAM_PATH.match(str(scope.get("path", "")))) and stream_token_of(scope) is not None

@@ -1,0 +1,82 @@
+"""A run's stream as Server-Sent Events, for the HTTP endpoint and the dashboard alike.
+
+Each chunk is an event named ``chunk`` (or ``reset``) whose ``id`` is its seq, so a browser's
+``EventSource`` resumes after a dropped connection from the ``Last-Event-ID`` it sends back;
+the last event, ``end``, carries the run's outcome (and no id). A comment is sent while
+nothing happens, and the response ends after ``LIFETIME`` seconds: the browser reconnects.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+from collections.abc import AsyncIterator, Awaitable, Callable
+
+from ..errors import InvalidArgument
+from ..streams import StreamChunk, StreamEnd
+
+__all__ = ["KEEPALIVE", "LIFETIME", "resume_from", "sse_events"]
+
+KEEPALIVE = 15.0
+LIFETIME = 300.0
+
+
+def resume_from(last_event_id: str | None, after: str | int | None) -> int:
+    """The seq to read past: ``Last-Event-ID``, else ``after``, else 0; ``InvalidArgument`` if not a number."""
+    given = last_event_id if last_event_id not in (None, "") else after
+    if given is None or given == "":
+        return 0
+    try:
+        value = int(given)
+    except (TypeError, ValueError):
+        raise InvalidArgument(f"Last-Event-ID / after must be a chunk's seq (a whole number), got {given!r}") from None
+    if value < 0:
+        raise InvalidArgument(f"Last-Event-ID / after must be >= 0, got {value}")
+    return value
+
+
+def _event(item: StreamChunk | StreamEnd) -> str:
+    if isinstance(item, StreamEnd):
+        return f"event: end\ndata: {json.dumps(item.to_dict())}\n\n"
+    return f"id: {item.seq}\nevent: {item.kind}\ndata: {json.dumps(item.to_dict())}\n\n"
+
+
+async def sse_events(
+    source: AsyncIterator[StreamChunk | StreamEnd],
+    disconnected: Callable[[], Awaitable[bool]] | None = None,
+    *,
+    lifetime: float = LIFETIME,
+) -> AsyncIterator[str]:
+    """``source`` as event-stream text: chunks and resets as they come, ``end`` last."""
+    loop = asyncio.get_running_loop()
+    ends = loop.time() + lifetime
+    yield "retry: 1000\n\n"
+    nxt: asyncio.Future[StreamChunk | StreamEnd] | None = None
+    try:
+        while loop.time() < ends:
+            if nxt is None:
+                nxt = asyncio.ensure_future(anext(source))
+            done, _ = await asyncio.wait({nxt}, timeout=min(KEEPALIVE, max(0.0, ends - loop.time())))
+            if not done:
+                if disconnected is not None and await disconnected():
+                    return
+                yield ": still here\n\n"
+                continue
+            try:
+                item = nxt.result()
+            except StopAsyncIteration:
+                return
+            nxt = None
+            yield _event(item)
+            if isinstance(item, StreamEnd):
+                return
+    finally:
+        if nxt is not None:
+            nxt.cancel()
+            with contextlib.suppress(BaseException):
+                await nxt
+        aclose = getattr(source, "aclose", None)
+        if aclose is not None:
+            with contextlib.suppress(BaseException):
+                await aclose()
