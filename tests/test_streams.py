@@ -206,5 +206,10 @@ async def test_bad_chunks_and_topics_are_refused_before_anything_is_written(make
 def test_chunk_json_shape() -> None:
     chunk = lg.StreamChunk(seq=2, topic="default", data="hi", step="answer#0", attempt=1)
     assert json.loads(json.dumps(chunk.to_dict())) == {
-        "seq": 2, "topic": "default", "kind": "chunk", "data": "hi", "step": "answer#0", "attempt": 1,
+        "seq": 2,
+        "topic": "default",
+        "kind": "chunk",
+        "data": "hi",
+        "step": "answer#0",
+        "attempt": 1,
     }

@@ -89,8 +89,13 @@ class StreamEnd:
     error: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return {"run_id": self.run_id, "status": self.status, "result": self.result,
-                "error_tag": self.error_tag, "error": self.error}
+        return {
+            "run_id": self.run_id,
+            "status": self.status,
+            "result": self.result,
+            "error_tag": self.error_tag,
+            "error": self.error,
+        }
 
 
 def check_topic(topic: Any) -> str:

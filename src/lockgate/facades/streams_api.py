@@ -29,15 +29,13 @@ class StreamVerbs:
         ending once the run ended and all of it was read. ``UnknownRun`` when no run has that id."""
         return self.core.stream(run_id, topic, after)
 
-    def stream_events(self, run_id: str, topic: str = DEFAULT_TOPIC, after: int = 0) -> AsyncIterator[
-        StreamChunk | StreamEnd
-    ]:
+    def stream_events(
+        self, run_id: str, topic: str = DEFAULT_TOPIC, after: int = 0
+    ) -> AsyncIterator[StreamChunk | StreamEnd]:
         """As ``stream``, then a ``StreamEnd`` with the run's outcome (what the SSE endpoint sends)."""
         return self.core.streams.read(run_id, topic, after)
 
-    async def stream_token(
-        self, run_id: str, *, ttl: Duration = "15m", topics: Sequence[str] | None = None
-    ) -> str:
+    async def stream_token(self, run_id: str, *, ttl: Duration = "15m", topics: Sequence[str] | None = None) -> str:
         """A signed token that reads ``run_id``'s stream (only ``topics``, when given) and nothing else,
         until ``ttl`` from now: hand it to a browser for ``GET /api/v1/runs/{id}/stream?token=``.
 
