@@ -310,7 +310,7 @@ class Core:
     async def stream(self, run_id: str, topic: str = "default", after: int = 0) -> AsyncIterator[StreamChunk]:
         """The run's stream ``topic`` past seq ``after``, live, until the run ended and all of it was read."""
         async for item in self.streams.read(run_id, topic, after):
-            if isinstance(item, StreamChunk):
+            if isinstance(item, StreamChunk):  # not the StreamEnd
                 yield item
 
     def outcome(self, row: Row) -> Any:

@@ -123,10 +123,13 @@ class StreamHub:
 
     # -- one reader -----------------------------------------------------------------------
 
-    async def read(self, run_id: str, topic: str, after: int = 0) -> AsyncIterator[StreamChunk | StreamEnd]:
+    async def read(
+        self, run_id: str, topic: str, after: int = 0, *, heartbeat: float | None = None
+    ) -> AsyncIterator[StreamChunk | StreamEnd | None]:
         """``run_id``'s ``topic`` past seq ``after``, then what comes, then a ``StreamEnd`` once it ended.
 
-        ``UnknownRun`` when no run has that id.
+        With ``heartbeat``, ``None`` after each ``heartbeat`` seconds without a chunk (a server's
+        keep-alive). ``UnknownRun`` when no run has that id.
         """
         check_topic(topic)
         key = (run_id, topic)
@@ -139,7 +142,7 @@ class StreamHub:
             if run is None:
                 raise UnknownRun(f"no run {run_id}")
             loop = asyncio.get_running_loop()
-            checked = loop.time()
+            checked = beat = loop.time()
             ended = run["status"] in shared.TERMINAL
             while True:
                 # from the store: everything past ``last`` (at first, after a gap, after the run ended)
@@ -174,7 +177,10 @@ class StreamHub:
                             break
                         sealer = sealer or (Sealer(self.keyring, run_id) if is_sealed(row["data"]) else None)
                         yield self._chunk(row, sealer)
-                        last = seq
+                        last, beat = seq, loop.time()
+                    if heartbeat is not None and loop.time() - beat >= heartbeat:
+                        beat = loop.time()
+                        yield None
                     if reader.ended or loop.time() - checked >= IDLE:
                         checked, reader.ended = loop.time(), False
                         status = await self.store.read(runs.find_run, run_id)

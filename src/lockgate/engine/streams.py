@@ -25,7 +25,6 @@ from typing import Any
 from ..errors import StreamLimitExceeded
 from ..serde import encode, refuse_unstorable
 from ..store import streams as store_streams
-from ..store.base import Tx
 from ..streams import check_topic
 from .durable import Running
 from .stream_hub import StreamHub, chunk_identity
@@ -36,21 +35,6 @@ STEP: contextvars.ContextVar[tuple[str, int] | None] = contextvars.ContextVar("l
 """The step key and attempt number of the step attempt running in this task, if any (set by the executor)."""
 
 IN_FLIGHT = 4  # chunk writes queued and not yet durable before ``ctx.stream`` waits for the oldest
-
-
-class _Write:
-    """One queued write: the chunks buffered until the store runs it (taken once, so a re-run writes the same)."""
-
-    __slots__ = ("_rows", "_streams")
-
-    def __init__(self, streams: RunStreams) -> None:
-        self._streams = streams
-        self._rows: list[dict[str, Any]] | None = None
-
-    async def __call__(self, tx: Tx) -> None:
-        if self._rows is None:
-            self._rows = self._streams._take()
-        await store_streams.append(tx, self._streams.run.fence, self._rows)
 
 
 class RunStreams:
@@ -67,8 +51,7 @@ class RunStreams:
         self._written: dict[tuple[str, int], set[str]] = {}  # (step key, attempt) -> topics it wrote to
         self._chunks = 0
         self._bytes = 0
-        self._buffer: list[dict[str, Any]] = []
-        self._queued = False
+        self._batch: store_streams.ChunkBatch | None = None  # queued, not yet taken by its write
         self._pending: list[asyncio.Future[None]] = []
 
     async def _load(self) -> None:
@@ -162,17 +145,15 @@ class RunStreams:
         }
 
     def _queue(self, row: dict[str, Any]) -> None:
-        self._buffer.append(row)
-        if self._queued:
-            return  # a write queued already takes it with the rest
-        self._queued = True
-        future = self.run.store.write_soon(_Write(self))
+        batch = self._batch
+        if batch is not None and not batch.taken:
+            batch.rows.append(row)  # a write queued already takes it with the rest
+            return
+        batch = self._batch = store_streams.ChunkBatch(self.run.fence)
+        batch.rows.append(row)
+        future = self.run.store.write_soon(store_streams.append, batch)
         future.add_done_callback(self._done)
         self._pending.append(future)
-
-    def _take(self) -> list[dict[str, Any]]:
-        rows, self._buffer, self._queued = self._buffer, [], False
-        return rows
 
     def _done(self, future: asyncio.Future[None]) -> None:
         if not future.cancelled() and future.exception() is None:

@@ -30,10 +30,11 @@ class StreamVerbs:
         return self.core.stream(run_id, topic, after)
 
     def stream_events(
-        self, run_id: str, topic: str = DEFAULT_TOPIC, after: int = 0
-    ) -> AsyncIterator[StreamChunk | StreamEnd]:
-        """As ``stream``, then a ``StreamEnd`` with the run's outcome (what the SSE endpoint sends)."""
-        return self.core.streams.read(run_id, topic, after)
+        self, run_id: str, topic: str = DEFAULT_TOPIC, after: int = 0, *, heartbeat: float | None = None
+    ) -> AsyncIterator[StreamChunk | StreamEnd | None]:
+        """As ``stream``, then a ``StreamEnd`` with the run's outcome (what the SSE endpoint sends); with
+        ``heartbeat``, ``None`` after each ``heartbeat`` seconds without a chunk."""
+        return self.core.streams.read(run_id, topic, after, heartbeat=heartbeat)
 
     async def stream_token(self, run_id: str, *, ttl: Duration = "15m", topics: Sequence[str] | None = None) -> str:
         """A signed token that reads ``run_id``'s stream (only ``topics``, when given) and nothing else,

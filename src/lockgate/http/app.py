@@ -91,4 +91,4 @@ def create_app(
 
 def _presents_stream_token(scope: MutableMapping[str, Any]) -> bool:
     """A read of the stream endpoint with a stream token: its route checks the token."""
-    return bool(STREAM_PATH.match(str(scope.get("path", "")))) and stream_token_of(scope) is not None
+    return bool(STREAM_PATH.search(str(scope.get("path", "")))) and stream_token_of(scope) is not None

@@ -19,7 +19,7 @@ from fastapi.responses import JSONResponse, StreamingResponse
 
 from ..errors import StreamTokenRefused
 from ..facades import Client
-from ..inspect.streams import resume_from, sse_events
+from ..inspect.streams import KEEPALIVE, resume_from, sse_events
 from ..streams import DEFAULT_TOPIC, check_topic, is_stream_token
 from .problems import problem_response
 from .security import ASGIApp, Receive, Scope, Send, header_of, send_problem
@@ -29,7 +29,7 @@ __all__ = ["ORIGINS_ENV", "STREAM_PATH", "StreamCors", "origins_from_env", "rout
 router = APIRouter()
 
 ORIGINS_ENV = "LOCKGATE_STREAM_ORIGINS"
-STREAM_PATH = re.compile(r"^/api/v1/runs/[^/]+/stream$")
+STREAM_PATH = re.compile(r"/api/v1/runs/[^/]+/stream$")  # searched: the API may be mounted under a prefix
 _HEADERS = {"Cache-Control": "no-store", "X-Accel-Buffering": "no"}
 
 
@@ -78,7 +78,8 @@ async def stream(
             return problem_response(status, "StreamTokenRefused", str(exc), instance=request.url.path)
     after_seq = resume_from(last_event_id, after)
     await client.get_run(run_id)  # UnknownRun: 404 before the stream begins
-    events = sse_events(client.stream_events(run_id, topic, after_seq), request.is_disconnected)
+    source = client.stream_events(run_id, topic, after_seq, heartbeat=KEEPALIVE)
+    events = sse_events(source, request.is_disconnected)
     return StreamingResponse(events, media_type="text/event-stream", headers=_HEADERS)
 
 
@@ -90,7 +91,7 @@ class StreamCors:
         self.origins = frozenset(o.rstrip("/") for o in origins)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or not STREAM_PATH.match(str(scope.get("path", ""))):
+        if scope["type"] != "http" or not STREAM_PATH.search(str(scope.get("path", ""))):
             await self.app(scope, receive, send)
             return
         origin = header_of(scope, b"origin")

@@ -43,39 +43,27 @@ def _event(item: StreamChunk | StreamEnd) -> str:
 
 
 async def sse_events(
-    source: AsyncIterator[StreamChunk | StreamEnd],
+    source: AsyncIterator[StreamChunk | StreamEnd | None],
     disconnected: Callable[[], Awaitable[bool]] | None = None,
     *,
     lifetime: float = LIFETIME,
 ) -> AsyncIterator[str]:
-    """``source`` as event-stream text: chunks and resets as they come, ``end`` last."""
+    """``source`` (read with ``heartbeat=KEEPALIVE``) as event-stream text: chunks and resets as they come,
+    ``end`` last; a comment for each heartbeat, and an end after ``lifetime`` seconds."""
     loop = asyncio.get_running_loop()
     ends = loop.time() + lifetime
     yield "retry: 1000\n\n"
-    nxt: asyncio.Future[StreamChunk | StreamEnd] | None = None
     try:
-        while loop.time() < ends:
-            if nxt is None:
-                nxt = asyncio.ensure_future(anext(source))
-            done, _ = await asyncio.wait({nxt}, timeout=min(KEEPALIVE, max(0.0, ends - loop.time())))
-            if not done:
-                if disconnected is not None and await disconnected():
+        async for item in source:
+            if item is None:  # a heartbeat: nothing for KEEPALIVE seconds
+                if loop.time() > ends or (disconnected is not None and await disconnected()):
                     return
                 yield ": still here\n\n"
                 continue
-            try:
-                item = nxt.result()
-            except StopAsyncIteration:
-                return
-            nxt = None
             yield _event(item)
-            if isinstance(item, StreamEnd):
+            if isinstance(item, StreamEnd) or loop.time() > ends:
                 return
     finally:
-        if nxt is not None:
-            nxt.cancel()
-            with contextlib.suppress(BaseException):
-                await nxt
         aclose = getattr(source, "aclose", None)
         if aclose is not None:
             with contextlib.suppress(BaseException):

@@ -1,21 +1,24 @@
 -- Run streams (store/streams.py). Kept in lockstep with sql/sqlite/streams.sql.
 
 -- name: append_chunks
--- A run's chunks, as one JSON array, written only while the run is held (owner and epoch) and running:
--- fewer rows than given means the lease moved on. FOR SHARE keeps a claim from taking the run over
--- before this commits. In the array's order, so ids follow seq.
-WITH held AS (
-    SELECT id FROM lockgate_runs
-    WHERE id = %(run_id)s AND owner = %(owner)s AND epoch = %(epoch)s AND status = 'running'
+-- Chunks as one JSON array, each naming its run and the lease (owner, epoch) it was written under: a
+-- row is written only while its run is held so and running, so fewer rows than given means a lease
+-- moved on. FOR SHARE keeps a claim from taking a run over before this commits. By seq within each
+-- run and topic, so ids follow seq.
+WITH j AS (
+    SELECT * FROM jsonb_to_recordset(%(rows)s::jsonb) AS x(
+        run_id text, owner text, epoch bigint, topic text, seq bigint, kind text, step_key text, attempt integer,
+        data text, size integer, created_at double precision
+    )
+), held AS (
+    SELECT r.id, r.owner, r.epoch FROM lockgate_runs r
+    WHERE r.id IN (SELECT run_id FROM j) AND r.status = 'running'
     FOR SHARE
 )
 INSERT INTO lockgate_stream_chunks (run_id, topic, seq, kind, step_key, attempt, data, size, created_at)
-SELECT held.id, j.topic, j.seq, j.kind, j.step_key, j.attempt, j.data, j.size, j.created_at
-FROM held CROSS JOIN jsonb_to_recordset(%(rows)s::jsonb) AS j(
-    topic text, seq bigint, kind text, step_key text, attempt integer, data text, size integer,
-    created_at double precision
-)
-ORDER BY j.seq;
+SELECT j.run_id, j.topic, j.seq, j.kind, j.step_key, j.attempt, j.data, j.size, j.created_at
+FROM j JOIN held ON held.id = j.run_id AND held.owner = j.owner AND held.epoch = j.epoch
+ORDER BY j.run_id, j.topic, j.seq;
 
 -- name: stream_state
 -- What an execution that streams again needs: per topic, step and attempt, the last seq, counts and bytes.

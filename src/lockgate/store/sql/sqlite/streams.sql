@@ -1,14 +1,16 @@
 -- Run streams (store/streams.py). Kept in lockstep with sql/postgres/streams.sql.
 
 -- name: append_chunks
--- A run's chunks, as one JSON array, written only while the run is held (owner and epoch) and running:
--- fewer rows than given means the lease moved on. In the array's order, so ids follow seq.
+-- Chunks as one JSON array, each naming its run and the lease (owner, epoch) it was written under: a
+-- row is written only while its run is held so and running, so fewer rows than given means a lease
+-- moved on. In the array's order, so ids follow seq.
 INSERT INTO lockgate_stream_chunks (run_id, topic, seq, kind, step_key, attempt, data, size, created_at)
 SELECT r.id, json_extract(j.value, '$.topic'), json_extract(j.value, '$.seq'), json_extract(j.value, '$.kind'),
     json_extract(j.value, '$.step_key'), json_extract(j.value, '$.attempt'), json_extract(j.value, '$.data'),
     json_extract(j.value, '$.size'), json_extract(j.value, '$.created_at')
-FROM lockgate_runs r CROSS JOIN json_each(:rows) j
-WHERE r.id = :run_id AND r.owner = :owner AND r.epoch = :epoch AND r.status = 'running'
+FROM json_each(:rows) j
+JOIN lockgate_runs r ON r.id = json_extract(j.value, '$.run_id') AND r.owner = json_extract(j.value, '$.owner')
+    AND r.epoch = json_extract(j.value, '$.epoch') AND r.status = 'running'
 ORDER BY j.key;
 
 -- name: stream_state
