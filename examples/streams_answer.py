@@ -63,7 +63,8 @@ async def read_like_a_browser(api: str, run_id: str, token: str) -> str:
 
 
 async def main() -> None:
-    async with lg.Engine(app, "sqlite:///streams.db") as engine:
+    limits = lg.StreamLimits(chunks=10_000, bytes=1_000_000)  # the most one run may stream
+    async with lg.Engine(app, "sqlite:///streams.db", stream_limits=limits) as engine:
         sock = bind_socket("127.0.0.1", 0)
         api = f"http://127.0.0.1:{sock.getsockname()[1]}"
         web = create_app(engine.client, stream_origins=[PAGE_ORIGIN])  # CORS for the page, stream endpoint only
@@ -74,8 +75,8 @@ async def main() -> None:
         text = await read_like_a_browser(api, handle.run_id, token)
         assert text == await handle.result()
         print(text)
-        async for chunk in handle.stream(after=0):  # the same stream, read in Python
-            assert chunk.kind == "chunk"
+        chunks = [chunk async for chunk in handle.stream("default", after=0)]  # the same stream, in Python
+        assert "".join(chunk.data for chunk in lg.drop_resets(chunks)) == text
         server.cancel()
 
 
