@@ -467,6 +467,8 @@ def test_demo_runs_to_completion(cli: Lockgate, tmp_path: Path) -> None:
     fired = {f["status"] for f in firings}
     assert "succeeded" in fired and not {"failed", "cancelled"} & fired
     assert "schedule demo.heartbeat (every 2s)" in result.out
+    # the first checkout's stream, read back once: a body entered again after its park streams nothing twice
+    assert "streamed: stock reserved for A-1001 / charged ch_A-1001_4200 / settled / receipt sent" in result.out
     quote = next(r for r in runs if r["workflow"] == "demo.quote")
     assert quote["output"] == 270
     checkout = next(r for r in runs if r["workflow"] == "demo.checkout")

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import json
 import weakref
 from collections import Counter
 from typing import Any
@@ -81,12 +82,16 @@ class RunStreams:
         return self._prior.get(step, 0) + attempt
 
     async def append(self, chunk: Any, topic: str) -> None:
-        check_topic(topic)
-        refuse_unstorable(chunk, "stream chunk")
-        try:
-            text = encode(chunk)
-        except Exception as exc:
-            raise TypeError(f"ctx.stream: the chunk cannot be stored as JSON: {exc}") from exc
+        if topic not in self._next:
+            check_topic(topic)
+        if type(chunk) is str and chunk.isascii():  # a token of text: the common chunk, encoded plainly
+            text = json.dumps(chunk)
+        else:
+            refuse_unstorable(chunk, "stream chunk")
+            try:
+                text = encode(chunk)
+            except Exception as exc:
+                raise TypeError(f"ctx.stream: the chunk cannot be stored as JSON: {exc}") from exc
         self._check_failed()
         if not self._loaded:
             await self._load()
