@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import sys
@@ -109,7 +110,7 @@ async def case_latency(url: str, readers: int, rate: float, seconds: float) -> l
         )
         try:
             assert proc.stdout is not None
-            line = await asyncio.wait_for(proc.stdout.readline(), 60)
+            line = await asyncio.wait_for(proc.stdout.readline(), 300)
             if line.strip() != b"ready":
                 raise RuntimeError(f"the readers did not connect: {line!r}")
             await engine.signal(handle.run_id, "go", {})
@@ -119,6 +120,8 @@ async def case_latency(url: str, readers: int, rate: float, seconds: float) -> l
             if proc.returncode is None:
                 proc.kill()
             server.cancel()
+            with contextlib.suppress(BaseException):
+                await server
     found: list[float] = json.loads(out)
     if len(found) != n * readers:
         raise RuntimeError(f"{len(found)} receipts, expected {n * readers}")
@@ -130,6 +133,9 @@ async def _one_reader(host: str, port: int, run_id: str, ready: asyncio.Event, o
     request = f"GET /api/v1/runs/{run_id}/stream HTTP/1.1\r\nHost: {host}:{port}\r\nAccept: text/event-stream\r\n\r\n"
     writer.write(request.encode())
     await writer.drain()
+    status = await reader.readline()
+    if b" 200 " not in status:
+        raise RuntimeError(f"the stream answered {status!r}")
     connected = False
     while True:
         line = await reader.readline()

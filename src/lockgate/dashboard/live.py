@@ -117,8 +117,7 @@ async def live_stream(request: Request, run_id: str, topic: str = DEFAULT_TOPIC)
     d = dashboard(request)
     check_topic(topic)
     after = resume_from(request.headers.get("last-event-id"), None)
-    await d.client.get_run(run_id)  # UnknownRun before the stream begins
-    events = d.client.stream_events(run_id, topic, after, heartbeat=STREAM_KEEPALIVE)
+    events = await d.client.stream_events(run_id, topic, after, heartbeat=STREAM_KEEPALIVE)  # UnknownRun: 404
     source = sse_events(events, request.is_disconnected)
     headers = {"Cache-Control": "no-store", "X-Accel-Buffering": "no"}
     return EventStream(source, media_type="text/event-stream", headers=headers)

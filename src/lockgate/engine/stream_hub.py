@@ -28,7 +28,8 @@ from ..streams import StreamChunk, StreamEnd, StreamLimits, check_topic
 __all__ = ["POLL", "SECRET_NAME", "StreamHub", "chunk_identity"]
 
 POLL = 0.05  # seconds between two looks for other processes' chunks while someone reads
-IDLE = 0.5  # seconds a reader waits without news before it asks whether the run ended
+IDLE = 0.5  # seconds between two looks at whether the runs read here ended (in other processes)
+RECHECK = 2.0  # PostgreSQL: seconds between a quiet reader's reads of its topic (a row committed out of id order)
 PAGE = 500
 SECRET_NAME = "stream-tokens"
 
@@ -60,6 +61,10 @@ class StreamHub:
         self._poke: asyncio.Event | None = None
         self._task: asyncio.Task[None] | None = None
         self._secret: str | None = None
+        # Where ids are not given in commit order (PostgreSQL: concurrent transactions), a row can commit
+        # after the follower passed its id: a reader whose seqs jump reads its topic again, and a quiet one
+        # does every RECHECK seconds. SQLite commits one transaction at a time: ids follow commits.
+        self._out_of_order = store.dialect != "sqlite"
 
     # -- told by this process ---------------------------------------------------------------
 
@@ -88,11 +93,17 @@ class StreamHub:
     async def _follow(self) -> None:
         poke = self._poke
         assert poke is not None
+        loop = asyncio.get_running_loop()
+        checked = loop.time()
         while self._readers:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(poke.wait(), POLL)
             poke.clear()
             try:
+                if loop.time() - checked >= IDLE:  # runs other processes ended: one query for every reader
+                    checked = loop.time()
+                    for run_id in await self.store.read(runs.ended_runs, sorted({k[0] for k in self._readers})):
+                        self.ended(run_id)
                 while True:
                     rows = await self.store.read(store_streams.tail, self._last or 0, PAGE)
                     for row in rows:
@@ -131,6 +142,25 @@ class StreamHub:
         With ``heartbeat``, ``None`` after each ``heartbeat`` seconds without a chunk (a server's
         keep-alive). ``UnknownRun`` when no run has that id.
         """
+        async for batch in self.batches(run_id, topic, after, heartbeat=heartbeat):
+            if isinstance(batch, list):
+                for chunk in batch:
+                    yield chunk
+            else:
+                yield batch
+
+    async def run_row(self, run_id: str) -> Row:
+        """The run's row; ``UnknownRun`` when no run has that id (checked before a response begins)."""
+        run = await self.store.read(runs.find_run, run_id)
+        if run is None:
+            raise UnknownRun(f"no run {run_id}")
+        return run
+
+    async def batches(
+        self, run_id: str, topic: str, after: int = 0, *, heartbeat: float | None = None, run: Row | None = None
+    ) -> AsyncIterator[list[StreamChunk] | StreamEnd | None]:
+        """As ``read``, the chunks that came together in one list (a server writes them at once); ``run``:
+        the run's row when the caller read it already."""
         check_topic(topic)
         key = (run_id, topic)
         reader = _Reader()
@@ -138,9 +168,7 @@ class StreamHub:
         try:
             last = max(0, int(after))
             sealer: Sealer | None = None
-            run = await self.store.read(runs.find_run, run_id)
-            if run is None:
-                raise UnknownRun(f"no run {run_id}")
+            run = run or await self.run_row(run_id)
             loop = asyncio.get_running_loop()
             checked = beat = loop.time()
             ended = run["status"] in shared.TERMINAL
@@ -149,10 +177,10 @@ class StreamHub:
                 while True:
                     reader.rows.clear()
                     rows = await self.store.read(store_streams.chunks, run_id, topic, last, PAGE)
-                    for row in rows:
-                        sealer = sealer or (Sealer(self.keyring, run_id) if is_sealed(row["data"]) else None)
-                        yield self._chunk(row, sealer)
-                        last = int(row["seq"])
+                    if rows:
+                        sealer = sealer or (Sealer(self.keyring, run_id) if is_sealed(rows[0]["data"]) else None)
+                        yield [self._chunk(row, sealer) for row in rows]
+                        last = int(rows[-1]["seq"])
                     if len(rows) < PAGE:
                         break
                 if ended:
@@ -163,11 +191,12 @@ class StreamHub:
                 gap = False
                 while not gap:
                     if not reader.rows:
-                        wait = max(0.0, checked + IDLE - loop.time())
+                        wait = min(IDLE, max(0.0, checked + RECHECK - loop.time())) if self._out_of_order else IDLE
                         with contextlib.suppress(TimeoutError):
                             await asyncio.wait_for(reader.news.wait(), wait)
                         reader.news.clear()
                     rows, reader.rows = reader.rows, []
+                    batch: list[StreamChunk] = []
                     for row in sorted(rows, key=lambda r: int(r["seq"])):
                         seq = int(row["seq"])
                         if seq <= last:
@@ -176,23 +205,34 @@ class StreamHub:
                             gap = True
                             break
                         sealer = sealer or (Sealer(self.keyring, run_id) if is_sealed(row["data"]) else None)
-                        yield self._chunk(row, sealer)
+                        batch.append(self._chunk(row, sealer))
                         last, beat = seq, loop.time()
+                    if batch:
+                        yield batch
                     if heartbeat is not None and loop.time() - beat >= heartbeat:
                         beat = loop.time()
                         yield None
-                    if reader.ended or loop.time() - checked >= IDLE:
-                        checked, reader.ended = loop.time(), False
+                    if reader.ended:  # told by the run's end here, or by the follower's look at every reader's run
+                        reader.ended = False
                         status = await self.store.read(runs.find_run, run_id)
                         if status is None or status["status"] in shared.TERMINAL:
                             ended = True
                             run = status or run
                             break
-                        gap = True  # idle for a while: read the store once more, in case a row was missed
+                    if self._out_of_order and loop.time() - checked >= RECHECK:
+                        checked = loop.time()
+                        gap = True  # a row that committed after a later one was handed over: read the store
         finally:
             self._leave(key, reader)
 
     def _chunk(self, row: Row, sealer: Sealer | None) -> StreamChunk:
+        made = row.get("_chunk")
+        if made is not None:  # a row the follower handed to every reader of its topic: decoded once
+            return made  # type: ignore[no-any-return]
+        row["_chunk"] = chunk = self._decode(row, sealer)
+        return chunk
+
+    def _decode(self, row: Row, sealer: Sealer | None) -> StreamChunk:
         topic, seq = row["topic"], int(row["seq"])
         text = row["data"]
         if sealer is not None and text is not None:

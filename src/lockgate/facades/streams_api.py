@@ -29,12 +29,15 @@ class StreamVerbs:
         ending once the run ended and all of it was read. ``UnknownRun`` when no run has that id."""
         return self.core.stream(run_id, topic, after)
 
-    def stream_events(
+    async def stream_events(
         self, run_id: str, topic: str = DEFAULT_TOPIC, after: int = 0, *, heartbeat: float | None = None
-    ) -> AsyncIterator[StreamChunk | StreamEnd | None]:
-        """As ``stream``, then a ``StreamEnd`` with the run's outcome (what the SSE endpoint sends); with
-        ``heartbeat``, ``None`` after each ``heartbeat`` seconds without a chunk."""
-        return self.core.streams.read(run_id, topic, after, heartbeat=heartbeat)
+    ) -> AsyncIterator[list[StreamChunk] | StreamEnd | None]:
+        """As ``stream``, the chunks that came together in one list, then a ``StreamEnd`` with the run's
+        outcome (what the SSE endpoint sends); with ``heartbeat``, ``None`` after each ``heartbeat`` seconds
+        without one. ``UnknownRun`` here, before anything is read, when no run has that id."""
+        check_topic(topic)
+        run = await self.core.streams.run_row(run_id)
+        return self.core.streams.batches(run_id, topic, after, heartbeat=heartbeat, run=run)
 
     async def stream_token(self, run_id: str, *, ttl: Duration = "15m", topics: Sequence[str] | None = None) -> str:
         """A signed token that reads ``run_id``'s stream (only ``topics``, when given) and nothing else,

@@ -77,8 +77,7 @@ async def stream(
             status = 403 if exc.reason in ("other run", "other topic") else 401
             return problem_response(status, "StreamTokenRefused", str(exc), instance=request.url.path)
     after_seq = resume_from(last_event_id, after)
-    await client.get_run(run_id)  # UnknownRun: 404 before the stream begins
-    source = client.stream_events(run_id, topic, after_seq, heartbeat=KEEPALIVE)
+    source = await client.stream_events(run_id, topic, after_seq, heartbeat=KEEPALIVE)  # UnknownRun: 404 here
     events = sse_events(source, request.is_disconnected)
     return StreamingResponse(events, media_type="text/event-stream", headers=_HEADERS)
 

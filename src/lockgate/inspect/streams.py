@@ -39,17 +39,22 @@ def resume_from(last_event_id: str | None, after: str | int | None) -> int:
 def _event(item: StreamChunk | StreamEnd) -> str:
     if isinstance(item, StreamEnd):
         return f"event: end\ndata: {json.dumps(item.to_dict())}\n\n"
-    return f"id: {item.seq}\nevent: {item.kind}\ndata: {json.dumps(item.to_dict())}\n\n"
+    text: str | None = getattr(item, "_sse", None)
+    if text is None:  # a chunk every reader of its topic shares: written as text once
+        text = f"id: {item.seq}\nevent: {item.kind}\ndata: {json.dumps(item.to_dict())}\n\n"
+        object.__setattr__(item, "_sse", text)
+    return text
 
 
 async def sse_events(
-    source: AsyncIterator[StreamChunk | StreamEnd | None],
+    source: AsyncIterator[list[StreamChunk] | StreamChunk | StreamEnd | None],
     disconnected: Callable[[], Awaitable[bool]] | None = None,
     *,
     lifetime: float = LIFETIME,
 ) -> AsyncIterator[str]:
-    """``source`` (read with ``heartbeat=KEEPALIVE``) as event-stream text: chunks and resets as they come,
-    ``end`` last; a comment for each heartbeat, and an end after ``lifetime`` seconds."""
+    """``source`` (a reader's batches, read with ``heartbeat=KEEPALIVE``) as event-stream text: chunks and
+    resets as they come, the chunks of a batch in one write, ``end`` last; a comment for each heartbeat,
+    and an end after ``lifetime`` seconds."""
     loop = asyncio.get_running_loop()
     ends = loop.time() + lifetime
     yield "retry: 1000\n\n"
@@ -59,6 +64,11 @@ async def sse_events(
                 if loop.time() > ends or (disconnected is not None and await disconnected()):
                     return
                 yield ": still here\n\n"
+                continue
+            if isinstance(item, list):  # the chunks that came together: one write
+                yield "".join(_event(chunk) for chunk in item)
+                if loop.time() > ends:
+                    return
                 continue
             yield _event(item)
             if isinstance(item, StreamEnd) or loop.time() > ends:
