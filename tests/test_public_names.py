@@ -61,6 +61,11 @@ PUBLIC = [
     "StepInfo",
     "StoreError",
     "StoreFull",
+    "StreamChunk",
+    "StreamEnd",
+    "StreamLimitExceeded",
+    "StreamLimits",
+    "StreamTokenRefused",
     "Subject",
     "Throttle",
     "Timeouts",
@@ -73,6 +78,7 @@ PUBLIC = [
     "WebhookDef",
     "WorkflowCrashLooped",
     "WorkflowVersionIncompatible",
+    "drop_resets",
 ]
 
 
