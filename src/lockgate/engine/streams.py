@@ -42,7 +42,7 @@ class RunStreams:
     """What one execution has streamed, and what the run had streamed before it."""
 
     def __init__(self, run: Running, hub: StreamHub) -> None:
-        self.run = run
+        self._run = weakref.ref(run)  # the execution holds this (in _STREAMS, by a weak key): no cycle keeps it
         self.hub = hub
         self._loaded = False
         self._next: Counter[str] = Counter()  # topic -> last seq written
@@ -54,6 +54,13 @@ class RunStreams:
         self._bytes = 0
         self._batch: store_streams.ChunkBatch | None = None  # queued, not yet taken by its write
         self._pending: list[asyncio.Future[None]] = []
+
+    @property
+    def run(self) -> Running:
+        run = self._run()
+        if run is None:  # only an execution streams, and only while it runs
+            raise RuntimeError("ctx.stream: the execution has ended")
+        return run
 
     async def _load(self) -> None:
         rows = await self.run.store.read(store_streams.state, self.run.run_id)
