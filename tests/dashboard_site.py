@@ -27,8 +27,9 @@ __all__ = ["Site", "wait_until"]
 class Site:
     """``with Site(app) as site``: the engine and its server run until the block ends."""
 
-    def __init__(self, app: lg.App) -> None:
+    def __init__(self, app: lg.App, **http_options: Any) -> None:
         self.app = app
+        self.http_options = http_options  # more arguments of create_app (stream_origins=...)
         self._dir = tempfile.TemporaryDirectory(prefix="lockgate-dash-")
         self.store_url = f"sqlite:///{Path(self._dir.name) / 'lockgate.db'}"
         self._loop = asyncio.new_event_loop()
@@ -66,7 +67,8 @@ class Site:
         sock = bind_socket("127.0.0.1", 0)
         port = sock.getsockname()[1]
         self.url = f"http://127.0.0.1:{port}"
-        server = asyncio.create_task(serve_http(create_app(engine.client), "127.0.0.1", port, sock))
+        web = create_app(engine.client, **self.http_options)
+        server = asyncio.create_task(serve_http(web, "127.0.0.1", port, sock))
         ready.set_result(None)
         try:
             await self._stop.wait()

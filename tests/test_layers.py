@@ -52,6 +52,7 @@ LAYERS: dict[str, int] = {
     "lockgate.matching": DEFINITIONS,
     "lockgate.callbacks": DEFINITIONS,
     "lockgate.webhooks": DEFINITIONS,
+    "lockgate.streams": DEFINITIONS,
     "lockgate.store": STORE,
     "lockgate.gate": GATE,
     "lockgate.engine": MACHINERY,

@@ -66,6 +66,11 @@ PUBLIC = [
     "StepInfo",
     "StoreError",
     "StoreFull",
+    "StreamChunk",
+    "StreamEnd",
+    "StreamLimitExceeded",
+    "StreamLimits",
+    "StreamTokenRefused",
     "Subject",
     "Throttle",
     "Timeouts",
@@ -83,6 +88,7 @@ PUBLIC = [
     "WebhookDef",
     "WorkflowCrashLooped",
     "WorkflowVersionIncompatible",
+    "drop_resets",
 ]
 
 

@@ -36,6 +36,8 @@ from .errors import (
     StepFailed,
     StoreError,
     StoreFull,
+    StreamLimitExceeded,
+    StreamTokenRefused,
     UnknownRun,
     UnknownSchedule,
     UnknownWorkflow,
@@ -53,6 +55,7 @@ from .inspect import FlowRow, Trace
 from .queues import Queue
 from .records import AttemptInfo, EventInfo, RunInfo, StepInfo
 from .schedule import Schedule
+from .streams import StreamChunk, StreamEnd, StreamLimits, drop_resets
 from .webhooks import HmacSignature, WebhookDef
 
 __all__ = [
@@ -117,6 +120,11 @@ __all__ = [
     "StepInfo",
     "StoreError",
     "StoreFull",
+    "StreamChunk",
+    "StreamEnd",
+    "StreamLimitExceeded",
+    "StreamLimits",
+    "StreamTokenRefused",
     "Subject",
     "Throttle",
     "Timeouts",
@@ -134,6 +142,7 @@ __all__ = [
     "WebhookDef",
     "WorkflowCrashLooped",
     "WorkflowVersionIncompatible",
+    "drop_resets",
 ]
 
 __version__ = "0.1.0"

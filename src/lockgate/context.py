@@ -164,6 +164,14 @@ class Context(abc.ABC):
         retries suspends the run (``CompensationFailed``, both errors kept)."""
         return Compensations(self.step, contextlib.nullcontext, lambda: None)
 
+    async def stream(self, chunk: Any, *, topic: str = "default") -> None:
+        """Append ``chunk`` (a JSON value or a string) to the run's stream ``topic``, for readers to follow live.
+
+        Numbered per run and topic; committed with the group commit. Inside a step, a chunk names
+        the step and attempt; a failed attempt is followed by a ``reset`` so readers drop its chunks.
+        ``StreamLimitExceeded`` past the run's cap. See docs/streams.md."""
+        raise NotImplementedError
+
     @abc.abstractmethod
     def patch(self, marker: str) -> bool:
         """Whether this run was stamped with the patch ``marker`` when it started."""

@@ -2,7 +2,8 @@
 
 - ``demo.checkout``: steps, a payment provider that is down twice before it answers (a
   step retry), a durable sleep long enough to park the run, a child workflow, and at its
-  end the domain event ``demo.order.paid`` (published once: journaled).
+  end the domain event ``demo.order.paid`` (published once: journaled). It streams its
+  progress as it goes (``ctx.stream``: the dashboard's run page shows it live).
 - ``demo.receipt``: the child; one step.
 - ``demo.approval``: waits for the ``approve`` signal (the demo sends it).
 - ``demo.quote``: serves one ``discount`` update and answers the caller with the new price.
@@ -175,12 +176,16 @@ PAYMENTS = FlowControl("payments", parallelism=1)
 async def checkout(ctx: Context, order: Order) -> str:
     """Reserve, charge (retrying a flaky provider), wait for settlement, then send a receipt."""
     await ctx.step("reserve-stock", reserve_stock, order.order_id)
+    await ctx.stream(f"stock reserved for {order.order_id}\n")  # the run's stream: a replay does not repeat it
     charge_id: str = await ctx.step(
         "charge", provider.charge, order.order_id, order.amount, retry=CHARGE_RETRY, flow_control=PAYMENTS
     )
+    await ctx.stream(f"charged {charge_id}\n")
     await ctx.sleep("settlement", "3s")  # longer than the engine's inline sleep: the run parks, the worker is free
+    await ctx.stream("settled\n")
     child = await ctx.start_child(send_receipt, Receipt(order_id=order.order_id, charge_id=charge_id))
     sent: str = await ctx.wait_child(child)
+    await ctx.stream("receipt sent\n")
     # Journaled: a body re-entered after a crash returns the recorded event id, it does not publish twice.
     await ctx.publish(order_paid, {"order_id": order.order_id}, {"amount": order.amount, "charge_id": charge_id})
     return f"{charge_id}; {sent}"

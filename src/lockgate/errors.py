@@ -34,6 +34,8 @@
      ├── BlockingStartRefused       a blocking start on a deferring workflow
      ├── EncryptionKeyError         an encryption key is malformed (raised at boot)
      ├── JournalDecryptionError     a stored value of an encrypted run does not open
+     ├── StreamLimitExceeded        a run's stream reached its cap (chunks or bytes)
+     ├── StreamTokenRefused         a stream read token is malformed, forged, expired or for another stream
      └── StoreError                 the store refused or could not be reached
           └── StoreFull             its disk is full (nothing of the refused write is kept)
 
@@ -79,6 +81,8 @@ __all__ = [
     "StoreCorrupt",
     "StoreError",
     "StoreFull",
+    "StreamLimitExceeded",
+    "StreamTokenRefused",
     "UnknownRun",
     "UnknownSchedule",
     "UnknownWorkflow",
@@ -448,6 +452,25 @@ class EngineClosed(LockgateError):
 
     Its result can be awaited again from any open engine or client on the same store.
     """
+
+
+class StreamLimitExceeded(LockgateError):
+    """A run's stream reached its cap (``Engine(stream_limits=)``): the chunk was refused, nothing written."""
+
+    def __init__(self, run_id: str, what: str, limit: int) -> None:
+        self.run_id = run_id
+        self.what = what  # "chunks" or "bytes"
+        self.limit = limit
+        super().__init__(f"run {run_id}: its stream reached its cap of {limit} {what}; the chunk was refused")
+
+
+class StreamTokenRefused(LockgateError):
+    """A stream read token does not grant this read: ``reason`` is ``malformed``, ``forged``, ``expired``,
+    ``other run`` or ``other topic``."""
+
+    def __init__(self, reason: str) -> None:
+        self.reason = reason
+        super().__init__(f"stream token refused: {reason}")
 
 
 class RetryAfter(Exception):

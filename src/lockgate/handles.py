@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Literal, Protocol
+
+from .streams import StreamChunk
 
 __all__ = ["Deferral", "RunHandle", "StartStatus", "Waiter"]
 
@@ -21,6 +24,10 @@ class Waiter(Protocol):
 
     async def admitted_run(self, ticket: str, timeout: float | None = None) -> str:
         """The id of the run a parked start became, once the gate admits it."""
+        ...
+
+    def stream(self, run_id: str, topic: str = "default", after: int = 0) -> AsyncIterator[StreamChunk]:
+        """The run's stream ``topic`` past seq ``after``, live, until the run ended."""
         ...
 
 
@@ -71,6 +78,18 @@ class RunHandle:
         if self._client is None or self.status != "queued":
             raise ValueError(f"start {self.ticket} has no run to wait for (status {self.status})")
         return await self._client.admitted_run(self.ticket, timeout)
+
+    async def stream(self, topic: str = "default", *, after: int = 0) -> AsyncIterator[StreamChunk]:
+        """``async for chunk in handle.stream()``: the run's stream ``topic`` past seq ``after``, as it is
+        written, ending once the run ended and all of it was read (a parked start: once admitted).
+
+        A ``reset`` chunk says to drop the chunks received of its ``step`` and ``attempt`` (``lg.drop_resets``).
+        """
+        if self._client is None:
+            raise ValueError(f"start {self.ticket} has no engine to read with")
+        run_id = await self.admitted()
+        async for chunk in self._client.stream(run_id, topic, after):
+            yield chunk
 
     def to_dict(self) -> dict[str, Any]:
         return {

@@ -352,6 +352,10 @@ async def run_demo(store: str, board: Board, *, timeout: float, poll: float = 0.
                 await asyncio.sleep(poll)
             if update is not None and update.done() and update.exception() is None:
                 board.note(f"update 'discount' answered: new price {update.result()}")
+            first = roots[0]  # the first checkout streamed its progress (ctx.stream): read it back once it ended
+            if any(r.run_id == first and r.finished for r in rows):
+                streamed = [c.data.strip() async for c in engine.stream(first)]
+                board.note(f"{CHECKOUT} {first} streamed: {' / '.join(streamed) or 'nothing'}")
             board.show(rows)
         if update is None:
             outcome.problems.append("the quote never waited for its update")

@@ -16,6 +16,9 @@ from fastapi.responses import StreamingResponse
 from starlette.types import Receive, Scope, Send
 
 from ..errors import LockgateError
+from ..inspect.streams import KEEPALIVE as STREAM_KEEPALIVE
+from ..inspect.streams import resume_from, sse_events
+from ..streams import DEFAULT_TOPIC, check_topic
 from .pages import flow_context, run_context, runs_context
 from .site import dashboard
 
@@ -106,3 +109,15 @@ async def live_flow(request: Request) -> StreamingResponse:
         return d.fragment(request, "_flow_body.html", **await flow_context(d, query))
 
     return _stream(request, render)
+
+
+@router.get("/live/runs/{run_id}/stream")
+async def live_stream(request: Request, run_id: str, topic: str = DEFAULT_TOPIC) -> StreamingResponse:
+    """The run's stream ``topic`` (the API's ``/runs/{id}/stream``, under the dashboard's sign-in)."""
+    d = dashboard(request)
+    check_topic(topic)
+    after = resume_from(request.headers.get("last-event-id"), None)
+    events = await d.client.stream_events(run_id, topic, after, heartbeat=STREAM_KEEPALIVE)  # UnknownRun: 404
+    source = sse_events(events, request.is_disconnected)
+    headers = {"Cache-Control": "no-store", "X-Accel-Buffering": "no"}
+    return EventStream(source, media_type="text/event-stream", headers=headers)

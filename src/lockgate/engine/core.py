@@ -9,7 +9,7 @@ so a start made here wakes the local workers and a blocking start may run where 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from datetime import datetime
 from typing import Any, Protocol
 
@@ -31,12 +31,14 @@ from ..recording import DEFAULT_INPUT_LIMIT
 from ..serde import decode_as
 from ..store import Store, shared
 from ..store.base import CHANGED, Row
+from ..streams import StreamChunk
 from . import tracing
 from .admissions import Admissions
 from .leases import ClockWatch
 from .metrics import EngineMetrics
 from .pauses import PauseCache
 from .results import ResultWaiters
+from .stream_hub import StreamHub
 
 __all__ = ["Core", "Local", "WorkflowRef"]
 
@@ -107,6 +109,7 @@ class Core:
         self.admissions = Admissions(store, lambda: self.poll_interval)
         self.pauses = PauseCache(store, clock)
         self.clock_watch = ClockWatch(store, clock)
+        self.streams = StreamHub(store, self.keyring, clock)  # run streams: readers, cap, token secret
         self.settled: dict[str, asyncio.Event] = {}  # update message id -> set when it is answered
         self.is_open = False
         self.local: Local | None = None
@@ -196,10 +199,12 @@ class Core:
             return
         self.results.poke()
         self.admissions.poke()
+        self.streams.committed()
         for answered in self.settled.values():
             answered.set()  # the update's caller reads its message again (facades/client.py)
 
     async def close(self) -> None:
+        await self.streams.close()
         await self.admissions.close()
         await self.results.close()
         await self.store.close()
@@ -260,6 +265,7 @@ class Core:
     def notify_finished(self, run_id: str, ended: Row | None = None) -> None:
         """Wake those waiting for ``run_id``; ``ended`` is its final row if this process ended it."""
         self.results.wake(run_id, ended)
+        self.streams.ended(run_id)
 
     def message_settled(self, message_id: str) -> None:
         event = self.settled.get(message_id)
@@ -302,6 +308,12 @@ class Core:
                     return self.outcome(final)  # it ended here: its final row is known without a read
             finally:
                 results.forget(run_id, ended)
+
+    async def stream(self, run_id: str, topic: str = "default", after: int = 0) -> AsyncIterator[StreamChunk]:
+        """The run's stream ``topic`` past seq ``after``, live, until the run ended and all of it was read."""
+        async for item in self.streams.read(run_id, topic, after):
+            if isinstance(item, StreamChunk):  # not the StreamEnd
+                yield item
 
     def outcome(self, row: Row) -> Any:
         """An ended run's result, or its failure raised."""

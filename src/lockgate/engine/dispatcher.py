@@ -86,6 +86,7 @@ class Dispatcher:
         self.lease = lease
         self.inline_sleep = inline_sleep
         self.input_limit = core.input_limit
+        self.stream_hub = core.streams
         self.replay_shape_limit = replay_shape_limit  # the tripwire is off for longer journals
         self.max_reclaims = max_reclaims
         self.worker_id = worker_id

@@ -37,6 +37,7 @@ from ..serde import dump_json, encode
 from ..store import Store, shared
 from ..store.base import Row
 from .identity import ScopeResolver
+from .stream_hub import StreamHub
 
 __all__ = [
     "IN_THREAD",
@@ -76,6 +77,7 @@ class Host(Protocol):
     step_pool: Executor  # the threads plain ``def`` steps run in
     draining: bool  # shutting down: no new step attempt begins
     public_url: str | None  # the base of the URLs callback tokens are completed at (engine/callbacks.py)
+    stream_hub: StreamHub  # the cap ctx.stream applies, and who is told of committed chunks
 
     @property
     def observer(self) -> Observer | None:

@@ -33,7 +33,7 @@ from ..serde import conform, decode, decode_as, encode, refuse_unstorable, valid
 from ..store import Store, runs, shared
 from ..store import journal as store_journal
 from ..store.base import Row
-from . import durable, run_events, stepflow
+from . import durable, run_events, stepflow, streams
 from .callbacks import TokenOperations
 from .cancelling import CancelState
 from .children import take_back
@@ -554,6 +554,7 @@ class Execution(TokenOperations, Forwarding):
                 if self._host.draining:  # shutdown: this attempt waits for the next worker (stop cancels it)
                     await asyncio.get_running_loop().create_future()
                 self.attempting += 1
+                streaming = streams.STEP.set((key, attempt))  # what a ctx.stream inside the attempt names
                 try:
                     try:
                         if gate is None and is_async:  # the common step: nothing between journal and function
@@ -568,9 +569,11 @@ class Execution(TokenOperations, Forwarding):
                         refuse_unstorable(result, f"step {name!r} result")  # a NaN fails the attempt, not as null
                     finally:
                         self.attempting -= 1  # the attempt ended: a shutdown waits for this
+                        streams.STEP.reset(streaming)
                 except (asyncio.CancelledError, shared.Fenced, Parked):
                     raise
                 except Exception as exc:
+                    streams.attempt_failed(self, key, attempt)  # readers drop what the failed attempt streamed
                     tag, message = describe(exc)
                     stored = message if self._sealer is None else self._sealer.seal(key, "error", message)
                     tried = self._attempt_row(key, attempt, started, recorded_input, tag, stored)
@@ -625,6 +628,8 @@ class Execution(TokenOperations, Forwarding):
     @property
     def scopes(self) -> frozenset[str]:
         return self._scopes
+
+    stream = streams.stream  # ctx.stream (engine/streams.py)
 
     @property
     def flow_control(self) -> Any:

@@ -306,6 +306,9 @@ class _Replay(Context):
             raise RunCancelled(run_id, outcome["error_message"])
         raise RunFailed(run_id, outcome["error_tag"], outcome["error_message"])
 
+    async def stream(self, chunk: Any, *, topic: str = "default") -> None:
+        """A replay streams nothing: what the run streamed is kept, not journaled."""
+
     async def publish(self, event: Any, key: Any = None, payload: Any = None) -> str:
         declared = declared_event(self.app, event)
         _, entry = self._key(f"publish:{declared.name}")

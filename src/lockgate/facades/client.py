@@ -42,13 +42,14 @@ from ..store.base import Row
 from .callbacks import TokenVerbs
 from .operator import BulkResult, OperatorVerbs, bulk, check_reason, statuses
 from .schedules_api import Schedules
+from .streams_api import StreamVerbs
 
 __all__ = ["DEFAULT_STORE", "Client", "WorkflowRef"]
 
 DEFAULT_STORE = "sqlite:///lockgate.db"
 
 
-class Client(OperatorVerbs, TokenVerbs):
+class Client(OperatorVerbs, TokenVerbs, StreamVerbs):
     """Start and manage runs in ``store`` without executing any (``async with`` it)."""
 
     def __init__(

@@ -8,7 +8,7 @@ and a ``Dispatcher`` that claims runnable runs and executes them; both are built
 from __future__ import annotations
 
 import socket
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 from datetime import datetime
 from types import TracebackType
 from typing import Any, Self
@@ -41,6 +41,7 @@ from ..recording import DEFAULT_INPUT_LIMIT, REPLAY_SHAPE_LIMIT
 from ..records import AttemptInfo, EventInfo, RunInfo, StepInfo
 from ..store import Store
 from ..store.base import Row
+from ..streams import StreamChunk, StreamLimits
 from ..sweeps import SweepSettings, start_sweeps
 from .client import DEFAULT_STORE, Client
 from .operator import BulkResult
@@ -86,6 +87,7 @@ class Engine:
         replay_shape_limit: int = REPLAY_SHAPE_LIMIT,
         step_threads: int | None = None,
         public_url: str | None = None,
+        stream_limits: StreamLimits | None = None,
     ) -> None:
         self.client = Client(
             app,
@@ -105,6 +107,8 @@ class Engine:
         if step_threads is not None and not 1 <= step_threads <= 10_000:
             raise ValueError(f"step_threads must be between 1 and 10000, got {step_threads!r}")
         self.max_concurrent_runs = max_concurrent_runs
+        if stream_limits is not None:  # the most one run may stream (ctx.stream; docs/streams.md)
+            self.client.core.streams.limits = stream_limits
         self.lease = to_seconds(lease, what="lease")
         if self.lease < 0.5:
             raise ValueError("lease must be at least 500ms")
@@ -359,6 +363,14 @@ class Engine:
     async def get_run(self, run_id: str) -> RunInfo:
         """One run (``UnknownRun`` if there is none)."""
         return await self.client.get_run(run_id)
+
+    def stream(self, run_id: str, topic: str = "default", *, after: int = 0) -> AsyncIterator[StreamChunk]:
+        """The run's stream ``topic``, live (``Client.stream``)."""
+        return self.client.stream(run_id, topic, after=after)
+
+    async def stream_token(self, run_id: str, *, ttl: Duration = "15m", topics: Sequence[str] | None = None) -> str:
+        """A browser-scoped token reading the run's stream (``Client.stream_token``)."""
+        return await self.client.stream_token(run_id, ttl=ttl, topics=topics)
 
     async def list_runs(
         self,

@@ -11,7 +11,7 @@ Nothing is told to this process's workers before the COMMIT: the database's own 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from datetime import datetime
 from typing import Any
 
@@ -19,6 +19,7 @@ from ..definitions import WorkflowDef
 from ..errors import ResultTimeout, StartRolledBack
 from ..handles import RunHandle
 from ..store.base import Joined
+from ..streams import StreamChunk
 from .admission import admit_bare, bare_run, handle_for, offer_of, prepare
 from .pipeline import Decision, offer
 from .runtime import Runtime
@@ -76,6 +77,11 @@ class InTransaction:
     async def admitted_run(self, ticket: str, timeout: float | None = None) -> str:
         left = await self.committed(timeout)
         return await self._rt.waiter.admitted_run(ticket, left)
+
+    async def stream(self, run_id: str, topic: str = "default", after: int = 0) -> AsyncIterator[StreamChunk]:
+        await self.committed()
+        async for chunk in self._rt.waiter.stream(run_id, topic, after):
+            yield chunk
 
     async def committed(self, timeout: float | None = None) -> float | None:
         """Wait for the caller's transaction to commit (``StartRolledBack`` if it did not); the timeout left."""

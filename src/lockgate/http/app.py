@@ -7,7 +7,8 @@ through the client's verbs; the app opens and closes nothing, so the caller keep
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, MutableMapping, Sequence
+from typing import Any
 
 from fastapi import APIRouter, FastAPI, Request
 from fastapi.responses import Response
@@ -26,6 +27,8 @@ from .reads import router as read_routes
 from .replay import router as replay
 from .schedules import router as schedules
 from .security import AccessPolicy, GuardMiddleware
+from .streams import STREAM_PATH, StreamCors, origins_from_env, stream_token_of
+from .streams import router as streams
 from .verbs import router as verbs
 
 __all__ = ["API_PREFIX", "create_app"]
@@ -40,6 +43,7 @@ def create_app(
     dashboard: bool = True,
     cluster_metrics: bool | Callable[[], bool] = True,
     reads: Inspector | None = None,
+    stream_origins: Sequence[str] | None = None,
 ) -> FastAPI:
     """The API over an open ``client``, under ``/api/v1``, with ``/metrics`` beside it.
 
@@ -54,6 +58,8 @@ def create_app(
     client's store). The read routes, the dashboard's pages and ``/metrics`` then read there, and
     ``/healthz`` and every dashboard page show its lag; verbs, their answers and what must show
     them stay on the client's store (docs/postgres.md, "Reads off a standby").
+    ``stream_origins`` (default: ``LOCKGATE_STREAM_ORIGINS``) are the browser origins that may read
+    run streams (docs/streams.md).
     """
     policy = policy or AccessPolicy.from_env()
     app = FastAPI(
@@ -75,6 +81,7 @@ def create_app(
     api.include_router(schedules)
     api.include_router(verbs)
     api.include_router(replay)
+    api.include_router(streams)  # GET /runs/{id}/stream: Server-Sent Events, stream tokens (http/streams.py)
     app.include_router(api)
     install_hooks(app, client)  # POST /hooks/{name}: signed by each provider, not by the API's token
     install_callbacks(app, client)  # /callbacks/{token}: the token is the credential
@@ -86,8 +93,14 @@ def create_app(
     if dashboard:
         install_dashboard(app, client, reads=reads)
     install_openapi(app)
-    app.add_middleware(GuardMiddleware, policy=policy)
+    app.add_middleware(GuardMiddleware, policy=policy, let_through=_presents_stream_token)
+    app.add_middleware(StreamCors, origins=origins_from_env() if stream_origins is None else stream_origins)
     if dashboard:  # outside the guard: a browser signs in with a cookie the guard then sees as a token
         app.add_middleware(DashboardSession, policy=policy, prefix=DASHBOARD_PREFIX)
     app.add_middleware(HeadAsGet)  # outermost: the guard and the session see a HEAD as the read it is
     return app
+
+
+def _presents_stream_token(scope: MutableMapping[str, Any]) -> bool:
+    """A read of the stream endpoint with a stream token: its route checks the token."""
+    return bool(STREAM_PATH.search(str(scope.get("path", "")))) and stream_token_of(scope) is not None

@@ -26,7 +26,9 @@ __all__ = [
     "AccessPolicy",
     "GuardMiddleware",
     "bind_refusal",
+    "header_of",
     "is_loopback",
+    "send_problem",
 ]
 
 TOKEN_ENV = "LOCKGATE_TOKEN"
@@ -132,9 +134,12 @@ def bind_refusal(host: str, policy: AccessPolicy) -> str | None:
 class GuardMiddleware:
     """Checks the bearer token and scope of every HTTP request and caps its body size."""
 
-    def __init__(self, app: ASGIApp, policy: AccessPolicy) -> None:
+    def __init__(
+        self, app: ASGIApp, policy: AccessPolicy, let_through: Callable[[Scope], bool] | None = None
+    ) -> None:
         self.app = app
         self.policy = policy
+        self.let_through = let_through  # requests whose route checks a credential of its own (a stream token)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -161,6 +166,8 @@ class GuardMiddleware:
     def _refusal(self, scope: Scope) -> tuple[int, str, str] | None:
         if self.policy.open or str(scope.get("path", "")).startswith(("/hooks/", "/callbacks/")):
             return None  # a webhook has its own signature (http/hooks.py), a callback its token (http/callbacks.py)
+        if self.let_through is not None and scope["method"] in READ_METHODS and self.let_through(scope):
+            return None
         auth = _header(scope, b"authorization") or ""
         kind, _, presented = auth.partition(" ")
         granted = self.policy.scope_of(presented.strip()) if kind.lower() == "bearer" and presented else None
@@ -195,6 +202,16 @@ def _replay(messages: list[Message], receive: Receive) -> Receive:
         return pending.pop(0) if pending else await receive()
 
     return replayed
+
+
+def header_of(scope: Scope, name: bytes) -> str | None:
+    """The value of the request header ``name`` (lower case), if sent."""
+    return _header(scope, name)
+
+
+async def send_problem(send: Send, status: int, name: str, detail: str) -> None:
+    """Answer with a problem+json body, before the app sees the request."""
+    await _problem(send, status, name, detail)
 
 
 def _header(scope: Scope, name: bytes) -> str | None:

@@ -1,7 +1,7 @@
 """Store operations for retention: forgetting what ended long ago.
 
 A run that ended before the cutoff goes with everything recorded about it (journal,
-attempts, events, messages), unless its parent is still live and may yet wait for it.
+attempts, events, messages, stream chunks), unless its parent is still live and may yet wait for it.
 Ledger rows older than the cutoff go too; ``flow()``'s counts, kept apart, do not change.
 Each call deletes at most ``limit`` rows of its kind, so one commit stays short.
 """
@@ -25,6 +25,7 @@ RUN_RECORDS = (
     "forget_messages",
     "forget_flow_slots",  # flow.sql: a step's place in a flow-control key's line
     "forget_callback_tokens",  # callbacks.sql: the approval tokens the run made
+    "forget_stream_chunks",  # what its body streamed (ctx.stream)
     "forget_runs",
 )
 """The statements that delete a run's records, given its id (the run's own row last)."""

@@ -3,6 +3,8 @@
 //                          into the target and mirrors the filters into the URL.
 //   [data-live]            a Server-Sent Events stream: each "swap" event replaces the element's content.
 //   [data-live-poll]       a partial fetched again every few seconds.
+//   [data-stream]          a run's stream (docs/streams.md): chunks appended as they come, a reset's
+//                          attempt dropped; its section is shown once the first chunk arrives.
 (function () {
   "use strict";
   var streams = new Map();
@@ -53,6 +55,28 @@
     });
   }
 
+  function follow(el) {
+    if (!window.EventSource) return;
+    var box = el.closest("section");
+    var state = box.querySelector("[data-stream-state]");
+    var parts = [];
+    var source = new EventSource(el.getAttribute("data-stream"));
+    function render() {
+      el.textContent = parts.map(function (p) {
+        return typeof p.data === "string" ? p.data : JSON.stringify(p.data) + "\n";
+      }).join("");
+      el.scrollTop = el.scrollHeight;
+    }
+    source.addEventListener("chunk", function (e) { parts.push(JSON.parse(e.data)); box.hidden = false; render(); });
+    source.addEventListener("reset", function (e) {
+      var r = JSON.parse(e.data);
+      parts = parts.filter(function (p) { return !(p.step === r.step && p.attempt === r.attempt); });
+      render();
+    });
+    source.addEventListener("end", function (e) { source.close(); state.textContent = "(" + JSON.parse(e.data).status + ")"; });
+    streams.set(el, { url: el.getAttribute("data-stream"), source: source });
+  }
+
   function debounce(fn, ms) {
     var timer = null;
     return function () { clearTimeout(timer); timer = setTimeout(fn, ms); };
@@ -66,6 +90,7 @@
       form.addEventListener("input", function (e) { if (e.target.type === "search") later(); });
     });
     document.querySelectorAll("[data-live]").forEach(listen);
+    document.querySelectorAll("[data-stream]").forEach(follow);
     document.querySelectorAll("[data-live-poll]").forEach(function (el) {
       setInterval(function () {
         fetch(el.getAttribute("data-live-poll"), { headers: { "HX-Request": "true" } })

@@ -27,6 +27,9 @@ DELETE FROM lockgate_run_events WHERE run_id = ANY (ARRAY(SELECT jsonb_array_ele
 -- name: forget_messages
 DELETE FROM lockgate_messages WHERE run_id = ANY (ARRAY(SELECT jsonb_array_elements_text(%(ids)s::jsonb)));
 
+-- name: forget_stream_chunks
+DELETE FROM lockgate_stream_chunks WHERE run_id = ANY (ARRAY(SELECT jsonb_array_elements_text(%(ids)s::jsonb)));
+
 -- name: forget_runs
 DELETE FROM lockgate_runs WHERE id = ANY (ARRAY(SELECT jsonb_array_elements_text(%(ids)s::jsonb)));
 

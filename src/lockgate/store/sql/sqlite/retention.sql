@@ -25,6 +25,9 @@ DELETE FROM lockgate_run_events WHERE run_id IN (SELECT value FROM json_each(:id
 -- name: forget_messages
 DELETE FROM lockgate_messages WHERE run_id IN (SELECT value FROM json_each(:ids));
 
+-- name: forget_stream_chunks
+DELETE FROM lockgate_stream_chunks WHERE run_id IN (SELECT value FROM json_each(:ids));
+
 -- name: forget_runs
 DELETE FROM lockgate_runs WHERE id IN (SELECT value FROM json_each(:ids));
 
