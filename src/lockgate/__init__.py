@@ -7,6 +7,7 @@ from .definitions import Retry
 from .errors import (
     BlockingStartRefused,
     ChildNotStarted,
+    CostExceedsRate,
     DefinitionError,
     EncryptionKeyError,
     EngineClosed,
@@ -63,6 +64,7 @@ __all__ = [
     "Client",
     "Concurrency",
     "Context",
+    "CostExceedsRate",
     "Debounce",
     "Deferral",
     "DefinitionError",

@@ -510,6 +510,8 @@ class Execution(Context):
         retry: Retry | None = None,
         flow_control: Any = INHERIT,
         input: Any = None,
+        cost: int | None = None,
+        settle: Callable[[Any], int] | None = None,
         **kwargs: Any,
     ) -> Any:
         if not callable(fn):
@@ -523,8 +525,9 @@ class Execution(Context):
             raise StepFailed(name, entry["error_tag"], entry["error_message"], int(entry["attempts"]))
         policy = retry or _NO_RETRY
         gate = None
-        if flow_control is not INHERIT or self._run_flow is not None:
-            gate = stepflow.gate_for(self, flow_control, self._run_flow, key, self.defn.gate.priority, self._payload)
+        if flow_control is not INHERIT or self._run_flow is not None or cost is not None or settle is not None:
+            weights = (cost, settle, args, kwargs)
+            gate = stepflow.gate_for(self, flow_control, self._run_flow, key, self.defn.gate, self._payload, weights)
         async with self.busy():
             first = self._clock.now()
             attempt = 0
@@ -636,8 +639,11 @@ class Execution(Context):
     async def wait_child(self, handle: ChildHandle) -> Any:
         return await operations.wait_child(self, handle)
 
-    async def rate_limit(self, name: str, *, limit: int, period: Duration, key: Any = None) -> None:
-        await stepflow.rate_limit(self, name, limit, period, key)
+    async def rate_limit(self, name: str, *, limit: int, period: Duration, key: Any = None, cost: Any = None) -> None:
+        await stepflow.rate_limit(self, name, limit, period, key, cost)
+
+    def settle(self, units: int) -> None:
+        stepflow.settle(units)
 
     @property
     def flow_control(self) -> Any:

@@ -4,7 +4,7 @@
 -- Everything a decision on one key reads, in one statement: its limits, its pause, the slots held, the
 -- starts in its window (and the oldest of them), the asking step's own place, if any, and the waiters ahead
 -- of it (stepflow_ahead's count, up to :cap).
-SELECT k.key, k.rate, k.period, k.parallelism, k.declared, k.burst,
+SELECT k.key, k.rate, k.period, k.parallelism, k.declared, k.burst, k.weighted,
     (SELECT COUNT(*) FROM lockgate_pauses
      WHERE scope = 'key:' || k.key AND (until IS NULL OR until > :now)) AS paused,
     (SELECT MAX(COALESCE(until, 1e308)) FROM lockgate_pauses
@@ -46,10 +46,10 @@ ON CONFLICT (key) DO UPDATE SET rate = excluded.rate, period = excluded.period,
     parallelism = excluded.parallelism, declared = NULL, updated_at = excluded.updated_at;
 
 -- name: stepflow_get_key
-SELECT key, rate, period, parallelism, declared, updated_at, burst FROM lockgate_flow_keys WHERE key = :key;
+SELECT key, rate, period, parallelism, declared, updated_at, burst, weighted FROM lockgate_flow_keys WHERE key = :key;
 
 -- name: stepflow_list_keys
-SELECT key, rate, period, parallelism, declared, updated_at, burst FROM lockgate_flow_keys ORDER BY key;
+SELECT key, rate, period, parallelism, declared, updated_at, burst, weighted FROM lockgate_flow_keys ORDER BY key;
 
 -- name: stepflow_key_pause
 SELECT reason, until FROM lockgate_pauses
