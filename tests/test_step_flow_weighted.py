@@ -417,3 +417,39 @@ async def test_rate_limit_counts_a_cost_in_units(env_factory: Any) -> None:
         zero = await env.engine.start("send", {"reserve": 0, "used": 0})
         with pytest.raises(lg.RunFailed, match=r"ctx.rate_limit\('mail'\): cost: must be positive"):
             await env.engine.result(zero.run_id or "", timeout=10)
+
+
+async def test_a_key_is_weighted_for_every_workflow_that_declares_it(make_engine: Any) -> None:
+    app = lg.App()
+
+    @app.workflow(name="a", flow_control=lg.FlowControl("llm", rate=100, cost=5))
+    async def a(ctx: lg.Context, p: Call) -> int:
+        return 0
+
+    @app.workflow(name="b", flow_control=lg.FlowControl("llm", rate=100))
+    async def b(ctx: lg.Context, p: Call) -> int:
+        return 0
+
+    with pytest.raises(lg.DefinitionError, match="must declare the same limits"):
+        async with make_engine(app):
+            pass
+
+
+async def test_a_waiting_call_over_a_rate_lowered_by_hand_is_refused(env_factory: Any) -> None:
+    app = weighted_app()
+    async with env_factory(app, start=T0, inline_sleep=0) as env:
+        engine = env.engine
+        first = await engine.start("ask", {"reserve": 80, "used": 80})
+        await env.settle()
+        second = await engine.start("ask", {"reserve": 60, "used": 60})  # 80 + 60 > 100: waits
+        await env.settle()
+        assert (await engine.flow_keys("llm"))[0].waiting == 1
+        await engine.set_flow_limits("llm", rate=50, period="1m")
+        await env.advance("60s")
+        with pytest.raises(lg.RunFailed) as failed:
+            await engine.result(second.run_id or "", timeout=10)
+        assert failed.value.error_tag == "CostExceedsRate"
+        assert "reserves 60 units of flow key 'llm', whose rate is 50" in (failed.value.error_message or "")
+        (key,) = await engine.flow_keys("llm")
+        assert (key.waiting, key.rate, key.weighted) == (0, 50, True)
+        assert await engine.result(first.run_id or "", timeout=10) == 80

@@ -398,8 +398,9 @@ class StepGate:
         )
 
     def settle_result(self, result: Any) -> None:
-        """``settle=``: the units the call used, from its result (a bad answer fails the attempt, typed)."""
-        if self.settle_with is None or self._reserved is None:
+        """``settle=``: the units the call used, from its result (a bad answer fails the attempt, typed);
+        a step that settled itself (``ctx.settle``) is settled already."""
+        if self.settle_with is None or self._reserved is None or self._reserved.settled is not None:
             return
         try:
             used = self.settle_with(result)
