@@ -38,3 +38,25 @@ UPDATE lockgate_flow_keys SET weighted = :weighted WHERE key = :key AND weighted
 -- The units in a key's window: reserved by calls not yet settled, and settled.
 SELECT COALESCE(SUM(CASE WHEN settled IS NULL THEN units END), 0) AS reserved, COALESCE(SUM(settled), 0) AS settled
 FROM lockgate_flow_starts WHERE key = :key AND at > :since;
+
+-- What flow-keys reads of every key (flow_window.key_states).
+
+-- name: stepflow_list_keys
+SELECT key, rate, period, parallelism, declared, updated_at, burst, weighted FROM lockgate_flow_keys ORDER BY key;
+
+-- name: stepflow_key_pause
+SELECT reason, until FROM lockgate_pauses
+WHERE scope = 'key:' || :key AND (until IS NULL OR until > :now);
+
+-- name: stepflow_running
+-- Slots held: a running row counts while its run is held under the epoch that took it.
+SELECT COUNT(*) AS n FROM lockgate_flow_slots s JOIN lockgate_runs r ON r.id = s.run_id
+WHERE s.key = :key AND s.state = 'running' AND r.status = 'running' AND r.owner IS NOT NULL
+  AND r.epoch = s.epoch AND r.lease_until >= :now;
+
+-- name: stepflow_key_stats
+SELECT
+    (SELECT COUNT(*) FROM lockgate_flow_slots s JOIN lockgate_runs r ON r.id = s.run_id
+     WHERE s.key = :key AND s.state = 'waiting' AND r.status = 'running') AS waiting,
+    (SELECT MIN(s.waiting_since) FROM lockgate_flow_slots s JOIN lockgate_runs r ON r.id = s.run_id
+     WHERE s.key = :key AND s.state = 'waiting' AND r.status = 'running') AS oldest_waiting;
