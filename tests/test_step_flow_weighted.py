@@ -238,6 +238,12 @@ async def test_units_reserved_settled_and_available_are_shown_everywhere(make_en
             "units_settled": 120,
             "units_available": 680,
         }
+        proc = await asyncio.create_subprocess_exec(*cli, stdout=asyncio.subprocess.PIPE)
+        out, _ = await proc.communicate()
+        assert proc.returncode == 0
+        text = " ".join(out.decode().split())
+        assert "1000 units / 1h" in text or "1000 units / 60m" in text, text
+        assert "units in the window: 200 reserved, 120 settled, 680 available of 1000" in text
         hold.set()
         assert await engine.result(running.run_id or "", timeout=20) == 0
 
