@@ -490,6 +490,9 @@ def test_demo_runs_to_completion(cli: Lockgate, tmp_path: Path) -> None:
     # the gate: 20 edits debounced into one run with the last, 5 labels admitted, 2 of 5 texts dropped
     narrate = next(r for r in runs if r["workflow"] == "demo.narrate")
     assert narrate["payload"] == {"row": "row-7", "text": "draft 20"}
+    assert narrate["output"] == "row-7 now reads 'draft 20'"
+    # its draft ran under a key counting a model's tokens: 202 reserved, 5 settled
+    assert "tokens: the narration's draft settled 5 tokens under key 'model'" in result.out
     flow = {f["workflow"]: f for f in cli.json("workflows", "flow", "--store", url)["flow"]}
     assert (flow["demo.narrate"]["admitted"], flow["demo.narrate"]["collapsed"]) == (1, 19)
     assert (flow["demo.label"]["admitted"], flow["demo.label"]["queued"]) == (5, 0)

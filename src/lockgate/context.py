@@ -60,12 +60,17 @@ class Context(abc.ABC):
         retry: Retry | None = None,
         flow_control: Any = INHERIT,
         input: Any = None,
+        cost: int | None = None,
+        settle: Callable[[Any], int] | None = None,
         **kwargs: Any,
     ) -> Any:
         """Run ``fn(*args, **kwargs)`` once and journal its result; a replay returns the record.
 
         ``flow_control``: an ``lg.FlowControl`` replaces the run's for this step; ``None``
         exempts it; by default the run's (given at start, else the workflow's) applies.
+        Under a weighted key (``FlowControl(cost=)``), ``cost`` is the units this call
+        reserves (instead of the key's cost) and ``settle`` a callable of its result giving
+        the units it really used (instead of the key's ``settle``).
 
         A ``def`` runs in a worker thread, an ``async def`` is awaited. The result is stored
         as JSON through pydantic and decoded back to ``fn``'s return annotation on replay.
@@ -152,9 +157,17 @@ class Context(abc.ABC):
         ``lg.TokenRejected`` when it is rejected, ``lg.TokenExpired`` once its timeout passes first."""
         raise NotImplementedError
 
-    async def rate_limit(self, name: str, *, limit: int, period: Duration, key: Any = None) -> None:
+    async def rate_limit(
+        self, name: str, *, limit: int, period: Duration, key: Any = None, cost: int | None = None
+    ) -> None:
         """Wait durably for a slot of the sliding window ``name`` (``limit`` per ``period``, per ``key``),
-        shared by every run that uses it; journaled, so a replay does not take a second slot."""
+        shared by every run that uses it; journaled, so a replay does not take a second slot. With
+        ``cost`` the window counts units: the call reserves ``cost`` of the ``limit``."""
+        raise NotImplementedError
+
+    def settle(self, units: int) -> None:
+        """Inside a step under a weighted flow key: the units its call really used (e.g. the provider's
+        reported usage), counted in the key's window in its reservation's place when the attempt ends."""
         raise NotImplementedError
 
     def compensations(self) -> Compensations:

@@ -13,7 +13,8 @@
 
 And three whose flow control the admission gate decides before a run exists:
 
-- ``demo.narrate``: debounced per row; a burst of edits becomes one run with the latest text.
+- ``demo.narrate``: debounced per row; a burst of edits becomes one run with the latest text, drafted
+  under a key that counts a model's tokens (``MODEL``), not calls.
 - ``demo.label``: at most two labels print at once per printer; the rest queue until a slot frees.
 - ``demo.sms``: at most three texts a minute per customer; the excess is dropped.
 
@@ -226,10 +227,21 @@ async def quote(ctx: Context, request: Quote) -> int:
     return final
 
 
+MODEL = FlowControl(
+    "model", rate=2_000, period="1m", cost=lambda text: len(text) // 4 + 200, settle=lambda draft: len(draft) // 4
+)
+"""A model's tokens per minute: a draft reserves its prompt and the most it may write, then settles what it wrote."""
+
+
+def draft_narration(text: str) -> str:
+    return f"now reads {text!r}"
+
+
 @app.workflow(name="demo.narrate", debounce=Debounce(key=lambda e: e.row, period="1s"))
 async def narrate(ctx: Context, edit: Edit) -> str:
     """Narrate a row's change once it has been quiet for a second (debounced per row)."""
-    return f"{edit.row} now reads {edit.text!r}"
+    narration: str = await ctx.step("draft", draft_narration, edit.text, flow_control=MODEL)
+    return f"{edit.row} {narration}"
 
 
 @app.workflow(name="demo.label", concurrency=Concurrency(limit=2, key=lambda label: label.printer))

@@ -55,6 +55,7 @@ __all__ = [
     "ChildNotStarted",
     "CompensationClosed",
     "CompensationFailed",
+    "CostExceedsRate",
     "DefinitionError",
     "EncryptionKeyError",
     "EngineClosed",
@@ -157,6 +158,17 @@ class UnknownWorkflow(LockgateError):
 
 class InvalidArgument(LockgateError, ValueError):
     """An argument to an API call is wrong; the message names it and what is accepted."""
+
+
+class CostExceedsRate(InvalidArgument):
+    """A call reserves more units than its weighted flow key's rate: it could never start, so it is refused at once."""
+
+    def __init__(self, key: str, cost: int, rate: int, period: float) -> None:
+        self.key, self.cost, self.rate, self.period = key, cost, rate, period
+        super().__init__(
+            f"cost: the call reserves {cost} units of flow key {key!r}, whose rate is {rate} units per "
+            f"{period:g}s: it could never start"
+        )
 
 
 class InvalidSchedule(InvalidArgument):

@@ -6,6 +6,11 @@ run at once. It is given at start (every step of that run), on a workflow (the d
 its runs) or on one ``ctx.step`` (that step only, replacing the run's). Its key may be a
 callable of the run's decoded payload; ``resolve`` turns it into ``FlowLimits``, plain
 data a run row stores as JSON.
+
+With a ``cost`` the key is *weighted*: its ``rate`` counts units (tokens, say) rather than
+calls. Each call reserves its cost when it is admitted and may settle the units it really used
+afterwards (``ctx.settle`` or ``settle=``); see docs/step-flow-control.md, "Counting tokens, not
+calls".
 """
 
 from __future__ import annotations
@@ -25,9 +30,12 @@ __all__ = [
     "FlowControl",
     "FlowLimits",
     "check_burst",
+    "check_cost",
     "check_flow_control",
     "check_flow_keys",
     "check_limits",
+    "check_settled",
+    "check_storable",
     "resolve_flow",
 ]
 
@@ -59,6 +67,11 @@ class FlowControl:
     (its run parks; no worker is held) and starts when a slot frees or the window opens.
     With ``burst`` (and a ``rate``) the window is a token bucket: starts are spaced
     ``period / rate`` apart and an idle key lets ``burst`` more start at once.
+
+    With ``cost`` (an int, or a callable of the step's arguments giving one) the ``rate`` counts
+    units: a call is admitted only when the units counted in the trailing ``period`` plus its
+    own reservation fit the rate. ``settle``: a callable of the step's result giving the units
+    the call really used, which replace its reservation in the window.
     """
 
     key: str | Callable[[Any], Any]
@@ -66,6 +79,8 @@ class FlowControl:
     period: Duration = "1s"
     parallelism: int | None = None
     burst: int | None = None
+    cost: int | Callable[..., Any] | None = None
+    settle: Callable[[Any], Any] | None = None
 
 
 @dataclass(frozen=True)
@@ -77,18 +92,33 @@ class FlowLimits:
     period: float
     parallelism: int | None
     burst: int | None = None
+    weighted: bool = False  # the rate counts units (``FlowControl.cost``), not calls
+    cost: int | None = None  # a weighted key's cost per call, when it is one int (not a callable)
 
     def to_json(self) -> str:
+        data = self._declared()
+        if self.cost is not None:
+            data["cost"] = self.cost
+        return json.dumps(data)
+
+    def declaration(self) -> str:
+        """The key's limits as a declaration writes them (a call's cost is no limit of the key)."""
+        return json.dumps(self._declared())
+
+    def _declared(self) -> dict[str, Any]:
         data: dict[str, Any] = {"key": self.key, "rate": self.rate, "period": self.period}
         data["parallelism"] = self.parallelism
         if self.burst is not None:  # absent otherwise: a declaration without one reads as it always did
             data["burst"] = self.burst
-        return json.dumps(data)
+        if self.weighted:
+            data["weighted"] = True
+        return data
 
     @classmethod
     def from_json(cls, text: str) -> FlowLimits:
         data = json.loads(text)
-        return cls(str(data["key"]), data["rate"], float(data["period"]), data["parallelism"], data.get("burst"))
+        limits = (data["rate"], float(data["period"]), data["parallelism"], data.get("burst"))
+        return cls(str(data["key"]), *limits, bool(data.get("weighted")), data.get("cost"))
 
     @classmethod
     def from_row(cls, row: dict[str, Any]) -> FlowLimits:
@@ -100,11 +130,12 @@ class FlowLimits:
             float(row["period"]),
             None if par is None else int(par),
             None if burst is None else int(burst),
+            bool(row.get("weighted")),
         )
 
-    def as_control(self) -> FlowControl:
-        """The limits as a ``FlowControl`` (what ``ctx.flow_control`` returns)."""
-        return FlowControl(self.key, self.rate, self.period, self.parallelism, self.burst)
+    def as_control(self, cost: int | None = None) -> FlowControl:
+        """The limits as a ``FlowControl`` (what ``ctx.flow_control`` returns), with a weighted call's ``cost``."""
+        return FlowControl(self.key, self.rate, self.period, self.parallelism, self.burst, cost)
 
 
 def _count(field: str, value: Any) -> int | None:
@@ -145,6 +176,51 @@ def check_burst(burst: Any, rate: int | None) -> int | None:
     return burst
 
 
+def check_cost(value: Any, field: str = "cost") -> int:
+    """A call's cost in units: a positive int; ``ValueError`` naming ``field`` otherwise."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError(f"{field}: must be a positive int of units, got {value!r}")
+    if value <= 0:
+        raise ValueError(f"{field}: must be positive, got {value!r}")
+    return value
+
+
+def check_settled(value: Any, field: str = "settle") -> int:
+    """The units a call really used: a non-negative int; ``ValueError`` naming ``field`` otherwise."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError(f"{field}: must be a non-negative int of units, got {value!r}")
+    if value < 0:
+        raise ValueError(f"{field}: must be non-negative, got {value!r}")
+    return value
+
+
+def _check_weights(fc: FlowControl) -> None:
+    if fc.cost is not None:
+        if not callable(fc.cost):
+            check_cost(fc.cost)
+        if fc.rate is None:
+            raise ValueError("cost: counts units against a rate: give rate too")
+        if fc.burst is not None:
+            raise ValueError("cost: a weighted key takes no burst (its window counts units; drop one of the two)")
+        if not callable(fc.cost) and fc.cost > fc.rate:
+            raise ValueError(f"cost: {fc.cost} units could never fit the rate of {fc.rate}")
+    if fc.settle is not None:
+        if not callable(fc.settle):
+            raise ValueError(f"settle: must be a callable of the step's result, got {fc.settle!r}")
+        if fc.cost is None:
+            raise ValueError("settle: settles a reservation: give cost too")
+
+
+def check_storable(fc: FlowControl) -> None:
+    """``fc`` as a start stores it with its run: no callable of a step (``ValueError`` otherwise)."""
+    for field in ("cost", "settle"):
+        if callable(getattr(fc, field)):
+            raise ValueError(
+                f"flow_control.{field}: a callable cannot be stored with a start; declare it on the workflow or give "
+                f"ctx.step({field}=...)"
+            )
+
+
 def check_flow_control(value: Any) -> FlowControl:
     """``value`` as a valid ``FlowControl``; ``ValueError`` names the bad field (the caller types it)."""
     if not isinstance(value, FlowControl):
@@ -158,6 +234,7 @@ def check_flow_control(value: Any) -> FlowControl:
     try:
         check_limits(value.rate, value.period, value.parallelism)
         check_burst(value.burst, value.rate)
+        _check_weights(value)
     except ValueError as exc:
         raise ValueError(f"flow_control.{exc}") from None
     return value
@@ -177,7 +254,8 @@ def resolve_flow(fc: FlowControl, payload: Any) -> FlowLimits:
         if problem is not None:
             raise ValueError(f"flow_control.key: callback returned a key that cannot be one: {problem}")
     rate, period, parallelism = check_limits(fc.rate, fc.period, fc.parallelism)
-    return FlowLimits(str(key), rate, period, parallelism, check_burst(fc.burst, rate))
+    cost = fc.cost if isinstance(fc.cost, int) else None
+    return FlowLimits(str(key), rate, period, parallelism, check_burst(fc.burst, rate), fc.cost is not None, cost)
 
 
 def check_flow_keys(declared: dict[str, FlowControl | None]) -> None:
@@ -191,7 +269,7 @@ def check_flow_keys(declared: dict[str, FlowControl | None]) -> None:
     for workflow, fc in declared.items():
         if fc is None or not isinstance(fc.key, str):
             continue
-        limits = (*check_limits(fc.rate, fc.period, fc.parallelism), fc.burst)
+        limits = (*check_limits(fc.rate, fc.period, fc.parallelism), fc.burst, fc.cost is not None)
         first = seen.setdefault(fc.key, (workflow, limits))
         if first[1] != limits:
             raise DefinitionError(
@@ -202,11 +280,11 @@ def check_flow_keys(declared: dict[str, FlowControl | None]) -> None:
             )
 
 
-_Limits = tuple[int | None, float, int | None, int | None]  # rate, period, parallelism, burst
+_Limits = tuple[int | None, float, int | None, int | None, bool]  # rate, period, parallelism, burst, weighted
 
 
 def _shown(limits: _Limits) -> str:
-    rate, period, parallelism, burst = limits
-    parts = [] if rate is None else [f"rate={rate} per {period:g}s"]
+    rate, period, parallelism, burst, weighted = limits
+    parts = [] if rate is None else [f"rate={rate}{' units' if weighted else ''} per {period:g}s"]
     parts += [] if parallelism is None else [f"parallelism={parallelism}"]
     return ", ".join([*parts, *([] if burst is None else [f"burst={burst}"])])

@@ -37,7 +37,7 @@ from ..events import DeliveryRecord, EventRecord
 from ..facades import Engine
 from ..http import DEFAULT_BIND
 from ..ids import short_id
-from ..inspect import TERMINAL, FiringInfo, FlowRow, Inspector
+from ..inspect import TERMINAL, FiringInfo, FlowKeyRow, FlowRow, Inspector
 from ..records import EventInfo
 from ..store import open_store
 from .common import DurationType, check_store, inspector_of, open_inspector, run_async, sqlite_path
@@ -84,6 +84,7 @@ class Outcome:
     tenant_firings: list[FiringInfo] = field(default_factory=list)  # the runtime schedule's, oldest first
     published: list[Published] = field(default_factory=list)  # the domain events of this demo, oldest first
     charge_waits: list[float] = field(default_factory=list)  # seconds each checkout's charge waited for its key
+    model: FlowKeyRow | None = None  # the narration's token-weighted key, as the demo ends
     created: bool = False  # the demo made its database (it did not exist, or was reset)
 
 
@@ -371,6 +372,7 @@ async def run_demo(store: str, board: Board, *, timeout: float, poll: float = 0.
             if r.workflow == "demo.checkout":
                 steps = await inspector.steps(r.run_id)
                 outcome.charge_waits += [s.flow_wait or 0.0 for s in steps if s.name == "charge"]
+        outcome.model = next(iter(await inspector.flow_keys("model")), None)
         # The reminder is meant to end cancelled by demo.order.cancelled; every other run to succeed.
         outcome.problems += [
             f"{r.workflow} run {r.run_id} ended {r.status}"
@@ -439,6 +441,14 @@ def flow_summary(waits: list[float]) -> str:
     return (
         f"step flow control: {len(waits)} charges under key '{demo_app.PAYMENTS.key}' "
         f"(parallelism {demo_app.PAYMENTS.parallelism}), one at a time: {len(waited)} waited for the slot{longest}."
+    )
+
+
+def tokens_summary(key: FlowKeyRow) -> str:
+    """One line on the narration's draft under the ``model`` key, which counts tokens rather than calls."""
+    return (
+        f"tokens: the narration's draft settled {key.units_settled} tokens under key '{key.key}' "
+        f"({key.rate} a minute; {key.units_available} left in the window, {key.units_reserved} still reserved)."
     )
 
 
@@ -530,6 +540,8 @@ def demo(ctx: click.Context, store: str, keep: bool, timeout: float) -> None:
         console.print(schedule_summary(outcome.tenant_firings, TENANT_SCHEDULE, "created at runtime"))
     if outcome.charge_waits:
         console.print(flow_summary(outcome.charge_waits))
+    if outcome.model is not None and outcome.model.weighted:
+        console.print(tokens_summary(outcome.model))
     if outcome.published:
         console.print("Domain events:")
         for line in events_summary(outcome.published, outcome.rows):

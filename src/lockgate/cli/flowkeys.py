@@ -50,7 +50,7 @@ async def _rows(store: str, key: str | None) -> list[dict[str, Any]]:
 def _limit(row: dict[str, Any]) -> str:
     parts = []
     if row["rate"] is not None:
-        parts.append(f"{row['rate']} / {human_seconds(row['period'])}")
+        parts.append(f"{row['rate']}{' units' if row.get('weighted') else ''} / {human_seconds(row['period'])}")
         if row.get("burst") is not None:
             parts.append(f"burst {row['burst']}")
     if row["parallelism"] is not None:
@@ -106,6 +106,11 @@ def show(key: str, store: str, fmt: str) -> None:
 
     def render(console: Console) -> None:
         console.print(_table(rows))
+        if row.get("weighted"):
+            console.print(
+                f"units in the window: {row['units_reserved']} reserved, {row['units_settled']} settled, "
+                f"{row['units_available']} available of {row['rate']}"
+            )
         if row["paused"]:
             console.print(f"paused: {row['pause_reason'] or 'by hand'} (lift with 'lockgate workflows unpause-key')")
 

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
 from ..errors import InvalidArgument
-from ..inspect import FlowRow, Inspector, LedgerEntry, ParkedStart, Pause, Trace
+from ..inspect import FlowKeyRow, FlowRow, Inspector, LedgerEntry, ParkedStart, Pause, Trace
 
 __all__ = ["BUCKETS", "WINDOWS", "FlowPage", "Sparkline", "flow_page", "sparkline"]
 
@@ -57,6 +57,7 @@ class FlowPage:
     pauses: list[Pause] = field(default_factory=list)
     decisions: list[LedgerEntry] = field(default_factory=list)
     bucket: str = ""
+    keys: list[FlowKeyRow] = field(default_factory=list)  # step flow-control keys (with a weighted key's units)
 
 
 async def flow_page(inspector: Inspector, window: str, workflow: str | None = None) -> FlowPage:
@@ -66,12 +67,13 @@ async def flow_page(inspector: Inspector, window: str, workflow: str | None = No
     seconds = WINDOWS[window]
     now = inspector.clock.now()
     since = datetime.fromtimestamp(now - seconds, tz=UTC)
-    rows, counts, parked, pauses, decisions = await asyncio.gather(
+    rows, counts, parked, pauses, decisions, keys = await asyncio.gather(
         inspector.flow(workflow, since=since),
         inspector.admissions(since, buckets=BUCKETS, workflow=workflow),
         inspector.parked(workflow=workflow, limit=100),
         inspector.pauses(),
         inspector.ledger(workflow=workflow, limit=20),
+        inspector.flow_keys(),
     )
     width = seconds / BUCKETS
     quiet = [0] * BUCKETS
@@ -88,6 +90,7 @@ async def flow_page(inspector: Inspector, window: str, workflow: str | None = No
         pauses=pauses,
         decisions=decisions,
         bucket=_bucket_label(width),
+        keys=keys,
         limits={
             name: d.gate.concurrency.limit
             for name, d in inspector.app.definitions().items()

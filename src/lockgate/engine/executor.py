@@ -525,6 +525,8 @@ class Execution(TokenOperations, Forwarding):
         retry: Retry | None = None,
         flow_control: Any = INHERIT,
         input: Any = None,
+        cost: int | None = None,
+        settle: Callable[[Any], int] | None = None,
         **kwargs: Any,
     ) -> Any:
         if not callable(fn):
@@ -538,8 +540,9 @@ class Execution(TokenOperations, Forwarding):
             raise StepFailed(name, entry["error_tag"], entry["error_message"], int(entry["attempts"]))
         policy = retry or _NO_RETRY
         gate = None
-        if flow_control is not INHERIT or self._run_flow is not None:
-            gate = stepflow.gate_for(self, flow_control, self._run_flow, key, self.defn.gate.priority, self._payload)
+        if flow_control is not INHERIT or self._run_flow is not None or cost is not None or settle is not None:
+            weights = (cost, settle, args, kwargs)
+            gate = stepflow.gate_for(self, flow_control, self._run_flow, key, self.defn.gate, self._payload, weights)
         async with self.busy():
             first = self._clock.now()
             attempt = 0
@@ -630,6 +633,9 @@ class Execution(TokenOperations, Forwarding):
         return self._scopes
 
     stream = streams.stream  # ctx.stream (engine/streams.py)
+
+    def settle(self, units: int) -> None:
+        stepflow.settle(units)
 
     @property
     def flow_control(self) -> Any:

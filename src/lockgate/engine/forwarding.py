@@ -65,5 +65,5 @@ class Forwarding(Context):
     async def wait_child(self, handle: ChildHandle) -> Any:
         return await operations.wait_child(self.running, handle)
 
-    async def rate_limit(self, name: str, *, limit: int, period: Duration, key: Any = None) -> None:
-        await stepflow.rate_limit(self.running, name, limit, period, key)
+    async def rate_limit(self, name: str, *, limit: int, period: Duration, key: Any = None, cost: Any = None) -> None:
+        await stepflow.rate_limit(self.running, name, limit, period, key, cost)

@@ -9,6 +9,10 @@ as the transaction commits (``Waiters``; a hand-off by another process arrives a
 notification, or at the next look). Further back, or for a rate window that opens later
 than ``inline_sleep``, the run parks with ``waiting_on="flow"`` and the store wakes it when
 it nears its turn. A step with no flow control never reaches this module.
+
+Under a weighted key (``FlowControl(cost=)``) a step reserves its cost in units when it is
+admitted; what it settles (``ctx.settle`` inside it, or ``settle=`` of its result) is written with
+its slot's release and counts in the window in the reservation's place.
 """
 
 from __future__ import annotations
@@ -23,8 +27,18 @@ from typing import Any
 
 from ..clock import to_datetime
 from ..definitions import retry_hint
-from ..errors import InvalidArgument, StoreError
-from ..flowcontrol import INHERIT, FlowControl, FlowLimits, check_flow_control, check_limits, resolve_flow
+from ..errors import CostExceedsRate, InvalidArgument, StoreError
+from ..flowcontrol import (
+    INHERIT,
+    FlowControl,
+    FlowLimits,
+    check_cost,
+    check_flow_control,
+    check_limits,
+    check_settled,
+    resolve_flow,
+)
+from ..plan import GatePlan
 from ..store import Store, flow, gate, runs
 from ..store.base import Tx
 from ..store.coalesce import with_locks
@@ -43,12 +57,14 @@ __all__ = [
     "park",
     "park_run",
     "rate_limit",
+    "settle",
 ]
 
 log = logging.getLogger("lockgate.executor")
 
 _OUTSIDE: Any = object()  # not inside a step
 _CURRENT: contextvars.ContextVar[Any] = contextvars.ContextVar("lockgate_flow_control", default=_OUTSIDE)
+_RESERVED: contextvars.ContextVar[Reservation | None] = contextvars.ContextVar("lockgate_reserved", default=None)
 # The (key, declaration) pairs this process has written to each store: a key is declared once per process.
 _DECLARED: weakref.WeakKeyDictionary[Store, set[tuple[str, str]]] = weakref.WeakKeyDictionary()
 _BACKGROUND: set[asyncio.Future[Any]] = set()
@@ -161,19 +177,81 @@ def _limits_of(given: Any, payload: Any) -> FlowLimits | None:
 
 
 def gate_for(
-    x: Running, given: Any, run_flow: Any, step_key: str, priority: Any, payload: Any
+    x: Running,
+    given: Any,
+    run_flow: Any,
+    step_key: str,
+    plan: GatePlan,
+    payload: Any,
+    weights: tuple[Any, Any, tuple[Any, ...], dict[str, Any]],
 ) -> StepGate | Exempt | None:
-    """The gate of one ``ctx.step``: ``given`` is its ``flow_control=`` (``INHERIT``: the run's, ``run_flow``)."""
-    limits = _limits_of(run_flow if given is INHERIT else given, payload)
-    if limits is None:
-        return None if run_flow is None else Exempt()
-    rank = 0
+    """The gate of one ``ctx.step``: ``given`` is its ``flow_control=`` (``INHERIT``: the run's, ``run_flow``),
+    ``plan`` the workflow's (its ``priority`` breaks ties in the key's line);
+    ``weights``: its ``cost=`` and ``settle=`` (``None`` each when not given) and the step's arguments."""
+    control = run_flow if given is INHERIT else given
+    limits = _limits_of(control, payload)
+    cost, settle_with, args, kwargs = weights
+    if limits is None or not limits.weighted:
+        for field, value in (("cost", cost), ("settle", settle_with)):
+            if value is not None:
+                what = "no flow key" if limits is None else f"flow key {limits.key!r}, which counts calls"
+                raise InvalidArgument(f"ctx.step(..., {field}=): the step runs under {what} (give FlowControl a cost)")
+        if limits is None:
+            return None if run_flow is None else Exempt()
+    rank, priority = 0, plan.priority
     if priority is not None:  # the workflow's priority breaks ties in the key's line
         try:
             rank = int(priority(payload))
         except Exception:
             rank = 0
-    return StepGate(x, limits, step_key, rank)
+    gate = StepGate(x, limits, step_key, rank)
+    if limits.weighted:
+        declared = control if isinstance(control, FlowControl) else limits.as_control(limits.cost)
+        gate.units = _units(limits, declared.cost if cost is None else cost, cost is not None, args, kwargs)
+        gate.settle_with = declared.settle if settle_with is None else settle_with
+        if gate.settle_with is not None and not callable(gate.settle_with):
+            raise InvalidArgument(
+                f"ctx.step(..., settle=): must be a callable of the step's result, got {settle_with!r}"
+            )
+    return gate
+
+
+def _units(limits: FlowLimits, cost: Any, given: bool, args: tuple[Any, ...], kwargs: dict[str, Any]) -> int:
+    """A weighted step's reservation: ``cost`` (ctx.step's own if ``given``, else the key's), checked."""
+    field = "ctx.step(..., cost=)" if given else "flow_control.cost"
+    if callable(cost) and not given:
+        try:
+            cost = cost(*args, **kwargs)
+        except Exception as exc:
+            raise InvalidArgument(f"{field}: callback raised {type(exc).__name__}: {exc}") from None
+    try:
+        units = check_cost(cost, field)
+    except ValueError as exc:
+        raise InvalidArgument(str(exc)) from None
+    assert limits.rate is not None
+    if units > limits.rate:
+        raise CostExceedsRate(limits.key, units, limits.rate, limits.period)
+    return units
+
+
+class Reservation:
+    """A weighted step's attempt: the start holding its units, and what it settled at (``None``: not yet)."""
+
+    def __init__(self, units: int) -> None:
+        self.units = units
+        self.start: int | None = None
+        self.settled: int | None = None
+
+
+def settle(units: Any) -> None:
+    """``ctx.settle``: the units the step's call really used, written with its slot's release."""
+    reserved = _RESERVED.get()
+    if reserved is None:
+        raise InvalidArgument("ctx.settle: no reservation to settle (call it inside a step under a weighted flow key)")
+    try:
+        reserved.settled = check_settled(units, "ctx.settle")
+    except ValueError as exc:
+        raise InvalidArgument(str(exc)) from None
 
 
 def current(run_flow: Any, payload: Any) -> FlowControl | None:
@@ -195,10 +273,14 @@ class StepGate:
         self._priority = priority
         self.waited: float | None = None  # seconds waited before the first attempt (journaled)
         self._token: contextvars.Token[Any] | None = None
+        self.units: int | None = None  # a weighted key: the units each attempt reserves
+        self.settle_with: Any = None  # a weighted key: the callable of the result that settles them
+        self._reserved: Reservation | None = None
+        self._reserved_token: contextvars.Token[Reservation | None] | None = None
 
     def _declaration(self) -> dict[str, Any] | None:
         limits = self.limits
-        text = limits.to_json()
+        text = limits.declaration()
         seen = _DECLARED.setdefault(self._x.store, set())
         if (limits.key, text) in seen:
             return None
@@ -208,6 +290,7 @@ class StepGate:
             "period": limits.period,
             "parallelism": limits.parallelism,
             "burst": limits.burst,
+            "weighted": limits.weighted,
             "declared": text,
         }
 
@@ -229,7 +312,17 @@ class StepGate:
                 try:
                     step, priority, here = self._step_key, self._priority, _waiters(x.store).waiting
                     grant = await x.store.write(
-                        flow.acquire, declared, key, x.fence, step, priority, x.clock.now, attempt, first, here
+                        flow.acquire,
+                        declared,
+                        key,
+                        x.fence,
+                        step,
+                        priority,
+                        x.clock.now,
+                        attempt,
+                        first,
+                        here,
+                        self.units,
                     )
                 except LookupError:  # the key's row vanished since this process declared it
                     _DECLARED.get(x.store, set()).clear()
@@ -240,6 +333,9 @@ class StepGate:
                 if grant.woke:
                     x.host.wake(x.clock.now())
             handed = None
+            if grant.over:
+                limits = FlowLimits.from_row(grant.limits)
+                raise CostExceedsRate(key, self.units or 0, limits.rate or 0, limits.period)
             if grant.granted:
                 if grant.on_burst:  # the step analogue of a start's "passed on burst" ledger reason
                     x.event("flow-burst", {"step": self._step_key, "key": key})
@@ -247,7 +343,11 @@ class StepGate:
                     self.waited = grant.waited
                     if grant.waited > 0:
                         x.event("flow-waited", {"step": self._step_key, "key": key, "waited": grant.waited})
-                self._token = _CURRENT.set(FlowLimits.from_row(grant.limits).as_control())
+                self._token = _CURRENT.set(FlowLimits.from_row(grant.limits).as_control(self.units))
+                if self.units is not None:
+                    self._reserved = Reservation(self.units)
+                    self._reserved.start = grant.start
+                    self._reserved_token = _RESERVED.set(self._reserved)
                 if grant.attempt > attempt:
                     return grant.attempt, first if grant.first is None else grant.first
                 return attempt, first
@@ -297,21 +397,47 @@ class StepGate:
             gate.pause, f"key:{self.limits.key}", reason, None if until is None else until.timestamp(), now
         )
 
+    def settle_result(self, result: Any) -> None:
+        """``settle=``: the units the call used, from its result (a bad answer fails the attempt, typed);
+        a step that settled itself (``ctx.settle``) is settled already."""
+        if self.settle_with is None or self._reserved is None or self._reserved.settled is not None:
+            return
+        try:
+            used = self.settle_with(result)
+        except Exception as exc:
+            raise InvalidArgument(f"settle: callback raised {type(exc).__name__}: {exc}") from None
+        try:
+            self._reserved.settled = check_settled(used, "settle")
+        except ValueError as exc:
+            raise InvalidArgument(f"{exc} (as the settle callable answered)") from None
+
     def leave(self) -> None:
-        """The attempt ended, however: free its slot (queued at once, before anything the body writes next)."""
+        """The attempt ended, however: free its slot (queued at once, before anything the body writes next),
+        with the units a weighted call settled at, if it did."""
         if self._token is not None:
             _CURRENT.reset(self._token)
             self._token = None
+        settled = None
+        if self._reserved is not None:
+            if self._reserved_token is not None:
+                _RESERVED.reset(self._reserved_token)
+                self._reserved_token = None
+            if self._reserved.start is not None and self._reserved.settled is not None:
+                settled = (self._reserved.start, self._reserved.settled)
+            self._reserved = None
         x = self._x
         try:
-            released = x.store.write_soon(_release, self.limits.key, x.run_id, self._step_key, x)
+            released = x.store.write_soon(_release, self.limits.key, x.run_id, self._step_key, x, settled)
         except StoreError:
             return  # the store is closing: the slot frees with the run's hold
         released.add_done_callback(lambda done: _released(x, done))
 
 
-async def _release(tx: Tx, key: str, run_id: str, step_key: str, x: Running) -> flow.Woken:
-    return await flow.release(tx, key, run_id, step_key, x.clock.now, x.fence.owner, _waiters(x.store).waiting)
+async def _release(
+    tx: Tx, key: str, run_id: str, step_key: str, x: Running, settled: tuple[int, int] | None = None
+) -> flow.Woken:
+    waiting = _waiters(x.store).waiting
+    return await flow.release(tx, key, run_id, step_key, x.clock.now, x.fence.owner, waiting, settled)
 
 
 def _released(x: Running, done: asyncio.Future[flow.Woken]) -> None:
@@ -366,6 +492,9 @@ class Exempt:
     def back_pressure(self, error: BaseException) -> None:
         pass
 
+    def settle_result(self, result: Any) -> None:
+        pass
+
     def leave(self) -> None:
         if self._token is not None:
             _CURRENT.reset(self._token)
@@ -380,7 +509,9 @@ async def attempt(
     if step is None:
         return await call(fn, args, kwargs, pool)
     try:
-        return await call(fn, args, kwargs, pool)
+        result = await call(fn, args, kwargs, pool)
+        step.settle_result(result)
+        return result
     except Exception as exc:
         step.back_pressure(exc)
         raise
@@ -411,25 +542,29 @@ async def park_run(
     return due if woke is None else min(woke, due)
 
 
-async def rate_limit(x: Running, name: str, limit: int, period: Any, key: Any) -> None:
-    """``ctx.rate_limit``: take a slot of the sliding window ``name`` (per ``key``), journaled."""
+async def rate_limit(x: Running, name: str, limit: int, period: Any, key: Any, cost: Any = None) -> None:
+    """``ctx.rate_limit``: take a slot of the sliding window ``name`` (per ``key``), journaled; with ``cost``,
+    reserve that many units of it (a window whose calls all give one counts units, not calls)."""
     try:
         rate, seconds, _ = check_limits(limit, period, None)
+        units = None if cost is None else check_cost(cost)
     except ValueError as exc:
         raise InvalidArgument(f"ctx.rate_limit({name!r}): {str(exc).replace('rate', 'limit', 1)}") from None
     assert rate is not None
+    window_key = f"$rate:{name}" if key is None else f"$rate:{name}:{key}"
+    if units is not None and units > rate:
+        raise CostExceedsRate(window_key, units, rate, seconds)
     step_key = x.key(f"$rate:{name}")
     entry = x.entry(step_key)
     if entry is not None and entry["status"] == "completed":
         return  # replayed: the slot was taken once
-    window = f"$rate:{name}" if key is None else f"$rate:{name}:{key}"
     first: float | None = None
     while True:
         now = x.clock.now()
         first = now if first is None else first
 
         async def take(tx: Tx) -> None:
-            retry = await flow.take_rate_slot(tx, window, rate, seconds, x.clock.now)
+            retry = await flow.take_rate_slot(tx, window_key, rate, seconds, x.clock.now, units)
             if retry is not None:
                 raise _Full(retry)  # nothing of this attempt is kept: no slot, no entry
 

@@ -18,7 +18,7 @@ from ..errors import (
     RateLimited,
     SingletonHeld,
 )
-from ..flowcontrol import check_flow_control, resolve_flow
+from ..flowcontrol import check_flow_control, check_storable, resolve_flow
 from ..handles import Deferral, RunHandle, Waiter
 from ..ids import new_id
 from ..plan import GatePlan
@@ -225,7 +225,9 @@ with_many(_admit_bare, _admit_bare_many)
 def start_flow_control(value: Any, model: BaseModel) -> str:
     """``start(flow_control=)`` checked and resolved for this payload, as the run stores it."""
     try:
-        return resolve_flow(check_flow_control(value), model).to_json()
+        checked = check_flow_control(value)
+        check_storable(checked)
+        return resolve_flow(checked, model).to_json()
     except ValueError as exc:
         raise InvalidArgument(str(exc)) from None
 

@@ -1,8 +1,8 @@
 """``GET /metrics``: Prometheus gauges sampled from the store through the Inspector on each scrape.
 
 Each app has its own ``CollectorRegistry`` (two apps in one process never share series). A
-scrape reads ``stats``, ``flow``, ``cluster_status`` and ``last_successes`` (a few grouped queries), then the
-collector below turns that snapshot into metric families. These numbers are the cluster's,
+scrape reads ``stats``, ``flow``, ``cluster_status``, ``last_successes`` and the step flow keys (a few grouped
+queries), then the collector below turns that snapshot into metric families. These numbers are the cluster's,
 the same from every replica: ``reports`` says whether this one serves them (the others
 answer only their process-local metrics, ``engine/metrics.py``, which follow them). With a
 read store (the Inspector reads a standby), every replica also says how far its standby lags.
@@ -20,7 +20,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_l
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from ..inspect import ClusterStatus, FlowRow, Inspector, ReplicaLag, Stats
+from ..inspect import ClusterStatus, FlowKeyRow, FlowRow, Inspector, ReplicaLag, Stats
 
 __all__ = ["ADMISSION_OUTCOMES", "CONTENT_TYPE_LATEST", "TOP_KEYS", "StoreMetrics"]
 
@@ -41,6 +41,7 @@ class _Snapshot:
     flow: list[FlowRow] = field(default_factory=list)
     cluster: ClusterStatus | None = None
     successes: dict[str, float] = field(default_factory=dict)
+    keys: list[FlowKeyRow] = field(default_factory=list)
     duration: float = 0.0
     errors: int = 0
 
@@ -72,16 +73,18 @@ class StoreMetrics(Collector):
             started = time.perf_counter()
             errors = self._snapshot.errors
             try:
-                stats, flow, cluster, successes = await asyncio.gather(
+                stats, flow, cluster, successes, keys = await asyncio.gather(
                     self.inspector.stats(),
                     self.inspector.flow(),
                     self.inspector.cluster_status(),
                     self.inspector.last_successes(),
+                    self.inspector.flow_keys(),
                 )
             except Exception:
                 self._snapshot = _Snapshot(errors=errors + 1, duration=time.perf_counter() - started)
                 raise
-            self._snapshot = _Snapshot(stats, flow, cluster, successes, time.perf_counter() - started, errors)
+            took = time.perf_counter() - started
+            self._snapshot = _Snapshot(stats, flow, cluster, successes, keys, took, errors)
             return generate_latest(self.registry) + tail
 
     def collect(self) -> Iterator[Metric]:
@@ -122,6 +125,7 @@ class StoreMetrics(Collector):
             last.add_metric([workflow], at)
         yield last
         yield from _flow_families(snap.flow)
+        yield from _unit_families(snap.keys)
         workers = GaugeMetricFamily("lockgate_workers", "Workers registered in the store by state.", labels=["state"])
         if snap.cluster is not None:
             states: dict[str, int] = defaultdict(int)
@@ -200,6 +204,22 @@ def _flow_families(rows: list[FlowRow]) -> Iterator[Metric]:
     yield oldest
     yield in_flight
     yield from _key_families([r for r in rows if r.key])
+
+
+def _unit_families(keys: list[FlowKeyRow]) -> Iterator[Metric]:
+    """A weighted step flow key's units in its window: reserved, settled and available (``TOP_KEYS`` busiest)."""
+    units = GaugeMetricFamily(
+        "lockgate_flow_key_units",
+        f"Units in a weighted step flow key's window by state: reserved (by calls not yet settled), settled and"
+        f" available (the {TOP_KEYS} keys with most units counted).",
+        labels=["key", "state"],
+    )
+    weighted = [k for k in keys if k.weighted]
+    for k in sorted(weighted, key=lambda k: -((k.units_reserved or 0) + (k.units_settled or 0)))[:TOP_KEYS]:
+        units.add_metric([k.key, "reserved"], k.units_reserved or 0)
+        units.add_metric([k.key, "settled"], k.units_settled or 0)
+        units.add_metric([k.key, "available"], k.units_available or 0)
+    yield units
 
 
 def _key_families(rows: list[FlowRow]) -> Iterator[Metric]:

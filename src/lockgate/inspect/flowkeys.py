@@ -20,7 +20,10 @@ class FlowKeyRow:
     ``oldest_waiting``: seconds the first in line has waited; ``source``: ``declared`` (set
     from code) or ``operator`` (set by hand, which declarations no longer change); ``burst``:
     the starts an idle key lets through at once beyond its rate's pace (``None``: the rate is
-    a sliding window).
+    a sliding window). A weighted key (``weighted``: its rate counts units, ``FlowControl(cost=)``)
+    also gives the units in its window: ``units_reserved`` by calls not yet settled,
+    ``units_settled`` by those settled, and ``units_available`` (the rate less both, at least 0);
+    ``None`` each for a key that counts calls.
     """
 
     key: str
@@ -36,6 +39,10 @@ class FlowKeyRow:
     paused_until: float | None
     pause_reason: str | None
     burst: int | None = None
+    weighted: bool = False
+    units_reserved: int | None = None
+    units_settled: int | None = None
+    units_available: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -58,6 +65,10 @@ async def flow_keys(tx: Tx, now: float, key: str | None = None) -> list[FlowKeyR
             paused_until=s.paused_until,
             pause_reason=s.pause_reason,
             burst=s.burst,
+            weighted=s.weighted,
+            units_reserved=s.units_reserved if s.weighted else None,
+            units_settled=s.units_settled if s.weighted else None,
+            units_available=s.units_available,
         )
         for s in await flow.key_states(tx, now, key)
     ]

@@ -12,8 +12,11 @@ runs among the next in line, so that they wait near the head before their turn c
 A running row counts only while its run is held under the epoch that took it, so the slots
 of a process that died free themselves with its lease. A key with a burst starts under a token
 bucket (``lockgate.buckets``) instead of its sliding window; only ``acquire`` moves it on, so
-such a key's waiters are told to ask rather than handed a slot. Decisions on one key are serialised
-(``gate.lock_key``); runs without flow control never reach this module.
+such a key's waiters are told to ask rather than handed a slot. A weighted key (``FlowControl(cost=)``)
+counts units in its window (``store/flow_window.py``): no slot is handed in place, the first of its line
+is told to ask when it may fit, and ``acquire`` decides with the asking step's own cost, strictly in the
+order of the line. Decisions on one key are serialised (``gate.lock_key``); runs without flow control
+never reach this module.
 """
 
 from __future__ import annotations
@@ -25,8 +28,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..buckets import Bucket, bucket_hit, bucket_opens, bucket_room
+from . import flow_window as window
 from .base import Row, Tx
 from .coalesce import with_locks
+from .flow_window import KeyState, key_states
 from .gate import bucket_state, lock_key, lock_name, set_bucket
 from .shared import Fence
 
@@ -48,7 +53,8 @@ __all__ = [
 ]
 
 _LOCK_SCOPE = "flow"
-_LIMITS = ("key", "rate", "period", "parallelism", "declared", "burst")  # a key's limits, as a grant carries them
+# a key's limits, as a grant carries them
+_LIMITS = ("key", "rate", "period", "parallelism", "declared", "burst", "weighted")
 
 
 @dataclass(frozen=True)
@@ -65,6 +71,8 @@ class Grant:
     handed: tuple[Handed, ...] = ()  # slots this transaction handed to other waiters (see ``Handed``)
     woke: bool = False  # it woke parked runs (runnable now)
     on_burst: bool = False  # granted on burst (a burst key: ``lockgate.buckets.bucket_hit``)
+    start: int | None = None  # a weighted key: the start that holds the call's reservation (to settle it)
+    over: bool = False  # a weighted key: the call's cost is over the key's rate, so it could never start
 
 
 @dataclass(frozen=True)
@@ -93,25 +101,6 @@ class Woken:
 
     handed: tuple[Handed, ...] = ()
     woke: bool = False
-
-
-@dataclass(frozen=True)
-class KeyState:
-    """A key as ``flow-keys`` shows it: its limits and what it holds now."""
-
-    key: str
-    rate: int | None
-    period: float
-    parallelism: int | None
-    declared: bool
-    running: int
-    waiting: int
-    started: int
-    oldest_waiting: float | None
-    paused_until: float | None
-    paused: bool
-    pause_reason: str | None
-    burst: int | None = None  # the rate is a token bucket (``lockgate.buckets``)
 
 
 def _limits(declared: dict[str, Any]) -> dict[str, Any]:
@@ -230,6 +219,7 @@ async def acquire(
     attempt: int = 1,
     first: float | None = None,
     here: Container[tuple[str, str]] = (),
+    units: int | None = None,
 ) -> Grant:
     """Take a slot of ``key`` for the step ``step_key`` of the held run, or keep its place in line.
 
@@ -240,6 +230,7 @@ async def acquire(
     and ``first``: the attempt about to begin and when the step's first began, kept on a waiting
     row; a grant to a step that waited returns what its row kept (the step entered again after a
     park counts on from there). A slot handed to the step while it waited is granted as it is.
+    ``units``: the call's cost under a weighted key (``None``: the step counts as one call).
     """
     await lock_key(tx, _LOCK_SCOPE, key)
     if declared is not None:
@@ -247,6 +238,7 @@ async def acquire(
         await tx.execute("stepflow_declare_key", params)
         burst = {"key": key, "burst": declared.get("burst"), "declared": declared["declared"]}
         await tx.execute("stepflow_set_burst", burst)
+        await window.set_weighted(tx, key, bool(declared.get("weighted")))
     run_id = fence.run_id
     # Read with the time as asked, which counts the window no shorter than now; the lock is held once the
     # read answers, and the time read then stamps the decision (see ``_locked``).
@@ -262,6 +254,8 @@ async def acquire(
         # handed to (or taken by) an earlier hold of the run, which ended before the step ran: back at its place
         await tx.execute("stepflow_requeue", {"id": state["my_id"]})
         mine = "waiting"
+    if units is not None and limits["rate"] is not None:
+        return await _acquire_units(tx, state, limits, mine, fence, step_key, priority, now, attempt, first, units)
     waiting = mine == "waiting"
     room, at = await _room(tx, state, now)
     near = _near(state)
@@ -315,6 +309,77 @@ async def acquire(
     return Grant(False, limits, retry_at=at, near=ahead is not None and ahead < near)
 
 
+def _weighted(state: Row) -> bool:
+    return bool(state.get("weighted")) and state["rate"] is not None
+
+
+async def _acquire_units(
+    tx: Tx,
+    state: Row,
+    limits: Row,
+    mine: Any,
+    fence: Fence,
+    step_key: str,
+    priority: int,
+    now: float,
+    attempt: int,
+    first: float | None,
+    units: int,
+) -> Grant:
+    """``acquire`` for a call of ``units`` under a weighted key: strictly in the order of the line, the first
+    of it starts when its units fit the window (``flow_window.units_room``); nothing is handed in place."""
+    key, run_id = state["key"], fence.run_id
+    place = {"key": key, "run_id": run_id, "step_key": step_key}
+    if units > int(limits["rate"]):  # set lower by hand since the call was checked: it could never start
+        if mine is not None:
+            await tx.execute("stepflow_free_slot", place)
+        return Grant(False, limits, over=True)
+    waiting = mine == "waiting"
+    ahead = int(state["ahead"])
+    if mine != state["my_state"]:  # requeued: counted again from its place
+        mine_in_line = {**place, "id": state["my_id"], "priority": state["my_priority"], "room": 1}
+        ahead = int(await tx.scalar("stepflow_ahead", mine_in_line))
+    fits, at = await window.units_room(tx, state, now, units)
+    if fits and ahead == 0:
+        await tx.execute("stepflow_take_slot", {**place, "priority": priority, "epoch": fence.epoch, "now": now})
+        await tx.execute("stepflow_prune_starts", {"key": key, "before": now - float(limits["period"])})
+        start = await window.add_units(tx, key, now, units)
+        woken, _ = await _wake_units(tx, state, now, holder=fence.owner, running=1)
+        waited = now - float(state["my_since"]) if waiting else 0.0
+        if waiting and state["my_attempt"] is not None:  # the count its waiting row kept
+            attempt, first = int(state["my_attempt"]), state["my_first"]
+        return Grant(True, limits, waited, None, attempt, first, handed=woken.handed, woke=woken.woke, start=start)
+    if not waiting:
+        if mine is not None:
+            await tx.execute("stepflow_free_slot", place)
+        await window.add_waiter(tx, place, priority, now, attempt, first, units)
+    if ahead > 0:
+        return Grant(False, limits)  # told when it is first in line and may fit
+    return Grant(False, limits, retry_at=at, near=at is None and not int(state["paused"]))
+
+
+async def _wake_units(
+    tx: Tx, state: Row, now: float, *, holder: str = "", running: int = 0
+) -> tuple[Woken, float | None]:
+    """Tell the first of a weighted key's line to ask when its units may fit: now, or when the window
+    opens for them (``None``: when a slot frees). What was handed, and when a parked first was woken for."""
+    head = await window.unit_head(tx, state["key"])
+    if head is None:
+        return Woken(), None
+    fits, at = await window.units_room(tx, state, now, int(head["units"] or 1), running)
+    at = now if fits else at
+    if at is None:
+        return Woken(), None
+    if head["owner"] is not None and _held(head, now):  # waiting in its process: it asks now, or is told when
+        later = None if at <= now else Grant(False, {k: state[k] for k in _LIMITS}, retry_at=at)
+        told = Handed(state["key"], head["run_id"], head["step_key"], head["owner"], later)
+        if head["owner"] != holder:
+            await tx.execute("stepflow_notify", {"channel": "flow-ask", "owner": head["owner"]})
+        return Woken((told,)), None
+    await tx.execute("stepflow_wake_waiters", {"key": state["key"], "n": 1, "at": at, "now": now})
+    return Woken(woke=True), at
+
+
 def _near(state: Row) -> int:
     """How many of a key's line wait in their processes rather than parked: as many as may run at once
     (a slot freed goes to one of them at once; the next parked ones are woken to take their places)."""
@@ -340,14 +405,18 @@ async def release(
     clock: Callable[[], float],
     holder: str = "",
     here: Container[tuple[str, str]] = (),
+    settled: tuple[int, int] | None = None,
 ) -> Woken:
     """The step's attempt ended: free its slot and hand the room to the waiters that now fit. ``holder``: the releasing
     worker, which learns of its own hand-offs from the answer (the others are notified); ``here``:
     the steps (run id, step key) waiting in place in it. The time
     of a hand-off is read once a round trip after the key's lock has answered (see ``_locked``).
+    ``settled``: a weighted call's start and the units it really used, which count in its reservation's place.
     """
     await lock_key(tx, _LOCK_SCOPE, key)
     await tx.execute("stepflow_free_slot", {"key": key, "run_id": run_id, "step_key": step_key})
+    if settled is not None:
+        await window.settle(tx, key, *settled)
     state, line = await _read(tx, key, clock())
     if state is None:
         return Woken()
@@ -369,6 +438,13 @@ async def wake_waiters(tx: Tx, keys: list[str], now: float, run_id: str | None =
             await tx.execute("stepflow_unhand", {"key": key, "run_id": run_id})
         state, line = await _read(tx, key, now)
         if state is None:
+            continue
+        if _weighted(state):
+            woken, at = await _wake_units(tx, state, now)
+            if woken.woke and at is not None:
+                earliest = at if earliest is None else min(earliest, at)
+            handed += woken.handed
+            woke = woke or woken.woke
             continue
         room, at = await _room(tx, state, now)
         if room > 0:
@@ -400,6 +476,8 @@ async def _wake(
 ) -> Woken:
     """Hand the room to the first waiters that fit (``room`` of them now), else wake the first when the
     window opens; and wake the parked runs among the ``near`` next, to wait near the head."""
+    if _weighted(state):
+        return (await _wake_units(tx, state, now, holder=holder))[0]
     if room is None:
         room, at = await _room(tx, state, now)
         near = _near(state)
@@ -490,11 +568,16 @@ async def _bucket(tx: Tx, limits: Row) -> tuple[Bucket | None, int, float, int]:
     return bucket, int(limits["rate"]), float(limits["period"]), int(limits["burst"])
 
 
-async def take_rate_slot(tx: Tx, key: str, limit: int, period: float, clock: Callable[[], float]) -> float | None:
+async def take_rate_slot(
+    tx: Tx, key: str, limit: int, period: float, clock: Callable[[], float], units: int | None = None
+) -> float | None:
     """``ctx.rate_limit``: take a slot of the sliding window ``key``; ``None``, else when one opens.
+    ``units``: the call's cost, counted in units (``flow_window.take_units``).
 
     The time is read once the key is locked: the instant a slot is taken is when it is decided."""
     now = await _locked(tx, key, clock)
+    if units is not None:
+        return await window.take_units(tx, key, limit, period, now, units)
     since = now - period
     started = await tx.one("stepflow_started", {"key": key, "since": since})
     used = int(started["n"]) if started else 0
@@ -509,40 +592,6 @@ async def take_rate_slot(tx: Tx, key: str, limit: int, period: float, clock: Cal
 async def parked_runs(tx: Tx, workflow: str | None = None) -> list[Row]:
     """Runs parked waiting for a step flow-control key, per workflow (``workflow, n``)."""
     return await tx.execute("stepflow_parked_runs", {"workflow": workflow})
-
-
-async def key_states(tx: Tx, now: float, key: str | None = None) -> list[KeyState]:
-    """Every key's limits and state (or the one ``key``'s; empty if it has no row)."""
-    if key is not None:
-        row = await get_key(tx, key)
-        rows = [] if row is None else [row]
-    else:
-        rows = await tx.execute("stepflow_list_keys")
-    out: list[KeyState] = []
-    for row in rows:
-        k = row["key"]
-        stats = await tx.one("stepflow_key_stats", {"key": k})
-        pause = await tx.one("stepflow_key_pause", {"key": k, "now": now})
-        started = await tx.one("stepflow_started", {"key": k, "since": now - float(row["period"])})
-        oldest = None if stats is None else stats["oldest_waiting"]
-        out.append(
-            KeyState(
-                key=k,
-                rate=row["rate"],
-                period=float(row["period"]),
-                parallelism=row["parallelism"],
-                declared=row["declared"] is not None,
-                running=int(await tx.scalar("stepflow_running", {"key": k, "now": now})),
-                waiting=0 if stats is None else int(stats["waiting"]),
-                started=0 if started is None else int(started["n"]),
-                oldest_waiting=None if oldest is None else float(oldest),
-                paused=pause is not None,
-                paused_until=None if pause is None or pause["until"] is None else float(pause["until"]),
-                pause_reason=None if pause is None else pause["reason"],
-                burst=None if row["burst"] is None else int(row["burst"]),
-            )
-        )
-    return out
 
 
 def lock_names(keys: list[str]) -> list[str]:

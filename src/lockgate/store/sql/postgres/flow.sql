@@ -4,7 +4,7 @@
 -- Everything a decision on one key reads, in one statement: its limits, its pause, the slots held, the
 -- starts in its window (and the oldest of them), the asking step's own place, if any, and the waiters ahead
 -- of it (stepflow_ahead's count, up to %(cap)s).
-SELECT k.key, k.rate, k.period, k.parallelism, k.declared, k.burst,
+SELECT k.key, k.rate, k.period, k.parallelism, k.declared, k.burst, k.weighted,
     (SELECT COUNT(*) FROM lockgate_pauses
      WHERE scope = 'key:' || k.key AND (until IS NULL OR until > %(now)s)) AS paused,
     (SELECT MAX(COALESCE(until, 1e308)) FROM lockgate_pauses
@@ -48,20 +48,7 @@ ON CONFLICT (key) DO UPDATE SET rate = excluded.rate, period = excluded.period,
     parallelism = excluded.parallelism, declared = NULL, updated_at = excluded.updated_at;
 
 -- name: stepflow_get_key
-SELECT key, rate, period, parallelism, declared, updated_at, burst FROM lockgate_flow_keys WHERE key = %(key)s;
-
--- name: stepflow_list_keys
-SELECT key, rate, period, parallelism, declared, updated_at, burst FROM lockgate_flow_keys ORDER BY key;
-
--- name: stepflow_key_pause
-SELECT reason, until FROM lockgate_pauses
-WHERE scope = 'key:' || %(key)s::text AND (until IS NULL OR until > %(now)s);
-
--- name: stepflow_running
--- Slots held: a running row counts while its run is held under the epoch that took it.
-SELECT COUNT(*) AS n FROM lockgate_flow_slots s JOIN lockgate_runs r ON r.id = s.run_id
-WHERE s.key = %(key)s AND s.state = 'running' AND r.status = 'running' AND r.owner IS NOT NULL
-  AND r.epoch = s.epoch AND r.lease_until >= %(now)s;
+SELECT key, rate, period, parallelism, declared, updated_at, burst, weighted FROM lockgate_flow_keys WHERE key = %(key)s;
 
 -- name: stepflow_started
 SELECT COUNT(*) AS n, MIN(at) AS oldest FROM lockgate_flow_starts WHERE key = %(key)s AND at > %(since)s;
@@ -129,13 +116,6 @@ WITH heads AS MATERIALIZED (
 UPDATE lockgate_runs SET wake_at = %(at)s, updated_at = %(now)s
 WHERE id IN (SELECT id FROM parked)
 RETURNING id;
-
--- name: stepflow_key_stats
-SELECT
-    (SELECT COUNT(*) FROM lockgate_flow_slots s JOIN lockgate_runs r ON r.id = s.run_id
-     WHERE s.key = %(key)s AND s.state = 'waiting' AND r.status = 'running') AS waiting,
-    (SELECT MIN(s.waiting_since) FROM lockgate_flow_slots s JOIN lockgate_runs r ON r.id = s.run_id
-     WHERE s.key = %(key)s AND s.state = 'waiting' AND r.status = 'running') AS oldest_waiting;
 
 -- name: stepflow_drop_dead_waiters
 -- silent: run for its effect; nothing waits for its answer

@@ -4,7 +4,7 @@
 -- Everything a decision on one key reads, in one statement: its limits, its pause, the slots held, the
 -- starts in its window (and the oldest of them), the asking step's own place, if any, and the waiters ahead
 -- of it (stepflow_ahead's count, up to :cap).
-SELECT k.key, k.rate, k.period, k.parallelism, k.declared, k.burst,
+SELECT k.key, k.rate, k.period, k.parallelism, k.declared, k.burst, k.weighted,
     (SELECT COUNT(*) FROM lockgate_pauses
      WHERE scope = 'key:' || k.key AND (until IS NULL OR until > :now)) AS paused,
     (SELECT MAX(COALESCE(until, 1e308)) FROM lockgate_pauses
@@ -46,20 +46,7 @@ ON CONFLICT (key) DO UPDATE SET rate = excluded.rate, period = excluded.period,
     parallelism = excluded.parallelism, declared = NULL, updated_at = excluded.updated_at;
 
 -- name: stepflow_get_key
-SELECT key, rate, period, parallelism, declared, updated_at, burst FROM lockgate_flow_keys WHERE key = :key;
-
--- name: stepflow_list_keys
-SELECT key, rate, period, parallelism, declared, updated_at, burst FROM lockgate_flow_keys ORDER BY key;
-
--- name: stepflow_key_pause
-SELECT reason, until FROM lockgate_pauses
-WHERE scope = 'key:' || :key AND (until IS NULL OR until > :now);
-
--- name: stepflow_running
--- Slots held: a running row counts while its run is held under the epoch that took it.
-SELECT COUNT(*) AS n FROM lockgate_flow_slots s JOIN lockgate_runs r ON r.id = s.run_id
-WHERE s.key = :key AND s.state = 'running' AND r.status = 'running' AND r.owner IS NOT NULL
-  AND r.epoch = s.epoch AND r.lease_until >= :now;
+SELECT key, rate, period, parallelism, declared, updated_at, burst, weighted FROM lockgate_flow_keys WHERE key = :key;
 
 -- name: stepflow_started
 SELECT COUNT(*) AS n, MIN(at) AS oldest FROM lockgate_flow_starts WHERE key = :key AND at > :since;
@@ -109,13 +96,6 @@ WHERE id IN (
     ORDER BY s.priority DESC, s.id LIMIT :n)
   AND status = 'running' AND owner IS NULL AND (wake_at IS NULL OR wake_at > :at)
 RETURNING id;
-
--- name: stepflow_key_stats
-SELECT
-    (SELECT COUNT(*) FROM lockgate_flow_slots s JOIN lockgate_runs r ON r.id = s.run_id
-     WHERE s.key = :key AND s.state = 'waiting' AND r.status = 'running') AS waiting,
-    (SELECT MIN(s.waiting_since) FROM lockgate_flow_slots s JOIN lockgate_runs r ON r.id = s.run_id
-     WHERE s.key = :key AND s.state = 'waiting' AND r.status = 'running') AS oldest_waiting;
 
 -- name: stepflow_drop_dead_waiters
 DELETE FROM lockgate_flow_slots
