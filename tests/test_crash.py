@@ -16,7 +16,7 @@ import subprocess
 import sys
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
 from pydantic import BaseModel
@@ -34,7 +34,13 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 class Workers:
-    """Worker subprocesses on one store, with a side-effect file and flag directory."""
+    """Worker subprocesses on one store, with a side-effect file and flag directory.
+
+    ``app``: the app the workers run (``tests.apps.runner``'s own by default); ``env``: more of their
+    environment (a key, say)."""
+
+    app: str | None = None
+    env: ClassVar[dict[str, str]] = {}
 
     def __init__(self, store_url: str, tmp: Path) -> None:
         self.store_url = store_url
@@ -48,12 +54,14 @@ class Workers:
     def spawn(self, *, max_reclaims: int = 3, lease: str = "1h") -> subprocess.Popen[bytes]:
         env = {
             **os.environ,
+            **self.env,
             "LOCKGATE_TEST_EFFECTS": str(self.effects),
             "LOCKGATE_TEST_FLAGS": str(self.flags),
             "PYTHONPATH": os.pathsep.join(p for p in (str(ROOT / "src"), os.environ.get("PYTHONPATH")) if p),
         }
         log = (self.logs / f"worker-{len(self.procs)}.log").open("wb")
         cmd = [sys.executable, "-m", "tests.apps.runner", "--store", self.store_url]
+        cmd += ["--app", self.app] if self.app is not None else []
         cmd += ["--max-reclaims", str(max_reclaims), "--lease", lease]
         proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
         log.close()

@@ -3,11 +3,9 @@
 from __future__ import annotations
 
 import base64
-import os
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import ClassVar
 
 import pytest
 
@@ -15,7 +13,7 @@ import lockgate as lg
 from lockgate.crypto import KEYS_ENV
 
 from .apps import sealed
-from .test_crash import ROOT, Workers
+from .test_crash import Workers
 
 pytestmark = pytest.mark.slow
 
@@ -26,21 +24,8 @@ TAG = "Qx9-crash-marker"
 class SealedWorkers(Workers):
     """Workers running the encrypted app, with the key in their environment."""
 
-    def spawn(self, *, max_reclaims: int = 3, lease: str = "1h") -> subprocess.Popen[bytes]:
-        env = {
-            **os.environ,
-            KEYS_ENV: KEY,
-            "LOCKGATE_TEST_EFFECTS": str(self.effects),
-            "LOCKGATE_TEST_FLAGS": str(self.flags),
-            "PYTHONPATH": os.pathsep.join(p for p in (str(ROOT / "src"), os.environ.get("PYTHONPATH")) if p),
-        }
-        log = (self.logs / f"worker-{len(self.procs)}.log").open("wb")
-        cmd = [sys.executable, "-m", "tests.apps.runner", "--store", self.store_url, "--app", "tests.apps.sealed:app"]
-        cmd += ["--max-reclaims", str(max_reclaims), "--lease", lease]
-        proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
-        log.close()
-        self.procs.append(proc)
-        return proc
+    app = "tests.apps.sealed:app"
+    env: ClassVar[dict[str, str]] = {KEYS_ENV: KEY}
 
 
 @pytest.fixture

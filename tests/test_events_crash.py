@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
@@ -13,7 +10,7 @@ import pytest
 import lockgate as lg
 
 from .apps import crashy_events
-from .test_crash import ROOT, Workers
+from .test_crash import Workers
 
 pytestmark = pytest.mark.slow
 
@@ -23,20 +20,7 @@ APP = "tests.apps.crashy_events:app"
 class EventWorkers(Workers):
     """``Workers`` running the event crash app."""
 
-    def spawn(self, *, max_reclaims: int = 3, lease: str = "1h") -> subprocess.Popen[bytes]:
-        env = {
-            **os.environ,
-            "LOCKGATE_TEST_EFFECTS": str(self.effects),
-            "LOCKGATE_TEST_FLAGS": str(self.flags),
-            "PYTHONPATH": os.pathsep.join(p for p in (str(ROOT / "src"), os.environ.get("PYTHONPATH")) if p),
-        }
-        log = (self.logs / f"worker-{len(self.procs)}.log").open("wb")
-        cmd = [sys.executable, "-m", "tests.apps.runner", "--store", self.store_url, "--app", APP]
-        cmd += ["--max-reclaims", str(max_reclaims), "--lease", lease]
-        proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
-        log.close()
-        self.procs.append(proc)
-        return proc
+    app = APP
 
 
 @pytest.fixture

@@ -3,9 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import os
-import subprocess
-import sys
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
@@ -14,7 +11,7 @@ import pytest
 import lockgate as lg
 
 from .apps import streaming
-from .test_crash import ROOT, Workers
+from .test_crash import Workers
 
 pytestmark = pytest.mark.slow
 
@@ -22,28 +19,7 @@ pytestmark = pytest.mark.slow
 class StreamWorkers(Workers):
     """``Workers`` running ``tests/apps/streaming.py``."""
 
-    def spawn(self, *, max_reclaims: int = 3, lease: str = "1h") -> subprocess.Popen[bytes]:
-        env = {
-            **os.environ,
-            "LOCKGATE_TEST_EFFECTS": str(self.effects),
-            "LOCKGATE_TEST_FLAGS": str(self.flags),
-            "PYTHONPATH": os.pathsep.join(p for p in (str(ROOT / "src"), os.environ.get("PYTHONPATH")) if p),
-        }
-        log = (self.logs / f"worker-{len(self.procs)}.log").open("wb")
-        cmd = [
-            sys.executable,
-            "-m",
-            "tests.apps.runner",
-            "--store",
-            self.store_url,
-            "--app",
-            "tests.apps.streaming:app",
-        ]
-        cmd += ["--max-reclaims", str(max_reclaims), "--lease", lease]
-        proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
-        log.close()
-        self.procs.append(proc)
-        return proc
+    app = "tests.apps.streaming:app"
 
 
 @pytest.fixture
