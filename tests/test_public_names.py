@@ -21,6 +21,7 @@ PUBLIC = [
     "Compensations",
     "Concurrency",
     "Context",
+    "CostExceedsRate",
     "Debounce",
     "Deferral",
     "DefinitionError",
