@@ -47,6 +47,7 @@ from .handles import Deferral, RunHandle
 from .inspect import FlowRow, Trace
 from .queues import Queue
 from .records import AttemptInfo, EventInfo, RunInfo, StepInfo
+from .routing import Labels
 from .schedule import Schedule
 from .webhooks import HmacSignature, WebhookDef
 
@@ -82,6 +83,7 @@ __all__ = [
     "InvalidArgument",
     "InvalidSchedule",
     "JournalDecryptionError",
+    "Labels",
     "LockgateError",
     "PayloadError",
     "Queue",

@@ -15,13 +15,14 @@ import logging
 import signal
 import sys
 from collections.abc import Callable, Coroutine
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import click
 
 from ..app import App
 from ..durations import format_seconds
+from ..errors import InvalidArgument, UnknownWorkflow
 from ..facades import Engine
 from ..facades.engine import MIN_RETENTION
 from ..http import (
@@ -35,6 +36,7 @@ from ..http import (
     parse_bind,
     serve_http,
 )
+from ..routing import Labels, Selection, taken
 from ..store import open_store
 from .common import DurationType, count_type, load_app, run_async, store_option
 from .groups import cli
@@ -73,6 +75,8 @@ class ServeConfig:
     cluster_metrics: str = "auto"  # which replica serves the store-wide gauges on /metrics (cluster_reporter)
     migrate: bool = True  # False: refuse a store whose schema is not current instead of migrating it
     grace: float = 30.0  # at shutdown, how long running step attempts may finish before their runs are released
+    selection: Selection = field(default_factory=Selection)  # --labels, --workflows, --exclude (routing.py)
+    unroutable_after: float = 60.0  # due runs no live worker takes this long are reported
 
 
 @dataclass(frozen=True)
@@ -203,6 +207,10 @@ async def serve_app(app: App, config: ServeConfig) -> int:
         retention=config.retention,
         event_retention=config.event_retention,
         delivery_retention=config.delivery_retention,
+        labels=config.selection.labels,
+        workflows=config.selection.workflows,
+        exclude=config.selection.exclude,
+        unroutable_after=config.unroutable_after,
     )
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
@@ -231,6 +239,9 @@ async def serve_app(app: App, config: ServeConfig) -> int:
             config.lease,
             "never" if config.retention is None else format_seconds(config.retention),
         )
+        if not config.selection.default:
+            takes = taken(app.definitions(), app.queues, config.selection)
+            log.info("takes %s (labels: %s)", ", ".join(takes) or "no workflow", config.selection.labels or "none")
         services = [*build_services(engine, config), Service("store", _until_broken(engine))]
         tasks: dict[asyncio.Task[Any], Service] = {
             asyncio.create_task(s.run(), name=f"lockgate-serve-{s.name}"): s for s in services
@@ -367,6 +378,26 @@ def configure_logging(quiet: bool, log_format: str) -> None:
 @click.option(
     "--no-migrate", is_flag=True, help="Do not migrate the store at boot: refuse one whose schema is not current."
 )
+@click.option(
+    "--labels",
+    metavar="K=V,...",
+    default="",
+    help="This process's labels: it takes a workflow declared with runs_on=lg.Labels(...) only if it has them all.",
+)
+@click.option(
+    "--workflows",
+    metavar="A,B",
+    default=None,
+    help="Take only these workflows (or queue:NAME, a queue's members); default: every one the app defines.",
+)
+@click.option("--exclude", metavar="C,...", default=None, help="Never take these workflows (or queue:NAME).")
+@click.option(
+    "--unroutable-after",
+    type=DurationType(),
+    default="1m",
+    show_default=True,
+    help="Report (log line, doctor, /metrics) due runs that no live worker takes for this long.",
+)
 @http_options
 @click.option(
     "--cluster-metrics",
@@ -395,6 +426,10 @@ def serve(
     grace: float,
     quiet: bool,
     log_format: str,
+    labels: str,
+    workflows: str | None,
+    exclude: str | None,
+    unroutable_after: float,
 ) -> None:
     """Run the workflows of MODULE:APP (workers + sweeps) until SIGINT or SIGTERM.
 
@@ -407,6 +442,7 @@ def serve(
     policy = access_policy(token_file, read_token_file)
     http = None if no_http else check_http_bind(http_bind, policy)
     app = load_app(app_ref, param_hint="'MODULE:APP'")
+    selection = check_selection(app, labels, workflows, exclude)
     configure_logging(quiet, log_format)
     config = ServeConfig(
         app_ref=app_ref,
@@ -422,6 +458,24 @@ def serve(
         cluster_metrics=cluster_metrics,
         migrate=not no_migrate,
         grace=grace,
+        selection=selection,
+        unroutable_after=unroutable_after,
     )
     code = run_async(serve_app(app, config))
     ctx.exit(code)
+
+
+def check_selection(app: App, labels: str, workflows: str | None, exclude: str | None) -> Selection:
+    """``--labels``, ``--workflows``, ``--exclude`` checked against the app (a name it does not define: exit 2)."""
+    try:
+        parsed = Labels.parse(labels)
+    except InvalidArgument as exc:
+        raise click.BadParameter(str(exc), param_hint="'--labels'") from exc
+    for hint, given in (("'--workflows'", workflows), ("'--exclude'", exclude)):
+        try:
+            names = None if given is None else given.split(",")  # each name checked alone
+            taken(app.definitions(), app.queues, Selection.of(None, names if hint == "'--workflows'" else None))
+            taken(app.definitions(), app.queues, Selection.of(None, None, names if hint == "'--exclude'" else None))
+        except (InvalidArgument, UnknownWorkflow) as exc:
+            raise click.BadParameter(str(exc), param_hint=hint) from exc
+    return Selection.of(parsed, workflows, exclude)

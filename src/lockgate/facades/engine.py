@@ -8,7 +8,7 @@ and a ``Dispatcher`` that claims runnable runs and executes them; both are built
 from __future__ import annotations
 
 import socket
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 from types import TracebackType
 from typing import Any, Self
@@ -38,6 +38,7 @@ from ..inspect import FiringInfo, FlowKeyRow, FlowRow, Inspector, ScheduleInfo, 
 from ..queues import Queue
 from ..recording import DEFAULT_INPUT_LIMIT, REPLAY_SHAPE_LIMIT
 from ..records import AttemptInfo, EventInfo, RunInfo, StepInfo
+from ..routing import Labels, Selection
 from ..store import Store
 from ..store.base import Row
 from ..sweeps import SweepSettings, start_sweeps
@@ -83,6 +84,10 @@ class Engine:
         step_input_limit: int = DEFAULT_INPUT_LIMIT,
         replay_shape_limit: int = REPLAY_SHAPE_LIMIT,
         step_threads: int | None = None,
+        labels: Labels | Mapping[str, str] | str | None = None,
+        workflows: str | Sequence[str] | None = None,
+        exclude: str | Sequence[str] | None = None,
+        unroutable_after: Duration = "1m",
     ) -> None:
         self.client = Client(
             app,
@@ -102,6 +107,8 @@ class Engine:
         if step_threads is not None and not 1 <= step_threads <= 10_000:
             raise ValueError(f"step_threads must be between 1 and 10000, got {step_threads!r}")
         self.max_concurrent_runs = max_concurrent_runs
+        self.selection = Selection.of(labels, workflows, exclude)  # checked against the app as it opens
+        self.unroutable_after = to_seconds(unroutable_after, what="unroutable_after")
         self.lease = to_seconds(lease, what="lease")
         if self.lease < 0.5:
             raise ValueError("lease must be at least 500ms")
@@ -133,6 +140,7 @@ class Engine:
             resolve_scopes=resolve_scopes,
             replay_shape_limit=replay_shape_limit,
             step_threads=step_threads,
+            selection=self.selection,
         )
 
     @property
@@ -158,6 +166,7 @@ class Engine:
             retention=self.retention,
             event_retention=self.event_retention,
             delivery_retention=self.delivery_retention,
+            unroutable_after=self.unroutable_after,
         )
 
     @property
@@ -467,6 +476,21 @@ class Engine:
     async def retry(self, run_id: str, payload_override: Any = None) -> RunHandle:
         """A fresh run of a failed or cancelled run's workflow (same payload unless overridden)."""
         return await self.client.retry(run_id, payload_override)
+
+    async def migrate_version(
+        self,
+        run_id: str | None = None,
+        *,
+        workflow: str | None = None,
+        from_version: str | None = None,
+        to_version: str,
+        commit: bool = False,
+        limit: int = 10_000,
+    ) -> BulkResult:
+        """Declare live runs of an old version safe for the code of ``to_version`` (``Client.migrate_version``)."""
+        return await self.client.migrate_version(
+            run_id, workflow=workflow, from_version=from_version, to_version=to_version, commit=commit, limit=limit
+        )
 
     async def cancel_many(
         self, *, reason: str, limit: int, workflow: str | None = None, status: str | None = None, commit: bool = False
