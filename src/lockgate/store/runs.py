@@ -236,12 +236,6 @@ async def park_run(
             wake_at = now
     if give_back:
         await gate.free_slot(tx, fence.run_id)
-    if names or children:
-        hit = await tx.one(
-            "pending_for_waits", {"run_id": fence.run_id, "names": json.dumps(names), "children": json.dumps(children)}
-        )
-        if hit is not None:
-            wake_at = now
     waiting_for = None
     if names or children or give_back or events:
         waits: dict[str, Any] = {"names": names, "children": children, "models": models or {}}
@@ -253,6 +247,13 @@ async def park_run(
         {**fence.params(), "now": now, "wake_at": wake_at, "waiting_on": waiting_on, "waiting_for": waiting_for},
     ):
         raise Fenced()
+    if names or children:  # after the park: a child's end that held this row meanwhile is seen (lock_parent)
+        hit = await tx.one(
+            "pending_for_waits", {"run_id": fence.run_id, "names": json.dumps(names), "children": json.dumps(children)}
+        )
+        if hit is not None and (wake_at is None or wake_at > now):
+            await tx.execute("wake_run", {"run_id": fence.run_id, "now": now, "waiting_on": waiting_on})
+            wake_at = now
     return wake_at
 
 
@@ -344,6 +345,7 @@ async def finish_collecting(
     if plain and await tx.expect("finish_run_plain", {**params, "slotted": slotted}):  # the common end
         events.append(event_row(fence.run_id, f"run-{status}", now, data))
         return [], True
+    await tx.execute("lock_parent", {"run_id": fence.run_id})  # a child: its parent's row first (see the query)
     rows = await tx.execute("finish_run", params)
     if not rows:
         raise Fenced()

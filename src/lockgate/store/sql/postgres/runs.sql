@@ -75,6 +75,14 @@ SET owner = NULL, lease_until = NULL, entered_at = NULL, waiting_on = %(waiting_
 WHERE id = %(run_id)s AND owner = %(owner)s AND epoch = %(epoch)s AND status = 'running'
 RETURNING id;
 
+-- name: lock_parent
+-- A child's end takes its parent's row first (parent before child, the order a parent's own end takes
+-- them in), so that it and the parent's park never miss each other: one waits for the other's commit
+-- and then sees it (finish_collecting, park_run).
+SELECT p.id FROM lockgate_runs p
+WHERE p.id = (SELECT c.parent_id FROM lockgate_runs c WHERE c.id = %(run_id)s)
+FOR UPDATE;
+
 -- name: pending_for_waits
 SELECT 1 AS hit FROM lockgate_messages
 WHERE run_id = %(run_id)s AND status = 'pending'

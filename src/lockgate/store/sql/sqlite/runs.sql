@@ -75,6 +75,13 @@ SET owner = NULL, lease_until = NULL, entered_at = NULL, waiting_on = :waiting_o
 WHERE id = :run_id AND owner = :owner AND epoch = :epoch AND status = 'running'
 RETURNING id;
 
+-- name: lock_parent
+-- A child's end takes its parent's row first (parent before child, the order a parent's own end takes
+-- them in), so that it and the parent's park never miss each other: one waits for the other's commit
+-- and then sees it (finish_collecting, park_run). SQLite serializes writers: a plain read.
+SELECT p.id FROM lockgate_runs p
+WHERE p.id = (SELECT c.parent_id FROM lockgate_runs c WHERE c.id = :run_id);
+
 -- name: pending_for_waits
 SELECT 1 AS hit FROM lockgate_messages
 WHERE run_id = :run_id AND status = 'pending'
