@@ -109,6 +109,7 @@ class Engine:
         self.max_concurrent_runs = max_concurrent_runs
         self.selection = Selection.of(labels, workflows, exclude)  # checked against the app as it opens
         self.unroutable_after = to_seconds(unroutable_after, what="unroutable_after")
+        self.client.core.unroutable_after = self.unroutable_after  # what cluster status and /metrics report
         self.lease = to_seconds(lease, what="lease")
         if self.lease < 0.5:
             raise ValueError("lease must be at least 500ms")

@@ -230,7 +230,9 @@ class OperatorVerbs:
     @property
     def inspector(self) -> Inspector:
         """The read side over this client's store, definitions and clock (what the surfaces read through)."""
-        return Inspector(self.core.store, self.core.app, self.core.clock, keyring=self.core.keyring)
+        found = Inspector(self.core.store, self.core.app, self.core.clock, keyring=self.core.keyring)
+        found.unroutable_after = self.core.unroutable_after
+        return found
 
     def after_decision(self, defn: WorkflowDef, decision: Decision) -> None:
         """React to a gate decision: wake workers for a new run, stop evicted incumbents."""
