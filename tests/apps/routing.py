@@ -17,10 +17,16 @@ __all__ = ["Job", "app", "make_app"]
 
 class Job(BaseModel):
     sleep: float = 0.0
+    wait: bool = False  # asleep until the signal "go"
+
+
+class Go(BaseModel):
+    pass
 
 
 def make_app(version: str | None, compatible_with: list[str] | None = None, tag: str = "") -> lg.App:
-    """``deploy.job`` (versioned: it sleeps, then says which code finished it) and three routed workflows."""
+    """``deploy.job`` (versioned: it sleeps or waits for a signal, then says which code finished it) and three
+    routed workflows."""
     app = lg.App()
     versioning: dict[str, Any] = {}
     if version:
@@ -30,7 +36,9 @@ def make_app(version: str | None, compatible_with: list[str] | None = None, tag:
     async def job(ctx: lg.Context, p: Job) -> dict[str, Any]:
         first = await ctx.step("first", lambda: {"version": version, "tag": tag})
         if p.sleep:
-            await ctx.sleep(p.sleep)
+            await ctx.sleep("nap", p.sleep)
+        if p.wait:
+            await ctx.wait_for_signal("go", Go)
         return {"started_by": first, "finished_by": {"version": version, "tag": tag}}
 
     @app.workflow(name="route.gpu", runs_on=lg.Labels(gpu="a100"))
