@@ -36,6 +36,7 @@ PUBLIC = [
     "InvalidArgument",
     "InvalidSchedule",
     "JournalDecryptionError",
+    "Labels",
     "LockgateError",
     "PayloadError",
     "Queue",
