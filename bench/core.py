@@ -19,7 +19,7 @@ Cases, each on a fresh database and a fresh engine:
     processes sharing one database, started and awaited from this process by an ``lg.Client``
     (which executes nothing): workflows/s, beside (b) of the same round; with
     ``LOCKGATE_BENCH_ROUTED=1`` in the environment, the workflow declares a version, one it is
-    compatible with and ``runs_on`` labels, and the workers ``--labels`` (a routed deploy's claim);
+    compatible with and a patch, and the workers ``--labels`` (a routed deploy's claim);
 (f) ``--transactions`` application transactions that insert one row of their own and start a
     workflow in that transaction (``start(..., conn=)``), alternating with as many that insert,
     commit, then start it separately: transactions/s and latency of each (``bench/transactions.py``).
@@ -88,11 +88,12 @@ async def noop(i: int) -> int:
     return i
 
 
-# LOCKGATE_BENCH_ROUTED=1: bench.one declares a version, an old one it runs and labels, and case (e)'s
-# workers have them: the claim filters by workflow, version and labels as a routed deploy's does.
+# LOCKGATE_BENCH_ROUTED=1: bench.one declares a version, an old one it runs and a patch (each run checks
+# its recorded patch against the code's in the claim), and case (e)'s workers have labels: the claim
+# filters as a routed deploy's does. (No runs_on: cases (a)-(c) execute in this process, unlabelled.)
 ROUTED_ENV = "LOCKGATE_BENCH_ROUTED"
 ROUTED: dict[str, Any] = (
-    {"version": "2", "compatible_with": ["1"], "runs_on": lg.Labels(pool="bench")}
+    {"version": "2", "compatible_with": ["1"], "patches": ["bench-p1"]}
     if os.environ.get(ROUTED_ENV) == "1"
     else {}
 )
