@@ -17,7 +17,9 @@ Cases, each on a fresh database and a fresh engine:
     steps: µs per step, and its ratio to those plain steps (target on SQLite FULL: under 1.10);
 (e) PostgreSQL only: the workflows of (b) executed by ``--workers`` ``lockgate serve bench.core:app``
     processes sharing one database, started and awaited from this process by an ``lg.Client``
-    (which executes nothing): workflows/s, beside (b) of the same round;
+    (which executes nothing): workflows/s, beside (b) of the same round; with
+    ``LOCKGATE_BENCH_ROUTED=1`` in the environment, the workflow declares a version, one it is
+    compatible with and a patch, and the workers ``--labels`` (a routed deploy's claim);
 (f) ``--transactions`` application transactions that insert one row of their own and start a
     workflow in that transaction (``start(..., conn=)``), alternating with as many that insert,
     commit, then start it separately: transactions/s and latency of each (``bench/transactions.py``).
@@ -86,6 +88,17 @@ async def noop(i: int) -> int:
     return i
 
 
+# LOCKGATE_BENCH_ROUTED=1: bench.one declares a version, an old one it runs and a patch (each run checks
+# its recorded patch against the code's in the claim), and case (e)'s workers have labels: the claim
+# filters as a routed deploy's does. (No runs_on: cases (a)-(c) execute in this process, unlabelled.)
+ROUTED_ENV = "LOCKGATE_BENCH_ROUTED"
+ROUTED: dict[str, Any] = (
+    {"version": "2", "compatible_with": ["1"], "patches": ["bench-p1"]}
+    if os.environ.get(ROUTED_ENV) == "1"
+    else {}
+)
+
+
 def build_app(marks: dict[str, float], *, encrypt: bool = False) -> lg.App:
     """The bench workflows; with ``encrypt``, also ``bench.steps.sealed`` (``encrypt_steps=True``: needs a key)."""
     app = lg.App()
@@ -101,7 +114,7 @@ def build_app(marks: dict[str, float], *, encrypt: bool = False) -> lg.App:
     if encrypt:
         app.workflow(name="bench.steps.sealed", encrypt_steps=True)(steps)
 
-    @app.workflow(name="bench.one")
+    @app.workflow(name="bench.one", **ROUTED)
     async def one(ctx: lg.Context, p: Item) -> int:
         return int(await ctx.step("s", noop, p.i))
 
@@ -321,7 +334,8 @@ async def case_workers(url: str, n: int, recording: str, workers: int) -> Case:
             cluster = Cluster(url, Path(logs))
             await cluster.execute(_CLAIMS)
             try:
-                cluster.spawn(workers, lease="15s", max_runs=200, app=WORKER_APP)
+                labels = ["--labels", "pool=bench,zone=eu"] if ROUTED else []
+                cluster.spawn(workers, lease="15s", max_runs=200, app=WORKER_APP, args=labels)
                 await cluster.ready()
                 pids = {w.pid: w.name for w in cluster.workers}
 

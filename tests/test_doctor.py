@@ -84,6 +84,7 @@ async def test_a_healthy_store_needs_nobody(make_engine: Any, store_url: str) ->
         "migrations",
         "workers",
         "clocks",
+        "routing",
         "stalled_runs",
         "crash_looped_runs",
         "parked_past_start_timeout",

@@ -46,6 +46,7 @@ LAYERS: dict[str, int] = {
     "lockgate.observer": DEFINITIONS,
     "lockgate.recording": DEFINITIONS,
     "lockgate.queues": DEFINITIONS,
+    "lockgate.routing": DEFINITIONS,
     "lockgate.flowcontrol": DEFINITIONS,
     "lockgate.buckets": DEFINITIONS,
     "lockgate.names": DEFINITIONS,

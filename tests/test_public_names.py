@@ -41,6 +41,7 @@ PUBLIC = [
     "InvalidArgument",
     "InvalidSchedule",
     "JournalDecryptionError",
+    "Labels",
     "LockgateError",
     "PayloadError",
     "Queue",

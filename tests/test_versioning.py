@@ -128,50 +128,63 @@ async def test_patch_answers_from_the_runs_stamp_not_the_code(make_engine: Any) 
         assert calls == Counter({"one": 2, "after-signal": 2})  # the old run's step replayed
 
 
+async def _waiting_version(engine: lg.Engine, run_id: str) -> lg.RunInfo | None:
+    run = await engine.get_run(run_id)
+    return run if run.status == "running" and run.waiting_on == "version" and run.owner is None else None
+
+
 @pytest.mark.parametrize("wake", ["signal", "resume"])
-async def test_an_incompatible_version_fails_on_reentry(make_engine: Any, wake: str) -> None:
+async def test_an_incompatible_version_waits_for_code_that_runs_it(make_engine: Any, wake: str) -> None:
     calls: Counter[str] = Counter()
     async with make_engine(patched_app(calls, version="v1")) as engine:
         run_id = await _start_parked(engine, "versioned")
         if wake == "resume":
             await engine.suspend(run_id)
 
-    async with make_engine(patched_app(calls, version="v2", compatible_with=["v0"])) as engine:
+    async with make_engine(
+        patched_app(calls, version="v2", compatible_with=["v0"]), unroutable_after="200ms"
+    ) as engine:
         if wake == "signal":
             await engine.signal(run_id, "go", {})
         else:
             await engine.resume(run_id)
-        with pytest.raises(lg.RunFailed) as info:
-            await engine.result(run_id, timeout=15)
-        assert info.value.error_tag == "WorkflowVersionIncompatible"
-        message = info.value.error_message or ""
-        assert "'v1'" in message and "'v2'" in message and "v0" in message
+        waiting = await eventually(lambda: _waiting_version(engine, run_id), what="the run waits for a version")
+        assert waiting.waiting_version == {"version": "v1", "offered": ["v0", "v2"]}
         assert calls["after-signal"] == 0  # the body was not entered under the new code
         assert calls["one"] == 1
-        [failed] = [e for e in await engine.events(run_id) if e.type == "run-failed"]
-        assert failed.data["error_tag"] == "WorkflowVersionIncompatible"
         fresh = await _start_parked(engine, "versioned")  # runs of this version are fine
         await engine.signal(fresh, "go", {})
         assert await engine.result(fresh, timeout=15) == "old"
+        assert (await engine.get_run(run_id)).status == "running"
+
+    async with make_engine(patched_app(calls, version="v1")) as engine:  # old code back: it takes the run
+        if wake == "resume":  # resumed, it waits for its signal again
+            await eventually(lambda: _parked(engine, run_id), what="run parked on its signal")
+            await engine.signal(run_id, "go", {})
+        assert await engine.result(run_id, timeout=15) == "old"
+        assert calls["after-signal"] == 2
 
 
-async def test_an_incompatible_parent_closes_its_children(make_engine: Any) -> None:
+async def test_an_incompatible_parent_waits_while_its_child_runs(make_engine: Any) -> None:
     started = asyncio.Event()
     async with make_engine(family_app(started, version="v1")) as engine:
         parent = await _start_parked(engine, "family.parent")
         await asyncio.wait_for(started.wait(), 15)
 
     started.clear()
-    # an hour-long lease: lease renewal will not be what stops the child here
-    async with make_engine(family_app(started, version="v2"), lease="1h") as engine:
+    async with make_engine(family_app(started, version="v2"), lease="1h", unroutable_after="200ms") as engine:
         [child] = await engine.list_runs(parent_id=parent)
-        await asyncio.wait_for(started.wait(), 15)  # the child executes here again
+        await asyncio.wait_for(started.wait(), 15)  # the child (no version) executes here again
         await engine.signal(parent, "go", {})
-        with pytest.raises(lg.RunFailed, match="WorkflowVersionIncompatible"):
-            await engine.result(parent, timeout=15)
+        await eventually(lambda: _waiting_version(engine, parent), what="the parent waits for version v1")
+        dry = await engine.migrate_version(parent, to_version="v2")
+        assert [(i.run_id, i.outcome) for i in dry.items] == [(parent, "would-act")]
+        assert (await engine.get_run(parent)).version == "v1"  # a dry run writes nothing
+        done = await engine.migrate_version(parent, to_version="v2", commit=True)
+        assert [i.outcome for i in done.items] == ["succeeded"]
+        assert await engine.result(parent, timeout=15) == "parent"  # declared safe: v2 takes it
         closed = await engine.get_run(child.id)
         assert (closed.status, closed.error_tag) == ("cancelled", "Cancelled")
-        await eventually(lambda: child.id not in engine.executing, what="the child's local execution stopped")
 
 
 @pytest.mark.parametrize("wake", ["signal", "resume"])
@@ -264,6 +277,10 @@ async def _body(ctx: lg.Context, p: Job) -> str:
         ({"compatible_with": ["v1"]}, ["compatible_with", "version"], "needs a version"),
         ({"version": 2}, ["version"], "string"),
         ({"patches": ["ok", ""]}, ["patches"], "non-empty strings"),
+        ({"version": "2", "compatible_with": ["1", "2"]}, ["compatible_with", "version"], "current version"),
+        ({"runs_on": {"gpu": ""}}, ["runs_on"], "non-empty string value"),
+        ({"runs_on": {"": "a100"}}, ["runs_on"], "non-empty string"),
+        ({"runs_on": "gpu=a100"}, ["runs_on"], "lg.Labels"),
     ],
 )
 async def test_bad_versioning_options_are_refused_at_boot(

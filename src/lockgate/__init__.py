@@ -55,6 +55,7 @@ from .handles import Deferral, RunHandle
 from .inspect import FlowRow, Trace
 from .queues import Queue
 from .records import AttemptInfo, EventInfo, RunInfo, StepInfo
+from .routing import Labels
 from .schedule import Schedule
 from .streams import StreamChunk, StreamEnd, StreamLimits, drop_resets
 from .webhooks import HmacSignature, WebhookDef
@@ -96,6 +97,7 @@ __all__ = [
     "InvalidArgument",
     "InvalidSchedule",
     "JournalDecryptionError",
+    "Labels",
     "LockgateError",
     "PayloadError",
     "Queue",

@@ -12,7 +12,7 @@ import dataclasses
 import inspect
 import time
 import typing
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeVar, overload
 
@@ -21,12 +21,13 @@ from pydantic import BaseModel
 from .controls import WorkflowOptions, read_options
 from .definitions import Body, WorkflowDef, as_tuple
 from .durations import Duration, to_seconds
-from .errors import DefinitionError, UnknownWorkflow
+from .errors import DefinitionError, InvalidArgument, UnknownWorkflow
 from .events import EventDef, TriggerDef, validate_events
 from .flowcontrol import check_flow_keys
 from .names import name_problem
 from .plan import GatePlan, check_shared, plan_for
 from .queues import Queue, member_controls
+from .routing import Labels
 from .schedule import Schedule, ScheduleDef, build_schedules
 from .webhooks import MAX_BODY, HmacSignature, Transform, WebhookDef, validate_webhooks
 
@@ -49,6 +50,7 @@ _CORE_OPTIONS = {
     "cancel_on",
     "queue",
     "gate_as_child",
+    "runs_on",
 }
 
 
@@ -289,6 +291,7 @@ def _build(decl: _Declaration) -> WorkflowDef:
         cancel_on=tuple(opts.get("cancel_on") or ()),
         queue=None if opts.get("queue") is None else getattr(opts["queue"], "name", None),
         gate_as_child=_flag(name, "gate_as_child", opts.get("gate_as_child", True)),
+        runs_on=_runs_on(name, opts.get("runs_on")),
         gate=GatePlan(workflow=name),
     )
 
@@ -330,7 +333,23 @@ def _versioning(name: str, opts: dict[str, Any]) -> tuple[str | None, tuple[str,
     compatible = _strings(name, "compatible_with", opts.get("compatible_with"))
     if compatible and version is None:
         raise DefinitionError(name, ["compatible_with", "version"], "compatible_with needs a version")
+    if version is not None and version in compatible:
+        raise DefinitionError(
+            name, ["compatible_with", "version"], f"compatible_with names the current version {version!r}"
+        )
     return version, compatible, _strings(name, "patches", opts.get("patches"))
+
+
+def _runs_on(name: str, declared: Any) -> Labels:
+    """``runs_on``: the labels a worker must have to take the workflow's runs."""
+    if declared is None:
+        return Labels()
+    if not isinstance(declared, Mapping):
+        raise DefinitionError(name, "runs_on", f"must be lg.Labels(key=value, ...), got {type(declared).__name__}")
+    try:
+        return declared if isinstance(declared, Labels) else Labels(declared)
+    except InvalidArgument as exc:
+        raise DefinitionError(name, "runs_on", str(exc)) from None
 
 
 def _staleness(name: str, opts: dict[str, Any]) -> tuple[float | None, Callable[[Any], Any] | None]:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import functools
 import json
 import random
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -156,6 +156,7 @@ class WorkflowDef:
     cancel_on: tuple[Any, ...] = ()  # events.CancelOn entries (checked by events.validate_events)
     queue: str | None = None  # the durable queue it belongs to (queues.py): its controls are the queue's
     gate_as_child: bool = True  # ctx.start_child offers it to its gate unless told otherwise (gate=False)
+    runs_on: Mapping[str, str] = field(default_factory=dict)  # the labels a worker needs to take its runs (routing.py)
 
     @functools.cached_property
     def patches_json(self) -> str:

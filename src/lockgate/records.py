@@ -65,6 +65,18 @@ def _event_waits(row: dict[str, Any]) -> list[dict[str, Any]] | None:
     return found if isinstance(found, list) and found else None
 
 
+def _version_wait(row: dict[str, Any]) -> dict[str, Any] | None:
+    """What a run waiting for a version needs (``version``) and what the live workers offered (``offered``)."""
+    text = row.get("waiting_for")
+    if row.get("waiting_on") != "version" or not text:
+        return None
+    try:
+        found = json.loads(text)
+    except ValueError:
+        return None
+    return {"version": found.get("version"), "offered": found.get("offered", [])} if isinstance(found, dict) else None
+
+
 @dataclass(frozen=True)
 class RunInfo:
     """One run as stored."""
@@ -95,6 +107,7 @@ class RunInfo:
     source: str | None = None  # where the run came from (origin.py)
     trace_id: str | None = None
     waiting_match: list[dict[str, Any]] | None = None  # the events a parked run waits for, with their match
+    waiting_version: dict[str, Any] | None = None  # waiting_on="version": the version it needs, what live workers offer
     raw: dict[str, Any] = field(repr=False, compare=False, default_factory=dict)
 
     @classmethod
@@ -126,6 +139,7 @@ class RunInfo:
             source=row.get("source"),
             trace_id=row.get("trace_id"),
             waiting_match=_event_waits(row),
+            waiting_version=_version_wait(row),
             raw=dict(row),
         )
 

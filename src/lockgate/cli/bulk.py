@@ -1,4 +1,4 @@
-"""Verbs over many runs at once: ``lockgate workflows cancel-many | replay-many``.
+"""Verbs over many runs at once: ``lockgate workflows cancel-many | replay-many | migrate-version``.
 
 Both are dry runs unless ``--commit``, need ``--limit`` (the blast radius), act on the
 oldest matching runs first, and report each run: succeeded, failed (why), skipped (why)
@@ -139,3 +139,51 @@ def _report(result: BulkResult, limit: int, fmt: str) -> None:
         raise click.ClickException(
             f"{failed} of {len(result.items)} run(s) could not be {PAST[result.verb]} (see the results above)"
         )
+
+
+@workflows.command("migrate-version")
+@click.argument("run_id", metavar="RUN", required=False)
+@workflow_option
+@click.option("--from", "from_version", metavar="V", help="The version the runs are stamped with (a run: its own).")
+@click.option("--to", "to_version", metavar="V2", required=True, help="The version whose code may resume them.")
+@click.option("--limit", type=count_type(1), default=10_000, show_default=True, help="List at most this many.")
+@commit_option
+@app_option(required=False, purpose="checks that --workflow names one of its workflows")
+@store_option
+@format_option
+def migrate_version(
+    run_id: str | None,
+    workflow: str | None,
+    from_version: str | None,
+    to_version: str,
+    limit: int,
+    commit: bool,
+    app_ref: str | None,
+    store: str,
+    fmt: str,
+) -> None:
+    """Declare live runs of an old version safe for new code: RUN, or --workflow W --from V (a dry run unless
+    --commit).
+
+    After checking them (``lockgate check`` replays their journals against the new code), restamp them
+    --to the new version: workers whose code runs it claim them, instead of waiting for old code.
+    """
+    if (run_id is None) == (workflow is None):
+        raise click.UsageError("give RUN, or --workflow NAME --from V")
+    if workflow is not None and from_version is None:
+        raise click.UsageError("--workflow needs --from (the version its runs are stamped with)")
+    app = load_app(app_ref)
+
+    async def go() -> BulkResult:
+        async with open_client(app, store) as client:
+            with usage_errors():
+                return await client.migrate_version(
+                    run_id,
+                    workflow=workflow,
+                    from_version=from_version,
+                    to_version=to_version,
+                    commit=commit,
+                    limit=limit,
+                )
+
+    _report(run_async(go()), limit, fmt)

@@ -60,13 +60,17 @@ def status(show_all: bool, store: str, fmt: str) -> None:
             )
         if document["sweeps"]:
             console.print(_sweeps_table(document["sweeps"]))
+        if document.get("waiting"):
+            console.print(_waiting_table(document["waiting"]))
 
     emit(fmt, document, render)
 
 
 def _workers_table(workers: list[dict[str, Any]]) -> Table:
     table = FitTable(title="workers", title_justify="left", keep=("state",))
-    for column in ("worker", "host", "pid", "state", "heartbeat", "lease", "clock", "runs held", "sweeps"):
+    columns: tuple[str, ...] = ("worker", "host", "pid", "state", "heartbeat", "lease", "clock", "runs held")
+    columns += ("sweeps", "labels", "takes")
+    for column in columns:
         table.add_column(column, no_wrap=True, justify="right" if column in ("pid", "runs held") else "left")
     for w in workers:
         table.add_row(
@@ -79,7 +83,31 @@ def _workers_table(workers: list[dict[str, Any]]) -> Table:
             clock_text(w.get("clock_offset", 0.0)),
             str(w["runs_held"]),
             ", ".join(w["sweeps"]),
+            ",".join(f"{k}={v}" for k, v in (w.get("labels") or {}).items()),
+            offers_text(w.get("offers") or {}),
         )
+    return table
+
+
+def offers_text(offers: dict[str, Any]) -> str:
+    """What a worker takes: each workflow with the versions its code runs (``report@2,1``)."""
+    shown = []
+    for wf, offer in offers.items():
+        versions = [v for v in offer.get("versions", ()) if v]
+        shown.append(f"{wf}@{','.join(versions)}" if versions else wf)
+    return " ".join(shown)
+
+
+def _waiting_table(waiting: list[dict[str, Any]]) -> Table:
+    table = FitTable(title="due runs no live worker takes", title_justify="left")
+    for column in ("workflow", "version", "runs", "due for", "waiting on", "live workers offer"):
+        table.add_column(column, no_wrap=True)
+    for g in waiting:
+        style = "red" if g["reported"] else "yellow"
+        on = "version" if g["reason"] == "version" else "a worker (labels, --workflows)"
+        offered = ", ".join(v or "(none)" for v in g["offered"]) or "-"
+        version = "-" if g["version"] is None else g["version"]
+        table.add_row(g["workflow"], version, str(g["runs"]), Text(f"{g['due_for']:.0f}s", style), on, offered)
     return table
 
 

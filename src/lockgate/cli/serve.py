@@ -15,7 +15,7 @@ import logging
 import signal
 import sys
 from collections.abc import Callable, Coroutine
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import click
@@ -23,7 +23,7 @@ import click
 from ..app import App
 from ..callbacks import check_base_url
 from ..durations import format_seconds
-from ..errors import InvalidArgument
+from ..errors import InvalidArgument, UnknownWorkflow
 from ..facades import Engine
 from ..facades.engine import MIN_RETENTION
 from ..http import (
@@ -38,6 +38,7 @@ from ..http import (
     serve_http,
 )
 from ..inspect import Inspector
+from ..routing import Labels, Selection, taken
 from ..store import open_store
 from .common import (
     DurationType,
@@ -87,6 +88,8 @@ class ServeConfig:
     grace: float = 30.0  # at shutdown, how long running step attempts may finish before their runs are released
     public_url: str | None = None  # the base of callback tokens' URLs (None: LOCKGATE_PUBLIC_URL, if set)
     read_store: str | None = None  # a streaming standby the HTTP reads, the dashboard and /metrics read from
+    selection: Selection = field(default_factory=Selection)  # --labels, --workflows, --exclude (routing.py)
+    unroutable_after: float = 60.0  # due runs no live worker takes this long are reported
 
 
 @dataclass(frozen=True)
@@ -219,6 +222,10 @@ async def serve_app(app: App, config: ServeConfig) -> int:
         event_retention=config.event_retention,
         delivery_retention=config.delivery_retention,
         public_url=config.public_url,
+        labels=config.selection.labels,
+        workflows=config.selection.workflows,
+        exclude=config.selection.exclude,
+        unroutable_after=config.unroutable_after,
     )
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
@@ -247,6 +254,9 @@ async def serve_app(app: App, config: ServeConfig) -> int:
             config.lease,
             "never" if config.retention is None else format_seconds(config.retention),
         )
+        if not config.selection.default:
+            takes = taken(app.definitions(), app.queues, config.selection)
+            log.info("takes %s (labels: %s)", ", ".join(takes) or "no workflow", config.selection.labels or "none")
         async with open_reads(engine.client, config.read_store) as reads:
             if config.read_store is not None:
                 log.info("HTTP reads served from the standby %s", display_url(config.read_store))
@@ -398,6 +408,26 @@ def configure_logging(quiet: bool, log_format: str) -> None:
 @click.option(
     "--no-migrate", is_flag=True, help="Do not migrate the store at boot: refuse one whose schema is not current."
 )
+@click.option(
+    "--labels",
+    metavar="K=V,...",
+    default="",
+    help="This process's labels: it takes a workflow declared with runs_on=lg.Labels(...) only if it has them all.",
+)
+@click.option(
+    "--workflows",
+    metavar="A,B",
+    default=None,
+    help="Take only these workflows (or queue:NAME, a queue's members); default: every one the app defines.",
+)
+@click.option("--exclude", metavar="C,...", default=None, help="Never take these workflows (or queue:NAME).")
+@click.option(
+    "--unroutable-after",
+    type=DurationType(),
+    default="1m",
+    show_default=True,
+    help="Report (log line, doctor, /metrics) due runs that no live worker takes for this long.",
+)
 @http_options
 @click.option(
     "--cluster-metrics",
@@ -428,6 +458,10 @@ def serve(
     public_url: str | None,
     quiet: bool,
     log_format: str,
+    labels: str,
+    workflows: str | None,
+    exclude: str | None,
+    unroutable_after: float,
 ) -> None:
     """Run the workflows of MODULE:APP (workers + sweeps) until SIGINT or SIGTERM.
 
@@ -447,6 +481,7 @@ def serve(
         raise click.UsageError("--read-store serves the HTTP API's reads: drop --no-http or --read-store")
     read_store_beside(store, read_store)
     app = load_app(app_ref, param_hint="'MODULE:APP'")
+    selection = check_selection(app, labels, workflows, exclude)
     configure_logging(quiet, log_format)
     config = ServeConfig(
         app_ref=app_ref,
@@ -464,6 +499,24 @@ def serve(
         grace=grace,
         public_url=public_url,
         read_store=read_store,
+        selection=selection,
+        unroutable_after=unroutable_after,
     )
     code = run_async(serve_app(app, config))
     ctx.exit(code)
+
+
+def check_selection(app: App, labels: str, workflows: str | None, exclude: str | None) -> Selection:
+    """``--labels``, ``--workflows``, ``--exclude`` checked against the app (a name it does not define: exit 2)."""
+    try:
+        parsed = Labels.parse(labels)
+    except InvalidArgument as exc:
+        raise click.BadParameter(str(exc), param_hint="'--labels'") from exc
+    for hint, given in (("'--workflows'", workflows), ("'--exclude'", exclude)):
+        try:
+            names = None if given is None else given.split(",")  # each name checked alone
+            taken(app.definitions(), app.queues, Selection.of(None, names if hint == "'--workflows'" else None))
+            taken(app.definitions(), app.queues, Selection.of(None, None, names if hint == "'--exclude'" else None))
+        except (InvalidArgument, UnknownWorkflow) as exc:
+            raise click.BadParameter(str(exc), param_hint=hint) from exc
+    return Selection.of(parsed, workflows, exclude)

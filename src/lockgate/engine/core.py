@@ -101,6 +101,7 @@ class Core:
         self.store = store
         self.clock = clock
         self.poll_interval = poll_interval
+        self.unroutable_after = 60.0  # due runs no live worker takes this long are reported (an engine's option)
         self.recording = recording
         self.input_limit = input_limit  # bytes of a step's input= kept on its attempt row
         self.keyring = keyring if keyring is not None else Keyring.load()  # newest first

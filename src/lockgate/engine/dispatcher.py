@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import contextvars
+import json
 import logging
 import os
 from concurrent.futures import Executor, ThreadPoolExecutor
@@ -24,7 +25,7 @@ from pydantic import BaseModel
 from ..clock import to_datetime
 from ..definitions import WorkflowDef, retry_hint
 from ..durations import format_seconds
-from ..errors import StoreCorrupt, StoreError, WorkflowCrashLooped, WorkflowVersionIncompatible
+from ..errors import StoreCorrupt, StoreError, WorkflowCrashLooped
 from ..gate.admission import admit
 from ..gate.drainer import Drainer
 from ..gate.handoff import HandOff, Passed, hand_off_for
@@ -34,6 +35,7 @@ from ..handles import RunHandle
 from ..ids import short_id
 from ..observer import Observer, RunOutcome
 from ..recording import REPLAY_SHAPE_LIMIT
+from ..routing import Selection, claim_filter, offers_for, taken
 from ..store import journal as store_journal
 from ..store import runs, shared, workers
 from ..store.base import Row
@@ -71,8 +73,10 @@ class Dispatcher:
         resolve_scopes: ScopeResolver | None = None,
         replay_shape_limit: int = REPLAY_SHAPE_LIMIT,
         step_threads: int | None = None,
+        selection: Selection | None = None,
     ) -> None:
         self.core = core
+        self.selection = selection or Selection()  # what this process takes (routing.py)
         # plain ``def`` steps: as many threads as runs by default, so no run's step waits for a thread
         self.step_threads = step_threads or max_concurrent_runs
         self.step_pool: Executor = ThreadPoolExecutor(self.step_threads, thread_name_prefix="lockgate-step")
@@ -104,7 +108,8 @@ class Dispatcher:
         self._running = False
         self._outages = Outages()
         self._handbacks: set[asyncio.Task[None]] = set()
-        self._workflows: frozenset[str] = frozenset()
+        self._workflows: frozenset[str] = frozenset()  # the workflows this process takes (routing.taken)
+        self._claim_keys = self._claim_patches = "[]"  # routing.claim_filter: what its claims ask for
         self._full = False  # the dispatcher waits for a run to end before it can claim
         self._reserved = 0  # slots held for runs blocking starts claim as they create them
         core.serve(self)
@@ -122,14 +127,21 @@ class Dispatcher:
 
     async def open(self) -> None:
         """Register this worker and start the dispatcher, the lease renewal and the drainer (core open)."""
+        defs = self.app.definitions()
+        names = taken(defs, self.app.queues, self.selection)  # an unknown name is an error here, at boot
+        offers = offers_for(defs, names)
+        self._claim_keys, self._claim_patches = claim_filter(offers)
+        offered = json.dumps({wf: o.to_dict() for wf, o in offers.items()})
+        labels = json.dumps(dict(self.selection.labels))
         now = self.clock.now()
-        me, offset = self.worker_id, self.core.clock_watch.offset
-        await self.store.write(workers.register_with_lease, me, self.host, os.getpid(), now, self.lease, offset)
+        me, offset, pid = self.worker_id, self.core.clock_watch.offset, os.getpid()
+        register = workers.register_with_lease
+        await self.store.write(register, me, self.host, pid, now, self.lease, offset, labels, offered)
         if self.store.cross_process_wakeups:
             self.store.add_listener(self._on_wakeup)
         await release_dead_local_workers(self.store, self.clock, self.host, self.worker_id)
         self._running = True
-        self._workflows = frozenset(self.app.definitions())
+        self._workflows = frozenset(names)
         self._tasks = [
             asyncio.create_task(self._dispatch(), name="lockgate-dispatcher"),
             asyncio.create_task(self._renew(), name="lockgate-leases"),
@@ -317,7 +329,8 @@ class Dispatcher:
             defn, payload, run_id=run_id, identity=identity, idempotency_key=idempotency_key, ticket=ticket
         )
         claim = _CLAIM_AT_START.get()
-        if claim is not None and claim.run_id is None and self._running and self._room() > 0:
+        mine = defn.name in self._workflows  # a workflow this process does not take waits for one that does
+        if claim is not None and claim.run_id is None and self._running and self._room() > 0 and mine:
             now = self.clock.now()  # the columns a claim sets (claim_runs), on the new row
             row.update(owner=self.worker_id, epoch=1, entries=1, entered_at=now, lease_until=now + self.lease)
             claim.run_id = row["id"]
@@ -383,7 +396,7 @@ class Dispatcher:
     # -- dispatching ----------------------------------------------------------------------
 
     async def _dispatch(self) -> None:
-        names = list(self.app.definitions())
+        keys, patches = self._claim_keys, self._claim_patches
         failures = 0
         while self._running:
             self._wake.clear()
@@ -395,7 +408,7 @@ class Dispatcher:
                     # Claim at once: an empty claim costs what the read that would precede it costs.
                     now = self.clock.now()
                     claimed = await self.store.write(
-                        runs.claim_runs, self.worker_id, now, now + self.lease, free, names
+                        runs.claim_runs, self.worker_id, now, now + self.lease, free, keys, patches
                     )
                     for row in claimed:
                         self.launch(row)
@@ -436,21 +449,10 @@ class Dispatcher:
             if int(row["reclaim_count"]) >= self.max_reclaims:
                 await self._crash_looped(row, fence)
                 return
-            if not defn.accepts_version(row["version"]):
-                error = WorkflowVersionIncompatible(
-                    f"run {run_id} was started by version {row['version']!r}; this code is {defn.version!r} "
-                    f"(compatible_with: {list(defn.compatible_with)})"
-                )
-                now = self.clock.now()
-                closed = await self.store.write(
-                    runs.finish_run,
-                    fence,
-                    now,
-                    status="failed",
-                    error_tag="WorkflowVersionIncompatible",
-                    error_message=str(error),
-                )
-                self.after_finish(run_id, closed)
+            if not defn.accepts_version(row["version"]):  # claims ask for the versions this code runs: a guard
+                seen = (run_id, row["version"], defn.version)
+                log.warning("run %s: version %r is not this code's (%r): handed back", *seen)
+                await self.store.write(runs.release_run, fence, self.clock.now() + self.lease)
                 return
             # Only the run's own held entries write its journal: on its first entry there is none to read.
             journal = [] if int(row["entries"]) <= 1 else await self.store.read(store_journal.load_journal, run_id)

@@ -8,7 +8,7 @@ and a ``Dispatcher`` that claims runnable runs and executes them; both are built
 from __future__ import annotations
 
 import socket
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from datetime import datetime
 from types import TracebackType
 from typing import Any, Self
@@ -39,6 +39,7 @@ from ..inspect import FiringInfo, FlowKeyRow, FlowRow, Inspector, ScheduleInfo, 
 from ..queues import Queue
 from ..recording import DEFAULT_INPUT_LIMIT, REPLAY_SHAPE_LIMIT
 from ..records import AttemptInfo, EventInfo, RunInfo, StepInfo
+from ..routing import Labels, Selection
 from ..store import Store
 from ..store.base import Row
 from ..streams import StreamChunk, StreamLimits
@@ -88,6 +89,10 @@ class Engine:
         step_threads: int | None = None,
         public_url: str | None = None,
         stream_limits: StreamLimits | None = None,
+        labels: Labels | Mapping[str, str] | str | None = None,
+        workflows: str | Sequence[str] | None = None,
+        exclude: str | Sequence[str] | None = None,
+        unroutable_after: Duration = "1m",
     ) -> None:
         self.client = Client(
             app,
@@ -109,6 +114,9 @@ class Engine:
         self.max_concurrent_runs = max_concurrent_runs
         if stream_limits is not None:  # the most one run may stream (ctx.stream; docs/streams.md)
             self.client.core.streams.limits = stream_limits
+        self.selection = Selection.of(labels, workflows, exclude)  # checked against the app as it opens
+        self.unroutable_after = to_seconds(unroutable_after, what="unroutable_after")
+        self.client.core.unroutable_after = self.unroutable_after  # what cluster status and /metrics report
         self.lease = to_seconds(lease, what="lease")
         if self.lease < 0.5:
             raise ValueError("lease must be at least 500ms")
@@ -142,6 +150,7 @@ class Engine:
             resolve_scopes=resolve_scopes,
             replay_shape_limit=replay_shape_limit,
             step_threads=step_threads,
+            selection=self.selection,
         )
 
     @property
@@ -167,6 +176,7 @@ class Engine:
             retention=self.retention,
             event_retention=self.event_retention,
             delivery_retention=self.delivery_retention,
+            unroutable_after=self.unroutable_after,
         )
 
     @property
@@ -493,6 +503,21 @@ class Engine:
     async def retry(self, run_id: str, payload_override: Any = None) -> RunHandle:
         """A fresh run of a failed or cancelled run's workflow (same payload unless overridden)."""
         return await self.client.retry(run_id, payload_override)
+
+    async def migrate_version(
+        self,
+        run_id: str | None = None,
+        *,
+        workflow: str | None = None,
+        from_version: str | None = None,
+        to_version: str,
+        commit: bool = False,
+        limit: int = 10_000,
+    ) -> BulkResult:
+        """Declare live runs of an old version safe for the code of ``to_version`` (``Client.migrate_version``)."""
+        return await self.client.migrate_version(
+            run_id, workflow=workflow, from_version=from_version, to_version=to_version, commit=commit, limit=limit
+        )
 
     async def cancel_many(
         self, *, reason: str, limit: int, workflow: str | None = None, status: str | None = None, commit: bool = False

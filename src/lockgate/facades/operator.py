@@ -13,12 +13,14 @@ from ..definitions import WorkflowDef
 from ..durations import Duration
 from ..engine import stepflow
 from ..engine.core import Core
-from ..errors import InvalidArgument, LockgateError
+from ..errors import InvalidArgument, LockgateError, UnknownWorkflow
 from ..flowcontrol import check_limits
 from ..gate.pipeline import Decision
 from ..inspect import FlowKeyRow, FlowRow, Inspector, RunFilter, Trace
 from ..store import Store, flow, gate
 from ..store.base import Row, Tx
+from ..store.runs import migrate_versions
+from ..store.shared import get_run
 from ..sweeps.events import FanOut, gate_start
 from ..sweeps.replay import ReplayResult, replay_events
 
@@ -74,6 +76,57 @@ class OperatorVerbs:
         picked = {"triggers": options.pop("trigger", None), "statuses": options.pop("status", None)}
         begin, end = since.timestamp(), until.timestamp()
         return await replay_events(deps, event, since=begin, until=end, **picked, **options)
+
+    # -- versions ------------------------------------------------------------------------
+
+    async def migrate_version(
+        self,
+        run_id: str | None = None,
+        *,
+        workflow: str | None = None,
+        from_version: str | None = None,
+        to_version: str,
+        commit: bool = False,
+        limit: int = 10_000,
+    ) -> BulkResult:
+        """Declare live runs stamped ``from_version`` safe for the code of ``to_version``: they are restamped, so
+        workers whose code runs ``to_version`` claim them. One run (``run_id``; ``from_version`` defaults to its
+        own) or a workflow's (``workflow`` and ``from_version``). A dry run unless ``commit``."""
+        if (run_id is None) == (workflow is None):
+            raise InvalidArgument("migrate-version: give one run id, or a workflow with from_version")
+        if not isinstance(to_version, str) or not to_version:
+            raise InvalidArgument(f"migrate-version: to_version must be a non-empty string, got {to_version!r}")
+        defs = self.core.app.definitions()
+        if workflow is not None:
+            if defs and workflow not in defs:
+                raise UnknownWorkflow(workflow, defs)
+            if from_version is None:
+                raise InvalidArgument("migrate-version: a workflow needs from_version (its runs' stamp)")
+        if run_id is not None:
+            row = await self.core.store.read(get_run, run_id)
+            if from_version is None:
+                from_version = row["version"]
+            elif row["version"] != from_version:
+                raise InvalidArgument(f"run {run_id} is stamped {row['version']!r}, not {from_version!r}")
+        if from_version == to_version:
+            raise InvalidArgument(f"migrate-version: the runs are stamped {to_version!r} already")
+        now = self.core.clock.now()
+        act = self.core.store.write if commit else self.core.store.read  # a dry run writes nothing
+        found = await act(
+            migrate_versions,
+            now,
+            from_version,
+            to_version,
+            workflow=workflow,
+            run_id=run_id,
+            commit=commit,
+            limit=limit + 1,
+        )
+        outcome = "succeeded" if commit else "would-act"
+        items = [BulkItem(r["id"], r["workflow"], r["status"], outcome) for r in found[: limit if not commit else None]]
+        if commit and found:
+            self.core.runtime.wake(None)  # workers that run to_version may claim them now
+        return BulkResult("migrate-version", commit, not commit and len(found) > limit, items)
 
     # -- pauses --------------------------------------------------------------------------
 
@@ -177,7 +230,9 @@ class OperatorVerbs:
     @property
     def inspector(self) -> Inspector:
         """The read side over this client's store, definitions and clock (what the surfaces read through)."""
-        return Inspector(self.core.store, self.core.app, self.core.clock, keyring=self.core.keyring)
+        found = Inspector(self.core.store, self.core.app, self.core.clock, keyring=self.core.keyring)
+        found.unroutable_after = self.core.unroutable_after
+        return found
 
     def after_decision(self, defn: WorkflowDef, decision: Decision) -> None:
         """React to a gate decision: wake workers for a new run, stop evicted incumbents."""

@@ -144,6 +144,7 @@ class StoreMetrics(Collector):
                 if w.state != "stopped":
                     offsets.add_metric([w.id], w.clock_offset)
         yield offsets
+        yield from _routing_families(snap.cluster)
         yield GaugeMetricFamily(
             "lockgate_scrape_duration_seconds", "Time the last scrape spent reading the store.", value=snap.duration
         )
@@ -166,6 +167,40 @@ def _lag_families(lag: ReplicaLag) -> Iterator[Metric]:
             "WAL the write store holds past what the read store (a standby) has replayed.",
             value=lag.bytes_behind,
         )
+
+
+def _routing_families(cluster: ClusterStatus | None) -> Iterator[Metric]:
+    """Due runs no live worker takes (waiting for a version, or for a worker), and what live workers offer."""
+    waiting = GaugeMetricFamily(
+        "lockgate_runs_waiting_worker",
+        "Due runs no live worker takes, by workflow, stamped version and reason (version: no live code runs it;"
+        " worker: no live worker takes the workflow, by its labels or --workflows).",
+        labels=["workflow", "version", "reason"],
+    )
+    unroutable = GaugeMetricFamily(
+        "lockgate_runs_unroutable",
+        "Of those, the runs waiting longer than the reporting threshold (doctor calls them a problem).",
+        labels=["workflow"],
+    )
+    offered = GaugeMetricFamily(
+        "lockgate_worker_offers",
+        "Live workers that take the workflow and run runs of that version.",
+        labels=["workflow", "version"],
+    )
+    if cluster is not None:
+        late: dict[str, int] = defaultdict(int)
+        for gap in cluster.waiting:
+            waiting.add_metric([gap.workflow, gap.version or "", gap.reason], gap.runs)
+            if gap.reported:
+                late[gap.workflow] += gap.runs
+        for workflow, count in sorted(late.items()):
+            unroutable.add_metric([workflow], count)
+        for workflow, versions in sorted(cluster.offered().items()):
+            for version, count in sorted(versions.items()):
+                offered.add_metric([workflow, version], count)
+    yield waiting
+    yield unroutable
+    yield offered
 
 
 def _flow_families(rows: list[FlowRow]) -> Iterator[Metric]:

@@ -14,10 +14,12 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from ..clock import CLOCK_TOLERANCE
+from ..routing import RoutingGap
 from ..schedule import ScheduleDef
 from ..store import doctor as ops
 from ..store import workers
 from ..store.base import Tx
+from .cluster import cluster_status
 
 __all__ = ["DoctorReport", "DoctorSettings", "Finding", "diagnose"]
 
@@ -74,11 +76,13 @@ async def diagnose(
 ) -> DoctorReport:
     """Read every check at ``now`` in one transaction; ``schedules`` (from the app) judge the schedules."""
     cluster = await workers.cluster_status(tx, now)
+    routed = await cluster_status(tx, now, settings.worker_grace)
     stalled = await ops.stalled(tx, now - settings.stall_after, now, LISTED + 1)
     findings = [
         await _migrations(tx),
         _workers(cluster["workers"], await ops.runnable(tx, now - settings.worker_grace) > 0),
         _clocks(cluster["workers"]),
+        _routing(routed.waiting, routed.offered()),
         _stalled(stalled, now, settings.stall_after),
         _crashlooped(await ops.crashlooped(tx, LISTED + 1)),
         _overdue(await ops.overdue_parked(tx, now), now),
@@ -129,6 +133,28 @@ def _workers(found: list[dict[str, Any]], work_waiting: bool) -> Finding:
     oldest = max((w["heartbeat_age"] for w in live), default=0.0)
     summary = f"{len(live)} live, oldest heartbeat {oldest:.1f}s ago" if live else "no workers (nothing waits)"
     return Finding("workers", "ok", summary, details)
+
+
+def _routing(waiting: list[RoutingGap], offered: dict[str, dict[str, int]]) -> Finding:
+    """Due runs no live worker takes: waiting for a version, or for a worker whose labels and selection match."""
+    details: list[dict[str, Any]] = [g.to_dict() for g in waiting]
+    offers = "; ".join(f"{wf} {sorted(v)}" for wf, v in sorted(offered.items()))
+    late = [g for g in waiting if g.reported]
+    if late:
+        named = ", ".join(
+            f"{g.workflow} version {g.version!r} ({g.runs})" if g.reason == "version" else f"{g.workflow} ({g.runs})"
+            for g in late[:LISTED]
+        )
+        summary = f"{sum(g.runs for g in late)} run(s) no live worker takes: {named}"
+        return Finding("routing", "problem", f"{summary}; live workers offer: {offers or 'nothing'}", details)
+    versions = [g for g in waiting if g.reason == "version"]
+    if versions:  # a deploy under way, or old code gone: worth a look before it counts as a problem
+        summary = f"{sum(g.runs for g in versions)} due run(s) wait for a version no live worker runs (not for long)"
+        return Finding("routing", "warn", f"{summary}; live workers offer: {offers or 'nothing'}", details)
+    if waiting:
+        summary = f"{sum(g.runs for g in waiting)} due run(s) wait for a worker that takes them (not for long)"
+        return Finding("routing", "ok", summary, details)
+    return Finding("routing", "ok", f"every due run has a live worker; live workers offer: {offers or 'nothing'}")
 
 
 def _clocks(found: list[dict[str, Any]]) -> Finding:

@@ -28,7 +28,7 @@ from . import events as domain_events
 from . import views as saved_views
 from .activity import admissions
 from .callbacks import TokenInfo
-from .cluster import ClusterStatus, cluster_status
+from .cluster import UNROUTABLE_AFTER, ClusterStatus, cluster_status
 from .doctor import DoctorReport, DoctorSettings, diagnose
 from .flow import FlowRow, flow
 from .flowkeys import FlowKeyRow, flow_keys
@@ -73,6 +73,7 @@ class Inspector:
         self.clock = clock or SystemClock()
         self.keyring = keyring if keyring is not None else Keyring.load()
         self.primary = primary
+        self.unroutable_after = UNROUTABLE_AFTER  # an engine's own threshold (its ``unroutable_after``)
 
     async def replica_lag(self) -> ReplicaLag | None:
         """How far this inspector's read store trails the write store; ``None`` when it reads the write store."""
@@ -370,7 +371,7 @@ class Inspector:
 
     async def cluster_status(self) -> ClusterStatus:
         """The workers sharing the store, what each holds, which look dead, and the sweep leases."""
-        return await self.store.read(cluster_status, self.clock.now())
+        return await self.store.read(cluster_status, self.clock.now(), self.unroutable_after)
 
     async def schema(self) -> SchemaState:
         """The migrations the database has applied, against those this code ships."""

@@ -31,6 +31,7 @@ __all__ = [
     "create_run",
     "create_runs",
     "discard_run",
+    "due_groups",
     "end_run",
     "ended_runs",
     "ends_plainly",
@@ -42,6 +43,8 @@ __all__ = [
     "last_successes",
     "list_runs",
     "mark_stalled",
+    "mark_waiting_version",
+    "migrate_versions",
     "next_wake",
     "park_run",
     "redrive_run",
@@ -146,11 +149,49 @@ async def count_runs(tx: Tx, workflow: str | None = None) -> tuple[list[Row], li
     return runs, [{"workflow": wf, "mode": mode, "n": n} for (wf, mode), n in sorted(parked.items())]
 
 
-async def claim_runs(tx: Tx, owner: str, now: float, lease_until: float, limit: int, workflows: list[str]) -> list[Row]:
-    return await tx.execute(
-        "claim_runs",
-        {"owner": owner, "now": now, "lease_until": lease_until, "limit": limit, "workflows": json.dumps(workflows)},
-    )
+async def claim_runs(
+    tx: Tx, owner: str, now: float, lease_until: float, limit: int, keys: str | Sequence[str], patches: str = "{}"
+) -> list[Row]:
+    """Claim up to ``limit`` due runs for ``owner``: those ``keys`` and ``patches`` (``routing.claim_filter``,
+    as JSON) say its code runs, in wake order. ``keys`` as a list of workflow names: their unversioned,
+    unpatched runs."""
+    if not isinstance(keys, str):
+        keys = json.dumps([f"{name}\x1f" for name in keys])
+    params = {"owner": owner, "now": now, "lease_until": lease_until, "limit": limit, "keys": keys, "patches": patches}
+    return await tx.execute("claim_runs", params)
+
+
+async def due_groups(tx: Tx, now: float) -> list[Row]:
+    """Due runs no worker holds, by ``workflow, version, patches``: ``n``, ``oldest`` (wake time), ``marked``
+    (how many already say ``waiting_on="version"``)."""
+    return await tx.execute("due_groups", {"now": now})
+
+
+async def mark_waiting_version(
+    tx: Tx, now: float, workflow: str, version: str | None, patches: str, offered: list[str]
+) -> int:
+    """Show the due runs of ``workflow`` stamped ``version`` (and ``patches``) as waiting for a version."""
+    params = {"now": now, "workflow": workflow, "version": version, "patches": patches, "offered": json.dumps(offered)}
+    return len(await tx.execute("mark_waiting_version", params))
+
+
+async def migrate_versions(
+    tx: Tx,
+    now: float,
+    from_version: str | None,
+    to_version: str,
+    *,
+    workflow: str | None,
+    run_id: str | None,
+    commit: bool,
+    limit: int,
+) -> list[Row]:
+    """Restamp the live runs (one, or a workflow's) of ``from_version`` as ``to_version``: the rows changed,
+    or with ``commit=False`` the rows it would change (up to ``limit``), nothing written."""
+    params = {"now": now, "from_version": from_version, "to_version": to_version, "workflow": workflow}
+    if not commit:
+        return await tx.execute("runs_of_version", {**params, "run_id": run_id, "limit": limit})
+    return await tx.execute("migrate_versions", {**params, "run_id": run_id})
 
 
 async def next_wake(tx: Tx, owner: str | None = None) -> float | None:
@@ -196,12 +237,6 @@ async def park_run(
             wake_at = now
     if give_back:
         await gate.free_slot(tx, fence.run_id)
-    if names or children:
-        hit = await tx.one(
-            "pending_for_waits", {"run_id": fence.run_id, "names": json.dumps(names), "children": json.dumps(children)}
-        )
-        if hit is not None:
-            wake_at = now
     waiting_for = None
     if names or children or give_back or events:
         waits: dict[str, Any] = {"names": names, "children": children, "models": models or {}}
@@ -214,7 +249,15 @@ async def park_run(
     )
     if not parked:
         raise Fenced()
-    return wake_at if parked[0]["wake_at"] is None else float(parked[0]["wake_at"])
+    wake_at = wake_at if parked[0]["wake_at"] is None else float(parked[0]["wake_at"])
+    if names or children:  # after the park: a child's end that held this row meanwhile is seen (lock_parent)
+        hit = await tx.one(
+            "pending_for_waits", {"run_id": fence.run_id, "names": json.dumps(names), "children": json.dumps(children)}
+        )
+        if hit is not None and (wake_at is None or wake_at > now):
+            await tx.execute("wake_run", {"run_id": fence.run_id, "now": now, "waiting_on": waiting_on})
+            wake_at = now
+    return wake_at
 
 
 async def finish_run(
@@ -305,6 +348,7 @@ async def finish_collecting(
     if plain and await tx.expect("finish_run_plain", {**params, "slotted": slotted}):  # the common end
         events.append(event_row(fence.run_id, f"run-{status}", now, data))
         return [], True
+    await tx.execute("lock_parent", {"run_id": fence.run_id})  # a child: its parent's row first (see the query)
     rows = await tx.execute("finish_run", params)
     if not rows:
         raise Fenced()

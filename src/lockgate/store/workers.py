@@ -26,6 +26,7 @@ __all__ = [
     "cluster_status",
     "follow_database",
     "list_workers",
+    "live_offers",
     "live_workers_on_host",
     "read_clock",
     "register_with_lease",
@@ -40,11 +41,26 @@ async def register_worker(tx: Tx, worker_id: str, host: str, pid: int, now: floa
 
 
 async def register_with_lease(
-    tx: Tx, worker_id: str, host: str, pid: int, now: float, lease: float, clock_offset: float = 0.0
+    tx: Tx,
+    worker_id: str,
+    host: str,
+    pid: int,
+    now: float,
+    lease: float,
+    clock_offset: float = 0.0,
+    labels: str | None = None,
+    offers: str | None = None,
 ) -> None:
-    """Record a starting worker (or a restarted one under the same id), its lease and its clock offset."""
+    """Record a starting worker (or a restarted one under the same id), its lease and its clock offset, and
+    what it takes: its ``labels`` and its ``offers`` (JSON, see ``routing.py``)."""
     await register_worker(tx, worker_id, host, pid, now)
-    await tx.execute("set_worker_lease", {"id": worker_id, "lease": lease, "clock_offset": clock_offset})
+    params = {"id": worker_id, "lease": lease, "clock_offset": clock_offset, "labels": labels, "offers": offers}
+    await tx.execute("set_worker_lease", params)
+
+
+async def live_offers(tx: Tx, now: float, *, default_lease: float = 15.0) -> list[Row]:
+    """The live workers' ``id, labels, offers`` (JSON text; ``None`` for a worker that registered none)."""
+    return await tx.execute("live_offers", {"now": now, "default_lease": default_lease})
 
 
 async def stop_worker(tx: Tx, worker_id: str, now: float, *, clean: bool = True) -> list[str]:
@@ -166,6 +182,8 @@ async def cluster_status(tx: Tx, now: float, *, default_lease: float = 15.0) -> 
                 "lease": lease,
                 "runs_held": int(row["runs_held"]),
                 "clock_offset": float(row.get("clock_offset") or 0.0),
+                "labels": json.loads(row["labels"]) if row.get("labels") else {},
+                "offers": json.loads(row["offers"]) if row.get("offers") else {},
                 "sweeps": sorted(held.get(row["id"], [])),
                 "state": "stopped" if stopped else "stale" if age > lease else "live",
             }

@@ -15,6 +15,7 @@ from .base import Sweep, SweepSettings
 from .cancel_on import cancel_on_sweep
 from .events import fanout_sweep
 from .retention import retention_sweep
+from .routing import routing_sweep
 from .schedules import schedule_sweep
 from .staleness import staleness_sweep
 
@@ -26,6 +27,7 @@ SWEEPS: tuple[Callable[[WorkerRuntime, SweepSettings], Sweep | None], ...] = (
     schedule_sweep,
     fanout_sweep,
     cancel_on_sweep,
+    routing_sweep,
 )
 """The registered sweeps, in the order they start."""
 

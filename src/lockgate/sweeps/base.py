@@ -23,6 +23,8 @@ class SweepSettings:
     """Domain events published longer ago are deleted (only in an app that declares events)."""
     delivery_retention: float | None = None
     """Settled deliveries older are deleted: a trigger's custom idempotency key deduplicates this long."""
+    unroutable_after: float = 60.0
+    """Due runs no live worker takes for this long are reported (a log line; doctor and /metrics show them)."""
 
 
 class Sweep:

@@ -42,6 +42,8 @@ SELECT workflow, status, COUNT(*) AS n FROM lockgate_runs GROUP BY workflow, sta
 SELECT workflow, MAX(finished_at) AS at FROM lockgate_runs WHERE status = 'succeeded' GROUP BY workflow;
 
 -- name: claim_runs
+-- Only runs this worker takes: each key is a workflow it takes and a version its code runs ('' for
+-- none), and a run's recorded patches must all be known to that code (routing.py: claim_filter).
 -- SKIP LOCKED: replicas claiming at once take disjoint runs instead of queueing on each other's rows.
 UPDATE lockgate_runs
 SET owner = %(owner)s, epoch = epoch + 1, lease_until = %(lease_until)s,
@@ -51,7 +53,8 @@ WHERE id IN (
     SELECT id FROM lockgate_runs
     WHERE status = 'running' AND wake_at <= %(now)s
       AND (owner IS NULL OR (lease_until < %(now)s AND owner <> %(owner)s))
-      AND workflow IN (SELECT jsonb_array_elements_text(%(workflows)s::jsonb))
+      AND workflow || chr(31) || COALESCE(version, '') IN (SELECT jsonb_array_elements_text(%(keys)s::jsonb))
+      AND (patches = '[]' OR patches::jsonb <@ (%(patches)s::jsonb -> workflow))
     ORDER BY wake_at LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED)
 RETURNING *;
@@ -74,6 +77,14 @@ SET owner = NULL, lease_until = NULL, entered_at = NULL, waiting_on = %(waiting_
         THEN CAST(%(now)s AS DOUBLE PRECISION) ELSE CAST(%(wake_at)s AS DOUBLE PRECISION) END
 WHERE id = %(run_id)s AND owner = %(owner)s AND epoch = %(epoch)s AND status = 'running'
 RETURNING id, wake_at;
+
+-- name: lock_parent
+-- A child's end takes its parent's row first (parent before child, the order a parent's own end takes
+-- them in), so that it and the parent's park never miss each other: one waits for the other's commit
+-- and then sees it (finish_collecting, park_run).
+SELECT p.id FROM lockgate_runs p
+WHERE p.id = (SELECT c.parent_id FROM lockgate_runs c WHERE c.id = %(run_id)s)
+FOR UPDATE;
 
 -- name: pending_for_waits
 SELECT 1 AS hit FROM lockgate_messages
@@ -183,3 +194,38 @@ LIMIT %(limit)s OFFSET %(offset)s;
 -- its ticket (the arrival it offered), so that its end wakes the parent and the parent's end closes it.
 UPDATE lockgate_runs SET parent_id = %(parent_id)s, parent_close = %(parent_close)s, updated_at = %(now)s
 WHERE id = %(run_id)s AND ticket = %(ticket)s AND parent_id IS NULL;
+
+-- name: due_groups
+-- Due runs no worker holds, by workflow, version and patches (routing.judge tells which no live worker
+-- takes): read by the routing sweep, doctor and /metrics, never on a run's path; the runnable index
+-- bounds it to the due runs.
+SELECT workflow, version, patches, COUNT(*) AS n, MIN(wake_at) AS oldest,
+    SUM(CASE WHEN waiting_on = 'version' THEN 1 ELSE 0 END) AS marked
+FROM lockgate_runs
+WHERE status = 'running' AND wake_at <= %(now)s AND owner IS NULL
+GROUP BY workflow, version, patches;
+
+-- name: mark_waiting_version
+-- Due runs of one workflow, version and patches no live worker can execute: shown as waiting for a
+-- version (what waits, and what live workers offer, in waiting_for beside what was there). Their
+-- wake time stays: the first worker that takes them claims them.
+UPDATE lockgate_runs
+SET waiting_on = 'version', waiting_for = (COALESCE(waiting_for, '{}')::jsonb || jsonb_build_object('version', %(version)s::text, 'offered', %(offered)s::jsonb))::text
+WHERE status = 'running' AND wake_at <= %(now)s AND owner IS NULL AND workflow = %(workflow)s
+  AND version IS NOT DISTINCT FROM %(version)s::text AND patches = %(patches)s
+  AND (waiting_on IS NULL OR waiting_on <> 'version')
+RETURNING id;
+
+-- name: migrate_versions
+-- An operator's declaration that live runs stamped from_version may resume under other code: restamped.
+UPDATE lockgate_runs SET version = %(to_version)s, updated_at = %(now)s
+WHERE status IN ('running', 'suspended') AND version IS NOT DISTINCT FROM %(from_version)s::text
+  AND (%(workflow)s::text IS NULL OR workflow = %(workflow)s::text) AND (%(run_id)s::text IS NULL OR id = %(run_id)s::text)
+RETURNING id, workflow, status;
+
+-- name: runs_of_version
+-- What migrate_versions would restamp (a dry run), through the workflow index or the primary key.
+SELECT id, workflow, status FROM lockgate_runs
+WHERE status IN ('running', 'suspended') AND version IS NOT DISTINCT FROM %(from_version)s::text
+  AND (%(workflow)s::text IS NULL OR workflow = %(workflow)s::text) AND (%(run_id)s::text IS NULL OR id = %(run_id)s::text)
+ORDER BY created_at, id LIMIT %(limit)s;

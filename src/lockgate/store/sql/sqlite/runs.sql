@@ -42,6 +42,8 @@ SELECT workflow, status, COUNT(*) AS n FROM lockgate_runs GROUP BY workflow, sta
 SELECT workflow, MAX(finished_at) AS at FROM lockgate_runs WHERE status = 'succeeded' GROUP BY workflow;
 
 -- name: claim_runs
+-- Only runs this worker takes: each key is a workflow it takes and a version its code runs ('' for
+-- none), and a run's recorded patches must all be known to that code (routing.py: claim_filter).
 UPDATE lockgate_runs
 SET owner = :owner, epoch = epoch + 1, lease_until = :lease_until,
     reclaim_count = CASE WHEN entered_at IS NOT NULL THEN reclaim_count + 1 ELSE 0 END,
@@ -50,7 +52,10 @@ WHERE id IN (
     SELECT id FROM lockgate_runs
     WHERE status = 'running' AND wake_at <= :now
       AND (owner IS NULL OR (lease_until < :now AND owner <> :owner))
-      AND workflow IN (SELECT value FROM json_each(:workflows))
+      AND workflow || char(31) || COALESCE(version, '') IN (SELECT value FROM json_each(:keys))
+      AND (patches = '[]' OR NOT EXISTS (
+          SELECT 1 FROM json_each(patches) p
+          WHERE p.value NOT IN (SELECT k.value FROM json_each(:patches, '$."' || workflow || '"') k)))
     ORDER BY wake_at LIMIT :limit)
 RETURNING *;
 
@@ -72,6 +77,13 @@ SET owner = NULL, lease_until = NULL, entered_at = NULL, waiting_on = :waiting_o
         THEN :now ELSE :wake_at END
 WHERE id = :run_id AND owner = :owner AND epoch = :epoch AND status = 'running'
 RETURNING id, wake_at;
+
+-- name: lock_parent
+-- A child's end takes its parent's row first (parent before child, the order a parent's own end takes
+-- them in), so that it and the parent's park never miss each other: one waits for the other's commit
+-- and then sees it (finish_collecting, park_run). SQLite serializes writers: a plain read.
+SELECT p.id FROM lockgate_runs p
+WHERE p.id = (SELECT c.parent_id FROM lockgate_runs c WHERE c.id = :run_id);
 
 -- name: pending_for_waits
 SELECT 1 AS hit FROM lockgate_messages
@@ -177,3 +189,38 @@ LIMIT :limit OFFSET :offset;
 -- its ticket (the arrival it offered), so that its end wakes the parent and the parent's end closes it.
 UPDATE lockgate_runs SET parent_id = :parent_id, parent_close = :parent_close, updated_at = :now
 WHERE id = :run_id AND ticket = :ticket AND parent_id IS NULL;
+
+-- name: due_groups
+-- Due runs no worker holds, by workflow, version and patches (routing.judge tells which no live worker
+-- takes): read by the routing sweep, doctor and /metrics, never on a run's path; the runnable index
+-- bounds it to the due runs.
+SELECT workflow, version, patches, COUNT(*) AS n, MIN(wake_at) AS oldest,
+    SUM(CASE WHEN waiting_on = 'version' THEN 1 ELSE 0 END) AS marked
+FROM lockgate_runs
+WHERE status = 'running' AND wake_at <= :now AND owner IS NULL
+GROUP BY workflow, version, patches;
+
+-- name: mark_waiting_version
+-- Due runs of one workflow, version and patches no live worker can execute: shown as waiting for a
+-- version (what waits, and what live workers offer, in waiting_for beside what was there). Their
+-- wake time stays: the first worker that takes them claims them.
+UPDATE lockgate_runs
+SET waiting_on = 'version', waiting_for = json_set(COALESCE(waiting_for, '{}'), '$.version', :version, '$.offered', json(:offered))
+WHERE status = 'running' AND wake_at <= :now AND owner IS NULL AND workflow = :workflow
+  AND version IS :version AND patches = :patches
+  AND (waiting_on IS NULL OR waiting_on <> 'version')
+RETURNING id;
+
+-- name: migrate_versions
+-- An operator's declaration that live runs stamped from_version may resume under other code: restamped.
+UPDATE lockgate_runs SET version = :to_version, updated_at = :now
+WHERE status IN ('running', 'suspended') AND version IS :from_version
+  AND (:workflow IS NULL OR workflow = :workflow) AND (:run_id IS NULL OR id = :run_id)
+RETURNING id, workflow, status;
+
+-- name: runs_of_version
+-- What migrate_versions would restamp (a dry run), through the workflow index or the primary key.
+SELECT id, workflow, status FROM lockgate_runs
+WHERE status IN ('running', 'suspended') AND version IS :from_version
+  AND (:workflow IS NULL OR workflow = :workflow) AND (:run_id IS NULL OR id = :run_id)
+ORDER BY created_at, id LIMIT :limit;

@@ -27,7 +27,14 @@ RETURNING owner;
 SELECT * FROM lockgate_sweep_leases ORDER BY name;
 
 -- name: set_worker_lease
-UPDATE lockgate_workers SET lease = :lease, clock_offset = :clock_offset WHERE id = :id;
+UPDATE lockgate_workers SET lease = :lease, clock_offset = :clock_offset, labels = :labels,
+    offers = :offers
+WHERE id = :id;
+
+-- name: live_offers
+-- What the live workers take (a stopped one, or one whose heartbeat is older than its lease, takes nothing).
+SELECT id, labels, offers FROM lockgate_workers
+WHERE stopped_at IS NULL AND heartbeat_at >= :now - COALESCE(lease, :default_lease);
 
 -- name: release_owner
 UPDATE lockgate_runs SET owner = NULL, lease_until = NULL,
