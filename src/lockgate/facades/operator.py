@@ -19,8 +19,8 @@ from ..gate.pipeline import Decision
 from ..inspect import FlowKeyRow, FlowRow, Inspector, RunFilter, Trace
 from ..store import Store, flow, gate
 from ..store.base import Row, Tx
-from ..store.runs import migrate_versions
 from ..store.shared import get_run
+from ..store.versions import migrate_versions
 from ..sweeps.events import FanOut, gate_start
 from ..sweeps.replay import ReplayResult, replay_events
 

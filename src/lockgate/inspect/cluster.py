@@ -6,7 +6,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from ..routing import RoutingGap, judge
-from ..store import runs as store_runs
+from ..store import versions as store_versions
 from ..store import workers as store_workers
 from ..store.base import Tx
 
@@ -77,7 +77,7 @@ async def cluster_status(tx: Tx, now: float, after: float = UNROUTABLE_AFTER) ->
         sweeps=[SweepLease(**s) for s in found["sweeps"]],
     )
     live = [w.offers for w in status.workers if w.state == "live"]
-    status.waiting.extend(judge(await store_runs.due_groups(tx, now), live, now, after))
+    status.waiting.extend(judge(await store_versions.due_groups(tx, now), live, now, after))
     return status
 
 

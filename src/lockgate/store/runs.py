@@ -31,7 +31,6 @@ __all__ = [
     "create_run",
     "create_runs",
     "discard_run",
-    "due_groups",
     "end_run",
     "ended_runs",
     "ends_plainly",
@@ -43,8 +42,6 @@ __all__ = [
     "last_successes",
     "list_runs",
     "mark_stalled",
-    "mark_waiting_version",
-    "migrate_versions",
     "next_wake",
     "park_run",
     "redrive_run",
@@ -159,39 +156,6 @@ async def claim_runs(
         keys = json.dumps([f"{name}\x1f" for name in keys])
     params = {"owner": owner, "now": now, "lease_until": lease_until, "limit": limit, "keys": keys, "patches": patches}
     return await tx.execute("claim_runs", params)
-
-
-async def due_groups(tx: Tx, now: float) -> list[Row]:
-    """Due runs no worker holds, by ``workflow, version, patches``: ``n``, ``oldest`` (wake time), ``marked``
-    (how many already say ``waiting_on="version"``)."""
-    return await tx.execute("due_groups", {"now": now})
-
-
-async def mark_waiting_version(
-    tx: Tx, now: float, workflow: str, version: str | None, patches: str, offered: list[str]
-) -> int:
-    """Show the due runs of ``workflow`` stamped ``version`` (and ``patches``) as waiting for a version."""
-    params = {"now": now, "workflow": workflow, "version": version, "patches": patches, "offered": json.dumps(offered)}
-    return len(await tx.execute("mark_waiting_version", params))
-
-
-async def migrate_versions(
-    tx: Tx,
-    now: float,
-    from_version: str | None,
-    to_version: str,
-    *,
-    workflow: str | None,
-    run_id: str | None,
-    commit: bool,
-    limit: int,
-) -> list[Row]:
-    """Restamp the live runs (one, or a workflow's) of ``from_version`` as ``to_version``: the rows changed,
-    or with ``commit=False`` the rows it would change (up to ``limit``), nothing written."""
-    params = {"now": now, "from_version": from_version, "to_version": to_version, "workflow": workflow}
-    if not commit:
-        return await tx.execute("runs_of_version", {**params, "run_id": run_id, "limit": limit})
-    return await tx.execute("migrate_versions", {**params, "run_id": run_id})
 
 
 async def next_wake(tx: Tx, owner: str | None = None) -> float | None:

@@ -16,7 +16,7 @@ from functools import partial
 from ..durations import format_seconds
 from ..gate.runtime import WorkerRuntime
 from ..routing import judge, parse_offers
-from ..store import runs, workers
+from ..store import versions, workers
 from .base import Sweep, SweepSettings
 
 __all__ = ["route_check", "routing_sweep"]
@@ -35,7 +35,7 @@ async def route_check(worker: WorkerRuntime, after: float, reported: set[tuple[s
     """Mark the due runs waiting for a version; log the groups past ``after`` not yet logged. How many marked."""
     rt = worker.runtime
     now = rt.clock.now()
-    groups = await rt.store.read(runs.due_groups, now)
+    groups = await rt.store.read(versions.due_groups, now)
     if not groups:
         reported.clear()
         return 0
@@ -46,7 +46,7 @@ async def route_check(worker: WorkerRuntime, after: float, reported: set[tuple[s
         if gap.reason == "version":  # the patches as every run is stamped with them (WorkflowDef.patches_json)
             stamped = json.dumps(gap.patches)
             marked += await rt.store.write(
-                runs.mark_waiting_version, now, gap.workflow, gap.version, stamped, gap.offered
+                versions.mark_waiting_version, now, gap.workflow, gap.version, stamped, gap.offered
             )
     seen = set()
     for gap in gaps:
