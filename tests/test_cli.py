@@ -1,4 +1,8 @@
-"""The ``lockgate`` command line, run for real in subprocesses against a store and a test app module."""
+"""The ``lockgate`` command line against a store and a test app module.
+
+Most calls run the command line in this process (``Lockgate``); a test per verb family runs
+``python -m lockgate.cli`` for real, and ``serve`` is always a process of its own.
+"""
 
 from __future__ import annotations
 
@@ -11,6 +15,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -19,6 +24,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from click import formatting as click_formatting
+from click.testing import CliRunner
 
 from lockgate.cli import run
 from lockgate.store import open_store
@@ -107,12 +114,18 @@ def migrated(store: str) -> str:
 
 
 class Lockgate:
-    """Runs ``python -m lockgate.cli`` with the test app importable and the store in the environment."""
+    """Runs the ``lockgate`` command line with the test app importable and the store in the environment.
 
-    def __init__(self, store: str, cwd: Path, app: str = APP) -> None:
+    A call runs ``lockgate.cli.run`` in this process (through click's ``CliRunner`` isolation: the
+    same code as the script, its stdout, stderr and exit code, without a Python start-up per verb);
+    ``process=True`` runs every call as ``python -m lockgate.cli`` instead, as a person would.
+    """
+
+    def __init__(self, store: str, cwd: Path, app: str = APP, *, process: bool = False) -> None:
         self.store = store
         self.cwd = cwd
         self.app = app
+        self.process = process
         self.env = dict(os.environ)
         self.env["PYTHONPATH"] = os.pathsep.join(p for p in (str(cwd), os.environ.get("PYTHONPATH")) if p)
         self.env["LOCKGATE_STORE"] = store
@@ -123,16 +136,70 @@ class Lockgate:
         return [sys.executable, "-m", "lockgate.cli", *args]
 
     def __call__(self, *args: str, code: int | None = 0) -> Result:
-        proc = subprocess.run(self.argv(*args), cwd=self.cwd, env=self.env, capture_output=True, text=True, timeout=120)
-        result = Result(proc.returncode, proc.stdout, proc.stderr)
+        if self.process:
+            proc = subprocess.run(
+                self.argv(*args), cwd=self.cwd, env=self.env, capture_output=True, text=True, timeout=120
+            )
+            result = Result(proc.returncode, proc.stdout, proc.stderr)
+        else:
+            result = self._in_process(list(args))
         if code is not None:
             assert result.code == code, f"lockgate {' '.join(args)} exited {result.code}:\n{result.out}\n{result.err}"
         if result.code != 0:
             assert "Traceback" not in result.err, result.err
         return result
 
+    def _in_process(self, argv: list[str]) -> Result:
+        """``run(argv)`` with this CLI's environment, directory and import path; off the loop if one runs here."""
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            return self._invoke(argv)
+        done: list[Result] = []
+        failed: list[BaseException] = []
+
+        def target() -> None:
+            try:
+                done.append(self._invoke(argv))
+            except BaseException as exc:
+                failed.append(exc)
+
+        thread = threading.Thread(target=target, name="lockgate-cli")
+        thread.start()
+        thread.join()
+        if failed:
+            raise failed[0]
+        return done[0]
+
+    def _invoke(self, argv: list[str]) -> Result:
+        env: dict[str, str | None] = {name: self.env.get(name) for name in set(self.env) | set(os.environ)}
+        env = {name: value for name, value in env.items() if os.environ.get(name) != value}
+        path, modules = list(sys.path), set(sys.modules)
+        sys.path[:0] = [p for p in self.env.get("PYTHONPATH", "").split(os.pathsep) if p and p not in sys.path]
+        try:
+            with contextlib.chdir(self.cwd), CliRunner().isolation(env=env) as (out, err, _):
+                click_formatting.FORCED_WIDTH = None  # the width a process finds (isolation forces 80)
+                try:
+                    code = run(argv)
+                except SystemExit as exc:
+                    code = exc.code if isinstance(exc.code, int) else 1
+                sys.stdout.flush()
+                sys.stderr.flush()
+                return Result(code, out.getvalue().decode(), err.getvalue().decode())
+        finally:
+            sys.path[:] = path
+            for name in set(sys.modules) - modules:  # the app modules of this directory, imported afresh next time
+                if str(getattr(sys.modules[name], "__file__", None) or "").startswith(str(self.cwd)):
+                    del sys.modules[name]
+
     def json(self, *args: str) -> Any:
         return self(*args, "--format", "json").json
+
+    def real(self) -> Lockgate:
+        """The same CLI, each call a ``python -m lockgate.cli`` process."""
+        other = Lockgate(self.store, self.cwd, self.app, process=True)
+        other.env = dict(self.env)
+        return other
 
     def run(self, run_id: str) -> dict[str, Any]:
         run: dict[str, Any] = self.json("workflows", "show", run_id)["run"]
@@ -189,6 +256,12 @@ def lg(store_url: str, tmp_path: Path) -> Lockgate:
 
 
 @pytest.fixture
+def lg_process(lg: Lockgate) -> Lockgate:
+    """The CLI on each kind of store, each call a process of its own (the script itself, end to end)."""
+    return lg.real()
+
+
+@pytest.fixture
 def cli(tmp_path: Path) -> Lockgate:
     """The CLI on a SQLite file, for what does not depend on the store (usage errors, the demo)."""
     (tmp_path / "cliapp.py").write_text(APP_SOURCE)
@@ -234,7 +307,8 @@ def test_the_serving_commands_load_when_asked_for(cli: Lockgate) -> None:
     assert "serve" not in cli("workflows", "--help").out.split("Commands:")[1]
 
 
-def test_start_then_list_and_show(lg: Lockgate) -> None:
+def test_start_then_list_and_show(lg_process: Lockgate) -> None:
+    lg = lg_process
     run_id = lg.start("double", {"n": 21})
 
     listed = lg.json("workflows", "list")
@@ -441,7 +515,7 @@ def test_help_documents_exit_codes(cli: Lockgate) -> None:
 
 def test_demo_runs_to_completion(cli: Lockgate, tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path}/demo.db"
-    result = cli("demo", "--store", url)
+    result = cli.real()("demo", "--store", url)
     # the database by its path from the current directory when it is below it
     shown = os.path.relpath(tmp_path / "demo.db", cli.cwd)
     shown = shown if not shown.startswith("..") else f"{tmp_path}/demo.db"
@@ -519,7 +593,7 @@ def test_demo_runs_to_completion(cli: Lockgate, tmp_path: Path) -> None:
         assert fulfil["payload"] == event["key"] and fulfil["source"] == "event:demo.order.paid"
     assert cli.json("events", "show", cancelled[0]["id"], "--store", url)["deliveries"] == []
 
-    cli("demo", "--store", url, "--timeout", "40s")  # a second demo starts from an empty database
+    cli.real()("demo", "--store", url, "--timeout", "40s")  # a second demo starts from an empty database
     again = cli.json("workflows", "list", "--store", url)["runs"]
     assert len([r for r in again if r["workflow"] != "demo.heartbeat"]) == 20
 

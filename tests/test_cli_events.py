@@ -1,4 +1,4 @@
-"""``lockgate events ...`` and ``workflows list --source``, run for real in subprocesses."""
+"""``lockgate events ...`` and ``workflows list --source`` (one test runs them as real processes)."""
 
 from __future__ import annotations
 
@@ -50,6 +50,7 @@ async def test_publish_list_show_and_deliveries(cli: Lockgate, env_factory: Any)
 
 
 def test_a_bad_payload_is_refused_naming_the_fields(cli: Lockgate) -> None:
+    cli = cli.real()  # this file's commands as processes of their own
     refused = cli("events", "publish", "order.paid", "--app", APP, "--key", "{}", "--payload", "{}", code=1)
     assert "key.order_id" in refused.err and "payload.total" in refused.err
     assert cli.json("events", "list")["events"] == []

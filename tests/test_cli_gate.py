@@ -1,4 +1,4 @@
-"""The gate and bulk commands of the ``lockgate`` CLI, run for real in subprocesses.
+"""The gate and bulk commands of the ``lockgate`` CLI (one test runs them as real processes).
 
 State is prepared through the CLI itself, a ``lockgate serve`` process, or an in-test
 ``TestEnv`` on the same store (closed before the CLI reads it); assertions read the
@@ -147,6 +147,7 @@ async def test_why_follows_a_collapsed_start_to_its_run(lg: Lockgate, env_factor
 
 
 def test_why_places_a_queued_concurrency_start(lg: Lockgate) -> None:
+    lg = lg.real()  # this file's commands as processes of their own
     admitted = start(lg, "cg.limited", key="k", n=1)
     queued = start(lg, "cg.limited", key="k", n=2)
     behind = start(lg, "cg.limited", key="k", n=3)

@@ -1,4 +1,4 @@
-"""``lockgate schedules ...``, run for real in subprocesses against each store."""
+"""``lockgate schedules ...``, against each store (one test runs them as real processes)."""
 
 from __future__ import annotations
 
@@ -47,6 +47,7 @@ def lockgate(tmp_path: Path, store_url: str) -> Lockgate:
 
 
 def test_next_previews_slots_in_local_time_and_utc(lockgate: Lockgate) -> None:
+    lockgate = lockgate.real()  # this file's commands as processes of their own
     doc = lockgate.json("schedules", "next", "report", "--count", "3", "--app", lockgate.app)
     assert doc["spec"] == "cron 0 3 * * *" and doc["timezone"] == "Europe/Berlin"
     assert len(doc["slots"]) == 3
