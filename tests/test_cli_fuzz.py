@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import sys
 import tempfile
 from collections.abc import Iterator
 
@@ -81,8 +82,12 @@ def _invocation(draw: st.DrawFn, stores: list[str]) -> list[str]:
 def test_every_command_fails_in_one_line_with_exit_1_or_2(stores: list[str], data: st.DataObject) -> None:
     argv = data.draw(_invocation(stores), label="argv")
     err = io.StringIO()
-    with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
-        code = run(argv)
+    stdin, sys.stdin = sys.stdin, io.StringIO("")  # a verb reading stdin ("-") must not read the worker's
+    try:
+        with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+            code = run(argv)
+    finally:
+        sys.stdin = stdin
     assert code in (0, 1, 2), (argv, code, err.getvalue())
     assert "Traceback" not in err.getvalue()
     if code:

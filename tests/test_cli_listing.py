@@ -136,6 +136,8 @@ def test_follow_shows_new_runs_until_interrupted(lg_cli: Lockgate) -> None:
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        # a test worker may itself ignore SIGINT (a replaced xdist worker does): the child must not inherit that
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     try:
         assert proc.stdout is not None

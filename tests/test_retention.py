@@ -190,12 +190,13 @@ def test_bad_retention_is_refused_naming_it() -> None:
 def test_retention_never_keeps_everything() -> None:
     engine = lg.Engine(make_app(), "sqlite:///unused.db", retention=None)
     # the schedule sweep runs whatever the app declares: schedules are also created at runtime
-    assert [s.name for s in sweeps_for(engine.worker, engine.sweep_settings)] == ["staleness", "schedules"]
+    assert [s.name for s in sweeps_for(engine.worker, engine.sweep_settings)] == ["staleness", "schedules", "routing"]
     with_retention = lg.Engine(make_app(), "sqlite:///unused.db")
     assert [s.name for s in sweeps_for(with_retention.worker, with_retention.sweep_settings)] == [
         "staleness",
         "retention",
         "schedules",
+        "routing",
     ]
     assert with_retention.retention == 30 * 86400
 

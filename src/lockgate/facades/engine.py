@@ -228,7 +228,11 @@ class Engine:
     async def open(self) -> None:
         """Validate the definitions, connect, migrate; then register and start the loops and the sweeps."""
         await self.client.open()
-        await self.dispatcher.open()
+        try:
+            await self.dispatcher.open()
+        except BaseException:  # refused at boot (an unknown --workflows name): nothing left open behind it
+            await self.client.close()
+            raise
         self.dispatcher.adopt(start_sweeps(self.dispatcher.worker, self.sweep_settings))
 
     async def close(self, *, grace: Duration = 0) -> Shutdown:

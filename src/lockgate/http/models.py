@@ -91,6 +91,7 @@ class Run(BaseModel):
     source: str | None = None
     trace_id: str | None = None
     waiting_match: list[dict[str, Any]] | None = None  # what a run parked on events waits for, with the match
+    waiting_version: dict[str, Any] | None = None  # waiting_on="version": the version it needs, what workers offer
 
     @classmethod
     def of(cls, info: RunInfo) -> Run:
