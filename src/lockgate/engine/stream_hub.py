@@ -56,7 +56,7 @@ class StreamHub:
         self.keyring = keyring
         self.clock = clock
         self.limits = StreamLimits()
-        self._readers: dict[tuple[str, str], set[_Reader]] = {}
+        self._readers: dict[str, dict[str, set[_Reader]]] = {}  # run id -> topic -> its readers here
         self._last: int | None = None
         self._poke: asyncio.Event | None = None
         self._task: asyncio.Task[None] | None = None
@@ -75,11 +75,10 @@ class StreamHub:
 
     def ended(self, run_id: str) -> None:
         """``run_id`` ended here: its readers finish once they have read everything."""
-        for (rid, _), readers in list(self._readers.items()):
-            if rid == run_id:
-                for reader in readers:
-                    reader.ended = True
-                    reader.news.set()
+        for readers in self._readers.get(run_id, {}).values():  # a run's end costs its own readers only
+            for reader in readers:
+                reader.ended = True
+                reader.news.set()
 
     async def close(self) -> None:
         task, self._task = self._task, None
@@ -102,13 +101,13 @@ class StreamHub:
             try:
                 if loop.time() - checked >= IDLE:  # runs other processes ended: one query for every reader
                     checked = loop.time()
-                    for run_id in await self.store.read(runs.ended_runs, sorted({k[0] for k in self._readers})):
+                    for run_id in await self.store.read(runs.ended_runs, sorted(self._readers)):
                         self.ended(run_id)
                 while True:
                     rows = await self.store.read(store_streams.tail, self._last or 0, PAGE)
                     for row in rows:
                         self._last = max(self._last or 0, int(row["id"]))
-                        for reader in self._readers.get((row["run_id"], row["topic"]), ()):
+                        for reader in self._readers.get(row["run_id"], {}).get(row["topic"], ()):
                             reader.rows.append(row)
                             reader.news.set()
                     if len(rows) < PAGE:
@@ -120,17 +119,20 @@ class StreamHub:
     async def _join(self, key: tuple[str, str], reader: _Reader) -> None:
         if self._last is None:
             self._last = await self.store.read(store_streams.last_id)
-        self._readers.setdefault(key, set()).add(reader)
+        self._readers.setdefault(key[0], {}).setdefault(key[1], set()).add(reader)
         if self._task is None or self._task.done():
             self._poke = asyncio.Event()
             self._task = asyncio.ensure_future(self._follow())
 
     def _leave(self, key: tuple[str, str], reader: _Reader) -> None:
-        readers = self._readers.get(key)
+        topics = self._readers.get(key[0], {})
+        readers = topics.get(key[1])
         if readers is not None:
             readers.discard(reader)
             if not readers:
-                del self._readers[key]
+                del topics[key[1]]
+            if not topics:
+                del self._readers[key[0]]
 
     # -- one reader -----------------------------------------------------------------------
 
