@@ -680,6 +680,15 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
+def one_place(store: str, folder: Path, bench: str) -> Place:
+    """The one store a bench that measures a single place runs on: ``sqlite`` (synchronous FULL) or a PostgreSQL URL."""
+    if store == "sqlite":
+        return Place("sqlite", "full", folder)
+    if store.startswith(("postgresql:", "postgres:")):
+        return Place("postgres", "default", server_url=store)
+    raise SystemExit(f"{bench}: unsupported --store {store!r}: use sqlite or postgresql://...")
+
+
 def _places(args: argparse.Namespace, folder: Path) -> list[Place]:
     store: str = args.store
     if store == "sqlite":

@@ -33,7 +33,7 @@ from pydantic import BaseModel
 import lockgate as lg
 
 from . import event_waits
-from .core import Place, _folder, _pct
+from .core import Place, _folder, _pct, one_place
 from .report import Cell, machine, print_table, ratio, write_json
 
 __all__ = ["build_app", "main"]
@@ -222,12 +222,7 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     args = _parse(argv)
     with _folder(args.dir) as folder:
-        if args.store == "sqlite":
-            place = Place("sqlite", "full", folder)
-        elif args.store.startswith(("postgresql:", "postgres:")):
-            place = Place("postgres", "default", server_url=args.store)
-        else:
-            raise SystemExit(f"bench.events: unsupported --store {args.store!r}: use sqlite or postgresql://...")
+        place = one_place(args.store, folder, "bench.events")
         try:
             result = asyncio.run(run(place, args))
         finally:

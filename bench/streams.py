@@ -33,7 +33,7 @@ from pydantic import BaseModel
 import lockgate as lg
 from lockgate.http import bind_socket, create_app, serve_http
 
-from .core import Place, _folder, _pct
+from .core import Place, _folder, _pct, one_place
 from .report import Cell, machine, print_table, write_json
 
 __all__ = ["main"]
@@ -224,12 +224,7 @@ def main(argv: list[str] | None = None) -> int:
         asyncio.run(read_main(args.read[0], args.read[1], int(args.read[2])))
         return 0
     with _folder(args.dir) as folder:
-        if args.store == "sqlite":
-            place = Place("sqlite", "full", folder)
-        elif args.store.startswith(("postgresql:", "postgres:")):
-            place = Place("postgres", "default", server_url=args.store)
-        else:
-            raise SystemExit(f"bench.streams: unsupported --store {args.store!r}: use sqlite or postgresql://...")
+        place = one_place(args.store, folder, "bench.streams")
         try:
             result = asyncio.run(run(place, args))
         finally:
