@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any
 
 import httpx
@@ -14,25 +13,9 @@ from lockgate.errors import InvalidArgument
 from lockgate.http import AccessPolicy, create_app
 
 from .apps.event_waits import Order, app, order_cancelled, order_lost, order_shipped
+from .apps.waits import eventually, parked_on
 
 KEY = generate_key()
-
-
-async def until(probe: Any, timeout: float = 10.0) -> None:
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while not await probe():
-        if loop.time() > deadline:
-            raise TimeoutError("condition not reached")
-        await asyncio.sleep(0.01)
-
-
-async def parked_on(engine: lg.Client, run_id: str, waiting_on: str) -> None:
-    async def probe() -> bool:
-        run = await engine.get_run(run_id)
-        return run.waiting_on == waiting_on and run.status == "running"
-
-    await until(probe)
 
 
 async def test_an_event_published_after_the_wait_resumes_the_parked_run(env_factory: Any) -> None:
@@ -147,7 +130,7 @@ async def test_a_cancel_published_first_wins_over_the_wait(env_factory: Any) -> 
         async def cancelled() -> bool:
             return (await engine.get_run(h.run_id)).status == "cancelled"
 
-        await until(cancelled)
+        await eventually(cancelled, timeout=10.0, interval=0.01, what="cancelled")
         # published after the shipment, a cancel does not undo the wait
         env.clock.advance(1)
         other = await engine.start("ew.cancellable", {"order_id": "o-c"})

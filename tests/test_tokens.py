@@ -16,25 +16,9 @@ from lockgate.http import AccessPolicy, create_app
 from lockgate.store import messages
 
 from .apps.tokens import app, handed
+from .apps.waits import parked_on
 
 KEY = generate_key()
-
-
-async def until(probe: Any, timeout: float = 10.0) -> None:
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while not await probe():
-        if loop.time() > deadline:
-            raise TimeoutError("condition not reached")
-        await asyncio.sleep(0.01)
-
-
-async def parked_on(engine: lg.Engine, run_id: str, waiting_on: str) -> None:
-    async def probe() -> bool:
-        run = await engine.get_run(run_id)
-        return run.waiting_on == waiting_on and run.status == "running"
-
-    await until(probe)
 
 
 async def token_messages(engine: lg.Engine, run_id: str) -> list[Any]:

@@ -37,3 +37,13 @@ async def eventually(
         if loop.time() > deadline:
             raise TimeoutError(f"{what} not reached within {timeout}s (last: {value!r})")
         await asyncio.sleep(interval)
+
+
+async def parked_on(reader: Any, run_id: str, waiting_on: str, timeout: float = 10.0) -> None:
+    """Until run ``run_id`` (read through an engine or a client) is running and parked on ``waiting_on``."""
+
+    async def probe() -> bool:
+        run = await reader.get_run(run_id)
+        return bool(run.waiting_on == waiting_on and run.status == "running")
+
+    await eventually(probe, timeout=timeout, interval=0.01, what=f"run {run_id} parked on {waiting_on}")
