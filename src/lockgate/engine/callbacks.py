@@ -21,15 +21,15 @@ from pydantic import BaseModel
 from ..callbacks import CallbackToken, TokenExpired, TokenRejected, callback_url, new_token, token_hash
 from ..crypto import Sealer, is_sealed
 from ..durations import Duration, to_seconds
-from ..errors import InvalidArgument, PayloadError
+from ..errors import InvalidArgument
 from ..ids import new_id
 from ..names import name_problem
 from ..serde import import_model, payload_json, validate_payload
 from ..store import callbacks as store_tokens
-from ..store import messages
 from ..store.base import Row, Tx
 from .core import Core
 from .durable import Running, Wait, model_ref
+from .operations import take_message
 
 __all__ = ["TokenOperations", "complete_token", "create_token", "recorded_outcome", "wait_for_token"]
 
@@ -95,6 +95,17 @@ def recorded_token(x: Running, key: str, output: str, model: type[BaseModel] | N
     return CallbackToken.from_dict(json.loads(text), model)
 
 
+
+_REJECTED: Any = object()
+
+
+def _outcome(token: CallbackToken, body: str) -> Any:
+    """What a completion's payload gives the body, or ``_REJECTED`` (raised once the completion is recorded)."""
+    try:
+        return recorded_outcome(token, body)
+    except TokenRejected:
+        return _REJECTED
+
 async def wait_for_token(x: Running, token: CallbackToken) -> Any:
     """``ctx.wait_for_token``: the payload the token was completed with (as its model, when it has one).
 
@@ -106,35 +117,22 @@ async def wait_for_token(x: Running, token: CallbackToken) -> Any:
     if entry is not None and entry["status"] == "completed":
         return recorded_outcome(token, _opened(x, key, entry["output"]))
     due = None if token.expires_at is None else token.expires_at.timestamp()
-    clock, store = x.clock, x.store
+    clock = x.clock
     async with x.busy():
-        while True:
-            message = await store.read(messages.next_message, x.run_id, "token", token.id)
-            if message is None:
-                break
-            body = message["payload"]
-            if x.sealer is not None:
-                body = x.sealer.open(f"msg:{message['id']}", "payload", body)
-            try:
-                outcome = recorded_outcome(token, body)
-            except PayloadError as exc:  # a model the completing process could not import: checked here
-                await store.write(
-                    messages.settle_message,
-                    message["id"],
-                    clock.now(),
-                    status="failed",
-                    error_tag="PayloadError",
-                    error_message=str(exc),
-                )
-                x.event("token-payload-rejected", {"name": token.name, "token_id": token.id, "error": str(exc)})
-                continue
-            except TokenRejected:
-                outcome = None
+        taken = await take_message(
+            x,
+            "token",
+            token.id,
+            lambda body: _outcome(token, body),  # a model the completing process could not import: checked here
+            lambda _, exc: ("token-payload-rejected", {"name": token.name, "token_id": token.id, "error": str(exc)}),
+        )
+        if taken is not None:
+            message, body, outcome = taken
             stored = body if x.sealer is None else x.sealer.seal(key, "output", body)
             done = {"step_key": key, "kind": "token", "status": "completed", "output": stored, "due_at": due}
             await x.record(done, message={"id": message["id"], "status": "consumed"})
             x.event("token-received", {"name": token.name, "token_id": token.id, "step": key})
-            return recorded_outcome(token, body) if outcome is None else outcome
+            return recorded_outcome(token, body) if outcome is _REJECTED else outcome
         if due is not None and due <= clock.now():
             expired = json.dumps({"expired": True})
             stored = expired if x.sealer is None else x.sealer.seal(key, "output", expired)

@@ -9,6 +9,7 @@ executor.
 from __future__ import annotations
 
 import asyncio
+import typing
 import uuid as _uuid
 from collections.abc import Awaitable, Callable
 from datetime import datetime
@@ -37,6 +38,7 @@ __all__ = [
     "sleep",
     "sleep_until",
     "start_child",
+    "take_message",
     "uuid",
     "wait_child",
     "wait_for_signal",
@@ -148,7 +150,7 @@ async def wait_for_signal(x: Running, name: str, model: type[M], *, timeout: Dur
     entry = x.entry(key)
     if entry is not None and entry["status"] == "completed":
         return None if entry["output"] is None else validate_payload(model, entry["output"], what=f"signal {name!r}")
-    clock, store = x.clock, x.store
+    clock = x.clock
     due: float | None = None
     async with x.busy():
         if timeout is not None:
@@ -167,26 +169,16 @@ async def wait_for_signal(x: Running, name: str, model: type[M], *, timeout: Dur
                 )
             else:
                 due = float(entry["due_at"])
-        while True:
-            message = await store.read(messages.next_message, x.run_id, "signal", name)
-            if message is None:
-                break
-            body = message["payload"]
-            if x.sealer is not None:
-                body = x.sealer.open(f"msg:{message['id']}", "payload", body)
-            try:
-                value = validate_payload(model, body, what=f"signal {name!r}")
-            except PayloadError as exc:
-                await store.write(
-                    messages.settle_message,
-                    message["id"],
-                    clock.now(),
-                    status="failed",
-                    error_tag="PayloadError",
-                    error_message=str(exc),
-                )
-                x.event("signal-rejected", {"name": name, "message_id": message["id"], "error": str(exc)})
-                continue
+        taken = await take_message(
+            x,
+            "signal",
+            name,
+            lambda body: validate_payload(model, body, what=f"signal {name!r}"),
+            lambda message, exc: ("signal-rejected", {"name": name, "message_id": message["id"], "error": str(exc)}),
+        )
+        if taken is not None:
+            message, _, value = taken
+            value = typing.cast(M, value)
             await x.record(
                 {
                     "step_key": key,
@@ -205,6 +197,32 @@ async def wait_for_signal(x: Running, name: str, model: type[M], *, timeout: Dur
             return None
         x.event("signal-awaited", {"name": name, "step": key, "timeout_at": due})
     await x.block(Wait("signal", wake_at=due, names=[name], models=model_ref(name, model)))
+
+
+async def take_message(
+    x: Running,
+    kind: str,
+    name: str,
+    check: Callable[[str], Any],
+    rejected: Callable[[Row, PayloadError], tuple[str, dict[str, Any]]],
+) -> tuple[Row, str, Any] | None:
+    """The next pending ``kind`` message for ``name`` that ``check`` accepts: the message, its payload in
+    clear and what ``check`` made of it (``None`` when none is pending). One ``check`` refuses with a
+    ``PayloadError`` is settled as failed and reported (``rejected`` gives the event), and the next is read."""
+    while True:
+        message = await x.store.read(messages.next_message, x.run_id, kind, name)
+        if message is None:
+            return None
+        body = message["payload"]
+        if x.sealer is not None:
+            body = x.sealer.open(f"msg:{message['id']}", "payload", body)
+        try:
+            return message, body, check(body)
+        except PayloadError as exc:
+            now = x.clock.now()
+            failed = {"status": "failed", "error_tag": "PayloadError", "error_message": str(exc)}
+            await x.store.write(messages.settle_message, message["id"], now, **failed)
+            x.event(*rejected(message, exc))
 
 
 async def handle_update(x: Running, name: str, model: type[M], handler: Callable[[M], Awaitable[T] | T]) -> T:
