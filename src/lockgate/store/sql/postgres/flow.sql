@@ -4,12 +4,14 @@
 -- Everything a decision on one key reads, in one statement: its limits, its pause, the slots held, the
 -- starts in its window (and the oldest of them), the asking step's own place, if any, and the waiters ahead
 -- of it (stepflow_ahead's count, up to %(cap)s).
+-- Each run is read by its id behind OFFSET 0 (see stepflow_heads).
 SELECT k.key, k.rate, k.period, k.parallelism, k.declared, k.burst, k.weighted,
     (SELECT COUNT(*) FROM lockgate_pauses
      WHERE scope = 'key:' || k.key AND (until IS NULL OR until > %(now)s)) AS paused,
     (SELECT MAX(COALESCE(until, 1e308)) FROM lockgate_pauses
      WHERE scope = 'key:' || k.key AND (until IS NULL OR until > %(now)s)) AS paused_until,
-    (SELECT COUNT(*) FROM lockgate_flow_slots s JOIN lockgate_runs r ON r.id = s.run_id
+    (SELECT COUNT(*) FROM lockgate_flow_slots s
+     CROSS JOIN LATERAL (SELECT status, owner, epoch, lease_until FROM lockgate_runs WHERE id = s.run_id OFFSET 0) r
      WHERE s.key = k.key AND s.state = 'running' AND r.status = 'running' AND r.owner IS NOT NULL
        AND r.epoch = s.epoch AND r.lease_until >= %(now)s) AS running,
     (SELECT COUNT(*) FROM lockgate_flow_starts WHERE key = k.key AND at > %(now)s - k.period) AS started,
@@ -17,7 +19,8 @@ SELECT k.key, k.rate, k.period, k.parallelism, k.declared, k.burst, k.weighted,
     m.id AS my_id, m.state AS my_state, m.waiting_since AS my_since, m.priority AS my_priority,
     m.attempt AS my_attempt, m.first_at AS my_first, m.epoch AS my_epoch, m.started_at AS my_started,
     (SELECT COUNT(*) FROM (
-        SELECT 1 FROM lockgate_flow_slots w JOIN lockgate_runs wr ON wr.id = w.run_id
+        SELECT 1 FROM lockgate_flow_slots w
+        CROSS JOIN LATERAL (SELECT status FROM lockgate_runs WHERE id = w.run_id OFFSET 0) wr
         WHERE w.key = k.key AND w.state = 'waiting' AND wr.status = 'running'
           AND (m.state IS DISTINCT FROM 'waiting' OR w.priority > m.priority OR (w.priority = m.priority AND w.id < m.id))
           AND NOT (w.run_id = %(run_id)s AND w.step_key = %(step_key)s)
@@ -72,7 +75,8 @@ WHERE key = %(key)s AND run_id = %(run_id)s AND step_key = %(step_key)s;
 -- name: stepflow_ahead
 -- Waiters of live runs that start before the given place in line (counted up to %(room)s).
 SELECT COUNT(*) AS n FROM (
-    SELECT 1 FROM lockgate_flow_slots s JOIN lockgate_runs r ON r.id = s.run_id
+    SELECT 1 FROM lockgate_flow_slots s
+    CROSS JOIN LATERAL (SELECT status FROM lockgate_runs WHERE id = s.run_id OFFSET 0) AS r
     WHERE s.key = %(key)s AND s.state = 'waiting' AND r.status = 'running'
       AND (%(id)s::bigint IS NULL OR s.priority > %(priority)s OR (s.priority = %(priority)s AND s.id < %(id)s))
       AND NOT (s.run_id = %(run_id)s AND s.step_key = %(step_key)s)
@@ -100,10 +104,11 @@ DELETE FROM lockgate_flow_slots WHERE key = %(key)s AND run_id = %(run_id)s AND 
 -- locked, and one another transaction holds is skipped, never waited for (this one holds the key's lock):
 -- that one is claiming it (it will ask for a slot itself), parking it (it looks for room under the key's
 -- lock next) or ending it. A run held by a worker is never locked here: its holder's writes never wait.
--- The line is read once, then each of its first runs by its id (a plan that walked the runs would grow
--- with every parked run).
+-- The line is read once (each run by its id, as stepflow_heads reads it), then each of its first parked runs
+-- by its id (a plan that walked the runs would grow with every parked run).
 WITH heads AS MATERIALIZED (
-    SELECT s.run_id FROM lockgate_flow_slots s JOIN lockgate_runs r ON r.id = s.run_id
+    SELECT s.run_id, r.owner, r.wake_at FROM lockgate_flow_slots s
+    CROSS JOIN LATERAL (SELECT status, owner, wake_at FROM lockgate_runs WHERE id = s.run_id OFFSET 0) AS r
     WHERE s.key = %(key)s AND s.state = 'waiting' AND r.status = 'running'
     ORDER BY s.priority DESC, s.id LIMIT %(n)s
 ), parked AS (
@@ -112,6 +117,7 @@ WITH heads AS MATERIALIZED (
         WHERE id = h.run_id AND status = 'running' AND owner IS NULL AND (wake_at IS NULL OR wake_at > %(at)s)
         FOR UPDATE SKIP LOCKED
     ) AS r
+    WHERE h.owner IS NULL AND (h.wake_at IS NULL OR h.wake_at > %(at)s)  -- held ones are not looked at again
 )
 UPDATE lockgate_runs SET wake_at = %(at)s, updated_at = %(now)s
 WHERE id IN (SELECT id FROM parked)
@@ -135,9 +141,14 @@ GROUP BY workflow;
 
 -- name: stepflow_heads
 -- The first %(n)s of the key's line (waiters of live runs), with what a hand-off needs of each run: held by a
--- worker (owner, epoch, lease) or parked (wake_at).
+-- worker (owner, epoch, lease) or parked (wake_at). Each run is read by its id behind OFFSET 0, which keeps
+-- the status test outside: joined plainly, a planner without statistics (a table filled since its last
+-- ANALYZE) may answer ``status = 'running'`` from the partial runnable index and read every live run per waiter.
 SELECT s.id, s.run_id, s.step_key, s.waiting_since, s.attempt, s.first_at, r.owner, r.epoch, r.lease_until, r.wake_at
-FROM lockgate_flow_slots s JOIN lockgate_runs r ON r.id = s.run_id
+FROM lockgate_flow_slots s
+CROSS JOIN LATERAL (
+    SELECT status, owner, epoch, lease_until, wake_at FROM lockgate_runs WHERE id = s.run_id OFFSET 0
+) AS r
 WHERE s.key = %(key)s AND s.state = 'waiting' AND r.status = 'running'
 ORDER BY s.priority DESC, s.id LIMIT %(n)s;
 
