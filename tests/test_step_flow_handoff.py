@@ -74,14 +74,23 @@ async def test_a_freed_slot_goes_to_the_step_waiting_in_place(make_engine: Any) 
     durations=st.lists(st.integers(min_value=0, max_value=20), min_size=3, max_size=12),
     engines=st.integers(min_value=1, max_value=2),
     gathered=st.booleans(),
+    slots=st.one_of(st.none(), st.integers(min_value=1, max_value=4)),
 )
 def test_handed_slots_never_exceed_the_limits(
-    store_url: str, parallelism: int, rate: int | None, durations: list[int], engines: int, gathered: bool
+    store_url: str,
+    parallelism: int,
+    rate: int | None,
+    durations: list[int],
+    engines: int,
+    gathered: bool,
+    slots: int | None,
 ) -> None:
-    """Any mix of step lengths, one or two engines, steps in sequence or gathered: a step handed its
-    slot in place (or on another engine) never makes the key run more than its parallelism at once,
-    nor start more than its rate in a period; every step runs once and every run ends."""
-    asyncio.run(_handoffs(store_url, parallelism, rate, durations, engines, gathered))
+    """Any mix of step lengths, one or two engines, steps in sequence or gathered, engines with few places
+    (``slots``: a step waiting in place is parked to make room for a due run, and a slot passes a parked run
+    ahead to the next waiter held): a step handed its slot in place (or on another engine) never makes the
+    key run more than its parallelism at once, nor start more than its rate in a period; every step runs
+    once and every run ends."""
+    asyncio.run(_handoffs(store_url, parallelism, rate, durations, engines, gathered, slots=slots))
 
 
 @pytest.mark.slow
@@ -118,6 +127,7 @@ async def _handoffs(
     engines: int,
     gathered: bool,
     burst: int | None = None,
+    slots: int | None = None,
 ) -> None:
     period = 0.4
     key = f"mix-{uuid.uuid4().hex[:8]}"  # examples share the test's store: each its own key
@@ -147,6 +157,8 @@ async def _handoffs(
         )
 
     opts: dict[str, Any] = {"poll_interval": 0.05, "inline_sleep": 0.1, "lease": "30s"}
+    if slots is not None:
+        opts["max_concurrent_runs"] = slots
     async with lg.Engine(app, store_url, **opts) as one, lg.Engine(app, store_url, **opts) as two:
         audit_flow_starts(store_url)
         pick = [one, two][:engines]

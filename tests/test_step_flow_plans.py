@@ -45,7 +45,16 @@ def _params(n: int) -> dict[str, dict[str, Any]]:
     return {
         "stepflow_state": {"key": KEY, "now": NOW, "run_id": last, "step_key": "s#0", "cap": HEADS},
         "stepflow_heads": {"key": KEY, "n": HEADS},
-        "stepflow_ahead": {"key": KEY, "run_id": last, "step_key": "s#0", "id": None, "priority": 0, "room": HEADS},
+        "stepflow_ahead": {
+            "key": KEY,
+            "run_id": last,
+            "step_key": "s#0",
+            "id": None,
+            "priority": 0,
+            "room": HEADS,
+            "held": True,
+            "now": NOW,
+        },
         "stepflow_wake_waiters": {"key": KEY, "n": HEADS, "at": NOW, "now": NOW},
     }
 

@@ -39,6 +39,7 @@ from ..routing import Selection, claim_filter, offers_for, taken
 from ..store import journal as store_journal
 from ..store import runs, shared, workers
 from ..store.base import Row
+from . import flow_waiters
 from .core import Core, WorkflowRef
 from .durable import Running
 from .executor import Execution
@@ -111,6 +112,8 @@ class Dispatcher:
         self._workflows: frozenset[str] = frozenset()  # the workflows this process takes (routing.taken)
         self._claim_keys = self._claim_patches = "[]"  # routing.claim_filter: what its claims ask for
         self._full = False  # the dispatcher waits for a run to end before it can claim
+        self._pressed = False  # the last claim filled every place, not only with runs back for a flow slot
+        self._give_way = flow_waiters.RoomMaker(self.store, worker_id, core.poll_interval)
         self._reserved = 0  # slots held for runs blocking starts claim as they create them
         core.serve(self)
         self.worker = WorkerRuntime(
@@ -353,6 +356,14 @@ class Dispatcher:
     def _room(self) -> int:
         return self.max_concurrent_runs - len(self.inflight) - self._reserved
 
+    def room_to_wait(self, deep: int) -> bool:
+        """Whether a refused step waits in place further back in its key's line than its parallelism (``deep``:
+        how many do here now): in nine tenths of the places at most, and only while the last claim did not
+        fill every place with runs that were not parked for a flow slot (others are due: it parks, as they
+        will). A run due later takes a waiter's place (``flow_waiters.RoomMaker``)."""
+        cap = self.max_concurrent_runs - max(1, self.max_concurrent_runs // 10)
+        return self._running and not self.draining and not self._pressed and deep < cap
+
     def finishes_here(self, row: Row) -> bool:
         """A run this engine holds, or will claim when it is due, ends here: waiters are woken, not polling.
 
@@ -404,6 +415,8 @@ class Dispatcher:
                 delay = self.core.poll_interval  # full, or nothing due is ours: wait for a wake-up, never spin
                 free = self._room()
                 self._full = free <= 0
+                if free <= 0:
+                    await self._give_way.look(self.clock.now())  # steps waiting in place give way to due runs
                 if free > 0:
                     # Claim at once: an empty claim costs what the read that would precede it costs.
                     now = self.clock.now()
@@ -412,6 +425,7 @@ class Dispatcher:
                     )
                     for row in claimed:
                         self.launch(row)
+                    self._pressed = len(claimed) == free and any(r["waiting_on"] != "flow" for r in claimed)
                     if len(claimed) == free:
                         continue  # there may be more; the next turn waits for a free slot
                     due = await self.store.read(runs.next_wake, self.worker_id)

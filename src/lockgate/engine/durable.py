@@ -91,6 +91,11 @@ class Host(Protocol):
 
     def wake(self, at: float | None = None) -> None: ...
 
+    def room_to_wait(self, deep: int) -> bool:
+        """Whether a step refused by its flow key, further back in line than its parallelism, waits in place
+        (``deep``: how many such steps wait in place in this worker now)."""
+        ...
+
     async def hand_off(self, defn: WorkflowDef, row: Row, status: str) -> HandOff | None: ...
 
     def after_finish(

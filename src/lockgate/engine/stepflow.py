@@ -44,15 +44,13 @@ from ..store.base import Tx
 from ..store.coalesce import with_locks
 from ..store.shared import Fence
 from .durable import Running, Wait, call
+from .flow_waiters import EVICTED, RECHECK, deliver, waiters
 
 __all__ = [
-    "RECHECK",
     "Exempt",
     "StepGate",
-    "Waiters",
     "attempt",
     "current",
-    "deliver",
     "gate_for",
     "park",
     "park_run",
@@ -68,100 +66,6 @@ _RESERVED: contextvars.ContextVar[Reservation | None] = contextvars.ContextVar("
 # The (key, declaration) pairs this process has written to each store: a key is declared once per process.
 _DECLARED: weakref.WeakKeyDictionary[Store, set[tuple[str, str]]] = weakref.WeakKeyDictionary()
 _BACKGROUND: set[asyncio.Future[Any]] = set()
-RECHECK = 0.5
-"""Seconds a step waiting in place for a hand-off goes without news before it asks the store again."""
-
-
-class Waiters:
-    """The steps of this process waiting in place for a slot of their key, on one store.
-
-    A hand-off found in a transaction's answer (``deliver``) starts its step at once; a
-    notification that another process handed a slot to a step held here (PostgreSQL) has the
-    waiters' rows read once, and those given a slot start.
-    """
-
-    def __init__(self, store: Store) -> None:
-        self.store = store
-        self.waiting: dict[tuple[str, str], asyncio.Future[flow.Grant | None]] = {}
-        self.owners: set[str] = set()
-        self.early: dict[tuple[str, str], tuple[float, flow.Grant | None]] = {}  # handed before their step waited
-        self._reading: asyncio.Task[None] | None = None
-        self._again = False
-        store.add_listener(self._on_wakeup)
-
-    def wait(self, run_id: str, step_key: str, owner: str, asked: float) -> asyncio.Future[flow.Grant | None]:
-        """A future for the step's hand-off; ``asked``: the loop's time its refused ``acquire`` was sent
-        (a slot handed before then went to an earlier ask, which took it or lost it)."""
-        future: asyncio.Future[flow.Grant | None] = asyncio.get_running_loop().create_future()
-        early = self.early.pop((run_id, step_key), None)
-        if early is not None and early[0] >= asked:
-            future.set_result(early[1])
-        self.waiting[(run_id, step_key)] = future
-        self.owners.add(owner)
-        return future
-
-    def done(self, run_id: str, step_key: str) -> None:
-        self.waiting.pop((run_id, step_key), None)
-
-    def hand(self, handed: flow.Handed) -> None:
-        place = (handed.run_id, handed.step_key)
-        future = self.waiting.get(place)
-        if future is None:
-            # Its step may not wait yet: refused in the very commit that handed it the slot, its answer
-            # not yet read. Kept a moment for it (a step that never comes asks the store, and finds it).
-            now = asyncio.get_running_loop().time()
-            if len(self.early) > 1000:
-                self.early = {k: v for k, v in self.early.items() if v[0] > now - RECHECK}
-            self.early[place] = (now, handed.grant)
-        elif not future.done():
-            future.set_result(handed.grant)
-
-    def _on_wakeup(self, channel: str, payload: str) -> None:
-        if channel not in ("flow", "flow-ask") or payload not in self.owners or not self.waiting:
-            return
-        if channel == "flow-ask":  # a turn came under a rate window: the waiters here ask again
-            for future in self.waiting.values():
-                if not future.done():
-                    future.set_result(None)
-            return
-        if self._reading is not None and not self._reading.done():
-            self._again = True  # read once more when this read is done: it may have begun before the hand-off
-            return
-        self._reading = asyncio.ensure_future(self._read())
-
-    async def _read(self) -> None:
-        while True:
-            self._again = False
-            ids = sorted({run_id for run_id, _ in self.waiting})
-            try:
-                rows = await self.store.read(flow.handed_slots, ids)
-            except StoreError:
-                rows = []  # the waiters ask again on their own
-            for row in rows:
-                future = self.waiting.get((row["run_id"], row["step_key"]))
-                if future is not None and not future.done():
-                    future.set_result(None)  # ask again: the grant is read under the step's own hold
-            if not self._again:
-                return
-
-
-_WAITERS: weakref.WeakKeyDictionary[Store, Waiters] = weakref.WeakKeyDictionary()
-
-
-def _waiters(store: Store) -> Waiters:
-    found = _WAITERS.get(store)
-    if found is None:
-        found = _WAITERS[store] = Waiters(store)
-    return found
-
-
-def deliver(store: Store, handed: tuple[flow.Handed, ...] | list[flow.Handed]) -> None:
-    """Slots a committed transaction handed over: the steps waiting for them here start now."""
-    if not handed:
-        return
-    waiters = _waiters(store)
-    for h in handed:
-        waiters.hand(h)
 
 
 def _limits_of(given: Any, payload: Any) -> FlowLimits | None:
@@ -277,6 +181,8 @@ class StepGate:
         self.settle_with: Any = None  # a weighted key: the callable of the result that settles them
         self._reserved: Reservation | None = None
         self._reserved_token: contextvars.Token[Reservation | None] | None = None
+        self._recheck = RECHECK  # waiting in place further back in line: how long until it asks again
+        self._since: float | None = None  # when it first waited in place
 
     def _declaration(self) -> dict[str, Any] | None:
         limits = self.limits
@@ -310,7 +216,7 @@ class StepGate:
                 asked = asyncio.get_running_loop().time()
                 declared = self._declaration()
                 try:
-                    step, priority, here = self._step_key, self._priority, _waiters(x.store).waiting
+                    step, priority, here = self._step_key, self._priority, waiters(x.store).waiting
                     grant = await x.store.write(
                         flow.acquire,
                         declared,
@@ -355,8 +261,12 @@ class StepGate:
             if grant.retry_at is not None and grant.retry_at - now <= x.host.inline_sleep:
                 await x.clock.sleep_until(grant.retry_at)  # the window opens soon: wait in place
                 continue
-            if grant.near and grant.retry_at is None:
-                handed = await self._wait_here(asked)
+            if grant.retry_at is None and (grant.near or (grant.moving and self._room_to_wait())):
+                handed = await self._wait_here(asked, near=grant.near)
+                if handed is EVICTED:  # its worker needs the place for a run due: park, back near the turn
+                    await block(Wait("flow", flow_keys=[key]))
+                    handed = None
+                    continue
                 if handed is not None and not handed.granted and handed.retry_at is not None:
                     if handed.retry_at - x.clock.now() <= x.host.inline_sleep:
                         await x.clock.sleep_until(handed.retry_at)
@@ -368,17 +278,29 @@ class StepGate:
             else:
                 await _block_until(x, block, wait, grant.retry_at)
 
-    async def _wait_here(self, asked: float) -> flow.Grant | None:
-        """Wait in place for a slot handed over (its grant), news to ask again on (``None``), or ``RECHECK``."""
+    def _room_to_wait(self) -> bool:
         x = self._x
-        waiters = _waiters(x.store)
-        future = waiters.wait(x.run_id, self._step_key, x.fence.owner, asked)
+        return x.host.room_to_wait(len(waiters(x.store).deep))
+
+    async def _wait_here(self, asked: float, near: bool = True) -> flow.Grant | None:
+        """Wait in place for a slot handed over (its grant), news to ask again on (``None``), or ``RECHECK``
+        (further back in line on PostgreSQL, each recheck without news waits twice as long, up to 8x)."""
+        x = self._x
+        here = waiters(x.store)
+        if self._since is None:
+            self._since = asked
+        future = here.wait(x.run_id, self._step_key, x.fence.owner, asked, deep=not near, since=self._since)
+        recheck = RECHECK if near else self._recheck
         try:
-            return await asyncio.wait_for(future, RECHECK)
+            handed = await asyncio.wait_for(future, recheck)
+            self._recheck = RECHECK
+            return handed
         except TimeoutError:
+            if x.store.dialect == "postgres":  # told to ask by a notification: the look is a fallback
+                self._recheck = min(recheck * 2, 8 * RECHECK)
             return None
         finally:
-            waiters.done(x.run_id, self._step_key)
+            here.done(x.run_id, self._step_key)
 
     def back_pressure(self, error: BaseException) -> None:
         """An error that asks to retry later (``RetryAfter``, any ``retry_after``) pauses the key for every run.
@@ -436,7 +358,7 @@ class StepGate:
 async def _release(
     tx: Tx, key: str, run_id: str, step_key: str, x: Running, settled: tuple[int, int] | None = None
 ) -> flow.Woken:
-    waiting = _waiters(x.store).waiting
+    waiting = waiters(x.store).waiting
     return await flow.release(tx, key, run_id, step_key, x.clock.now, x.fence.owner, waiting, settled)
 
 
@@ -445,7 +367,7 @@ def _released(x: Running, done: asyncio.Future[flow.Woken]) -> None:
     if done.cancelled() or done.exception() is not None:
         return
     woken = done.result()
-    deliver(x.store, woken.handed)
+    deliver(x.store, woken.handed, woken.unplaced)
     if woken.woke:
         x.host.wake(x.clock.now())
 

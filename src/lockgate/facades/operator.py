@@ -11,7 +11,7 @@ from typing import Any
 
 from ..definitions import WorkflowDef
 from ..durations import Duration
-from ..engine import stepflow
+from ..engine import flow_waiters
 from ..engine.core import Core
 from ..errors import InvalidArgument, LockgateError, UnknownWorkflow
 from ..flowcontrol import check_limits
@@ -190,7 +190,7 @@ class OperatorVerbs:
             raise InvalidArgument(str(exc)) from None
         core = self.core
         handed = await core.store.write(flow.set_key, key, checked_rate, seconds, checked_par, core.clock.now())
-        stepflow.deliver(core.store, handed)  # steps waiting here for a slot of the key start now
+        flow_waiters.deliver(core.store, handed)  # steps waiting here for a slot of the key start now
         core.runtime.wake(core.clock.now())  # a woken run is claimable here too
         return (await self.flow_keys(key))[0]
 

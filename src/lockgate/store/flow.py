@@ -68,6 +68,7 @@ class Grant:
     attempt: int = 1  # the attempt the step waited to begin, as its waiting row kept it across a park
     first: float | None = None  # when its first attempt began (kept with it)
     near: bool = False  # refused near the head of the line: wait in the process for the slot to be handed over
+    moving: bool = False  # refused, in a line whose slots are handed on as steps end (no pause, full window, burst)
     handed: tuple[Handed, ...] = ()  # slots this transaction handed to other waiters (see ``Handed``)
     woke: bool = False  # it woke parked runs (runnable now)
     on_burst: bool = False  # granted on burst (a burst key: ``lockgate.buckets.bucket_hit``)
@@ -101,6 +102,7 @@ class Woken:
 
     handed: tuple[Handed, ...] = ()
     woke: bool = False
+    unplaced: int = 0  # room no waiter in the lines' first places took (they were parked): who waits, asks
 
 
 def _limits(declared: dict[str, Any]) -> dict[str, Any]:
@@ -260,7 +262,7 @@ async def acquire(
     room, at = await _room(tx, state, now)
     near = _near(state)
     place = {"key": key, "run_id": run_id, "step_key": step_key}
-    place_in_line = {**place, "id": None, "priority": priority, "room": 1}
+    place_in_line = {**place, "id": None, "priority": priority, "room": 1, "held": True, "now": now}
     if waiting:
         place_in_line.update(id=state["my_id"], priority=state["my_priority"])
     ahead: int | None = None
@@ -306,7 +308,8 @@ async def acquire(
         await tx.execute(
             "stepflow_add_waiter", {**place, "priority": priority, "now": now, "attempt": attempt, "first": first}
         )
-    return Grant(False, limits, retry_at=at, near=ahead is not None and ahead < near)
+    moving = near > 0 and limits["burst"] is None  # a burst key's waiters are told to ask: they park
+    return Grant(False, limits, retry_at=at, near=ahead is not None and ahead < near, moving=moving)
 
 
 def _weighted(state: Row) -> bool:
@@ -337,7 +340,8 @@ async def _acquire_units(
     waiting = mine == "waiting"
     ahead = int(state["ahead"])
     if mine != state["my_state"]:  # requeued: counted again from its place
-        mine_in_line = {**place, "id": state["my_id"], "priority": state["my_priority"], "room": 1}
+        mine_in_line = {**place, "id": state["my_id"], "priority": state["my_priority"], "room": 1, "held": False}
+        mine_in_line["now"] = now
         ahead = int(await tx.scalar("stepflow_ahead", mine_in_line))
     fits, at = await window.units_room(tx, state, now, units)
     if fits and ahead == 0:
@@ -488,16 +492,20 @@ async def _wake(
     n = int(min(room, 1_000_000))
     handed: list[Handed] = []
     woke = False
+    heads_read = False  # a line read whose every place was parked leaves room no one is told of
     if n > 0 or near > 0:
         heads = None if line is None else line.first(n + near)
         if heads is None:
             heads = await tx.execute("stepflow_heads", {"key": key, "n": n + near})
+        heads_read = len(heads) >= n + near  # the line goes on past them: held waiters may be further back
         parked = False
-        for i, head in enumerate(heads):
+        for head in heads:
             owner = head["owner"]
             if owner is None:  # parked: woken now (for its slot, or to wait near the head)
                 parked = parked or head["wake_at"] is None or float(head["wake_at"]) > now
-            elif i < n and _held(head, now):
+            elif len(handed) < n and _held(head, now):
+                # A slot never waits for a parked run ahead to be claimed and replayed: it goes to the first
+                # held waiter, and the parked one, woken, waits at the head for the next.
                 place = (head["run_id"], head["step_key"])
                 if state["rate"] is not None and (place not in here or state["burst"] is not None):
                     # A rate window counts a start when it is granted: only a step that starts as this commits
@@ -531,7 +539,8 @@ async def _wake(
         await tx.execute("stepflow_notify", {"channel": "flow", "owner": owner})
     for owner in sorted({h.owner for h in handed if h.owner != holder and h.grant is None}):
         await tx.execute("stepflow_notify", {"channel": "flow-ask", "owner": owner})
-    return Woken(tuple(handed), woke)
+    unplaced = max(0, n - len(handed)) if n > 0 and heads_read else 0
+    return Woken(tuple(handed), woke, unplaced)
 
 
 def _held(head: Row, now: float) -> bool:

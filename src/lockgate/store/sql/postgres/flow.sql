@@ -3,7 +3,7 @@
 -- name: stepflow_state
 -- Everything a decision on one key reads, in one statement: its limits, its pause, the slots held, the
 -- starts in its window (and the oldest of them), the asking step's own place, if any, and the waiters ahead
--- of it (stepflow_ahead's count, up to %(cap)s).
+-- of it (stepflow_ahead's count, up to %(cap)s: waiters held by a worker, or any under a weighted key).
 -- Each run is read by its id behind OFFSET 0 (see stepflow_heads).
 SELECT k.key, k.rate, k.period, k.parallelism, k.declared, k.burst, k.weighted,
     (SELECT COUNT(*) FROM lockgate_pauses
@@ -20,8 +20,9 @@ SELECT k.key, k.rate, k.period, k.parallelism, k.declared, k.burst, k.weighted,
     m.attempt AS my_attempt, m.first_at AS my_first, m.epoch AS my_epoch, m.started_at AS my_started,
     (SELECT COUNT(*) FROM (
         SELECT 1 FROM lockgate_flow_slots w
-        CROSS JOIN LATERAL (SELECT status FROM lockgate_runs WHERE id = w.run_id OFFSET 0) wr
+        CROSS JOIN LATERAL (SELECT status, owner, lease_until FROM lockgate_runs WHERE id = w.run_id OFFSET 0) wr
         WHERE w.key = k.key AND w.state = 'waiting' AND wr.status = 'running'
+          AND (k.weighted = 1 OR (wr.owner IS NOT NULL AND wr.lease_until >= %(now)s))
           AND (m.state IS DISTINCT FROM 'waiting' OR w.priority > m.priority OR (w.priority = m.priority AND w.id < m.id))
           AND NOT (w.run_id = %(run_id)s AND w.step_key = %(step_key)s)
         LIMIT %(cap)s) AS line) AS ahead
@@ -73,11 +74,14 @@ SELECT id, state, epoch, waiting_since, priority FROM lockgate_flow_slots
 WHERE key = %(key)s AND run_id = %(run_id)s AND step_key = %(step_key)s;
 
 -- name: stepflow_ahead
--- Waiters of live runs that start before the given place in line (counted up to %(room)s).
+-- Waiters of live runs that start before the given place in line (counted up to %(room)s). With %(held)s,
+-- only those a worker holds: a slot never waits for a parked run ahead to be claimed (it is woken, and
+-- takes the next one); a weighted key's line is served strictly in order (%(held)s false).
 SELECT COUNT(*) AS n FROM (
     SELECT 1 FROM lockgate_flow_slots s
-    CROSS JOIN LATERAL (SELECT status FROM lockgate_runs WHERE id = s.run_id OFFSET 0) AS r
+    CROSS JOIN LATERAL (SELECT status, owner, lease_until FROM lockgate_runs WHERE id = s.run_id OFFSET 0) AS r
     WHERE s.key = %(key)s AND s.state = 'waiting' AND r.status = 'running'
+      AND (NOT %(held)s OR (r.owner IS NOT NULL AND r.lease_until >= %(now)s))
       AND (%(id)s::bigint IS NULL OR s.priority > %(priority)s OR (s.priority = %(priority)s AND s.id < %(id)s))
       AND NOT (s.run_id = %(run_id)s AND s.step_key = %(step_key)s)
     LIMIT %(room)s) AS line;

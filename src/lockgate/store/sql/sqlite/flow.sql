@@ -3,7 +3,7 @@
 -- name: stepflow_state
 -- Everything a decision on one key reads, in one statement: its limits, its pause, the slots held, the
 -- starts in its window (and the oldest of them), the asking step's own place, if any, and the waiters ahead
--- of it (stepflow_ahead's count, up to :cap).
+-- of it (stepflow_ahead's count, up to :cap: waiters held by a worker, or any under a weighted key).
 SELECT k.key, k.rate, k.period, k.parallelism, k.declared, k.burst, k.weighted,
     (SELECT COUNT(*) FROM lockgate_pauses
      WHERE scope = 'key:' || k.key AND (until IS NULL OR until > :now)) AS paused,
@@ -19,6 +19,7 @@ SELECT k.key, k.rate, k.period, k.parallelism, k.declared, k.burst, k.weighted,
     (SELECT COUNT(*) FROM (
         SELECT 1 FROM lockgate_flow_slots w JOIN lockgate_runs wr ON wr.id = w.run_id
         WHERE w.key = k.key AND w.state = 'waiting' AND wr.status = 'running'
+          AND (k.weighted = 1 OR (wr.owner IS NOT NULL AND wr.lease_until >= :now))
           AND (m.state IS NOT 'waiting' OR w.priority > m.priority OR (w.priority = m.priority AND w.id < m.id))
           AND NOT (w.run_id = :run_id AND w.step_key = :step_key)
         LIMIT :cap) AS line) AS ahead
@@ -66,10 +67,13 @@ SELECT id, state, epoch, waiting_since, priority FROM lockgate_flow_slots
 WHERE key = :key AND run_id = :run_id AND step_key = :step_key;
 
 -- name: stepflow_ahead
--- Waiters of live runs that start before the given place in line (counted up to :room).
+-- Waiters of live runs that start before the given place in line (counted up to :room). With :held, only
+-- those a worker holds: a slot never waits for a parked run ahead to be claimed (it is woken, and takes the
+-- next one); a weighted key's line is served strictly in order (:held false).
 SELECT COUNT(*) AS n FROM (
     SELECT 1 FROM lockgate_flow_slots s JOIN lockgate_runs r ON r.id = s.run_id
     WHERE s.key = :key AND s.state = 'waiting' AND r.status = 'running'
+      AND (NOT :held OR (r.owner IS NOT NULL AND r.lease_until >= :now))
       AND (:id IS NULL OR s.priority > :priority OR (s.priority = :priority AND s.id < :id))
       AND NOT (s.run_id = :run_id AND s.step_key = :step_key)
     LIMIT :room);
