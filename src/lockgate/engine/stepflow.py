@@ -290,7 +290,7 @@ class StepGate:
         if self._since is None:
             self._since = asked
         future = here.wait(x.run_id, self._step_key, x.fence.owner, asked, deep=not near, since=self._since)
-        recheck = RECHECK if near else self._recheck
+        recheck = RECHECK if near or x.store.dialect != "postgres" else max(self._recheck, 2 * RECHECK)
         try:
             handed = await asyncio.wait_for(future, recheck)
             self._recheck = RECHECK

@@ -149,7 +149,8 @@ async def _state(tx: Tx, key: str, now: float, run_id: str = "", step_key: str =
 async def _read(tx: Tx, key: str, now: float, run_id: str = "", step_key: str = "") -> tuple[Row | None, _Line]:
     """The key's state (``_state``) and the head of its line, read in one round trip."""
     cap = _CAP.get(key, 16)
-    params = {"key": key, "now": now, "run_id": run_id, "step_key": step_key, "cap": cap}
+    # Only a step's own ask counts the waiters ahead of it (a release or a park reads no one's place).
+    params = {"key": key, "now": now, "run_id": run_id, "step_key": step_key, "cap": cap if run_id else 0}
     if tx.single_writer:  # in-process, a statement costs no round trip: the line is read when it is needed
         state = await tx.one("stepflow_state", params)
         heads: list[Row] = []
@@ -539,7 +540,7 @@ async def _wake(
         await tx.execute("stepflow_notify", {"channel": "flow", "owner": owner})
     for owner in sorted({h.owner for h in handed if h.owner != holder and h.grant is None}):
         await tx.execute("stepflow_notify", {"channel": "flow-ask", "owner": owner})
-    unplaced = max(0, n - len(handed)) if n > 0 and heads_read else 0
+    unplaced = n if n > 0 and heads_read and not handed else 0  # every place read was parked
     return Woken(tuple(handed), woke, unplaced)
 
 
