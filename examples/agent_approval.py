@@ -10,6 +10,7 @@ from pydantic_ai.models.function import AgentInfo, DeltaToolCall, FunctionModel
 import lockgate as lg
 from lockgate.ai import LockgateAgent, ToolPolicy
 
+
 class Ticket(BaseModel):
     order: str
 

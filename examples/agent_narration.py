@@ -1,4 +1,4 @@
-# agent_narration.py: docs/ai.md: 1,000 row edits debounced into narrations, each drafted by an agent under one token budget
+# agent_narration.py: docs/ai.md: 1,000 row edits debounced into narrations under one token budget
 import asyncio
 
 from pydantic import BaseModel
@@ -11,6 +11,7 @@ from pydantic_ai.usage import RequestUsage
 import lockgate as lg
 from lockgate.ai import LockgateAgent
 from lockgate.testing import TestEnv
+
 
 class Edit(BaseModel):
     row_id: str
@@ -49,7 +50,7 @@ async def narrate(ctx: lg.Context, p: Edit) -> str:
     return str(result.output)
 
 async def main() -> None:
-    async with TestEnv(app) as env:              # the controllable clock; lg.Engine(app, "postgresql://...") in production
+    async with TestEnv(app) as env:              # the controllable clock; lg.Engine(app, ...) in production
         for i in range(1_000):                   # 1,000 edits of 100 rows fold into 100 narrations
             row = f"row-{i % 100}"
             HISTORY.setdefault(row, []).append(i)
