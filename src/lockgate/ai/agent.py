@@ -92,7 +92,29 @@ class LockgateAgent(Generic[AgentDepsT]):
         self.name = label
         self.approval_timeout = approval_timeout
         self.on_approval = on_approval
-        self.durability: LockgateDurability[AgentDepsT] = LockgateDurability(
+        attached = LockgateDurability.from_agent(agent)
+        if attached is not None:  # the agent was built with it: its policies, bound once for every run
+            given = [
+                k
+                for k, v in (
+                    ("flow_control", flow_control),
+                    ("retry", retry),
+                    ("estimate", estimate),
+                    ("tools", tools),
+                    ("tool_retry", tool_retry),
+                    ("tool_flow_control", tool_flow_control),
+                    ("stream_topic", stream_topic),
+                )
+                if v is not None
+            ]
+            if given:
+                raise InvalidArgument(
+                    f"LockgateAgent: the agent holds a LockgateDurability already: give {', '.join(given)} to it"
+                )
+            self.durability: LockgateDurability[AgentDepsT] = attached
+            self._per_run: list[LockgateDurability[AgentDepsT]] = []
+            return
+        self.durability = LockgateDurability(
             name=label,
             flow_control=flow_control,
             retry=retry,
@@ -102,6 +124,7 @@ class LockgateAgent(Generic[AgentDepsT]):
             tool_flow_control=tool_flow_control,
             stream_topic=stream_topic,
         )
+        self._per_run = [self.durability]  # bound to the agent at each run
 
     async def run(
         self,
@@ -132,7 +155,7 @@ class LockgateAgent(Generic[AgentDepsT]):
                 message_history=message_history,
                 usage_limits=usage_limits,
                 output_type=[output_type, DeferredToolRequests],
-                capabilities=[self.durability],
+                capabilities=self._per_run,
                 **kwargs,
             )
             while isinstance(result.output, DeferredToolRequests):
@@ -144,7 +167,7 @@ class LockgateAgent(Generic[AgentDepsT]):
                     deferred_tool_results=answers,
                     usage_limits=usage_limits,
                     output_type=[output_type, DeferredToolRequests],
-                    capabilities=[self.durability],
+                    capabilities=self._per_run,
                     **kwargs,
                 )
             return result
