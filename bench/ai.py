@@ -94,18 +94,22 @@ def build_app(lg_agent: LockgateAgent[None]) -> lg.App:
     return app
 
 
-async def _run_all(url: str, provider: Provider, fc: lg.FlowControl, runs: int, seen: list[int] | None = None) -> float:
-    """Run ``runs`` agent runs through an engine; with ``seen``, sample the key's window meanwhile."""
+async def _run_all(
+    url: str, provider: Provider, fc: lg.FlowControl, runs: int, seen: list[int] | None = None
+) -> tuple[float, float]:
+    """Run ``runs`` agent runs through an open engine: wall and CPU seconds from the first start to the last
+    result (the engine's boot and close are not counted); with ``seen``, sample the key's window meanwhile."""
     lg_agent = LockgateAgent(provider.agent(), flow_control=fc, estimate=lambda messages, settings: ESTIMATE)
     async with lg.Engine(build_app(lg_agent), url, max_concurrent_runs=runs, poll_interval=0.05) as engine:
-        started = time.monotonic()
+        started, cpu = time.monotonic(), time.process_time()
         handles = [await engine.start("bench.agent", {"n": i}) for i in range(runs)]
         sampler = None if seen is None else asyncio.create_task(_sample(engine, str(fc.key), seen))
         for h in handles:
             assert h.run_id is not None and await engine.result(h.run_id, timeout=3_600) == "done"
+        took = time.monotonic() - started, time.process_time() - cpu
         if sampler is not None:
             sampler.cancel()
-        return time.monotonic() - started
+        return took
 
 
 async def _sample(engine: lg.Engine, key: str, seen: list[int]) -> None:
@@ -147,7 +151,7 @@ async def case_budget(url: str, args: argparse.Namespace) -> dict[str, Any]:
     period = to_seconds(args.period, what="--period")
     fc = lg.FlowControl("bench-tokens", rate=args.rate, period=args.period, parallelism=args.parallelism, cost=1)
     seen: list[int] = []
-    elapsed = await _run_all(url, provider, fc, args.runs, seen)
+    elapsed, _ = await _run_all(url, provider, fc, args.runs, seen)
     sent = sorted(provider.sent)
     t0 = sent[0][0]
     times = [t - t0 for t, _ in sent]
@@ -197,9 +201,7 @@ async def case_overhead(place: Place, args: argparse.Namespace) -> dict[str, Any
         cpu = time.process_time()
         await _inline(Provider(args.latency), args.runs)
         inline = time.process_time() - cpu
-        cpu = time.process_time()
-        await _run_all(place.url(f"overhead{i}"), Provider(args.latency), wide, args.runs)
-        engine = time.process_time() - cpu
+        _, engine = await _run_all(place.url(f"overhead{i}"), Provider(args.latency), wide, args.runs)
         rounds.append((plain, inline, engine))
     requests: int = args.runs * TURNS
 

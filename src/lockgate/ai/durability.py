@@ -101,6 +101,24 @@ def _weighted(fc: FlowControl | None) -> bool:
     return fc is not None and fc.cost is not None
 
 
+async def _unit(body: Callable[[], Awaitable[object]]) -> Any:
+    """A durable unit's body as a step's function (one function for every step: its facts are worked out once)."""
+    return await body()
+
+
+async def _request(body: Callable[[], Awaitable[object]], max_wait: float, wait_on_429: float) -> Any:
+    """A model request as a step's function: a provider's wait becomes ``lg.RetryAfter`` (its key pauses)."""
+    try:
+        return await body()
+    except ModelAPIError as exc:
+        wait = model_error_retry_after(exc, maximum=max_wait)
+        if wait is None and isinstance(exc, ModelHTTPError) and exc.status_code == 429:
+            wait = wait_on_429
+        if wait is not None and wait > 0:
+            raise RetryAfter(wait, f"{exc} (the provider asked to wait {wait:g}s)") from exc
+        raise
+
+
 class _LockgateBackend(JournalCallableOperationBackend[_Unit]):
     """Runs each of Pydantic AI's durable units as a ``ctx.step`` of the body running the agent."""
 
@@ -134,7 +152,7 @@ class _LockgateBackend(JournalCallableOperationBackend[_Unit]):
         flow: Any = INHERIT if fc is None else fc
         if isinstance(operation_id, ModelRequestId | ModelCompactMessagesId):
             return await self._model_step(ctx, name, body, cache_key, config, flow)
-        return await ctx.step(name, body, retry=config.retry, flow_control=flow)
+        return await ctx.step(name, _unit, body, retry=config.retry, flow_control=flow)
 
     async def _model_step(
         self,
@@ -146,24 +164,15 @@ class _LockgateBackend(JournalCallableOperationBackend[_Unit]):
         flow: Any,
     ) -> object:
         owner = self._owner
-
-        async def request() -> Any:
-            try:
-                return await body()
-            except ModelAPIError as exc:
-                wait = model_error_retry_after(exc, maximum=owner.max_wait)
-                if wait is None and isinstance(exc, ModelHTTPError) and exc.status_code == 429:
-                    wait = owner.wait_on_429
-                if wait is not None and wait > 0:
-                    raise RetryAfter(wait, f"{exc} (the provider asked to wait {wait:g}s)") from exc
-                raise
-
+        waits = (owner.max_wait, owner.wait_on_429)
         if not _weighted(config.flow_control):
-            return await ctx.step(name, request, retry=config.retry, flow_control=flow)
+            return await ctx.step(name, _request, body, *waits, retry=config.retry, flow_control=flow)
         messages = cache_key[1] if len(cache_key) > 1 and isinstance(cache_key[1], list) else []
         settings = cache_key[2] if len(cache_key) > 2 and isinstance(cache_key[2], Mapping) else None
         cost = owner.estimate(messages, settings)
-        return await ctx.step(name, request, retry=config.retry, flow_control=flow, cost=cost, settle=reported_tokens)
+        return await ctx.step(
+            name, _request, body, *waits, retry=config.retry, flow_control=flow, cost=cost, settle=reported_tokens
+        )
 
 
 @dataclass(init=False, kw_only=True)
@@ -208,6 +217,7 @@ class LockgateDurability(BaseDurabilityCapability[AgentDepsT]):
         self._model_unit = _Unit("model", retry or DEFAULT_MODEL_RETRY, flow_control)
         self._tools = dict(tools or {})
         self._tool_default = ToolPolicy(tool_retry, tool_flow_control)
+        self._backends: dict[str, _LockgateBackend] = {}  # by name: shared with the copies bound to agents
 
     def _tool_unit(self, tool: Any, tool_name: str) -> _Unit:
         policy = self._tools.get(tool_name)
@@ -224,7 +234,10 @@ class LockgateDurability(BaseDurabilityCapability[AgentDepsT]):
         return _CURRENT.get() is not None
 
     def get_durable_operation_backend(self) -> DurableOperationBackend[_Unit]:
-        return _LockgateBackend(self, agent_name=self.name)
+        backend = self._backends.get(self.name)
+        if backend is None:
+            backend = self._backends[self.name] = _LockgateBackend(self, agent_name=self.name)
+        return backend
 
     async def _stream_text(self, run: RunContext[Any], events: AsyncIterable[AgentStreamEvent]) -> None:
         """Inside a model request's step: each text delta to the run's stream, as the model writes it."""
