@@ -7,9 +7,12 @@ test counts what a worker killed mid-run and the one that resumed it called betw
 from __future__ import annotations
 
 import asyncio
+import os
+import time
 
 from pydantic import BaseModel
 from pydantic_ai import Agent
+from pydantic_ai.exceptions import ModelHTTPError
 from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart, ToolCallPart
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 from pydantic_ai.usage import RequestUsage
@@ -54,4 +57,30 @@ class Ask(BaseModel):
 @app.workflow(name="agentcrash.narrate")
 async def narrate(ctx: lg.Context, p: Ask) -> str:
     result = await narrator.run(ctx, p.text)
+    return str(result.output)
+
+
+# -- a 429 seen by one process pauses the key for every process --------------------------------------
+
+
+async def pressured(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+    try:  # the first request anywhere is refused: the provider asks for 3 seconds
+        os.close(os.open(flag("429-sent"), os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+    except FileExistsError:
+        record(f"call {time.time():.3f} {os.getpid()}")
+        await asyncio.sleep(0.1)
+        return ModelResponse(parts=[TextPart("ok")], usage=RequestUsage(input_tokens=50, output_tokens=5))
+    record(f"429 {time.time():.3f} {os.getpid()}")
+    raise ModelHTTPError(429, "gpt", {"error": "rate limited"}, retry_after=3)
+
+
+pressure = LockgateAgent(
+    Agent(FunctionModel(pressured), name="pressure_agent"),
+    flow_control=lg.FlowControl("pressure", rate=100_000, period="1m", parallelism=3, cost=1),
+)
+
+
+@app.workflow(name="agentcrash.pressure")
+async def under_pressure(ctx: lg.Context, p: Ask) -> str:
+    result = await pressure.run(ctx, p.text)
     return str(result.output)
