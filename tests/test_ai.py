@@ -17,7 +17,7 @@ from pydantic_ai.models.function import AgentInfo, FunctionModel
 from pydantic_ai.usage import RequestUsage
 
 import lockgate as lg
-from lockgate.ai import LockgateAgent, ToolPolicy, check_version, estimate_tokens, reported_tokens
+from lockgate.ai import LockgateAgent, LockgateDurability, ToolPolicy, check_version, estimate_tokens, reported_tokens
 from lockgate.crypto import generate_key
 
 from .apps.waits import eventually, parked_on
@@ -290,3 +290,21 @@ def test_the_estimate_counts_the_prompt_and_the_most_the_model_may_write() -> No
     assert reported_tokens({"parts": [], "usage": {"input_tokens": 7, "output_tokens": 5}}) == 12
     assert reported_tokens({"response": {"usage": {"input_tokens": 3}}}) == 3
     assert reported_tokens(None) == 0
+
+
+async def test_an_agent_built_with_the_capability_binds_it_once(make_engine: Any) -> None:
+    provider = Provider()
+    agent = Agent(FunctionModel(provider.respond), name="narrator", capabilities=[LockgateDurability(name="narrator")])
+
+    @agent.tool_plain
+    def lookup(row: str) -> str:
+        provider.tools.append(row)
+        return f"{row} edited"
+
+    with pytest.raises(lg.InvalidArgument, match="holds a LockgateDurability already: give flow_control to it"):
+        LockgateAgent(agent, flow_control=TOKENS)
+    app = narration_app(LockgateAgent(agent))
+    async with make_engine(app) as engine:
+        handle = await engine.start("ai.narrate", {"text": "x"})
+        assert await engine.result(handle.run_id, timeout=10) == "r1 edited; done"
+        assert [s.name for s in await engine.steps(handle.run_id)][::2] == ["narrator__model.request"] * 3
