@@ -181,9 +181,7 @@ class UnsupportedIntegration(LockgateError, ImportError):
     def __init__(self, package: str, found: str | None, supported: str, extra: str) -> None:
         self.package, self.found, self.supported, self.extra = package, found, supported, extra
         have = "is not installed" if found is None else f"{found} is installed"
-        super().__init__(
-            f"{package} {have}; lockgate supports {package} {supported}: pip install 'lockgate[{extra}]'"
-        )
+        super().__init__(f"{package} {have}; lockgate supports {package} {supported}: pip install 'lockgate[{extra}]'")
 
 
 class CostExceedsRate(InvalidArgument):
