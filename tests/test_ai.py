@@ -94,7 +94,7 @@ async def test_requests_and_tools_are_steps_that_a_replay_does_not_call_again(en
         assert key.started == 3 and key.units_reserved == 0
         assert key.units_settled == (100 + 20) + (200 + 20) + (300 + 20)
         await env.advance("1h")
-        assert await env.engine.result(handle.run_id, timeout=10) == "r1 edited; done"
+        assert await env.engine.result(handle.run_id, timeout=30) == "r1 edited; done"
         assert provider.calls == [0, 1, 2] and provider.tools == ["r0", "r1"]  # replayed, not called again
         steps = [s.key for s in await env.engine.steps(handle.run_id)]
         assert steps == [
@@ -120,10 +120,28 @@ async def test_a_429_with_a_reset_time_pauses_the_key_and_the_request_runs_after
         await eventually(paused, what="the key paused by the 429")
         assert provider.calls == [0]
         await env.advance("31s")
-        assert await env.engine.result(handle.run_id, timeout=10) == "r1 edited; done"
+        assert await env.engine.result(handle.run_id, timeout=30) == "r1 edited; done"
         assert provider.calls == [0, 0, 1, 2]
+        [key] = await env.engine.flow_keys("openai")
+        assert key.units_settled == 120 + 220 + 320  # the refused request settled at nothing
         attempts = [a for a in await env.engine.attempts(handle.run_id) if a.status == "failed"]
         assert [a.error_tag for a in attempts] == ["RetryAfter"]
+
+
+async def test_requests_under_the_runs_weighted_key_settle_at_the_reported_usage(make_engine: Any) -> None:
+    provider = Provider()
+    lg_agent = LockgateAgent(provider.agent())
+    app = lg.App()
+
+    @app.workflow(name="ai.run_key", flow_control=lg.FlowControl("llm-run", rate=60_000, period="1m", cost=2_000))
+    async def narrate(ctx: lg.Context, p: Ask) -> str:
+        return str((await lg_agent.run(ctx, p.text)).output)
+
+    async with make_engine(app) as engine:
+        handle = await engine.start("ai.run_key", {"text": "x"})
+        assert await engine.result(handle.run_id, timeout=30) == "r1 edited; done"
+        [key] = await engine.flow_keys("llm-run")  # the three requests, each at its usage; the tools under no key
+        assert key.started == 3 and key.units_reserved == 0 and key.units_settled == 120 + 220 + 320
 
 
 async def test_a_refused_request_fails_at_once_and_a_server_error_is_retried(make_engine: Any) -> None:
@@ -132,14 +150,14 @@ async def test_a_refused_request_fails_at_once_and_a_server_error_is_retried(mak
     async with make_engine(app) as engine:
         handle = await engine.start("ai.narrate", {"text": "x"})
         with pytest.raises(lg.RunFailed, match="status_code: 400"):
-            await engine.result(handle.run_id, timeout=10)
+            await engine.result(handle.run_id, timeout=30)
         assert refused.calls == [0]
     down = Provider(fail_first=ModelHTTPError(503, "gpt", {"error": "overloaded"}))
     quick = lg.Retry(max_attempts=3, base_delay=0.01)
     app = narration_app(LockgateAgent(down.agent(), flow_control=TOKENS, retry=quick))
     async with make_engine(app) as engine:
         handle = await engine.start("ai.narrate", {"text": "x"})
-        assert await engine.result(handle.run_id, timeout=10) == "r1 edited; done"
+        assert await engine.result(handle.run_id, timeout=30) == "r1 edited; done"
         assert down.calls == [0, 0, 1, 2]
 
 
@@ -153,7 +171,7 @@ async def test_text_deltas_go_to_the_run_stream_in_order(make_engine: Any) -> No
     app = narration_app(LockgateAgent(agent, flow_control=TOKENS, stream_topic="answer"))
     async with make_engine(app) as engine:
         handle = await engine.start("ai.narrate", {"text": "narrate"})
-        assert await handle.result(timeout=10) == "The row was edited twice."
+        assert await handle.result(timeout=30) == "The row was edited twice."
         chunks = [c async for c in handle.stream("answer", after=0)]
         assert [c.data for c in lg.drop_resets(chunks)] == ["The ", "row ", "was ", "edited ", "twice."]
         assert {c.step for c in chunks} == {"writer__model.request_stream#0"}
@@ -205,7 +223,7 @@ async def test_a_tool_that_needs_approval_parks_the_run_until_a_person_decides(
         await parked_on(engine, handle.run_id, "token")
         assert refunds == [] and len(handed) == 1
         await engine.client.complete_token(handed[0], decision)
-        assert await engine.result(handle.run_id, timeout=10) == answer
+        assert await engine.result(handle.run_id, timeout=30) == answer
         assert refunds == ([5] if decision["approved"] else []) and len(handed) == 1
 
 
@@ -218,7 +236,7 @@ async def test_prompts_and_outputs_of_an_encrypted_workflow_stay_sealed(make_eng
     app = narration_app(LockgateAgent(agent, flow_control=TOKENS, stream_topic="default"), encrypt=True)
     async with make_engine(app, encryption_keys=[generate_key()]) as engine:
         handle = await engine.start("ai.narrate", {"text": "card 4242"})
-        assert await handle.result(timeout=10) == "answer 7777"
+        assert await handle.result(timeout=30) == "answer 7777"
         assert [c.data for c in lg.drop_resets([c async for c in handle.stream("default", after=0)])] == [
             "answer ",
             "7777",
@@ -234,7 +252,7 @@ async def test_a_request_larger_than_the_rate_is_refused_at_once(make_engine: An
     async with make_engine(app) as engine:
         handle = await engine.start("ai.narrate", {"text": "x"})
         with pytest.raises(lg.RunFailed, match="CostExceedsRate"):
-            await engine.result(handle.run_id, timeout=10)
+            await engine.result(handle.run_id, timeout=30)
         assert provider.calls == []
 
 
@@ -306,5 +324,5 @@ async def test_an_agent_built_with_the_capability_binds_it_once(make_engine: Any
     app = narration_app(LockgateAgent(agent))
     async with make_engine(app) as engine:
         handle = await engine.start("ai.narrate", {"text": "x"})
-        assert await engine.result(handle.run_id, timeout=10) == "r1 edited; done"
+        assert await engine.result(handle.run_id, timeout=30) == "r1 edited; done"
         assert [s.name for s in await engine.steps(handle.run_id)][::2] == ["narrator__model.request"] * 3

@@ -37,6 +37,7 @@ from pydantic_ai.durable_exec import (
     ModelCompactMessagesId,
     ModelRequestId,
     RoleBasedOperationConfig,
+    ToolsetCallToolId,
     ToolsetValidateToolArgumentsId,
     model_error_retry_after,
 )
@@ -106,17 +107,25 @@ async def _unit(body: Callable[[], Awaitable[object]]) -> Any:
     return await body()
 
 
-async def _request(body: Callable[[], Awaitable[object]], max_wait: float, wait_on_429: float) -> Any:
-    """A model request as a step's function: a provider's wait becomes ``lg.RetryAfter`` (its key pauses)."""
+async def _request(ctx: Context, body: Callable[[], Awaitable[object]], max_wait: float, wait_on_429: float) -> Any:
+    """A model request as a step's function. Under a weighted key (``ctx.flow_control.cost`` is what it reserved)
+    it settles at the tokens its response reports, or at none when the provider refused it with a wait; a
+    provider's wait becomes ``lg.RetryAfter``, which pauses the key."""
+    weighted = (ctx.flow_control is not None) and ctx.flow_control.cost is not None
     try:
-        return await body()
+        payload = await body()
     except ModelAPIError as exc:
         wait = model_error_retry_after(exc, maximum=max_wait)
         if wait is None and isinstance(exc, ModelHTTPError) and exc.status_code == 429:
             wait = wait_on_429
         if wait is not None and wait > 0:
+            if weighted:
+                ctx.settle(0)  # refused before any token was counted
             raise RetryAfter(wait, f"{exc} (the provider asked to wait {wait:g}s)") from exc
         raise
+    if weighted:
+        ctx.settle(reported_tokens(payload))
+    return payload
 
 
 class _LockgateBackend(JournalCallableOperationBackend[_Unit]):
@@ -149,9 +158,11 @@ class _LockgateBackend(JournalCallableOperationBackend[_Unit]):
             # Events and argument checks are decided by recorded values: they run as they are.
             return await body()
         fc = config.flow_control
-        flow: Any = INHERIT if fc is None else fc
-        if isinstance(operation_id, ModelRequestId | ModelCompactMessagesId):
-            return await self._model_step(ctx, name, body, cache_key, config, flow)
+        if isinstance(operation_id, ModelRequestId | ModelCompactMessagesId):  # the model's key, else the run's
+            return await self._model_step(ctx, name, body, cache_key, config, INHERIT if fc is None else fc)
+        # A tool call runs under the key its policy names and no other: the run's key is usually the model's,
+        # whose tokens a tool does not spend. Discovery, token counts and cancellations run under none.
+        flow = fc if isinstance(operation_id, ToolsetCallToolId) else None
         return await ctx.step(name, _unit, body, retry=config.retry, flow_control=flow)
 
     async def _model_step(
@@ -165,14 +176,12 @@ class _LockgateBackend(JournalCallableOperationBackend[_Unit]):
     ) -> object:
         owner = self._owner
         waits = (owner.max_wait, owner.wait_on_429)
-        if not _weighted(config.flow_control):
-            return await ctx.step(name, _request, body, *waits, retry=config.retry, flow_control=flow)
+        if not _weighted(config.flow_control):  # none, unweighted, or the run's key (its own cost, if weighted)
+            return await ctx.step(name, _request, ctx, body, *waits, retry=config.retry, flow_control=flow)
         messages = cache_key[1] if len(cache_key) > 1 and isinstance(cache_key[1], list) else []
         settings = cache_key[2] if len(cache_key) > 2 and isinstance(cache_key[2], Mapping) else None
         cost = owner.estimate(messages, settings)
-        return await ctx.step(
-            name, _request, body, *waits, retry=config.retry, flow_control=flow, cost=cost, settle=reported_tokens
-        )
+        return await ctx.step(name, _request, ctx, body, *waits, retry=config.retry, flow_control=flow, cost=cost)
 
 
 @dataclass(init=False, kw_only=True)
