@@ -148,13 +148,16 @@ class LockgateAgent(Generic[AgentDepsT]):
             )
         outer = _CURRENT.set(ctx)
         try:
-            output_type = kwargs.pop("output_type", self.agent.output_type)
+            given = kwargs.pop("output_type", self.agent.output_type)
+            output_type = (
+                [*given, DeferredToolRequests] if isinstance(given, list | tuple) else [given, DeferredToolRequests]
+            )
             result: AgentRunResult[Any] = await self.agent.run(
                 prompt,
                 deps=deps,
                 message_history=message_history,
                 usage_limits=usage_limits,
-                output_type=[output_type, DeferredToolRequests],
+                output_type=output_type,
                 capabilities=self._per_run,
                 **kwargs,
             )
@@ -166,7 +169,7 @@ class LockgateAgent(Generic[AgentDepsT]):
                     message_history=result.all_messages(),
                     deferred_tool_results=answers,
                     usage_limits=usage_limits,
-                    output_type=[output_type, DeferredToolRequests],
+                    output_type=output_type,
                     capabilities=self._per_run,
                     **kwargs,
                 )
