@@ -17,7 +17,15 @@ from pydantic_ai.models.function import AgentInfo, FunctionModel
 from pydantic_ai.usage import RequestUsage
 
 import lockgate as lg
-from lockgate.ai import LockgateAgent, LockgateDurability, ToolPolicy, check_version, estimate_tokens, reported_tokens
+from lockgate.ai import (
+    LockgateAgent,
+    LockgateDurability,
+    ToolPolicy,
+    check_version,
+    current_context,
+    estimate_tokens,
+    reported_tokens,
+)
 from lockgate.crypto import generate_key
 
 from .apps.waits import eventually, parked_on
@@ -326,3 +334,37 @@ async def test_an_agent_built_with_the_capability_binds_it_once(make_engine: Any
         handle = await engine.start("ai.narrate", {"text": "x"})
         assert await engine.result(handle.run_id, timeout=30) == "r1 edited; done"
         assert [s.name for s in await engine.steps(handle.run_id)][::2] == ["narrator__model.request"] * 3
+
+
+async def test_a_tool_outside_the_steps_parks_the_run_on_a_token_of_its_own(make_engine: Any) -> None:
+    handed: list[str] = []
+    calls: list[int] = []
+
+    def respond(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        calls.append(_turn(messages))
+        if _turn(messages) == 0:
+            return ModelResponse(parts=[ToolCallPart("ask_manager", {"question": "refund 5?"})])
+        return ModelResponse(parts=[TextPart(f"manager: {_last_return(messages)}")])
+
+    agent = Agent(FunctionModel(respond), name="escalate")
+
+    @agent.tool_plain(durable=False)  # runs in the body: its durable operations are the run's own
+    async def ask_manager(question: str) -> str:
+        ctx = current_context()
+        assert ctx is not None
+        token = await ctx.create_token("manager", timeout="1d")
+
+        async def send(secret: str) -> None:
+            handed.append(secret)
+
+        await ctx.step("page manager", send, token.token)
+        return str(await ctx.wait_for_token(token))
+
+    app = narration_app(LockgateAgent(agent))
+    async with make_engine(app) as engine:
+        handle = await engine.start("ai.narrate", {"text": "refund?"})
+        await parked_on(engine, handle.run_id, "token")
+        assert calls == [0] and len(handed) == 1
+        await engine.client.complete_token(handed[0], "yes")
+        assert await engine.result(handle.run_id, timeout=30) == "manager: yes"
+        assert calls == [0, 1] and len(handed) == 1  # the first request was replayed, not called again
