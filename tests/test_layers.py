@@ -65,6 +65,9 @@ LAYERS: dict[str, int] = {
     "lockgate.dashboard": SURFACES,
     "lockgate.testing": SURFACES,
     "lockgate.demo_app": SURFACES,
+    # Durable Pydantic AI agents (the optional ``ai`` extra): written against the body's ``Context``
+    # alone, like a user's workflow; nothing of lockgate imports it, so it sits with the surfaces.
+    "lockgate.ai": SURFACES,
 }
 
 # Imports inside a function that are not there to dodge a cycle: the store opens the driver it

@@ -11,6 +11,7 @@
      │    ├── InvalidSchedule       a runtime schedule's option is wrong (names the field)
      │    ├── ReadStoreRefused      a read store is not a streaming standby of the write store (names the option)
      │    ├── UnknownSchedule       no schedule has that id
+     │    ├── OutsideWorkflowBody   a body-only helper (``lockgate.ai``) called without a workflow's context
      │    └── CompensationClosed    a compensation registered outside its ``ctx.compensations()`` block
      ├── ScheduleExists             a runtime schedule with that id exists already
      ├── ScheduleNotOwned           a declared schedule cannot be changed by the runtime verbs
@@ -36,6 +37,7 @@
      ├── JournalDecryptionError     a stored value of an encrypted run does not open
      ├── StreamLimitExceeded        a run's stream reached its cap (chunks or bytes)
      ├── StreamTokenRefused         a stream read token is malformed, forged, expired or for another stream
+     ├── UnsupportedIntegration     an optional integration's library is missing or of a version not supported
      └── StoreError                 the store refused or could not be reached
           └── StoreFull             its disk is full (nothing of the refused write is kept)
 
@@ -64,6 +66,7 @@ __all__ = [
     "InvalidSchedule",
     "JournalDecryptionError",
     "LockgateError",
+    "OutsideWorkflowBody",
     "PayloadError",
     "RateLimited",
     "ReadStoreRefused",
@@ -88,6 +91,7 @@ __all__ = [
     "UnknownSchedule",
     "UnknownWorkflow",
     "UnstorableValue",
+    "UnsupportedIntegration",
     "UpdateFailed",
     "WorkflowCrashLooped",
     "WorkflowVersionIncompatible",
@@ -158,6 +162,26 @@ class UnknownWorkflow(LockgateError):
 
 class InvalidArgument(LockgateError, ValueError):
     """An argument to an API call is wrong; the message names it and what is accepted."""
+
+
+class OutsideWorkflowBody(InvalidArgument):
+    """A helper that only a workflow body may use was called without the body's ``lg.Context``."""
+
+    def __init__(self, what: str, got: object) -> None:
+        self.what = what
+        super().__init__(
+            f"{what}: needs the workflow body's lg.Context as its first argument (got {type(got).__name__}); "
+            "call it from inside an @app.workflow body"
+        )
+
+
+class UnsupportedIntegration(LockgateError, ImportError):
+    """An optional integration's library is missing, or installed at a version lockgate does not support."""
+
+    def __init__(self, package: str, found: str | None, supported: str, extra: str) -> None:
+        self.package, self.found, self.supported, self.extra = package, found, supported, extra
+        have = "is not installed" if found is None else f"{found} is installed"
+        super().__init__(f"{package} {have}; lockgate supports {package} {supported}: pip install 'lockgate[{extra}]'")
 
 
 class CostExceedsRate(InvalidArgument):
