@@ -9,9 +9,11 @@ from typing import Any
 
 import psycopg
 import pytest
+from click.testing import CliRunner
 from pydantic import BaseModel
 
 import lockgate as lg
+from lockgate.cli import cli
 from lockgate.history import partition_interval
 from lockgate.ids import id_floor, id_millis, new_id
 from lockgate.store import history
@@ -68,6 +70,10 @@ def test_the_database_computes_the_bounds_as_the_ids_do(pg_url: str) -> None:
         with psycopg.connect(pg_url) as conn:
             row = conn.execute("SELECT lockgate_id_floor('run', %s)", (millis,)).fetchone()
         assert row is not None and row[0] == id_floor("run", millis)
+    made = new_id("run")
+    with psycopg.connect(pg_url) as conn:
+        row = conn.execute("SELECT lockgate_id_millis(%s), lockgate_id_millis('not-an-id')", (made,)).fetchone()
+    assert row == (id_millis(made), None)
 
 
 def test_an_unknown_interval_or_a_retention_shorter_than_it_is_refused_naming_the_field() -> None:
@@ -81,6 +87,15 @@ def test_an_unknown_interval_or_a_retention_shorter_than_it_is_refused_naming_th
     assert partition_interval(None, 30 * 86400.0) == 86400.0
     assert partition_interval(None, 3600.0) == 3600.0
     assert partition_interval("week", None) == 7 * 86400.0
+
+
+def test_serve_refuses_them_naming_the_option() -> None:
+    result = CliRunner().invoke(cli, ["serve", "tests.apps.waits:app", "--history-partition", "fortnight"])
+    assert result.exit_code == 2 and "--history-partition" in result.output
+    result = CliRunner().invoke(
+        cli, ["serve", "tests.apps.waits:app", "--retention", "2h", "--history-partition", "day"]
+    )
+    assert result.exit_code == 2 and "'--retention'" in result.output and "shorter than" in result.output
 
 
 async def test_sqlite_keeps_its_tables_and_makes_no_partitions(tmp_path: Any) -> None:

@@ -15,6 +15,16 @@ LANGUAGE sql IMMUTABLE STRICT AS $$
     FROM generate_series(0, 23) AS k
 $$;
 
+-- When an id was made (epoch milliseconds; NULL for an id not of that form): lockgate_id_floor's inverse.
+CREATE FUNCTION lockgate_id_millis(id TEXT) RETURNS BIGINT
+LANGUAGE sql IMMUTABLE STRICT AS $$
+    SELECT sum(CASE
+        WHEN k < 9 THEN (strpos('0123456789abcdefghijklmnopqrstuv', substr(d, k + 1, 1)) - 1)::BIGINT << (43 - 5 * k)
+        ELSE (strpos('0123456789abcdefghijklmnopqrstuv', substr(d, 10, 1)) - 1)::BIGINT >> 2 END)::BIGINT
+    FROM substring(id FROM '_([0-9a-v]{24})$') AS d, generate_series(0, 9) AS k
+    WHERE d IS NOT NULL
+$$;
+
 -- Make the partitions of runs created in [lo_ms, hi_ms) (named <table>_<suffix>) where they do not exist;
 -- how many were made. The caller never asks for a range the default partition holds rows of. Waits at
 -- most lock_wait for the tables' locks (a sweep's tick that cannot have them fails; the next tries again).

@@ -10,8 +10,16 @@
 DO $$
 DECLARE
     bound TEXT := lockgate_id_floor('run', (extract(epoch FROM clock_timestamp()) * 1000)::BIGINT);
+    top TEXT;
 BEGIN
     LOCK TABLE lockgate_journal, lockgate_step_attempts, lockgate_run_events IN ACCESS EXCLUSIVE MODE;
+    -- The first partition ends now, or after the newest run id the tables hold if that is later (a host
+    -- whose clock ran ahead made it): every row there must belong to it.
+    top := greatest((SELECT max(run_id) FROM lockgate_journal), (SELECT max(run_id) FROM lockgate_step_attempts),
+                    (SELECT max(run_id) FROM lockgate_run_events));
+    IF top >= bound THEN
+        bound := lockgate_id_floor('run', lockgate_id_millis(top) + 1);
+    END IF;
 
     -- The journal: its primary key (run_id, step_key) already leads with the partition key.
     ALTER TABLE lockgate_journal RENAME TO lockgate_journal_p0;
