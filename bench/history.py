@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import statistics
 import time
 from collections.abc import Awaitable, Callable
@@ -33,7 +34,7 @@ import lockgate as lg
 from lockgate.http.metrics import StoreMetrics
 from lockgate.inspect import Inspector, RunFilter
 from lockgate.store import history, retention
-from lockgate.store.sql_files import migrations
+from lockgate.store.sql_files import load_queries, migrations
 
 from .report import machine, print_table, write_json
 
@@ -42,11 +43,11 @@ DAY_MS = 86_400_000
 WORKFLOWS = ("charge", "refund", "notify", "sync", "report")
 HISTORY = ("lockgate_journal", "lockgate_step_attempts", "lockgate_run_events")
 TABLES = ("lockgate_runs", "lockgate_ledger", *HISTORY)
-# Today's retention of one run's history (main before partitioning): a DELETE per table by run id.
-OLD_FORGET = [
-    f"DELETE FROM {t} WHERE run_id = ANY (%(ids)s)"
-    for t in (*HISTORY, "lockgate_messages", "lockgate_stream_chunks", "lockgate_flow_slots")
-] + ["DELETE FROM lockgate_runs WHERE id = ANY (%(ids)s)"]
+# Today's retention (before partitioning): each run's rows deleted from every table, the history's too.
+OLD_HISTORY = {
+    name: f"DELETE FROM {table} WHERE run_id = ANY (ARRAY(SELECT jsonb_array_elements_text(%(ids)s::jsonb)))"
+    for name, table in zip(("forget_journal", "forget_attempts", "forget_events"), HISTORY, strict=True)
+}
 
 
 def _url(store: str, db: str) -> str:
@@ -201,41 +202,50 @@ async def _oldest_day(url: str) -> history.Partition:
     return min(parts, key=lambda p: p.ends_at or 0)
 
 
-def old_delete(url: str, part: history.Partition, sample: int) -> dict[str, float]:
-    """Today's retention on ``sample`` runs of the oldest day: batches of 500, each run's rows deleted."""
-    done, started = 0, time.perf_counter()
+def retire_rows(url: str, cutoff: float, most: int, partitioned: bool) -> dict[str, float]:
+    """The retention sweep's run rows, as it deletes them (``ended_before`` then each record's statement, in
+    commits of 500), for at most ``most`` runs: with today's statements, or the partitioned store's (which
+    leave the history's rows to the partition drop). Seconds in all, and in the history's statements."""
+    queries = load_queries("postgres")
+    texts = {name: queries[name] for name in retention.RUN_RECORDS}
+    if not partitioned:
+        texts.update(OLD_HISTORY)
+    runs, history_s, started = 0, 0.0, time.perf_counter()
     with psycopg.connect(url, autocommit=True) as conn:
-        while done < sample:
-            ids = [
-                r[0]
-                for r in conn.execute(
-                    "SELECT id FROM lockgate_runs WHERE id >= %s AND id < %s ORDER BY id LIMIT 500", (part.lo, part.hi)
-                ).fetchall()
-            ]
-            if not ids:
-                break
+        while runs < most:
             with conn.transaction():
-                for sql in OLD_FORGET:
-                    conn.execute(sql, {"ids": ids})
-            done += len(ids)
+                ids = [r[0] for r in conn.execute(queries["ended_before"], {"cutoff": cutoff, "limit": 500})]
+                if not ids:
+                    break
+                for name, sql in texts.items():
+                    began = time.perf_counter()
+                    conn.execute(sql, {"ids": json.dumps(ids)})
+                    if name in OLD_HISTORY:
+                        history_s += time.perf_counter() - began
+            runs += len(ids)
     seconds = time.perf_counter() - started
-    return {"runs": done, "seconds": seconds, "runs_per_s": done / seconds}
+    return {"runs": runs, "seconds": seconds, "runs_per_s": runs / seconds, "history_s": history_s}
 
 
-async def new_retire(url: str, part: history.Partition) -> dict[str, float]:
-    """The sweep's way: the day's run rows deleted in its batches, then the day's partitions dropped."""
+def old_delete(url: str, part: history.Partition, sample: int) -> dict[str, float]:
+    """Today's retention of ``sample`` runs of the day ``part`` holds."""
+    return retire_rows(url, (part.ends_at or 0) + 1, sample, partitioned=False)
+
+
+def new_retire(url: str, part: history.Partition) -> dict[str, float]:
+    """The partitioned store's: the day's run rows (and records kept apart), then the day's partitions dropped."""
     cutoff = (part.ends_at or 0) + 1
-    async with lg.Client(lg.App(), url) as client:
-        store = client.core.store
-        started = time.perf_counter()
-        runs = 0
-        while n := await store.write(retention.forget_ended_runs, cutoff, 500):
-            runs += n
-        rows_done = time.perf_counter()
-        await store.write(history.retire, part, cutoff)
-        ended = time.perf_counter()
-    total = ended - started
-    return {"runs": runs, "seconds": total, "runs_per_s": runs / total, "drop_ms": (ended - rows_done) * 1000}
+    rows = retire_rows(url, cutoff, 10**12, partitioned=True)
+
+    async def drop() -> float:
+        async with lg.Client(lg.App(), url) as client:
+            began = time.perf_counter()
+            await client.core.store.write(history.retire, part, cutoff)
+            return time.perf_counter() - began
+
+    drop_s = asyncio.run(drop())
+    total = rows["seconds"] + drop_s
+    return {**rows, "seconds": total, "runs_per_s": rows["runs"] / total, "history_s": drop_s}
 
 
 class Job(BaseModel):
@@ -288,6 +298,7 @@ async def sustained(url: str, seconds: float, rate: float, retire: Callable[[], 
         "autovacuum_runs": runs,
         "autovacuum_worker_samples": workers_seen,
         "retired": retired,
+        "dead_per_run_retired": dead / max(retired["runs"], 1),
     }
 
 
@@ -303,6 +314,7 @@ async def main() -> None:
     parser.add_argument("--rate", type=float, default=100.0, help="starts per second of the sustained load")
     parser.add_argument("--migrate-runs", type=int, default=0, help="time migration 0038 over this many runs")
     parser.add_argument("--keep", action="store_true", help="keep the database afterwards")
+    parser.add_argument("--plain", action="store_true", help="plain-text tables")
     args = parser.parse_args()
     wanted = [int(s) for s in args.sizes.split(",") if s] or [args.runs // 10, args.runs]
     results: dict[str, Any] = {"machine": machine(), "days": args.days, "sizes": []}
@@ -327,39 +339,43 @@ async def main() -> None:
                 f" loaded in {load:.0f}s; load average {_loadavg()})",
                 ["read", "median ms"],
                 [[k, v] for k, v in times.items()],
+                plain=args.plain,
             )
         oldest = await _oldest_day(url)
-        before = old_delete(url, oldest, args.sample)
-        after = await new_retire(url, oldest)
+        before = await asyncio.to_thread(old_delete, url, oldest, args.sample)
+        after = await asyncio.to_thread(new_retire, url, oldest)
         results["retention"] = {"delete": before, "partition": after, "loadavg": _loadavg()}
         print_table(
             f"retention of the oldest day (load average {_loadavg()})",
-            ["way", "runs", "seconds", "runs/s", "drop ms"],
+            ["way", "runs", "seconds", "runs/s", "history s", "history runs/s"],
             [
-                ["today's DELETE (a sample)", before["runs"], before["seconds"], before["runs_per_s"], None],
-                ["run rows + partition drop", after["runs"], after["seconds"], after["runs_per_s"], after["drop_ms"]],
+                [name, r["runs"], r["seconds"], r["runs_per_s"], r["history_s"], r["runs"] / r["history_s"]]
+                for name, r in (("today's DELETE (a sample)", before), ("partition drop", after))
             ],
+            plain=args.plain,
         )
         second = await _oldest_day(url)
         load_delete = await sustained(url, args.load_seconds, args.rate, lambda: old_delete(url, second, args.sample))
         third = await _oldest_day(url)
-        load_drop = await sustained(url, args.load_seconds, args.rate, lambda: asyncio.run(new_retire(url, third)))
+        load_drop = await sustained(url, args.load_seconds, args.rate, lambda: new_retire(url, third))
         results["sustained"] = {"delete": load_delete, "partition": load_drop, "loadavg": _loadavg()}
         print_table(
             f"{args.load_seconds:.0f}s of starts at {args.rate:.0f}/s beside each retention"
             f" (load average {_loadavg()})",
-            ["retention beside", "starts/s", "rows deleted", "dead tuples added", "autovacuum runs", "worker samples"],
+            ["retention beside", "starts/s", "runs retired", "rows deleted", "dead tuples", "dead/run", "autovacuums"],
             [
                 [
                     name,
                     r["starts_per_s"],
+                    r["retired"]["runs"],
                     r["rows_deleted"],
                     r["dead_tuples_added"],
+                    r["dead_per_run_retired"],
                     r["autovacuum_runs"],
-                    r["autovacuum_worker_samples"],
                 ]
                 for name, r in (("today's DELETE", load_delete), ("partition drop", load_drop))
             ],
+            plain=args.plain,
         )
     finally:
         if not args.keep:
