@@ -202,7 +202,7 @@ async def _oldest_day(url: str) -> history.Partition:
     return min(parts, key=lambda p: p.ends_at or 0)
 
 
-def retire_rows(url: str, cutoff: float, most: int, partitioned: bool) -> dict[str, float]:
+def retire_rows(url: str, cutoff: float, most: int, partitioned: bool) -> dict[str, Any]:
     """The retention sweep's run rows, as it deletes them (``ended_before`` then each record's statement, in
     commits of 500), for at most ``most`` runs: with today's statements, or the partitioned store's (which
     leave the history's rows to the partition drop). Seconds in all, and in the history's statements."""
@@ -210,29 +210,35 @@ def retire_rows(url: str, cutoff: float, most: int, partitioned: bool) -> dict[s
     texts = {name: queries[name] for name in retention.RUN_RECORDS}
     if not partitioned:
         texts.update(OLD_HISTORY)
-    runs, history_s, started = 0, 0.0, time.perf_counter()
+    runs, started = 0, time.perf_counter()
+    spent = dict.fromkeys(["ended_before", *texts, "commit"], 0.0)
     with psycopg.connect(url, autocommit=True) as conn:
         while runs < most:
-            with conn.transaction():
-                ids = [r[0] for r in conn.execute(queries["ended_before"], {"cutoff": cutoff, "limit": 500})]
-                if not ids:
-                    break
-                for name, sql in texts.items():
-                    began = time.perf_counter()
-                    conn.execute(sql, {"ids": json.dumps(ids)})
-                    if name in OLD_HISTORY:
-                        history_s += time.perf_counter() - began
+            began = time.perf_counter()
+            conn.execute("BEGIN")
+            ids = [r[0] for r in conn.execute(queries["ended_before"], {"cutoff": cutoff, "limit": 500})]
+            spent["ended_before"] += time.perf_counter() - began
+            for name, sql in texts.items() if ids else ():
+                began = time.perf_counter()
+                conn.execute(sql, {"ids": json.dumps(ids)})
+                spent[name] += time.perf_counter() - began
+            began = time.perf_counter()
+            conn.execute("COMMIT")
+            spent["commit"] += time.perf_counter() - began
+            if not ids:
+                break
             runs += len(ids)
     seconds = time.perf_counter() - started
-    return {"runs": runs, "seconds": seconds, "runs_per_s": runs / seconds, "history_s": history_s}
+    history_s = sum(spent[name] for name in OLD_HISTORY)
+    return {"runs": runs, "seconds": seconds, "runs_per_s": runs / seconds, "history_s": history_s, "spent_s": spent}
 
 
-def old_delete(url: str, part: history.Partition, sample: int) -> dict[str, float]:
+def old_delete(url: str, part: history.Partition, sample: int) -> dict[str, Any]:
     """Today's retention of ``sample`` runs of the day ``part`` holds."""
     return retire_rows(url, (part.ends_at or 0) + 1, sample, partitioned=False)
 
 
-def new_retire(url: str, part: history.Partition) -> dict[str, float]:
+def new_retire(url: str, part: history.Partition) -> dict[str, Any]:
     """The partitioned store's: the day's run rows (and records kept apart), then the day's partitions dropped."""
     cutoff = (part.ends_at or 0) + 1
     rows = retire_rows(url, cutoff, 10**12, partitioned=True)
@@ -246,6 +252,10 @@ def new_retire(url: str, part: history.Partition) -> dict[str, float]:
     drop_s = asyncio.run(drop())
     total = rows["seconds"] + drop_s
     return {**rows, "seconds": total, "runs_per_s": rows["runs"] / total, "history_s": drop_s}
+
+
+def _spent(r: dict[str, Any]) -> str:
+    return ", ".join(f"{name} {s:.2f}" for name, s in r["spent_s"].items() if s >= 0.01)
 
 
 class Job(BaseModel):
@@ -286,13 +296,14 @@ async def sustained(url: str, seconds: float, rate: float, retire: Callable[[], 
                         "SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'autovacuum worker'"
                     ).fetchone()
                 workers_seen += int(row[0]) if row else 0
+        rate_made = made / (time.perf_counter() - started)
         retired = await job
     after = _vacuum_stats(url)
     dead = sum(after[t][0] for t in after if t in before) - sum(before[t][0] for t in before if t in after)
     runs = sum(after[t][1] - before[t][1] for t in after if t in before)
     deleted = sum(after[t][2] - before[t][2] for t in after if t in before)
     return {
-        "starts_per_s": made / (time.perf_counter() - started),
+        "starts_per_s": rate_made,
         "rows_deleted": deleted,
         "dead_tuples_added": dead,
         "autovacuum_runs": runs,
@@ -354,6 +365,8 @@ async def main() -> None:
             ],
             plain=args.plain,
         )
+        print(f"seconds per statement, today's DELETE: {_spent(before)}")
+        print(f"seconds per statement, partitioned: {_spent(after)}")
         second = await _oldest_day(url)
         load_delete = await sustained(url, args.load_seconds, args.rate, lambda: old_delete(url, second, args.sample))
         third = await _oldest_day(url)
