@@ -49,6 +49,7 @@ LAYERS: dict[str, int] = {
     "lockgate.routing": DEFINITIONS,
     "lockgate.flowcontrol": DEFINITIONS,
     "lockgate.buckets": DEFINITIONS,
+    "lockgate.history": DEFINITIONS,
     "lockgate.names": DEFINITIONS,
     "lockgate.matching": DEFINITIONS,
     "lockgate.callbacks": DEFINITIONS,

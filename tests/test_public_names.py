@@ -39,6 +39,7 @@ PUBLIC = [
     "ForeignTransaction",
     "HmacSignature",
     "InvalidArgument",
+    "InvalidHistoryOption",
     "InvalidSchedule",
     "JournalDecryptionError",
     "Labels",

@@ -60,15 +60,19 @@ async def postgres_schema(url: str) -> tuple[Schema, set[str]]:
     await store.open()
     await store.close()
     async with await psycopg.AsyncConnection.connect(url) as conn:
+        # The partitions of the run history (docs/history.md) are PostgreSQL's own: their parents are compared.
         cursor = await conn.execute(
-            "SELECT table_name, column_name, data_type FROM information_schema.columns "
-            "WHERE table_schema = current_schema()"
+            "SELECT c.table_name, c.column_name, c.data_type FROM information_schema.columns c "
+            "JOIN pg_class k ON k.relname = c.table_name AND k.relnamespace = current_schema()::regnamespace "
+            "WHERE c.table_schema = current_schema() AND NOT k.relispartition"
         )
         schema: Schema = {}
         for table, column, data_type in await cursor.fetchall():
             schema.setdefault(table, {})[column] = data_type
         cursor = await conn.execute(
-            "SELECT i.indexname FROM pg_indexes i WHERE i.schemaname = current_schema() AND NOT EXISTS "
+            "SELECT i.indexname FROM pg_indexes i "
+            "JOIN pg_class t ON t.relname = i.tablename AND t.relnamespace = current_schema()::regnamespace "
+            "WHERE i.schemaname = current_schema() AND NOT t.relispartition AND NOT EXISTS "
             "(SELECT 1 FROM pg_constraint c WHERE c.conname = i.indexname)"
         )
         indexes = {r[0] for r in await cursor.fetchall()}

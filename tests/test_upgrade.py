@@ -175,3 +175,9 @@ async def test_runs_in_flight_on_the_first_gated_postgres_schema_complete_after_
     assert _pg_scalar(old_pg, VERSIONS) == ",".join(str(v) for v, _, _ in migrations("postgres"))
     assert _pg_scalar(old_pg, "SELECT COUNT(*) FROM lockgate_pending") == 0
     assert _pg_scalar(old_pg, "SELECT COUNT(*) FROM lockgate_slots") == 0
+    # The history became partitioned (migration 0038): the runs made before it keep their rows in the first
+    # partition, the table as it was; the parked start, a run only after the upgrade, has its own elsewhere.
+    assert _pg_scalar(old_pg, "SELECT relkind FROM pg_class WHERE relname = 'lockgate_journal'") == "p"
+    old_steps = "SELECT COUNT(*) FROM lockgate_journal_p0 WHERE run_id = %s"
+    assert _pg_scalar(old_pg, old_steps.replace("%s", f"'{found['up.sleeper1'].id}'")) == 3
+    assert _pg_scalar(old_pg, old_steps.replace("%s", f"'{parked.id}'")) == 0

@@ -10,6 +10,7 @@
      ├── InvalidArgument            an argument to an API call is wrong (also a ValueError)
      │    ├── InvalidSchedule       a runtime schedule's option is wrong (names the field)
      │    ├── ReadStoreRefused      a read store is not a streaming standby of the write store (names the option)
+     │    ├── InvalidHistoryOption  an unknown history partition interval, or a retention shorter (names the field)
      │    ├── UnknownSchedule       no schedule has that id
      │    ├── OutsideWorkflowBody   a body-only helper (``lockgate.ai``) called without a workflow's context
      │    └── CompensationClosed    a compensation registered outside its ``ctx.compensations()`` block
@@ -63,6 +64,7 @@ __all__ = [
     "EngineClosed",
     "ForeignTransaction",
     "InvalidArgument",
+    "InvalidHistoryOption",
     "InvalidSchedule",
     "JournalDecryptionError",
     "LockgateError",
@@ -208,6 +210,16 @@ class InvalidSchedule(InvalidArgument):
 class ReadStoreRefused(InvalidArgument):
     """A read store that cannot serve reads: it is the primary itself, unreachable, not a standby of the write
     store, or on SQLite. ``field`` names the option (``read_store``, ``--read-store``), ``problem`` says why."""
+
+    def __init__(self, field: str, problem: str) -> None:
+        self.field = field
+        self.problem = problem
+        super().__init__(f"{field}: {problem}")
+
+
+class InvalidHistoryOption(InvalidArgument):
+    """An option of the time-partitioned history is wrong (docs/history.md): ``field`` names it
+    (``history_partition``, ``retention``), ``problem`` says why."""
 
     def __init__(self, field: str, problem: str) -> None:
         self.field = field

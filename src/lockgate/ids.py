@@ -12,7 +12,7 @@ import os
 import threading
 import time
 
-__all__ = ["new_id", "short_id"]
+__all__ = ["id_floor", "id_millis", "new_id", "short_id"]
 
 _RAND_BITS = 72
 _ALPHABET = "0123456789abcdefghijklmnopqrstuv"
@@ -44,3 +44,15 @@ def short_id(full: str) -> str:
     """The last 8 characters of an id: its freshest bits, unique among the ids a person compares
     (ids made in one millisecond differ there too)."""
     return full[-8:]
+
+
+def id_floor(prefix: str, millis: int) -> str:
+    """The smallest id with ``prefix`` made at ``millis`` (epoch milliseconds): every id made then or later
+    sorts at or after it, every id made before sorts before it."""
+    n = millis << _RAND_BITS
+    return prefix + "_" + "".join([_PAIRS[(n >> shift) & 1023] for shift in _SHIFTS])
+
+
+def id_millis(full: str) -> int:
+    """When an id was made (epoch milliseconds): its first 48 bits (the alphabet is base 32's own)."""
+    return int(full.rsplit("_", 1)[-1], 32) >> _RAND_BITS

@@ -23,9 +23,10 @@ import click
 from ..app import App
 from ..callbacks import check_base_url
 from ..durations import format_seconds
-from ..errors import InvalidArgument, UnknownWorkflow
+from ..errors import InvalidArgument, InvalidHistoryOption, UnknownWorkflow
 from ..facades import Engine
 from ..facades.engine import MIN_RETENTION
+from ..history import INTERVALS, partition_interval
 from ..http import (
     DEFAULT_BIND,
     READ_TOKEN_ENV,
@@ -88,6 +89,7 @@ class ServeConfig:
     grace: float = 30.0  # at shutdown, how long running step attempts may finish before their runs are released
     public_url: str | None = None  # the base of callback tokens' URLs (None: LOCKGATE_PUBLIC_URL, if set)
     read_store: str | None = None  # a streaming standby the HTTP reads, the dashboard and /metrics read from
+    history_partition: str | None = None  # what one partition of the run history spans (docs/history.md)
     selection: Selection = field(default_factory=Selection)  # --labels, --workflows, --exclude (routing.py)
     unroutable_after: float = 60.0  # due runs no live worker takes this long are reported
 
@@ -226,6 +228,7 @@ async def serve_app(app: App, config: ServeConfig) -> int:
         workflows=config.selection.workflows,
         exclude=config.selection.exclude,
         unroutable_after=config.unroutable_after,
+        history_partition=config.history_partition,
     )
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
@@ -369,6 +372,13 @@ def configure_logging(quiet: bool, log_format: str) -> None:
     "(at least 1m; 'never' keeps everything).",
 )
 @click.option(
+    "--history-partition",
+    type=click.Choice(sorted(INTERVALS)),
+    default=None,
+    help="PostgreSQL: what one partition of the run history spans (default: day, or hour under a retention "
+    "shorter than a day); retention drops whole partitions (docs/history.md).",
+)
+@click.option(
     "--event-retention",
     type=RetentionType(),
     default="30d",
@@ -446,6 +456,7 @@ def serve(
     max_concurrent_runs: int,
     lease: float,
     retention: float | None,
+    history_partition: str | None,
     event_retention: float | None,
     delivery_retention: float | None,
     http_bind: str,
@@ -480,6 +491,10 @@ def serve(
     if read_store is not None and no_http:
         raise click.UsageError("--read-store serves the HTTP API's reads: drop --no-http or --read-store")
     read_store_beside(store, read_store)
+    try:
+        partition_interval(history_partition, retention)
+    except InvalidHistoryOption as exc:
+        raise click.BadParameter(exc.problem, param_hint=f"'--{exc.field.replace('_', '-')}'") from None
     app = load_app(app_ref, param_hint="'MODULE:APP'")
     selection = check_selection(app, labels, workflows, exclude)
     configure_logging(quiet, log_format)
@@ -489,6 +504,7 @@ def serve(
         max_concurrent_runs=max_concurrent_runs,
         lease=lease,
         retention=retention,
+        history_partition=history_partition,
         event_retention=event_retention,
         delivery_retention=delivery_retention,
         http=http,

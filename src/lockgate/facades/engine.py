@@ -34,6 +34,7 @@ from ..gate.handoff import HandOff, Passed
 from ..gate.pipeline import Decision
 from ..gate.runtime import Runtime, WorkerRuntime
 from ..handles import RunHandle
+from ..history import partition_interval
 from ..ids import new_id
 from ..inspect import FiringInfo, FlowKeyRow, FlowRow, Inspector, ScheduleInfo, Trace
 from ..queues import Queue
@@ -63,6 +64,8 @@ class Engine:
     ``max_concurrent_runs``). ``public_url``: the base of callback tokens' URLs (default
     ``LOCKGATE_PUBLIC_URL``; docs/human-in-the-loop.md). ``retention``: runs that ended longer ago are
     deleted with their records, and so are ledger rows that old (``flow()``'s counts stay); ``None`` keeps everything.
+    ``history_partition``: what one partition of the run history spans on PostgreSQL (``hour``, ``day``,
+    ``week``; docs/history.md).
     """
 
     def __init__(
@@ -93,6 +96,7 @@ class Engine:
         workflows: str | Sequence[str] | None = None,
         exclude: str | Sequence[str] | None = None,
         unroutable_after: Duration = "1m",
+        history_partition: str | None = None,
     ) -> None:
         self.client = Client(
             app,
@@ -125,6 +129,7 @@ class Engine:
         self.retention = None if retention is None else to_seconds(retention, what="retention")
         if self.retention is not None and self.retention < MIN_RETENTION:
             raise ValueError(f"retention must be at least 1m (or None to keep everything), got {retention!r}")
+        self.history_partition = partition_interval(history_partition, self.retention)
         self.max_reclaims = max_reclaims
         # Domain events and deliveries (sweeps/retention.py); the delivery TTL is a custom key's dedupe window.
         self.event_retention = None if event_retention is None else to_seconds(event_retention, what="event_retention")
@@ -177,6 +182,7 @@ class Engine:
             event_retention=self.event_retention,
             delivery_retention=self.delivery_retention,
             unroutable_after=self.unroutable_after,
+            history_partition=self.history_partition,
         )
 
     @property

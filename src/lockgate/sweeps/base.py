@@ -25,6 +25,8 @@ class SweepSettings:
     """Settled deliveries older are deleted: a trigger's custom idempotency key deduplicates this long."""
     unroutable_after: float = 60.0
     """Due runs no live worker takes for this long are reported (a log line; doctor and /metrics show them)."""
+    history_partition: float = 86400.0
+    """What one partition of the run history spans on PostgreSQL (history.py; docs/history.md)."""
 
 
 class Sweep:

@@ -2,27 +2,35 @@
 
 Each tick deletes in commits of ``BATCH`` rows, at most ``MAX_BATCHES`` of each kind, so
 the writer is never held long; a backlog (the first tick over a store that kept everything)
-is worked off over the following ticks.
+is worked off over the following ticks. On PostgreSQL the run history (journal, step attempts,
+events) is partitioned by time (docs/history.md): each tick also makes the partitions of the
+next intervals ahead, and drops those past retention instead of deleting their rows; there the
+sweep runs without a retention too, to make partitions ahead.
 """
 
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from functools import partial
 
 from ..durations import format_seconds
 from ..gate.runtime import WorkerRuntime
 from ..store import events as store_events
+from ..store import history as store_history
 from ..store import retention as store_retention
 from .base import Sweep, SweepSettings
 
-__all__ = ["BATCH", "MAX_BATCHES", "Forgotten", "forget_expired", "retention_sweep"]
+__all__ = ["AHEAD", "BATCH", "MAX_BATCHES", "Forgotten", "forget_expired", "keep_partitions", "retention_sweep"]
 
 log = logging.getLogger("lockgate.sweeps")
 
 BATCH = 500
 MAX_BATCHES = 20
+AHEAD = 2
+"""Partitions of the run history are made this many intervals ahead of the clock."""
+UPKEEP = 600.0
+"""Seconds between ticks that only make partitions ahead (PostgreSQL without a retention)."""
 
 
 @dataclass(frozen=True)
@@ -35,6 +43,10 @@ class Forgotten:
     pauses: int = 0
     events: int = 0
     deliveries: int = 0
+    partitions_made: int = field(default=0, compare=False)
+    """History partitions made ahead (PostgreSQL); not compared: they follow the clock, not the runs."""
+    partitions_dropped: int = field(default=0, compare=False)
+    """History partitions dropped past retention (PostgreSQL), their rows with them."""
 
 
 def retention_sweep(worker: WorkerRuntime, settings: SweepSettings) -> Sweep | None:
@@ -44,15 +56,17 @@ def retention_sweep(worker: WorkerRuntime, settings: SweepSettings) -> Sweep | N
     if worker.runtime.app.definitions() and worker.runtime.app.events:
         given += [settings.event_retention, settings.delivery_retention]
     ttls = [t for t in given if t is not None]
-    if not ttls:
+    partitioned = worker.runtime.store.dialect == "postgres"
+    if not ttls and not partitioned:
         return None
     tick = partial(
         forget_expired,
         retention=settings.retention,
         event_retention=settings.event_retention,
         delivery_retention=settings.delivery_retention,
+        history_partition=settings.history_partition,
     )
-    return Sweep("retention", min(min(ttls) / 4, 600.0), tick)
+    return Sweep("retention", min([t / 4 for t in ttls] + [UPKEEP]), tick)
 
 
 async def forget_expired(
@@ -61,9 +75,11 @@ async def forget_expired(
     *,
     event_retention: float | None = None,
     delivery_retention: float | None = None,
+    history_partition: float = 86400.0,
 ) -> Forgotten:
     """Delete what ended before ``now - retention``: runs with their records, ledger rows, old workers and
-    pauses; and domain events and deliveries past their own retention (in an app that declares events)."""
+    pauses; and domain events and deliveries past their own retention (in an app that declares events).
+    On PostgreSQL, make the history's partitions ahead and drop those past retention."""
     rt = worker.runtime
     runs = ledger = workers = pauses = 0
     if retention is not None:
@@ -74,7 +90,9 @@ async def forget_expired(
     events = deliveries = 0
     if rt.app.events:
         events, deliveries = await _forget_events(worker, event_retention, delivery_retention)
+    made, dropped = await keep_partitions(worker, retention, history_partition)
     forgotten = Forgotten(runs, ledger, workers, pauses, events, deliveries)
+    forgotten = replace(forgotten, partitions_made=made, partitions_dropped=dropped)
     if runs or ledger or workers:
         log.info(
             "retention: forgot %d run(s), %d ledger row(s) and %d worker(s) older than %s",
@@ -84,6 +102,24 @@ async def forget_expired(
             format_seconds(retention or 0),
         )
     return forgotten
+
+
+async def keep_partitions(worker: WorkerRuntime, retention: float | None, interval: float) -> tuple[int, int]:
+    """Make the history's partitions ``AHEAD`` intervals ahead, and drop those whose runs were all created
+    before ``now - retention`` (keeping the rows of the runs retention keeps); how many were made and dropped.
+    Nothing on a store that does not partition (SQLite)."""
+    rt = worker.runtime
+    now = rt.clock.now()
+    made = await rt.store.write(store_history.make_ahead, now, interval, now + AHEAD * interval)
+    dropped = 0
+    if retention is not None:
+        cutoff = now - retention
+        for part in await rt.store.read(store_history.partitions):
+            if part.ends_at is not None and part.ends_at <= cutoff:
+                kept = await rt.store.write(store_history.retire, part, cutoff)
+                dropped += 1
+                log.info("retention: dropped history partition %s (%d live run(s) kept)", part.suffix, kept)
+    return len(made), dropped
 
 
 async def _forget_events(

@@ -16,13 +16,17 @@ WHERE r.status IN ('succeeded', 'failed', 'cancelled') AND r.created_at < %(cuto
 LIMIT %(limit)s;
 
 -- name: forget_journal
-DELETE FROM lockgate_journal WHERE run_id = ANY (ARRAY(SELECT jsonb_array_elements_text(%(ids)s::jsonb)));
+-- The run history (journal, attempts, events) is partitioned by time (migration 0038, docs/history.md): a
+-- forgotten run's rows in a time partition go when the sweep drops that partition, once every run it holds
+-- was created before the cutoff; only those in the default partition (kept there when their partition was
+-- dropped, or written where none was made yet) are deleted here.
+DELETE FROM lockgate_journal_kept WHERE run_id = ANY (ARRAY(SELECT jsonb_array_elements_text(%(ids)s::jsonb)));
 
 -- name: forget_attempts
-DELETE FROM lockgate_step_attempts WHERE run_id = ANY (ARRAY(SELECT jsonb_array_elements_text(%(ids)s::jsonb)));
+DELETE FROM lockgate_step_attempts_kept WHERE run_id = ANY (ARRAY(SELECT jsonb_array_elements_text(%(ids)s::jsonb)));
 
 -- name: forget_events
-DELETE FROM lockgate_run_events WHERE run_id = ANY (ARRAY(SELECT jsonb_array_elements_text(%(ids)s::jsonb)));
+DELETE FROM lockgate_run_events_kept WHERE run_id = ANY (ARRAY(SELECT jsonb_array_elements_text(%(ids)s::jsonb)));
 
 -- name: forget_messages
 DELETE FROM lockgate_messages WHERE run_id = ANY (ARRAY(SELECT jsonb_array_elements_text(%(ids)s::jsonb)));

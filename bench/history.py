@@ -1,0 +1,406 @@
+"""A PostgreSQL store with a long history: reads at each size, retention, bytes per run, autovacuum.
+
+The history is laid out as the retention sweep leaves it: one partition a day (docs/history.md) for
+``--days`` days up to now, each holding ``runs / days`` ended runs with their records (three journal
+entries, an attempt, three events, a ledger row), loaded straight into the tables. At each size of
+``--sizes`` (cumulative: the days fill up) it reads, through the ``Inspector`` the CLI, dashboard and
+HTTP API share, a page of the run list (and one filtered by workflow), a run's page (run, steps,
+attempts, events), why (a start's trace), flow, and a ``/metrics`` scrape, ``--reads`` times each
+(median). At the largest size it retires the oldest day two ways and reports runs retired per second:
+today's ``DELETE`` of each run's rows (the statements before partitioning, on a sample of that day's
+runs), and the sweep's way (the run rows deleted, the day's partitions dropped). Last, a sustained start
+load with each retention running beside it, sampling autovacuum (``pg_stat_user_tables``).
+
+    python -m bench.history                                  # 1M runs (100k, 1M) on the local server
+    python -m bench.history --store postgresql://... --runs 2000000 --sizes 200000,2000000
+
+It works in a database of its own (``history_bench``, made and dropped on the server of ``--store``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import statistics
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import psycopg
+from pydantic import BaseModel
+
+import lockgate as lg
+from lockgate.http.metrics import StoreMetrics
+from lockgate.inspect import Inspector, RunFilter
+from lockgate.store import history, retention
+from lockgate.store.sql_files import load_queries, migrations
+
+from .report import machine, print_table, write_json
+
+DB = "history_bench"
+DAY_MS = 86_400_000
+WORKFLOWS = ("charge", "refund", "notify", "sync", "report")
+HISTORY = ("lockgate_journal", "lockgate_step_attempts", "lockgate_run_events")
+TABLES = ("lockgate_runs", "lockgate_ledger", *HISTORY)
+# Today's retention (before partitioning): each run's rows deleted from every table, the history's too.
+OLD_HISTORY = {
+    name: f"DELETE FROM {table} WHERE run_id = ANY (ARRAY(SELECT jsonb_array_elements_text(%(ids)s::jsonb)))"
+    for name, table in zip(("forget_journal", "forget_attempts", "forget_events"), HISTORY, strict=True)
+}
+
+
+def _url(store: str, db: str) -> str:
+    base, _, _ = store.rpartition("/")
+    return f"{base}/{db}"
+
+
+def _admin(store: str, sql: str) -> None:
+    with psycopg.connect(store, autocommit=True) as conn:
+        conn.execute(sql)
+
+
+async def create(store: str, days: int) -> str:
+    """The database, migrated, its history partitioned by day for ``days`` days back and two ahead."""
+    _admin(store, f"DROP DATABASE IF EXISTS {DB} WITH (FORCE)")
+    _admin(store, f"CREATE DATABASE {DB}")
+    url = _url(store, DB)
+    async with lg.Client(lg.App(), url):
+        pass
+    today = int(time.time() * 1000) // DAY_MS * DAY_MS
+    with psycopg.connect(url, autocommit=True) as conn:
+        for t in HISTORY:  # the first partition (the tables before 0038) is empty here: the days replace it
+            conn.execute(f"ALTER TABLE {t} DETACH PARTITION {t}_p0")
+            conn.execute(f"DROP TABLE {t}_p0")
+        for d in range(-days + 1, 3):
+            lo = today + d * DAY_MS
+            conn.execute(
+                "SELECT lockgate_history_add(%s, %s, %s, '5s')",
+                (lo, lo + DAY_MS, "p" + time.strftime("%Y%m%d0000", time.gmtime(lo / 1000))),
+            )
+    return url
+
+
+def fill(url: str, days: int, first: int, count: int) -> None:
+    """Runs ``first`` .. ``first + count`` (by their number within a day), spread over ``days`` days."""
+    today = int(time.time() * 1000) // DAY_MS * DAY_MS
+    with psycopg.connect(url, autocommit=True) as conn:
+        for d in range(days):
+            day = today - (days - 1 - d) * DAY_MS
+            lo, hi = first + 1, first + count
+            step = DAY_MS // max(first + count, 1)
+            ids = (
+                f"SELECT left(lockgate_id_floor('run', {day} + (g - 1)::bigint * {step}), 14)"
+                f" || lpad(to_hex(g), 14, '0') AS id, g, ({day} + (g - 1)::bigint * {step}) / 1000.0 AS at"
+                f" FROM generate_series({lo}, {hi}) g"
+            )
+            statements = [
+                "INSERT INTO lockgate_runs (id, workflow, identity, status, payload, output, ticket, created_at,"
+                " updated_at, progress_at, finished_at) SELECT id, (ARRAY['charge','refund','notify','sync','report'])"
+                "[g % 5 + 1], id, 'succeeded', '{\"order\": ' || g || ', \"tenant\": \"t' || g % 100 || '\"}', '42',"
+                f" 'tkt_' || substr(id, 5), at, at + 2, at + 2, at + 2 FROM ({ids}) s",
+                "INSERT INTO lockgate_journal (run_id, step_key, seq, kind, status, output, attempts, started_at,"
+                " finished_at) SELECT id, k.key, k.seq, k.kind, 'completed', '{\"ok\": true}', 1, at, at + 1"
+                f" FROM ({ids}) s, (VALUES ('charge#0', 0, 'step'), ('nap#0', 1, 'timer'), ('receipt#0', 2, 'step'))"
+                " AS k(key, seq, kind)",
+                "INSERT INTO lockgate_step_attempts (run_id, step_key, attempt, status, input, started_at,"
+                " finished_at) SELECT id, 'charge#0', 1, 'completed', '{\"amount\": 100}', at, at + 1"
+                f" FROM ({ids}) s",
+                "INSERT INTO lockgate_run_events (run_id, type, at, data) SELECT id, e.type, at, NULL"
+                f" FROM ({ids}) s, (VALUES ('run-started'), ('step-completed'), ('run-succeeded')) AS e(type)",
+                "INSERT INTO lockgate_ledger (ticket, kind, workflow, outcome, run_id, at) SELECT 'tkt_' ||"
+                " substr(id, 5), 'arrival', (ARRAY['charge','refund','notify','sync','report'])[g % 5 + 1],"
+                f" 'admitted', id, at FROM ({ids}) s",
+            ]
+            for sql in statements:
+                conn.execute(sql)
+        conn.execute("VACUUM ANALYZE")
+
+
+async def migration_window(store: str, runs: int, days: int) -> dict[str, float]:
+    """How long migration 0038 holds the tables: a store at the schema before it, holding ``runs`` runs'
+    history, migrated by this lockgate (timed: the window in which starts and steps wait)."""
+    _admin(store, f"DROP DATABASE IF EXISTS {DB}_old WITH (FORCE)")
+    _admin(store, f"CREATE DATABASE {DB}_old")
+    url = _url(store, f"{DB}_old")
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(
+            "CREATE TABLE lockgate_migrations "
+            "(version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at DOUBLE PRECISION NOT NULL)"
+        )
+        for version, name, sql in migrations("postgres"):
+            if version < 38:  # 0037 only adds the functions the fill uses
+                conn.execute(sql)
+                conn.execute("INSERT INTO lockgate_migrations VALUES (%s, %s, 0)", (version, name))
+    try:
+        fill(url, days, 0, runs // days)
+        started = time.perf_counter()
+        async with lg.Client(lg.App(), url):  # applies 0038
+            pass
+        return {"runs": runs, "seconds": time.perf_counter() - started}
+    finally:
+        _admin(store, f"DROP DATABASE IF EXISTS {DB}_old WITH (FORCE)")
+
+
+async def _median_ms(read: Callable[[], Awaitable[Any]], reads: int) -> float:
+    times = []
+    for _ in range(reads):
+        started = time.perf_counter()
+        await read()
+        times.append((time.perf_counter() - started) * 1000)
+    return statistics.median(times)
+
+
+def _sample_run(url: str) -> tuple[str, str]:
+    """A run of the middle day, and its ticket."""
+    with psycopg.connect(url) as conn:
+        row = conn.execute(
+            "SELECT id, ticket FROM lockgate_runs WHERE id >= (SELECT lockgate_id_floor('run',"
+            " (extract(epoch FROM now()) * 1000)::bigint - 4 * 86400000)) ORDER BY id LIMIT 1"
+        ).fetchone()
+    assert row is not None
+    return str(row[0]), str(row[1])
+
+
+async def reads(url: str, n: int) -> dict[str, float]:
+    """Median milliseconds of each read a person or a scraper makes."""
+    run_id, ticket = _sample_run(url)
+    async with lg.Client(lg.App(), url) as client:
+        inspector = Inspector(client.core.store)
+        metrics = StoreMetrics(inspector)
+
+        async def run_page() -> None:
+            await inspector.run(run_id)
+            await inspector.steps(run_id)
+            await inspector.attempts(run_id)
+            await inspector.events(run_id)
+
+        return {
+            "list": await _median_ms(lambda: inspector.run_page(RunFilter(), limit=50), n),
+            "list by workflow": await _median_ms(lambda: inspector.run_page(RunFilter(workflow="sync"), limit=50), n),
+            "run page": await _median_ms(run_page, n),
+            "why": await _median_ms(lambda: inspector.trace(ticket), n),
+            "flow": await _median_ms(lambda: inspector.flow(), n),
+            "/metrics": await _median_ms(metrics.render, n),
+        }
+
+
+def sizes(url: str) -> dict[str, float]:
+    with psycopg.connect(url) as conn:
+        row = conn.execute(
+            "SELECT (SELECT count(*) FROM lockgate_runs), pg_database_size(current_database()),"
+            " (SELECT sum(pg_total_relation_size(c.oid)) FROM pg_class c WHERE c.relname LIKE 'lockgate%%'"
+            " AND c.relkind = 'r')"
+        ).fetchone()
+    assert row is not None
+    return {"runs": row[0], "database_bytes": row[1], "lockgate_bytes": float(row[2])}
+
+
+async def _oldest_day(url: str) -> history.Partition:
+    async with lg.Client(lg.App(), url) as client:
+        parts = [p for p in await client.core.store.read(history.partitions) if p.hi is not None]
+    return min(parts, key=lambda p: p.ends_at or 0)
+
+
+def retire_rows(url: str, cutoff: float, most: int, partitioned: bool) -> dict[str, Any]:
+    """The retention sweep's run rows, as it deletes them (``ended_before`` then each record's statement, in
+    commits of 500), for at most ``most`` runs: with today's statements, or the partitioned store's (which
+    leave the history's rows to the partition drop). Seconds in all, and in the history's statements."""
+    queries = load_queries("postgres")
+    texts = {name: queries[name] for name in retention.RUN_RECORDS}
+    if not partitioned:
+        texts.update(OLD_HISTORY)
+    runs, started = 0, time.perf_counter()
+    spent = dict.fromkeys(["ended_before", *texts, "commit"], 0.0)
+    with psycopg.connect(url, autocommit=True) as conn:
+        while runs < most:
+            began = time.perf_counter()
+            conn.execute("BEGIN")
+            ids = [r[0] for r in conn.execute(queries["ended_before"], {"cutoff": cutoff, "limit": 500})]
+            spent["ended_before"] += time.perf_counter() - began
+            for name, sql in texts.items() if ids else ():
+                began = time.perf_counter()
+                conn.execute(sql, {"ids": json.dumps(ids)})
+                spent[name] += time.perf_counter() - began
+            began = time.perf_counter()
+            conn.execute("COMMIT")
+            spent["commit"] += time.perf_counter() - began
+            if not ids:
+                break
+            runs += len(ids)
+    seconds = time.perf_counter() - started
+    history_s = sum(spent[name] for name in OLD_HISTORY)
+    return {"runs": runs, "seconds": seconds, "runs_per_s": runs / seconds, "history_s": history_s, "spent_s": spent}
+
+
+def old_delete(url: str, part: history.Partition, sample: int) -> dict[str, Any]:
+    """Today's retention of ``sample`` runs of the day ``part`` holds."""
+    return retire_rows(url, (part.ends_at or 0) + 1, sample, partitioned=False)
+
+
+def new_retire(url: str, part: history.Partition) -> dict[str, Any]:
+    """The partitioned store's: the day's run rows (and records kept apart), then the day's partitions dropped."""
+    cutoff = (part.ends_at or 0) + 1
+    rows = retire_rows(url, cutoff, 10**12, partitioned=True)
+
+    async def drop() -> float:
+        async with lg.Client(lg.App(), url) as client:
+            began = time.perf_counter()
+            await client.core.store.write(history.retire, part, cutoff)
+            return time.perf_counter() - began
+
+    drop_s = asyncio.run(drop())
+    total = rows["seconds"] + drop_s
+    return {**rows, "seconds": total, "runs_per_s": rows["runs"] / total, "history_s": drop_s}
+
+
+def _spent(r: dict[str, Any]) -> str:
+    return ", ".join(f"{name} {s:.2f}" for name, s in r["spent_s"].items() if s >= 0.01)
+
+
+class Job(BaseModel):
+    n: int = 0
+
+
+def _vacuum_stats(url: str) -> dict[str, tuple[int, int, int]]:
+    with psycopg.connect(url) as conn:
+        rows = conn.execute(
+            "SELECT relname, n_dead_tup, autovacuum_count + autoanalyze_count, n_tup_del FROM pg_stat_user_tables"
+            " WHERE relname LIKE 'lockgate%%'"
+        ).fetchall()
+    return {r[0]: (r[1], r[2], r[3]) for r in rows}
+
+
+async def sustained(url: str, seconds: float, rate: float, retire: Callable[[], Any]) -> dict[str, Any]:
+    """Starts at ``rate``/s for ``seconds`` while ``retire`` runs in a thread; autovacuum seen meanwhile."""
+    app = lg.App()
+
+    @app.workflow(name="bench.history")
+    async def body(ctx: lg.Context, p: Job) -> int:
+        return int(await ctx.step("one", lambda n: n, p.n))
+
+    before = _vacuum_stats(url)
+    workers_seen = 0
+    async with lg.Engine(app, url, retention=None, max_concurrent_runs=50) as engine:
+        job = asyncio.get_running_loop().run_in_executor(None, retire)
+        started, made = time.perf_counter(), 0
+        while (elapsed := time.perf_counter() - started) < seconds:
+            await engine.start("bench.history", {"n": made})
+            made += 1
+            ahead = made / rate - elapsed
+            if ahead > 0:
+                await asyncio.sleep(ahead)
+            if made % max(int(rate), 1) == 0:
+                with psycopg.connect(url) as conn:
+                    row = conn.execute(
+                        "SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'autovacuum worker'"
+                    ).fetchone()
+                workers_seen += int(row[0]) if row else 0
+        rate_made = made / (time.perf_counter() - started)
+        retired = await job
+    after = _vacuum_stats(url)
+    dead = sum(after[t][0] for t in after if t in before) - sum(before[t][0] for t in before if t in after)
+    runs = sum(after[t][1] - before[t][1] for t in after if t in before)
+    deleted = sum(after[t][2] - before[t][2] for t in after if t in before)
+    return {
+        "starts_per_s": rate_made,
+        "rows_deleted": deleted,
+        "dead_tuples_added": dead,
+        "autovacuum_runs": runs,
+        "autovacuum_worker_samples": workers_seen,
+        "retired": retired,
+        "dead_per_run_retired": dead / max(retired["runs"], 1),
+    }
+
+
+async def main() -> None:
+    parser = argparse.ArgumentParser(prog="python -m bench.history", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--store", default="postgresql://postgres@127.0.0.1:5432/postgres")
+    parser.add_argument("--runs", type=int, default=1_000_000, help="the largest size")
+    parser.add_argument("--sizes", default="", help="sizes to read at (default: a tenth of --runs, then --runs)")
+    parser.add_argument("--days", type=int, default=10)
+    parser.add_argument("--reads", type=int, default=20)
+    parser.add_argument("--sample", type=int, default=20_000, help="runs today's DELETE retires (timed)")
+    parser.add_argument("--load-seconds", type=float, default=60.0)
+    parser.add_argument("--rate", type=float, default=100.0, help="starts per second of the sustained load")
+    parser.add_argument("--migrate-runs", type=int, default=0, help="time migration 0038 over this many runs")
+    parser.add_argument("--keep", action="store_true", help="keep the database afterwards")
+    parser.add_argument("--plain", action="store_true", help="plain-text tables")
+    args = parser.parse_args()
+    wanted = [int(s) for s in args.sizes.split(",") if s] or [args.runs // 10, args.runs]
+    results: dict[str, Any] = {"machine": machine(), "days": args.days, "sizes": []}
+    if args.migrate_runs:
+        window = await migration_window(args.store, args.migrate_runs, args.days)
+        results["migration"] = {**window, "loadavg": _loadavg()}
+        print(f"migration 0038 over {window['runs']:,} runs: {window['seconds']:.1f}s (load average {_loadavg()})")
+    url = await create(args.store, args.days)
+    try:
+        per_day = 0
+        for size in wanted:
+            started = time.perf_counter()
+            more = size // args.days - per_day
+            fill(url, args.days, per_day, more)
+            per_day += more
+            load = time.perf_counter() - started
+            found = sizes(url)
+            times = await reads(url, args.reads)
+            results["sizes"].append({**found, "load_s": load, "reads_ms": times, "loadavg": _loadavg()})
+            print_table(
+                f"{found['runs']:,.0f} runs ({found['lockgate_bytes'] / found['runs']:,.0f} bytes/run;"
+                f" loaded in {load:.0f}s; load average {_loadavg()})",
+                ["read", "median ms"],
+                [[k, v] for k, v in times.items()],
+                plain=args.plain,
+            )
+        oldest = await _oldest_day(url)
+        before = await asyncio.to_thread(old_delete, url, oldest, args.sample)
+        after = await asyncio.to_thread(new_retire, url, oldest)
+        results["retention"] = {"delete": before, "partition": after, "loadavg": _loadavg()}
+        print_table(
+            f"retention of the oldest day (load average {_loadavg()})",
+            ["way", "runs", "seconds", "runs/s", "history s", "history runs/s"],
+            [
+                [name, r["runs"], r["seconds"], r["runs_per_s"], r["history_s"], r["runs"] / r["history_s"]]
+                for name, r in (("today's DELETE (a sample)", before), ("partition drop", after))
+            ],
+            plain=args.plain,
+        )
+        print(f"seconds per statement, today's DELETE: {_spent(before)}")
+        print(f"seconds per statement, partitioned: {_spent(after)}")
+        second = await _oldest_day(url)
+        load_delete = await sustained(url, args.load_seconds, args.rate, lambda: old_delete(url, second, args.sample))
+        third = await _oldest_day(url)
+        load_drop = await sustained(url, args.load_seconds, args.rate, lambda: new_retire(url, third))
+        results["sustained"] = {"delete": load_delete, "partition": load_drop, "loadavg": _loadavg()}
+        print_table(
+            f"{args.load_seconds:.0f}s of starts at {args.rate:.0f}/s beside each retention"
+            f" (load average {_loadavg()})",
+            ["retention beside", "starts/s", "runs retired", "rows deleted", "dead tuples", "dead/run", "autovacuums"],
+            [
+                [
+                    name,
+                    r["starts_per_s"],
+                    r["retired"]["runs"],
+                    r["rows_deleted"],
+                    r["dead_tuples_added"],
+                    r["dead_per_run_retired"],
+                    r["autovacuum_runs"],
+                ]
+                for name, r in (("today's DELETE", load_delete), ("partition drop", load_drop))
+            ],
+            plain=args.plain,
+        )
+    finally:
+        if not args.keep:
+            _admin(args.store, f"DROP DATABASE IF EXISTS {DB} WITH (FORCE)")
+    path = write_json("bench/results/history.json", results)
+    print(f"written to {path}")
+
+
+def _loadavg() -> str:
+    with open("/proc/loadavg") as f:
+        return " ".join(f.read().split()[:3])
+
+
+if __name__ == "__main__":
+    asyncio.run(main())

@@ -1,0 +1,93 @@
+"""Store operations for the time-partitioned run history (PostgreSQL; docs/history.md).
+
+``lockgate_journal``, ``lockgate_step_attempts`` and ``lockgate_run_events`` are partitioned alike by
+range of run id, so a run's rows sit in the partition of the interval it was created in. The retention
+sweep makes the partitions ahead (``make_ahead``) and retires those past retention (``retire``): the rows
+of the runs retention keeps move to the default partition, then the partitions are dropped. On SQLite
+nothing is partitioned: ``partitions`` is empty and nothing else is called.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from ..history import interval_start, partition_suffix
+from ..ids import id_floor, id_millis
+from .base import Tx
+
+__all__ = ["LOCK_WAIT", "Partition", "bound_of", "make_ahead", "partitions", "retire"]
+
+LOCK_WAIT = "2s"
+"""The longest a partition's creation or drop waits for the tables' locks (held for a moment once had)."""
+
+_TABLE = "lockgate_journal_"
+_BOUND = re.compile(r"FROM \((?:'([^']*)'|MINVALUE)\) TO \('([^']*)'\)")
+
+
+@dataclass(frozen=True, slots=True)
+class Partition:
+    """One partition of the run history: ``suffix`` after the table's name, the run ids ``[lo, hi)`` it holds
+    (``lo`` None: from the first); the default partition (``hi`` None) holds the rest."""
+
+    suffix: str
+    lo: str | None
+    hi: str | None
+
+    @property
+    def ends_at(self) -> float | None:
+        """When the last run it may hold was created (epoch seconds); None for the default partition."""
+        return None if self.hi is None else id_millis(self.hi) / 1000
+
+
+async def partitions(tx: Tx) -> list[Partition]:
+    """The history's partitions, the default one included; none on a store that does not partition."""
+    found = []
+    for row in await tx.execute("history_partitions"):
+        suffix = str(row["name"]).removeprefix(_TABLE)
+        match = _BOUND.search(str(row["bound"]))
+        found.append(Partition(suffix, None, None) if match is None else Partition(suffix, match[1], match[2]))
+    return found
+
+
+async def make_ahead(tx: Tx, now: float, interval: float, until: float) -> list[str]:
+    """Make the partitions of ``interval`` that cover the runs created from the end of the last one (or the
+    next interval's start, if that end is past) to ``until``; the suffixes made. A partition never begins
+    before a run id the default partition holds (its rows could not move)."""
+    known = await partitions(tx)
+    if not known:
+        return []
+    ends = [p.ends_at for p in known if p.ends_at is not None]
+    start = max(ends, default=0.0)
+    floor = now
+    kept = await tx.scalar("history_kept_last")
+    if kept is not None:
+        floor = max(floor, id_millis(str(kept)) / 1000)
+    if start <= floor:
+        start = interval_start(floor, interval) + interval
+    made = []
+    while start < until:
+        end = interval_start(start, interval) + interval
+        suffix = partition_suffix(start)
+        params = {"lo_ms": _millis(start), "hi_ms": _millis(end), "suffix": suffix, "lock_wait": LOCK_WAIT}
+        if await tx.scalar("history_add", params):
+            made.append(suffix)
+        start = end
+    return made
+
+
+async def retire(tx: Tx, part: Partition, cutoff: float) -> int:
+    """Drop ``part`` (every run it may hold was created before ``cutoff``), first moving the rows of the runs
+    retention keeps (live, ended at or after ``cutoff``, or a child whose parent is live) to the default
+    partition; how many runs were kept."""
+    params = {"suffix": part.suffix, "lo": part.lo, "hi": part.hi, "cutoff": cutoff, "lock_wait": LOCK_WAIT}
+    return int(await tx.scalar("history_retire", params) or 0)
+
+
+def _millis(at: float) -> int:
+    return round(at * 1000)
+
+
+def bound_of(at: float) -> str:
+    """The run id bound of a partition beginning at ``at`` (what the database computes, ids.py's way)."""
+    return id_floor("run", _millis(at))

@@ -1,0 +1,166 @@
+"""Time-partitioned run history on PostgreSQL (docs/history.md): partitions made ahead on the clock, only
+expired ones dropped, the rows of runs retention keeps moved out first; SQLite keeps its tables."""
+
+from __future__ import annotations
+
+import time
+from datetime import UTC, datetime
+from typing import Any
+
+import psycopg
+import pytest
+from click.testing import CliRunner
+from pydantic import BaseModel
+
+import lockgate as lg
+from lockgate.cli import cli
+from lockgate.history import partition_interval
+from lockgate.ids import id_floor, id_millis, new_id
+from lockgate.store import history
+from lockgate.sweeps.retention import forget_expired, keep_partitions
+from lockgate.testing import TestEnv
+
+
+class Job(BaseModel):
+    n: int = 1
+
+
+class Go(BaseModel):
+    ok: bool = True
+
+
+def make_app() -> lg.App:
+    app = lg.App()
+
+    @app.workflow(name="hist.steps")
+    async def steps(ctx: lg.Context, p: Job) -> int:
+        return int(await ctx.step("double", lambda n: n * 2, p.n))
+
+    @app.workflow(name="hist.waits")
+    async def waits(ctx: lg.Context, p: Job) -> int:
+        await ctx.step("before", lambda n: n, p.n)
+        await ctx.wait_for_signal("go", Go)
+        return p.n
+
+    return app
+
+
+def _suffixes(parts: list[history.Partition]) -> list[str]:
+    return sorted(p.suffix for p in parts)
+
+
+def _count(url: str, sql: str, *args: object) -> int:
+    with psycopg.connect(url) as conn:
+        row = conn.execute(sql, args).fetchone()  # type: ignore[arg-type]
+        return int(row[0]) if row else 0
+
+
+def test_an_id_bound_sorts_between_the_ids_made_before_and_after_it() -> None:
+    before = new_id("run")
+    millis = id_millis(before) + 1
+    bound = id_floor("run", millis)
+    time.sleep(0.003)
+    after = new_id("run")
+    assert before < bound < after
+    assert id_millis(bound) == millis and id_millis(after) >= millis
+
+
+def test_the_database_computes_the_bounds_as_the_ids_do(pg_url: str) -> None:
+    for millis in (0, 1, 1_796_578_062_123, 2**48 - 1):
+        with psycopg.connect(pg_url) as conn:
+            row = conn.execute("SELECT lockgate_id_floor('run', %s)", (millis,)).fetchone()
+        assert row is not None and row[0] == id_floor("run", millis)
+    made = new_id("run")
+    with psycopg.connect(pg_url) as conn:
+        row = conn.execute("SELECT lockgate_id_millis(%s), lockgate_id_millis('not-an-id')", (made,)).fetchone()
+    assert row == (id_millis(made), None)
+
+
+def test_an_unknown_interval_or_a_retention_shorter_than_it_is_refused_naming_the_field() -> None:
+    with pytest.raises(lg.InvalidHistoryOption, match="history_partition: unknown partition interval 'fortnight'") as e:
+        lg.Engine(make_app(), "sqlite:///unused.db", history_partition="fortnight")
+    assert e.value.field == "history_partition"
+    with pytest.raises(lg.InvalidHistoryOption, match="retention: 1d is shorter than") as e:
+        lg.Engine(make_app(), "sqlite:///unused.db", retention="1d", history_partition="week")
+    assert e.value.field == "retention" and isinstance(e.value, ValueError)
+    # by default a day, or an hour under a retention shorter than a day; no retention: a day
+    assert partition_interval(None, 30 * 86400.0) == 86400.0
+    assert partition_interval(None, 3600.0) == 3600.0
+    assert partition_interval("week", None) == 7 * 86400.0
+
+
+def test_serve_refuses_them_naming_the_option() -> None:
+    result = CliRunner().invoke(cli, ["serve", "tests.apps.waits:app", "--history-partition", "fortnight"])
+    assert result.exit_code == 2 and "--history-partition" in result.output
+    result = CliRunner().invoke(
+        cli, ["serve", "tests.apps.waits:app", "--retention", "2h", "--history-partition", "day"]
+    )
+    assert result.exit_code == 2 and "'--retention'" in result.output and "shorter than" in result.output
+
+
+async def test_sqlite_keeps_its_tables_and_makes_no_partitions(tmp_path: Any) -> None:
+    async with TestEnv(make_app(), store=f"sqlite:///{tmp_path}/h.db") as env:
+        assert await env.engine.store.read(history.partitions) == []
+        assert await keep_partitions(env.engine.worker, 3600.0, 86400.0) == (0, 0)
+
+
+async def test_partitions_are_made_ahead_across_a_day_boundary_on_the_clock(pg_url: str) -> None:
+    start = datetime(2031, 3, 9, 22, 0, tzinfo=UTC).timestamp()  # two hours before midnight, UTC
+    async with TestEnv(make_app(), store=pg_url, start=start, history_partition="day") as env:
+        worker = env.engine.worker
+        made, dropped = await keep_partitions(worker, None, 86400.0)
+        parts = await env.engine.store.read(history.partitions)
+        # the next two days ahead of the clock; the first partition (the tables before 0038) and the default
+        assert _suffixes(parts) == ["kept", "p0", "p203103100000", "p203103110000"]
+        assert (made, dropped) == (2, 0)
+        await env.advance("1h")
+        assert await keep_partitions(worker, None, 86400.0) == (0, 0)  # still the 9th: nothing new
+        await env.advance("2h")  # past midnight: the 10th has begun, the 12th is two days ahead
+        assert await keep_partitions(worker, None, 86400.0) == (1, 0)
+        parts = await env.engine.store.read(history.partitions)
+        assert _suffixes(parts)[-1] == "p203103120000"
+        ends = sorted(p.ends_at for p in parts if p.ends_at is not None)
+        assert ends[-1] == datetime(2031, 3, 13, tzinfo=UTC).timestamp()
+
+
+async def test_retention_drops_only_expired_partitions_and_keeps_a_live_run_older_than_it(pg_url: str) -> None:
+    now = time.time()
+    async with TestEnv(make_app(), store=pg_url, start=now, retention="1h", history_partition="hour") as env:
+        engine = env.engine
+        # partitions for the runs created from now on (the clock starts at the wall clock, which ids follow)
+        await engine.store.write(history.make_ahead, now - 7200, 3600.0, now + 3 * 3600)
+        before = await engine.store.read(history.partitions)
+        done = await engine.start("hist.steps", {"n": 2})
+        assert await done.result(timeout=10) == 4
+        live = await engine.start("hist.waits", {"n": 3})
+        await env.settle()
+        assert (await engine.get_run(live.run_id)).status == "running"
+        here = [p for p in before if p.lo is not None and p.hi is not None and p.lo <= done.run_id < p.hi]
+        assert len(here) == 1, before  # both runs' rows sit in the partition of this hour
+        table = f"lockgate_journal_{here[0].suffix}"
+        assert _count(pg_url, f"SELECT COUNT(*) FROM {table}") == 2
+        await env.advance("3h")  # this hour's partition is past the 1h retention; the later ones are not
+        forgotten = await forget(env)
+        assert forgotten.runs == 1 and forgotten.partitions_dropped >= 1
+        after = await engine.store.read(history.partitions)
+        expired = {p.suffix for p in before if p.ends_at is not None and p.ends_at <= env.clock.now() - 3600}
+        assert here[0].suffix in expired
+        survivors = {p.suffix for p in before} - expired
+        assert survivors and survivors <= {p.suffix for p in after}  # the partitions not yet expired stay
+        assert not expired & {p.suffix for p in after}
+        with pytest.raises(lg.UnknownRun):
+            await engine.get_run(done.run_id)
+        assert await engine.steps(done.run_id) == []
+        # the live run, older than the retention, kept its rows (moved to the default partition) and goes on
+        assert [s.key for s in await engine.steps(live.run_id)] == ["before#0"]
+        assert _count(pg_url, "SELECT COUNT(*) FROM lockgate_journal_kept WHERE run_id = %s", live.run_id) == 1
+        assert len(await engine.events(live.run_id)) >= 1
+        await engine.signal(live.run_id, "go", {})
+        assert await live.result(timeout=10) == 3
+        await env.advance("2h")
+        assert (await forget(env)).runs == 1
+        assert _count(pg_url, "SELECT COUNT(*) FROM lockgate_journal WHERE run_id = %s", live.run_id) == 0
+
+
+async def forget(env: TestEnv) -> Any:
+    return await forget_expired(env.engine.worker, env.engine.retention, history_partition=3600.0)

@@ -1,0 +1,113 @@
+"""Every statement about one run reads one partition of the run history, at size (docs/history.md).
+
+A database with ten days of partitions (made ahead, as the retention sweep does) and 10,000 journal rows,
+attempts and events in each; the planner's own answers, read with EXPLAIN, for a statement planned for its
+values and for a prepared statement's generic plan (the store prepares its statements), which prunes at
+execution start.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from typing import Any
+
+import psycopg
+import pytest
+
+import lockgate as lg
+from lockgate.store import history
+from lockgate.store.sql_files import load_queries
+
+DAYS = 10
+PER_DAY = 10_000
+PINNED = ["load_journal", "list_attempts", "list_events", "has_compensations", "delete_journal_from"]
+_PARAM = re.compile(r"%\(([a-z_]+)\)s")
+_SCANNED = re.compile(r"Scan(?: using \S+)? on (lockgate_(?:journal|step_attempts|run_events)_\w+)")
+# Only scans count: a generic plan of a DELETE still names every partition as a target (PostgreSQL 15), but
+# reads the one its run's id leads to.
+
+
+@pytest.fixture(scope="module")
+def sized(request: pytest.FixtureRequest) -> Any:
+    from .pg import pg_database_url
+
+    yield from pg_database_url(request)
+
+
+async def _fill(url: str) -> str:
+    """Ten daily partitions ahead of now, each filled; a run id in the middle one."""
+    now = time.time()
+    async with lg.Client(lg.App(), url) as client:
+        await client.core.store.write(history.make_ahead, now, 86400.0, now + DAYS * 86400.0)
+        parts = [p for p in await client.core.store.read(history.partitions) if p.lo is not None and p.hi]
+    assert len(parts) >= DAYS
+    with psycopg.connect(url, autocommit=True) as conn:
+        for part in parts:
+            start_ms = round((part.ends_at or 0) * 1000) - 86_400_000 + 1000
+            ids = (
+                f"SELECT left(lockgate_id_floor('run', {start_ms} + g), 14) || lpad(to_hex(g), 14, '0') AS id, g "
+                f"FROM generate_series(1, {PER_DAY}) g"
+            )
+            conn.execute(
+                f"INSERT INTO lockgate_journal (run_id, step_key, seq, kind, status, started_at) "
+                f"SELECT id, 'step#0', 0, 'step', 'completed', g FROM ({ids}) s"
+            )
+            conn.execute(
+                f"INSERT INTO lockgate_step_attempts (run_id, step_key, attempt, status, started_at) "
+                f"SELECT id, 'step#0', 1, 'completed', g FROM ({ids}) s"
+            )
+            conn.execute(
+                f"INSERT INTO lockgate_run_events (run_id, type, at) SELECT id, 'run-started', g FROM ({ids}) s"
+            )
+        conn.execute("ANALYZE lockgate_journal, lockgate_step_attempts, lockgate_run_events")
+        middle = parts[len(parts) // 2]
+        row = conn.execute("SELECT min(run_id) FROM lockgate_journal WHERE run_id >= %s", (middle.lo,)).fetchone()
+    assert row is not None
+    return str(row[0])
+
+
+def _scanned(plan: str) -> dict[str, set[str]]:
+    found: dict[str, set[str]] = {}
+    for name in _SCANNED.findall(plan):
+        table = re.sub(r"_(p\w+|kept)$", "", name)
+        found.setdefault(table, set()).add(name)
+    return found
+
+
+def _values(query: str, run_id: str) -> dict[str, Any]:
+    return {name: run_id if name == "run_id" else 0 for name in _PARAM.findall(query)}
+
+
+@pytest.fixture(scope="module")
+def filled(sized: str) -> tuple[str, str]:
+    import asyncio
+
+    return sized, asyncio.run(_fill(sized))
+
+
+@pytest.mark.parametrize("name", PINNED)
+def test_a_statement_about_one_run_reads_one_partition(filled: tuple[str, str], name: str) -> None:
+    url, run_id = filled
+    query = load_queries("postgres")[name]
+    with psycopg.connect(url) as conn:
+        plan = "\n".join(str(r[0]) for r in conn.execute("EXPLAIN " + query, _values(query, run_id)).fetchall())
+    scanned = _scanned(plan)
+    assert scanned, plan
+    assert all(len(parts) == 1 for parts in scanned.values()), plan
+
+
+@pytest.mark.parametrize("name", PINNED)
+def test_a_prepared_statement_s_generic_plan_prunes_to_one_partition(filled: tuple[str, str], name: str) -> None:
+    url, run_id = filled
+    query = load_queries("postgres")[name]
+    names = list(dict.fromkeys(_PARAM.findall(query)))
+    numbered = _PARAM.sub(lambda m: f"${names.index(m[1]) + 1}", query)
+    values = _values(query, run_id)
+    with psycopg.connect(url) as conn:
+        conn.execute("SET plan_cache_mode = force_generic_plan")
+        conn.execute(f"PREPARE pinned AS {numbered}")  # type: ignore[arg-type]
+        args = ", ".join(psycopg.sql.quote(values[n]) if isinstance(values[n], str) else str(values[n]) for n in names)
+        plan = "\n".join(str(r[0]) for r in conn.execute(f"EXPLAIN EXECUTE pinned({args})").fetchall())  # type: ignore[arg-type]
+    assert "Subplans Removed" in plan, plan
+    assert all(len(parts) == 1 for parts in _scanned(plan).values()), plan
