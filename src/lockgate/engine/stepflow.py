@@ -264,7 +264,7 @@ class StepGate:
             if grant.retry_at is None and (grant.near or (grant.moving and self._room_to_wait())):
                 handed = await self._wait_here(asked, near=grant.near)
                 if handed is EVICTED:  # its worker needs the place for a run due: park, back near the turn
-                    await block(Wait("flow", flow_keys=[key]))
+                    await _block_until(x, block, Wait("flow", flow_keys=[key]), x.clock.now() + RECHECK)
                     handed = None
                     continue
                 if handed is not None and not handed.granted and handed.retry_at is not None:
@@ -272,11 +272,11 @@ class StepGate:
                         await x.clock.sleep_until(handed.retry_at)
                     handed = None
                 continue
+            # Parked when every branch waits; a sibling that keeps the run busy (a step of it waiting in place
+            # behind this one) would keep it from parking for good: it looks again in a while (``_block_until``).
             wait = Wait("flow", wake_at=grant.retry_at, flow_keys=[key])
-            if grant.retry_at is None:
-                await block(wait)
-            else:
-                await _block_until(x, block, wait, grant.retry_at)
+            at = grant.retry_at if grant.retry_at is not None else x.clock.now() + RECHECK
+            await _block_until(x, block, wait, at)
 
     def _room_to_wait(self) -> bool:
         x = self._x
