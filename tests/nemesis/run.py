@@ -177,17 +177,17 @@ async def _inject(kind: str, c: _Cluster, load: _Load, rng: random.Random) -> Fa
             await asyncio.to_thread(c.pair.primary.restart, "immediate")
             await burst
             return Fault(kind, 0, began, time.time())
-        cut = lag = 0.0
+        cut = 0.0
         if kind == "failover-sync":
             await asyncio.to_thread(c.pair.replicate, synchronous=True)
             await asyncio.sleep(1.0)
         else:
-            cut = time.time()
-            lag = await asyncio.to_thread(c.pair.cut)
+            await asyncio.to_thread(c.pair.replicate, synchronous=False)
+            cut = await asyncio.to_thread(c.pair.cut)  # acknowledged before: on the standby
             await asyncio.sleep(1.0)  # acknowledged meanwhile: on the primary only
         killed, _ = await asyncio.to_thread(c.pair.fail)
         c.rebuild = asyncio.create_task(_rebuild(c))
-        return Fault(kind, 0, killed, time.time(), cut=cut, lag=lag)
+        return Fault(kind, 0, killed, time.time(), cut=cut)
 
 
 async def _rebuild(c: _Cluster) -> None:
