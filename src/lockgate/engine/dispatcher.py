@@ -43,6 +43,7 @@ from .core import Core, WorkflowRef
 from .durable import Running
 from .executor import Execution
 from .identity import ScopeResolver
+from .lease_watch import LeaseWatch
 from .leases import Outages, Wakeup, backoff, release_dead_local_workers, report_released
 from .shutdown import Drained, drain
 
@@ -101,6 +102,7 @@ class Dispatcher:
         self.inflight: set[str] = set()
         self.epochs: dict[str, int] = {}  # the runs executed here and the epoch each was claimed at
         self._suspects: dict[str, int] = {}  # rows naming this worker it did not hold at the last heartbeat
+        self.watch = LeaseWatch(self.clock, lease, lambda: self.executions)  # stops what it cannot renew in time
         self._background: set[asyncio.Future[Any]] = set()
         self._wake = Wakeup()
         core.published.listen(self._wake.set)  # a publish here may have made runs waiting for it due
@@ -145,6 +147,7 @@ class Dispatcher:
         self._tasks = [
             asyncio.create_task(self._dispatch(), name="lockgate-dispatcher"),
             asyncio.create_task(self._renew(), name="lockgate-leases"),
+            asyncio.create_task(self.watch.loop(), name="lockgate-lease-watch"),
             asyncio.create_task(self.drainer.loop(), name="lockgate-drainer"),
         ]
 
@@ -185,7 +188,7 @@ class Dispatcher:
     async def _drain(self, grace: float) -> Drained:
         """Stop claiming; wait for the step attempts running here (``grace``, then see shutdown.py)."""
         self.draining = True  # an execution begins no new step attempt now (engine/executor.py)
-        stopping = [t for t in self._tasks if t.get_name() != "lockgate-leases"]
+        stopping = [t for t in self._tasks if t.get_name() not in ("lockgate-leases", "lockgate-lease-watch")]
         for task in stopping:
             task.cancel()
         for task in stopping:
@@ -433,6 +436,7 @@ class Dispatcher:
         """Execute the claimed run ``row`` in a task of its own."""
         self.inflight.add(row["id"])
         self.epochs[row["id"]] = int(row["epoch"])
+        self.watch.held(row["id"], row["lease_until"])
         execution_task = asyncio.create_task(self._execute(row), name=f"lockgate-run-{row['id']}")
         execution_task.add_done_callback(self._slot_freed)
 
@@ -490,6 +494,7 @@ class Dispatcher:
             self.inflight.discard(run_id)
             if self.epochs.get(run_id) == int(row["epoch"]):
                 del self.epochs[run_id]
+                self.watch.forget(run_id)
 
     async def _observed(self, observer: Observer, execution: Execution) -> None:
         """``execution.run()`` reported: its attempt (a span around the body), a takeover, the run's end."""
@@ -543,6 +548,8 @@ class Dispatcher:
                 continue
             self.store_recovered()
             self._suspects = done.suspects
+            for rid in done.held:
+                self.watch.held(rid, until)
             for rid, execution in list(self.executions.items()):  # one launched since ``mine`` was not asked about
                 if mine.get(rid) == execution.fence.epoch != done.held.get(rid):
                     execution.stop("lease lost")  # logged when the execution ends
