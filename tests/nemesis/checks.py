@@ -229,21 +229,22 @@ def _merged(spans: list[tuple[float, float]]) -> list[tuple[float, float]]:
 
 
 async def _limits(side: Cluster, faults: list[Fault], report: Report) -> None:
-    """Limits bind executions under a live lease: a zombie's (a worker frozen or cut off, which cannot know
-    its lease lapsed) is cut at the fault, and what it begins before it learns so is left out."""
+    """Limits bind what bodies execute, by their own timestamps. A frozen process executes nothing: a span
+    across a SIGSTOP counts before it and after the thaw (until the lease watch cancels the body), not
+    while frozen. A span with no end was cut by a kill (it ends at the kill) or its end was lost with its
+    process: it counts for its step's hold."""
     killed = {f.pid: f.began for f in faults if f.kind in ("kill", "skew")}
-    cuts = [f for f in faults if f.kind in ("stop", "partition")]
+    frozen = [f for f in faults if f.kind == "stop"]
     per: dict[str, dict[str, list[tuple[float, float]]]] = defaultdict(lambda: defaultdict(list))
     for run_id, key, pid, started, ended in await side.fetch(
         "SELECT run_id, key, pid, started_at, ended_at FROM nem_spans"
     ):
         end = ended if ended is not None else max(started, killed.get(pid, started + 0.3))
-        cut = next((f for f in cuts if f.pid == pid and started <= f.ended + EXPLAINS and end >= f.began), None)
-        if cut is not None:
-            if started >= cut.began:
-                continue  # begun by a zombie
-            end = cut.began  # frozen or cut off mid-step: it executes under no lease from here on
-        per[key][run_id].append((started, end))
+        pieces = [(started, end)]
+        for f in frozen:
+            if f.pid == pid:
+                pieces = [p for s, e in pieces for p in ((s, min(e, f.began)), (max(s, f.ended), e)) if p[0] < p[1]]
+        per[key][run_id] += pieces
     peaks = {}
     for key, runs in sorted(per.items()):
         spans = [s for run in runs.values() for s in _merged(run)]
