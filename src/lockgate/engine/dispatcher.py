@@ -43,8 +43,8 @@ from .core import Core, WorkflowRef
 from .durable import Running
 from .executor import Execution
 from .identity import ScopeResolver
-from .lease_watch import LeaseWatch
-from .leases import Outages, Wakeup, backoff, release_dead_local_workers, report_released
+from .lease_watch import LAPSING, LeaseWatch
+from .leases import Outages, Wakeup, backoff, hand_back, release_dead_local_workers, report_released
 from .shutdown import Drained, drain
 
 __all__ = ["Dispatcher", "Shutdown"]
@@ -473,8 +473,9 @@ class Dispatcher:
                 took = max(0.0, self.clock.now() - float(row.get("created_at") or self.clock.now()))
                 ended = (row["workflow"], short_id(run_id), execution.outcome, format_seconds(round(took, 3)))
                 runs_log.info("%s %s %s in %s", *ended)
-            if execution.stop_reason == "lease lost":
-                log.warning("run %s: %s; this execution stopped, its late writes refused", run_id, _LOST)
+            if execution.stop_reason in (LAPSING, "lease lost"):
+                lost = _LAPSING if execution.stop_reason == LAPSING else _LOST
+                log.warning("run %s: %s; this execution stopped, its late writes refused", run_id, lost)
         except shared.Fenced:
             log.warning("run %s: %s; its late write was refused", run_id, _LOST)
         except asyncio.CancelledError:
@@ -559,25 +560,8 @@ class Dispatcher:
 
     def _hand_back(self, fence: shared.Fence) -> None:
         """Release a run whose execution broke on the store, retrying until the store answers."""
-
-        async def release() -> None:
-            failures = 0
-            while self._running:
-                try:
-                    await self.store.write(runs.release_run, fence, self.clock.now())
-                except asyncio.CancelledError:
-                    raise
-                except Exception as exc:
-                    failures += 1
-                    self.store_failed(f"hand-back of run {fence.run_id}", exc)
-                    await asyncio.sleep(backoff(failures, self.core.poll_interval))
-                else:
-                    self.store_recovered()
-                    log.info("run %s: handed back after a store failure; re-entered from its journal", fence.run_id)
-                    self._wake.set()
-                    return
-
-        task = asyncio.create_task(release(), name=f"lockgate-handback-{fence.run_id}")
+        release = hand_back(self.store, self.clock, fence, self, self.core.poll_interval, self._wake.set)
+        task = asyncio.create_task(release, name=f"lockgate-handback-{fence.run_id}")
         self._handbacks.add(task)
         task.add_done_callback(self._handbacks.discard)
 
@@ -608,6 +592,7 @@ class Dispatcher:
 
 
 _LOST = "lease lost (another worker took the run over, or it was ended elsewhere)"
+_LAPSING = "lease lost (not renewed in time: the store did not answer; another worker may take the run over)"
 
 
 @dataclass(frozen=True)

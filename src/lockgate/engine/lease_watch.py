@@ -14,18 +14,17 @@ for it here. A worker frozen or starved past its lease stops its bodies as soon 
 from __future__ import annotations
 
 import asyncio
-import logging
 from collections.abc import Callable, Mapping
 from typing import Protocol
 
 from ..clock import Clock
 
-__all__ = ["MARGIN", "LeaseWatch"]
-
-log = logging.getLogger("lockgate.engine")
+__all__ = ["LAPSING", "MARGIN", "LeaseWatch"]
 
 MARGIN = 0.1
 """The share of the lease before its end at which an execution whose lease was not renewed stops."""
+LAPSING = "lease lapsing"
+"""The stop reason of such an execution (the dispatcher logs it as a lease lost, once per run)."""
 
 
 class Stoppable(Protocol):
@@ -61,17 +60,10 @@ class LeaseWatch:
         out = [rid for rid, end in self._ends.items() if end <= deadline and rid in executions]
         for rid in out:
             del self._ends[rid]
-            executions[rid].stop("lease lapsing")
+            executions[rid].stop(LAPSING)
         return out
 
     async def loop(self) -> None:
         while True:
             await asyncio.sleep(self._lease * MARGIN / 2)
-            stopped = self.lapsing()
-            if stopped:
-                shown = ", ".join(stopped[:5]) + (" ..." if len(stopped) > 5 else "")
-                log.warning(
-                    "stopped %d run(s) whose lease could not be renewed in time (%s): another worker may take them",
-                    len(stopped),
-                    shown,
-                )
+            self.lapsing()
