@@ -21,6 +21,7 @@ import itertools
 import json
 import statistics
 from collections import Counter, defaultdict
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -35,6 +36,7 @@ TERMINAL = {"succeeded", "failed", "cancelled"}
 SETTLED_AT_ARRIVAL = {"admitted", "existing", "dropped", "skipped"}
 PARKED_AT_ARRIVAL = {"queued", "collapsed", "batched"}
 EXPLAINS = 5.0  # seconds after a step's execution within which a fault explains running it again
+LAPSE = "lapse"  # no fault: the worker could not renew the run's lease in time and said so (it stopped the run)
 
 
 @dataclass
@@ -63,7 +65,7 @@ class Report:
         """Per nemesis: faults injected, takeover or downtime seconds (median / max), wasted step executions."""
         rows = [("nemesis", "faults", "takeover/downtime s (median / max)", "wasted step executions")]
         count = Counter(f.kind for f in self.faults)
-        for kind in [*KINDS, "other"]:
+        for kind in [*KINDS, LAPSE, "other"]:
             if not count[kind] and not self.wasted[kind]:
                 continue
             seconds = self.latency.get(kind, [])
@@ -84,7 +86,8 @@ class Report:
 
 def _lost_window(faults: list[Fault], at: float) -> bool:
     """Whether an acknowledgement at ``at`` may have been lost by an asynchronous failover."""
-    return any(f.kind == "failover-async" and f.cut <= at <= f.began for f in faults)
+    # Until the promotion, not the kill: a backend of the killed primary may still acknowledge a commit.
+    return any(f.kind == "failover-async" and f.cut <= at <= f.ended for f in faults)
 
 
 async def check(
@@ -94,12 +97,13 @@ async def check(
     events: list[tuple[str, int, float]],
     faults: list[Fault],
     window: tuple[float, float],
+    lapsed: Collection[tuple[int, str]] = (),
 ) -> Report:
     report = Report(faults=faults)
     effects = await side.fetch("SELECT id, run_id, step, kind, tag, pid, at FROM nem_effects ORDER BY at, id")
     await _arrivals(group, arrivals, faults, report)
     await _runs(group, window[1], report)
-    await _steps(group, effects, faults, report)
+    await _steps(group, effects, faults, lapsed, report)
     await _limits(side, faults, report)
     await _timers(group, effects, report)
     present = {r[0] for r in await group.fetch("SELECT id FROM lockgate_runs")}
@@ -182,7 +186,13 @@ def _zombie(faults: list[Fault], pid: int, at: float) -> bool:
     return any(f.pid == pid and f.kind in ("stop", "partition") and f.began <= at <= f.ended + EXPLAINS for f in faults)
 
 
-async def _steps(group: Cluster, effects: list[tuple[Any, ...]], faults: list[Fault], report: Report) -> None:
+async def _steps(
+    group: Cluster,
+    effects: list[tuple[Any, ...]],
+    faults: list[Fault],
+    lapsed: Collection[tuple[int, str]],
+    report: Report,
+) -> None:
     runs: dict[tuple[str, str], list[tuple[str, int, int, float]]] = defaultdict(list)  # (kind, id, pid, at)
     for eid, run_id, step, kind, _, pid, at in effects:
         runs[(run_id, step)].append((kind, eid, pid, at))
@@ -203,6 +213,8 @@ async def _steps(group: Cluster, effects: list[tuple[Any, ...]], faults: list[Fa
             ends = [d_at for d_pid, d_at in done if d_pid == pid and at <= d_at <= again]
             ended = ends[0] if ends else at
             why = _explain(faults, {pid, again_pid}, at, ended, again)
+            if why is None and (pid, run_id) in lapsed:
+                why = LAPSE  # its worker logged that it could not renew this run's lease in time, and stopped it
             report.wasted[why or "other"] += 1
             if ends and why is None:
                 rerun.append((run_id, step, pid, round(again - ended, 3)))

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import random
+import re
 import time
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
@@ -32,6 +33,7 @@ from .faults import FAKETIME, KINDS, SERVER_IP, Fault
 __all__ = ["Config", "available", "nemesis"]
 
 APP_REF = "tests.nemesis.app:app"
+LAPSED = re.compile(r"run (run_\w+): lease lost \(not renewed in time")  # engine/dispatcher.py's line
 ARGS = ("--no-http",)
 SIDE_OPTIONS = "connect_timeout=5&tcp_user_timeout=5000"  # a cut side connection fails fast, and is retried
 # (workflow, weight, keys): what the driver starts, how often, under which keys.
@@ -325,7 +327,8 @@ async def nemesis(config: Config, log_dir: Path, *, say: bool = False, keep: boo
                 resumed, unsettled = await _settle(c, client, stopped)
             finally:
                 await c.group.close()
-        report = await check(c.group, side_group, load.arrivals, load.events, injected, (began, stopped))
+        lapsed = {(w.pid, run_id) for w in c.group.workers for run_id in LAPSED.findall(w.log())}
+        report = await check(c.group, side_group, load.arrivals, load.events, injected, (began, stopped), lapsed)
         if report.violations or keep:
             await _dump(c.group, side_group, injected, log_dir)
             rows = [f"{a.ticket}\t{a.workflow}\t{a.status}\t{a.run_id}\t{a.at}" for a in load.arrivals]
