@@ -10,7 +10,7 @@ import time
 from collections.abc import Callable
 from typing import Protocol
 
-from ..clock import CLOCK_TOLERANCE, Clock
+from ..clock import CLOCK_TOLERANCE, Clock, SystemClock
 from ..errors import StoreError
 from ..store import Store, runs, shared, workers
 
@@ -121,7 +121,8 @@ class ClockWatch:
         reading = await workers.follow_database(self._store, self._clock)
         if reading is None:
             return self.offset
-        self.offset = offset = reading.offset
+        # As the readings so far bound it (SystemClock.follow), not as this one guessed it.
+        self.offset = offset = self._clock.offset if isinstance(self._clock, SystemClock) else reading.offset
         skewed = abs(offset) > CLOCK_TOLERANCE
         if skewed and not self._skewed:
             side = "ahead of" if offset > 0 else "behind"
