@@ -473,8 +473,9 @@ class Dispatcher:
                 took = max(0.0, self.clock.now() - float(row.get("created_at") or self.clock.now()))
                 ended = (row["workflow"], short_id(run_id), execution.outcome, format_seconds(round(took, 3)))
                 runs_log.info("%s %s %s in %s", *ended)
-            if execution.stop_reason in (LAPSING, "lease lost"):
-                lost = _LAPSING if execution.stop_reason == LAPSING else _LOST
+            reason = execution.stop_reason
+            if reason == "lease lost" or (reason == LAPSING and execution.outcome == "stopped"):  # else it ended
+                lost = _LAPSING if reason == LAPSING else _LOST
                 log.warning("run %s: %s; this execution stopped, its late writes refused", run_id, lost)
         except shared.Fenced:
             log.warning("run %s: %s; its late write was refused", run_id, _LOST)
