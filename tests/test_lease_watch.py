@@ -12,6 +12,7 @@ import asyncio
 import time
 from collections.abc import AsyncIterator
 
+import psycopg
 import pytest
 from pydantic import BaseModel
 
@@ -80,3 +81,37 @@ async def test_a_worker_cut_off_from_the_database_stops_its_bodies_before_their_
     # The last renewal that committed was at most a third of the lease before the cut.
     assert SEEN["cancelled"] - cut < LEASE, SEEN
     assert "finished" not in SEEN
+
+
+BEGUN: list[float] = []
+
+
+async def counted_call() -> int:
+    BEGUN.append(time.monotonic())
+    await asyncio.sleep(4)
+    return 1
+
+
+@watched.workflow(name="watched.counted")
+async def counted(ctx: lg.Context, job: Job) -> int:
+    return await ctx.step("call", counted_call)  # type: ignore[no-any-return]
+
+
+async def test_a_run_claimed_again_under_the_hold_it_is_executed_under_is_not_entered_twice(pg_url: str) -> None:
+    """A failover that lost a claim: the promoted server shows the run unclaimed, and the very worker that
+    executes it claims it again, at the same epoch. It must not start a second execution beside the first
+    (two bodies under one hold, whose slots and writes each other's would free)."""
+    BEGUN.clear()
+    async with lg.Engine(watched, pg_url, lease="6s", poll_interval=0.05) as engine:
+        run_id = (await engine.start("watched.counted", Job())).run_id
+        deadline = time.monotonic() + 20
+        while not BEGUN and time.monotonic() < deadline:
+            await asyncio.sleep(0.02)
+        assert BEGUN, "the step never began"
+        async with await psycopg.AsyncConnection.connect(pg_url, autocommit=True) as conn:
+            await conn.execute(
+                "UPDATE lockgate_runs SET owner = NULL, epoch = epoch - 1, lease_until = 0 WHERE id = %s", (run_id,)
+            )
+        await asyncio.sleep(1.0)  # claimed again by this worker meanwhile (every 0.05 s it looks)
+        assert len(BEGUN) == 1, f"the body was entered again beside its running execution: {BEGUN}"
+        assert await engine.result(run_id, timeout=30) == 1

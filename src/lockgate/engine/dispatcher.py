@@ -433,7 +433,10 @@ class Dispatcher:
                 self.store_recovered()
 
     def launch(self, row: Row) -> None:
-        """Execute the claimed run ``row`` in a task of its own."""
+        """Execute the claimed run ``row`` in a task of its own (unless it executes here under that very hold)."""
+        if self.epochs.get(row["id"]) == int(row["epoch"]):  # a claim a failover lost, made again: it goes on
+            self.watch.held(row["id"], row["lease_until"])
+            return
         self.inflight.add(row["id"])
         self.epochs[row["id"]] = int(row["epoch"])
         self.watch.held(row["id"], row["lease_until"])
