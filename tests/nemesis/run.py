@@ -143,7 +143,19 @@ class _Load:
             await faults.pause(self.rng.expovariate(rate), stop)
 
 
+def _replenish(c: _Cluster) -> None:
+    """A worker started during a failover may have refused to boot (no primary among the hosts): start another."""
+    wanted = {"plain": 2, "netns": int("partition" in c.config.kinds)}
+    for role, count in wanted.items():
+        for _ in range(count - len(c.alive(role))):
+            c.spawn(role)
+    skewed = [w for w in c.group.workers if w.alive() and c.roles[w.pid].startswith("skew")]
+    if "skew" in c.config.kinds and not skewed:
+        c.spawn("skew+30s")
+
+
 async def _inject(kind: str, c: _Cluster, load: _Load, rng: random.Random) -> Fault:
+    _replenish(c)
     lease = to_seconds(c.config.lease)
     began = time.time()
     if kind == "kill":
@@ -333,6 +345,7 @@ async def nemesis(config: Config, log_dir: Path, *, say: bool = False, keep: boo
             await _dump(c.group, side_group, injected, log_dir)
             rows = [f"{a.ticket}\t{a.workflow}\t{a.status}\t{a.run_id}\t{a.at}" for a in load.arrivals]
             (log_dir / "arrivals.tsv").write_text("\n".join(rows))
+            (log_dir / "events.tsv").write_text("\n".join(f"{e}\t{n}\t{at}" for e, n, at in load.events))
     report.figures["load (s)"] = round(stopped - began, 1)
     report.figures["workers started"] = len(c.group.workers)
     report.figures["starts refused during outages"] = len(load.refused)
