@@ -272,21 +272,29 @@ class Replicas:
     def cut(self) -> float:
         """Stop the standby receiving (its WAL receiver ends): from now on, commits reach the primary only.
 
-        How far behind the standby was (seconds, ``pg_stat_replication.flush_lag``): commits acknowledged
-        that long before the cut may not have reached it either.
+        First the standby catches up: it streams (after a restart of the primary it reconnects only
+        after a while) and has flushed all the primary had written at an instant, which is returned
+        (``time.time()``): every commit acknowledged before then is on the standby; one acknowledged
+        later may not be.
         """
+        self.wait_streaming()
+        deadline = time.monotonic() + 30
         with psycopg.connect(self.primary.url(), autocommit=True, connect_timeout=5) as conn:
-            row = conn.execute(
-                "SELECT COALESCE(MAX(EXTRACT(epoch FROM flush_lag)), 0) FROM pg_stat_replication"
-            ).fetchone()
-        lag = float(row[0]) if row else 0.0
+            caught_up = time.time()
+            row = conn.execute("SELECT pg_current_wal_lsn()::text").fetchone()
+            assert row is not None
+            while not conn.execute(
+                "SELECT 1 FROM pg_stat_replication WHERE flush_lsn >= %s::pg_lsn", (row[0],)
+            ).fetchall():
+                if time.monotonic() > deadline:
+                    raise TimeoutError("the standby did not catch up")
+                time.sleep(0.02)
         self.standby.admin("ALTER SYSTEM SET primary_conninfo = ''")
         self.standby.admin("SELECT pg_reload_conf()")
-        deadline = time.monotonic() + 30
         while True:
             with psycopg.connect(self.standby.url(), autocommit=True, connect_timeout=5) as conn:
                 if not conn.execute("SELECT 1 FROM pg_stat_wal_receiver").fetchall():
-                    return lag
+                    return caught_up
             if time.monotonic() > deadline:
                 raise TimeoutError("the standby's WAL receiver did not stop")
             time.sleep(0.05)

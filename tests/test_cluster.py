@@ -195,7 +195,9 @@ async def test_a_run_whose_write_fails_on_the_store_is_handed_back_not_failed(
         await until(_async(lambda: engine_said(f"run {run_id}: ")), timeout=60, what="the run's write failed")
         await proxy.start()
         assert await engine.result(run_id, timeout=60) == sum(range(STEPS))
-        assert engine_said(f"run {run_id}: handed back")
+        # Handed back once the store answered, or stopped before its lease lapsed (engine/lease_watch.py) and
+        # taken again after it: either way re-entered, not failed.
+        assert engine_said(f"run {run_id}: handed back") or engine_said(f"run {run_id}: lease lost (not renewed")
         assert (await engine.get_run(run_id)).entries >= 2  # re-entered from its journal
     events = [e.type for e in await _events(pg_url, run_id)]
     assert events.count("run-succeeded") == 1 and "run-failed" not in events

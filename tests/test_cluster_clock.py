@@ -188,6 +188,22 @@ def test_a_slow_reading_moves_the_clock_no_further_than_it_knows() -> None:
     assert clock.offset == pytest.approx(25.0)  # moved only as far as the slow reading's bounds force it
 
 
+def test_a_slow_first_reading_moves_the_clock_no_further_than_it_knows() -> None:
+    """The first reading too: one taken across a stall at boot (an outage, a starved host) guessed an offset
+    of seconds for a process on the database's own host, enough to take live leases and fire timers early
+    until the next heartbeat. Its own clock is where a process starts from; a reading moves it only as far
+    as the reading's bounds force it."""
+    from lockgate.clock import ClockReading
+
+    clock = SystemClock()
+    clock.follow(ClockReading(database=100.0, offset=-9.0, round_trip=18.5))
+    assert clock.offset == 0.0
+    assert abs(clock.now() - time.time()) < 0.05
+    skewed = SystemClock()
+    skewed.follow(ClockReading(database=100.0, offset=30.0, round_trip=0.004))  # a clock really 30 s ahead
+    assert skewed.offset == pytest.approx(29.998)
+
+
 # -- commits that do not return ----------------------------------------------------------------
 
 

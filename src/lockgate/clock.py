@@ -50,21 +50,18 @@ class SystemClock(Clock):
         self._shift = 0.0  # seconds added to this process's wall clock: the database's minus its own
         self.offset = 0.0
         """This process's wall clock minus the database's, as the readings so far bound it (0 until one)."""
-        self._followed = False
 
     def follow(self, reading: ClockReading) -> None:
         """Keep the database's time from now on (read again on every heartbeat).
 
-        A reading bounds the offset to within half its round trip, no better. The offset kept stays
-        while it lies within those bounds, else it moves to the nearer one: a slow reading (an outage,
-        a stall, a starved host: seconds) would otherwise move this process's time by up to half its
-        round trip, enough to take a live lease or fire a timer early.
+        A reading bounds the offset to within half its round trip, no better. The offset kept (at
+        first 0: this process's own clock) stays while it lies within those bounds, else it moves to
+        the nearer one: a slow reading (an outage, a stall, a starved host: seconds), the first one
+        at boot too, would otherwise move this process's time by up to half its round trip, enough
+        to take a live lease or fire a timer early.
         """
-        offset = reading.offset
-        if self._followed:
-            half = reading.round_trip / 2
-            offset = min(max(self.offset, reading.offset - half), reading.offset + half)
-        self._followed = True
+        half = reading.round_trip / 2
+        offset = min(max(self.offset, reading.offset - half), reading.offset + half)
         self.offset = offset
         self._shift = -offset
 

@@ -1,17 +1,21 @@
 """The nemesis suite's workload: what its ``lockgate serve`` processes run.
 
 Every step writes its side effects to a database of their own, on a server that no nemesis
-touches (``LOCKGATE_CLUSTER_DB``), on a connection of its own and by that server's clock:
-``nem_effects`` gets a ``begun`` row when a step starts and a ``done`` row when it ends,
-``nem_spans`` the span during which a limited step held its key. A step returns the id of
-its ``done`` row, so the journal says which execution it kept. The checks read these back
-against lockgate's own tables.
+touches (``LOCKGATE_CLUSTER_DB``), on a connection of its own: ``nem_effects`` gets a
+``begun`` row when a step starts and a ``done`` row when it ends, ``nem_spans`` the span
+during which a limited step held its key. Each row carries the body's own time of what it
+records (``body_time``: this process's clock set by the side server's, so a skewed worker's
+too compare), not when the row arrived: a row a partition held up arrives late but tells when
+the body acted. A span whose step was cancelled (its lease could not be renewed) ends when
+it was cancelled. A step returns the id of its ``done`` row, so the journal says which
+execution it kept. The checks read these back against lockgate's own tables.
 """
 
 from __future__ import annotations
 
 import asyncio
 import os
+import time
 from datetime import datetime
 
 from pydantic import BaseModel
@@ -68,14 +72,44 @@ class PingData(BaseModel):
     n: int
 
 
-async def mark(run_id: str, step: str, kind: str, tag: str = "") -> int:
+_offset: float | None = None  # the side server's clock minus this process's
+_late: set[asyncio.Task[object]] = set()
+
+
+async def body_time() -> float:
+    """Now, by this process's clock set by the side server's (measured once: the best of five readings)."""
+    global _offset
+    if _offset is None:
+        best = None
+        for _ in range(5):
+            before = time.time()
+            (server,) = (await sql("SELECT extract(epoch FROM clock_timestamp())::float8"))[0]
+            after = time.time()
+            if best is None or after - before < best[0]:
+                best = (after - before, float(server) - (before + after) / 2)
+        assert best is not None
+        _offset = best[1]
+    return time.time() + _offset
+
+
+async def _later(query: str, *params: object) -> None:
+    for _ in range(120):
+        try:
+            await sql(query, *params)
+            return
+        except Exception:
+            await asyncio.sleep(0.5)
+
+
+async def mark(run_id: str, step: str, kind: str, tag: str = "", at: float | None = None) -> int:
     rows = await sql(
-        "INSERT INTO nem_effects (run_id, step, kind, tag, pid) VALUES (%s, %s, %s, %s, %s) RETURNING id",
+        "INSERT INTO nem_effects (run_id, step, kind, tag, pid, at) VALUES (%s, %s, %s, %s, %s, %s) RETURNING id",
         run_id,
         step,
         kind,
         tag,
         os.getpid(),
+        at if at is not None else await body_time(),
     )
     return int(rows[0][0])
 
@@ -88,13 +122,27 @@ async def work(run_id: str, step: str, hold: float = HOLD, tag: str = "") -> int
 
 
 async def span(run_id: str, step: str, key: str, hold: float) -> int:
-    """``work`` that also records the span it held ``key`` (by the side server's clock)."""
-    await mark(run_id, step, "begun")
+    """``work`` that also records the span it held ``key``: from its start to its end, or its cancellation."""
+    started = await body_time()
+    await mark(run_id, step, "begun", at=started)
     rows = await sql(
-        "INSERT INTO nem_spans (run_id, key, pid) VALUES (%s, %s, %s) RETURNING id", run_id, key, os.getpid()
+        "INSERT INTO nem_spans (run_id, key, pid, started_at) VALUES (%s, %s, %s, %s) RETURNING id",
+        run_id,
+        key,
+        os.getpid(),
+        started,
     )
-    await asyncio.sleep(hold)
-    await sql("UPDATE nem_spans SET ended_at = extract(epoch FROM clock_timestamp()) WHERE id = %s", rows[0][0])
+    ended = None
+    try:
+        await asyncio.sleep(hold)
+        ended = await body_time()
+        await sql("UPDATE nem_spans SET ended_at = %s WHERE id = %s", ended, rows[0][0])
+    except asyncio.CancelledError:  # the end is written when the side server can be reached again
+        end = ended if ended is not None else time.time() + (_offset or 0.0)
+        late = asyncio.ensure_future(_later("UPDATE nem_spans SET ended_at = %s WHERE id = %s", end, rows[0][0]))
+        _late.add(late)
+        late.add_done_callback(_late.discard)
+        raise
     return await mark(run_id, step, "done")
 
 

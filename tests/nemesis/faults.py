@@ -39,8 +39,7 @@ class Fault:
     pid: int
     began: float
     ended: float
-    cut: float = 0.0  # failover-async: when the standby stopped receiving
-    lag: float = 0.0  # failover-async: how far behind it was then (seconds)
+    cut: float = 0.0  # failover-async: every commit acknowledged before this the standby has; later, maybe not
 
 
 def _sh(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import random
+import re
 import time
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
@@ -32,6 +33,7 @@ from .faults import FAKETIME, KINDS, SERVER_IP, Fault
 __all__ = ["Config", "available", "nemesis"]
 
 APP_REF = "tests.nemesis.app:app"
+LAPSED = re.compile(r"run (run_\w+): lease lost \(not renewed in time")  # engine/dispatcher.py's line
 ARGS = ("--no-http",)
 SIDE_OPTIONS = "connect_timeout=5&tcp_user_timeout=5000"  # a cut side connection fails fast, and is retried
 # (workflow, weight, keys): what the driver starts, how often, under which keys.
@@ -141,7 +143,19 @@ class _Load:
             await faults.pause(self.rng.expovariate(rate), stop)
 
 
+def _replenish(c: _Cluster) -> None:
+    """A worker started during a failover may have refused to boot (no primary among the hosts): start another."""
+    wanted = {"plain": 2, "netns": int("partition" in c.config.kinds)}
+    for role, count in wanted.items():
+        for _ in range(count - len(c.alive(role))):
+            c.spawn(role)
+    skewed = [w for w in c.group.workers if w.alive() and c.roles[w.pid].startswith("skew")]
+    if "skew" in c.config.kinds and not skewed:
+        c.spawn("skew+30s")
+
+
 async def _inject(kind: str, c: _Cluster, load: _Load, rng: random.Random) -> Fault:
+    _replenish(c)
     lease = to_seconds(c.config.lease)
     began = time.time()
     if kind == "kill":
@@ -177,17 +191,17 @@ async def _inject(kind: str, c: _Cluster, load: _Load, rng: random.Random) -> Fa
             await asyncio.to_thread(c.pair.primary.restart, "immediate")
             await burst
             return Fault(kind, 0, began, time.time())
-        cut = lag = 0.0
+        cut = 0.0
         if kind == "failover-sync":
             await asyncio.to_thread(c.pair.replicate, synchronous=True)
             await asyncio.sleep(1.0)
         else:
-            cut = time.time()
-            lag = await asyncio.to_thread(c.pair.cut)
+            await asyncio.to_thread(c.pair.replicate, synchronous=False)
+            cut = await asyncio.to_thread(c.pair.cut)  # acknowledged before: on the standby
             await asyncio.sleep(1.0)  # acknowledged meanwhile: on the primary only
         killed, _ = await asyncio.to_thread(c.pair.fail)
         c.rebuild = asyncio.create_task(_rebuild(c))
-        return Fault(kind, 0, killed, time.time(), cut=cut, lag=lag)
+        return Fault(kind, 0, killed, time.time(), cut=cut)
 
 
 async def _rebuild(c: _Cluster) -> None:
@@ -325,11 +339,13 @@ async def nemesis(config: Config, log_dir: Path, *, say: bool = False, keep: boo
                 resumed, unsettled = await _settle(c, client, stopped)
             finally:
                 await c.group.close()
-        report = await check(c.group, side_group, load.arrivals, load.events, injected, (began, stopped))
+        lapsed = {(w.pid, run_id) for w in c.group.workers for run_id in LAPSED.findall(w.log())}
+        report = await check(c.group, side_group, load.arrivals, load.events, injected, (began, stopped), lapsed)
         if report.violations or keep:
             await _dump(c.group, side_group, injected, log_dir)
             rows = [f"{a.ticket}\t{a.workflow}\t{a.status}\t{a.run_id}\t{a.at}" for a in load.arrivals]
             (log_dir / "arrivals.tsv").write_text("\n".join(rows))
+            (log_dir / "events.tsv").write_text("\n".join(f"{e}\t{n}\t{at}" for e, n, at in load.events))
     report.figures["load (s)"] = round(stopped - began, 1)
     report.figures["workers started"] = len(c.group.workers)
     report.figures["starts refused during outages"] = len(load.refused)

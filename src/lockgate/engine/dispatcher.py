@@ -44,7 +44,8 @@ from .core import Core, WorkflowRef
 from .durable import Running
 from .executor import Execution
 from .identity import ScopeResolver
-from .leases import Outages, Wakeup, backoff, release_dead_local_workers, report_released
+from .lease_watch import LAPSING, LeaseWatch
+from .leases import Outages, Wakeup, backoff, hand_back, release_dead_local_workers, report_released
 from .shutdown import Drained, drain
 
 __all__ = ["Dispatcher", "Shutdown"]
@@ -102,6 +103,7 @@ class Dispatcher:
         self.inflight: set[str] = set()
         self.epochs: dict[str, int] = {}  # the runs executed here and the epoch each was claimed at
         self._suspects: dict[str, int] = {}  # rows naming this worker it did not hold at the last heartbeat
+        self.watch = LeaseWatch(self.clock, lease, lambda: self.executions)  # stops what it cannot renew in time
         self._background: set[asyncio.Future[Any]] = set()
         self._wake = Wakeup()
         core.published.listen(self._wake.set)  # a publish here may have made runs waiting for it due
@@ -148,6 +150,7 @@ class Dispatcher:
         self._tasks = [
             asyncio.create_task(self._dispatch(), name="lockgate-dispatcher"),
             asyncio.create_task(self._renew(), name="lockgate-leases"),
+            asyncio.create_task(self.watch.loop(), name="lockgate-lease-watch"),
             asyncio.create_task(self.drainer.loop(), name="lockgate-drainer"),
         ]
 
@@ -188,7 +191,7 @@ class Dispatcher:
     async def _drain(self, grace: float) -> Drained:
         """Stop claiming; wait for the step attempts running here (``grace``, then see shutdown.py)."""
         self.draining = True  # an execution begins no new step attempt now (engine/executor.py)
-        stopping = [t for t in self._tasks if t.get_name() != "lockgate-leases"]
+        stopping = [t for t in self._tasks if t.get_name() not in ("lockgate-leases", "lockgate-lease-watch")]
         for task in stopping:
             task.cancel()
         for task in stopping:
@@ -444,9 +447,13 @@ class Dispatcher:
                 self.store_recovered()
 
     def launch(self, row: Row) -> None:
-        """Execute the claimed run ``row`` in a task of its own."""
+        """Execute the claimed run ``row`` in a task of its own (unless it executes here under that very hold)."""
+        if self.epochs.get(row["id"]) == int(row["epoch"]):  # a claim a failover lost, made again: it goes on
+            self.watch.held(row["id"], row["lease_until"])
+            return
         self.inflight.add(row["id"])
         self.epochs[row["id"]] = int(row["epoch"])
+        self.watch.held(row["id"], row["lease_until"])
         execution_task = asyncio.create_task(self._execute(row), name=f"lockgate-run-{row['id']}")
         execution_task.add_done_callback(self._slot_freed)
 
@@ -483,8 +490,10 @@ class Dispatcher:
                 took = max(0.0, self.clock.now() - float(row.get("created_at") or self.clock.now()))
                 ended = (row["workflow"], short_id(run_id), execution.outcome, format_seconds(round(took, 3)))
                 runs_log.info("%s %s %s in %s", *ended)
-            if execution.stop_reason == "lease lost":
-                log.warning("run %s: %s; this execution stopped, its late writes refused", run_id, _LOST)
+            reason = execution.stop_reason
+            if reason == "lease lost" or (reason == LAPSING and execution.outcome == "stopped"):  # else it ended
+                lost = _LAPSING if reason == LAPSING else _LOST
+                log.warning("run %s: %s; this execution stopped, its late writes refused", run_id, lost)
         except shared.Fenced:
             log.warning("run %s: %s; its late write was refused", run_id, _LOST)
         except asyncio.CancelledError:
@@ -504,6 +513,7 @@ class Dispatcher:
             self.inflight.discard(run_id)
             if self.epochs.get(run_id) == int(row["epoch"]):
                 del self.epochs[run_id]
+                self.watch.forget(run_id)
 
     async def _observed(self, observer: Observer, execution: Execution) -> None:
         """``execution.run()`` reported: its attempt (a span around the body), a takeover, the run's end."""
@@ -557,6 +567,8 @@ class Dispatcher:
                 continue
             self.store_recovered()
             self._suspects = done.suspects
+            for rid in done.held:
+                self.watch.held(rid, until)
             for rid, execution in list(self.executions.items()):  # one launched since ``mine`` was not asked about
                 if mine.get(rid) == execution.fence.epoch != done.held.get(rid):
                     execution.stop("lease lost")  # logged when the execution ends
@@ -566,25 +578,8 @@ class Dispatcher:
 
     def _hand_back(self, fence: shared.Fence) -> None:
         """Release a run whose execution broke on the store, retrying until the store answers."""
-
-        async def release() -> None:
-            failures = 0
-            while self._running:
-                try:
-                    await self.store.write(runs.release_run, fence, self.clock.now())
-                except asyncio.CancelledError:
-                    raise
-                except Exception as exc:
-                    failures += 1
-                    self.store_failed(f"hand-back of run {fence.run_id}", exc)
-                    await asyncio.sleep(backoff(failures, self.core.poll_interval))
-                else:
-                    self.store_recovered()
-                    log.info("run %s: handed back after a store failure; re-entered from its journal", fence.run_id)
-                    self._wake.set()
-                    return
-
-        task = asyncio.create_task(release(), name=f"lockgate-handback-{fence.run_id}")
+        release = hand_back(self.store, self.clock, fence, self, self.core.poll_interval, self._wake.set)
+        task = asyncio.create_task(release, name=f"lockgate-handback-{fence.run_id}")
         self._handbacks.add(task)
         task.add_done_callback(self._handbacks.discard)
 
@@ -615,6 +610,7 @@ class Dispatcher:
 
 
 _LOST = "lease lost (another worker took the run over, or it was ended elsewhere)"
+_LAPSING = "lease lost (not renewed in time: the store did not answer; another worker may take the run over)"
 
 
 @dataclass(frozen=True)

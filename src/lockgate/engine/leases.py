@@ -7,12 +7,23 @@ import asyncio
 import logging
 import os
 import time
+from collections.abc import Callable
+from typing import Protocol
 
-from ..clock import CLOCK_TOLERANCE, Clock
+from ..clock import CLOCK_TOLERANCE, Clock, SystemClock
 from ..errors import StoreError
-from ..store import Store, workers
+from ..store import Store, runs, shared, workers
 
-__all__ = ["ClockWatch", "Outages", "Wakeup", "backoff", "pid_alive", "release_dead_local_workers", "report_released"]
+__all__ = [
+    "ClockWatch",
+    "Outages",
+    "Wakeup",
+    "backoff",
+    "hand_back",
+    "pid_alive",
+    "release_dead_local_workers",
+    "report_released",
+]
 
 log = logging.getLogger("lockgate.engine")
 
@@ -110,7 +121,8 @@ class ClockWatch:
         reading = await workers.follow_database(self._store, self._clock)
         if reading is None:
             return self.offset
-        self.offset = offset = reading.offset
+        # As the readings so far bound it (SystemClock.follow), not as this one guessed it.
+        self.offset = offset = self._clock.offset if isinstance(self._clock, SystemClock) else reading.offset
         skewed = abs(offset) > CLOCK_TOLERANCE
         if skewed and not self._skewed:
             side = "ahead of" if offset > 0 else "behind"
@@ -160,3 +172,32 @@ def report_released(released: list[str]) -> None:
         len(released),
         shown,
     )
+
+
+class Reporting(Protocol):
+    """Where a loop reports its store calls (the dispatcher), and whether it still runs."""
+
+    def is_running(self) -> bool: ...
+    def store_failed(self, where: str, exc: BaseException) -> None: ...
+    def store_recovered(self) -> None: ...
+
+
+async def hand_back(
+    store: Store, clock: Clock, fence: shared.Fence, loop: Reporting, poll: float, wake: Callable[[], None]
+) -> None:
+    """Release a run whose execution broke on the store, retrying (with backoff) until the store answers."""
+    failures = 0
+    while loop.is_running():
+        try:
+            await store.write(runs.release_run, fence, clock.now())
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            failures += 1
+            loop.store_failed(f"hand-back of run {fence.run_id}", exc)
+            await asyncio.sleep(backoff(failures, poll))
+        else:
+            loop.store_recovered()
+            log.info("run %s: handed back after a store failure; re-entered from its journal", fence.run_id)
+            wake()
+            return

@@ -359,7 +359,7 @@ async def _release(
     tx: Tx, key: str, run_id: str, step_key: str, x: Running, settled: tuple[int, int] | None = None
 ) -> flow.Woken:
     waiting = waiters(x.store).waiting
-    return await flow.release(tx, key, run_id, step_key, x.clock.now, x.fence.owner, waiting, settled)
+    return await flow.release(tx, key, run_id, step_key, x.clock.now, x.fence.owner, waiting, settled, x.fence.epoch)
 
 
 def _released(x: Running, done: asyncio.Future[flow.Woken]) -> None:

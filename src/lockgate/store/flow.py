@@ -33,7 +33,7 @@ from .base import Row, Tx
 from .coalesce import with_locks
 from .flow_window import KeyState, key_states
 from .gate import bucket_state, lock_key, lock_name, set_bucket
-from .shared import Fence
+from .shared import Fence, Fenced
 
 __all__ = [
     "Grant",
@@ -236,6 +236,8 @@ async def acquire(
     ``units``: the call's cost under a weighted key (``None``: the step counts as one call).
     """
     await lock_key(tx, _LOCK_SCOPE, key)
+    if not await tx.execute("stepflow_fence", fence.params()):
+        raise Fenced()
     if declared is not None:
         params = {**_limits(declared), "declared": declared["declared"], "now": clock()}
         await tx.execute("stepflow_declare_key", params)
@@ -411,15 +413,21 @@ async def release(
     holder: str = "",
     here: Container[tuple[str, str]] = (),
     settled: tuple[int, int] | None = None,
+    epoch: int | None = None,
 ) -> Woken:
     """The step's attempt ended: free its slot and hand the room to the waiters that now fit. ``holder``: the releasing
     worker, which learns of its own hand-offs from the answer (the others are notified); ``here``:
     the steps (run id, step key) waiting in place in it. The time
     of a hand-off is read once a round trip after the key's lock has answered (see ``_locked``).
     ``settled``: a weighted call's start and the units it really used, which count in its reservation's place.
+    ``epoch``: the releasing hold's; only a slot taken under it is freed (``None``: the step's slot, whoever's).
     """
     await lock_key(tx, _LOCK_SCOPE, key)
-    await tx.execute("stepflow_free_slot", {"key": key, "run_id": run_id, "step_key": step_key})
+    place = {"key": key, "run_id": run_id, "step_key": step_key}
+    if epoch is None:
+        await tx.execute("stepflow_free_slot", place)
+    else:  # only the slot this hold took: a hold that lost its lease leaves the next one's alone
+        await tx.execute("stepflow_release_slot", {**place, "epoch": epoch})
     if settled is not None:
         await window.settle(tx, key, *settled)
     state, line = await _read(tx, key, clock())

@@ -34,6 +34,7 @@ class Attempt:
         self.pid: int | None = None  # the server process that ran it
         self.conn: Any = None  # the connection it ran on
         self.timeline: str | None = None  # the WAL timeline of that connection's server
+        self.started: str | None = None  # when that server had started
         self.outcomes: list[tuple[bool, Any]] = []
 
 
@@ -50,7 +51,7 @@ class Batches(Connections):
         if self._pool is None:
             raise StoreError("the PostgreSQL store is not open")
         conn = await self._writer_connection()
-        state.conn, state.timeline = conn, self._timeline
+        state.conn, state.timeline, state.started = conn, self._timeline, self._started
         self._writing = True
         try:
             async with discarding_stale_plans(conn):

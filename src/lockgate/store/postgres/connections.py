@@ -34,6 +34,8 @@ _SESSION_WRITER = (
 
 # The server's WAL timeline (the WAL file name's first 8 hex digits): a promoted standby starts a new one.
 TIMELINE = "substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8)"
+# When the server (its postmaster) started: a restart since a transaction ran may have handed its id out again.
+STARTED = "pg_postmaster_start_time()::text"
 
 log = logging.getLogger("lockgate.store")
 
@@ -49,6 +51,7 @@ class Connections(Store):
     _pool: AsyncConnectionPool[Conn] | None
     _conn: WriterConn | None  # the writer's own
     _timeline: str | None  # the WAL timeline the writer's server was on when it connected
+    _started: str | None  # when the writer's server had started, as it said when the writer connected
     _writing: bool  # whether a batch is using it
     _closing: bool
     _down: bool
@@ -87,12 +90,13 @@ class Connections(Store):
             raise psycopg.OperationalError(f"no connection within {self.pool_timeout:g}s") from None
         try:
             await self._configure(conn, writer=True)
-            cursor = await conn.execute(f"SELECT {TIMELINE} AS timeline")
+            cursor = await conn.execute(f"SELECT {TIMELINE} AS timeline, {STARTED} AS started")
             row = await cursor.fetchone()
         except BaseException:
             await conn.close()
             raise
         self._timeline = None if row is None else row["timeline"]
+        self._started = None if row is None else row["started"]
         self._conn = conn
         return conn
 

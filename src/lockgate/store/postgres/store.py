@@ -153,6 +153,7 @@ class PostgresStore(Writer, Wakeups, Joining, Stalls):
         }
         self._conn: WriterConn | None = None  # the writer's own
         self._timeline: str | None = None  # the WAL timeline its server was on when it connected
+        self._started: str | None = None  # when its server had started, then
         self._writing = False  # whether a batch is using it
         self._held = False  # whether it is spoken for: a batch is being committed, or a lone write runs on it
         self._crowded = False  # whether writes queued up while the last commit was in flight

@@ -23,7 +23,7 @@ from ..base import Op
 from ..coalesce import Call, runs_lone
 from ..direct import DirectStatement
 from .batches import Attempt, Batches
-from .connections import TIMELINE
+from .connections import STARTED, TIMELINE
 from .failures import RETRIES, StalePlan, backoff, disk_full, fail, first_line
 from .tx import Conn, idle
 
@@ -210,12 +210,9 @@ class Writer(Batches):
             conn = None
             try:
                 async with self._pool.connection() as conn:
-                    cursor = await conn.execute(
-                        f"SELECT pg_xact_status(%s::xid8) AS status, {TIMELINE} AS timeline", (state.xid,)
-                    )
-                    row = await cursor.fetchone()
-                    status = None if row is None else row["status"]
-                    if row is not None and state.timeline is not None and row["timeline"] != state.timeline:
+                    cursor = await conn.execute(f"SELECT {TIMELINE} AS timeline, {STARTED} AS started")
+                    server = await cursor.fetchone()
+                    if server is not None and state.timeline is not None and server["timeline"] != state.timeline:
                         # A standby promoted since (a failover): transaction ids it had not received are
                         # handed out again there, so what it says of this one may be of another.
                         log.warning(
@@ -223,9 +220,14 @@ class Writer(Batches):
                             "now answering is on %s (a failover)",
                             state.xid,
                             state.timeline,
-                            row["timeline"],
+                            server["timeline"],
                         )
                         return None
+                    if server is not None and state.started is not None and server["started"] != state.started:
+                        return await after_restart(conn, state.xid, server["started"])
+                    cursor = await conn.execute("SELECT pg_xact_status(%s::xid8) AS status", (state.xid,))
+                    row = await cursor.fetchone()
+                    status = None if row is None else row["status"]
                     if status == "in progress":
                         # Its session outlived our connection and holds the transaction open, waiting for a
                         # COMMIT that never reached it: end that session (if it is still idle in this very
@@ -250,3 +252,42 @@ class Writer(Batches):
                 return None
             await asyncio.sleep(backoff(attempt))
         return None
+
+
+async def after_restart(conn: Conn, xid: str, started: str) -> bool | None:
+    """Whether transaction ``xid``, whose COMMIT got no answer before the server restarted, was committed.
+
+    A commit that was durable when the server went down is replayed by its recovery, and the
+    ids handed out after it come after its id: its status reads ``committed``. One that was
+    not is gone, and its id may have been handed out again after the restart (an id whose
+    transaction logged nothing before the crash is not remembered): whatever the status says
+    then is another transaction's. So anything but ``committed`` means not committed, and
+    ``committed`` is the outcome only if the commit is older than the restart (commit
+    timestamps, where ``track_commit_timestamp`` is on); else it cannot be learnt.
+    """
+    try:
+        cursor = await conn.execute(
+            "SELECT pg_xact_status(%s::xid8) AS status, current_setting('track_commit_timestamp') = 'on' AS stamped",
+            (xid,),
+        )
+        row = await cursor.fetchone()
+    except psycopg.errors.InvalidParameterValue:  # "in the future": never logged, and not handed out again yet
+        return False
+    if row is None or row["status"] is None:
+        return None
+    if row["status"] != "committed":
+        return False
+    if row["stamped"]:
+        cursor = await conn.execute(
+            "SELECT pg_xact_commit_timestamp((%s::bigint %% 4294967296)::text::xid) < %s::timestamptz AS before",
+            (xid, started),
+        )
+        stamp = await cursor.fetchone()
+        if stamp is not None and stamp["before"] is not None:
+            return bool(stamp["before"])
+    log.warning(
+        "could not learn the outcome of transaction %s: its COMMIT got no answer and the server restarted since, "
+        "so its id may have been handed out again",
+        xid,
+    )
+    return None

@@ -98,6 +98,19 @@ VALUES (%(key)s, %(run_id)s, %(step_key)s, %(priority)s, 'running', %(epoch)s, %
 ON CONFLICT (key, run_id, step_key) DO UPDATE SET state = 'running', epoch = excluded.epoch,
     started_at = excluded.started_at;
 
+-- name: stepflow_fence
+-- The run as the asking hold has it (owner and epoch), still running: else that hold lost its lease, and a slot
+-- it took, or a waiting row it wrote, would stand for the run's next hold.
+SELECT 1 AS held FROM lockgate_runs
+WHERE id = %(run_id)s AND owner = %(owner)s AND epoch = %(epoch)s AND status = 'running';
+
+-- name: stepflow_release_slot
+-- silent: run for its effect; nothing waits for its answer
+-- The slot of an attempt that ended, if it is still that hold's: a late release by a hold whose lease was lost
+-- (a zombie) leaves the run's next hold's slot, or its place in line, alone.
+DELETE FROM lockgate_flow_slots WHERE key = %(key)s AND run_id = %(run_id)s AND step_key = %(step_key)s
+  AND state = 'running' AND epoch = %(epoch)s;
+
 -- name: stepflow_free_slot
 -- silent: run for its effect; nothing waits for its answer
 DELETE FROM lockgate_flow_slots WHERE key = %(key)s AND run_id = %(run_id)s AND step_key = %(step_key)s;
