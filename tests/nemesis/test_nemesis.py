@@ -1,7 +1,8 @@
 """The nemesis suite: every nemesis once, mixed, over a short load; every invariant holds.
 
-The short run (under a minute) is part of the normal suite; ``LOCKGATE_NEMESIS=0`` leaves it
-out. ``LOCKGATE_TORTURE=long`` adds each nemesis alone and a long mixed run
+Not yet in the default run: the short mixed run found nothing four times in a row, but it
+takes 44-116 s on a loaded two-core machine, close to its own limit and a large share of the
+suite's ten minutes (docs/reliability.md). ``LOCKGATE_NEMESIS=1`` runs the short one; ``LOCKGATE_TORTURE=long`` adds each nemesis alone and a long mixed run
 (``LOCKGATE_NEMESIS_SECONDS``, default 300 s). ``python -m tests.nemesis`` prints the table of a
 run of any length.
 """
@@ -24,7 +25,7 @@ from .run import Config, available, nemesis
 pytestmark = pytest.mark.slow
 
 SECONDS = float(os.environ.get("LOCKGATE_NEMESIS_SECONDS", "300"))
-SHORT = LONG or os.environ.get("LOCKGATE_NEMESIS", "") != "0"
+SHORT = LONG or os.environ.get("LOCKGATE_NEMESIS", "") == "1"
 
 
 def _kinds(wanted: tuple[str, ...]) -> list[str]:
@@ -43,7 +44,7 @@ def logs() -> Iterator[Path]:
         shutil.rmtree(where, ignore_errors=True)
 
 
-@pytest.mark.skipif(not SHORT, reason="LOCKGATE_NEMESIS=0")
+@pytest.mark.skipif(not SHORT, reason="LOCKGATE_NEMESIS=1 (a minute or two of faults: docs/reliability.md)")
 @pytest.mark.timeout(300)
 async def test_every_nemesis_once_mixed_violates_nothing(logs: Path) -> None:
     kinds = _kinds(KINDS)
