@@ -146,19 +146,33 @@ async def _state(tx: Tx, key: str, now: float, run_id: str = "", step_key: str =
     return (await _read(tx, key, now, run_id, step_key))[0]
 
 
-async def _read(tx: Tx, key: str, now: float, run_id: str = "", step_key: str = "") -> tuple[Row | None, _Line]:
-    """The key's state (``_state``) and the head of its line, read in one round trip."""
+async def _read(
+    tx: Tx, key: str, now: float, run_id: str = "", step_key: str = "", fence: Fence | None = None
+) -> tuple[Row | None, _Line]:
+    """The key's state (``_state``) and the head of its line, read in one round trip; with the asking hold's
+    ``fence``, ``Fenced`` when that hold lost its lease (a slot it took, or a place it wrote, would stand
+    for the run's next hold)."""
     cap = _CAP.get(key, 16)
     # Only a step's own ask counts the waiters ahead of it (a release or a park reads no one's place).
     params = {"key": key, "now": now, "run_id": run_id, "step_key": step_key, "cap": cap if run_id else 0}
+    held: list[Row] = [{"held": 1}]
     if tx.single_writer:  # in-process, a statement costs no round trip: the line is read when it is needed
+        if fence is not None:
+            held = await tx.execute("stepflow_fence", fence.params())
         state = await tx.one("stepflow_state", params)
         heads: list[Row] = []
         line = _Line([], 0)
     else:
-        states, heads = await tx.execute_all([("stepflow_state", params), ("stepflow_heads", {"key": key, "n": cap})])
+        reads = [("stepflow_state", params), ("stepflow_heads", {"key": key, "n": cap})]
+        if fence is not None:
+            reads.append(("stepflow_fence", fence.params()))
+        answers = await tx.execute_all(reads)
+        states, heads = answers[0], answers[1]
+        held = answers[2] if fence is not None else held
         state = states[0] if states else None
         line = _Line(heads, cap)
+    if not held:
+        raise Fenced()
     if state is not None and state["parallelism"] is not None:
         if len(_CAP) > 10_000:
             _CAP.clear()
@@ -236,8 +250,6 @@ async def acquire(
     ``units``: the call's cost under a weighted key (``None``: the step counts as one call).
     """
     await lock_key(tx, _LOCK_SCOPE, key)
-    if not await tx.execute("stepflow_fence", fence.params()):
-        raise Fenced()
     if declared is not None:
         params = {**_limits(declared), "declared": declared["declared"], "now": clock()}
         await tx.execute("stepflow_declare_key", params)
@@ -247,7 +259,7 @@ async def acquire(
     run_id = fence.run_id
     # Read with the time as asked, which counts the window no shorter than now; the lock is held once the
     # read answers, and the time read then stamps the decision (see ``_locked``).
-    state, line = await _read(tx, key, clock(), run_id, step_key)
+    state, line = await _read(tx, key, clock(), run_id, step_key, fence)
     now = clock()
     if state is None:  # declared by this process, then the table was emptied: declare again
         raise LookupError(key)
