@@ -1,18 +1,17 @@
 """Shared fixtures: every store-backed test runs on SQLite and on PostgreSQL.
 
-Each test's store is a migrated copy of a template built once per session (per xdist worker):
-a SQLite test copies the template's file, a PostgreSQL test gets a database of its own made
-from a template database (``tests/pg.py``). Opening the copy still reads and checks its schema
-version as any store's open does; the tests of migration itself build their databases from
-scratch. Where no server answers they are skipped, except
-under ``CI=true``, where an unreachable database fails the run. ``LOCKGATE_TEST_STORES``
-(e.g. ``sqlite``) narrows the store kinds for a quick local run.
+Each test's store is a migrated copy of a template built once per test process (per xdist
+worker): a SQLite test copies the template's file (``tests/apps/sqlite_copies.py``), a
+PostgreSQL test gets a database of its own made from a template database (``tests/pg.py``).
+Opening the copy still reads and checks its schema version as any store's open does; the
+tests of migration itself build their databases from scratch. Where no PostgreSQL server
+answers, its tests are skipped, except under ``CI=true``, where that fails the run.
+``LOCKGATE_TEST_STORES`` (e.g. ``sqlite``) narrows the store kinds for a quick local run.
 """
 
 from __future__ import annotations
 
 import os
-import shutil
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
@@ -21,8 +20,9 @@ import pytest
 from lockgate import App, Engine
 from lockgate.testing import TestEnv
 
+from .apps.sqlite_copies import copy_store
 from .cluster.harness import Cluster
-from .pg import in_ci, pg_database_url, pg_template, run_in_thread
+from .pg import in_ci, pg_database_url, pg_template
 from .pgserver import PrivatePostgres, Replicas, private_postgres, replicas
 
 __all__ = ["LONG", "STORES", "in_ci", "pg_template"]
@@ -67,31 +67,11 @@ def store_kind(request: pytest.FixtureRequest) -> str:
     return str(request.param)
 
 
-async def _migrate_sqlite(url: str) -> None:
-    from lockgate.store.sqlite import SQLiteStore
-
-    store = SQLiteStore(url)
-    await store.open()
-    await store.close()
-
-
-@pytest.fixture(scope="session")
-def sqlite_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A SQLite file the store migrated, once per session: each test's SQLite store is a copy of it."""
-    path = tmp_path_factory.mktemp("sqlite-template") / "lockgate.db"
-    run_in_thread(_migrate_sqlite(f"sqlite:///{path}"))
-    # closed by its last connection: the write-ahead log is folded into the file, which is all there is to copy
-    assert sorted(p.name for p in path.parent.iterdir()) == [path.name]
-    return path
-
-
 @pytest.fixture
 def store_url(store_kind: str, tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[str]:
-    """A fresh store of each kind, migrated and holding nothing yet (a copy of the session's template)."""
+    """A fresh store of each kind, migrated and holding nothing yet (a copy of a template)."""
     if store_kind == "sqlite":
-        path = tmp_path / "lockgate.db"
-        shutil.copyfile(request.getfixturevalue("sqlite_template"), path)
-        yield f"sqlite:///{path}"
+        yield copy_store(tmp_path / "lockgate.db")
     else:
         yield from pg_database_url(request)
 
