@@ -1,9 +1,12 @@
 """Shared fixtures: every store-backed test runs on SQLite and on PostgreSQL.
 
-PostgreSQL tests use a database of their own per test, copied from a template built
-once per session (``tests/pg.py``). Where no server answers they are skipped, except
-under ``CI=true``, where an unreachable database fails the run. ``LOCKGATE_TEST_STORES``
-(e.g. ``sqlite``) narrows the store kinds for a quick local run.
+Each test's store is a migrated copy of a template built once per test process (per xdist
+worker): a SQLite test copies the template's file (``tests/apps/sqlite_copies.py``), a
+PostgreSQL test gets a database of its own made from a template database (``tests/pg.py``).
+Opening the copy still reads and checks its schema version as any store's open does; the
+tests of migration itself build their databases from scratch. Where no PostgreSQL server
+answers, its tests are skipped, except under ``CI=true``, where that fails the run.
+``LOCKGATE_TEST_STORES`` (e.g. ``sqlite``) narrows the store kinds for a quick local run.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ import pytest
 from lockgate import App, Engine
 from lockgate.testing import TestEnv
 
+from .apps.sqlite_copies import copy_store
 from .cluster.harness import Cluster
 from .pg import in_ci, pg_database_url, pg_template
 from .pgserver import PrivatePostgres, Replicas, private_postgres, replicas
@@ -65,9 +69,9 @@ def store_kind(request: pytest.FixtureRequest) -> str:
 
 @pytest.fixture
 def store_url(store_kind: str, tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[str]:
-    """A fresh, empty store of each kind."""
+    """A fresh store of each kind, migrated and holding nothing yet (a copy of a template)."""
     if store_kind == "sqlite":
-        yield f"sqlite:///{tmp_path}/lockgate.db"
+        yield copy_store(tmp_path / "lockgate.db")
     else:
         yield from pg_database_url(request)
 
