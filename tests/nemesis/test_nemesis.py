@@ -2,7 +2,8 @@
 
 Not yet in the default run: the short mixed run found nothing four times in a row, but it
 takes 44-116 s on a loaded two-core machine, close to its own limit and a large share of the
-suite's ten minutes (docs/reliability.md). ``LOCKGATE_NEMESIS=1`` runs the short one; ``LOCKGATE_TORTURE=long`` adds each nemesis alone and a long mixed run
+suite's ten minutes (docs/reliability.md). ``LOCKGATE_NEMESIS=1`` runs the short one;
+``LOCKGATE_TORTURE=long`` adds each nemesis alone and a long mixed run
 (``LOCKGATE_NEMESIS_SECONDS``, default 300 s). ``python -m tests.nemesis`` prints the table of a
 run of any length.
 """
