@@ -446,7 +446,7 @@ class Client(OperatorVerbs, TokenVerbs, StreamVerbs):
     ) -> Any:
         loop = asyncio.get_running_loop()
         deadline = None if timeout is None else loop.time() + timeout
-        delay = 0.01
+        delay, ended = 0.01, ""
         while True:
             msg = await self.store.read(messages.get_message, mid)
             assert msg is not None
@@ -466,9 +466,12 @@ class Client(OperatorVerbs, TokenVerbs, StreamVerbs):
                     errors = json.loads(msg["result"]) if msg["result"] else msg["error_message"]
                     raise PayloadError(f"update {name!r}", errors)
                 raise UpdateFailed(run_id, name, msg["error_tag"], msg["error_message"])
+            if ended:  # the message read after the run's end: still unanswered
+                raise UpdateFailed(run_id, name, "RunEnded", f"the run ended ({ended}) before answering")
             run = await self.store.read(shared.get_run, run_id)
-            if run["status"] in shared.TERMINAL:
-                raise UpdateFailed(run_id, name, "RunEnded", f"the run ended ({run['status']}) before answering")
+            if run["status"] in shared.TERMINAL:  # read the message once more: answered just before it ended?
+                ended = str(run["status"])
+                continue
             wait = delay if deadline is None else min(delay, deadline - loop.time())
             if wait <= 0:
                 raise ResultTimeout(f"update {name!r} on run {run_id} was not answered within {timeout}s")
