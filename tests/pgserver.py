@@ -131,10 +131,17 @@ class PrivatePostgres:
         self.start()
 
     def kill(self) -> None:
-        """``kill -9`` the postmaster (its backends end with it)."""
+        """``kill -9`` the postmaster (its backends end with it), if it still runs.
+
+        A postmaster killed before leaves its pid file behind, and its pid may belong to another
+        process by now (pids wrap at 32,768 here, and a test suite starts thousands of processes):
+        only a process whose command line names this server's data directory is killed.
+        """
         pid_file = self.data / "postmaster.pid"
-        with contextlib.suppress(FileNotFoundError, ValueError, ProcessLookupError):
-            os.kill(int(pid_file.read_text().splitlines()[0]), 9)
+        with contextlib.suppress(FileNotFoundError, ValueError, ProcessLookupError, PermissionError):
+            pid = int(pid_file.read_text().splitlines()[0])
+            if str(self.data).encode() in Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0"):
+                os.kill(pid, 9)
 
     def running(self) -> bool:
         return self._run("pg_ctl", "-D", str(self.data), "status", check=False).returncode == 0
