@@ -22,7 +22,7 @@ from lockgate.testing import TestEnv
 
 from .apps.sqlite_copies import copy_store
 from .cluster.harness import Cluster
-from .pg import in_ci, pg_database_url, pg_template
+from .pg import PgProxy, in_ci, pg_database_url, pg_template
 from .pgserver import PrivatePostgres, Replicas, private_postgres, replicas
 
 __all__ = ["LONG", "STORES", "in_ci", "pg_template"]
@@ -36,6 +36,15 @@ def private_pg() -> Iterator[PrivatePostgres]:
     """A PostgreSQL server of this session's own (tests/pgserver.py), to restart and kill at will."""
     with private_postgres() as server:
         yield server
+
+
+@pytest.fixture
+async def proxy() -> AsyncIterator[PgProxy]:
+    """A relay to PostgreSQL the test can cut (requested before ``cluster``, it is torn down after it)."""
+    relay = PgProxy()
+    await relay.start()
+    yield relay
+    await relay.stop()
 
 
 @pytest.fixture(scope="session")

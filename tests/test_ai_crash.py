@@ -23,11 +23,8 @@ class AgentWorkers(Workers):
 
 @pytest.fixture
 def workers(store_url: str, tmp_path: Path) -> Iterator[AgentWorkers]:
-    pool = AgentWorkers(migrated(store_url), tmp_path)
-    try:
+    with AgentWorkers(migrated(store_url), tmp_path) as pool:
         yield pool
-    finally:
-        pool.stop_all()
 
 
 async def test_a_killed_agent_run_resumes_without_calling_completed_requests_again(
@@ -51,11 +48,8 @@ async def test_a_killed_agent_run_resumes_without_calling_completed_requests_aga
 
 @pytest.fixture
 def pg_workers(pg_url: str, tmp_path: Path) -> Iterator[AgentWorkers]:
-    pool = AgentWorkers(migrated(pg_url), tmp_path)
-    try:
+    with AgentWorkers(migrated(pg_url), tmp_path) as pool:
         yield pool
-    finally:
-        pool.stop_all()
 
 
 async def test_a_429_in_one_process_pauses_the_key_for_three(pg_workers: AgentWorkers, pg_url: str) -> None:

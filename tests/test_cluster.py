@@ -38,15 +38,6 @@ pytestmark = pytest.mark.slow
 
 
 @pytest.fixture
-async def proxy() -> AsyncIterator[PgProxy]:
-    """A relay to PostgreSQL the test can cut (set up before ``cluster``, so torn down after it)."""
-    relay = PgProxy()
-    await relay.start()
-    yield relay
-    await relay.stop()
-
-
-@pytest.fixture
 async def client(pg_url: str) -> AsyncIterator[lg.Client]:
     async with lg.Client(cluster_app, pg_url) as c:
         yield c

@@ -16,7 +16,7 @@ import subprocess
 import sys
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Self
 
 import pytest
 from pydantic import BaseModel
@@ -93,6 +93,12 @@ class Workers:
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait(timeout=30)
 
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop_all()
+
     def stop_all(self) -> None:
         for proc in self.procs:
             if proc.poll() is None:
@@ -106,11 +112,8 @@ class Workers:
 
 @pytest.fixture
 def workers(store_url: str, tmp_path: Path) -> Iterator[Workers]:
-    pool = Workers(store_url, tmp_path)
-    try:
+    with Workers(store_url, tmp_path) as pool:
         yield pool
-    finally:
-        pool.stop_all()
 
 
 @pytest.fixture

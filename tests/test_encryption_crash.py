@@ -30,11 +30,8 @@ class SealedWorkers(Workers):
 
 @pytest.fixture
 def workers(store_url: str, tmp_path: Path) -> Iterator[SealedWorkers]:
-    pool = SealedWorkers(store_url, tmp_path)
-    try:
+    with SealedWorkers(store_url, tmp_path) as pool:
         yield pool
-    finally:
-        pool.stop_all()
 
 
 async def test_an_encrypted_run_killed_mid_step_replays_its_sealed_journal(

@@ -25,11 +25,8 @@ class EventWorkers(Workers):
 
 @pytest.fixture
 def workers(store_url: str, tmp_path: Path) -> Iterator[EventWorkers]:
-    pool = EventWorkers(store_url, tmp_path)
-    try:
+    with EventWorkers(store_url, tmp_path) as pool:
         yield pool
-    finally:
-        pool.stop_all()
 
 
 @pytest.fixture

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator
 
 import psycopg
 import pytest
@@ -46,14 +45,6 @@ async def long_call() -> int:
 @watched.workflow(name="watched.long")
 async def long(ctx: lg.Context, job: Job) -> int:
     return await ctx.step("call", long_call)  # type: ignore[no-any-return]
-
-
-@pytest.fixture
-async def proxy() -> AsyncIterator[PgProxy]:
-    relay = PgProxy()
-    await relay.start()
-    yield relay
-    await relay.stop()
 
 
 async def _until(key: str, timeout: float) -> bool:

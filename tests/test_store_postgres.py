@@ -33,14 +33,6 @@ def empty_pg_url(request: pytest.FixtureRequest) -> Iterator[str]:
 
 
 @pytest.fixture
-async def proxy() -> AsyncIterator[PgProxy]:
-    relay = PgProxy()
-    await relay.start()
-    yield relay
-    await relay.stop()
-
-
-@pytest.fixture
 async def opened() -> AsyncIterator[Callable[[str], Any]]:
     """``await opened(url)``: an open ``PostgresStore``, closed at the end of the test."""
     stores: list[PostgresStore] = []

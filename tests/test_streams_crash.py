@@ -24,11 +24,8 @@ class StreamWorkers(Workers):
 
 @pytest.fixture
 def workers(store_url: str, tmp_path: Path) -> Iterator[Workers]:
-    pool = StreamWorkers(store_url, tmp_path)
-    try:
+    with StreamWorkers(store_url, tmp_path) as pool:
         yield pool
-    finally:
-        pool.stop_all()
 
 
 @pytest.fixture

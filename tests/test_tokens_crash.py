@@ -27,11 +27,8 @@ class TokenWorkers(Workers):
 
 @pytest.fixture
 def workers(store_url: str, tmp_path: Path) -> Iterator[TokenWorkers]:
-    pool = TokenWorkers(migrated(store_url), tmp_path)
-    try:
+    with TokenWorkers(migrated(store_url), tmp_path) as pool:
         yield pool
-    finally:
-        pool.stop_all()
 
 
 async def test_a_run_waiting_on_a_token_survives_sigkill_and_the_cli_completes_it(
