@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import click
@@ -10,6 +11,7 @@ from rich.console import Console
 from rich.table import Table
 
 from ..clock import to_datetime
+from ..facades import Client
 from ..inspect.callbacks import TokenInfo
 from .common import JsonType, app_option, format_option, inspector_of, load_app, open_client, run_async, store_option
 from .groups import cli
@@ -38,15 +40,15 @@ def callbacks() -> None:
 @format_option
 def complete(token: str, payload: Any, app_ref: str | None, store: str, fmt: str) -> None:
     """Complete TOKEN (its secret; - reads it from stdin) with --payload, validated by its model first."""
-    app = load_app(app_ref)
-    secret = _secret(token)
-
-    async def go() -> str:
-        async with open_client(app, store) as client:
-            return await client.complete_token(secret, payload)
-
-    token_id = run_async(go())
-    emit(fmt, {"verb": "complete", "token_id": token_id}, lambda c: c.print(f"complete: token {token_id} completed"))
+    _settle(
+        "complete",
+        "completed",
+        token,
+        app_ref,
+        store,
+        fmt,
+        lambda client, secret: client.complete_token(secret, payload),
+    )
 
 
 @callbacks.command()
@@ -57,15 +59,30 @@ def complete(token: str, payload: Any, app_ref: str | None, store: str, fmt: str
 @format_option
 def reject(token: str, reason: str | None, app_ref: str | None, store: str, fmt: str) -> None:
     """Complete TOKEN with a rejection: the body's ctx.wait_for_token raises lg.TokenRejected."""
+    _settle(
+        "reject", "rejected", token, app_ref, store, fmt, lambda client, secret: client.reject_token(secret, reason)
+    )
+
+
+def _settle(
+    verb: str,
+    done: str,
+    token: str,
+    app_ref: str | None,
+    store: str,
+    fmt: str,
+    act: Callable[[Client, str], Awaitable[str]],
+) -> None:
+    """Complete or reject TOKEN with ``act`` (given an open client and the secret) and report its id."""
     app = load_app(app_ref)
     secret = _secret(token)
 
     async def go() -> str:
         async with open_client(app, store) as client:
-            return await client.reject_token(secret, reason)
+            return await act(client, secret)
 
     token_id = run_async(go())
-    emit(fmt, {"verb": "reject", "token_id": token_id}, lambda c: c.print(f"reject: token {token_id} rejected"))
+    emit(fmt, {"verb": verb, "token_id": token_id}, lambda c: c.print(f"{verb}: token {token_id} {done}"))
 
 
 @callbacks.command("list")
