@@ -45,7 +45,7 @@ class Waiters:
         store.add_listener(self._on_wakeup)
 
     def wait(
-        self, run_id: str, step_key: str, owner: str, asked: float, deep: bool = False, since: float = 0.0
+        self, run_id: str, step_key: str, owner: str, asked: float, since: float, deep: bool = False
     ) -> asyncio.Future[flow.Grant | None]:
         """A future for the step's hand-off; ``asked``: the loop's time its refused ``acquire`` was sent
         (a slot handed before then went to an earlier ask, which took it or lost it); ``since``: when the
@@ -57,7 +57,7 @@ class Waiters:
         self.waiting[(run_id, step_key)] = future
         if deep:
             self.deep.add((run_id, step_key))
-        self.since[(run_id, step_key)] = since or asked
+        self.since[(run_id, step_key)] = since
         self.owners.add(owner)
         return future
 
@@ -68,7 +68,7 @@ class Waiters:
 
     def evict(self) -> bool:
         """Tell the step that began waiting last, deep in its line, to park its run (``EVICTED``)."""
-        for place in sorted(self.deep, key=lambda p: self.since.get(p, 0.0), reverse=True):
+        for place in sorted(self.deep, key=self.since.__getitem__, reverse=True):
             future = self.waiting.get(place)
             if future is not None and not future.done():
                 future.set_result(EVICTED)

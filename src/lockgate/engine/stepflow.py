@@ -181,7 +181,7 @@ class StepGate:
         self.settle_with: Any = None  # a weighted key: the callable of the result that settles them
         self._reserved: Reservation | None = None
         self._reserved_token: contextvars.Token[Reservation | None] | None = None
-        self._recheck = RECHECK  # waiting in place further back in line: how long until it asks again
+        self._recheck = 2 * RECHECK  # deep in line on PostgreSQL: how long until it asks again
         self._since: float | None = None  # when it first waited in place
 
     def _declaration(self) -> dict[str, Any] | None:
@@ -261,7 +261,8 @@ class StepGate:
             if grant.retry_at is not None and grant.retry_at - now <= x.host.inline_sleep:
                 await x.clock.sleep_until(grant.retry_at)  # the window opens soon: wait in place
                 continue
-            if grant.retry_at is None and (grant.near or (grant.moving and self._room_to_wait())):
+            deep = len(waiters(x.store).deep)
+            if grant.retry_at is None and (grant.near or (grant.moving and x.host.room_to_wait(deep))):
                 handed = await self._wait_here(asked, near=grant.near)
                 if handed is EVICTED:  # its worker needs the place for a run due: park, back near the turn
                     await _block_until(x, block, Wait("flow", flow_keys=[key]), x.clock.now() + RECHECK)
@@ -278,25 +279,23 @@ class StepGate:
             at = grant.retry_at if grant.retry_at is not None else x.clock.now() + RECHECK
             await _block_until(x, block, wait, at)
 
-    def _room_to_wait(self) -> bool:
-        x = self._x
-        return x.host.room_to_wait(len(waiters(x.store).deep))
-
     async def _wait_here(self, asked: float, near: bool = True) -> flow.Grant | None:
         """Wait in place for a slot handed over (its grant), news to ask again on (``None``), or ``RECHECK``
-        (further back in line on PostgreSQL, each recheck without news waits twice as long, up to 8x)."""
+        (further back in line on PostgreSQL: twice that, then twice as long at each look without news, up to 8x)."""
         x = self._x
         here = waiters(x.store)
         if self._since is None:
             self._since = asked
-        future = here.wait(x.run_id, self._step_key, x.fence.owner, asked, deep=not near, since=self._since)
-        recheck = RECHECK if near or x.store.dialect != "postgres" else max(self._recheck, 2 * RECHECK)
+        future = here.wait(x.run_id, self._step_key, x.fence.owner, asked, self._since, deep=not near)
+        # Deep in line on PostgreSQL, news comes as a notification: the look is a fallback, and backs off.
+        backs_off = not near and x.store.dialect == "postgres"
+        recheck = self._recheck if backs_off else RECHECK
         try:
             handed = await asyncio.wait_for(future, recheck)
-            self._recheck = RECHECK
+            self._recheck = 2 * RECHECK
             return handed
         except TimeoutError:
-            if x.store.dialect == "postgres":  # told to ask by a notification: the look is a fallback
+            if backs_off:
                 self._recheck = min(recheck * 2, 8 * RECHECK)
             return None
         finally:

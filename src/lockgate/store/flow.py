@@ -155,24 +155,18 @@ async def _read(
     cap = _CAP.get(key, 16)
     # Only a step's own ask counts the waiters ahead of it (a release or a park reads no one's place).
     params = {"key": key, "now": now, "run_id": run_id, "step_key": step_key, "cap": cap if run_id else 0}
-    held: list[Row] = [{"held": 1}]
+    fenced = [] if fence is None else [("stepflow_fence", fence.params())]
+    reads = [*fenced, ("stepflow_state", params)]
     if tx.single_writer:  # in-process, a statement costs no round trip: the line is read when it is needed
-        if fence is not None:
-            held = await tx.execute("stepflow_fence", fence.params())
-        state = await tx.one("stepflow_state", params)
-        heads: list[Row] = []
+        answers = await tx.execute_all(reads)
         line = _Line([], 0)
     else:
-        reads = [("stepflow_state", params), ("stepflow_heads", {"key": key, "n": cap})]
-        if fence is not None:
-            reads.append(("stepflow_fence", fence.params()))
-        answers = await tx.execute_all(reads)
-        states, heads = answers[0], answers[1]
-        held = answers[2] if fence is not None else held
-        state = states[0] if states else None
-        line = _Line(heads, cap)
-    if not held:
+        answers = await tx.execute_all([*reads, ("stepflow_heads", {"key": key, "n": cap})])
+        line = _Line(answers[-1], cap)
+    if fenced and not answers[0]:
         raise Fenced()
+    states = answers[len(fenced)]
+    state = states[0] if states else None
     if state is not None and state["parallelism"] is not None:
         if len(_CAP) > 10_000:
             _CAP.clear()
