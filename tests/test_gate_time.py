@@ -329,6 +329,9 @@ async def test_retry_after_from_a_step_pauses_its_key_for_other_starts(env_facto
         assert calls == ["busy"]  # the first attempt got a 429 and waits 30s before its retry
         pauses = await eventually(engine.pauses, what="the key pause from the step's retry_after")
         assert [p["scope"] for p in pauses] == ["key:acme"]
+        # The pause is in the database once its commit returns; this process's gate takes it from that commit's
+        # answer, a moment later (the pause is written in the background of the failed attempt).
+        await eventually(lambda: "key:acme" in engine.core.pauses._cache, what="the gate sees the pause")
 
         held = await engine.start("call.provider", {"order": "next", "tenant": "acme"})
         assert held.status == "queued" and held.deferral is not None and held.deferral.mode == "key-paused"

@@ -169,7 +169,9 @@ async def main(url: str, n: int, total: int) -> None:
 asyncio.run(main(sys.argv[1], int(sys.argv[2]), int(sys.argv[3])))
 """
 
-RATE, PERIOD, BURST = 5, 1.0, 3
+# A pace (a third of a second) well above the time from a grant's commit to its journal entry on a loaded
+# machine, so that delay reads as no start too many (see the slack below).
+RATE, PERIOD, BURST = 3, 1.0, 3
 
 
 def cross_app() -> lg.App:
@@ -203,8 +205,9 @@ async def test_processes_sharing_a_key_never_start_more_than_rate_plus_burst(sto
             starts.append(entry.started_at.timestamp())
     assert len(starts) == 2 * each
     # The journal's instant is noted after the grant commits: a grant that committed slower than
-    # one a period later reads as a little early here. The slack covers that, not one more start.
-    assert max_in_window(starts, PERIOD - 0.1) <= RATE + BURST
+    # one a period later reads as a little early here. The slack covers that (a quarter of a second:
+    # seen up to 0.15 s under load), not one more start (the pace is a third of a second).
+    assert max_in_window(starts, PERIOD - 0.25) <= RATE + BURST
     pace = PERIOD / RATE
     assert max(starts) - min(starts) >= (2 * each - BURST - 1) * pace - 0.1  # the long-run rate holds
     assert time.monotonic() - started < 60
