@@ -77,8 +77,8 @@ async def test_a_zombie_neither_takes_nor_frees_the_slot_of_the_runs_next_hold(s
         # The zombie comes back: it may not take the step's slot again, nor free the taker's.
         with pytest.raises(shared.Fenced):
             await store.write(flow.acquire, None, KEY, zombie, STEP, 0, clock.now)
-        await store.write(flow.release, KEY, run_id, STEP, clock.now, "wkr_a", (), None, zombie.epoch)
+        await store.write(flow.release, KEY, run_id, STEP, clock.now, "wkr_a", None, zombie.epoch)
         assert await _execute(store_url, slots, run_id) == [("running", 2)]
 
-        await store.write(flow.release, KEY, run_id, STEP, clock.now, "wkr_b", (), None, taker.epoch)
+        await store.write(flow.release, KEY, run_id, STEP, clock.now, "wkr_b", None, taker.epoch)
         assert await _execute(store_url, slots, run_id) == []

@@ -75,14 +75,6 @@ class Waiters:
                 return True
         return False
 
-    def prod(self, n: int) -> None:
-        """Room was left that no waiter near the head could take (parked runs hold those places): the ``n``
-        steps here that began waiting first ask again (one held further back takes it)."""
-        for place in sorted(self.since, key=self.since.__getitem__)[:n]:
-            future = self.waiting.get(place)
-            if future is not None and not future.done():
-                future.set_result(None)
-
     def hand(self, handed: flow.Handed) -> None:
         place = (handed.run_id, handed.step_key)
         future = self.waiting.get(place)
@@ -142,16 +134,13 @@ def waiters(store: Store) -> Waiters:
     return found
 
 
-def deliver(store: Store, handed: tuple[flow.Handed, ...] | list[flow.Handed], unplaced: int = 0) -> None:
-    """Slots a committed transaction handed over: the steps waiting for them here start now; ``unplaced``:
-    room it left that no waiter near the head took (the first waiting here ask again)."""
-    if not handed and not unplaced:
+def deliver(store: Store, handed: tuple[flow.Handed, ...] | list[flow.Handed]) -> None:
+    """Slots a committed transaction handed over: the steps waiting for them here start now."""
+    if not handed:
         return
     found = waiters(store)
     for h in handed:
         found.hand(h)
-    if unplaced:
-        found.prod(unplaced)
 
 
 class RoomMaker:

@@ -215,8 +215,9 @@ class StepGate:
             else:
                 asked = asyncio.get_running_loop().time()
                 declared = self._declaration()
+                may_wait = x.host.room_to_wait(len(waiters(x.store).deep))
                 try:
-                    step, priority, here = self._step_key, self._priority, waiters(x.store).waiting
+                    step, priority = self._step_key, self._priority
                     grant = await x.store.write(
                         flow.acquire,
                         declared,
@@ -227,8 +228,9 @@ class StepGate:
                         x.clock.now,
                         attempt,
                         first,
-                        here,
                         self.units,
+                        may_wait,
+                        x.host.inline_sleep,
                     )
                 except LookupError:  # the key's row vanished since this process declared it
                     _DECLARED.get(x.store, set()).clear()
@@ -259,10 +261,9 @@ class StepGate:
                 return attempt, first
             now = x.clock.now()
             if grant.retry_at is not None and grant.retry_at - now <= x.host.inline_sleep:
-                await x.clock.sleep_until(grant.retry_at)  # the window opens soon: wait in place
+                handed = await self._wait_here(asked, until=grant.retry_at)  # the window opens soon: wait in place
                 continue
-            deep = len(waiters(x.store).deep)
-            if grant.retry_at is None and (grant.near or (grant.moving and x.host.room_to_wait(deep))):
+            if grant.retry_at is None and (grant.near or (grant.moving and may_wait)):
                 handed = await self._wait_here(asked, near=grant.near)
                 if handed is EVICTED:  # its worker needs the place for a run due: park, back near the turn
                     await _block_until(x, block, Wait("flow", flow_keys=[key]), x.clock.now() + RECHECK)
@@ -270,7 +271,9 @@ class StepGate:
                     continue
                 if handed is not None and not handed.granted and handed.retry_at is not None:
                     if handed.retry_at - x.clock.now() <= x.host.inline_sleep:
-                        await x.clock.sleep_until(handed.retry_at)
+                        asked = asyncio.get_running_loop().time()
+                        handed = await self._wait_here(asked, until=handed.retry_at)
+                        continue
                     handed = None
                 continue
             # Parked when every branch waits; a sibling that keeps the run busy (a step of it waiting in place
@@ -279,9 +282,10 @@ class StepGate:
             at = grant.retry_at if grant.retry_at is not None else x.clock.now() + RECHECK
             await _block_until(x, block, wait, at)
 
-    async def _wait_here(self, asked: float, near: bool = True) -> flow.Grant | None:
+    async def _wait_here(self, asked: float, near: bool = True, until: float | None = None) -> flow.Grant | None:
         """Wait in place for a slot handed over (its grant), news to ask again on (``None``), or ``RECHECK``
-        (further back in line on PostgreSQL: twice that, then twice as long at each look without news, up to 8x)."""
+        (further back in line on PostgreSQL: twice that, then twice as long at each look without news, up to 8x);
+        with ``until`` (the key's window opens then), until then instead of ``RECHECK``."""
         x = self._x
         here = waiters(x.store)
         if self._since is None:
@@ -291,6 +295,14 @@ class StepGate:
         backs_off = not near and x.store.dialect == "postgres"
         recheck = self._recheck if backs_off else RECHECK
         try:
+            if until is not None:
+                timer: asyncio.Future[Any] = asyncio.ensure_future(x.clock.sleep_until(until))
+                either: list[asyncio.Future[Any]] = [future, timer]
+                try:
+                    await asyncio.wait(either, return_when=asyncio.FIRST_COMPLETED)
+                finally:
+                    timer.cancel()
+                return future.result() if future.done() else None
             handed = await asyncio.wait_for(future, recheck)
             self._recheck = 2 * RECHECK
             return handed
@@ -357,8 +369,7 @@ class StepGate:
 async def _release(
     tx: Tx, key: str, run_id: str, step_key: str, x: Running, settled: tuple[int, int] | None = None
 ) -> flow.Woken:
-    waiting = waiters(x.store).waiting
-    return await flow.release(tx, key, run_id, step_key, x.clock.now, x.fence.owner, waiting, settled, x.fence.epoch)
+    return await flow.release(tx, key, run_id, step_key, x.clock.now, x.fence.owner, settled, x.fence.epoch)
 
 
 def _released(x: Running, done: asyncio.Future[flow.Woken]) -> None:
@@ -366,7 +377,7 @@ def _released(x: Running, done: asyncio.Future[flow.Woken]) -> None:
     if done.cancelled() or done.exception() is not None:
         return
     woken = done.result()
-    deliver(x.store, woken.handed, woken.unplaced)
+    deliver(x.store, woken.handed)
     if woken.woke:
         x.host.wake(x.clock.now())
 

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Callable, Container
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -102,7 +102,6 @@ class Woken:
 
     handed: tuple[Handed, ...] = ()
     woke: bool = False
-    unplaced: int = 0  # room no waiter in the lines' first places took (they were parked): who waits, asks
 
 
 def _limits(declared: dict[str, Any]) -> dict[str, Any]:
@@ -159,10 +158,11 @@ async def _read(
     reads = [*fenced, ("stepflow_state", params)]
     if tx.single_writer:  # in-process, a statement costs no round trip: the line is read when it is needed
         answers = await tx.execute_all(reads)
-        line = _Line([], 0)
+        line = _Line([], 0, [])
     else:
-        answers = await tx.execute_all([*reads, ("stepflow_heads", {"key": key, "n": cap})])
-        line = _Line(answers[-1], cap)
+        heads, held = {"key": key, "n": cap}, {"key": key, "n": cap, "now": now}
+        answers = await tx.execute_all([*reads, ("stepflow_heads", heads), ("stepflow_held_heads", held)])
+        line = _Line(answers[-2], cap, answers[-1])
     if fenced and not answers[0]:
         raise Fenced()
     states = answers[len(fenced)]
@@ -176,21 +176,32 @@ async def _read(
 
 @dataclass(frozen=True)
 class _Line:
-    """The first ``cap`` of a key's line as read beside its state (``stepflow_heads``)."""
+    """The first ``cap`` of a key's line as read beside its state (``stepflow_heads``), and the first ``cap`` of
+    those waiting in place in their workers (``stepflow_held_heads``); ``cap`` 0: not read."""
 
     heads: list[Row]
     cap: int
+    held: list[Row]
 
     def without(self, run_id: str, step_key: str) -> _Line:
         """The line without the step (which just took its slot)."""
         heads = [h for h in self.heads if h["run_id"] != run_id or h["step_key"] != step_key]
-        return _Line(heads, self.cap - (len(self.heads) - len(heads)))
+        held = [h for h in self.held if h["run_id"] != run_id or h["step_key"] != step_key]
+        return _Line(heads, self.cap - (len(self.heads) - len(heads)), held)
 
     def first(self, n: int) -> list[Row] | None:
         """The first ``n``, or ``None`` when the read did not reach that far and the line may go on."""
-        if n > len(self.heads) and len(self.heads) >= self.cap:
-            return None
-        return self.heads[:n]
+        return _first(self.heads, self.cap, n)
+
+    def first_held(self, n: int) -> list[Row] | None:
+        """The first ``n`` waiting in place (``first``'s answer, of those)."""
+        return _first(self.held, self.cap, n)
+
+
+def _first(rows: list[Row], cap: int, n: int) -> list[Row] | None:
+    if n > len(rows) and len(rows) >= cap:
+        return None
+    return rows[:n]
 
 
 async def _room(tx: Tx, state: Row, now: float) -> tuple[float, float | None]:
@@ -229,8 +240,9 @@ async def acquire(
     clock: Callable[[], float],
     attempt: int = 1,
     first: float | None = None,
-    here: Container[tuple[str, str]] = (),
     units: int | None = None,
+    may_wait: bool = True,
+    inline: float = 0.0,
 ) -> Grant:
     """Take a slot of ``key`` for the step ``step_key`` of the held run, or keep its place in line.
 
@@ -241,7 +253,9 @@ async def acquire(
     and ``first``: the attempt about to begin and when the step's first began, kept on a waiting
     row; a grant to a step that waited returns what its row kept (the step entered again after a
     park counts on from there). A slot handed to the step while it waited is granted as it is.
-    ``units``: the call's cost under a weighted key (``None``: the step counts as one call).
+    ``units``: the call's cost under a weighted key (``None``: the step counts as one call). ``may_wait``:
+    whether its worker has room for it to wait in place further back than the head of the line; ``inline``:
+    how soon a window must open for the step to wait in place for it (the worker's ``inline_sleep``).
     """
     await lock_key(tx, _LOCK_SCOPE, key)
     if declared is not None:
@@ -271,7 +285,7 @@ async def acquire(
     room, at = await _room(tx, state, now)
     near = _near(state)
     place = {"key": key, "run_id": run_id, "step_key": step_key}
-    place_in_line = {**place, "id": None, "priority": priority, "room": 1, "held": True, "now": now}
+    place_in_line = {**place, "id": None, "priority": priority, "room": 1, "now": now}
     if waiting:
         place_in_line.update(id=state["my_id"], priority=state["my_priority"])
     ahead: int | None = None
@@ -279,7 +293,7 @@ async def acquire(
         need = int(min(max(room, near), 1_000_000))
         ahead = int(state["ahead"])
         if mine != state["my_state"] or (ahead >= line.cap and need > line.cap):  # requeued, or counted short
-            ahead = int(await tx.scalar("stepflow_ahead", {**place_in_line, "room": need}))
+            ahead = int(await tx.scalar("stepflow_held_ahead", {**place_in_line, "room": need}))
     if room > 0 and ahead is not None and ahead < room:
         await tx.execute("stepflow_take_slot", {**place, "priority": priority, "epoch": fence.epoch, "now": now})
         if limits["rate"] is not None:
@@ -295,7 +309,7 @@ async def acquire(
             near = 0  # this start fills the window (or empties the bucket)
         if room > 1 or (waiting and near):  # room beside this step, or the line moved up: who comes next
             handed = await _wake(
-                tx, limits, now, room=room - 1, at=None, near=near, holder=fence.owner, line=others, here=here
+                tx, limits, now, room=room - 1, at=None, near=near, holder=fence.owner, line=others
             )
         if room <= 1 and opens is not None:  # the next in line looks when the window (or the bucket) lets it
             later = await _wake(tx, limits, now, room=0, at=opens, holder=fence.owner, line=others)
@@ -308,17 +322,23 @@ async def acquire(
         return Grant(True, limits, waited=waited, handed=handed.handed, woke=handed.woke, on_burst=on_burst)
     if at is not None:
         if ahead is None:
-            ahead = int(await tx.scalar("stepflow_ahead", place_in_line))
+            ahead = int(await tx.scalar("stepflow_held_ahead", place_in_line))
         if ahead > 0:
             at = None  # only the first in line looks again when the window opens; the next follow its start
+    moving = near > 0 and limits["burst"] is None  # a burst key's waiters are told to ask: they park
+    close = ahead is not None and ahead < near
+    # Whether the step waits in place in its worker (as engine/stepflow.py decides): only such a step is handed a
+    # slot or counted ahead of others, under the hold it asked with.
+    stays = close or (moving and may_wait) if at is None else at - now <= inline
+    held = fence.epoch if stays else None
     if not waiting:
         if mine is not None:
             await tx.execute("stepflow_free_slot", place)
-        await tx.execute(
-            "stepflow_add_waiter", {**place, "priority": priority, "now": now, "attempt": attempt, "first": first}
-        )
-    moving = near > 0 and limits["burst"] is None  # a burst key's waiters are told to ask: they park
-    return Grant(False, limits, retry_at=at, near=ahead is not None and ahead < near, moving=moving)
+        waiter = {**place, "priority": priority, "now": now, "attempt": attempt, "first": first, "epoch": held}
+        await tx.execute("stepflow_add_waiter", waiter)
+    elif state["my_held"] != held:
+        await tx.execute("stepflow_hold_place", {"id": state["my_id"], "epoch": held})
+    return Grant(False, limits, retry_at=at, near=close, moving=moving)
 
 
 def _weighted(state: Row) -> bool:
@@ -349,7 +369,7 @@ async def _acquire_units(
     waiting = mine == "waiting"
     ahead = int(state["ahead"])
     if mine != state["my_state"]:  # requeued: counted again from its place
-        mine_in_line = {**place, "id": state["my_id"], "priority": state["my_priority"], "room": 1, "held": False}
+        mine_in_line = {**place, "id": state["my_id"], "priority": state["my_priority"], "room": 1}
         mine_in_line["now"] = now
         ahead = int(await tx.scalar("stepflow_ahead", mine_in_line))
     fits, at = await window.units_room(tx, state, now, units)
@@ -417,13 +437,11 @@ async def release(
     step_key: str,
     clock: Callable[[], float],
     holder: str = "",
-    here: Container[tuple[str, str]] = (),
     settled: tuple[int, int] | None = None,
     epoch: int | None = None,
 ) -> Woken:
     """The step's attempt ended: free its slot and hand the room to the waiters that now fit. ``holder``: the releasing
-    worker, which learns of its own hand-offs from the answer (the others are notified); ``here``:
-    the steps (run id, step key) waiting in place in it. The time
+    worker, which learns of its own hand-offs from the answer (the others are notified). The time
     of a hand-off is read once a round trip after the key's lock has answered (see ``_locked``).
     ``settled``: a weighted call's start and the units it really used, which count in its reservation's place.
     ``epoch``: the releasing hold's; only a slot taken under it is freed (``None``: the step's slot, whoever's).
@@ -439,7 +457,7 @@ async def release(
     state, line = await _read(tx, key, clock())
     if state is None:
         return Woken()
-    return await _wake(tx, state, clock(), holder=holder, line=line, here=here)
+    return await _wake(tx, state, clock(), holder=holder, line=line)
 
 
 async def wake_waiters(tx: Tx, keys: list[str], now: float, run_id: str | None = None) -> tuple[float | None, Woken]:
@@ -455,6 +473,7 @@ async def wake_waiters(tx: Tx, keys: list[str], now: float, run_id: str | None =
         await lock_key(tx, _LOCK_SCOPE, key)
         if run_id is not None:
             await tx.execute("stepflow_unhand", {"key": key, "run_id": run_id})
+            await tx.execute("stepflow_unhold", {"key": key, "run_id": run_id})
         state, line = await _read(tx, key, now)
         if state is None:
             continue
@@ -491,7 +510,6 @@ async def _wake(
     near: int | None = None,
     holder: str = "",
     line: _Line | None = None,
-    here: Container[tuple[str, str]] = (),
 ) -> Woken:
     """Hand the room to the first waiters that fit (``room`` of them now), else wake the first when the
     window opens; and wake the parked runs among the ``near`` next, to wait near the head."""
@@ -507,30 +525,22 @@ async def _wake(
     n = int(min(room, 1_000_000))
     handed: list[Handed] = []
     woke = False
-    heads_read = False  # a line read whose every place was parked leaves room no one is told of
     if n > 0 or near > 0:
-        heads = None if line is None else line.first(n + near)
-        if heads is None:
-            heads = await tx.execute("stepflow_heads", {"key": key, "n": n + near})
-        heads_read = len(heads) >= n + near  # the line goes on past them: held waiters may be further back
-        parked = False
-        for head in heads:
-            owner = head["owner"]
-            if owner is None:  # parked: woken now (for its slot, or to wait near the head)
-                parked = parked or head["wake_at"] is None or float(head["wake_at"]) > now
-            elif len(handed) < n and _held(head, now):
-                # A slot never waits for a parked run ahead to be claimed and replayed: it goes to the first
-                # held waiter, and the parked one, woken, waits at the head for the next.
-                place = (head["run_id"], head["step_key"])
-                if state["rate"] is not None and (place not in here or state["burst"] is not None):
-                    # A rate window counts a start when it is granted: only a step that starts as this commits
-                    # (waiting in place beside the one that made room) is granted here; another is told to ask.
-                    # A key with a burst is a token bucket, which only ``acquire`` moves on: its waiters ask.
-                    handed.append(Handed(key, place[0], place[1], owner, None))
-                    continue
-                await tx.execute("stepflow_grant", {"id": head["id"], "epoch": head["epoch"], "now": now})
-                grant = _handed_grant(limits, now, head["waiting_since"], head["attempt"], head["first_at"])
-                handed.append(Handed(key, place[0], place[1], owner, grant))
+        heads = await _first_of(tx, line, key, n + near, now)
+        parked = any(h["owner"] is None and (h["wake_at"] is None or float(h["wake_at"]) > now) for h in heads)
+        # A slot never waits for a parked run ahead to be claimed and replayed: it goes to the first step waiting
+        # in place in its worker, however far back, and the parked ones near the head, woken, wait there for the next.
+        for head in await _first_of(tx, line, key, n, now, held=True):
+            place = (head["run_id"], head["step_key"])
+            if state["rate"] is not None and (head["owner"] != holder or state["burst"] is not None):
+                # A rate window counts a start when it is granted: only a step that starts as this commits
+                # (waiting in place in the worker that made room, or about to) is granted here; another is told
+                # to ask. A key with a burst is a token bucket, which only ``acquire`` moves on: its waiters ask.
+                handed.append(Handed(key, place[0], place[1], head["owner"], None))
+                continue
+            await tx.execute("stepflow_grant", {"id": head["id"], "epoch": head["epoch"], "now": now})
+            grant = _handed_grant(limits, now, head["waiting_since"], head["attempt"], head["first_at"])
+            handed.append(Handed(key, place[0], place[1], head["owner"], grant))
         granted = sum(1 for h in handed if h.grant is not None)
         if granted and state["rate"] is not None:
             await tx.execute("stepflow_prune_starts", {"key": key, "before": now - float(state["period"])})
@@ -540,22 +550,32 @@ async def _wake(
             await tx.execute("stepflow_wake_waiters", {"key": key, "n": len(heads), "at": now, "now": now})
             woke = True
     if n <= 0 and at is not None:  # full for now: the first in line looks again when the window (or pause) lets it
-        heads = None if line is None else line.first(1)
-        if heads is None:
-            heads = await tx.execute("stepflow_heads", {"key": key, "n": 1})
-        if heads and heads[0]["owner"] is not None and _held(heads[0], now):  # waiting in its process: told when
-            head = heads[0]
+        first_held = await _first_of(tx, line, key, 1, now, held=True)
+        if first_held:  # waiting in its process: told when
+            head = first_held[0]
             later = Grant(False, limits, retry_at=at)
             handed.append(Handed(key, head["run_id"], head["step_key"], head["owner"], later))
-        elif heads:
+        heads = await _first_of(tx, line, key, 1, now)
+        if heads and heads[0]["owner"] is None:  # parked at the head: claimed again by then
             await tx.execute("stepflow_wake_waiters", {"key": key, "n": 1, "at": at, "now": now})
             woke = True
     for owner in sorted({h.owner for h in handed if h.owner != holder and h.grant is not None}):
         await tx.execute("stepflow_notify", {"channel": "flow", "owner": owner})
     for owner in sorted({h.owner for h in handed if h.owner != holder and h.grant is None}):
         await tx.execute("stepflow_notify", {"channel": "flow-ask", "owner": owner})
-    unplaced = n if n > 0 and heads_read and not handed else 0  # every place read was parked
-    return Woken(tuple(handed), woke, unplaced)
+    return Woken(tuple(handed), woke)
+
+
+async def _first_of(tx: Tx, line: _Line | None, key: str, n: int, now: float, held: bool = False) -> list[Row]:
+    """The first ``n`` of the key's line (``held``: of those waiting in place), from ``line`` if it reached that far."""
+    if n <= 0:
+        return []
+    found = None if line is None else line.first_held(n) if held else line.first(n)
+    if found is not None:
+        return found
+    if held:
+        return await tx.execute("stepflow_held_heads", {"key": key, "n": n, "now": now})
+    return await tx.execute("stepflow_heads", {"key": key, "n": n})
 
 
 def _held(head: Row, now: float) -> bool:

@@ -3,7 +3,7 @@
 -- name: stepflow_state
 -- Everything a decision on one key reads, in one statement: its limits, its pause, the slots held, the
 -- starts in its window (and the oldest of them), the asking step's own place, if any, and the waiters ahead
--- of it (stepflow_ahead's count, up to %(cap)s: waiters held by a worker, or any under a weighted key).
+-- of it (stepflow_held_ahead's count, up to %(cap)s; under a weighted key stepflow_ahead's).
 -- Each run is read by its id behind OFFSET 0 (see stepflow_heads).
 SELECT k.key, k.rate, k.period, k.parallelism, k.declared, k.burst, k.weighted,
     (SELECT COUNT(*) FROM lockgate_pauses
@@ -18,14 +18,25 @@ SELECT k.key, k.rate, k.period, k.parallelism, k.declared, k.burst, k.weighted,
     (SELECT MIN(at) FROM lockgate_flow_starts WHERE key = k.key AND at > %(now)s - k.period) AS oldest,
     m.id AS my_id, m.state AS my_state, m.waiting_since AS my_since, m.priority AS my_priority,
     m.attempt AS my_attempt, m.first_at AS my_first, m.epoch AS my_epoch, m.started_at AS my_started,
-    (SELECT COUNT(*) FROM (
+    m.held_epoch AS my_held,
+    CASE WHEN k.weighted = 1 THEN (SELECT COUNT(*) FROM (
         SELECT 1 FROM lockgate_flow_slots w
-        CROSS JOIN LATERAL (SELECT status, owner, lease_until FROM lockgate_runs WHERE id = w.run_id OFFSET 0) wr
+        CROSS JOIN LATERAL (SELECT status FROM lockgate_runs WHERE id = w.run_id OFFSET 0) wr
         WHERE w.key = k.key AND w.state = 'waiting' AND wr.status = 'running'
-          AND (k.weighted = 1 OR (wr.owner IS NOT NULL AND wr.lease_until >= %(now)s))
           AND (m.state IS DISTINCT FROM 'waiting' OR w.priority > m.priority OR (w.priority = m.priority AND w.id < m.id))
           AND NOT (w.run_id = %(run_id)s AND w.step_key = %(step_key)s)
-        LIMIT %(cap)s) AS line) AS ahead
+        LIMIT %(cap)s) AS line)
+    ELSE (SELECT COUNT(*) FROM (
+        SELECT 1 FROM lockgate_flow_slots w
+        CROSS JOIN LATERAL (
+            SELECT status, owner, epoch, lease_until FROM lockgate_runs WHERE id = w.run_id OFFSET 0
+        ) wr
+        WHERE w.key = k.key AND w.state = 'waiting' AND w.held_epoch IS NOT NULL
+          AND wr.status = 'running' AND wr.owner IS NOT NULL AND wr.epoch = w.held_epoch
+          AND wr.lease_until >= %(now)s
+          AND (m.state IS DISTINCT FROM 'waiting' OR w.priority > m.priority OR (w.priority = m.priority AND w.id < m.id))
+          AND NOT (w.run_id = %(run_id)s AND w.step_key = %(step_key)s)
+        LIMIT %(cap)s) AS line) END AS ahead
 FROM lockgate_flow_keys k
 LEFT JOIN lockgate_flow_slots m ON m.key = k.key AND m.run_id = %(run_id)s AND m.step_key = %(step_key)s
 WHERE k.key = %(key)s;
@@ -74,22 +85,44 @@ SELECT id, state, epoch, waiting_since, priority FROM lockgate_flow_slots
 WHERE key = %(key)s AND run_id = %(run_id)s AND step_key = %(step_key)s;
 
 -- name: stepflow_ahead
--- Waiters of live runs that start before the given place in line (counted up to %(room)s). With %(held)s,
--- only those a worker holds: a slot never waits for a parked run ahead to be claimed (it is woken, and
--- takes the next one); a weighted key's line is served strictly in order (%(held)s false).
+-- Waiters of live runs that start before the given place in line (counted up to %(room)s): a weighted key's
+-- line is served strictly in order.
 SELECT COUNT(*) AS n FROM (
     SELECT 1 FROM lockgate_flow_slots s
-    CROSS JOIN LATERAL (SELECT status, owner, lease_until FROM lockgate_runs WHERE id = s.run_id OFFSET 0) AS r
+    CROSS JOIN LATERAL (SELECT status FROM lockgate_runs WHERE id = s.run_id OFFSET 0) AS r
     WHERE s.key = %(key)s AND s.state = 'waiting' AND r.status = 'running'
-      AND (NOT %(held)s OR (r.owner IS NOT NULL AND r.lease_until >= %(now)s))
+      AND (%(id)s::bigint IS NULL OR s.priority > %(priority)s OR (s.priority = %(priority)s AND s.id < %(id)s))
+      AND NOT (s.run_id = %(run_id)s AND s.step_key = %(step_key)s)
+    LIMIT %(room)s) AS line;
+
+-- name: stepflow_held_ahead
+-- Steps waiting in place in their workers (under the hold they asked with) that start before the given place
+-- in line, counted up to %(room)s from the held waiters' index: a slot never waits for a parked run ahead to be
+-- claimed (it is woken, and takes the next one), and the parked ones are not read.
+SELECT COUNT(*) AS n FROM (
+    SELECT 1 FROM lockgate_flow_slots s
+    CROSS JOIN LATERAL (SELECT status, owner, epoch, lease_until FROM lockgate_runs WHERE id = s.run_id OFFSET 0) AS r
+    WHERE s.key = %(key)s AND s.state = 'waiting' AND s.held_epoch IS NOT NULL
+      AND r.status = 'running' AND r.owner IS NOT NULL AND r.epoch = s.held_epoch AND r.lease_until >= %(now)s
       AND (%(id)s::bigint IS NULL OR s.priority > %(priority)s OR (s.priority = %(priority)s AND s.id < %(id)s))
       AND NOT (s.run_id = %(run_id)s AND s.step_key = %(step_key)s)
     LIMIT %(room)s) AS line;
 
 -- name: stepflow_add_waiter
 -- silent: run for its effect; nothing waits for its answer
-INSERT INTO lockgate_flow_slots (key, run_id, step_key, priority, state, waiting_since, attempt, first_at)
-VALUES (%(key)s, %(run_id)s, %(step_key)s, %(priority)s, 'waiting', %(now)s, %(attempt)s, %(first)s);
+-- The step waits in place under the asking hold (%(epoch)s), until its run parks.
+INSERT INTO lockgate_flow_slots (key, run_id, step_key, priority, state, waiting_since, attempt, first_at, held_epoch)
+VALUES (%(key)s, %(run_id)s, %(step_key)s, %(priority)s, 'waiting', %(now)s, %(attempt)s, %(first)s, %(epoch)s);
+
+-- name: stepflow_hold_place
+-- silent: run for its effect; nothing waits for its answer
+-- A step asks again from its place in line under a new hold (its run was claimed again): it waits in place now.
+UPDATE lockgate_flow_slots SET held_epoch = %(epoch)s WHERE id = %(id)s;
+
+-- name: stepflow_unhold
+-- silent: run for its effect; nothing waits for its answer
+-- A run parks: its steps keep their places in line, no longer waiting in a worker.
+UPDATE lockgate_flow_slots SET held_epoch = NULL WHERE key = %(key)s AND run_id = %(run_id)s AND held_epoch IS NOT NULL;
 
 -- name: stepflow_take_slot
 -- silent: run for its effect; nothing waits for its answer
@@ -167,6 +200,18 @@ CROSS JOIN LATERAL (
     SELECT status, owner, epoch, lease_until, wake_at FROM lockgate_runs WHERE id = s.run_id OFFSET 0
 ) AS r
 WHERE s.key = %(key)s AND s.state = 'waiting' AND r.status = 'running'
+ORDER BY s.priority DESC, s.id LIMIT %(n)s;
+
+-- name: stepflow_held_heads
+-- The first %(n)s steps of the key's line that wait in place in their workers (stepflow_held_ahead's), from the
+-- held waiters' index: a freed slot goes to the first of them however many parked runs are ahead.
+SELECT s.id, s.run_id, s.step_key, s.waiting_since, s.attempt, s.first_at, r.owner, r.epoch, r.lease_until, r.wake_at
+FROM lockgate_flow_slots s
+CROSS JOIN LATERAL (
+    SELECT status, owner, epoch, lease_until, wake_at FROM lockgate_runs WHERE id = s.run_id OFFSET 0
+) AS r
+WHERE s.key = %(key)s AND s.state = 'waiting' AND s.held_epoch IS NOT NULL
+  AND r.status = 'running' AND r.owner IS NOT NULL AND r.epoch = s.held_epoch AND r.lease_until >= %(now)s
 ORDER BY s.priority DESC, s.id LIMIT %(n)s;
 
 -- name: stepflow_grant

@@ -3,7 +3,7 @@
 -- name: stepflow_state
 -- Everything a decision on one key reads, in one statement: its limits, its pause, the slots held, the
 -- starts in its window (and the oldest of them), the asking step's own place, if any, and the waiters ahead
--- of it (stepflow_ahead's count, up to :cap: waiters held by a worker, or any under a weighted key).
+-- of it (stepflow_held_ahead's count, up to :cap; under a weighted key stepflow_ahead's).
 SELECT k.key, k.rate, k.period, k.parallelism, k.declared, k.burst, k.weighted,
     (SELECT COUNT(*) FROM lockgate_pauses
      WHERE scope = 'key:' || k.key AND (until IS NULL OR until > :now)) AS paused,
@@ -16,13 +16,20 @@ SELECT k.key, k.rate, k.period, k.parallelism, k.declared, k.burst, k.weighted,
     (SELECT MIN(at) FROM lockgate_flow_starts WHERE key = k.key AND at > :now - k.period) AS oldest,
     m.id AS my_id, m.state AS my_state, m.waiting_since AS my_since, m.priority AS my_priority,
     m.attempt AS my_attempt, m.first_at AS my_first, m.epoch AS my_epoch, m.started_at AS my_started,
-    (SELECT COUNT(*) FROM (
+    m.held_epoch AS my_held,
+    CASE WHEN k.weighted = 1 THEN (SELECT COUNT(*) FROM (
         SELECT 1 FROM lockgate_flow_slots w JOIN lockgate_runs wr ON wr.id = w.run_id
         WHERE w.key = k.key AND w.state = 'waiting' AND wr.status = 'running'
-          AND (k.weighted = 1 OR (wr.owner IS NOT NULL AND wr.lease_until >= :now))
           AND (m.state IS NOT 'waiting' OR w.priority > m.priority OR (w.priority = m.priority AND w.id < m.id))
           AND NOT (w.run_id = :run_id AND w.step_key = :step_key)
-        LIMIT :cap) AS line) AS ahead
+        LIMIT :cap))
+    ELSE (SELECT COUNT(*) FROM (
+        SELECT 1 FROM lockgate_flow_slots w INDEXED BY lockgate_flow_slots_held JOIN lockgate_runs wr ON wr.id = w.run_id
+        WHERE w.key = k.key AND w.state = 'waiting' AND w.held_epoch IS NOT NULL
+          AND wr.status = 'running' AND wr.owner IS NOT NULL AND wr.epoch = w.held_epoch AND wr.lease_until >= :now
+          AND (m.state IS NOT 'waiting' OR w.priority > m.priority OR (w.priority = m.priority AND w.id < m.id))
+          AND NOT (w.run_id = :run_id AND w.step_key = :step_key)
+        LIMIT :cap)) END AS ahead
 FROM lockgate_flow_keys k
 LEFT JOIN lockgate_flow_slots m ON m.key = k.key AND m.run_id = :run_id AND m.step_key = :step_key
 WHERE k.key = :key;
@@ -67,20 +74,39 @@ SELECT id, state, epoch, waiting_since, priority FROM lockgate_flow_slots
 WHERE key = :key AND run_id = :run_id AND step_key = :step_key;
 
 -- name: stepflow_ahead
--- Waiters of live runs that start before the given place in line (counted up to :room). With :held, only
--- those a worker holds: a slot never waits for a parked run ahead to be claimed (it is woken, and takes the
--- next one); a weighted key's line is served strictly in order (:held false).
+-- Waiters of live runs that start before the given place in line (counted up to :room): a weighted key's line
+-- is served strictly in order.
 SELECT COUNT(*) AS n FROM (
     SELECT 1 FROM lockgate_flow_slots s JOIN lockgate_runs r ON r.id = s.run_id
     WHERE s.key = :key AND s.state = 'waiting' AND r.status = 'running'
-      AND (NOT :held OR (r.owner IS NOT NULL AND r.lease_until >= :now))
+      AND (:id IS NULL OR s.priority > :priority OR (s.priority = :priority AND s.id < :id))
+      AND NOT (s.run_id = :run_id AND s.step_key = :step_key)
+    LIMIT :room);
+
+-- name: stepflow_held_ahead
+-- Steps waiting in place in their workers (under the hold they asked with) that start before the given place
+-- in line, counted up to :room from the held waiters' index: a slot never waits for a parked run ahead to be
+-- claimed (it is woken, and takes the next one), and the parked ones are not read.
+SELECT COUNT(*) AS n FROM (
+    SELECT 1 FROM lockgate_flow_slots s INDEXED BY lockgate_flow_slots_held JOIN lockgate_runs r ON r.id = s.run_id
+    WHERE s.key = :key AND s.state = 'waiting' AND s.held_epoch IS NOT NULL
+      AND r.status = 'running' AND r.owner IS NOT NULL AND r.epoch = s.held_epoch AND r.lease_until >= :now
       AND (:id IS NULL OR s.priority > :priority OR (s.priority = :priority AND s.id < :id))
       AND NOT (s.run_id = :run_id AND s.step_key = :step_key)
     LIMIT :room);
 
 -- name: stepflow_add_waiter
-INSERT INTO lockgate_flow_slots (key, run_id, step_key, priority, state, waiting_since, attempt, first_at)
-VALUES (:key, :run_id, :step_key, :priority, 'waiting', :now, :attempt, :first);
+-- The step waits in place under the asking hold (:epoch), until its run parks.
+INSERT INTO lockgate_flow_slots (key, run_id, step_key, priority, state, waiting_since, attempt, first_at, held_epoch)
+VALUES (:key, :run_id, :step_key, :priority, 'waiting', :now, :attempt, :first, :epoch);
+
+-- name: stepflow_hold_place
+-- A step asks again from its place in line under a new hold (its run was claimed again): it waits in place now.
+UPDATE lockgate_flow_slots SET held_epoch = :epoch WHERE id = :id;
+
+-- name: stepflow_unhold
+-- A run parks: its steps keep their places in line, no longer waiting in a worker.
+UPDATE lockgate_flow_slots SET held_epoch = NULL WHERE key = :key AND run_id = :run_id AND held_epoch IS NOT NULL;
 
 -- name: stepflow_take_slot
 INSERT INTO lockgate_flow_slots (key, run_id, step_key, priority, state, epoch, waiting_since, started_at)
@@ -135,6 +161,15 @@ GROUP BY workflow;
 SELECT s.id, s.run_id, s.step_key, s.waiting_since, s.attempt, s.first_at, r.owner, r.epoch, r.lease_until, r.wake_at
 FROM lockgate_flow_slots s JOIN lockgate_runs r ON r.id = s.run_id
 WHERE s.key = :key AND s.state = 'waiting' AND r.status = 'running'
+ORDER BY s.priority DESC, s.id LIMIT :n;
+
+-- name: stepflow_held_heads
+-- The first :n steps of the key's line that wait in place in their workers (stepflow_held_ahead's), from the
+-- held waiters' index: a freed slot goes to the first of them however many parked runs are ahead.
+SELECT s.id, s.run_id, s.step_key, s.waiting_since, s.attempt, s.first_at, r.owner, r.epoch, r.lease_until, r.wake_at
+FROM lockgate_flow_slots s INDEXED BY lockgate_flow_slots_held JOIN lockgate_runs r ON r.id = s.run_id
+WHERE s.key = :key AND s.state = 'waiting' AND s.held_epoch IS NOT NULL
+  AND r.status = 'running' AND r.owner IS NOT NULL AND r.epoch = s.held_epoch AND r.lease_until >= :now
 ORDER BY s.priority DESC, s.id LIMIT :n;
 
 -- name: stepflow_grant
