@@ -19,6 +19,7 @@ from pydantic import BaseModel
 
 import lockgate as lg
 
+from .apps.gate_probes import sql
 from .apps.stepflow import max_in_window, max_overlap
 from .apps.waits import eventually
 from .flow_audit import audit_flow_starts, granted_starts
@@ -64,6 +65,42 @@ async def test_a_freed_slot_goes_to_the_step_waiting_in_place(make_engine: Any) 
         steps = await engine.steps(second.run_id or "")
     assert began[1] >= ended[0]  # never both at once
     assert steps[0].flow_wait is not None and steps[0].flow_wait > 0
+
+
+async def test_steps_waiting_in_place_are_marked_and_served_in_line(make_engine: Any, store_url: str) -> None:
+    """Steps of one worker wait in place behind a held slot: the first asked, the next joined the line behind
+    it (no decision needed); each waiting row carries its run's epoch (the held waiters' index finds it), and
+    the slot passes to them in line order."""
+    app = lg.App()
+    release = asyncio.Event()
+    order: list[int] = []
+
+    async def step(n: int) -> int:
+        order.append(n)
+        if n == 0:
+            await release.wait()
+        return n
+
+    @app.workflow(name="solo", flow_control=lg.FlowControl("line", parallelism=1))
+    async def solo(ctx: lg.Context, p: Item) -> int:
+        return int(await ctx.step("s", step, p.n))
+
+    async with make_engine(app) as engine:
+        handles = [await engine.start("solo", {"n": 0})]
+        await eventually(lambda: order == [0], what="the first holds the slot")
+        for n in (1, 2, 3):
+            handles.append(await engine.start("solo", {"n": n}))
+            await eventually(lambda n=n: _waiting(engine, "line", n), what=f"{n} waiting")
+        rows = await sql(
+            store_url,
+            "SELECT s.held_epoch, r.epoch FROM lockgate_flow_slots s JOIN lockgate_runs r ON r.id = s.run_id "
+            "WHERE s.key = 'line' AND s.state = 'waiting'",
+        )
+        assert len(rows) == 3 and all(r["held_epoch"] == r["epoch"] for r in rows), rows
+        assert all(h.run_id in engine.executing for h in handles)  # waiting in place, none parked
+        release.set()
+        assert [await engine.result(h.run_id or "", timeout=30) for h in handles] == [0, 1, 2, 3]
+    assert order == [0, 1, 2, 3]
 
 
 @pytest.mark.slow

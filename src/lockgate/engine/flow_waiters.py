@@ -38,6 +38,8 @@ class Waiters:
         self.waiting: dict[tuple[str, str], asyncio.Future[flow.Grant | None]] = {}
         self.deep: set[tuple[str, str]] = set()
         self.since: dict[tuple[str, str], float] = {}  # when each began waiting (its place in line, roughly)
+        self.keys: dict[tuple[str, str], str] = {}  # the key each waits for
+        self.per_key: dict[str, int] = {}  # how many wait for each key
         self.owners: set[str] = set()
         self.early: dict[tuple[str, str], tuple[float, flow.Grant | None]] = {}  # handed before their step waited
         self._reading: asyncio.Task[None] | None = None
@@ -45,7 +47,7 @@ class Waiters:
         store.add_listener(self._on_wakeup)
 
     def wait(
-        self, run_id: str, step_key: str, owner: str, asked: float, since: float, deep: bool = False
+        self, key: str, run_id: str, step_key: str, owner: str, asked: float, since: float, deep: bool = False
     ) -> asyncio.Future[flow.Grant | None]:
         """A future for the step's hand-off; ``asked``: the loop's time its refused ``acquire`` was sent
         (a slot handed before then went to an earlier ask, which took it or lost it); ``since``: when the
@@ -55,6 +57,9 @@ class Waiters:
         if early is not None and early[0] >= asked:
             future.set_result(early[1])
         self.waiting[(run_id, step_key)] = future
+        if (run_id, step_key) not in self.keys:
+            self.keys[(run_id, step_key)] = key
+            self.per_key[key] = self.per_key.get(key, 0) + 1
         if deep:
             self.deep.add((run_id, step_key))
         self.since[(run_id, step_key)] = since
@@ -62,9 +67,18 @@ class Waiters:
         return future
 
     def done(self, run_id: str, step_key: str) -> None:
+        key = self.keys.pop((run_id, step_key), None)
+        if key is not None:
+            left = self.per_key.pop(key, 0) - 1
+            if left > 0:
+                self.per_key[key] = left
         self.waiting.pop((run_id, step_key), None)
         self.deep.discard((run_id, step_key))
         self.since.pop((run_id, step_key), None)
+
+    def holds(self, key: str) -> bool:
+        """Whether a step here waits in place for ``key``: one asking now would come after it in line."""
+        return key in self.per_key
 
     def evict(self) -> bool:
         """Tell the step that began waiting last, deep in its line, to park its run (``EVICTED``)."""

@@ -42,6 +42,7 @@ from ..plan import GatePlan
 from ..store import Store, flow, gate, runs
 from ..store.base import Tx
 from ..store.coalesce import with_locks
+from ..store.flow_line import join_line
 from ..store.shared import Fence
 from .durable import Running, Wait, call
 from .flow_waiters import EVICTED, RECHECK, deliver, waiters
@@ -209,37 +210,18 @@ class StepGate:
         x = self._x
         key = self.limits.key
         handed: flow.Grant | None = None
+        # The first ask may join the line without a decision (``flow_line``): not a weighted or a burst key's.
+        joins = self.units is None and self.limits.parallelism is not None and self.limits.burst is None
         while True:
             if handed is not None and handed.granted:
                 grant = handed
             else:
                 asked = asyncio.get_running_loop().time()
-                declared = self._declaration()
                 may_wait = x.host.room_to_wait(len(waiters(x.store).deep))
-                try:
-                    step, priority = self._step_key, self._priority
-                    grant = await x.store.write(
-                        flow.acquire,
-                        declared,
-                        key,
-                        x.fence,
-                        step,
-                        priority,
-                        x.clock.now,
-                        attempt,
-                        first,
-                        self.units,
-                        may_wait,
-                        x.host.inline_sleep,
-                    )
-                except LookupError:  # the key's row vanished since this process declared it
-                    _DECLARED.get(x.store, set()).clear()
+                asked_grant = await self._ask(attempt, first, may_wait, joins)
+                if asked_grant is None:
                     continue
-                if declared is not None:
-                    _DECLARED.setdefault(x.store, set()).add((key, declared["declared"]))
-                deliver(x.store, grant.handed)
-                if grant.woke:
-                    x.host.wake(x.clock.now())
+                grant, joins = asked_grant, False
             handed = None
             if grant.over:
                 limits = FlowLimits.from_row(grant.limits)
@@ -282,6 +264,29 @@ class StepGate:
             at = grant.retry_at if grant.retry_at is not None else x.clock.now() + RECHECK
             await _block_until(x, block, wait, at)
 
+    async def _ask(self, attempt: int, first: float, may_wait: bool, joins: bool) -> flow.Grant | None:
+        """Ask the store for a slot (``flow.acquire``), or join the line behind a step of this worker waiting
+        in place for the key (``flow_line.join_line``); ``None``: ask again (the key's row vanished)."""
+        x = self._x
+        key, step, priority = self.limits.key, self._step_key, self._priority
+        declared = self._declaration()
+        try:
+            if joins and declared is None and may_wait and waiters(x.store).holds(key):
+                args: tuple[Any, ...] = (key, x.fence, step, priority, x.clock.now, attempt, first, x.host.inline_sleep)
+                grant = await x.store.write(join_line, *args)
+            else:
+                args = (declared, key, x.fence, step, priority, x.clock.now, attempt, first, self.units, may_wait)
+                grant = await x.store.write(flow.acquire, *args, x.host.inline_sleep)
+        except LookupError:  # the key's row vanished since this process declared it
+            _DECLARED.get(x.store, set()).clear()
+            return None
+        if declared is not None:
+            _DECLARED.setdefault(x.store, set()).add((key, declared["declared"]))
+        deliver(x.store, grant.handed)
+        if grant.woke:
+            x.host.wake(x.clock.now())
+        return grant
+
     async def _wait_here(self, asked: float, near: bool = True, until: float | None = None) -> flow.Grant | None:
         """Wait in place for a slot handed over (its grant), news to ask again on (``None``), or ``RECHECK``
         (further back in line on PostgreSQL: twice that, then twice as long at each look without news, up to 8x);
@@ -290,7 +295,7 @@ class StepGate:
         here = waiters(x.store)
         if self._since is None:
             self._since = asked
-        future = here.wait(x.run_id, self._step_key, x.fence.owner, asked, self._since, deep=not near)
+        future = here.wait(self.limits.key, x.run_id, self._step_key, x.fence.owner, asked, self._since, deep=not near)
         # Deep in line on PostgreSQL, news comes as a notification: the look is a fallback, and backs off.
         backs_off = not near and x.store.dialect == "postgres"
         recheck = self._recheck if backs_off else RECHECK

@@ -100,6 +100,15 @@ SELECT COUNT(*) AS n FROM (
 INSERT INTO lockgate_flow_slots (key, run_id, step_key, priority, state, waiting_since, attempt, first_at, held_epoch)
 VALUES (:key, :run_id, :step_key, :priority, 'waiting', :now, :attempt, :first, :epoch);
 
+-- name: stepflow_join_line
+-- A step takes the last place in its key's line without a decision, waiting in place under the asking hold
+-- (:epoch): a step of its worker waits in place ahead of it (store/flow_line.py). Nothing when it has a
+-- place already.
+INSERT INTO lockgate_flow_slots (key, run_id, step_key, priority, state, waiting_since, attempt, first_at, held_epoch)
+VALUES (:key, :run_id, :step_key, :priority, 'waiting', :now, :attempt, :first, :epoch)
+ON CONFLICT (key, run_id, step_key) DO NOTHING
+RETURNING id;
+
 -- name: stepflow_hold_place
 -- A step asks again from its place in line under a new hold (its run was claimed again): it waits in place now.
 UPDATE lockgate_flow_slots SET held_epoch = :epoch WHERE id = :id;
