@@ -263,6 +263,7 @@ async def test_units_reserved_settled_and_available_are_shown_everywhere(make_en
         (lg.FlowControl("k", rate=10, burst=2, cost=1), "flow_control.cost"),  # weighted and burst: refused
         (lg.FlowControl("k", rate=10, settle=lambda r: r), "flow_control.settle"),  # nothing to settle
         (lg.FlowControl("k", rate=10, cost=1, settle=5), "flow_control.settle"),  # type: ignore[arg-type]
+        (lg.FlowControl("k", rate=2**53, cost=1), "flow_control.rate"),  # past what a count holds exactly
     ],
 )
 async def test_a_bad_weighted_declaration_is_refused_at_boot_and_at_start(
@@ -287,6 +288,22 @@ async def test_a_bad_weighted_declaration_is_refused_at_boot_and_at_start(
         with pytest.raises(lg.InvalidArgument, match=field):
             await engine.start("w", {"reserve": 1, "used": 1}, flow_control=control)
         assert await engine.list_runs() == []
+
+
+async def test_a_rate_of_billions_of_units_is_kept_and_counted(make_engine: Any) -> None:
+    """Tokens per minute of a large account pass 2**31: such a key is stored, counted and shown whole."""
+    app = lg.App()
+    fc = lg.FlowControl("big", rate=6_000_000_000, period="1m", cost=lambda reserve, used: reserve)
+
+    @app.workflow(name="ask", flow_control=fc)
+    async def ask(ctx: lg.Context, p: Call) -> int:
+        return int(await ctx.step("llm", llm, p.reserve, p.used))
+
+    async with make_engine(app) as engine:
+        handle = await engine.start("ask", {"reserve": 3_000_000_000, "used": 2_500_000_000})
+        assert await engine.result(handle.run_id or "", timeout=30) == 2_500_000_000
+        (key,) = await engine.flow_keys("big")
+        assert key.rate == 6_000_000_000
 
 
 async def test_a_callable_cost_is_not_stored_with_a_start(make_engine: Any) -> None:

@@ -138,6 +138,16 @@ class FlowLimits:
         return FlowControl(self.key, self.rate, self.period, self.parallelism, self.burst, cost)
 
 
+MAX_COUNT = 2**53 - 1
+"""The largest rate, parallelism, burst, cost or settled count a key takes (exact as a float and in JSON)."""
+
+
+def _at_most(field: str, value: int) -> int:
+    if value > MAX_COUNT:
+        raise ValueError(f"{field}: must be at most {MAX_COUNT:,} (2**53 - 1), got {value!r}")
+    return value
+
+
 def _count(field: str, value: Any) -> int | None:
     if value is None:
         return None
@@ -145,7 +155,7 @@ def _count(field: str, value: Any) -> int | None:
         raise ValueError(f"{field}: must be a positive int, got {value!r}")
     if value <= 0:
         raise ValueError(f"{field}: must be positive, got {value!r}")
-    return value
+    return _at_most(field, value)
 
 
 def check_limits(rate: Any, period: Any, parallelism: Any) -> tuple[int | None, float, int | None]:
@@ -173,7 +183,7 @@ def check_burst(burst: Any, rate: int | None) -> int | None:
         raise ValueError(f"burst: must be non-negative, got {burst!r}")
     if rate is None:
         raise ValueError("burst: lets starts through beyond a rate: give rate too")
-    return burst
+    return _at_most("burst", burst)
 
 
 def check_cost(value: Any, field: str = "cost") -> int:
@@ -182,7 +192,7 @@ def check_cost(value: Any, field: str = "cost") -> int:
         raise ValueError(f"{field}: must be a positive int of units, got {value!r}")
     if value <= 0:
         raise ValueError(f"{field}: must be positive, got {value!r}")
-    return value
+    return _at_most(field, value)
 
 
 def check_settled(value: Any, field: str = "settle") -> int:
@@ -191,7 +201,7 @@ def check_settled(value: Any, field: str = "settle") -> int:
         raise ValueError(f"{field}: must be a non-negative int of units, got {value!r}")
     if value < 0:
         raise ValueError(f"{field}: must be non-negative, got {value!r}")
-    return value
+    return _at_most(field, value)
 
 
 def _check_weights(fc: FlowControl) -> None:
