@@ -48,28 +48,13 @@ FILL = [
 
 def _params(n: int) -> dict[str, dict[str, Any]]:
     last = f"run_{n}"
+    ahead = {"key": KEY, "run_id": last, "step_key": "s#0", "id": None, "priority": 0, "room": HEADS, "now": NOW}
     return {
         "stepflow_state": {"key": KEY, "now": NOW, "run_id": last, "step_key": "s#0", "cap": HEADS},
         "stepflow_heads": {"key": KEY, "n": HEADS},
         "stepflow_held_heads": {"key": KEY, "n": HEADS, "now": NOW},
-        "stepflow_ahead": {
-            "key": KEY,
-            "run_id": last,
-            "step_key": "s#0",
-            "id": None,
-            "priority": 0,
-            "room": HEADS,
-            "now": NOW,
-        },
-        "stepflow_held_ahead": {
-            "key": KEY,
-            "run_id": last,
-            "step_key": "s#0",
-            "id": None,
-            "priority": 0,
-            "room": HEADS,
-            "now": NOW,
-        },
+        "stepflow_ahead": ahead,
+        "stepflow_held_ahead": ahead,
         "stepflow_wake_waiters": {"key": KEY, "n": HEADS, "at": NOW, "now": NOW},
     }
 
