@@ -2,10 +2,12 @@
 
 Each tick settles open firings (``engine/firing.settle``), then reads the schedules whose
 ``next_at`` has come (an index range: the tick's work follows the slots due, not the number
-of schedules, declared or created at runtime) and fires each one's due slots oldest first
-(``engine/schedule_due.fire_schedule``). The unique claim row of each slot, not the sweep's
-lease, is what makes a slot fire once: two replicas ticking at the same time each reach the
-slot, and one of them gets its row.
+of schedules, declared or created at runtime) and fires each one's due slots oldest first,
+in batches of schedules that share a claim transaction and a gate offer
+(``engine/firing_many.fire_many``; one by one, ``engine/schedule_due.fire_schedule``, for a
+paused schedule and for ``cancel_other`` with several slots due). The unique claim row of
+each slot, not the sweep's lease, is what makes a slot fire once: two replicas ticking at the
+same time each reach the slot, and one of them gets its row.
 """
 
 from __future__ import annotations
