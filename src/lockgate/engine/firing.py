@@ -266,68 +266,75 @@ async def settle(rt: ScheduleRuntime, book: ScheduleBook | None = None) -> int:
     buffered: dict[str, list[Row]] = {}
     gate = asyncio.Semaphore(PARALLEL)
     moves: list[dict[str, Any]] = []  # the plain moves, written together once every row is classified
-
-    async def one(row: Row) -> int:
-        """Move one open firing along; 1 if it moved. A takeover or a cancel is a write of its own."""
+    taken_over: list[tuple[ScheduleDef, Row]] = []
+    overdue: list[Row] = []
+    # Classified in one pass (a backlog holds thousands of rows: no task each); only a takeover and a
+    # cancel are writes of their own.
+    for row in rows:
         sched = defs.get(row["schedule"])
         fid, status = int(row["id"]), row["status"]
         if status == "buffered":
             buffered.setdefault(row["schedule"], []).append(row)
-            return 0
+            continue
         if status == "claimed":
             busy.add(row["schedule"])
-            abandoned = row["lease_until"] is not None and float(row["lease_until"]) < now
-            if abandoned and sched is None:  # its schedule is gone: nobody starts it any more
-                gone = "schedule deleted"
+            if row["lease_until"] is None or float(row["lease_until"]) >= now:
+                continue
+            if sched is None:  # abandoned, and its schedule is gone: nobody starts it any more
+                why = "schedule deleted"
                 moves.append(
-                    {"firing_id": fid, "expect": "claimed", "status": "skipped", "why": gone, "finished_at": now}
+                    {"firing_id": fid, "expect": "claimed", "status": "skipped", "why": why, "finished_at": now}
                 )
-                return 1
-            if abandoned and sched is not None:
-                async with gate:
-                    taken = await rt.store.write(sched_ops.take_firing, fid, rt.owner, now, CLAIM_LEASE)
-                    if taken is None:
-                        return 0
-                    log.warning(
-                        "schedule %s: took over the unstarted claim of slot %s", sched.name, row["scheduled_at"]
-                    )
-                    await start_claimed(rt, sched, taken)
-                return 1
-            return 0
+            else:
+                taken_over.append((sched, row))
+            continue
         run_status = row["run_status"]
         if run_status in _ENDED:
-            why = row["run_error"] if run_status == "failed" else None
             finished = row["run_finished_at"]
             moves.append(
                 {
                     "firing_id": fid,
                     "expect": "started",
                     "status": _ENDED[run_status],
-                    "why": why,
+                    "why": row["run_error"] if run_status == "failed" else None,
                     "run_id": row["found_run"],
                     "finished_at": float(finished) if finished is not None else now,
                 }
             )
-            return 1
+            continue
         limit = sched.max_runtime if sched is not None else DEFAULT_MAX_RUNTIME
         if row["started_at"] is not None and now - float(row["started_at"]) > limit:
-            run_id = row["found_run"] or row["run_id"]
-            async with gate:
-                if run_id is not None:
-                    try:
-                        await cancel_run(rt, run_id, f"schedule {row['schedule']!r}: max_runtime exceeded")
-                    except Exception as exc:
-                        log.debug("schedule %s: cancelling run %s: %s", row["schedule"], run_id, exc)
-                await rt.store.write(
-                    sched_ops.move_firing, fid, "started", "failed", why="max_runtime exceeded", finished_at=now
-                )
-            return 1
+            overdue.append(row)
+            continue
         busy.add(row["schedule"])
         if row["run_id"] is None and row["found_run"] is not None:  # a parked start was admitted
             moves.append({"firing_id": fid, "expect": "started", "status": "started", "run_id": row["found_run"]})
-        return 0
 
-    moved = sum(await asyncio.gather(*(one(row) for row in rows)))
+    async def take_over(sched: ScheduleDef, row: Row) -> int:
+        async with gate:
+            taken = await rt.store.write(sched_ops.take_firing, int(row["id"]), rt.owner, now, CLAIM_LEASE)
+            if taken is None:
+                return 0
+            log.warning("schedule %s: took over the unstarted claim of slot %s", sched.name, row["scheduled_at"])
+            await start_claimed(rt, sched, taken)
+        return 1
+
+    async def fail_overdue(row: Row) -> int:
+        run_id = row["found_run"] or row["run_id"]
+        async with gate:
+            if run_id is not None:
+                try:
+                    await cancel_run(rt, run_id, f"schedule {row['schedule']!r}: max_runtime exceeded")
+                except Exception as exc:
+                    log.debug("schedule %s: cancelling run %s: %s", row["schedule"], run_id, exc)
+            await rt.store.write(
+                sched_ops.move_firing, int(row["id"]), "started", "failed", why="max_runtime exceeded", finished_at=now
+            )
+        return 1
+
+    written = [take_over(sched, row) for sched, row in taken_over] + [fail_overdue(row) for row in overdue]
+    admitted = sum(1 for m in moves if m["status"] == "started")  # a parked start's run found: not a move on
+    moved = len(moves) - admitted + sum(await asyncio.gather(*written))
     if moves:  # each row is classified once: no firing is in two moves
         await rt.store.write(sched_ops.move_firings, moves)
     # The buffered heads wait for the rows' classification: a schedule still busy starts none.
