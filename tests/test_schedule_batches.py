@@ -271,3 +271,28 @@ async def test_a_batch_leaves_out_a_schedule_another_transaction_holds(pg_url: s
             await other.rollback()
         second = await sweep.fire_due(rt)  # still due: its watermark and next_at were left alone
         assert [(f.schedule, f.status) for f in second.fired] == [("held", "started")]
+
+
+async def test_settle_fails_a_firing_past_its_max_runtime_and_cancels_its_run(store_url: str) -> None:
+    app = lg.App()
+
+    @app.workflow(name="slow")
+    async def slow(ctx: lg.Context, p: Day) -> str:
+        await ctx.wait_for_signal("go", Go)
+        return p.day
+
+    app.schedule("long", workflow=slow, every="10m", payload=by_day, max_runtime="15m")
+    app.schedule("short", workflow=slow, every="10m", payload=by_day, max_runtime="1h")
+    async with TestEnv(app, store=store_url, start=T0) as env:
+        rt = sweep.runtime_for(env.engine.worker)
+        await sweep.register(rt, orphan_others=True)
+        env.clock.set(T0 + 601)
+        await sweep.fire_due(rt)
+        await env.settle()
+        env.clock.set(T0 + 601 + 16 * 60)  # 12:26: the 12:10 runs are 16 minutes old
+        await sweep.fire_due(rt)
+        await env.settle()
+        assert (await ledger(env, "long"))[0] == ("12:10", "failed", "max_runtime exceeded")
+        assert (await ledger(env, "short"))[0] == ("12:10", "started", None)
+        (first,) = [f for f in await env.engine.schedule_firings("long") if f.why == "max_runtime exceeded"]
+        assert first.run_id is not None and (await env.engine.get_run(first.run_id)).status == "cancelled"
