@@ -3,10 +3,11 @@ and one gate offer per batch. A batch must leave the same ledger as firing each 
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Iterator
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, cast
 
 import psycopg
 import pytest
@@ -21,7 +22,9 @@ from lockgate.engine.schedule_due import due_slots, fire_schedule
 from lockgate.store import schedules as sched_ops
 from lockgate.store.base import Tx
 from lockgate.store.sql_files import load_queries
+from lockgate.sweeps import base
 from lockgate.sweeps import schedules as sweep
+from lockgate.sweeps.base import SteadySweep
 from lockgate.testing import TestEnv
 
 T0 = datetime(2026, 3, 26, 12, 0, tzinfo=UTC).timestamp()
@@ -296,3 +299,38 @@ async def test_settle_fails_a_firing_past_its_max_runtime_and_cancels_its_run(st
         assert (await ledger(env, "short"))[0] == ("12:10", "started", None)
         (first,) = [f for f in await env.engine.schedule_firings("long") if f.why == "max_runtime exceeded"]
         assert first.run_id is not None and (await env.engine.get_run(first.run_id)).status == "cancelled"
+
+
+async def test_the_schedule_sweep_starts_its_ticks_an_interval_apart(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Any
+) -> None:
+    """A tick's own time is not added to the interval: the next starts an interval after this one began,
+    or after a short pause when this one took longer."""
+    now = [0.0]
+    slept: list[float] = []
+    began: list[float] = []
+    lengths = iter([0.3, 0.7, 0.1])
+
+    async def fake_sleep(seconds: float) -> None:
+        slept.append(round(seconds, 6))
+        now[0] += seconds
+
+    async def tick(_: Any) -> None:
+        began.append(round(now[0], 6))
+        now[0] += next(lengths)
+
+    async def run_once(worker: Any) -> bool:
+        await tick(worker)
+        if len(began) == 3:
+            raise asyncio.CancelledError
+        return True
+
+    made = SteadySweep("schedules", 0.5, tick, monotonic=lambda: now[0])
+    monkeypatch.setattr(made, "run_once", run_once)
+    monkeypatch.setattr(base.asyncio, "sleep", fake_sleep)
+    with pytest.raises(asyncio.CancelledError):
+        await made.loop(cast(Any, None))
+    assert slept == [0.5, 0.2, 0.1]  # 0.5 - 0.3; then 0.7 > 0.5: the least pause, a fifth of the interval
+    assert began == [0.5, 1.0, 1.8]
+    engine = lg.Engine(lg.App(), f"sqlite:///{tmp_path}/plain.db")
+    assert isinstance(sweep.schedule_sweep(engine.worker, engine.sweep_settings), SteadySweep)

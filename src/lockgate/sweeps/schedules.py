@@ -25,7 +25,7 @@ from ..schedule import ScheduleDef
 from ..store import schedules as sched_ops
 from ..store import workers
 from ..store.base import Row
-from .base import Sweep, SweepSettings
+from .base import SteadySweep, Sweep, SweepSettings
 
 __all__ = [
     "BATCH",
@@ -169,7 +169,7 @@ def schedule_sweep(worker: WorkerRuntime, settings: SweepSettings) -> Sweep | No
         finally:
             holding.cancel()
 
-    return Sweep("schedules", INTERVAL, tick)
+    return SteadySweep("schedules", INTERVAL, tick)
 
 
 async def _hold_lease(worker: WorkerRuntime) -> None:
