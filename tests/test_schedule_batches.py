@@ -20,6 +20,7 @@ from lockgate.engine.firing_many import DueSchedule, batchable, fire_many
 from lockgate.engine.schedule_book import ScheduleBook
 from lockgate.engine.schedule_due import due_slots, fire_schedule
 from lockgate.store import schedules as sched_ops
+from lockgate.store import workers
 from lockgate.store.base import Tx
 from lockgate.store.sql_files import load_queries
 from lockgate.sweeps import base
@@ -334,3 +335,18 @@ async def test_the_schedule_sweep_starts_its_ticks_an_interval_apart(
     assert began == [0.5, 1.0, 1.8]
     engine = lg.Engine(lg.App(), f"sqlite:///{tmp_path}/plain.db")
     assert isinstance(sweep.schedule_sweep(engine.worker, engine.sweep_settings), SteadySweep)
+
+
+async def test_a_replica_stands_down_from_a_live_sweep_lease_without_waiting_for_its_row(pg_url: str) -> None:
+    """Another transaction holds the lease row (the holder's renewal riding in a long group commit): a
+    replica asking for the lease reads it and stands down at once instead of queueing behind that lock."""
+    async with TestEnv(lg.App(), store=pg_url, start=T0) as env:
+        store = env.engine.store
+        assert await store.write(workers.acquire_sweep, "schedules", "holder", T0, 1.0)
+        async with await psycopg.AsyncConnection.connect(pg_url) as other:
+            await other.execute("SELECT 1 FROM lockgate_sweep_leases WHERE name = 'schedules' FOR UPDATE")
+            asked = store.write(workers.acquire_sweep, "schedules", "replica", T0 + 0.5, 1.0)
+            assert not await asyncio.wait_for(asked, timeout=10)  # would wait until `other` ended
+            await other.rollback()
+        assert await store.write(workers.acquire_sweep, "schedules", "holder", T0 + 0.6, 1.0)  # renewed
+        assert await store.write(workers.acquire_sweep, "schedules", "replica", T0 + 1.7, 1.0)  # lapsed: taken
