@@ -350,3 +350,14 @@ async def test_a_replica_stands_down_from_a_live_sweep_lease_without_waiting_for
             await other.rollback()
         assert await store.write(workers.acquire_sweep, "schedules", "holder", T0 + 0.6, 1.0)  # renewed
         assert await store.write(workers.acquire_sweep, "schedules", "replica", T0 + 1.7, 1.0)  # lapsed: taken
+
+
+async def test_settle_reads_only_the_oldest_buffered_firing_of_each_schedule(store_url: str) -> None:
+    """A backlog's later buffered firings wait behind its oldest: a tick does not read them again."""
+    async with TestEnv(make_app(), store=store_url, start=T0) as env:
+        await run_ticks(env, batched=True)
+        rows = await env.engine.store.read(sched_ops.open_firings)
+        buffered = [(r["schedule"], r["scheduled_at"]) for r in rows if r["status"] == "buffered"]
+        # buffer2-4 and buffer9-4 each hold 12:20 and 12:30 (and 12:40) buffered behind 12:10's live run
+        assert buffered == [("buffer2-4", T0 + 1200), ("buffer9-4", T0 + 1200)]
+        assert {r["schedule"] for r in rows if r["status"] == "started"} >= {"buffer2-4", "buffer9-4", "skip-4"}

@@ -258,7 +258,7 @@ async def settle(rt: ScheduleRuntime, book: ScheduleBook | None = None) -> int:
     over claims their claimant abandoned, and start the next buffered firing of a schedule whose
     run ended. How many firings moved."""
     now = rt.clock.now()
-    rows = await rt.store.read(sched_ops.open_firings)
+    rows = await rt.store.read(sched_ops.open_firings)  # of the buffered firings, each schedule's oldest
     if not rows:
         return 0
     defs = await (book or ScheduleBook(rt.schedules)).named(rt.store, {row["schedule"] for row in rows})

@@ -192,7 +192,8 @@ async def live_firings_of(tx: Tx, names: Sequence[str]) -> list[Row]:
 
 
 async def open_firings(tx: Tx) -> list[Row]:
-    """Every unfinished firing, with its run's id, status and end where the run exists."""
+    """Every claimed or started firing and the oldest buffered one of each schedule, with its run's id,
+    status and end where the run exists."""
     return await tx.execute("firings_open")
 
 

@@ -70,11 +70,17 @@ WHERE f.schedule = %(schedule)s AND f.status IN ('claimed', 'buffered', 'started
 ORDER BY f.scheduled_at, f.id;
 
 -- name: firings_open
--- Every firing not finished yet, with its run as far as one exists (found by the identity it claimed).
+-- Every firing claimed or started, and of each schedule's buffered ones the oldest (the next to start: a
+-- backlog's others wait behind it and are not read each tick), with its run as far as one exists (found by
+-- the identity it claimed).
 SELECT f.*, r.id AS found_run, r.status AS run_status, r.error_message AS run_error,
     r.finished_at AS run_finished_at
-FROM lockgate_schedule_firings f LEFT JOIN lockgate_runs r ON r.identity = f.identity
-WHERE f.status IN ('claimed', 'buffered', 'started')
+FROM (
+    SELECT * FROM lockgate_schedule_firings WHERE status IN ('claimed', 'started')
+    UNION ALL
+    (SELECT DISTINCT ON (schedule) * FROM lockgate_schedule_firings WHERE status = 'buffered'
+     ORDER BY schedule, scheduled_at, id)
+) f LEFT JOIN lockgate_runs r ON r.identity = f.identity
 ORDER BY f.schedule, f.scheduled_at, f.id;
 
 -- name: firing_update

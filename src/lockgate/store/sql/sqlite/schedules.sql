@@ -66,11 +66,16 @@ WHERE f.schedule = :schedule AND f.status IN ('claimed', 'buffered', 'started')
 ORDER BY f.scheduled_at, f.id;
 
 -- name: firings_open
--- Every firing not finished yet, with its run as far as one exists (found by the identity it claimed).
+-- Every firing claimed or started, and of each schedule's buffered ones the oldest (the next to start: a
+-- backlog's others wait behind it and are not read each tick), with its run as far as one exists (found by
+-- the identity it claimed).
 SELECT f.*, r.id AS found_run, r.status AS run_status, r.error_message AS run_error,
     r.finished_at AS run_finished_at
 FROM lockgate_schedule_firings f LEFT JOIN lockgate_runs r ON r.identity = f.identity
-WHERE f.status IN ('claimed', 'buffered', 'started')
+WHERE f.status IN ('claimed', 'started') OR (f.status = 'buffered' AND NOT EXISTS (
+    SELECT 1 FROM lockgate_schedule_firings o
+    WHERE o.schedule = f.schedule AND o.status = 'buffered'
+      AND (o.scheduled_at < f.scheduled_at OR (o.scheduled_at = f.scheduled_at AND o.id < f.id))))
 ORDER BY f.schedule, f.scheduled_at, f.id;
 
 -- name: firing_update
