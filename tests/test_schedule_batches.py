@@ -79,11 +79,12 @@ async def ledger(env: TestEnv, name: str) -> list[tuple[str, str, str | None]]:
 
 
 async def run_ticks(env: TestEnv, *, batched: bool) -> dict[str, list[tuple[str, str, str | None]]]:
-    """A tick at 12:10, then one at 12:45 (12:20 to 12:40 due at once), batched or one by one; then the
-    ledger records the runs' ends (a cancelled run's firing)."""
+    """A tick at 12:10, one at 12:45 (12:20 to 12:40 due at once) and one at 12:55 (behind the buffered
+    ones of the tick before), batched or one by one; then the ledger records the runs' ends (a cancelled
+    run's firing)."""
     rt = sweep.runtime_for(env.engine.worker)
     await sweep.register(rt, orphan_others=True)
-    for at in (T0 + 601, T0 + 601 + 35 * 60):
+    for at in (T0 + 601, T0 + 601 + 35 * 60, T0 + 601 + 45 * 60):
         env.clock.set(at)
         if batched:
             await sweep.fire_due(rt)
@@ -101,10 +102,10 @@ async def test_a_batched_tick_leaves_the_ledger_firing_one_by_one_leaves(store_u
     async with TestEnv(make_app(), store=f"sqlite:///{tmp_path}/one-by-one.db", start=T0) as env:
         one_by_one = await run_ticks(env, batched=False)
     assert batched == one_by_one
-    assert [s for _, s, _ in batched["buffer2-4"]] == ["started", "buffered", "buffered", "skipped"]
-    assert [s for _, s, _ in batched["skip-4"]] == ["started", "skipped", "skipped", "skipped"]
-    assert [s for _, s, _ in batched["buffer9-4"]] == ["started", "buffered", "buffered", "buffered"]
-    assert [s for _, s, _ in batched["cancel-1"]] == ["cancelled", "started"]  # 12:20 and 12:30 missed
+    assert [s for _, s, _ in batched["buffer2-4"]] == ["started", "buffered", "buffered", "skipped", "skipped"]
+    assert [s for _, s, _ in batched["skip-4"]] == ["started", "skipped", "skipped", "skipped", "skipped"]
+    assert [s for _, s, _ in batched["buffer9-4"]] == ["started", "buffered", "buffered", "buffered", "buffered"]
+    assert [s for _, s, _ in batched["cancel-1"]] == ["cancelled", "cancelled", "started"]  # 12:20, 12:30 missed
 
 
 async def test_a_tick_splits_its_due_schedules_into_batches_and_fires_each_slot_once(
@@ -358,6 +359,6 @@ async def test_settle_reads_only_the_oldest_buffered_firing_of_each_schedule(sto
         await run_ticks(env, batched=True)
         rows = await env.engine.store.read(sched_ops.open_firings)
         buffered = [(r["schedule"], r["scheduled_at"]) for r in rows if r["status"] == "buffered"]
-        # buffer2-4 and buffer9-4 each hold 12:20 and 12:30 (and 12:40) buffered behind 12:10's live run
+        # buffer2-4 and buffer9-4 each hold 12:20 and 12:30 (and more) buffered behind 12:10's live run
         assert buffered == [("buffer2-4", T0 + 1200), ("buffer9-4", T0 + 1200)]
         assert {r["schedule"] for r in rows if r["status"] == "started"} >= {"buffer2-4", "buffer9-4", "skip-4"}

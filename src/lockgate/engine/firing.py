@@ -134,19 +134,23 @@ def claim_row(
     }
 
 
-def overlap(sched: ScheduleDef, others: Sequence[Mapping[str, Any]]) -> tuple[str | None, str | None, list[str]]:
+def overlap(
+    sched: ScheduleDef, others: Sequence[Mapping[str, Any]], waiting: int = 0
+) -> tuple[str | None, str | None, list[str]]:
     """What ``sched``'s overlap policy makes of a slot just claimed, given its other live firings (each
-    with its ``status``, ``run_status`` and ``run_id``): ``skipped`` or ``buffered`` and why, or ``None``
-    to start it, after cancelling the runs listed (``cancel_other``: only runs this schedule started)."""
+    with its ``status``, ``run_status`` and ``run_id``; ``waiting`` more buffered ones only counted):
+    ``skipped`` or ``buffered`` and why, or ``None`` to start it, after cancelling the runs listed
+    (``cancel_other``: only runs this schedule started)."""
     running = [
         f for f in others if f["status"] == "claimed" or (f["status"] == "started" and f["run_status"] not in _ENDED)
     ]
-    if not running and not any(f["status"] == "buffered" for f in others):
+    buffered = waiting + sum(1 for f in others if f["status"] == "buffered")
+    if not running and not buffered:
         return None, None, []
     if sched.on_overlap == "skip":
         return "skipped", "overlap", []
     if sched.on_overlap == "buffer":
-        if sum(1 for f in others if f["status"] == "buffered") >= sched.buffer_limit:
+        if buffered >= sched.buffer_limit:
             return "skipped", "buffer full", []
         return "buffered", None, []
     return None, None, [f["run_id"] for f in running if f["run_id"]]

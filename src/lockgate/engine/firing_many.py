@@ -74,8 +74,11 @@ async def fire_many(rt: ScheduleRuntime, batch: Sequence[DueSchedule], now: floa
         won = {(r["schedule"], float(r["scheduled_at"])): r for r in won_rows}
         new = {int(r["id"]) for r in won_rows}
         live: dict[str, list[dict[str, Any]]] = {}
+        waiting: dict[str, int] = {}  # buffered firings, counted
         for r in await sched_ops.live_firings_of(tx, sorted({r["schedule"] for r in won_rows})):
-            if int(r["id"]) not in new:  # the firings there before this batch's claims
+            if r["status"] == "buffered":
+                waiting[r["schedule"]] = int(r["n"])
+            elif int(r["id"]) not in new:  # the firings there before this batch's claims
                 live.setdefault(r["schedule"], []).append(r)
         moves: list[dict[str, Any]] = []
         advances: list[dict[str, Any]] = []
@@ -91,13 +94,13 @@ async def fire_many(rt: ScheduleRuntime, batch: Sequence[DueSchedule], now: floa
                 if d.due.fire:
                     got.fired.append(Fired(name, d.due.fire[0][0], "deleted"))
                 continue
-            others = live.get(name, [])
+            others, queued = live.get(name, []), waiting.get(name, 0)
             for slot, _ in d.due.fire:
                 row = won.get((name, slot))
                 if row is None:
                     got.fired.append(Fired(name, slot, "taken"))
                     continue
-                decided, why, to_cancel = overlap(d.sched, others)
+                decided, why, to_cancel = overlap(d.sched, others, queued)
                 fid = int(row["id"])
                 if decided is None:
                     got.to_start.append((row, to_cancel))
@@ -109,7 +112,7 @@ async def fire_many(rt: ScheduleRuntime, batch: Sequence[DueSchedule], now: floa
                 )
                 got.fired.append(Fired(name, slot, decided, why=why, firing_id=fid))
                 if decided == "buffered":
-                    others = [*others, {"status": "buffered", "run_status": None, "run_id": None}]
+                    queued += 1
             advances.append(_advance(d, now))
         await sched_ops.move_firings(tx, moves)
         await sched_ops.advance_many(tx, advances, now)

@@ -187,7 +187,8 @@ async def live_firings(tx: Tx, schedule: str) -> list[Row]:
 
 
 async def live_firings_of(tx: Tx, names: Sequence[str]) -> list[Row]:
-    """``live_firings`` of each of ``names``, by schedule, oldest slot first."""
+    """What the overlap policies of ``names`` need: each claimed or started firing (``schedule``, ``id``,
+    ``status``, ``run_id``, ``run_status``) and per schedule one ``buffered`` row whose ``n`` counts them."""
     return await tx.execute("firings_live_of", {"names": json.dumps(sorted(names))}) if names else []
 
 

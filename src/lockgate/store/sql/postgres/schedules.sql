@@ -181,12 +181,16 @@ WHERE name = ANY (ARRAY(SELECT jsonb_array_elements_text(%(names)s::jsonb)))
 ORDER BY name FOR UPDATE SKIP LOCKED;
 
 -- name: firings_live_of
--- firings_live for many schedules at once (through the partial index of the live firings).
-SELECT f.*, r.status AS run_status FROM lockgate_schedule_firings f
+-- What the overlap policies of many schedules need (through the partial index of the live firings): each
+-- claimed or started firing with its run's status, and per schedule how many are buffered (n; one row).
+SELECT f.schedule, f.id, f.status, f.run_id, r.status AS run_status, 1 AS n FROM lockgate_schedule_firings f
 LEFT JOIN lockgate_runs r ON r.identity = f.identity
 WHERE f.schedule = ANY (ARRAY(SELECT jsonb_array_elements_text(%(names)s::jsonb)))
-    AND f.status IN ('claimed', 'buffered', 'started')
-ORDER BY f.schedule, f.scheduled_at, f.id;
+    AND f.status IN ('claimed', 'started')
+UNION ALL
+SELECT schedule, MIN(id), 'buffered', NULL, NULL, COUNT(*) FROM lockgate_schedule_firings
+WHERE schedule = ANY (ARRAY(SELECT jsonb_array_elements_text(%(names)s::jsonb))) AND status = 'buffered'
+GROUP BY schedule;
 
 -- name: firings_update_many
 -- firing_update for many firings (a JSON array of moves, ids distinct), each found by its id; the ids moved.

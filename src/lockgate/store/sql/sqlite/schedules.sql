@@ -171,11 +171,15 @@ SELECT COUNT(*) AS n, MIN(next_at) AS oldest FROM lockgate_schedules WHERE next_
 SELECT * FROM lockgate_schedules WHERE name IN (SELECT value FROM json_each(:names)) ORDER BY name;
 
 -- name: firings_live_of
--- firings_live for many schedules at once (through the partial index of the live firings).
-SELECT f.*, r.status AS run_status FROM lockgate_schedule_firings f
+-- What the overlap policies of many schedules need (through the partial index of the live firings): each
+-- claimed or started firing with its run's status, and per schedule how many are buffered (n; one row).
+SELECT f.schedule, f.id, f.status, f.run_id, r.status AS run_status, 1 AS n FROM lockgate_schedule_firings f
 LEFT JOIN lockgate_runs r ON r.identity = f.identity
-WHERE f.schedule IN (SELECT value FROM json_each(:names)) AND f.status IN ('claimed', 'buffered', 'started')
-ORDER BY f.schedule, f.scheduled_at, f.id;
+WHERE f.schedule IN (SELECT value FROM json_each(:names)) AND f.status IN ('claimed', 'started')
+UNION ALL
+SELECT schedule, MIN(id), 'buffered', NULL, NULL, COUNT(*) FROM lockgate_schedule_firings
+WHERE schedule IN (SELECT value FROM json_each(:names)) AND status = 'buffered'
+GROUP BY schedule;
 
 -- name: firings_update_many
 -- firing_update for many firings (a JSON array of moves, ids distinct; times as text, which CAST reads
