@@ -241,7 +241,8 @@ async def test_pause_and_unpause_a_runtime_schedule(env_factory: Any) -> None:
 
 async def test_run_now_and_backfill_apply_to_runtime_schedules(env_factory: Any) -> None:
     async with env_factory(make_app(), start=T0) as env:
-        await env.engine.schedules.create("r", workflow="digest", every="1h", payload={"tenant": "r"})
+        # A run that waits for a signal: 09:00's is still live when 10:00 is claimed, however fast the engine.
+        await env.engine.schedules.create("r", workflow="digest.slow", every="1h", payload={"tenant": "r"})
         start, end = datetime(2026, 3, 26, 9, 0, tzinfo=UTC), datetime(2026, 3, 26, 10, 0, tzinfo=UTC)
         done = await env.engine.backfill_schedule("r", start, end, commit=True)
         assert [d.outcome for d in done] == ["started", "skipped"]  # 10:00 overlaps 09:00's live run

@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import secrets
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -28,7 +28,18 @@ from ..store import schedules as sched_ops
 from ..store.base import Row, Tx
 from .schedule_book import ScheduleBook
 
-__all__ = ["Fired", "ScheduleRuntime", "cancel_run", "fire", "settle", "start_claimed", "start_run"]
+__all__ = [
+    "Fired",
+    "ScheduleRuntime",
+    "cancel_run",
+    "claim_row",
+    "fire",
+    "overlap",
+    "settle",
+    "start_claimed",
+    "start_claimed_many",
+    "start_run",
+]
 
 log = logging.getLogger("lockgate.schedules")
 
@@ -103,16 +114,12 @@ def source_of(schedule: str) -> str:
     return f"schedule:{schedule}"
 
 
-async def fire(rt: ScheduleRuntime, sched: ScheduleDef, slot: float, cause: str, *, manual: bool = False) -> Fired:
-    """Claim ``slot`` of ``sched`` and, if this caller won it, fire it under the overlap policy.
-
-    A manual firing (an operator's run-now) has its own claim space and ignores the policy.
-    """
-    now = rt.clock.now()
-    # A manual run claims in a space of its own: a number no other manual run of the instant has.
-    claim_space = secrets.randbits(52) + 1 if manual else 0
-    key = slot_key(sched.name, slot) + (f"#manual-{claim_space}" if manual else "")
-    firing = {
+def claim_row(
+    rt: ScheduleRuntime, sched: ScheduleDef, slot: float, cause: str, now: float, claim_space: int = 0
+) -> dict[str, Any]:
+    """The claim row of ``slot`` of ``sched`` (``claim_space``: a manual run's own number; 0 for a slot)."""
+    key = slot_key(sched.name, slot) + (f"#manual-{claim_space}" if claim_space else "")
+    return {
         "schedule": sched.name,
         "scheduled_at": slot,
         "manual": claim_space,
@@ -126,6 +133,39 @@ async def fire(rt: ScheduleRuntime, sched: ScheduleDef, slot: float, cause: str,
         "now": now,
     }
 
+
+def overlap(
+    sched: ScheduleDef, others: Sequence[Mapping[str, Any]], waiting: int = 0
+) -> tuple[str | None, str | None, list[str]]:
+    """What ``sched``'s overlap policy makes of a slot just claimed, given its other live firings (each
+    with its ``status``, ``run_status`` and ``run_id``; ``waiting`` more buffered ones only counted):
+    ``skipped`` or ``buffered`` and why, or ``None`` to start it, after cancelling the runs listed
+    (``cancel_other``: only runs this schedule started)."""
+    running = [
+        f for f in others if f["status"] == "claimed" or (f["status"] == "started" and f["run_status"] not in _ENDED)
+    ]
+    buffered = waiting + sum(1 for f in others if f["status"] == "buffered")
+    if not running and not buffered:
+        return None, None, []
+    if sched.on_overlap == "skip":
+        return "skipped", "overlap", []
+    if sched.on_overlap == "buffer":
+        if buffered >= sched.buffer_limit:
+            return "skipped", "buffer full", []
+        return "buffered", None, []
+    return None, None, [f["run_id"] for f in running if f["run_id"]]
+
+
+async def fire(rt: ScheduleRuntime, sched: ScheduleDef, slot: float, cause: str, *, manual: bool = False) -> Fired:
+    """Claim ``slot`` of ``sched`` and, if this caller won it, fire it under the overlap policy.
+
+    A manual firing (an operator's run-now) has its own claim space and ignores the policy.
+    """
+    now = rt.clock.now()
+    # A manual run claims in a space of its own: a number no other manual run of the instant has.
+    claim_space = secrets.randbits(52) + 1 if manual else 0
+    firing = claim_row(rt, sched, slot, cause, now, claim_space)
+
     async def claim(tx: Tx) -> tuple[Row | None, str | None, str | None, list[str]]:
         if await sched_ops.lock_schedule(tx, sched.name) is None:
             return None, "deleted", None, []  # deleted since it was read: none of its slots fire any more
@@ -133,25 +173,11 @@ async def fire(rt: ScheduleRuntime, sched: ScheduleDef, slot: float, cause: str,
         if row is None or manual:
             return row, None, None, []
         others = [f for f in await sched_ops.live_firings(tx, sched.name) if f["id"] != row["id"]]
-        running = [
-            f
-            for f in others
-            if f["status"] == "claimed" or (f["status"] == "started" and f["run_status"] not in _ENDED)
-        ]
-        if not running and not any(f["status"] == "buffered" for f in others):
-            return row, None, None, []
-        if sched.on_overlap == "skip":
-            await sched_ops.move_firing(tx, row["id"], "claimed", "skipped", why="overlap", finished_at=now)
-            return row, "skipped", "overlap", []
-        if sched.on_overlap == "buffer":
-            waiting = sum(1 for f in others if f["status"] == "buffered")
-            if waiting >= sched.buffer_limit:
-                await sched_ops.move_firing(tx, row["id"], "claimed", "skipped", why="buffer full", finished_at=now)
-                return row, "skipped", "buffer full", []
-            await sched_ops.move_firing(tx, row["id"], "claimed", "buffered")
-            return row, "buffered", None, []
-        # cancel_other: only runs this schedule started, never one started another way.
-        return row, None, None, [f["run_id"] for f in running if f["run_id"]]
+        decided, why, to_cancel = overlap(sched, others)
+        if decided is not None:
+            finished = now if decided == "skipped" else None
+            await sched_ops.move_firing(tx, row["id"], "claimed", decided, why=why, finished_at=finished)
+        return row, decided, why, to_cancel
 
     row, decided, why, to_cancel = await rt.store.write(claim)
     if row is None:
@@ -168,39 +194,64 @@ async def fire(rt: ScheduleRuntime, sched: ScheduleDef, slot: float, cause: str,
 
 async def start_claimed(rt: ScheduleRuntime, sched: ScheduleDef, row: Row, expect: str = "claimed") -> Fired:
     """Start the run of the claimed firing ``row`` and record what the gate answered."""
-    slot, fid = float(row["scheduled_at"]), int(row["id"])
-    try:
-        payload = sched.payload_for(slot)
-        with starting_from(row["source"] or source_of(sched.name)):  # the run records schedule:<name>
-            handle = await start_run(rt, sched.workflow, payload, row["idempotency_key"])
-    except Exception as exc:
-        why = f"{type(exc).__name__}: {exc}"
-        log.error("schedule %s: firing of %s failed to start: %s", sched.name, slot_key(sched.name, slot), why)
-        await rt.store.write(
-            sched_ops.move_firing, fid, expect, "failed", why=why, finished_at=rt.clock.now(), started_at=None
-        )
-        return Fired(sched.name, slot, "failed", why=why, firing_id=fid)
+    return (await start_claimed_many(rt, [(sched, row, expect)]))[0]
+
+
+async def start_claimed_many(rt: ScheduleRuntime, items: Sequence[tuple[ScheduleDef, Row, str]]) -> list[Fired]:
+    """``start_claimed`` for many firings (distinct), each ``(schedule, firing row, the status it is in)``.
+
+    Their starts are offered to the gate at once (admissions queued together share group commits,
+    decided together by ``gate/many.py``) and what the gate answered is recorded in one write.
+    """
+
+    async def start(sched: ScheduleDef, row: Row) -> RunHandle | Exception:
+        try:
+            payload = sched.payload_for(float(row["scheduled_at"]))
+            with starting_from(row["source"] or source_of(sched.name)):  # the run records schedule:<name>
+                return await start_run(rt, sched.workflow, payload, row["idempotency_key"])
+        except Exception as exc:
+            return exc
+
+    if not items:
+        return []
+    handles = await asyncio.gather(*(start(sched, row) for sched, row, _ in items))
     now = rt.clock.now()
-    outcome: str | None
-    if handle.status in ("started", "existing", "queued"):
-        status, outcome = "started", None
-    elif handle.status == "skipped":
-        status, outcome = "skipped", f"singleton held by run {handle.run_id}"
-    else:
-        status, outcome = "failed", f"the gate {handle.status} the start"
-    await rt.store.write(
-        sched_ops.move_firing,
-        fid,
-        expect,
-        status,
-        why=outcome,
-        run_id=handle.run_id if status == "started" else None,
-        ticket=handle.ticket,
-        start_status=handle.status,
-        started_at=now,
-        finished_at=None if status == "started" else now,
-    )
-    return Fired(sched.name, slot, status, why=outcome, run_id=handle.run_id, ticket=handle.ticket, firing_id=fid)
+    moves: list[dict[str, Any]] = []
+    out: list[Fired] = []
+    for (sched, row, expect), handle in zip(items, handles, strict=True):
+        slot, fid = float(row["scheduled_at"]), int(row["id"])
+        move: dict[str, Any] = {"firing_id": fid, "expect": expect}
+        if isinstance(handle, Exception):
+            why = f"{type(handle).__name__}: {handle}"
+            log.error("schedule %s: firing of %s failed to start: %s", sched.name, slot_key(sched.name, slot), why)
+            moves.append({**move, "status": "failed", "why": why, "finished_at": now})
+            out.append(Fired(sched.name, slot, "failed", why=why, firing_id=fid))
+            continue
+        outcome: str | None
+        if handle.status in ("started", "existing", "queued"):
+            status, outcome = "started", None
+        elif handle.status == "skipped":
+            status, outcome = "skipped", f"singleton held by run {handle.run_id}"
+        else:
+            status, outcome = "failed", f"the gate {handle.status} the start"
+        moves.append(
+            {
+                **move,
+                "status": status,
+                "why": outcome,
+                "run_id": handle.run_id if status == "started" else None,
+                "ticket": handle.ticket,
+                "start_status": handle.status,
+                "started_at": now,
+                "finished_at": None if status == "started" else now,
+            }
+        )
+        out.append(
+            Fired(sched.name, slot, status, why=outcome, run_id=handle.run_id, ticket=handle.ticket, firing_id=fid)
+        )
+    if moves:
+        await rt.store.write(sched_ops.move_firings, moves)
+    return out
 
 
 _ENDED = {"succeeded": "succeeded", "failed": "failed", "cancelled": "cancelled"}
@@ -211,90 +262,96 @@ async def settle(rt: ScheduleRuntime, book: ScheduleBook | None = None) -> int:
     over claims their claimant abandoned, and start the next buffered firing of a schedule whose
     run ended. How many firings moved."""
     now = rt.clock.now()
-    rows = await rt.store.read(sched_ops.open_firings)
+    rows = await rt.store.read(sched_ops.open_firings)  # of the buffered firings, each schedule's oldest
     if not rows:
         return 0
     defs = await (book or ScheduleBook(rt.schedules)).named(rt.store, {row["schedule"] for row in rows})
     busy: set[str] = set()
     buffered: dict[str, list[Row]] = {}
     gate = asyncio.Semaphore(PARALLEL)
-
-    async def one(row: Row) -> int:
-        """Move one open firing along; 1 if it moved. Each is its own write: they share group commits."""
+    moves: list[dict[str, Any]] = []  # the plain moves, written together once every row is classified
+    taken_over: list[tuple[ScheduleDef, Row]] = []
+    overdue: list[Row] = []
+    # Classified in one pass (a backlog holds thousands of rows: no task each); only a takeover and a
+    # cancel are writes of their own.
+    for row in rows:
         sched = defs.get(row["schedule"])
         fid, status = int(row["id"]), row["status"]
         if status == "buffered":
             buffered.setdefault(row["schedule"], []).append(row)
-            return 0
+            continue
         if status == "claimed":
             busy.add(row["schedule"])
-            abandoned = row["lease_until"] is not None and float(row["lease_until"]) < now
-            if abandoned and sched is None:  # its schedule is gone: nobody starts it any more
-                gone = "schedule deleted"
-                async with gate:
-                    await rt.store.write(sched_ops.move_firing, fid, "claimed", "skipped", why=gone, finished_at=now)
-                return 1
-            if abandoned and sched is not None:
-                async with gate:
-                    taken = await rt.store.write(sched_ops.take_firing, fid, rt.owner, now, CLAIM_LEASE)
-                    if taken is None:
-                        return 0
-                    log.warning(
-                        "schedule %s: took over the unstarted claim of slot %s", sched.name, row["scheduled_at"]
-                    )
-                    await start_claimed(rt, sched, taken)
-                return 1
-            return 0
+            if row["lease_until"] is None or float(row["lease_until"]) >= now:
+                continue
+            if sched is None:  # abandoned, and its schedule is gone: nobody starts it any more
+                why = "schedule deleted"
+                moves.append(
+                    {"firing_id": fid, "expect": "claimed", "status": "skipped", "why": why, "finished_at": now}
+                )
+            else:
+                taken_over.append((sched, row))
+            continue
         run_status = row["run_status"]
         if run_status in _ENDED:
-            why = row["run_error"] if run_status == "failed" else None
             finished = row["run_finished_at"]
-            async with gate:
-                await rt.store.write(
-                    sched_ops.move_firing,
-                    fid,
-                    "started",
-                    _ENDED[run_status],
-                    why=why,
-                    run_id=row["found_run"],
-                    finished_at=float(finished) if finished is not None else now,
-                )
-            return 1
+            moves.append(
+                {
+                    "firing_id": fid,
+                    "expect": "started",
+                    "status": _ENDED[run_status],
+                    "why": row["run_error"] if run_status == "failed" else None,
+                    "run_id": row["found_run"],
+                    "finished_at": float(finished) if finished is not None else now,
+                }
+            )
+            continue
         limit = sched.max_runtime if sched is not None else DEFAULT_MAX_RUNTIME
         if row["started_at"] is not None and now - float(row["started_at"]) > limit:
-            run_id = row["found_run"] or row["run_id"]
-            async with gate:
-                if run_id is not None:
-                    try:
-                        await cancel_run(rt, run_id, f"schedule {row['schedule']!r}: max_runtime exceeded")
-                    except Exception as exc:
-                        log.debug("schedule %s: cancelling run %s: %s", row["schedule"], run_id, exc)
-                await rt.store.write(
-                    sched_ops.move_firing, fid, "started", "failed", why="max_runtime exceeded", finished_at=now
-                )
-            return 1
+            overdue.append(row)
+            continue
         busy.add(row["schedule"])
         if row["run_id"] is None and row["found_run"] is not None:  # a parked start was admitted
-            async with gate:
-                await rt.store.write(sched_ops.move_firing, fid, "started", "started", run_id=row["found_run"])
-        return 0
+            moves.append({"firing_id": fid, "expect": "started", "status": "started", "run_id": row["found_run"]})
 
-    moved = sum(await asyncio.gather(*(one(row) for row in rows)))
+    async def take_over(sched: ScheduleDef, row: Row) -> int:
+        async with gate:
+            taken = await rt.store.write(sched_ops.take_firing, int(row["id"]), rt.owner, now, CLAIM_LEASE)
+            if taken is None:
+                return 0
+            log.warning("schedule %s: took over the unstarted claim of slot %s", sched.name, row["scheduled_at"])
+            await start_claimed(rt, sched, taken)
+        return 1
+
+    async def fail_overdue(row: Row) -> int:
+        run_id = row["found_run"] or row["run_id"]
+        async with gate:
+            if run_id is not None:
+                try:
+                    await cancel_run(rt, run_id, f"schedule {row['schedule']!r}: max_runtime exceeded")
+                except Exception as exc:
+                    log.debug("schedule %s: cancelling run %s: %s", row["schedule"], run_id, exc)
+            await rt.store.write(
+                sched_ops.move_firing, int(row["id"]), "started", "failed", why="max_runtime exceeded", finished_at=now
+            )
+        return 1
+
+    written = [take_over(sched, row) for sched, row in taken_over] + [fail_overdue(row) for row in overdue]
+    admitted = sum(1 for m in moves if m["status"] == "started")  # a parked start's run found: not a move on
+    moved = len(moves) - admitted + sum(await asyncio.gather(*written))
+    if moves:  # each row is classified once: no firing is in two moves
+        await rt.store.write(sched_ops.move_firings, moves)
     # The buffered heads wait for the rows' classification: a schedule still busy starts none.
     for rows_of in buffered.values():
         rows_of.sort(key=lambda r: (float(r["scheduled_at"]), int(r["id"])))
 
-    async def head_of(name: str, waiting: list[Row]) -> None:
-        sched = defs.get(name)
-        head = waiting[0]
-        async with gate:
-            if sched is None:
-                await rt.store.write(
-                    sched_ops.move_firing, int(head["id"]), "buffered", "skipped", why="orphaned", finished_at=now
-                )
-            else:
-                await start_claimed(rt, sched, head, expect="buffered")
-
-    ready = [(name, waiting) for name, waiting in buffered.items() if name not in busy]
-    await asyncio.gather(*(head_of(name, waiting) for name, waiting in ready))
+    ready = [(name, waiting[0]) for name, waiting in buffered.items() if name not in busy]
+    orphaned = [head for name, head in ready if name not in defs]
+    gone = [
+        {"firing_id": int(h["id"]), "expect": "buffered", "status": "skipped", "why": "orphaned", "finished_at": now}
+        for h in orphaned
+    ]
+    if gone:
+        await rt.store.write(sched_ops.move_firings, gone)
+    await start_claimed_many(rt, [(defs[name], head, "buffered") for name, head in ready if name in defs])
     return moved + len(ready)

@@ -19,7 +19,9 @@ __all__ = [
     "LIVE",
     "Declared",
     "advance",
+    "advance_many",
     "claim_firing",
+    "claim_firings",
     "create_schedule",
     "delete_schedule",
     "due_schedules",
@@ -28,8 +30,11 @@ __all__ = [
     "firings_of",
     "forget_firings",
     "live_firings",
+    "live_firings_of",
     "lock_schedule",
+    "lock_schedules",
     "move_firing",
+    "move_firings",
     "open_firings",
     "register",
     "replace_schedule",
@@ -83,6 +88,11 @@ async def lock_schedule(tx: Tx, name: str) -> Row | None:
     return await tx.one("schedule_lock", {"name": name})
 
 
+async def lock_schedules(tx: Tx, names: Sequence[str]) -> list[Row]:
+    """``lock_schedule`` for many, leaving out (not waiting for) a row another transaction holds."""
+    return await tx.execute("schedules_lock_many", {"names": json.dumps(sorted(names))}) if names else []
+
+
 async def advance(
     tx: Tx, name: str, watermark: float, missed: int, now: float, next_at: float | None, revision: int
 ) -> None:
@@ -92,6 +102,23 @@ async def advance(
     """
     params = {"name": name, "watermark": watermark, "missed": missed, "now": now, "next_at": next_at}
     await tx.execute("schedule_advance", {**params, "revision": revision})
+
+
+async def advance_many(tx: Tx, rows: Sequence[dict[str, Any]], now: float) -> None:
+    """``advance`` for many schedules (names distinct): each row's ``name``, ``watermark``, ``missed``,
+    ``next_at`` and ``revision``."""
+    if not rows:
+        return
+    if not tx.rows_in_one:  # a statement is a function call here: one per schedule costs less than the JSON
+        for r in rows:
+            await tx.execute("schedule_advance", {**r, "now": now})
+        return
+    await tx.execute("schedules_advance_many", {"rows": json.dumps([_timed(r) for r in rows]), "now": now})
+
+
+def _timed(row: dict[str, Any]) -> dict[str, Any]:
+    """``row`` with its times as text: read back exactly by either dialect (SQLite's JSON numbers keep 15 digits)."""
+    return {k: repr(v) if isinstance(v, float) else v for k, v in row.items()}
 
 
 async def set_paused(
@@ -150,12 +177,24 @@ async def claim_firing(tx: Tx, firing: dict[str, Any]) -> Row | None:
     return await tx.one("firing_claim", firing)
 
 
+async def claim_firings(tx: Tx, firings: Sequence[dict[str, Any]]) -> list[Row]:
+    """``claim_firing`` for many slots in multi-row statements; the rows this caller won (any order)."""
+    return await tx.execute_values("firing_claim", firings) if firings else []
+
+
 async def live_firings(tx: Tx, schedule: str) -> list[Row]:
     return await tx.execute("firings_live", {"schedule": schedule})
 
 
+async def live_firings_of(tx: Tx, names: Sequence[str]) -> list[Row]:
+    """What the overlap policies of ``names`` need: each claimed or started firing (``schedule``, ``id``,
+    ``status``, ``run_id``, ``run_status``) and per schedule one ``buffered`` row whose ``n`` counts them."""
+    return await tx.execute("firings_live_of", {"names": json.dumps(sorted(names))}) if names else []
+
+
 async def open_firings(tx: Tx) -> list[Row]:
-    """Every unfinished firing, with its run's id, status and end where the run exists."""
+    """Every claimed or started firing and the oldest buffered one of each schedule, with its run's id,
+    status and end where the run exists."""
     return await tx.execute("firings_open")
 
 
@@ -185,6 +224,25 @@ async def move_firing(
         "finished_at": finished_at,
     }
     return bool(await tx.execute("firing_update", params))
+
+
+async def move_firings(tx: Tx, moves: Sequence[dict[str, Any]]) -> set[int]:
+    """``move_firing`` for many firings (ids distinct), each a dict of its arguments (``firing_id``,
+    ``expect``, ``status`` and any of the optional ones); the ids that were still in their ``expect``."""
+    if not moves:
+        return set()
+    params = [{**dict.fromkeys(_MOVED), **m, "id": m["firing_id"]} for m in moves]
+    for p in params:
+        del p["firing_id"]
+    if len({p["id"] for p in params}) != len(params):
+        raise ValueError("move_firings: a firing moved twice in one call")
+    if not tx.rows_in_one:
+        return {int(p["id"]) for p in params if await tx.execute("firing_update", p)}
+    rows = await tx.execute("firings_update_many", {"moves": json.dumps([_timed(p) for p in params])})
+    return {int(r["id"]) for r in rows}
+
+
+_MOVED = ("why", "run_id", "ticket", "start_status", "started_at", "finished_at")
 
 
 async def take_firing(tx: Tx, firing_id: int, owner: str, now: float, lease: float) -> Row | None:

@@ -141,6 +141,15 @@ async def follow_database(store: Store, clock: Clock) -> ClockReading | None:
 
 
 async def acquire_sweep(tx: Tx, name: str, owner: str, now: float, ttl: float) -> bool:
+    """Take or renew sweep ``name``'s lease for ``owner``; whether it holds it now.
+
+    Another replica's live lease is read, not waited for: the upsert locks the lease row even when
+    it leaves it alone, and every replica asks each tick, so each would hold the row (and the group
+    commit it rode in would wait) until the others' commits ended.
+    """
+    held = await tx.one("sweep_lease", {"name": name})
+    if held is not None and held["owner"] != owner and float(held["lease_until"]) >= now:
+        return False
     rows = await tx.execute("acquire_sweep", {"name": name, "owner": owner, "now": now, "lease_until": now + ttl})
     return bool(rows)
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
@@ -10,7 +11,7 @@ from typing import Any
 from ..gate.runtime import WorkerRuntime
 from ..store import workers
 
-__all__ = ["Sweep", "SweepSettings"]
+__all__ = ["SteadySweep", "Sweep", "SweepSettings"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,3 +58,32 @@ class Sweep:
             return False
         worker.store_recovered()
         return bool(won)
+
+
+class SteadySweep(Sweep):
+    """A sweep whose ticks start ``interval`` apart, not ``interval`` after the previous one ended.
+
+    A tick that took the whole interval or more is followed after ``interval * GAP`` only: the
+    work a tick finds grows with the time since the last one, so a sweep whose ticks are long would
+    otherwise fall further behind with each.
+    """
+
+    GAP = 0.2
+    """The least pause between two ticks, as a share of the interval (the process's other work runs then)."""
+
+    def __init__(
+        self,
+        name: str,
+        interval: float,
+        tick: Callable[[WorkerRuntime], Awaitable[Any]],
+        monotonic: Callable[[], float] = time.monotonic,
+    ) -> None:
+        super().__init__(name, interval, tick)
+        self._monotonic = monotonic
+
+    async def loop(self, worker: WorkerRuntime) -> None:
+        began = self._monotonic()
+        while True:
+            await asyncio.sleep(max(self.interval * self.GAP, began + self.interval - self._monotonic()))
+            began = self._monotonic()
+            await self.run_once(worker)

@@ -2,10 +2,12 @@
 
 Each tick settles open firings (``engine/firing.settle``), then reads the schedules whose
 ``next_at`` has come (an index range: the tick's work follows the slots due, not the number
-of schedules, declared or created at runtime) and fires each one's due slots oldest first
-(``engine/schedule_due.fire_schedule``). The unique claim row of each slot, not the sweep's
-lease, is what makes a slot fire once: two replicas ticking at the same time each reach the
-slot, and one of them gets its row.
+of schedules, declared or created at runtime) and fires each one's due slots oldest first,
+in batches of schedules that share a claim transaction and a gate offer
+(``engine/firing_many.fire_many``; one by one, ``engine/schedule_due.fire_schedule``, for a
+paused schedule and for ``cancel_other`` with several slots due). The unique claim row of
+each slot, not the sweep's lease, is what makes a slot fire once: two replicas ticking at the
+same time each reach the slot, and one of them gets its row.
 """
 
 from __future__ import annotations
@@ -15,15 +17,18 @@ import logging
 from dataclasses import dataclass, field
 
 from ..engine.firing import Fired, ScheduleRuntime, settle
+from ..engine.firing_many import DueSchedule, batchable, fire_many
 from ..engine.schedule_book import ScheduleBook
 from ..engine.schedule_due import GRACE, MAX_PER_TICK, Due, due_slots, fire_schedule
 from ..gate.runtime import WorkerRuntime
+from ..schedule import ScheduleDef
 from ..store import schedules as sched_ops
 from ..store import workers
 from ..store.base import Row
-from .base import Sweep, SweepSettings
+from .base import SteadySweep, Sweep, SweepSettings
 
 __all__ = [
+    "BATCH",
     "DUE_PER_TICK",
     "GRACE",
     "INTERVAL",
@@ -43,7 +48,10 @@ INTERVAL = 0.5
 """Seconds between ticks: how late past its slot a firing may start, at most."""
 
 PARALLEL = 256
-"""Schedules fired at once in one tick (their writes share group commits)."""
+"""Schedules fired one by one at once in one tick (their writes share group commits)."""
+
+BATCH = 500
+"""Slots claimed in one transaction and offered to the gate together, about (a schedule is never split)."""
 
 DUE_PER_TICK = 5000
 """Schedules one tick looks at, at most (the most overdue first); the rest at the next tick."""
@@ -76,6 +84,9 @@ async def fire_due(rt: ScheduleRuntime, book: ScheduleBook | None = None) -> Tic
     """One tick: settle open firings, then fire the due slots of each schedule whose ``next_at`` came.
 
     ``book`` (kept by the caller from tick to tick) holds the runtime schedules' parsed options.
+    The due schedules are fired in batches of about ``BATCH`` slots (``engine/firing_many``): one
+    claim transaction and one gate offer per batch, not per slot. Batches are taken in name order,
+    so the rows they lock are locked in one order across a group commit and across replicas.
     """
     book = book or ScheduleBook(rt.schedules)
     tick = Tick(settled=await settle(rt, book))
@@ -83,9 +94,26 @@ async def fire_due(rt: ScheduleRuntime, book: ScheduleBook | None = None) -> Tic
     rows = await rt.store.read(sched_ops.due_schedules, now, DUE_PER_TICK)
     tick.looked_at = len(rows)
     gate = asyncio.Semaphore(PARALLEL)
-
-    async def one(state: Row) -> None:
+    batches: list[list[DueSchedule]] = [[]]
+    alone: list[tuple[ScheduleDef | None, Row]] = []
+    slots = 0  # in the last batch
+    for state in sorted(rows, key=lambda r: str(r["name"])):
         sched = book.of_row(state)
+        if sched is None or state["paused"]:
+            alone.append((sched, state))
+            continue
+        watermark = float(state["watermark"]) if state["watermark"] is not None else now
+        due = due_slots(sched, watermark, now)
+        if not batchable(sched, due):
+            alone.append((sched, state))
+            continue
+        if batches[-1] and slots + len(due.fire) > BATCH:
+            batches.append([])
+            slots = 0
+        batches[-1].append(DueSchedule(sched, state, due))
+        slots += len(due.fire)
+
+    async def one(sched: ScheduleDef | None, state: Row) -> None:
         async with gate:
             if sched is None:  # declared by code this process does not run: its own engines fire it
                 kept = float(state["watermark"] or 0.0)  # its watermark stays where it is
@@ -96,7 +124,12 @@ async def fire_due(rt: ScheduleRuntime, book: ScheduleBook | None = None) -> Tic
         tick.fired += fired
         tick.missed += missed
 
-    await asyncio.gather(*(one(row) for row in rows))
+    async def many(batch: list[DueSchedule]) -> None:
+        for fired, missed in await fire_many(rt, batch, now):
+            tick.fired += fired
+            tick.missed += missed
+
+    await asyncio.gather(*(one(sched, state) for sched, state in alone), *(many(b) for b in batches if b))
     return tick
 
 
@@ -136,7 +169,7 @@ def schedule_sweep(worker: WorkerRuntime, settings: SweepSettings) -> Sweep | No
         finally:
             holding.cancel()
 
-    return Sweep("schedules", INTERVAL, tick)
+    return SteadySweep("schedules", INTERVAL, tick)
 
 
 async def _hold_lease(worker: WorkerRuntime) -> None:

@@ -70,11 +70,17 @@ WHERE f.schedule = %(schedule)s AND f.status IN ('claimed', 'buffered', 'started
 ORDER BY f.scheduled_at, f.id;
 
 -- name: firings_open
--- Every firing not finished yet, with its run as far as one exists (found by the identity it claimed).
+-- Every firing claimed or started, and of each schedule's buffered ones the oldest (the next to start: a
+-- backlog's others wait behind it and are not read each tick), with its run as far as one exists (found by
+-- the identity it claimed).
 SELECT f.*, r.id AS found_run, r.status AS run_status, r.error_message AS run_error,
     r.finished_at AS run_finished_at
-FROM lockgate_schedule_firings f LEFT JOIN lockgate_runs r ON r.identity = f.identity
-WHERE f.status IN ('claimed', 'buffered', 'started')
+FROM (
+    SELECT * FROM lockgate_schedule_firings WHERE status IN ('claimed', 'started')
+    UNION ALL
+    (SELECT DISTINCT ON (schedule) * FROM lockgate_schedule_firings WHERE status = 'buffered'
+     ORDER BY schedule, scheduled_at, id)
+) f LEFT JOIN lockgate_runs r ON r.identity = f.identity
 ORDER BY f.schedule, f.scheduled_at, f.id;
 
 -- name: firing_update
@@ -164,3 +170,45 @@ ORDER BY name LIMIT %(limit)s;
 -- name: schedules_behind
 -- Schedules the sweep should have looked at before cutoff: how many, and the oldest instant among them.
 SELECT COUNT(*) AS n, MIN(next_at) AS oldest FROM lockgate_schedules WHERE next_at < %(cutoff)s;
+
+-- name: schedules_lock_many
+-- The rows of the schedules one sweep batch fires, locked: each one's overlap decisions are taken one
+-- batch at a time. A row another transaction holds is left out, not waited for (a replica ticking at the
+-- same time fires it, or a verb changes it and the next tick sees it): two replicas' batches split the
+-- rows between them instead of queueing behind each other, and never wait on each other in a circle.
+SELECT * FROM lockgate_schedules
+WHERE name = ANY (ARRAY(SELECT jsonb_array_elements_text(%(names)s::jsonb)))
+ORDER BY name FOR UPDATE SKIP LOCKED;
+
+-- name: firings_live_of
+-- What the overlap policies of many schedules need (through the partial index of the live firings): each
+-- claimed or started firing with its run's status, and per schedule how many are buffered (n; one row).
+SELECT f.schedule, f.id, f.status, f.run_id, r.status AS run_status, 1 AS n FROM lockgate_schedule_firings f
+LEFT JOIN lockgate_runs r ON r.identity = f.identity
+WHERE f.schedule = ANY (ARRAY(SELECT jsonb_array_elements_text(%(names)s::jsonb)))
+    AND f.status IN ('claimed', 'started')
+UNION ALL
+SELECT schedule, MIN(id), 'buffered', NULL, NULL, COUNT(*) FROM lockgate_schedule_firings
+WHERE schedule = ANY (ARRAY(SELECT jsonb_array_elements_text(%(names)s::jsonb))) AND status = 'buffered'
+GROUP BY schedule;
+
+-- name: firings_update_many
+-- firing_update for many firings (a JSON array of moves, ids distinct), each found by its id; the ids moved.
+UPDATE lockgate_schedule_firings f SET status = m.status, why = COALESCE(m.why, f.why),
+    run_id = COALESCE(m.run_id, f.run_id), ticket = COALESCE(m.ticket, f.ticket),
+    start_status = COALESCE(m.start_status, f.start_status), started_at = COALESCE(m.started_at, f.started_at),
+    finished_at = COALESCE(m.finished_at, f.finished_at)
+FROM jsonb_to_recordset(%(moves)s::jsonb) AS m(id bigint, expect text, status text, why text, run_id text,
+    ticket text, start_status text, started_at float8, finished_at float8)
+WHERE f.id = m.id AND f.status = m.expect
+RETURNING f.id;
+
+-- name: schedules_advance_many
+-- silent: run for its effect; nothing waits for its answer
+-- schedule_advance for many schedules (a JSON array, names distinct), each found by its name.
+UPDATE lockgate_schedules s SET watermark = GREATEST(COALESCE(s.watermark, a.watermark), a.watermark),
+    missed = s.missed + a.missed, next_at = CASE WHEN s.paused = 1 THEN NULL ELSE a.next_at END,
+    updated_at = %(now)s
+FROM jsonb_to_recordset(%(rows)s::jsonb) AS a(name text, watermark float8, missed integer, next_at float8,
+    revision integer)
+WHERE s.name = a.name AND s.revision = a.revision;

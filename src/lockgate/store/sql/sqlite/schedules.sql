@@ -66,11 +66,16 @@ WHERE f.schedule = :schedule AND f.status IN ('claimed', 'buffered', 'started')
 ORDER BY f.scheduled_at, f.id;
 
 -- name: firings_open
--- Every firing not finished yet, with its run as far as one exists (found by the identity it claimed).
+-- Every firing claimed or started, and of each schedule's buffered ones the oldest (the next to start: a
+-- backlog's others wait behind it and are not read each tick), with its run as far as one exists (found by
+-- the identity it claimed).
 SELECT f.*, r.id AS found_run, r.status AS run_status, r.error_message AS run_error,
     r.finished_at AS run_finished_at
 FROM lockgate_schedule_firings f LEFT JOIN lockgate_runs r ON r.identity = f.identity
-WHERE f.status IN ('claimed', 'buffered', 'started')
+WHERE f.status IN ('claimed', 'started') OR (f.status = 'buffered' AND NOT EXISTS (
+    SELECT 1 FROM lockgate_schedule_firings o
+    WHERE o.schedule = f.schedule AND o.status = 'buffered'
+      AND (o.scheduled_at < f.scheduled_at OR (o.scheduled_at = f.scheduled_at AND o.id < f.id))))
 ORDER BY f.schedule, f.scheduled_at, f.id;
 
 -- name: firing_update
@@ -160,3 +165,42 @@ ORDER BY name LIMIT :limit;
 -- name: schedules_behind
 -- Schedules the sweep should have looked at before cutoff: how many, and the oldest instant among them.
 SELECT COUNT(*) AS n, MIN(next_at) AS oldest FROM lockgate_schedules WHERE next_at < :cutoff;
+
+-- name: schedules_lock_many
+-- The rows of the schedules one sweep batch fires (one writer here: nothing else holds them).
+SELECT * FROM lockgate_schedules WHERE name IN (SELECT value FROM json_each(:names)) ORDER BY name;
+
+-- name: firings_live_of
+-- What the overlap policies of many schedules need (through the partial index of the live firings): each
+-- claimed or started firing with its run's status, and per schedule how many are buffered (n; one row).
+SELECT f.schedule, f.id, f.status, f.run_id, r.status AS run_status, 1 AS n FROM lockgate_schedule_firings f
+LEFT JOIN lockgate_runs r ON r.identity = f.identity
+WHERE f.schedule IN (SELECT value FROM json_each(:names)) AND f.status IN ('claimed', 'started')
+UNION ALL
+SELECT schedule, MIN(id), 'buffered', NULL, NULL, COUNT(*) FROM lockgate_schedule_firings
+WHERE schedule IN (SELECT value FROM json_each(:names)) AND status = 'buffered'
+GROUP BY schedule;
+
+-- name: firings_update_many
+-- firing_update for many firings (a JSON array of moves, ids distinct; times as text, which CAST reads
+-- exactly). Here a statement is a function call: store/schedules.move_firings runs firing_update per
+-- move (Tx.rows_in_one), and this form stays beside PostgreSQL's, tested.
+UPDATE lockgate_schedule_firings AS f SET status = m.value ->> 'status', why = COALESCE(m.value ->> 'why', f.why),
+    run_id = COALESCE(m.value ->> 'run_id', f.run_id), ticket = COALESCE(m.value ->> 'ticket', f.ticket),
+    start_status = COALESCE(m.value ->> 'start_status', f.start_status),
+    started_at = COALESCE(CAST(m.value ->> 'started_at' AS REAL), f.started_at),
+    finished_at = COALESCE(CAST(m.value ->> 'finished_at' AS REAL), f.finished_at)
+FROM json_each(:moves) AS m
+WHERE f.id = m.value ->> 'id' AND f.status = m.value ->> 'expect'
+RETURNING id;  -- the updated table's own id (RETURNING names no other table here)
+
+-- name: schedules_advance_many
+-- silent: run for its effect; nothing waits for its answer
+-- schedule_advance for many schedules (a JSON array, names distinct); per schedule here, as above.
+UPDATE lockgate_schedules AS s SET
+    watermark = MAX(COALESCE(s.watermark, CAST(a.value ->> 'watermark' AS REAL)), CAST(a.value ->> 'watermark' AS REAL)),
+    missed = s.missed + a.value ->> 'missed',
+    next_at = CASE WHEN s.paused = 1 THEN NULL ELSE CAST(a.value ->> 'next_at' AS REAL) END,
+    updated_at = :now
+FROM json_each(:rows) AS a
+WHERE s.name = a.value ->> 'name' AND s.revision = a.value ->> 'revision';

@@ -16,6 +16,11 @@ FROM lockgate_workers w ORDER BY w.started_at;
 -- name: live_workers_on_host
 SELECT id, pid FROM lockgate_workers WHERE host = :host AND stopped_at IS NULL AND id <> :id;
 
+-- name: sweep_lease
+-- A sweep's lease as committed, read without a lock: a replica that sees another's live lease stands down
+-- without the upsert below, which would lock the row (waiting for whoever holds it) until its commit.
+SELECT owner, lease_until FROM lockgate_sweep_leases WHERE name = :name;
+
 -- name: acquire_sweep
 INSERT INTO lockgate_sweep_leases (name, owner, lease_until, ticks) VALUES (:name, :owner, :lease_until, 1)
 ON CONFLICT (name) DO UPDATE SET owner = excluded.owner, lease_until = excluded.lease_until,
