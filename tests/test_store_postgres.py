@@ -99,6 +99,24 @@ def test_url_options_are_validated_and_the_rest_go_to_libpq() -> None:
         PostgresStore("postgresql://u@h/db?pool_timeout=soon")
 
 
+def test_an_engines_lease_sets_how_soon_a_dead_link_is_found() -> None:
+    """Half the lease of unacknowledged data, keepalives at a third of it; the URL's own kept."""
+    store = PostgresStore("postgresql://u@h/db?keepalives_count=5")
+    assert "tcp_user_timeout=10000" in store.conninfo and store.stalled_after == 10.0  # no engine: the defaults
+    store.fit_lease(5.0)
+    assert "tcp_user_timeout=2500" in store.conninfo and "keepalives_idle=2" in store.conninfo
+    assert "keepalives_interval=1" in store.conninfo and "keepalives_count=5" in store.conninfo
+    assert "keepalives_count=3" not in store.conninfo and store.stalled_after == 5.0
+    store.fit_lease(1.0)
+    assert "tcp_user_timeout=2000" in store.conninfo and "keepalives_idle=1" in store.conninfo
+    store.fit_lease(60.0)  # never longer than the defaults
+    assert "tcp_user_timeout=10000" in store.conninfo and "keepalives_idle=5" in store.conninfo
+    assert store.stalled_after == 10.0
+    mine = PostgresStore("postgresql://u@h/db?tcp_user_timeout=30000")
+    mine.fit_lease(5.0)
+    assert "tcp_user_timeout=30000" in mine.conninfo and mine.conninfo.count("tcp_user_timeout") == 1
+
+
 async def test_unknown_options_reach_the_server(pg_url: str, opened: Any) -> None:
     options = "options=-c%20statement_timeout%3D4321"  # a space in an option must reach libpq as one
     store = await opened(f"{pg_url}?application_name=lockgate-probe&pool_size=2&{options}")
