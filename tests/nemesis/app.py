@@ -144,7 +144,8 @@ async def span(run_id: str, step: str, key: str, hold: float) -> int:
         await asyncio.sleep(hold)
         ended = await body_time()
         await sql("UPDATE nem_spans SET ended_at = %s WHERE id = %s", ended, rows[0][0])
-    except asyncio.CancelledError:  # the end is written when the side server can be reached again
+    except BaseException:  # cancelled, or the side server failed the update: the end is written when it can be
+        # (else the checker, finding no end, would count the span open until the process was killed)
         end = ended if ended is not None else time.time() + (_offset or 0.0)
         late = asyncio.ensure_future(_later("UPDATE nem_spans SET ended_at = %s WHERE id = %s", end, rows[0][0]))
         _late.add(late)
