@@ -344,6 +344,8 @@ async def _dump(group: Cluster, side: Cluster, injected: list[Fault], log_dir: P
         "workers": (group, "SELECT id, pid, started_at, stopped_at FROM lockgate_workers"),
         "flow_slots": (group, "SELECT * FROM lockgate_flow_slots"),
         "firings": (group, "SELECT * FROM lockgate_schedule_firings ORDER BY scheduled_at"),
+        "domain_events": (group, "SELECT id, name, key, occurred_at FROM lockgate_events ORDER BY occurred_at"),
+        "deliveries": (group, "SELECT * FROM lockgate_deliveries ORDER BY created_at"),
     }
     for name, (where, query) in tables.items():
         rows = await where.fetch(query)
@@ -392,15 +394,22 @@ async def nemesis(config: Config, log_dir: Path, *, say: bool = False, keep: boo
                     arrived = len(load.arrivals)
                     print(f"load stopped after {stopped - began:.0f}s: {arrived} starts, {len(injected)} faults")
                 resumed, unsettled = await _settle(c, client, stopped)
-            finally:
+            except BaseException:
                 await c.group.close()
-        lapsed = {(w.pid, run_id) for w in c.group.workers for run_id in LAPSED.findall(w.log())}
-        report = await check(c.group, side_group, load.arrivals, load.events, injected, (began, stopped), lapsed)
-        if report.violations or unsettled or keep:
-            await _dump(c.group, side_group, injected, log_dir)
-            rows = [f"{a.ticket}\t{a.workflow}\t{a.status}\t{a.run_id}\t{a.at}" for a in load.arrivals]
-            (log_dir / "arrivals.tsv").write_text("\n".join(rows))
-            (log_dir / "events.tsv").write_text("\n".join(f"{e}\t{n}\t{at}" for e, n, at in load.events))
+                raise
+        # The workers stop (gracefully: seconds on a loaded machine) while the checks read. All they read is
+        # settled but scheduled runs begun after the load stopped, which the checks allow to be unfinished.
+        closing = asyncio.ensure_future(c.group.close())
+        try:
+            lapsed = {(w.pid, run_id) for w in c.group.workers for run_id in LAPSED.findall(w.log())}
+            report = await check(c.group, side_group, load.arrivals, load.events, injected, (began, stopped), lapsed)
+            if report.violations or unsettled or keep:
+                await _dump(c.group, side_group, injected, log_dir)
+                rows = [f"{a.ticket}\t{a.workflow}\t{a.status}\t{a.run_id}\t{a.at}" for a in load.arrivals]
+                (log_dir / "arrivals.tsv").write_text("\n".join(rows))
+                (log_dir / "events.tsv").write_text("\n".join(f"{e}\t{n}\t{at}" for e, n, at in load.events))
+        finally:
+            await closing
     report.figures["load (s)"] = round(stopped - began, 1)
     report.figures["workers started"] = len(c.group.workers)
     report.figures["starts refused during outages"] = len(load.refused)

@@ -28,9 +28,9 @@ from .run import Config, available, nemesis
 pytestmark = pytest.mark.slow
 
 SECONDS = float(os.environ.get("LOCKGATE_NEMESIS_SECONDS", "300"))
-# The short run: a fault about every second in each lane, a lighter load and a smaller burst during the
+# The short run: a fault every half second or so in each lane, a lighter load and a smaller burst during the
 # restart than the long runs' (the CPU a loaded machine has left goes to the faults and the checks).
-SHORT = Config(once=True, every=1.0, rate=3.0, burst=40, seed=7, settle_timeout=60)
+SHORT = Config(once=True, every=0.5, rate=3.0, burst=40, seed=7, settle_timeout=60)
 
 
 def _kinds(wanted: tuple[str, ...]) -> list[str]:
