@@ -238,3 +238,30 @@ async def test_a_commit_waiting_on_a_missing_synchronous_standby_is_reported(
             return "commits return again" in caplog.text
 
         await until(mended, timeout=5, what="the end of the stall said")
+
+
+async def test_an_engine_says_within_its_lease_that_the_store_does_not_answer(
+    private_pg: PrivatePostgres, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Its heartbeat's commit blocked: the outage and its cause are said within about the 2 s lease, not at 10 s."""
+    url = private_pg.create_database()
+    caplog.set_level(logging.WARNING, logger="lockgate")
+    async with lg.Engine(owned, url, lease="2s"):
+        private_pg.admin("ALTER SYSTEM SET synchronous_standby_names = 'ghost'")
+        private_pg.admin("SELECT pg_reload_conf()")
+        try:
+
+            async def said() -> bool:
+                text = caplog.text
+                return "lease renewal: no answer from the store in 1s" in text and "'ghost'" in text
+
+            await until(said, timeout=2 + 3, what="the unanswered renewal and its cause said")
+        finally:
+            private_pg.admin("ALTER SYSTEM RESET synchronous_standby_names")
+            private_pg.admin("SELECT pg_reload_conf()")
+
+        async def mended() -> bool:
+            return "store available again" in caplog.text and "commits return again" in caplog.text
+
+        await until(mended, timeout=10, what="the end of the outage said")
+    assert caplog.text.count("store unavailable") == 1

@@ -107,6 +107,7 @@ async def test_a_partitioned_worker_notices_and_rejoins_when_the_link_heals(
             back = await until(rejoined, timeout=30, what="the worker said the database is back")
             await until(lambda: cluster.all_succeeded("cluster.steps", 6), timeout=30, what="every run ended")
         down = _logged_at(worker.log(), r"database unreachable|store unavailable|a commit has waited", cut)
+        print(f"outage said {down - cut if down else -1:.1f}s into the cut; back {back - healed:.1f}s after it healed")
         assert down is not None and down - cut < 5 + 3, worker.log()
         assert back - healed < 3.0, f"back {back - healed:.1f}s after the link healed\n{worker.log()}"
         assert worker.log().count("database unreachable") <= 2, worker.log()

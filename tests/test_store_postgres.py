@@ -16,9 +16,11 @@ from lockgate.store import Tx, open_store, runs, shared, workers
 from lockgate.store import journal as store_journal
 from lockgate.store.direct import DirectConnection, DirectStatement, numbered
 from lockgate.store.postgres import PostgresStore, PostgresTx, _silent
+from lockgate.store.postgres.failures import cannot_connect
 from lockgate.store.sql_files import load_queries, migrations, repeatable_queries, silent_queries
 
 from .pg import PgProxy, pg_database_url
+from .pgserver import free_port
 
 
 @pytest.fixture
@@ -97,6 +99,39 @@ def test_url_options_are_validated_and_the_rest_go_to_libpq() -> None:
         PostgresStore("postgresql://u@h/db?pool_size=0")
     with pytest.raises(ValueError, match="pool_timeout must be a positive number"):
         PostgresStore("postgresql://u@h/db?pool_timeout=soon")
+
+
+@pytest.mark.parametrize("first", ["nohost.invalid:5432", "nohost.invalid"])
+async def test_a_host_whose_name_does_not_resolve_is_named_in_the_one_line_error(first: str) -> None:
+    """The driver drops such a host without a word when another resolves: the line names every host."""
+    port = free_port()
+    for where, said in [
+        (f"postgresql://postgres@{first},127.0.0.1:{port}/x", f"127.0.0.1:{port} Connection refused"),
+        (f"postgresql://postgres@{first},other.invalid:5433/x", "other.invalid:5433 name not resolved"),
+    ]:
+        with pytest.raises(psycopg.OperationalError) as caught:
+            await psycopg.AsyncConnection.connect(f"{where}?connect_timeout=5")
+        line = str(cannot_connect(where, caught.value))
+        assert line.startswith(f"no host of {where} could be used: nohost.invalid:5432 name not resolved; "), line
+        assert line.endswith(said) and "\n" not in line, line
+
+
+def test_an_engines_lease_sets_how_soon_a_dead_link_is_found() -> None:
+    """Half the lease of unacknowledged data, keepalives at a third of it; the URL's own kept."""
+    store = PostgresStore("postgresql://u@h/db?keepalives_count=5")
+    assert "tcp_user_timeout=10000" in store.conninfo and store.stalled_after == 10.0  # no engine: the defaults
+    store.fit_lease(5.0)
+    assert "tcp_user_timeout=2500" in store.conninfo and "keepalives_idle=2" in store.conninfo
+    assert "keepalives_interval=1" in store.conninfo and "keepalives_count=5" in store.conninfo
+    assert "keepalives_count=3" not in store.conninfo and store.stalled_after == 5.0
+    store.fit_lease(1.0)
+    assert "tcp_user_timeout=2000" in store.conninfo and "keepalives_idle=1" in store.conninfo
+    store.fit_lease(60.0)  # never longer than the defaults
+    assert "tcp_user_timeout=10000" in store.conninfo and "keepalives_idle=5" in store.conninfo
+    assert store.stalled_after == 10.0
+    mine = PostgresStore("postgresql://u@h/db?tcp_user_timeout=30000")
+    mine.fit_lease(5.0)
+    assert "tcp_user_timeout=30000" in mine.conninfo and mine.conninfo.count("tcp_user_timeout") == 1
 
 
 async def test_unknown_options_reach_the_server(pg_url: str, opened: Any) -> None:

@@ -186,6 +186,18 @@ def _zombie(faults: list[Fault], pid: int, at: float) -> bool:
     return any(f.pid == pid and f.kind in ("stop", "partition") and f.began <= at <= f.ended + EXPLAINS for f in faults)
 
 
+def _held_back(faults: list[Fault], pid: int, ended: float) -> bool:
+    """Whether the journal entry of an execution by ``pid`` that ended at ``ended`` may have committed long after:
+    its worker was frozen or cut off as it ended (the write waited for it), and an asynchronous failover later
+    lost the takeover that would have refused the write. Another worker's execution begun meanwhile was not
+    begun after the entry the journal kept."""
+    held = any(
+        f.pid == pid and f.kind in ("stop", "partition") and f.began <= ended + EXPLAINS and f.ended >= ended
+        for f in faults
+    )
+    return held and any(f.kind == "failover-async" and f.ended >= ended for f in faults)
+
+
 async def _steps(
     group: Cluster,
     effects: list[tuple[Any, ...]],
@@ -204,6 +216,7 @@ async def _steps(
         if isinstance(value, int):
             journal[(run_id, key.split("#")[0])] = value
     done_at = {eid: at for (kind, eid, _, at) in (e for v in runs.values() for e in v) if kind == "done"}
+    done_by = {eid: pid for (kind, eid, pid, _) in (e for v in runs.values() for e in v) if kind == "done"}
     rerun, after_kept, executions = [], [], 0
     for (run_id, step), marks in runs.items():
         begun = [(pid, at) for kind, _, pid, at in marks if kind == "begun"]
@@ -219,7 +232,7 @@ async def _steps(
             if ends and why is None:
                 rerun.append((run_id, step, pid, round(again - ended, 3)))
         kept = journal.get((run_id, step))
-        if kept is not None and kept in done_at:
+        if kept is not None and kept in done_at and not _held_back(faults, done_by[kept], done_at[kept]):
             late = [
                 (pid, at) for pid, at in begun if at > done_at[kept] and not _zombie(faults, pid, at)
             ]  # a zombie (frozen, cut off) may try a step again before it learns its lease is gone

@@ -61,7 +61,7 @@ class Config:
     burst: int = 100  # starts at once while the database restarts
     settle_timeout: float = 120.0
     seed: int | None = None
-    once: bool = False  # each kind once (shuffled), then the load stops: the short run in the suite
+    once: bool = False  # each kind once, in two lanes (``_lanes``), then the load stops: the short run in the suite
 
 
 @dataclass
@@ -154,17 +154,25 @@ def _replenish(c: _Cluster) -> None:
         c.spawn("skew+30s")
 
 
-async def _inject(kind: str, c: _Cluster, load: _Load, rng: random.Random) -> Fault:
+def _victim(c: _Cluster, rng: random.Random) -> Worker:
+    """A plain worker to hit: any; in the short run the oldest, one that has booted and holds runs
+    (its faults overlap, and a replacement started a moment ago would hold none)."""
+    plain = c.alive("plain")
+    return plain[0] if c.config.once else rng.choice(plain)
+
+
+async def _inject(kind: str, c: _Cluster, load: _Load, rng: random.Random, *, rebuild: bool = True) -> Fault:
+    """Inject one fault of ``kind``; after a failover, rebuild a standby unless told no other failover follows."""
     _replenish(c)
     lease = to_seconds(c.config.lease)
     began = time.time()
     if kind == "kill":
-        victim = rng.choice(c.alive("plain"))
+        victim = _victim(c, rng)
         victim.kill()
         c.spawn("plain")
         return Fault(kind, victim.pid, began, began)
     if kind == "stop":
-        victim = rng.choice(c.alive("plain"))
+        victim = _victim(c, rng)
         faults.freeze(victim.pid, True)
         await asyncio.sleep(lease * 2)
         faults.freeze(victim.pid, False)
@@ -185,6 +193,8 @@ async def _inject(kind: str, c: _Cluster, load: _Load, rng: random.Random) -> Fa
     if kind.startswith("failover") and c.rebuild is not None:
         await c.rebuild  # the standby a previous failover used up is being rebuilt
     async with c.db_lock:
+        if kind.startswith("failover") and not c.pair.has_standby:  # used up, none rebuilt: build one now
+            await asyncio.to_thread(c.pair.ensure_standby)
         if kind == "restart":
             burst = asyncio.gather(*(load.one("nem.plain") for _ in range(c.config.burst)))
             await asyncio.sleep(0.05)
@@ -200,7 +210,7 @@ async def _inject(kind: str, c: _Cluster, load: _Load, rng: random.Random) -> Fa
             cut = await asyncio.to_thread(c.pair.cut)  # acknowledged before: on the standby
             await asyncio.sleep(1.0)  # acknowledged meanwhile: on the primary only
         killed, _ = await asyncio.to_thread(c.pair.fail)
-        c.rebuild = asyncio.create_task(_rebuild(c))
+        c.rebuild = asyncio.create_task(_rebuild(c)) if rebuild else None
         return Fault(kind, 0, killed, time.time(), cut=cut)
 
 
@@ -210,6 +220,8 @@ async def _rebuild(c: _Cluster) -> None:
 
 
 async def _nemeses(c: _Cluster, load: _Load, rng: random.Random, stop: asyncio.Event) -> list[Fault]:
+    if c.config.once:
+        return await _lanes(c, load, rng, stop)
     injected: list[Fault] = []
     turn: list[str] = []
     while not await faults.pause(c.config.every * rng.uniform(0.7, 1.3), stop):
@@ -217,9 +229,35 @@ async def _nemeses(c: _Cluster, load: _Load, rng: random.Random, stop: asyncio.E
             turn = list(c.config.kinds)
             rng.shuffle(turn)
         injected.append(await _inject(turn.pop(0), c, load, rng))
-        if c.config.once and not turn:
-            break
     return injected
+
+
+# The short run's two lanes: its worker faults one after another (a stop and a partition at once, on two
+# workers), beside its database faults one after another (no standby rebuilt: the spare serves the second).
+WORKER_LANE = (("kill",), ("stop", "partition"), ("skew",))
+DATABASE_LANE = ("restart", "failover-sync", "failover-async")
+
+
+async def _lanes(c: _Cluster, load: _Load, rng: random.Random, stop: asyncio.Event) -> list[Fault]:
+    """Each kind once, mixed: the two lanes at once, each a fault every ``every`` seconds or so."""
+    kinds = set(c.config.kinds)
+
+    async def workers() -> list[Fault]:
+        done: list[Fault] = []
+        for group in ([k for k in g if k in kinds] for g in WORKER_LANE):
+            if group and not await faults.pause(c.config.every, stop):
+                done += await asyncio.gather(*(_inject(k, c, load, rng) for k in group))
+        return done
+
+    async def database() -> list[Fault]:
+        done: list[Fault] = []
+        for kind in (k for k in DATABASE_LANE if k in kinds):
+            if not await faults.pause(c.config.every, stop):  # the second failover's standby: the spare
+                done.append(await _inject(kind, c, load, rng, rebuild=False))
+        return done
+
+    hit, failed = await asyncio.gather(workers(), database())
+    return hit + failed
 
 
 async def _settle(c: _Cluster, client: lg.Client, stopped: float) -> tuple[int, str | None]:
@@ -257,14 +295,30 @@ async def _settle(c: _Cluster, client: lg.Client, stopped: float) -> tuple[int, 
 
 
 @contextlib.asynccontextmanager
-async def _servers(kinds: Sequence[str]) -> AsyncIterator[tuple[Replicas, PrivatePostgres]]:
+async def _servers(kinds: Sequence[str]) -> AsyncIterator[tuple[Replicas, PrivatePostgres, asyncio.Future[Any]]]:
+    """The primary, running; the standby and the side server, starting (in threads: the last item, to await)
+    while the workers boot. All three are stopped at once on exit."""
     remote = SERVER_IP if "partition" in kinds else None
     with contextlib.ExitStack() as stack:
         if remote:
             stack.enter_context(faults.netns())
-        pair = stack.enter_context(replicas(listen_also=remote))
-        side = stack.enter_context(private_postgres(listen_also=remote))
-        yield pair, side
+        pair = stack.enter_context(replicas(listen_also=remote, standby=False, cascade=True))
+        side = stack.enter_context(private_postgres(listen_also=remote, start=False))
+
+        def start_side() -> None:
+            side.init()
+            if remote:
+                side.listen_also(remote)
+            side.start()
+            side.admin('CREATE DATABASE "nemesis"')
+
+        threads = [asyncio.ensure_future(asyncio.to_thread(f)) for f in (pair.ensure_standby, start_side)]
+        try:
+            yield pair, side, asyncio.gather(*threads)
+        finally:
+            await asyncio.gather(*threads, return_exceptions=True)  # nothing torn down under a thread still at it
+            servers = [pair.primary, pair.standby, pair.spare, side]
+            await asyncio.gather(*(asyncio.to_thread(s.close) for s in servers if s is not None))
 
 
 def available(kinds: Sequence[str]) -> tuple[list[str], list[str]]:
@@ -289,6 +343,9 @@ async def _dump(group: Cluster, side: Cluster, injected: list[Fault], log_dir: P
         ),
         "workers": (group, "SELECT id, pid, started_at, stopped_at FROM lockgate_workers"),
         "flow_slots": (group, "SELECT * FROM lockgate_flow_slots"),
+        "firings": (group, "SELECT * FROM lockgate_schedule_firings ORDER BY scheduled_at"),
+        "domain_events": (group, "SELECT id, name, key, occurred_at FROM lockgate_events ORDER BY occurred_at"),
+        "deliveries": (group, "SELECT * FROM lockgate_deliveries ORDER BY created_at"),
     }
     for name, (where, query) in tables.items():
         rows = await where.fetch(query)
@@ -302,20 +359,20 @@ async def nemesis(config: Config, log_dir: Path, *, say: bool = False, keep: boo
     """One run; the report of its checks. What they read is written to ``log_dir`` on a violation
     (always, with ``keep``)."""
     rng = random.Random(config.seed)
-    async with _servers(config.kinds) as (pair, side):
-        side.admin('CREATE DATABASE "nemesis"')
+    async with _servers(config.kinds) as (pair, side, rest):
         db = pair.create_database("nemesis").rsplit("/", 1)[1].split("?")[0]
         c = _Cluster(pair, side, db, config, log_dir, Cluster(pair.url(db), log_dir))
         side_group = Cluster(c.side_url(False), log_dir)
-        await side_group.execute(SCHEMA)
         async with lg.Client(app, c.store(False)) as client:  # opening migrates the database
             try:
-                c.spawn("plain")
+                c.spawn("plain")  # their boot (seconds of imports) overlaps the standby's and the side server's
                 c.spawn("plain")
                 if "partition" in config.kinds:
                     c.spawn("netns")
                 if "skew" in config.kinds:
                     c.spawn("skew+30s")
+                await rest
+                await side_group.execute(SCHEMA)
                 await c.group.ready(timeout=120)
                 load = _Load(client, rng)
                 stop = asyncio.Event()
@@ -337,15 +394,22 @@ async def nemesis(config: Config, log_dir: Path, *, say: bool = False, keep: boo
                     arrived = len(load.arrivals)
                     print(f"load stopped after {stopped - began:.0f}s: {arrived} starts, {len(injected)} faults")
                 resumed, unsettled = await _settle(c, client, stopped)
-            finally:
+            except BaseException:
                 await c.group.close()
-        lapsed = {(w.pid, run_id) for w in c.group.workers for run_id in LAPSED.findall(w.log())}
-        report = await check(c.group, side_group, load.arrivals, load.events, injected, (began, stopped), lapsed)
-        if report.violations or keep:
-            await _dump(c.group, side_group, injected, log_dir)
-            rows = [f"{a.ticket}\t{a.workflow}\t{a.status}\t{a.run_id}\t{a.at}" for a in load.arrivals]
-            (log_dir / "arrivals.tsv").write_text("\n".join(rows))
-            (log_dir / "events.tsv").write_text("\n".join(f"{e}\t{n}\t{at}" for e, n, at in load.events))
+                raise
+        # The workers stop (gracefully: seconds on a loaded machine) while the checks read. All they read is
+        # settled but scheduled runs begun after the load stopped, which the checks allow to be unfinished.
+        closing = asyncio.ensure_future(c.group.close())
+        try:
+            lapsed = {(w.pid, run_id) for w in c.group.workers for run_id in LAPSED.findall(w.log())}
+            report = await check(c.group, side_group, load.arrivals, load.events, injected, (began, stopped), lapsed)
+            if report.violations or unsettled or keep:
+                await _dump(c.group, side_group, injected, log_dir)
+                rows = [f"{a.ticket}\t{a.workflow}\t{a.status}\t{a.run_id}\t{a.at}" for a in load.arrivals]
+                (log_dir / "arrivals.tsv").write_text("\n".join(rows))
+                (log_dir / "events.tsv").write_text("\n".join(f"{e}\t{n}\t{at}" for e, n, at in load.events))
+        finally:
+            await closing
     report.figures["load (s)"] = round(stopped - began, 1)
     report.figures["workers started"] = len(c.group.workers)
     report.figures["starts refused during outages"] = len(load.refused)

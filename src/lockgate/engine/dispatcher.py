@@ -45,7 +45,7 @@ from .durable import Running
 from .executor import Execution
 from .identity import ScopeResolver
 from .lease_watch import LAPSING, LeaseWatch
-from .leases import Outages, Wakeup, backoff, hand_back, release_dead_local_workers, report_released
+from .leases import Outages, Wakeup, backoff, hand_back, overdue, release_dead_local_workers, report_released
 from .shutdown import Drained, drain
 
 __all__ = ["Dispatcher", "Shutdown"]
@@ -554,12 +554,13 @@ class Dispatcher:
         interval = self.lease / 3
         while self._running:
             await asyncio.sleep(interval)
-            try:
-                offset = await self.core.clock_watch.read()
-                now = self.clock.now()
-                mine, until, before = dict(self.epochs), now + self.lease, now - interval
-                renew = workers.renew_leases
-                done = await self.store.write(renew, self.worker_id, now, until, mine, self._suspects, before, offset)
+            try:  # unanswered at half the lease (its last renewal ended a third of it ago): said now
+                with overdue(self.lease / 2, "lease renewal", self.store_failed):
+                    offset = await self.core.clock_watch.read()
+                    now = self.clock.now()
+                    mine, until, before = dict(self.epochs), now + self.lease, now - interval
+                    suspects, renew = self._suspects, workers.renew_leases
+                    done = await self.store.write(renew, self.worker_id, now, until, mine, suspects, before, offset)
             except asyncio.CancelledError:
                 raise
             except Exception as exc:

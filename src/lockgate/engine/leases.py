@@ -4,10 +4,11 @@ and releasing the runs of this host's dead workers."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Protocol
 
 from ..clock import CLOCK_TOLERANCE, Clock, SystemClock
@@ -20,6 +21,7 @@ __all__ = [
     "Wakeup",
     "backoff",
     "hand_back",
+    "overdue",
     "pid_alive",
     "release_dead_local_workers",
     "report_released",
@@ -98,6 +100,23 @@ class Outages:
         if self._since is not None:
             log.warning("store available again after %.1fs", time.monotonic() - self._since)
             self._since = None
+
+
+@contextlib.contextmanager
+def overdue(within: float, where: str, failed: Callable[[str, BaseException], None]) -> Iterator[None]:
+    """Report ``where`` as a store outage (``failed``) if the block has not ended ``within`` seconds in.
+
+    The block goes on waiting: it is not cancelled (a write's outcome would be unknown). A query
+    or commit that does not return (a cut link before the kernel gives up on it, a stopped or
+    blocked server) is said within that time, not once the connection breaks, if it ever does.
+    """
+    timer = asyncio.get_running_loop().call_later(
+        within, failed, where, StoreError(f"no answer from the store in {within:.3g}s")
+    )
+    try:
+        yield
+    finally:
+        timer.cancel()
 
 
 class ClockWatch:

@@ -124,6 +124,7 @@ class Engine:
         self.lease = to_seconds(lease, what="lease")
         if self.lease < 0.5:
             raise ValueError("lease must be at least 500ms")
+        self.client.core.store.fit_lease(self.lease)  # a partitioned database noticed within about one lease
         self.inline_sleep = to_seconds(inline_sleep, what="inline_sleep")
         self.stall_after = to_seconds(stall_after, what="stall_after")
         self.retention = None if retention is None else to_seconds(retention, what="retention")

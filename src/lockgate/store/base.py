@@ -149,6 +149,10 @@ class Store(abc.ABC):
     async def close(self) -> None:
         """Flush queued writes and disconnect."""
 
+    def fit_lease(self, lease: float) -> None:  # noqa: B027
+        """An engine's lease (seconds), told before ``open``: a store on the network finds a dead link
+        well within it, so a partitioned database is noticed within about one lease."""
+
     @abc.abstractmethod
     async def write(self, op: Op[P, T], /, *args: P.args, **kwargs: P.kwargs) -> T:
         """Run ``op(tx, *args, **kwargs)`` in the next group commit; resolves once it is durable."""

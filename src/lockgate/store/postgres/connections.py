@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 import weakref
 from typing import Any
 
@@ -55,6 +56,7 @@ class Connections(Store):
     _writing: bool  # whether a batch is using it
     _closing: bool
     _down: bool
+    _back_at: float | None = None  # monotonic time the last outage ended
     _disk_full: bool  # said once per spell of full disk
     _outages: int  # outages logged so far: a connection born before the last one is one of its casualties
     _born: weakref.WeakKeyDictionary[Any, int]
@@ -106,11 +108,15 @@ class Connections(Store):
             with contextlib.suppress(Exception):
                 await conn.close()
 
-    async def _trouble(self, exc: psycopg.OperationalError | StalePlan, conn: Any = None) -> None:
+    async def _trouble(
+        self, exc: psycopg.OperationalError | StalePlan, conn: Any = None, since: float | None = None
+    ) -> None:
         """A query failed for want of the server: say so once per outage and drop dead connections.
 
         A connection that was open before the last outage began and fails only now (it sat
-        idle, or busy, while the others recovered) is that outage's, not a new one.
+        idle, or busy, while the others recovered) is that outage's, not a new one; so is an
+        attempt begun (``since``, monotonic) before the last outage ended, such as a wait for a
+        connection that timed out just after the server answered again.
         """
         if disk_full(exc):
             return  # said once by _full
@@ -118,6 +124,8 @@ class Connections(Store):
             log.info("PostgreSQL transient failure (will retry): %s", first_line(exc))
             return
         if self._down or (conn is not None and self._born.get(conn, self._outages) < self._outages):
+            return
+        if since is not None and self._back_at is not None and since < self._back_at:
             return
         self._down = True
         self._outages += 1
@@ -150,6 +158,7 @@ class Connections(Store):
             log.warning("PostgreSQL at %s accepts writes again", self._where)
         if self._down:
             self._down = False
+            self._back_at = time.monotonic()
             log.warning("database reachable again at %s", self._where)
 
     def _require(self) -> AsyncConnectionPool[Conn]:

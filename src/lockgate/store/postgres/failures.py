@@ -95,12 +95,31 @@ def backoff(attempt: int) -> float:
 
 
 _ATTEMPT = re.compile(r"^- host: '([^']*)', port: '([^']*)'.*?failed: (?:.*? failed: )?(.*)$")
+_ONE = re.compile(r'connection to server at "([^"]*)"(?: \([^)]*\))?, port (\d+) failed: (.*)$')
+_UNRESOLVED = "name not resolved"
+
+
+def _hosts(where: str) -> list[str]:
+    """``host:port`` of each host of the URL ``where``, in its order (libpq's default port where none is given)."""
+    netloc = urlsplit(where).netloc.rpartition("@")[2]
+    return [h if re.search(r":\d+$", h) else f"{h}:5432" for h in netloc.split(",")]
 
 
 def cannot_connect(where: str, exc: BaseException) -> StoreError:
-    """The one-line error of a failed connection; with several hosts, what each one said."""
+    """The one-line error of a failed connection; with several hosts, what each one said.
+
+    A host whose name does not resolve is left out by the driver without a word when another
+    one resolves: it is named too, so that the line names every host of the URL.
+    """
     text = str(exc)
     attempts = [m.groups() for line in text.splitlines() if (m := _ATTEMPT.match(line.strip()))]
+    if not attempts and (one := _ONE.search(first_line(exc))):
+        attempts = [one.groups()]
+    hosts = _hosts(where)
+    if len(hosts) > 1 and (attempts or text.startswith("failed to resolve host")):
+        said_by = {f"{host}:{port}": why.strip() for host, port, why in attempts}
+        split = [h.rsplit(":", 1) for h in hosts]
+        attempts = [(host, port, said_by.get(f"{host}:{port}", _UNRESOLVED)) for host, port in split]
     if len(attempts) < 2:
         return StoreError(f"cannot connect to PostgreSQL at {where}: {first_line(exc)}")
     said = "; ".join(f"{host}:{port} {why.strip()}" for host, port, why in attempts)

@@ -30,6 +30,9 @@ class Stalls(Connections):
     _committing_since: float | None  # monotonic time the commit in flight began (None: none is)
     _stalled_at: float | None  # the commit reported as stalled, by its start
     _watcher: asyncio.Task[None] | None
+    stalled_after = STALLED
+    """Seconds a commit may wait before it is reported: ``STALLED``, or an engine's lease if shorter
+    (``fit_lease``): by then the leases it renews are lapsing."""
 
     def _watch_commits(self) -> None:
         self._committing_since = self._stalled_at = None
@@ -51,7 +54,7 @@ class Stalls(Connections):
                     self._stalled_at = None
                 continue
             waited = time.monotonic() - since
-            if waited < STALLED:
+            if waited < self.stalled_after:
                 continue
             self._stalled_at = since
             if self.observer is not None:

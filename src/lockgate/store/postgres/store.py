@@ -31,6 +31,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import re
+import time
 import uuid
 import weakref
 from collections.abc import Callable
@@ -50,7 +51,7 @@ from .failures import RETRIES, StalePlan, backoff, discarding_stale_plans, disk_
 from .joined import Joining
 from .migrate import check, migrate
 from .notify import Wakeups
-from .stalls import Stalls
+from .stalls import STALLED, Stalls
 from .tx import Conn, PostgresTx, WriterConn, silent
 from .writer import Writer
 
@@ -70,6 +71,11 @@ _WIRE = {
     "keepalives_count": "3",
     "tcp_user_timeout": "10000",
 }
+# Of an engine's lease (fit_lease): the longest its data may wait unacknowledged. A run's lease is
+# renewed every third of it; a cut that breaks a renewal in flight is then found before the lease ends,
+# and a connection the cut left waiting is given up (and made again) within a second or two of healing.
+_UNACKNOWLEDGED = 0.5
+_FLOOR = 2.0  # seconds: a healthy peer's kernel acknowledges in milliseconds, even on a loaded host
 _SCHEMA = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
 
 
@@ -140,9 +146,9 @@ class PostgresStore(Writer, Wakeups, Joining, Stalls):
         given = {unquote(item.partition("=")[0]) for item in libpq}
         if "connect_timeout" not in given:
             libpq.append(f"connect_timeout={_CONNECT_TIMEOUT}")
-        libpq += [f"{key}={value}" for key, value in _WIRE.items() if key not in given]
         self.statement_timeout = _positive(url, "statement_timeout", mine.get("statement_timeout", "30"), integer=False)
-        self.conninfo = urlunsplit((parts.scheme, parts.netloc, parts.path, "&".join(libpq), parts.fragment))
+        self._libpq, self._given = libpq, given
+        self.conninfo = self._conninfo(_WIRE)
         self._where = redact(urlunsplit((parts.scheme, parts.netloc, parts.path, "", "")))
         self._queries = load_queries("postgres")
         self._silent = silent(self._queries)
@@ -176,6 +182,27 @@ class PostgresStore(Writer, Wakeups, Joining, Stalls):
         self._committing_since: float | None = None  # the commit in flight, watched for stalls (stalls.py)
         self._stalled_at: float | None = None
         self._watcher: asyncio.Task[None] | None = None
+
+    def _conninfo(self, wire: dict[str, str]) -> str:
+        """libpq's URL: the caller's options, and ``wire``'s where the URL sets none of its own."""
+        parts = urlsplit(self.url)
+        libpq = self._libpq + [f"{key}={value}" for key, value in wire.items() if key not in self._given]
+        return urlunsplit((parts.scheme, parts.netloc, parts.path, "&".join(libpq), parts.fragment))
+
+    def fit_lease(self, lease: float) -> None:
+        """Find a dead link within about half of ``lease`` (10 s at most), not after the defaults' 10-11 s.
+
+        Half the lease of unacknowledged data (2 s at least) breaks a query or a commit on a cut
+        link, and keepalives at a third of it (1 s at least) an idle connection; the URL's own
+        settings are kept. Connections opened from now on use them. A commit that waits longer
+        than the lease is reported then (``stalls.py``), not after 10 s.
+        """
+        unacked = min(10.0, max(_FLOOR, lease * _UNACKNOWLEDGED))
+        idle = min(5, max(1, round(lease / 3)))
+        wire = {**_WIRE, "tcp_user_timeout": str(round(unacked * 1000)), "keepalives_idle": str(idle)}
+        wire["keepalives_interval"] = str(min(2, max(1, round(lease / 10))))
+        self.conninfo = self._conninfo(wire)
+        self.stalled_after = min(STALLED, lease)
 
     # -- lifecycle ----------------------------------------------------------------------
 
@@ -234,7 +261,7 @@ class PostgresStore(Writer, Wakeups, Joining, Stalls):
     async def read(self, op: Op[P, T], /, *args: P.args, **kwargs: P.kwargs) -> T:
         pool = self._require()
         for attempt in range(RETRIES + 1):
-            conn = None
+            conn, since = None, time.monotonic()
             try:
                 async with pool.connection() as conn, discarding_stale_plans(conn):
                     value = await op(PostgresTx(conn, self._queries), *args, **kwargs)
@@ -242,7 +269,7 @@ class PostgresStore(Writer, Wakeups, Joining, Stalls):
                 if disk_full(exc):  # a read spilling to disk: no retry mends it
                     self._failed("read")
                     raise self._full(exc) from exc
-                await self._trouble(exc, conn)
+                await self._trouble(exc, conn, since)
                 if attempt == RETRIES:
                     self._failed("read")
                     raise StoreError(f"PostgreSQL at {self._where} is unreachable: {first_line(exc)}") from exc

@@ -149,7 +149,7 @@ class Writer(Batches):
     async def _commit(self, batch: list[tuple[Call, asyncio.Future[Any] | None]]) -> None:
         """Run ``batch`` in one transaction and settle each future with its op's outcome."""
         for attempt in range(RETRIES + 1):
-            state = Attempt()
+            state, since = Attempt(), time.monotonic()
             try:
                 outcomes = await self._run_batch(batch, state)
             except (psycopg.OperationalError, StalePlan) as exc:
@@ -157,7 +157,7 @@ class Writer(Batches):
                     self._failed("commit")
                     fail(batch, self._full(exc))
                     return
-                await self._trouble(exc, state.conn)
+                await self._trouble(exc, state.conn, since)
                 if state.committing:
                     committed = await self._committed(state)
                     if committed is None:
