@@ -40,6 +40,15 @@ def _params() -> dict[str, dict[str, Any]]:
     one = json.dumps([HIT])
     return {
         "wake_event_waiters": {"keys": keys, "now": 1.0},
+        "claim_woken_waiters": {
+            "keys": keys,
+            "now": 1.0,
+            "owner": "w1",
+            "lease_until": 30.0,
+            "limit": 4,
+            "claim_keys": json.dumps(["ew.ship\x1f"]),
+            "patches": "{}",
+        },
         "event_candidates": {
             "keys": one,
             "run_id": "r1",

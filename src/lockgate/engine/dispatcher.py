@@ -46,6 +46,7 @@ from .executor import Execution
 from .identity import ScopeResolver
 from .lease_watch import LAPSING, LeaseWatch
 from .leases import Outages, Wakeup, backoff, hand_back, release_dead_local_workers, report_released
+from .publish_claims import PublishClaims
 from .shutdown import Drained, drain
 
 __all__ = ["Dispatcher", "Shutdown"]
@@ -54,8 +55,9 @@ log = logging.getLogger("lockgate.engine")
 runs_log = logging.getLogger("lockgate.runs")  # one line as a run starts and as it ends here (lockgate serve)
 
 
-class Dispatcher:
-    """Claims and executes runs for one worker process over ``core`` (which it serves)."""
+class Dispatcher(PublishClaims):
+    """Claims and executes runs for one worker process over ``core`` (which it serves); the runs a publish
+    made here wakes are claimed in its transaction (``publish_claims.py``)."""
 
     @property
     def runtime(self) -> Runtime:
@@ -106,7 +108,6 @@ class Dispatcher:
         self.watch = LeaseWatch(self.clock, lease, lambda: self.executions)  # stops what it cannot renew in time
         self._background: set[asyncio.Future[Any]] = set()
         self._wake = Wakeup()
-        core.published.listen(self._wake.set)  # a publish here may have made runs waiting for it due
         self._tasks: list[asyncio.Task[Any]] = []
         self._running = False
         self._outages = Outages()
@@ -317,7 +318,9 @@ class Dispatcher:
                 self._reserved -= 1
 
     def published(self) -> None:
-        """A body here published a domain event: the event sweeps of this process tick at once."""
+        """A body here published a domain event: the event sweeps of this process tick at once, and the
+        dispatcher claims the runs waiting for it that it woke (a publish through ``Client`` hands them over)."""
+        self._wake.set()
         self.core.published()
 
     def new_run_row(

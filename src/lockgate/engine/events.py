@@ -7,7 +7,7 @@ and ``"*"``) in one transaction; the fan-out sweep (``sweeps/events.py``) starts
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Protocol
 
 from ..app import App
 from ..clock import Clock
@@ -17,8 +17,23 @@ from ..ids import new_id
 from ..matching import leaf_keys
 from ..store import Store
 from ..store import events as event_ops
+from ..store.base import Row
+from ..store.event_waits import Claim
 
-__all__ = ["declared_event", "event_rows", "publish", "run_event_rows"]
+__all__ = ["Claimer", "declared_event", "event_rows", "publish", "run_event_rows"]
+
+
+class Claimer(Protocol):
+    """A process that executes runs (the dispatcher): the waiting runs a publish made there wakes are claimed
+    in the publish's transaction and executed there at once, not left for a claim of their own."""
+
+    def publish_claim(self) -> Claim | None:
+        """Room reserved for the runs a publish wakes (``None``: none); ``after_publish`` releases it."""
+        ...
+
+    def after_publish(self, claim: Claim | None, claimed: list[Row], woken: int) -> None:
+        """The publish ended: execute the runs it ``claimed``; ``woken`` others became due."""
+        ...
 
 
 def declared_event(app: App, event: EventDef | str) -> EventDef:
@@ -99,11 +114,13 @@ async def publish(
     subject: Subject | None = None,
     conn: Any = None,
     event_id: str | None = None,
+    local: Claimer | None = None,
 ) -> str:
     """Validate, then write the event with its pending deliveries in one transaction; the event id.
 
     ``conn``: the caller's open transaction to write them in (``Store.join``) instead of a group commit;
-    ``event_id``: the id to publish under (a webhook's delivery id makes a provider's retry the same event).
+    ``event_id``: the id to publish under (a webhook's delivery id makes a provider's retry the same event);
+    ``local``: this process's dispatcher, which executes at once the waiting runs the publish wakes.
     """
     declared = declared_event(app, event)
     key_json, data_json = declared.validate(key, payload)  # PayloadError: nothing written
@@ -113,7 +130,13 @@ async def publish(
     )
     keys = leaf_keys(declared.name, data_json)  # what runs waiting for it find it by (matching.py)
     if conn is None:
-        await store.write(event_ops.publish, row, deliveries, keys)
+        claim = None if local is None else local.publish_claim()
+        claimed: tuple[list[Row], int] = ([], 0)
+        try:
+            claimed = await store.write(event_ops.publish, row, deliveries, keys, claim)
+        finally:
+            if local is not None:
+                local.after_publish(claim, *claimed)
     else:
         async with store.join(conn) as joined:
             await event_ops.publish(joined.tx, row, deliveries, keys)

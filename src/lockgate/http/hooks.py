@@ -81,7 +81,15 @@ async def _receive(client: Client, hook: WebhookDef, secret: bytes, request: Req
         return problem_response(422, "TransformFailed", f"transform raised {type(exc).__name__}", instance=path)
     try:
         published = await domain_events.publish(
-            client.app, client.store, client.clock, hook.event, None, data, source=hook.source, event_id=event_id
+            client.app,
+            client.store,
+            client.clock,
+            hook.event,
+            None,
+            data,
+            source=hook.source,
+            event_id=event_id,
+            local=client.core.local,
         )
     except PayloadError as exc:
         errors = [

@@ -42,6 +42,34 @@ UPDATE lockgate_runs SET wake_at = %(now)s, updated_at = %(now)s
 WHERE id = ANY (ARRAY(SELECT id FROM parked))
 RETURNING id;
 
+-- name: claim_woken_waiters
+-- A publish made by a process that executes runs, before wake_event_waiters: of the parked runs waiting under
+-- the event's keys, up to %(limit)s that this worker takes (claim_runs' filter) are claimed for it, as
+-- claim_runs would claim them. Every such run is locked here, in id order, as the wake locks them: the wake
+-- then waits for no row, and two publishes never lock the same runs in two orders. A run claimed here is
+-- no longer parked: the wake leaves it (and no other process is told of it).
+WITH parked AS MATERIALIZED (
+    SELECT r.id, r.mine FROM (
+        SELECT DISTINCT w.run_id FROM jsonb_array_elements_text(%(keys)s::jsonb) j(k)
+        CROSS JOIN LATERAL (SELECT run_id FROM lockgate_event_waits WHERE key = j.k OFFSET 0) w
+        ORDER BY w.run_id
+    ) w
+    CROSS JOIN LATERAL (
+        SELECT id,
+            workflow || chr(31) || COALESCE(version, '') IN (SELECT jsonb_array_elements_text(%(claim_keys)s::jsonb))
+            AND (patches = '[]' OR patches::jsonb <@ (%(patches)s::jsonb -> workflow)) AS mine
+        FROM lockgate_runs
+        WHERE id = w.run_id AND status = 'running' AND owner IS NULL AND (wake_at IS NULL OR wake_at > %(now)s)
+        FOR UPDATE
+    ) r
+)
+UPDATE lockgate_runs
+SET owner = %(owner)s, epoch = epoch + 1, lease_until = %(lease_until)s,
+    reclaim_count = CASE WHEN entered_at IS NOT NULL THEN reclaim_count + 1 ELSE 0 END,
+    entered_at = %(now)s, entries = entries + 1, wake_at = %(now)s, updated_at = %(now)s
+WHERE id = ANY (ARRAY(SELECT id FROM parked WHERE mine ORDER BY id LIMIT %(limit)s))
+RETURNING *;
+
 -- name: delete_step_waits
 DELETE FROM lockgate_event_waits WHERE run_id = %(run_id)s AND step_key = %(step_key)s;
 
