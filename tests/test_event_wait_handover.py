@@ -14,6 +14,7 @@ import lockgate as lg
 from lockgate.engine.publish_claims import PUBLISH_CLAIMS
 from lockgate.ids import new_id
 from lockgate.matching import leaf_keys
+from lockgate.store import event_waits as store_waits
 from lockgate.store import events as event_ops
 from lockgate.store import runs
 from lockgate.store.event_waits import Claim
@@ -82,6 +83,28 @@ async def test_an_engine_executes_the_runs_its_publish_wakes_each_once(make_engi
         second = await engine.publish(order_shipped, None, {"order_id": "o-h", "carrier": "b"})
         for h in handles:
             assert await engine.result(h.run_id, timeout=15) == [[first, "a"], [second, "b"]]
+
+
+async def test_the_publish_consumes_the_event_for_an_equality_wait_and_leaves_a_callable_to_the_run(
+    make_engine: Any, store_url: str
+) -> None:
+    async with make_engine(app, encryption_keys=[KEY]) as engine:
+        ship = await engine.start("ew.ship", {"order_id": "o-eq"})
+        either = await engine.start("ew.either", {"order_id": "o-cb"})
+        await parked_on(engine, ship.run_id, "event:order.shipped")
+        await parked_on(engine, either.run_id, "event:order.shipped|order.cancelled")
+        shipped = await engine.publish(order_shipped, None, {"order_id": "o-eq", "carrier": "dhl"})
+        assert await engine.result(ship.run_id, timeout=10) == [[shipped, "dhl"]]
+        other = await engine.publish(order_shipped, None, {"order_id": "o-cb", "carrier": "ups"})
+        assert await engine.result(either.run_id, timeout=10) == ["order.shipped", other]
+        for h, eid in ((ship, shipped), (either, other)):
+            received = [e.data for e in await engine.events(h.run_id) if e.type == "event-received"]
+            assert [d["event_id"] for d in received] == [eid]  # journaled once, by the publish or by the run
+            [step] = [s for s in await engine.steps(h.run_id) if s.kind == "event"]
+            assert step.status == "completed"
+    async with lg.Client(app, store_url, encryption_keys=[KEY]) as client:
+        for h in (ship, either):
+            assert await client.store.read(store_waits.run_waits, h.run_id) == []  # no wait left behind
 
 
 async def _consumed_once(engine: lg.Engine, run_ids: list[str]) -> bool:

@@ -449,7 +449,7 @@ class Dispatcher(PublishClaims):
                 failures = 0
                 self.store_recovered()
 
-    def launch(self, row: Row) -> None:
+    def launch(self, row: Row, journal: list[Row] | None = None) -> None:
         """Execute the claimed run ``row`` in a task of its own (unless it executes here under that very hold)."""
         if self.epochs.get(row["id"]) == int(row["epoch"]):  # a claim a failover lost, made again: it goes on
             self.watch.held(row["id"], row["lease_until"])
@@ -457,7 +457,7 @@ class Dispatcher(PublishClaims):
         self.inflight.add(row["id"])
         self.epochs[row["id"]] = int(row["epoch"])
         self.watch.held(row["id"], row["lease_until"])
-        execution_task = asyncio.create_task(self._execute(row), name=f"lockgate-run-{row['id']}")
+        execution_task = asyncio.create_task(self._execute(row, journal), name=f"lockgate-run-{row['id']}")
         execution_task.add_done_callback(self._slot_freed)
 
     def _slot_freed(self, _task: asyncio.Task[None]) -> None:
@@ -465,7 +465,7 @@ class Dispatcher(PublishClaims):
             self._full = False
             self._wake.set()
 
-    async def _execute(self, row: Row) -> None:
+    async def _execute(self, row: Row, journal: list[Row] | None) -> None:
         run_id = row["id"]
         try:
             defn = self.app.get(row["workflow"])
@@ -479,7 +479,8 @@ class Dispatcher(PublishClaims):
                 await self.store.write(runs.release_run, fence, self.clock.now() + self.lease)
                 return
             # Only the run's own held entries write its journal: on its first entry there is none to read.
-            journal = [] if int(row["entries"]) <= 1 else await self.store.read(store_journal.load_journal, run_id)
+            if journal is None:
+                journal = [] if int(row["entries"]) <= 1 else await self.store.read(store_journal.load_journal, run_id)
             execution = Execution(self, defn, row, journal)
             self.executions[run_id] = execution
             if int(row["entries"]) <= 1:

@@ -29,6 +29,7 @@ from ..store import events as event_ops
 from ..store.base import Row, Tx
 from . import events as domain_events
 from .durable import Running, Wait
+from .publish_claims import kept_event
 
 __all__ = ["EventWait", "recorded_event", "wait_for_event"]
 
@@ -176,8 +177,7 @@ def _decoded(declared: EventDef | None, row: Row, keyring: Keyring | None) -> Ev
 
 def _output(x: Running, key: str, row: Row) -> str:
     """What the journal keeps of the event ``row`` a wait consumed (sealed when the run is encrypted)."""
-    kept = {k: row[k] for k in ("id", "name", "key", "data", "source", "trace_id", "subject", "occurred_at")}
-    text = json.dumps(kept)
+    text = kept_event(row)
     return text if x.sealer is None else x.sealer.seal(key, "output", text)
 
 

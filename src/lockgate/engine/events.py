@@ -17,8 +17,9 @@ from ..ids import new_id
 from ..matching import leaf_keys
 from ..store import Store
 from ..store import events as event_ops
-from ..store.base import Row
+from ..store.base import Tx
 from ..store.event_waits import Claim
+from .publish_claims import Handed, settle_handed
 
 __all__ = ["Claimer", "declared_event", "event_rows", "publish", "run_event_rows"]
 
@@ -31,7 +32,7 @@ class Claimer(Protocol):
         """Room reserved for the runs a publish wakes (``None``: none); ``after_publish`` releases it."""
         ...
 
-    def after_publish(self, claim: Claim | None, claimed: list[Row], woken: int) -> None:
+    def after_publish(self, claim: Claim | None, claimed: list[Handed], woken: int) -> None:
         """The publish ended: execute the runs it ``claimed``; ``woken`` others became due."""
         ...
 
@@ -131,13 +132,23 @@ async def publish(
     keys = leaf_keys(declared.name, data_json)  # what runs waiting for it find it by (matching.py)
     if conn is None:
         claim = None if local is None else local.publish_claim()
-        claimed: tuple[list[Row], int] = ([], 0)
+        handed: tuple[list[Handed], int] = ([], 0)
         try:
-            claimed = await store.write(event_ops.publish, row, deliveries, keys, claim)
+            handed = await store.write(_publish_handing, app, row, deliveries, keys, claim)
         finally:
             if local is not None:
-                local.after_publish(claim, *claimed)
+                local.after_publish(claim, *handed)
     else:
         async with store.join(conn) as joined:
             await event_ops.publish(joined.tx, row, deliveries, keys)
     return str(row["id"])
+
+
+async def _publish_handing(
+    tx: Tx, app: App, row: dict[str, Any], deliveries: list[dict[str, Any]], keys: list[str], claim: Claim | None
+) -> tuple[list[Handed], int]:
+    """``store/events.publish``, and the event consumed for the waits of the runs ``claim`` claimed when
+    that can be told here (``publish_claims.settle_handed``): those runs with their journals, the others woken."""
+    claimed, woken = await event_ops.publish(tx, row, deliveries, keys, claim)
+    now = float(row["occurred_at"])
+    return [(run, await settle_handed(tx, app, run, row, now)) for run in claimed], woken
