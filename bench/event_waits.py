@@ -122,7 +122,9 @@ async def case_wait_cross(url: str, waiters: int, resumes: int, poll: float) -> 
     os.environ.setdefault(SECRET_ENV, SECRET)
     async with lg.Client(app, url) as client:
         run_ids = await _start_waiters(client, waiters)
-        env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "src")])}
+        # the worker runs the lockgate this process imported (a base tree's when comparing), not this tree's
+        lockgate_src = Path(lg.__file__).resolve().parents[1]
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(lockgate_src)])}
         cmd = [sys.executable, "-m", "bench.event_waits", "--worker", url, "--poll", str(poll)]
         worker = subprocess.Popen(cmd, cwd=ROOT, env=env)
         try:
