@@ -127,3 +127,20 @@ async def test_the_room_a_publish_reserves_counts_against_max_concurrent_runs(ma
         again = dispatcher.publish_claim()
         assert again is not None and again.limit == min(2, PUBLISH_CLAIMS)  # given back
         dispatcher.after_publish(again, [], 0)
+
+
+async def test_a_claim_makes_the_look_of_a_run_another_process_woke(make_engine: Any, store_url: str) -> None:
+    """Published by a client (no engine of its own): the dispatcher that claims the woken run consumes the
+    oldest matching event for it in the claim, in publish order across two waits."""
+    async with (
+        make_engine(app, encryption_keys=[KEY]) as engine,
+        lg.Client(app, store_url, encryption_keys=[KEY]) as client,
+    ):
+        twice = await engine.start("ew.ship", {"order_id": "o-x", "waits": 2})
+        await parked_on(engine, twice.run_id, "event:order.shipped")
+        first = await client.publish(order_shipped, None, {"order_id": "o-x", "carrier": "a"})
+        second = await client.publish(order_shipped, None, {"order_id": "o-x", "carrier": "b"})
+        assert await engine.result(twice.run_id, timeout=10) == [[first, "a"], [second, "b"]]
+        received = [e.data["event_id"] for e in await engine.events(twice.run_id) if e.type == "event-received"]
+        assert received == [first, second]
+        assert await client.store.read(store_waits.run_waits, twice.run_id) == []

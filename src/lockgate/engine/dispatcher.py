@@ -46,7 +46,7 @@ from .executor import Execution
 from .identity import ScopeResolver
 from .lease_watch import LAPSING, LeaseWatch
 from .leases import Outages, Wakeup, backoff, hand_back, release_dead_local_workers, report_released
-from .publish_claims import PublishClaims
+from .publish_claims import PublishClaims, claim_handing
 from .shutdown import Drained, drain
 
 __all__ = ["Dispatcher", "Shutdown"]
@@ -426,12 +426,11 @@ class Dispatcher(PublishClaims):
                 if free > 0:
                     # Claim at once: an empty claim costs what the read that would precede it costs.
                     now = self.clock.now()
-                    claimed = await self.store.write(
-                        runs.claim_runs, self.worker_id, now, now + self.lease, free, keys, patches
-                    )
-                    for row in claimed:
-                        self.launch(row)
-                    self._pressed = len(claimed) == free and any(r["waiting_on"] != "flow" for r in claimed)
+                    claim = (self.app, self.keyring, self.worker_id, now, now + self.lease, free, keys, patches)
+                    claimed = await self.store.write(claim_handing, *claim)  # an event's waiters looked for too
+                    for row, journal in claimed:
+                        self.launch(row, journal)
+                    self._pressed = len(claimed) == free and any(r["waiting_on"] != "flow" for r, _ in claimed)
                     if len(claimed) == free:
                         continue  # there may be more; the next turn waits for a free slot
                     due = await self.store.read(runs.next_wake, self.worker_id)

@@ -11,6 +11,7 @@ from typing import Any, Protocol
 
 from ..app import App
 from ..clock import Clock
+from ..crypto import Keyring
 from ..errors import InvalidArgument
 from ..events import WILDCARD, EventDef, Subject
 from ..ids import new_id
@@ -27,6 +28,8 @@ __all__ = ["Claimer", "declared_event", "event_rows", "publish", "run_event_rows
 class Claimer(Protocol):
     """A process that executes runs (the dispatcher): the waiting runs a publish made there wakes are claimed
     in the publish's transaction and executed there at once, not left for a claim of their own."""
+
+    keyring: Keyring  # opens the data of an event an encrypted run published, to be matched
 
     def publish_claim(self) -> Claim | None:
         """Room reserved for the runs a publish wakes (``None``: none); ``after_publish`` releases it."""
@@ -134,7 +137,8 @@ async def publish(
         claim = None if local is None else local.publish_claim()
         handed: tuple[list[Handed], int] = ([], 0)
         try:
-            handed = await store.write(_publish_handing, app, row, deliveries, keys, claim)
+            keyring = None if local is None else local.keyring
+            handed = await store.write(_publish_handing, app, keyring, row, deliveries, keys, claim)
         finally:
             if local is not None:
                 local.after_publish(claim, *handed)
@@ -145,10 +149,16 @@ async def publish(
 
 
 async def _publish_handing(
-    tx: Tx, app: App, row: dict[str, Any], deliveries: list[dict[str, Any]], keys: list[str], claim: Claim | None
+    tx: Tx,
+    app: App,
+    keyring: Keyring | None,
+    row: dict[str, Any],
+    deliveries: list[dict[str, Any]],
+    keys: list[str],
+    claim: Claim | None,
 ) -> tuple[list[Handed], int]:
-    """``store/events.publish``, and the event consumed for the waits of the runs ``claim`` claimed when
-    that can be told here (``publish_claims.settle_handed``): those runs with their journals, the others woken."""
+    """``store/events.publish``, and the look of each run ``claim`` claimed made for it when that can be
+    told here (``publish_claims.settle_handed``): those runs with their journals, and how many others woke."""
     claimed, woken = await event_ops.publish(tx, row, deliveries, keys, claim)
     now = float(row["occurred_at"])
-    return [(run, await settle_handed(tx, app, run, row, now)) for run in claimed], woken
+    return [(run, await settle_handed(tx, app, keyring, run, now)) for run in claimed], woken

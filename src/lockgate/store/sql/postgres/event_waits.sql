@@ -97,7 +97,7 @@ ON CONFLICT DO NOTHING
 RETURNING event_id;
 
 -- name: run_event_waits
-SELECT step_key, name, match, since, created_at FROM lockgate_event_waits WHERE run_id = %(run_id)s
+SELECT step_key, key, name, match, since, created_at FROM lockgate_event_waits WHERE run_id = %(run_id)s
 ORDER BY step_key, name;
 
 -- name: waiting_per_event
