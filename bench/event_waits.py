@@ -2,7 +2,8 @@
 
 (d) in-process: ``--waiters`` runs park in ``ctx.wait_for_event`` on distinct keys in an ``Engine``
     here; then ``--resumes`` publishes, one after the other, each timed until its run's body goes on
-    past the wait: p50/p99 ms.
+    past the wait: p50/p99 ms. Each publish waits (untimed) for the previous run's end to commit, as
+    the cross-process case spaces its publishes: a latency, not a queue behind the last run's commit.
 (e) cross-process: the same, with the runs executed by a worker subprocess (``python -m
     bench.event_waits --worker URL``) and the publishes made by a ``Client`` here; each run returns
     the monotonic time it resumed at (one clock for every process of the machine).
@@ -104,7 +105,7 @@ async def case_wait_local(url: str, waiters: int, resumes: int, poll: float) -> 
     os.environ.setdefault(SECRET_ENV, SECRET)
     out = []
     async with lg.Engine(app, url, poll_interval=poll, max_concurrent_runs=500) as engine:
-        await _start_waiters(engine.client, waiters)
+        run_ids = await _start_waiters(engine.client, waiters)
         await _parked(engine.client, waiters)
         for i in _picks(waiters, resumes):
             key = f"o{i}"
@@ -113,6 +114,7 @@ async def case_wait_local(url: str, waiters: int, resumes: int, poll: float) -> 
             while key not in resumed:
                 await asyncio.sleep(0.0005)
             out.append((resumed[key] - start) * 1000)
+            await engine.result(run_ids[i], timeout=60)  # its end committed: the next publish does not queue behind it
     return out
 
 
@@ -122,7 +124,9 @@ async def case_wait_cross(url: str, waiters: int, resumes: int, poll: float) -> 
     os.environ.setdefault(SECRET_ENV, SECRET)
     async with lg.Client(app, url) as client:
         run_ids = await _start_waiters(client, waiters)
-        env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "src")])}
+        # the worker runs the lockgate this process imported (a base tree's when comparing), not this tree's
+        lockgate_src = Path(lg.__file__).resolve().parents[1]
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(lockgate_src)])}
         cmd = [sys.executable, "-m", "bench.event_waits", "--worker", url, "--poll", str(poll)]
         worker = subprocess.Popen(cmd, cwd=ROOT, env=env)
         try:

@@ -75,10 +75,12 @@ async def main() -> None:
     async with lg.Client(app, "sqlite:///webhooks.db") as client:
         transport = httpx.ASGITransport(app=create_app(client))
         async with httpx.AsyncClient(transport=transport, base_url="http://lockgate") as http:
-            payment = {"type": "payment_intent.succeeded", "data": {"object": {"id": "pi_1", "amount": 1200}}}
-            body = json.dumps(payment).encode()
+            intent = {"object": {"id": "pi_1", "amount": 1200}}
+            body = json.dumps({"id": "evt_1", "type": "payment_intent.succeeded", "data": intent}).encode()
             paid = await http.post("/hooks/stripe", content=body, headers=stripe_signed(body))
             assert paid.status_code == 200, paid.text
+            resent = await http.post("/hooks/stripe", content=body, headers=stripe_signed(body))  # Stripe retries
+            assert resent.json() == {"event_id": paid.json()["event_id"], "duplicate": True}  # by the body's id
 
             push = json.dumps({"ref": "refs/heads/main", "repository": {"full_name": "acme/shop"}}).encode()
             first = await http.post("/hooks/github", content=push, headers=github_signed(push, "d-1"))

@@ -168,6 +168,43 @@ async def test_bad_input_is_a_typed_error_naming_the_field(
         assert needle in await env.engine.result(h.run_id, timeout=10)
 
 
+def test_a_match_path_onto_or_into_a_list_is_refused_naming_it() -> None:
+    """Published keys index no list's items: such an equality would never match, so it is refused."""
+    from pydantic import BaseModel
+
+    from lockgate.engine.event_waits import EventWait
+    from lockgate.errors import DefinitionError
+
+    class Line(BaseModel):
+        sku: str
+
+    class Basket(BaseModel):
+        order_id: str
+        lines: list[Line]
+        tags: list[str] | None = None
+        meta: dict[str, str] = {}
+
+    shop = lg.App("event-wait-lists")
+    changed = shop.event("basket.changed", payload=Basket)
+    for path, field in (("lines.0.sku", "lines"), ("tags", "tags")):
+        with pytest.raises(InvalidArgument) as caught:
+            EventWait.of(shop, changed, {path: "x"}, None, None)
+        text = str(caught.value)
+        assert f"match.{path}: {field} of event 'basket.changed'" in text and "callable" in text
+    assert EventWait.of(shop, changed, {"meta.k": "v", "order_id": "o"}, None, None).equalities == {
+        "meta.k": '"v"',
+        "order_id": '"o"',
+    }
+
+    @shop.workflow(name="ew.basket", cancel_on=[lg.CancelOn(event=changed, match={"lines.0.sku": "a"})])
+    async def basket(ctx: lg.Context, p: Order) -> None:
+        return None
+
+    with pytest.raises(DefinitionError) as refused:
+        shop.definitions()
+    assert "match.lines.0.sku" in str(refused.value)
+
+
 async def test_an_undeclared_event_is_refused(env_factory: Any) -> None:
     bad = lg.App("event-wait-undeclared")
 

@@ -1,4 +1,5 @@
-"""Three ``lockgate serve`` processes on PostgreSQL: 1,000 parked waits, 1,000 publishes from another process."""
+"""Three ``lockgate serve`` processes on PostgreSQL: 1,000 parked waits, 1,000 publishes from another process,
+half of them made by an engine there that claims the runs its publishes wake (and executes them)."""
 
 from __future__ import annotations
 
@@ -23,7 +24,10 @@ async def test_1000_waits_are_each_satisfied_once_across_three_workers(
     cluster: Cluster, pg_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv(KEY_ENV, KEY)  # the app declares an encrypted workflow: every process holds the key
-    async with lg.Client(app, pg_url, encryption_keys=[KEY]) as client:
+    async with (
+        lg.Client(app, pg_url, encryption_keys=[KEY]) as client,
+        lg.Engine(app, pg_url, encryption_keys=[KEY], max_concurrent_runs=50, lease="10s") as engine,
+    ):
         cluster.spawn(3, app=APP, max_runs=200, lease="10s")
         handles = await asyncio.gather(*(client.start("ew.ship", {"order_id": f"o{n}"}) for n in range(RUNS)))
         await cluster.ready()
@@ -37,7 +41,8 @@ async def test_1000_waits_are_each_satisfied_once_across_three_workers(
 
         async def publish(n: int) -> str:
             async with sem:
-                return await client.publish(order_shipped, None, {"order_id": f"o{n}", "carrier": f"c{n}"})
+                publisher = engine if n % 2 else client
+                return await publisher.publish(order_shipped, None, {"order_id": f"o{n}", "carrier": f"c{n}"})
 
         ids = await asyncio.gather(*(publish(n) for n in range(RUNS)))
 

@@ -83,10 +83,10 @@ def github_headers(body: bytes, delivery: str, secret: str = GITHUB_SECRET) -> d
     return {"X-Hub-Signature-256": f"sha256={sig}", "X-GitHub-Delivery": delivery, "Content-Type": "application/json"}
 
 
-def stripe_body(pid: str, amount: Any = 1200) -> bytes:
-    return json.dumps(
-        {"id": "evt_1", "type": "payment_intent.succeeded", "data": {"object": {"id": pid, "amount": amount}}}
-    ).encode()
+def stripe_body(pid: str, amount: Any = 1200, event_id: str | None = None) -> bytes:
+    """A Stripe event (``evt_<pid>`` unless told): its ``id`` is what a retried delivery repeats."""
+    data = {"object": {"id": pid, "amount": amount}}
+    return json.dumps({"id": event_id or f"evt_{pid}", "type": "payment_intent.succeeded", "data": data}).encode()
 
 
 async def test_signed_deliveries_publish_and_bad_ones_write_nothing(served: tuple[str, Path], store_url: str) -> None:
@@ -117,6 +117,16 @@ async def test_signed_deliveries_publish_and_bad_ones_write_nothing(served: tupl
         shaped = await http.post("/hooks/stripe", content=bad, headers=stripe_headers(bad))
         assert shaped.status_code == 422 and "amount" in shaped.text
         assert len(await client.list_events(name="payment.succeeded")) == 1
+        # Stripe sends no delivery-id header: a retry (the same event, signed anew) is told by the body's id
+        retry = await http.post("/hooks/stripe", content=body, headers=stripe_headers(body, at=int(time.time()) - 5))
+        assert retry.status_code == 200 and retry.json() == {"event_id": ok.json()["event_id"], "duplicate": True}
+        other = stripe_body("pi_1", event_id="evt_other")  # another Stripe event about the same payment
+        fresh = await http.post("/hooks/stripe", content=other, headers=stripe_headers(other))
+        assert fresh.status_code == 200 and fresh.json()["duplicate"] is False
+        anonymous = json.dumps({"type": "payment_intent.succeeded", "data": {"object": {"id": "pi_4", "amount": 1}}})
+        no_id = await http.post("/hooks/stripe", content=anonymous, headers=stripe_headers(anonymous.encode()))
+        assert no_id.status_code == 400 and "body.id" in no_id.json()["detail"]
+        assert len(await client.list_events(name="payment.succeeded")) == 2
 
         # GitHub: a retried delivery publishes once and answers with the same event id
         push = json.dumps({"ref": "refs/heads/main", "repository": {"full_name": "acme/app"}}).encode()

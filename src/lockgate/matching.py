@@ -15,6 +15,8 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import types
+import typing
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -67,17 +69,35 @@ def field_value(data: Any, path: str) -> Any:
     return value
 
 
-def _model_has(model: type[BaseModel] | None, path: str) -> bool:
-    """Whether ``path`` names a field of ``model`` (any path when the event declares no model)."""
+def _is_list(annotation: Any) -> bool:
+    """Whether a field declared as ``annotation`` holds a list (``list[...]``, a tuple, ``X | None`` of one)."""
+    origin = typing.get_origin(annotation)
+    if origin in (typing.Union, types.UnionType):
+        return any(_is_list(arg) for arg in typing.get_args(annotation))
+    kind = origin or annotation
+    return isinstance(kind, type) and issubclass(kind, (list, tuple, set, frozenset))
+
+
+def _path_problem(model: type[BaseModel] | None, path: str) -> str | None:
+    """Why ``path`` names no field of ``model`` that an equality can match (any path when it declares none):
+    ``""`` when it is not a field, else the list field it reaches.
+
+    A list's items have no path: published keys index scalar leaves outside lists only, so an
+    equality into or onto a list could never be found. It is refused, not left never to match.
+    """
+    reached: list[str] = []
     for part in path.split("."):
         if model is None:
-            return True
+            return None
         info = model.model_fields.get(part)
         if info is None:
-            return False
+            return ""
+        reached.append(part)
         nested = info.annotation
+        if _is_list(nested):
+            return ".".join(reached)
         model = nested if isinstance(nested, type) and issubclass(nested, BaseModel) else None
-    return True
+    return None
 
 
 def check_match(match: Match, models: Sequence[tuple[str, type[BaseModel] | None]], where: str) -> dict[str, str]:
@@ -95,8 +115,14 @@ def check_match(match: Match, models: Sequence[tuple[str, type[BaseModel] | None
         if not isinstance(path, str) or not path or any(not p for p in path.split(".")):
             raise InvalidArgument(f"{where}: match key {path!r} is not a field path")
         for name, model in models:
-            if not _model_has(model, path):
+            problem = _path_problem(model, path)
+            if problem == "":
                 raise InvalidArgument(f"{where}: match.{path} is not a field of event {name!r}'s data")
+            if problem is not None:
+                raise InvalidArgument(
+                    f"{where}: match.{path}: {problem} of event {name!r}'s data is a list, which an equality"
+                    " can neither compare nor reach into (match it with a callable)"
+                )
         try:
             out[path] = canonical(value)
         except Exception as exc:

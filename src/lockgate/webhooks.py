@@ -127,7 +127,8 @@ class WebhookDef:
 
     ``transform(headers, body) -> data`` maps the provider's JSON to the event's data (default:
     the body as is); ``dedupe`` names the provider's delivery-id header, so that a retried
-    delivery publishes once; ``max_body``: bytes accepted.
+    delivery publishes once (with the Stripe preset and no ``dedupe``, the body's event ``id``
+    is the delivery id: ``delivery_id``); ``max_body``: bytes accepted.
     """
 
     name: str
@@ -140,6 +141,25 @@ class WebhookDef:
     @property
     def source(self) -> str:
         return f"webhook:{self.name}"
+
+    def delivery_id(self, headers: Mapping[str, str], body: Any) -> str | None:
+        """What a provider's retry of this delivery repeats (``None``: deliveries are not deduplicated).
+
+        The ``dedupe`` header's value; with the Stripe preset and no ``dedupe``, the JSON body's
+        ``id``: Stripe sends no delivery-id header, and its retries resend the same event (``evt_…``).
+        ``ValueError`` naming what is missing (``headers``: lower-cased names).
+        """
+        if self.dedupe is not None:
+            value: Any = headers.get(self.dedupe.lower())
+            if not value:
+                raise ValueError(f"no {self.dedupe} header")
+            return str(value)
+        if self.verify.scheme != "stripe":
+            return None
+        value = body.get("id") if isinstance(body, Mapping) else None
+        if not isinstance(value, str) or not value:
+            raise ValueError("body.id: a Stripe event's id is required (it is what a retried delivery repeats)")
+        return value
 
 
 def validate_webhooks(hooks: list[WebhookDef], events: Mapping[str, EventDef]) -> dict[str, WebhookDef]:

@@ -34,6 +34,7 @@ from ..store.base import CHANGED, Row
 from ..streams import StreamChunk
 from . import tracing
 from .admissions import Admissions
+from .events import Claimer
 from .leases import ClockWatch
 from .metrics import EngineMetrics
 from .pauses import PauseCache
@@ -45,7 +46,7 @@ __all__ = ["Core", "Local", "WorkflowRef"]
 WorkflowRef = str | Callable[..., Any]
 
 
-class Local(Protocol):
+class Local(Claimer, Protocol):
     """The side of a process that executes runs, as its core calls it (the dispatcher)."""
 
     def new_run_row(

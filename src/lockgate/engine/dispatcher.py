@@ -46,6 +46,7 @@ from .executor import Execution
 from .identity import ScopeResolver
 from .lease_watch import LAPSING, LeaseWatch
 from .leases import Outages, Wakeup, backoff, hand_back, overdue, release_dead_local_workers, report_released
+from .publish_claims import PublishClaims, claim_handing
 from .shutdown import Drained, drain
 
 __all__ = ["Dispatcher", "Shutdown"]
@@ -54,8 +55,9 @@ log = logging.getLogger("lockgate.engine")
 runs_log = logging.getLogger("lockgate.runs")  # one line as a run starts and as it ends here (lockgate serve)
 
 
-class Dispatcher:
-    """Claims and executes runs for one worker process over ``core`` (which it serves)."""
+class Dispatcher(PublishClaims):
+    """Claims and executes runs for one worker process over ``core`` (which it serves); the runs a publish
+    made here wakes are claimed in its transaction (``publish_claims.py``)."""
 
     @property
     def runtime(self) -> Runtime:
@@ -106,7 +108,6 @@ class Dispatcher:
         self.watch = LeaseWatch(self.clock, lease, lambda: self.executions)  # stops what it cannot renew in time
         self._background: set[asyncio.Future[Any]] = set()
         self._wake = Wakeup()
-        core.published.listen(self._wake.set)  # a publish here may have made runs waiting for it due
         self._tasks: list[asyncio.Task[Any]] = []
         self._running = False
         self._outages = Outages()
@@ -317,7 +318,9 @@ class Dispatcher:
                 self._reserved -= 1
 
     def published(self) -> None:
-        """A body here published a domain event: the event sweeps of this process tick at once."""
+        """A body here published a domain event: the event sweeps of this process tick at once, and the
+        dispatcher claims the runs waiting for it that it woke (a publish through ``Client`` hands them over)."""
+        self._wake.set()
         self.core.published()
 
     def new_run_row(
@@ -423,12 +426,11 @@ class Dispatcher:
                 if free > 0:
                     # Claim at once: an empty claim costs what the read that would precede it costs.
                     now = self.clock.now()
-                    claimed = await self.store.write(
-                        runs.claim_runs, self.worker_id, now, now + self.lease, free, keys, patches
-                    )
-                    for row in claimed:
-                        self.launch(row)
-                    self._pressed = len(claimed) == free and any(r["waiting_on"] != "flow" for r in claimed)
+                    claim = (self.app, self.keyring, self.worker_id, now, now + self.lease, free, keys, patches)
+                    claimed = await self.store.write(claim_handing, *claim)  # an event's waiters looked for too
+                    for row, journal in claimed:
+                        self.launch(row, journal)
+                    self._pressed = len(claimed) == free and any(r["waiting_on"] != "flow" for r, _ in claimed)
                     if len(claimed) == free:
                         continue  # there may be more; the next turn waits for a free slot
                     due = await self.store.read(runs.next_wake, self.worker_id)
@@ -446,7 +448,7 @@ class Dispatcher:
                 failures = 0
                 self.store_recovered()
 
-    def launch(self, row: Row) -> None:
+    def launch(self, row: Row, journal: list[Row] | None = None) -> None:
         """Execute the claimed run ``row`` in a task of its own (unless it executes here under that very hold)."""
         if self.epochs.get(row["id"]) == int(row["epoch"]):  # a claim a failover lost, made again: it goes on
             self.watch.held(row["id"], row["lease_until"])
@@ -454,7 +456,7 @@ class Dispatcher:
         self.inflight.add(row["id"])
         self.epochs[row["id"]] = int(row["epoch"])
         self.watch.held(row["id"], row["lease_until"])
-        execution_task = asyncio.create_task(self._execute(row), name=f"lockgate-run-{row['id']}")
+        execution_task = asyncio.create_task(self._execute(row, journal), name=f"lockgate-run-{row['id']}")
         execution_task.add_done_callback(self._slot_freed)
 
     def _slot_freed(self, _task: asyncio.Task[None]) -> None:
@@ -462,7 +464,7 @@ class Dispatcher:
             self._full = False
             self._wake.set()
 
-    async def _execute(self, row: Row) -> None:
+    async def _execute(self, row: Row, journal: list[Row] | None) -> None:
         run_id = row["id"]
         try:
             defn = self.app.get(row["workflow"])
@@ -476,7 +478,8 @@ class Dispatcher:
                 await self.store.write(runs.release_run, fence, self.clock.now() + self.lease)
                 return
             # Only the run's own held entries write its journal: on its first entry there is none to read.
-            journal = [] if int(row["entries"]) <= 1 else await self.store.read(store_journal.load_journal, run_id)
+            if journal is None:
+                journal = [] if int(row["entries"]) <= 1 else await self.store.read(store_journal.load_journal, run_id)
             execution = Execution(self, defn, row, journal)
             self.executions[run_id] = execution
             if int(row["entries"]) <= 1:

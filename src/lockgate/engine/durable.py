@@ -185,6 +185,11 @@ class Running(Protocol):
         """Write a journal entry in the transaction ``before(tx)`` runs in first."""
         ...
 
+    async def record_if(self, before: Callable[[Any], Awaitable[tuple[dict[str, Any] | None, T]]]) -> T:
+        """Run ``before(tx)`` in a write: it answers ``(entry, result)``, and the entry, if any, is
+        journaled in that transaction (what to journal is known only once ``before`` has read)."""
+        ...
+
     def event(self, type_: str, data: dict[str, Any] | None = None) -> None:
         """Add a lifecycle event to the run (not waited for)."""
         ...

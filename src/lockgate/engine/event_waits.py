@@ -29,6 +29,7 @@ from ..store import events as event_ops
 from ..store.base import Row, Tx
 from . import events as domain_events
 from .durable import Running, Wait
+from .publish_claims import kept_event
 
 __all__ = ["EventWait", "recorded_event", "wait_for_event"]
 
@@ -85,27 +86,40 @@ async def wait_for_event(
     entry = x.entry(key)
     if entry is not None and entry["status"] == "completed":
         return recorded_event(host.app, entry["output"], host.keyring)
-    clock, store = x.clock, x.store
+    clock = x.clock
     async with x.busy():
         now = clock.now()
         if entry is None:
             started, due = now, None if spec.timeout is None else now + spec.timeout
-            pending = {"step_key": key, "kind": "event", "status": "pending", "due_at": due, "started_at": now}
-            await x.record({**pending, "finished_at": None})
         else:
             started = float(entry["started_at"])
             due = None if entry["due_at"] is None else float(entry["due_at"])
         since = float(x.row["created_at"]) if spec.lookback is None else started - spec.lookback
-        found = await store.read(_find, x, spec, since)
-        if found is not None:
-            return await _take(x, spec, key, found, started, due)
-        if due is not None and due <= now:
-            done = {"step_key": key, "kind": "event", "status": "completed", "output": None, "due_at": due}
+        base = {"step_key": key, "kind": "event", "due_at": due, "started_at": started}
+        pending = None if entry is not None else {**base, "status": "pending", "finished_at": None}
+        cancel_on = bool(x.host.app.get(x.row["workflow"]).cancel_on)  # else no cancel can come first
 
-            async def forget(tx: Tx) -> None:
+        async def look(tx: Tx) -> tuple[dict[str, Any] | None, _Looked]:
+            """Find the event and consume it in one transaction; else journal the timeout, or the wait begun."""
+            found = await _find(tx, x, spec, since)
+            if found is not None:
+                cancel = await _cancel_first(tx, x, found[1]) if cancel_on else None
+                if cancel is not None:
+                    return pending, _Looked(cancel=cancel)
+                await store_waits.consume(tx, x.run_id, found[1].id, key, clock.now())
+                return {**base, "status": "completed", "output": _output(x, key, found[0])}, _Looked(found[1])
+            if due is not None and due <= now:
                 await store_waits.delete_waits(tx, x.run_id, key)
+                return {**base, "status": "completed", "output": None}, _Looked(timed_out=True)
+            return pending, _Looked()
 
-            await x.record_with({**done, "started_at": started}, forget)
+        looked = await x.record_if(look)
+        if looked.cancel is not None:
+            await _cancel(x, *looked.cancel)
+        if looked.event is not None:
+            x.event("event-received", {"event": looked.event.name, "event_id": looked.event.id, "step": key})
+            return looked.event
+        if looked.timed_out:
             x.event("event-wait-timed-out", {"event": spec.label, "step": key})
             return None
     shown = (
@@ -161,26 +175,19 @@ def _decoded(declared: EventDef | None, row: Row, keyring: Keyring | None) -> Ev
         return None
 
 
-async def _take(
-    x: Running, spec: EventWait, key: str, found: tuple[Row, Event], started: float, due: float | None
-) -> Event:
-    """Consume the event ``found`` for the wait ``key`` and journal it, or stop the run if a cancel came first."""
-    row, event = found
-    if x.host.app.get(x.row["workflow"]).cancel_on:  # else nothing could have cancelled it first
-        cancel = await x.store.read(_cancel_first, x, event)
-        if cancel is not None:
-            await _cancel(x, *cancel)
-    kept = {k: row[k] for k in ("id", "name", "key", "data", "source", "trace_id", "subject", "occurred_at")}
-    text = json.dumps(kept)
-    output = text if x.sealer is None else x.sealer.seal(key, "output", text)
-    done = {"step_key": key, "kind": "event", "status": "completed", "output": output, "due_at": due}
+def _output(x: Running, key: str, row: Row) -> str:
+    """What the journal keeps of the event ``row`` a wait consumed (sealed when the run is encrypted)."""
+    text = kept_event(row)
+    return text if x.sealer is None else x.sealer.seal(key, "output", text)
 
-    async def consume(tx: Tx) -> None:
-        await store_waits.consume(tx, x.run_id, event.id, key, x.clock.now())
 
-    await x.record_with({**done, "started_at": started}, consume)
-    x.event("event-received", {"event": event.name, "event_id": event.id, "step": key})
-    return event
+@dataclass(frozen=True)
+class _Looked:
+    """What one look found: the event consumed, a cancel published first, or the timeout passed."""
+
+    event: Event | None = None
+    cancel: tuple[str, str] | None = None
+    timed_out: bool = False
 
 
 def recorded_event(app: App, output: str | None, keyring: Keyring | None) -> Event | None:

@@ -7,18 +7,37 @@ and ``"*"``) in one transaction; the fan-out sweep (``sweeps/events.py``) starts
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Protocol
 
 from ..app import App
 from ..clock import Clock
+from ..crypto import Keyring
 from ..errors import InvalidArgument
 from ..events import WILDCARD, EventDef, Subject
 from ..ids import new_id
 from ..matching import leaf_keys
 from ..store import Store
 from ..store import events as event_ops
+from ..store.base import Tx
+from ..store.event_waits import Claim
+from .publish_claims import Handed, settle_handed
 
-__all__ = ["declared_event", "event_rows", "publish", "run_event_rows"]
+__all__ = ["Claimer", "declared_event", "event_rows", "publish", "run_event_rows"]
+
+
+class Claimer(Protocol):
+    """A process that executes runs (the dispatcher): the waiting runs a publish made there wakes are claimed
+    in the publish's transaction and executed there at once, not left for a claim of their own."""
+
+    keyring: Keyring  # opens the data of an event an encrypted run published, to be matched
+
+    def publish_claim(self) -> Claim | None:
+        """Room reserved for the runs a publish wakes (``None``: none); ``after_publish`` releases it."""
+        ...
+
+    def after_publish(self, claim: Claim | None, claimed: list[Handed], woken: int) -> None:
+        """The publish ended: execute the runs it ``claimed``; ``woken`` others became due."""
+        ...
 
 
 def declared_event(app: App, event: EventDef | str) -> EventDef:
@@ -99,11 +118,13 @@ async def publish(
     subject: Subject | None = None,
     conn: Any = None,
     event_id: str | None = None,
+    local: Claimer | None = None,
 ) -> str:
     """Validate, then write the event with its pending deliveries in one transaction; the event id.
 
     ``conn``: the caller's open transaction to write them in (``Store.join``) instead of a group commit;
-    ``event_id``: the id to publish under (a webhook's delivery id makes a provider's retry the same event).
+    ``event_id``: the id to publish under (a webhook's delivery id makes a provider's retry the same event);
+    ``local``: this process's dispatcher, which executes at once the waiting runs the publish wakes.
     """
     declared = declared_event(app, event)
     key_json, data_json = declared.validate(key, payload)  # PayloadError: nothing written
@@ -113,8 +134,31 @@ async def publish(
     )
     keys = leaf_keys(declared.name, data_json)  # what runs waiting for it find it by (matching.py)
     if conn is None:
-        await store.write(event_ops.publish, row, deliveries, keys)
+        claim = None if local is None else local.publish_claim()
+        handed: tuple[list[Handed], int] = ([], 0)
+        try:
+            keyring = None if local is None else local.keyring
+            handed = await store.write(_publish_handing, app, keyring, row, deliveries, keys, claim)
+        finally:
+            if local is not None:
+                local.after_publish(claim, *handed)
     else:
         async with store.join(conn) as joined:
             await event_ops.publish(joined.tx, row, deliveries, keys)
     return str(row["id"])
+
+
+async def _publish_handing(
+    tx: Tx,
+    app: App,
+    keyring: Keyring | None,
+    row: dict[str, Any],
+    deliveries: list[dict[str, Any]],
+    keys: list[str],
+    claim: Claim | None,
+) -> tuple[list[Handed], int]:
+    """``store/events.publish``, and the look of each run ``claim`` claimed made for it when that can be
+    told here (``publish_claims.settle_handed``): those runs with their journals, and how many others woke."""
+    claimed, woken = await event_ops.publish(tx, row, deliveries, keys, claim)
+    now = float(row["occurred_at"])
+    return [(run, await settle_handed(tx, app, keyring, run, now)) for run in claimed], woken

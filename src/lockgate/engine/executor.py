@@ -425,13 +425,21 @@ class Execution(TokenOperations, Forwarding):
         self._journal[entry["step_key"]] = entry
 
     async def record_with(self, entry: dict[str, Any], before: Callable[[Any], Awaitable[T]]) -> T:
-        now = self._clock.now()
-        entry["seq"] = self._seq()  # the caller's dict: what ``before`` learns in the transaction goes in too
+        async def both(tx: Any) -> tuple[dict[str, Any], T]:
+            return entry, await before(tx)  # the caller's dict: what ``before`` learns in the transaction goes in too
+
+        return await self.record_if(both)
+
+    async def record_if(self, before: Callable[[Any], Awaitable[tuple[dict[str, Any] | None, T]]]) -> T:
+        now, seq = self._clock.now(), self._seq()  # a seq left unused (nothing journaled) is a gap: it only sorts
         touch = self._touch_due(now)
+        written: list[dict[str, Any]] = []
 
         async def write(tx: Any) -> T:
-            result = await before(tx)
-            await store_journal.record_entry(tx, self.fence, entry, now, progress=touch)
+            entry, result = await before(tx)
+            written[:] = [] if entry is None else [{**entry, "seq": seq}]  # asked again if the batch runs again
+            if written:
+                await store_journal.record_entry(tx, self.fence, written[0], now, progress=touch)
             return result
 
         try:
@@ -439,9 +447,9 @@ class Execution(TokenOperations, Forwarding):
         except shared.Fenced:
             self.stop("lease lost")
             raise
-        if touch:
-            self._progress_at = now
-        self._journal[entry["step_key"]] = entry
+        if written:
+            self._progress_at = now if touch else self._progress_at
+            self._journal[written[0]["step_key"]] = written[0]
         return result
 
     def _touch_due(self, now: float) -> bool:

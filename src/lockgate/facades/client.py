@@ -368,11 +368,8 @@ class Client(OperatorVerbs, TokenVerbs, StreamVerbs):
         subject: Subject | None = None,
         conn: Any = None,
     ) -> str:
-        """Publish a declared event (validated first; nothing written if it is refused); its id.
-
-        ``conn``: as for ``start``, the caller's open transaction the event and its
-        deliveries are written in; the triggers fire only if it commits.
-        """
+        """Publish a declared event (validated first; nothing written if refused); its id. ``conn``: as for
+        ``start``, the caller's open transaction it is written in (the triggers fire only if it commits)."""
         origin = current_origin(self.source)
         event_id = await domain_events.publish(
             self.app,
@@ -385,6 +382,7 @@ class Client(OperatorVerbs, TokenVerbs, StreamVerbs):
             trace_id=trace_id or origin.trace_id,
             subject=subject or Subject.from_json(origin.subject),
             conn=conn,
+            local=self.core.local,  # an engine here executes the waiting runs it wakes at once
         )
         if conn is None:  # else the event sweeps find it once it is committed
             self.core.published()

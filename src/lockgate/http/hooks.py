@@ -3,8 +3,8 @@
 Outside the API's bearer token (``security.py`` lets ``/hooks/`` through): each hook is
 authenticated by its own signature and secret, resolved once as the app is built, so a
 missing secret refuses the boot. A refused request writes nothing and logs one line (never
-the body, never the secret). ``dedupe`` makes the provider's delivery id the event id, so a
-retried delivery answers with the event it published the first time.
+the body, never the secret). ``dedupe`` makes the provider's delivery id the event id (a Stripe
+hook's: the body's event id), so a retried delivery answers with the event it published the first time.
 """
 
 from __future__ import annotations
@@ -66,14 +66,13 @@ async def _receive(client: Client, hook: WebhookDef, secret: bytes, request: Req
         parsed = json.loads(body)
     except ValueError as exc:
         return problem_response(400, "InvalidRequest", f"body: malformed JSON: {exc}", instance=path)
-    event_id = None
-    if hook.dedupe is not None:
-        delivery = headers.get(hook.dedupe.lower())
-        if not delivery:
-            return problem_response(400, "InvalidRequest", f"no {hook.dedupe} header", instance=path)
-        event_id = delivery_event_id(hook.name, delivery)
-        if await client.store.read(event_ops.get_event, event_id) is not None:
-            return JSONResponse({"event_id": event_id, "duplicate": True})
+    try:
+        delivery = hook.delivery_id(headers, parsed)  # the dedupe header, or a Stripe event's body id
+    except ValueError as exc:
+        return problem_response(400, "InvalidRequest", str(exc), instance=path)
+    event_id = None if delivery is None else delivery_event_id(hook.name, delivery)
+    if event_id is not None and await client.store.read(event_ops.get_event, event_id) is not None:
+        return JSONResponse({"event_id": event_id, "duplicate": True})
     try:
         data: Any = parsed if hook.transform is None else hook.transform(headers, parsed)
     except Exception as exc:  # the transform's own failure: the delivery is unusable as sent
@@ -81,7 +80,15 @@ async def _receive(client: Client, hook: WebhookDef, secret: bytes, request: Req
         return problem_response(422, "TransformFailed", f"transform raised {type(exc).__name__}", instance=path)
     try:
         published = await domain_events.publish(
-            client.app, client.store, client.clock, hook.event, None, data, source=hook.source, event_id=event_id
+            client.app,
+            client.store,
+            client.clock,
+            hook.event,
+            None,
+            data,
+            source=hook.source,
+            event_id=event_id,
+            local=client.core.local,
         )
     except PayloadError as exc:
         errors = [

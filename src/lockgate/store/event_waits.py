@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from .base import Row, Tx
 
 __all__ = [
+    "Claim",
     "candidates",
     "consume",
     "delete_waits",
@@ -27,14 +29,32 @@ __all__ = [
 ]
 
 
-async def publish_keys(tx: Tx, event_id: str, occurred_at: float, keys: Sequence[str], now: float) -> list[str]:
-    """Store a published event's keys and wake the parked runs waiting under them; the runs woken."""
-    text = json.dumps(sorted(set(keys)))
-    params = {"keys": text, "event_id": event_id, "occurred_at": occurred_at, "now": now}
-    results = await tx.execute_all(
-        [("lock_event_keys_shared", params), ("insert_event_keys", params), ("wake_event_waiters", params)]
-    )
-    return [r["id"] for r in results[2]]
+@dataclass(frozen=True)
+class Claim:
+    """Room a process that executes runs offers the runs a publish of its own wakes: up to ``limit`` of them
+    that it takes (``keys`` and ``patches``: ``routing.claim_filter``, as ``claim_runs`` asks) are claimed
+    for ``owner`` in the publish's transaction, and executed there at once."""
+
+    owner: str
+    lease_until: float
+    limit: int
+    keys: str
+    patches: str
+
+
+async def publish_keys(
+    tx: Tx, event_id: str, occurred_at: float, keys: Sequence[str], now: float, claim: Claim | None = None
+) -> tuple[list[Row], int]:
+    """Store a published event's keys, claim for ``claim`` the parked runs waiting under them that it takes
+    (up to its limit), and wake the others: ``(the runs claimed, how many others were woken)``."""
+    params: dict[str, Any] = {"keys": json.dumps(sorted(set(keys))), "event_id": event_id, "now": now}
+    params["occurred_at"] = occurred_at
+    asked = [("lock_event_keys_shared", params), ("insert_event_keys", params)]
+    if claim is not None:
+        own = {"owner": claim.owner, "lease_until": claim.lease_until, "limit": claim.limit}
+        asked.append(("claim_woken_waiters", {**params, **own, "claim_keys": claim.keys, "patches": claim.patches}))
+    results = await tx.execute_all([*asked, ("wake_event_waiters", params)])
+    return (results[2] if claim is not None else []), len(results[-1])
 
 
 async def lock_for_park(tx: Tx, keys: Sequence[str]) -> None:

@@ -37,16 +37,22 @@ __all__ = [
 
 
 async def publish(
-    tx: Tx, event: dict[str, Any], deliveries: list[dict[str, Any]], keys: Sequence[str] = ()
-) -> list[str]:
-    """Write ``event``, one pending delivery per trigger row of ``deliveries`` and its match ``keys``;
-    the parked runs waiting for it (``store/event_waits.py``), woken."""
+    tx: Tx,
+    event: dict[str, Any],
+    deliveries: list[dict[str, Any]],
+    keys: Sequence[str] = (),
+    claim: event_waits.Claim | None = None,
+) -> tuple[list[Row], int]:
+    """Write ``event``, one pending delivery per trigger row of ``deliveries`` and its match ``keys``, and
+    wake the parked runs waiting for it (``store/event_waits.py``): ``(those claimed for claim, how many
+    others were woken)``."""
     await tx.execute("insert_domain_event", event)
     for delivery in deliveries:
         await tx.execute("insert_delivery", delivery)
     if not keys:
-        return []
-    return await event_waits.publish_keys(tx, event["id"], event["occurred_at"], keys, event["occurred_at"])
+        return [], 0
+    at = event["occurred_at"]
+    return await event_waits.publish_keys(tx, event["id"], at, keys, at, claim)
 
 
 async def get_event(tx: Tx, event_id: str) -> Row | None:

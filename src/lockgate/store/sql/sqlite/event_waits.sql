@@ -21,6 +21,25 @@ WHERE id IN (SELECT w.run_id FROM json_each(:keys) j CROSS JOIN lockgate_event_w
   AND status = 'running' AND owner IS NULL AND (wake_at IS NULL OR wake_at > :now)
 RETURNING id;
 
+-- name: claim_woken_waiters
+-- A publish made by a process that executes runs, before wake_event_waiters: of the parked runs waiting under
+-- the event's keys, up to :limit that this worker takes (claim_runs' filter) are claimed for it, as
+-- claim_runs would claim them. A run claimed here is no longer parked: the wake leaves it.
+UPDATE lockgate_runs
+SET owner = :owner, epoch = epoch + 1, lease_until = :lease_until,
+    reclaim_count = CASE WHEN entered_at IS NOT NULL THEN reclaim_count + 1 ELSE 0 END,
+    entered_at = :now, entries = entries + 1, wake_at = :now, updated_at = :now
+WHERE id IN (
+    SELECT r.id FROM json_each(:keys) j CROSS JOIN lockgate_event_waits w CROSS JOIN lockgate_runs r
+    WHERE w.key = j.value AND r.id = w.run_id AND r.status = 'running' AND r.owner IS NULL
+      AND (r.wake_at IS NULL OR r.wake_at > :now)
+      AND r.workflow || char(31) || COALESCE(r.version, '') IN (SELECT value FROM json_each(:claim_keys))
+      AND (r.patches = '[]' OR NOT EXISTS (
+          SELECT 1 FROM json_each(r.patches) p
+          WHERE p.value NOT IN (SELECT pv.value FROM json_each(:patches, '$."' || r.workflow || '"') pv)))
+    ORDER BY r.id LIMIT :limit)
+RETURNING *;
+
 -- name: delete_step_waits
 DELETE FROM lockgate_event_waits WHERE run_id = :run_id AND step_key = :step_key;
 
@@ -46,7 +65,7 @@ ON CONFLICT DO NOTHING
 RETURNING event_id;
 
 -- name: run_event_waits
-SELECT step_key, name, match, since, created_at FROM lockgate_event_waits WHERE run_id = :run_id
+SELECT step_key, key, name, match, since, created_at FROM lockgate_event_waits WHERE run_id = :run_id
 ORDER BY step_key, name;
 
 -- name: waiting_per_event
