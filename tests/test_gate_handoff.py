@@ -133,7 +133,9 @@ async def test_the_claimed_row_is_the_row_stored(env_factory: Any, monkeypatch: 
         launch = e.dispatcher.launch
         successor = handles[1].ticket  # its run waits here until compared; the first run resumes as usual
         monkeypatch.setattr(
-            e.dispatcher, "launch", lambda row: held.append(row) if row["ticket"] == successor else launch(row)
+            e.dispatcher,
+            "launch",
+            lambda row, *journal: held.append(row) if row["ticket"] == successor else launch(row, *journal),
         )
         await e.signal(handles[0].run_id, "go", {})
         await eventually(lambda: held, what="a claimed successor")
