@@ -16,7 +16,17 @@ from ..history import interval_start, partition_suffix
 from ..ids import id_floor, id_millis
 from .base import Tx
 
-__all__ = ["LOCK_WAIT", "Partition", "bound_of", "make_ahead", "partitions", "retire"]
+__all__ = [
+    "LOCK_WAIT",
+    "Partition",
+    "Retired",
+    "bound_of",
+    "dated",
+    "make_ahead",
+    "partitions",
+    "per_run_before",
+    "retire",
+]
 
 LOCK_WAIT = "2s"
 """The longest a partition's creation or drop waits for the tables' locks (held for a moment once had)."""
@@ -76,12 +86,40 @@ async def make_ahead(tx: Tx, now: float, interval: float, until: float) -> list[
     return made
 
 
-async def retire(tx: Tx, part: Partition, cutoff: float) -> int:
-    """Drop ``part`` (every run it may hold was created before ``cutoff``), first moving the rows of the runs
-    retention keeps (live, ended at or after ``cutoff``, or a child whose parent is live) to the default
-    partition; how many runs were kept."""
+@dataclass(frozen=True, slots=True)
+class Retired:
+    """What retiring a partition did: the runs it forgot (with their records) and the runs it kept."""
+
+    forgotten: int
+    kept: int
+
+
+async def retire(tx: Tx, part: Partition, cutoff: float) -> Retired:
+    """Drop ``part`` (every run it may hold was created before ``cutoff``): first its interval's runs that
+    ended before ``cutoff`` go, by range of run id, with their records (messages, flow places, approval
+    tokens, stream chunks); the rows of the runs retention keeps (live, ended at or after ``cutoff``, or a
+    child whose parent is live) move to the default partition; then the partitions are dropped."""
+    lo = part.lo if part.lo is not None else id_floor("run", 0)
+    forgotten = int(await tx.scalar("history_forget_runs", {"lo": lo, "hi": part.hi, "cutoff": cutoff}) or 0)
+    await tx.execute("history_forget_records", {"lo": lo, "hi": part.hi})
     params = {"suffix": part.suffix, "lo": part.lo, "hi": part.hi, "cutoff": cutoff, "lock_wait": LOCK_WAIT}
-    return int(await tx.scalar("history_retire", params) or 0)
+    return Retired(forgotten, int(await tx.scalar("history_retire", params) or 0))
+
+
+def dated(parts: list[Partition]) -> list[Partition]:
+    """The partitions of one interval each, oldest first (not the first partition an upgrade left, nor the
+    default one)."""
+    return sorted((p for p in parts if p.lo is not None and p.hi is not None), key=lambda p: p.lo or "")
+
+
+async def per_run_before(tx: Tx, cutoff: float) -> float:
+    """Until when runs are forgotten one by one (``created_at`` before it): those created before the oldest
+    partition of one interval, whose rows sit in the first partition or the default one; a run created later
+    is forgotten with its partition (``retire``), or once the partition below it is retired."""
+    first = dated(await partitions(tx))
+    if not first or first[0].lo is None:
+        return cutoff
+    return min(cutoff, id_millis(first[0].lo) / 1000)
 
 
 def _millis(at: float) -> int:

@@ -81,16 +81,18 @@ async def forget_expired(
     pauses; and domain events and deliveries past their own retention (in an app that declares events).
     On PostgreSQL, make the history's partitions ahead and drop those past retention."""
     rt = worker.runtime
-    runs = ledger = workers = pauses = 0
+    # Partitions first: the runs a retired partition kept, or created in a gap below the next one, are
+    # forgotten one by one from then on (store/history.py per_run_before), in this same tick.
+    made, dropped, runs = await keep_partitions(worker, retention, history_partition)
+    ledger = workers = pauses = 0
     if retention is not None:
         cutoff = rt.clock.now() - retention
-        runs = await _in_batches(worker, store_retention.forget_ended_runs, cutoff)
+        runs += await _in_batches(worker, store_retention.forget_ended_runs, cutoff)
         ledger = await _in_batches(worker, store_retention.forget_ledger, cutoff)
         workers, pauses = await rt.store.write(store_retention.forget_stale, cutoff, worker.worker_id)
     events = deliveries = 0
     if rt.app.events:
         events, deliveries = await _forget_events(worker, event_retention, delivery_retention)
-    made, dropped = await keep_partitions(worker, retention, history_partition)
     forgotten = Forgotten(runs, ledger, workers, pauses, events, deliveries)
     forgotten = replace(forgotten, partitions_made=made, partitions_dropped=dropped)
     if runs or ledger or workers:
@@ -104,22 +106,30 @@ async def forget_expired(
     return forgotten
 
 
-async def keep_partitions(worker: WorkerRuntime, retention: float | None, interval: float) -> tuple[int, int]:
-    """Make the history's partitions ``AHEAD`` intervals ahead, and drop those whose runs were all created
-    before ``now - retention`` (keeping the rows of the runs retention keeps); how many were made and dropped.
+async def keep_partitions(worker: WorkerRuntime, retention: float | None, interval: float) -> tuple[int, int, int]:
+    """Make the history's partitions ``AHEAD`` intervals ahead, and retire those whose runs were all created
+    before ``now - retention``: their expired runs forgotten by range, the rows of the runs retention keeps
+    moved, the partitions dropped. How many partitions were made and dropped, and how many runs forgotten.
     Nothing on a store that does not partition (SQLite)."""
     rt = worker.runtime
     now = rt.clock.now()
     made = await rt.store.write(store_history.make_ahead, now, interval, now + AHEAD * interval)
-    dropped = 0
+    dropped = runs = 0
     if retention is not None:
         cutoff = now - retention
-        for part in await rt.store.read(store_history.partitions):
+        parts = await rt.store.read(store_history.partitions)
+        for part in sorted(parts, key=lambda p: p.ends_at or 0):  # oldest first: the runs below go one by one
             if part.ends_at is not None and part.ends_at <= cutoff:
-                kept = await rt.store.write(store_history.retire, part, cutoff)
+                retired = await rt.store.write(store_history.retire, part, cutoff)
                 dropped += 1
-                log.info("retention: dropped history partition %s (%d live run(s) kept)", part.suffix, kept)
-    return len(made), dropped
+                runs += retired.forgotten
+                log.info(
+                    "retention: dropped history partition %s, %d run(s) forgotten, %d kept",
+                    part.suffix,
+                    retired.forgotten,
+                    retired.kept,
+                )
+    return len(made), dropped, runs
 
 
 async def _forget_events(
