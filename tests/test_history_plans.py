@@ -63,7 +63,8 @@ async def _fill(url: str) -> str:
             )
             conn.execute(
                 "INSERT INTO lockgate_runs (id, workflow, identity, status, payload, created_at, updated_at,"
-                f" progress_at, finished_at) SELECT id, 'w', id, 'succeeded', '{{}}', t, t, t, t + 1"
+                " progress_at, finished_at, parent_id) SELECT id, 'w', id, 'succeeded', '{}', t, t, t, t + 1,"
+                f" CASE WHEN g % 10 = 0 THEN 'run_parent' END"
                 f" FROM (SELECT *, ({start_ms} + g) / 1000.0 AS t FROM ({ids}) i) s"
             )
             conn.execute(
@@ -141,6 +142,7 @@ def test_retiring_a_partition_reads_its_runs_and_their_records_by_range_of_id(
     with psycopg.connect(url) as conn:
         plan = "\n".join(str(r[0]) for r in conn.execute("EXPLAIN " + query, values).fetchall())
     assert "Seq Scan on lockgate_runs " not in plan and "Seq Scan on lockgate_messages " not in plan, plan
+    assert "hashed SubPlan" not in plan, plan  # a parent is looked up by its id, not among every live run
     assert re.search(r"Scan (using|on) lockgate_runs_pkey", plan), plan
     if name == "history_forget_records":
         assert re.search(r"Scan (using|on) lockgate_messages_run", plan), plan

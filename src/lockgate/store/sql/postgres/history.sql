@@ -23,7 +23,7 @@ SELECT lockgate_history_add(%(lo_ms)s::bigint, %(hi_ms)s::bigint, %(suffix)s::te
 
 -- name: history_retire
 -- Last, the rows of the runs left in the range (those retention keeps) move to the default partition and the
--- partitions are dropped.
+-- partitions are dropped (migration 0039: it keeps every run left in the range).
 SELECT lockgate_history_retire(%(suffix)s::text, %(lo)s::text, %(hi)s::text, %(cutoff)s::double precision,
     %(lock_wait)s::text) AS kept;
 
@@ -35,9 +35,10 @@ WITH gone AS (
     DELETE FROM lockgate_runs r
     WHERE r.id >= %(lo)s AND r.id < %(hi)s
       AND r.status IN ('succeeded', 'failed', 'cancelled') AND r.finished_at < %(cutoff)s
-      AND (r.parent_id IS NULL OR NOT EXISTS (
-          SELECT 1 FROM lockgate_runs p
-          WHERE p.id = r.parent_id AND p.status NOT IN ('succeeded', 'failed', 'cancelled')))
+      -- a parent's status read by its id (a correlated subquery: never a hash over every live run)
+      AND (r.parent_id IS NULL OR coalesce(
+          (SELECT p.status FROM lockgate_runs p WHERE p.id = r.parent_id), 'gone'
+      ) IN ('succeeded', 'failed', 'cancelled', 'gone'))
     RETURNING 1
 )
 SELECT count(*) AS forgotten FROM gone;
