@@ -2,8 +2,9 @@
 
 ``lockgate_journal``, ``lockgate_step_attempts`` and ``lockgate_run_events`` are partitioned alike by
 range of run id, so a run's rows sit in the partition of the interval it was created in. The retention
-sweep makes the partitions ahead (``make_ahead``) and retires those past retention (``retire``): the rows
-of the runs retention keeps move to the default partition, then the partitions are dropped. On SQLite
+sweep makes the partitions ahead (``make_ahead``) and retires those past retention (``retire``): the
+interval's expired runs are deleted by range with their records, the rows of the runs retention keeps move
+to the default partition, then the partitions are dropped. On SQLite
 nothing is partitioned: ``partitions`` is empty and nothing else is called.
 """
 

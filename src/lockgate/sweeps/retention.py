@@ -4,8 +4,10 @@ Each tick deletes in commits of ``BATCH`` rows, at most ``MAX_BATCHES`` of each 
 the writer is never held long; a backlog (the first tick over a store that kept everything)
 is worked off over the following ticks. On PostgreSQL the run history (journal, step attempts,
 events) is partitioned by time (docs/history.md): each tick also makes the partitions of the
-next intervals ahead, and drops those past retention instead of deleting their rows; there the
-sweep runs without a retention too, to make partitions ahead.
+next intervals ahead, and retires those past retention: their interval's expired runs deleted by
+range of run id, the partitions dropped instead of their rows deleted; only the runs older than
+every partition left are selected one by one. There the sweep runs without a retention too, to
+make partitions ahead.
 """
 
 from __future__ import annotations
