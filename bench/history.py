@@ -9,8 +9,8 @@ attempts, events), why (a start's trace), flow, and a ``/metrics`` scrape, ``--r
 (median). At the largest size it retires the oldest day two ways and reports runs retired per second:
 the ``DELETE`` of each run's rows retention did before partitioning (expired runs selected 500 at a
 time, on a sample of that day's runs), and the sweep's way (the day's expired runs and their records
-deleted by range of run id, the day's partitions dropped). Last, a sustained start load with each
-retention running beside it, sampling autovacuum (``pg_stat_user_tables``).
+deleted by range of run id, a slice per commit, then the day's partitions dropped). Last, a sustained
+start load with each retention running beside it, sampling autovacuum (``pg_stat_user_tables``).
 
     python -m bench.history                                  # 1M runs (100k, 1M) on the local server
     python -m bench.history --store postgresql://... --runs 2000000 --sizes 200000,2000000
@@ -36,6 +36,7 @@ from lockgate.http.metrics import StoreMetrics
 from lockgate.inspect import Inspector, RunFilter
 from lockgate.store import history, retention
 from lockgate.store.sql_files import load_queries, migrations
+from lockgate.sweeps.retention import forget_partition_runs
 
 from .report import machine, print_table, write_json
 
@@ -236,31 +237,29 @@ def old_delete(url: str, part: history.Partition, most: int) -> dict[str, Any]:
 
 
 def new_retire(url: str, part: history.Partition) -> dict[str, Any]:
-    """The sweep's retirement of the day ``part`` holds, statement by statement as ``history.retire`` runs
-    them in one transaction: its expired runs by range of id, their records, then the partitions' drop."""
-    queries = load_queries("postgres")
+    """The sweep's retirement of the day ``part`` holds, as it does it: its expired runs and their records by
+    range of run id, a slice per commit (``forget_partition_runs``), then the partitions' drop."""
     cutoff = (part.ends_at or 0) + 1
-    ranged = {"lo": part.lo or history.bound_of(0), "hi": part.hi, "cutoff": cutoff}
-    steps = [
-        ("history_forget_runs", ranged),
-        ("history_forget_records", ranged),
-        ("history_retire", {**ranged, "suffix": part.suffix, "lo": part.lo, "lock_wait": history.LOCK_WAIT}),
-    ]
-    spent = dict.fromkeys([*(name for name, _ in steps), "commit"], 0.0)
-    started = time.perf_counter()
-    with psycopg.connect(url) as conn:
-        answers = {}
-        for name, params in steps:
-            began = time.perf_counter()
-            answers[name] = conn.execute(queries[name], params).fetchone()
-            spent[name] += time.perf_counter() - began
-        began = time.perf_counter()
-        conn.commit()
-        spent["commit"] += time.perf_counter() - began
-    seconds = time.perf_counter() - started
-    runs = int(answers["history_forget_runs"][0])  # type: ignore[index]
-    history_s = spent["history_retire"]
-    return {"runs": runs, "seconds": seconds, "runs_per_s": runs / seconds, "history_s": history_s, "spent_s": spent}
+
+    async def run() -> dict[str, Any]:
+        async with lg.Client(lg.App(), url) as client:
+            store = client.core.store
+            started = time.perf_counter()
+            runs = await forget_partition_runs(store, part, cutoff, DAY_MS / 1000)
+            ranged = time.perf_counter()
+            await store.write(history.retire, part, cutoff)
+            done = time.perf_counter()
+        spent = {"forget by range (slices)": ranged - started, "history_retire": done - ranged}
+        seconds = done - started
+        return {
+            "runs": runs,
+            "seconds": seconds,
+            "runs_per_s": runs / seconds,
+            "history_s": done - ranged,
+            "spent_s": spent,
+        }
+
+    return asyncio.run(run())
 
 
 def _spent(r: dict[str, Any]) -> str:

@@ -3,8 +3,8 @@
 ``lockgate_journal``, ``lockgate_step_attempts`` and ``lockgate_run_events`` are partitioned alike by
 range of run id, so a run's rows sit in the partition of the interval it was created in. The retention
 sweep makes the partitions ahead (``make_ahead``) and retires those past retention (``retire``): the
-interval's expired runs are deleted by range with their records, the rows of the runs retention keeps move
-to the default partition, then the partitions are dropped. On SQLite
+interval's expired runs are deleted by range with their records (``forget_range``, a slice per commit), the
+rows of the runs retention keeps move to the default partition, then the partitions are dropped. On SQLite
 nothing is partitioned: ``partitions`` is empty and nothing else is called.
 """
 
@@ -20,9 +20,9 @@ from .base import Tx
 __all__ = [
     "LOCK_WAIT",
     "Partition",
-    "Retired",
     "bound_of",
     "dated",
+    "forget_range",
     "make_ahead",
     "partitions",
     "per_run_before",
@@ -87,24 +87,24 @@ async def make_ahead(tx: Tx, now: float, interval: float, until: float) -> list[
     return made
 
 
-@dataclass(frozen=True, slots=True)
-class Retired:
-    """What retiring a partition did: the runs it forgot (with their records) and the runs it kept."""
+async def forget_range(tx: Tx, lo: str | None, hi: str, cutoff: float) -> int:
+    """Delete the runs with ids in ``[lo, hi)`` (``lo`` None: from the first) that ended before ``cutoff``
+    (but a child whose parent is live), by the primary key's range, with their messages, flow places,
+    approval tokens and stream chunks (by each table's index on run_id); how many runs. What retires a
+    partition first, a slice of its range per commit, so that none holds the writer long."""
+    lo = lo if lo is not None else id_floor("run", 0)
+    forgotten = int(await tx.scalar("history_forget_runs", {"lo": lo, "hi": hi, "cutoff": cutoff}) or 0)
+    await tx.execute("history_forget_records", {"lo": lo, "hi": hi})
+    return forgotten
 
-    forgotten: int
-    kept: int
 
-
-async def retire(tx: Tx, part: Partition, cutoff: float) -> Retired:
-    """Drop ``part`` (every run it may hold was created before ``cutoff``): first its interval's runs that
-    ended before ``cutoff`` go, by range of run id, with their records (messages, flow places, approval
-    tokens, stream chunks); the rows of the runs retention keeps (live, ended at or after ``cutoff``, or a
-    child whose parent is live) move to the default partition; then the partitions are dropped."""
-    lo = part.lo if part.lo is not None else id_floor("run", 0)
-    forgotten = int(await tx.scalar("history_forget_runs", {"lo": lo, "hi": part.hi, "cutoff": cutoff}) or 0)
-    await tx.execute("history_forget_records", {"lo": lo, "hi": part.hi})
+async def retire(tx: Tx, part: Partition, cutoff: float) -> int:
+    """Drop ``part`` (every run it may hold was created before ``cutoff``, and those retention no longer keeps
+    were forgotten: ``forget_range``): the rows of the runs left in its range (live, ended at or after
+    ``cutoff``, a child whose parent is live, or ended since) move to the default partition, then the
+    partitions are dropped; how many runs were kept."""
     params = {"suffix": part.suffix, "lo": part.lo, "hi": part.hi, "cutoff": cutoff, "lock_wait": LOCK_WAIT}
-    return Retired(forgotten, int(await tx.scalar("history_retire", params) or 0))
+    return int(await tx.scalar("history_retire", params) or 0)
 
 
 def dated(parts: list[Partition]) -> list[Partition]:

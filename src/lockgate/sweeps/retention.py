@@ -18,12 +18,24 @@ from functools import partial
 
 from ..durations import format_seconds
 from ..gate.runtime import WorkerRuntime
+from ..ids import id_millis
 from ..store import events as store_events
 from ..store import history as store_history
 from ..store import retention as store_retention
+from ..store.base import Store
 from .base import Sweep, SweepSettings
 
-__all__ = ["AHEAD", "BATCH", "MAX_BATCHES", "Forgotten", "forget_expired", "keep_partitions", "retention_sweep"]
+__all__ = [
+    "AHEAD",
+    "BATCH",
+    "MAX_BATCHES",
+    "SLICE",
+    "Forgotten",
+    "forget_expired",
+    "forget_partition_runs",
+    "keep_partitions",
+    "retention_sweep",
+]
 
 log = logging.getLogger("lockgate.sweeps")
 
@@ -31,6 +43,8 @@ BATCH = 500
 MAX_BATCHES = 20
 AHEAD = 2
 """Partitions of the run history are made this many intervals ahead of the clock."""
+SLICE = 10_000
+"""About how many runs of a retired partition one commit forgets."""
 UPKEEP = 600.0
 """Seconds between ticks that only make partitions ahead (PostgreSQL without a retention)."""
 
@@ -122,16 +136,40 @@ async def keep_partitions(worker: WorkerRuntime, retention: float | None, interv
         parts = await rt.store.read(store_history.partitions)
         for part in sorted(parts, key=lambda p: p.ends_at or 0):  # oldest first: the runs below go one by one
             if part.ends_at is not None and part.ends_at <= cutoff:
-                retired = await rt.store.write(store_history.retire, part, cutoff)
+                forgotten = await forget_partition_runs(rt.store, part, cutoff, interval)
+                kept = await rt.store.write(store_history.retire, part, cutoff)
                 dropped += 1
-                runs += retired.forgotten
+                runs += forgotten
                 log.info(
                     "retention: dropped history partition %s, %d run(s) forgotten, %d kept",
                     part.suffix,
-                    retired.forgotten,
-                    retired.kept,
+                    forgotten,
+                    kept,
                 )
     return len(made), dropped, runs
+
+
+async def forget_partition_runs(store: Store, part: store_history.Partition, cutoff: float, interval: float) -> int:
+    """Forget the expired runs of ``part``'s range a slice at a time, one commit each (about ``SLICE`` runs:
+    a slice's span halves after one that deleted twice as many, doubles after one that deleted half), so
+    the writer is never held long, however many runs the interval holds; how many."""
+    if part.hi is None:
+        return 0
+    if part.lo is None:  # the first partition: its runs went one by one already, the few left go at once
+        return int(await store.write(store_history.forget_range, None, part.hi, cutoff))
+    start, end = id_millis(part.lo) / 1000, id_millis(part.hi) / 1000
+    span, total = max(interval, end - start) / 64, 0
+    while start < end:
+        upto = min(start + span, end)
+        hi = part.hi if upto >= end else store_history.bound_of(upto)
+        n = int(await store.write(store_history.forget_range, store_history.bound_of(start), hi, cutoff))
+        total += n
+        if n > 2 * SLICE:
+            span /= 2
+        elif n < SLICE / 2:
+            span *= 2
+        start = upto
+    return total
 
 
 async def _forget_events(

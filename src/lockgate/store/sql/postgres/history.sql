@@ -22,15 +22,16 @@ SELECT greatest(
 SELECT lockgate_history_add(%(lo_ms)s::bigint, %(hi_ms)s::bigint, %(suffix)s::text, %(lock_wait)s::text) AS made;
 
 -- name: history_retire
--- Last, the rows of the runs left in the range (those retention keeps) move to the default partition and the
--- partitions are dropped (migration 0039: it keeps every run left in the range).
+-- Last, in a commit of its own, the rows of the runs left in the range (those retention keeps) move to the
+-- default partition and the partitions are dropped (migration 0039: it keeps every run left in the range).
 SELECT lockgate_history_retire(%(suffix)s::text, %(lo)s::text, %(hi)s::text, %(cutoff)s::double precision,
     %(lock_wait)s::text) AS kept;
 
 -- name: history_forget_runs
--- Retiring a partition (store/history.py retire), first: the runs of its range [%(lo)s, %(hi)s) that ended
--- before %(cutoff)s, but a child whose parent is live (it may yet wait for it), read by the primary key's
--- range: no selection of everything expired, one by one. A row changed meanwhile is checked again.
+-- Retiring a partition, first (store/history.py forget_range, a slice of its range per commit): the runs of
+-- [%(lo)s, %(hi)s) that ended before %(cutoff)s, but a child whose parent is live (it may yet wait for it),
+-- read by the primary key's range: no selection of everything expired, one by one. A row changed meanwhile
+-- is checked again.
 WITH gone AS (
     DELETE FROM lockgate_runs r
     WHERE r.id >= %(lo)s AND r.id < %(hi)s
