@@ -17,6 +17,7 @@ from lockgate.cli import cli
 from lockgate.history import partition_interval
 from lockgate.ids import id_floor, id_millis, new_id
 from lockgate.store import history
+from lockgate.sweeps import retention as retention_sweep
 from lockgate.sweeps.retention import forget_expired, keep_partitions
 from lockgate.testing import TestEnv
 
@@ -207,6 +208,34 @@ async def test_a_partition_s_runs_go_with_it_by_range_and_not_one_by_one_before(
         assert (await forget(env)).runs == 1
         assert _count(pg_url, "SELECT COUNT(*) FROM lockgate_journal WHERE run_id = %s", live.run_id) == 0
         assert _count(pg_url, "SELECT COUNT(*) FROM lockgate_messages WHERE run_id = %s", live.run_id) == 0
+
+
+async def test_a_partition_s_runs_are_forgotten_a_slice_per_commit(pg_url: str, monkeypatch: Any) -> None:
+    monkeypatch.setattr(retention_sweep, "SLICE", 4)  # a few runs a commit: many slices over one day
+    day = 86400.0
+    start = (time.time() // day + 3) * day  # a day ahead: the store made partitions up to now
+    async with lg.Client(make_app(), pg_url) as client:
+        store = client.core.store
+        await store.write(history.make_ahead, start - day, day, start + day)
+        (part,) = [p for p in history.dated(await store.read(history.partitions)) if p.ends_at == start + day]
+        with psycopg.connect(pg_url, autocommit=True) as conn:
+            conn.execute(
+                "INSERT INTO lockgate_runs (id, workflow, identity, status, payload, created_at, updated_at,"
+                " progress_at, finished_at) SELECT id, 'w', id, CASE WHEN g = 7 THEN 'running' ELSE 'succeeded'"
+                " END, '{}', t, t, t, CASE WHEN g = 7 THEN NULL ELSE t + 1 END FROM (SELECT g, t,"
+                " left(lockgate_id_floor('run', (t * 1000)::bigint), 14) || lpad(to_hex(g), 14, '0') AS id"
+                " FROM (SELECT g, %s + g * 1500.0 AS t FROM generate_series(1, 50) g) s) r",
+                (start,),
+            )
+            conn.execute(
+                "INSERT INTO lockgate_messages (id, run_id, kind, name, status, created_at)"
+                " SELECT 'msg_' || id, id, 'signal', 'go', 'consumed', 0 FROM lockgate_runs"
+            )
+        forgotten = await retention_sweep.forget_partition_runs(store, part, start + 2 * day, day)
+        assert forgotten == 49
+        assert await store.write(history.retire, part, start + 2 * day) == 1  # the live run, kept
+    assert _count(pg_url, "SELECT COUNT(*) FROM lockgate_runs") == 1
+    assert _count(pg_url, "SELECT COUNT(*) FROM lockgate_messages") == 1  # the live run's
 
 
 async def forget(env: TestEnv) -> Any:
