@@ -7,9 +7,10 @@ entries, an attempt, three events, a ledger row), loaded straight into the table
 HTTP API share, a page of the run list (and one filtered by workflow), a run's page (run, steps,
 attempts, events), why (a start's trace), flow, and a ``/metrics`` scrape, ``--reads`` times each
 (median). At the largest size it retires the oldest day two ways and reports runs retired per second:
-today's ``DELETE`` of each run's rows (the statements before partitioning, on a sample of that day's
-runs), and the sweep's way (the run rows deleted, the day's partitions dropped). Last, a sustained start
-load with each retention running beside it, sampling autovacuum (``pg_stat_user_tables``).
+the ``DELETE`` of each run's rows retention did before partitioning (expired runs selected 500 at a
+time, on a sample of that day's runs), and the sweep's way (the day's expired runs and their records
+deleted by range of run id, a slice per commit, then the day's partitions dropped). Last, a sustained
+start load with each retention running beside it, sampling autovacuum (``pg_stat_user_tables``).
 
     python -m bench.history                                  # 1M runs (100k, 1M) on the local server
     python -m bench.history --store postgresql://... --runs 2000000 --sizes 200000,2000000
@@ -35,6 +36,7 @@ from lockgate.http.metrics import StoreMetrics
 from lockgate.inspect import Inspector, RunFilter
 from lockgate.store import history, retention
 from lockgate.store.sql_files import load_queries, migrations
+from lockgate.sweeps.retention import forget_partition_runs
 
 from .report import machine, print_table, write_json
 
@@ -43,7 +45,7 @@ DAY_MS = 86_400_000
 WORKFLOWS = ("charge", "refund", "notify", "sync", "report")
 HISTORY = ("lockgate_journal", "lockgate_step_attempts", "lockgate_run_events")
 TABLES = ("lockgate_runs", "lockgate_ledger", *HISTORY)
-# Today's retention (before partitioning): each run's rows deleted from every table, the history's too.
+# Retention before partitioning: each run's rows deleted from every table, the history's too.
 OLD_HISTORY = {
     name: f"DELETE FROM {table} WHERE run_id = ANY (ARRAY(SELECT jsonb_array_elements_text(%(ids)s::jsonb)))"
     for name, table in zip(("forget_journal", "forget_attempts", "forget_events"), HISTORY, strict=True)
@@ -202,21 +204,22 @@ async def _oldest_day(url: str) -> history.Partition:
     return min(parts, key=lambda p: p.ends_at or 0)
 
 
-def retire_rows(url: str, cutoff: float, most: int, partitioned: bool) -> dict[str, Any]:
-    """The retention sweep's run rows, as it deletes them (``ended_before`` then each record's statement, in
-    commits of 500), for at most ``most`` runs: with today's statements, or the partitioned store's (which
-    leave the history's rows to the partition drop). Seconds in all, and in the history's statements."""
+def old_delete(url: str, part: history.Partition, most: int) -> dict[str, Any]:
+    """Today's retention of up to ``most`` runs of the day ``part`` holds, as the sweep did before retiring
+    partitions: ``ended_before`` (every expired run, 500 a commit) then each record's ``DELETE``, the
+    history's too. Seconds in all, and in the history's statements."""
     queries = load_queries("postgres")
     texts = {name: queries[name] for name in retention.RUN_RECORDS}
-    if not partitioned:
-        texts.update(OLD_HISTORY)
+    texts.update(OLD_HISTORY)
+    cutoff = (part.ends_at or 0) + 1
     runs, started = 0, time.perf_counter()
     spent = dict.fromkeys(["ended_before", *texts, "commit"], 0.0)
     with psycopg.connect(url, autocommit=True) as conn:
         while runs < most:
             began = time.perf_counter()
             conn.execute("BEGIN")
-            ids = [r[0] for r in conn.execute(queries["ended_before"], {"cutoff": cutoff, "limit": 500})]
+            params = {"cutoff": cutoff, "created_before": cutoff, "limit": 500}
+            ids = [r[0] for r in conn.execute(queries["ended_before"], params)]
             spent["ended_before"] += time.perf_counter() - began
             for name, sql in texts.items() if ids else ():
                 began = time.perf_counter()
@@ -233,25 +236,30 @@ def retire_rows(url: str, cutoff: float, most: int, partitioned: bool) -> dict[s
     return {"runs": runs, "seconds": seconds, "runs_per_s": runs / seconds, "history_s": history_s, "spent_s": spent}
 
 
-def old_delete(url: str, part: history.Partition, sample: int) -> dict[str, Any]:
-    """Today's retention of ``sample`` runs of the day ``part`` holds."""
-    return retire_rows(url, (part.ends_at or 0) + 1, sample, partitioned=False)
-
-
 def new_retire(url: str, part: history.Partition) -> dict[str, Any]:
-    """The partitioned store's: the day's run rows (and records kept apart), then the day's partitions dropped."""
+    """The sweep's retirement of the day ``part`` holds, as it does it: its expired runs and their records by
+    range of run id, a slice per commit (``forget_partition_runs``), then the partitions' drop."""
     cutoff = (part.ends_at or 0) + 1
-    rows = retire_rows(url, cutoff, 10**12, partitioned=True)
 
-    async def drop() -> float:
+    async def run() -> dict[str, Any]:
         async with lg.Client(lg.App(), url) as client:
-            began = time.perf_counter()
-            await client.core.store.write(history.retire, part, cutoff)
-            return time.perf_counter() - began
+            store = client.core.store
+            started = time.perf_counter()
+            runs = await forget_partition_runs(store, part, cutoff, DAY_MS / 1000)
+            ranged = time.perf_counter()
+            await store.write(history.retire, part, cutoff)
+            done = time.perf_counter()
+        spent = {"forget by range (slices)": ranged - started, "history_retire": done - ranged}
+        seconds = done - started
+        return {
+            "runs": runs,
+            "seconds": seconds,
+            "runs_per_s": runs / seconds,
+            "history_s": done - ranged,
+            "spent_s": spent,
+        }
 
-    drop_s = asyncio.run(drop())
-    total = rows["seconds"] + drop_s
-    return {**rows, "seconds": total, "runs_per_s": rows["runs"] / total, "history_s": drop_s}
+    return asyncio.run(run())
 
 
 def _spent(r: dict[str, Any]) -> str:
@@ -361,12 +369,12 @@ async def main() -> None:
             ["way", "runs", "seconds", "runs/s", "history s", "history runs/s"],
             [
                 [name, r["runs"], r["seconds"], r["runs_per_s"], r["history_s"], r["runs"] / r["history_s"]]
-                for name, r in (("today's DELETE (a sample)", before), ("partition drop", after))
+                for name, r in (("DELETE run by run (a sample)", before), ("partition retired", after))
             ],
             plain=args.plain,
         )
-        print(f"seconds per statement, today's DELETE: {_spent(before)}")
-        print(f"seconds per statement, partitioned: {_spent(after)}")
+        print(f"seconds per statement, run by run: {_spent(before)}")
+        print(f"seconds per statement, partition retired: {_spent(after)}")
         second = await _oldest_day(url)
         load_delete = await sustained(url, args.load_seconds, args.rate, lambda: old_delete(url, second, args.sample))
         third = await _oldest_day(url)
@@ -386,7 +394,7 @@ async def main() -> None:
                     r["dead_per_run_retired"],
                     r["autovacuum_runs"],
                 ]
-                for name, r in (("today's DELETE", load_delete), ("partition drop", load_drop))
+                for name, r in (("DELETE run by run", load_delete), ("partition retired", load_drop))
             ],
             plain=args.plain,
         )

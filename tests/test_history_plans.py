@@ -16,6 +16,7 @@ import psycopg
 import pytest
 
 import lockgate as lg
+from lockgate.ids import id_floor, id_millis
 from lockgate.store import history
 from lockgate.store.sql_files import load_queries
 
@@ -60,7 +61,19 @@ async def _fill(url: str) -> str:
             conn.execute(
                 f"INSERT INTO lockgate_run_events (run_id, type, at) SELECT id, 'run-started', g FROM ({ids}) s"
             )
-        conn.execute("ANALYZE lockgate_journal, lockgate_step_attempts, lockgate_run_events")
+            conn.execute(
+                "INSERT INTO lockgate_runs (id, workflow, identity, status, payload, created_at, updated_at,"
+                " progress_at, finished_at, parent_id) SELECT id, 'w', id, 'succeeded', '{}', t, t, t, t + 1,"
+                f" CASE WHEN g % 10 = 0 THEN 'run_parent' END"
+                f" FROM (SELECT *, ({start_ms} + g) / 1000.0 AS t FROM ({ids}) i) s"
+            )
+            conn.execute(
+                "INSERT INTO lockgate_messages (id, run_id, kind, name, status, created_at)"
+                f" SELECT 'msg_' || id, id, 'signal', 'go', 'consumed', g FROM ({ids}) s"
+            )
+        conn.execute(
+            "ANALYZE lockgate_journal, lockgate_step_attempts, lockgate_run_events, lockgate_runs, lockgate_messages"
+        )
         middle = parts[len(parts) // 2]
         row = conn.execute("SELECT min(run_id) FROM lockgate_journal WHERE run_id >= %s", (middle.lo,)).fetchone()
     assert row is not None
@@ -111,3 +124,38 @@ def test_a_prepared_statement_s_generic_plan_prunes_to_one_partition(filled: tup
         plan = "\n".join(str(r[0]) for r in conn.execute(f"EXPLAIN EXECUTE pinned({args})").fetchall())  # type: ignore[arg-type]
     assert "Subplans Removed" in plan, plan
     assert all(len(parts) == 1 for parts in _scanned(plan).values()), plan
+
+
+RANGED = ["history_forget_runs", "history_forget_records"]
+
+
+@pytest.mark.parametrize("name", RANGED)
+def test_retiring_a_partition_reads_its_runs_and_their_records_by_range_of_id(
+    filled: tuple[str, str], name: str
+) -> None:
+    """Retention forgets a partition's runs by the primary key's range, and their records by their index on
+    run_id, never reading all the runs (or all the expired ones)."""
+    url, run_id = filled
+    query = load_queries("postgres")[name]
+    lo, hi = run_id, id_floor("run", id_millis(run_id) + 86_400_000)
+    values = {"lo": lo, "hi": hi, "cutoff": 0}
+    with psycopg.connect(url) as conn:
+        plan = "\n".join(str(r[0]) for r in conn.execute("EXPLAIN " + query, values).fetchall())
+    assert "Seq Scan on lockgate_runs " not in plan and "Seq Scan on lockgate_messages " not in plan, plan
+    assert "hashed SubPlan" not in plan, plan  # a parent is looked up by its id, not among every live run
+    assert re.search(r"Scan (using|on) lockgate_runs_pkey", plan), plan
+    if name == "history_forget_records":
+        assert re.search(r"Scan (using|on) lockgate_messages_run", plan), plan
+
+
+def test_the_run_selection_reads_only_runs_older_than_the_partitions(filled: tuple[str, str]) -> None:
+    """Runs created in a partition of one interval are not read one by one: the selection of expired runs
+    stops at the oldest (created_before), by the by-status index."""
+    url, run_id = filled
+    query = load_queries("postgres")["ended_before"]
+    first = min(id_millis(run_id) / 1000 - 86400 * (DAYS // 2), time.time())
+    values = {"cutoff": time.time() + DAYS * 86400, "created_before": first, "limit": 500}
+    with psycopg.connect(url) as conn:
+        plan = "\n".join(str(r[0]) for r in conn.execute("EXPLAIN ANALYZE " + query, values).fetchall())
+    assert "Seq Scan on lockgate_runs " not in plan, plan
+    assert re.search(r"Index Cond: .*created_at < ", plan), plan

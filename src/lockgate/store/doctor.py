@@ -7,6 +7,8 @@ the answers.
 
 from __future__ import annotations
 
+from ..ids import id_millis
+from . import history
 from .base import Row, Tx
 from .sql_files import migrations
 
@@ -62,7 +64,12 @@ async def schedules_behind(tx: Tx, cutoff: float, limit: int) -> list[Row]:
 
 
 async def retention_backlog(tx: Tx, cutoff: float) -> Row:
-    rows = await tx.execute("doctor_retention_backlog", {"cutoff": cutoff})
+    """How many runs that ended before ``cutoff`` retention has not forgotten, and the oldest's end. Where the
+    run history is partitioned (PostgreSQL), a run in a partition not yet past ``cutoff`` is not late: it
+    goes with its partition."""
+    waiting = [p for p in history.dated(await history.partitions(tx)) if (p.ends_at or 0) > cutoff]
+    created_before = cutoff if not waiting else min(cutoff, id_millis(waiting[0].lo or "") / 1000)
+    rows = await tx.execute("doctor_retention_backlog", {"cutoff": cutoff, "created_before": created_before})
     return rows[0]
 
 

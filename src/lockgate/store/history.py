@@ -2,8 +2,9 @@
 
 ``lockgate_journal``, ``lockgate_step_attempts`` and ``lockgate_run_events`` are partitioned alike by
 range of run id, so a run's rows sit in the partition of the interval it was created in. The retention
-sweep makes the partitions ahead (``make_ahead``) and retires those past retention (``retire``): the rows
-of the runs retention keeps move to the default partition, then the partitions are dropped. On SQLite
+sweep makes the partitions ahead (``make_ahead``) and retires those past retention (``retire``): the
+interval's expired runs are deleted by range with their records (``forget_range``, a slice per commit), the
+rows of the runs retention keeps move to the default partition, then the partitions are dropped. On SQLite
 nothing is partitioned: ``partitions`` is empty and nothing else is called.
 """
 
@@ -16,7 +17,17 @@ from ..history import interval_start, partition_suffix
 from ..ids import id_floor, id_millis
 from .base import Tx
 
-__all__ = ["LOCK_WAIT", "Partition", "bound_of", "make_ahead", "partitions", "retire"]
+__all__ = [
+    "LOCK_WAIT",
+    "Partition",
+    "bound_of",
+    "dated",
+    "forget_range",
+    "make_ahead",
+    "partitions",
+    "per_run_before",
+    "retire",
+]
 
 LOCK_WAIT = "2s"
 """The longest a partition's creation or drop waits for the tables' locks (held for a moment once had)."""
@@ -76,12 +87,40 @@ async def make_ahead(tx: Tx, now: float, interval: float, until: float) -> list[
     return made
 
 
+async def forget_range(tx: Tx, lo: str | None, hi: str, cutoff: float) -> int:
+    """Delete the runs with ids in ``[lo, hi)`` (``lo`` None: from the first) that ended before ``cutoff``
+    (but a child whose parent is live), by the primary key's range, with their messages, flow places,
+    approval tokens and stream chunks (by each table's index on run_id); how many runs. What retires a
+    partition first, a slice of its range per commit, so that none holds the writer long."""
+    lo = lo if lo is not None else id_floor("run", 0)
+    forgotten = int(await tx.scalar("history_forget_runs", {"lo": lo, "hi": hi, "cutoff": cutoff}) or 0)
+    await tx.execute("history_forget_records", {"lo": lo, "hi": hi})
+    return forgotten
+
+
 async def retire(tx: Tx, part: Partition, cutoff: float) -> int:
-    """Drop ``part`` (every run it may hold was created before ``cutoff``), first moving the rows of the runs
-    retention keeps (live, ended at or after ``cutoff``, or a child whose parent is live) to the default
-    partition; how many runs were kept."""
+    """Drop ``part`` (every run it may hold was created before ``cutoff``, and those retention no longer keeps
+    were forgotten: ``forget_range``): the rows of the runs left in its range (live, ended at or after
+    ``cutoff``, a child whose parent is live, or ended since) move to the default partition, then the
+    partitions are dropped; how many runs were kept."""
     params = {"suffix": part.suffix, "lo": part.lo, "hi": part.hi, "cutoff": cutoff, "lock_wait": LOCK_WAIT}
     return int(await tx.scalar("history_retire", params) or 0)
+
+
+def dated(parts: list[Partition]) -> list[Partition]:
+    """The partitions of one interval each, oldest first (not the first partition an upgrade left, nor the
+    default one)."""
+    return sorted((p for p in parts if p.lo is not None and p.hi is not None), key=lambda p: p.lo or "")
+
+
+async def per_run_before(tx: Tx, cutoff: float) -> float:
+    """Until when runs are forgotten one by one (``created_at`` before it): those created before the oldest
+    partition of one interval, whose rows sit in the first partition or the default one; a run created later
+    is forgotten with its partition (``retire``), or once the partition below it is retired."""
+    first = dated(await partitions(tx))
+    if not first or first[0].lo is None:
+        return cutoff
+    return min(cutoff, id_millis(first[0].lo) / 1000)
 
 
 def _millis(at: float) -> int:

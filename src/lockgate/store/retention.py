@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 from collections.abc import Awaitable, Callable
 
+from . import history
 from .base import Tx
 
 __all__ = ["RUN_RECORDS", "Forget", "forget_ended_runs", "forget_ledger", "forget_stale"]
@@ -32,8 +33,13 @@ RUN_RECORDS = (
 
 
 async def forget_ended_runs(tx: Tx, cutoff: float, limit: int) -> int:
-    """Delete up to ``limit`` runs that ended before ``cutoff``, with their records; how many."""
-    rows = await tx.execute("ended_before", {"cutoff": cutoff, "limit": limit})
+    """Delete up to ``limit`` runs that ended before ``cutoff``, with their records; how many.
+
+    Where the run history is partitioned (PostgreSQL), only the runs created before its oldest partition of
+    one interval: the others go with their partition (``history.retire``), by range, not one by one.
+    """
+    created_before = await history.per_run_before(tx, cutoff)
+    rows = await tx.execute("ended_before", {"cutoff": cutoff, "created_before": created_before, "limit": limit})
     if not rows:
         return 0
     ids = json.dumps([row["id"] for row in rows])

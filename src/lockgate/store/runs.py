@@ -38,6 +38,7 @@ __all__ = [
     "find_run",
     "finish_collecting",
     "finish_run",
+    "fold_run_counts",
     "get_runs",
     "last_successes",
     "list_runs",
@@ -134,6 +135,12 @@ async def list_runs(
 async def last_successes(tx: Tx) -> dict[str, float]:
     """When each workflow's newest succeeded run (of those kept) finished, by workflow."""
     return {r["workflow"]: float(r["at"]) for r in await tx.execute("last_successes") if r["at"] is not None}
+
+
+async def fold_run_counts(tx: Tx) -> int:
+    """Fold the run count changes the trigger appended (PostgreSQL, migration 0040) into the counts; how many
+    workflow and status pairs changed. Nothing on SQLite, which counts at each read."""
+    return len(await tx.execute("fold_run_counts"))
 
 
 async def count_runs(tx: Tx, workflow: str | None = None) -> tuple[list[Row], list[Row]]:

@@ -13,6 +13,7 @@ from typing import Any
 from ..gate.runtime import WorkerRuntime
 from .base import Sweep, SweepSettings
 from .cancel_on import cancel_on_sweep
+from .counts import counts_sweep
 from .events import fanout_sweep
 from .retention import retention_sweep
 from .routing import routing_sweep
@@ -28,6 +29,7 @@ SWEEPS: tuple[Callable[[WorkerRuntime, SweepSettings], Sweep | None], ...] = (
     fanout_sweep,
     cancel_on_sweep,
     routing_sweep,
+    counts_sweep,
 )
 """The registered sweeps, in the order they start."""
 

@@ -4,8 +4,10 @@ Each tick deletes in commits of ``BATCH`` rows, at most ``MAX_BATCHES`` of each 
 the writer is never held long; a backlog (the first tick over a store that kept everything)
 is worked off over the following ticks. On PostgreSQL the run history (journal, step attempts,
 events) is partitioned by time (docs/history.md): each tick also makes the partitions of the
-next intervals ahead, and drops those past retention instead of deleting their rows; there the
-sweep runs without a retention too, to make partitions ahead.
+next intervals ahead, and retires those past retention: their interval's expired runs deleted by
+range of run id, the partitions dropped instead of their rows deleted; only the runs older than
+every partition left are selected one by one. There the sweep runs without a retention too, to
+make partitions ahead.
 """
 
 from __future__ import annotations
@@ -16,12 +18,24 @@ from functools import partial
 
 from ..durations import format_seconds
 from ..gate.runtime import WorkerRuntime
+from ..ids import id_millis
 from ..store import events as store_events
 from ..store import history as store_history
 from ..store import retention as store_retention
+from ..store.base import Store
 from .base import Sweep, SweepSettings
 
-__all__ = ["AHEAD", "BATCH", "MAX_BATCHES", "Forgotten", "forget_expired", "keep_partitions", "retention_sweep"]
+__all__ = [
+    "AHEAD",
+    "BATCH",
+    "MAX_BATCHES",
+    "SLICE",
+    "Forgotten",
+    "forget_expired",
+    "forget_partition_runs",
+    "keep_partitions",
+    "retention_sweep",
+]
 
 log = logging.getLogger("lockgate.sweeps")
 
@@ -29,6 +43,8 @@ BATCH = 500
 MAX_BATCHES = 20
 AHEAD = 2
 """Partitions of the run history are made this many intervals ahead of the clock."""
+SLICE = 10_000
+"""About how many runs of a retired partition one commit forgets."""
 UPKEEP = 600.0
 """Seconds between ticks that only make partitions ahead (PostgreSQL without a retention)."""
 
@@ -81,16 +97,18 @@ async def forget_expired(
     pauses; and domain events and deliveries past their own retention (in an app that declares events).
     On PostgreSQL, make the history's partitions ahead and drop those past retention."""
     rt = worker.runtime
-    runs = ledger = workers = pauses = 0
+    # Partitions first: the runs a retired partition kept, or created in a gap below the next one, are
+    # forgotten one by one from then on (store/history.py per_run_before), in this same tick.
+    made, dropped, runs = await keep_partitions(worker, retention, history_partition)
+    ledger = workers = pauses = 0
     if retention is not None:
         cutoff = rt.clock.now() - retention
-        runs = await _in_batches(worker, store_retention.forget_ended_runs, cutoff)
+        runs += await _in_batches(worker, store_retention.forget_ended_runs, cutoff)
         ledger = await _in_batches(worker, store_retention.forget_ledger, cutoff)
         workers, pauses = await rt.store.write(store_retention.forget_stale, cutoff, worker.worker_id)
     events = deliveries = 0
     if rt.app.events:
         events, deliveries = await _forget_events(worker, event_retention, delivery_retention)
-    made, dropped = await keep_partitions(worker, retention, history_partition)
     forgotten = Forgotten(runs, ledger, workers, pauses, events, deliveries)
     forgotten = replace(forgotten, partitions_made=made, partitions_dropped=dropped)
     if runs or ledger or workers:
@@ -104,22 +122,54 @@ async def forget_expired(
     return forgotten
 
 
-async def keep_partitions(worker: WorkerRuntime, retention: float | None, interval: float) -> tuple[int, int]:
-    """Make the history's partitions ``AHEAD`` intervals ahead, and drop those whose runs were all created
-    before ``now - retention`` (keeping the rows of the runs retention keeps); how many were made and dropped.
+async def keep_partitions(worker: WorkerRuntime, retention: float | None, interval: float) -> tuple[int, int, int]:
+    """Make the history's partitions ``AHEAD`` intervals ahead, and retire those whose runs were all created
+    before ``now - retention``: their expired runs forgotten by range, the rows of the runs retention keeps
+    moved, the partitions dropped. How many partitions were made and dropped, and how many runs forgotten.
     Nothing on a store that does not partition (SQLite)."""
     rt = worker.runtime
     now = rt.clock.now()
     made = await rt.store.write(store_history.make_ahead, now, interval, now + AHEAD * interval)
-    dropped = 0
+    dropped = runs = 0
     if retention is not None:
         cutoff = now - retention
-        for part in await rt.store.read(store_history.partitions):
+        parts = await rt.store.read(store_history.partitions)
+        for part in sorted(parts, key=lambda p: p.ends_at or 0):  # oldest first: the runs below go one by one
             if part.ends_at is not None and part.ends_at <= cutoff:
+                forgotten = await forget_partition_runs(rt.store, part, cutoff, interval)
                 kept = await rt.store.write(store_history.retire, part, cutoff)
                 dropped += 1
-                log.info("retention: dropped history partition %s (%d live run(s) kept)", part.suffix, kept)
-    return len(made), dropped
+                runs += forgotten
+                log.info(
+                    "retention: dropped history partition %s, %d run(s) forgotten, %d kept",
+                    part.suffix,
+                    forgotten,
+                    kept,
+                )
+    return len(made), dropped, runs
+
+
+async def forget_partition_runs(store: Store, part: store_history.Partition, cutoff: float, interval: float) -> int:
+    """Forget the expired runs of ``part``'s range a slice at a time, one commit each (about ``SLICE`` runs:
+    a slice's span halves after one that deleted twice as many, doubles after one that deleted half), so
+    the writer is never held long, however many runs the interval holds; how many."""
+    if part.hi is None:
+        return 0
+    if part.lo is None:  # the first partition: its runs went one by one already, the few left go at once
+        return int(await store.write(store_history.forget_range, None, part.hi, cutoff))
+    start, end = id_millis(part.lo) / 1000, id_millis(part.hi) / 1000
+    span, total = max(interval, end - start) / 64, 0
+    while start < end:
+        upto = min(start + span, end)
+        hi = part.hi if upto >= end else store_history.bound_of(upto)
+        n = int(await store.write(store_history.forget_range, store_history.bound_of(start), hi, cutoff))
+        total += n
+        if n > 2 * SLICE:
+            span /= 2
+        elif n < SLICE / 2:
+            span *= 2
+        start = upto
+    return total
 
 
 async def _forget_events(

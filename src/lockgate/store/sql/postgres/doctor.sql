@@ -40,8 +40,10 @@ SELECT name, workflow, next_at FROM lockgate_schedules WHERE next_at < %(cutoff)
 ORDER BY next_at LIMIT %(limit)s;
 
 -- name: doctor_retention_backlog
+-- Runs ended before the cutoff that retention should have forgotten: those created before %(created_before)s (the
+-- cutoff, or where the run history is partitioned the oldest partition not yet due: store/doctor.py).
 SELECT COUNT(*) AS runs, MIN(finished_at) AS oldest FROM lockgate_runs
-WHERE status IN ('succeeded', 'failed', 'cancelled') AND created_at < %(cutoff)s AND finished_at < %(cutoff)s;
+WHERE status IN ('succeeded', 'failed', 'cancelled') AND created_at < %(created_before)s AND finished_at < %(cutoff)s;
 
 -- name: doctor_store_size
 SELECT pg_database_size(current_database()) AS bytes;

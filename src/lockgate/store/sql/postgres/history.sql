@@ -22,5 +22,48 @@ SELECT greatest(
 SELECT lockgate_history_add(%(lo_ms)s::bigint, %(hi_ms)s::bigint, %(suffix)s::text, %(lock_wait)s::text) AS made;
 
 -- name: history_retire
+-- Last, in a commit of its own, the rows of the runs left in the range (those retention keeps) move to the
+-- default partition and the partitions are dropped (migration 0039: it keeps every run left in the range).
 SELECT lockgate_history_retire(%(suffix)s::text, %(lo)s::text, %(hi)s::text, %(cutoff)s::double precision,
     %(lock_wait)s::text) AS kept;
+
+-- name: history_forget_runs
+-- Retiring a partition, first (store/history.py forget_range, a slice of its range per commit): the runs of
+-- [%(lo)s, %(hi)s) that ended before %(cutoff)s, but a child whose parent is live (it may yet wait for it),
+-- read by the primary key's range: no selection of everything expired, one by one. A row changed meanwhile
+-- is checked again.
+WITH gone AS (
+    DELETE FROM lockgate_runs r
+    WHERE r.id >= %(lo)s AND r.id < %(hi)s
+      AND r.status IN ('succeeded', 'failed', 'cancelled') AND r.finished_at < %(cutoff)s
+      -- a parent's status read by its id (a correlated subquery: never a hash over every live run)
+      AND (r.parent_id IS NULL OR coalesce(
+          (SELECT p.status FROM lockgate_runs p WHERE p.id = r.parent_id), 'gone'
+      ) IN ('succeeded', 'failed', 'cancelled', 'gone'))
+    RETURNING 1
+)
+SELECT count(*) AS forgotten FROM gone;
+
+-- name: history_forget_records
+-- Then their records, by each table's index on run_id: the rows of the range whose run is gone (a run and
+-- its records commit together, so a record seen has its run seen; a run kept keeps them). The runs are
+-- looked for in the range too, so that no plan reads them all.
+WITH messages AS (
+    DELETE FROM lockgate_messages m WHERE m.run_id >= %(lo)s AND m.run_id < %(hi)s
+      AND NOT EXISTS (SELECT 1 FROM lockgate_runs r WHERE r.id = m.run_id
+          AND r.id >= %(lo)s AND r.id < %(hi)s) RETURNING 1
+), slots AS (
+    DELETE FROM lockgate_flow_slots s WHERE s.run_id >= %(lo)s AND s.run_id < %(hi)s
+      AND NOT EXISTS (SELECT 1 FROM lockgate_runs r WHERE r.id = s.run_id
+          AND r.id >= %(lo)s AND r.id < %(hi)s) RETURNING 1
+), tokens AS (
+    DELETE FROM lockgate_callback_tokens t WHERE t.run_id >= %(lo)s AND t.run_id < %(hi)s
+      AND NOT EXISTS (SELECT 1 FROM lockgate_runs r WHERE r.id = t.run_id
+          AND r.id >= %(lo)s AND r.id < %(hi)s) RETURNING 1
+), chunks AS (
+    DELETE FROM lockgate_stream_chunks c WHERE c.run_id >= %(lo)s AND c.run_id < %(hi)s
+      AND NOT EXISTS (SELECT 1 FROM lockgate_runs r WHERE r.id = c.run_id
+          AND r.id >= %(lo)s AND r.id < %(hi)s) RETURNING 1
+)
+SELECT (SELECT count(*) FROM messages) + (SELECT count(*) FROM slots) + (SELECT count(*) FROM tokens)
+    + (SELECT count(*) FROM chunks) AS records;

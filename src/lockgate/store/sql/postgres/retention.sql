@@ -4,10 +4,12 @@
 
 -- name: ended_before
 -- Up to %(limit)s runs that ended before %(cutoff)s, except those whose parent is still live (it may yet
--- wait for its child). A run that ended before the cutoff was created before it: the by-status index finds
--- them.
+-- wait for its child), created before %(created_before)s: the runs older than the oldest partition of one
+-- interval (store/history.py per_run_before), whose history sits in the first or the default partition.
+-- The later ones go with their partition, by range of run id (lockgate_history_retire, migration 0039):
+-- this selection never reads them. The by-status index finds them.
 SELECT r.id FROM lockgate_runs r
-WHERE r.status IN ('succeeded', 'failed', 'cancelled') AND r.created_at < %(cutoff)s
+WHERE r.status IN ('succeeded', 'failed', 'cancelled') AND r.created_at < %(created_before)s
   AND r.finished_at < %(cutoff)s
   AND NOT EXISTS (
       SELECT 1 FROM lockgate_runs p

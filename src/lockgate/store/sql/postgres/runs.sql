@@ -34,12 +34,31 @@ ORDER BY created_at DESC, id DESC
 LIMIT %(limit)s OFFSET %(offset)s;
 
 -- name: count_runs_by_status
-SELECT workflow, status, COUNT(*) AS n FROM lockgate_runs GROUP BY workflow, status;
+-- The counts kept (migration 0040) and the changes the counts sweep has not folded in yet: a row per
+-- workflow and status and the last seconds' changes, however many runs the store holds.
+SELECT workflow, status, SUM(n) AS n FROM (
+    SELECT workflow, status, n FROM lockgate_run_counts
+    UNION ALL SELECT workflow, status, n FROM lockgate_run_count_changes
+) c GROUP BY workflow, status HAVING SUM(n) <> 0;
 
 -- name: last_successes
--- The newest finished_at of each workflow's succeeded runs still kept: read at a /metrics scrape (one pass
--- over the succeeded runs, like count_runs_by_status over all), never on a run's path.
-SELECT workflow, MAX(finished_at) AS at FROM lockgate_runs WHERE status = 'succeeded' GROUP BY workflow;
+-- The newest finished_at of each workflow's succeeded runs, while any is kept: read at a /metrics scrape
+-- from the counts (migration 0040), never on a run's path. Retention forgets the oldest runs first, so the
+-- newest success is the last of them to go.
+SELECT workflow, MAX(last_finished) AS at FROM (
+    SELECT workflow, n, last_finished FROM lockgate_run_counts WHERE status = 'succeeded'
+    UNION ALL SELECT workflow, n, last_finished FROM lockgate_run_count_changes WHERE status = 'succeeded'
+) c GROUP BY workflow HAVING SUM(n) > 0;
+
+-- name: fold_run_counts
+-- The counts sweep: the changes appended since the last fold move into the counts (a fold under way elsewhere
+-- holds the rows it moves; this one skips them once they are gone).
+WITH moved AS (DELETE FROM lockgate_run_count_changes RETURNING workflow, status, n, last_finished)
+INSERT INTO lockgate_run_counts AS c (workflow, status, n, last_finished)
+SELECT workflow, status, SUM(n), MAX(last_finished) FROM moved GROUP BY workflow, status
+ON CONFLICT (workflow, status) DO UPDATE
+SET n = c.n + EXCLUDED.n, last_finished = greatest(c.last_finished, EXCLUDED.last_finished)
+RETURNING workflow;
 
 -- name: claim_runs
 -- Only runs this worker takes: each key is a workflow it takes and a version its code runs ('' for

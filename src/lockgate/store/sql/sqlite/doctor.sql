@@ -40,8 +40,10 @@ SELECT name, workflow, next_at FROM lockgate_schedules WHERE next_at < :cutoff A
 ORDER BY next_at LIMIT :limit;
 
 -- name: doctor_retention_backlog
+-- Runs ended before the cutoff that retention should have forgotten: those created before :created_before (the
+-- cutoff, or where the run history is partitioned the oldest partition not yet due: store/doctor.py).
 SELECT COUNT(*) AS runs, MIN(finished_at) AS oldest FROM lockgate_runs
-WHERE status IN ('succeeded', 'failed', 'cancelled') AND created_at < :cutoff AND finished_at < :cutoff;
+WHERE status IN ('succeeded', 'failed', 'cancelled') AND created_at < :created_before AND finished_at < :cutoff;
 
 -- name: doctor_store_size
 SELECT (SELECT page_count FROM pragma_page_count()) * (SELECT page_size FROM pragma_page_size()) AS bytes;

@@ -13,3 +13,9 @@ SELECT 0 AS made, :lo_ms AS lo_ms, :hi_ms AS hi_ms, :suffix AS suffix, :lock_wai
 -- name: history_retire
 SELECT 0 AS kept, :suffix AS suffix, :lo AS lo, :hi AS hi, :cutoff AS cutoff,
     :lock_wait AS lock_wait;
+
+-- name: history_forget_runs
+SELECT 0 AS forgotten, :lo AS lo, :hi AS hi, :cutoff AS cutoff;
+
+-- name: history_forget_records
+SELECT 0 AS records, :lo AS lo, :hi AS hi;

@@ -4,9 +4,11 @@
 
 -- name: ended_before
 -- Up to :limit runs that ended before :cutoff, except those whose parent is still live (it may yet wait
--- for its child). A run that ended before the cutoff was created before it: the by-status index finds them.
+-- for its child). A run that ended before the cutoff was created before it (and before :created_before, the
+-- cutoff here, where nothing is partitioned): the by-status index finds them.
 SELECT r.id FROM lockgate_runs r
-WHERE r.status IN ('succeeded', 'failed', 'cancelled') AND r.created_at < :cutoff AND r.finished_at < :cutoff
+WHERE r.status IN ('succeeded', 'failed', 'cancelled') AND r.created_at < :created_before
+  AND r.finished_at < :cutoff
   AND NOT EXISTS (
       SELECT 1 FROM lockgate_runs p
       WHERE p.id = r.parent_id AND p.status NOT IN ('succeeded', 'failed', 'cancelled')

@@ -34,12 +34,17 @@ ORDER BY created_at DESC, id DESC
 LIMIT :limit OFFSET :offset;
 
 -- name: count_runs_by_status
+-- Counted at each read here (PostgreSQL keeps them by trigger: lockgate_run_counts, empty here).
 SELECT workflow, status, COUNT(*) AS n FROM lockgate_runs GROUP BY workflow, status;
 
 -- name: last_successes
 -- The newest finished_at of each workflow's succeeded runs still kept: read at a /metrics scrape (one pass
 -- over the succeeded runs, like count_runs_by_status over all), never on a run's path.
 SELECT workflow, MAX(finished_at) AS at FROM lockgate_runs WHERE status = 'succeeded' GROUP BY workflow;
+
+-- name: fold_run_counts
+-- Nothing to fold: SQLite counts its runs at each read (lockgate_run_count_changes stays empty).
+SELECT workflow FROM lockgate_run_count_changes WHERE 0;
 
 -- name: claim_runs
 -- Only runs this worker takes: each key is a workflow it takes and a version its code runs ('' for
