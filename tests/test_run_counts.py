@@ -9,7 +9,6 @@ from collections.abc import Iterator
 
 import psycopg
 import pytest
-from pydantic import BaseModel
 
 import lockgate as lg
 from lockgate.store import history
@@ -20,14 +19,7 @@ from lockgate.sweeps.retention import forget_expired
 from lockgate.testing import TestEnv
 
 from .pg import pg_database_url
-
-
-class Job(BaseModel):
-    n: int = 1
-
-
-class Go(BaseModel):
-    ok: bool = True
+from .test_history_partitions import Go, Job
 
 
 def make_app() -> lg.App:

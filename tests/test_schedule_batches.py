@@ -5,16 +5,13 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Iterator
 from datetime import UTC, datetime
 from typing import Any, cast
 
 import psycopg
 import pytest
-from pydantic import BaseModel
 
 import lockgate as lg
-from lockgate import sweeps
 from lockgate.engine.firing import settle
 from lockgate.engine.firing_many import DueSchedule, batchable, fire_many
 from lockgate.engine.schedule_book import ScheduleBook
@@ -28,21 +25,10 @@ from lockgate.sweeps import schedules as sweep
 from lockgate.sweeps.base import SteadySweep
 from lockgate.testing import TestEnv
 
+# The schedules' payloads, and the tests tick the schedules themselves (no background sweep: an autouse fixture).
+from .test_schedules import Day, Go, no_background_sweep  # noqa: F401
+
 T0 = datetime(2026, 3, 26, 12, 0, tzinfo=UTC).timestamp()
-
-
-class Day(BaseModel):
-    day: str
-
-
-class Go(BaseModel):
-    ok: bool = True
-
-
-@pytest.fixture(autouse=True)
-def no_background_sweep(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    monkeypatch.setattr(sweeps, "SWEEPS", tuple(s for s in sweeps.SWEEPS if s is not sweep.schedule_sweep))
-    yield
 
 
 def by_day(at: datetime) -> dict[str, str]:
