@@ -153,14 +153,19 @@ class PrivatePostgres:
 
     def start(self) -> None:
         """Start the server and wait until it accepts connections."""
+        self._postmaster()  # a stale pid file held by another process now would stop it from starting
         self._run("pg_ctl", "-D", str(self.data), "-l", str(self.log), "-w", "-t", "60", "start")
         self.wait_ready()
 
     def promote(self) -> None:
         """Promote this standby to a primary; returns once it takes writes."""
+        if self._postmaster() is None:
+            raise RuntimeError(f"no server runs in {self.data} to promote")
         self._run("pg_ctl", "-D", str(self.data), "-w", "-t", "60", "promote")
 
     def stop(self, mode: ShutdownMode = "fast") -> None:
+        if self._postmaster() is None:
+            raise RuntimeError(f"no server runs in {self.data} to stop")
         self._run("pg_ctl", "-D", str(self.data), "-m", mode, "-w", "-t", "60", "stop")
 
     def restart(self, mode: ShutdownMode = "fast") -> None:
@@ -175,13 +180,32 @@ class PrivatePostgres:
         process by now (pids wrap at 32,768 here, and a test suite starts thousands of processes):
         only a process whose command line names this server's data directory is killed.
         """
-        pid_file = self.data / "postmaster.pid"
-        with contextlib.suppress(FileNotFoundError, ValueError, ProcessLookupError, PermissionError):
-            pid = int(pid_file.read_text().splitlines()[0])
-            if str(self.data).encode() in Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0"):
+        pid = self._postmaster()
+        if pid is not None:
+            with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, 9)
 
+    def _postmaster(self) -> int | None:
+        """The pid of this server's postmaster, if it runs. A postmaster killed before leaves its pid file,
+        and ``pg_ctl`` (``status``, ``stop``, ``promote``) would take, then signal, whatever process holds
+        that pid now: an xdist worker of this very suite died so. Such a stale file is removed here."""
+        pid_file = self.data / "postmaster.pid"
+        try:
+            pid = int(pid_file.read_text().splitlines()[0])
+        except (FileNotFoundError, ValueError, IndexError):
+            return None
+        try:
+            if str(self.data).encode() in Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0"):
+                return pid
+        except (FileNotFoundError, ProcessLookupError, PermissionError):
+            pass
+        with contextlib.suppress(FileNotFoundError):
+            pid_file.unlink()
+        return None
+
     def running(self) -> bool:
+        if self._postmaster() is None:
+            return False
         return self._run("pg_ctl", "-D", str(self.data), "status", check=False).returncode == 0
 
     def wait_ready(self, timeout: float = 30.0) -> None:
@@ -212,7 +236,7 @@ class PrivatePostgres:
     def close(self) -> None:
         """Stop the server (immediately: nothing in it is kept) and remove its directory."""
         try:
-            if self.data.exists() and self.running():
+            if self.data.exists() and self.running():  # never a stale pid file's process: see ``_postmaster``
                 self._run("pg_ctl", "-D", str(self.data), "-m", "immediate", "-w", "stop", check=False)
         finally:
             shutil.rmtree(self.root, ignore_errors=True)
