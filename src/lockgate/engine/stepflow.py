@@ -308,7 +308,8 @@ class StepGate:
                 finally:
                     timer.cancel()
                 return future.result() if future.done() else None
-            handed = await asyncio.wait_for(future, recheck)
+            async with asyncio.timeout(recheck):  # never wait_for: on 3.11 it may turn a cancel into a timeout
+                handed = await future
             self._recheck = 2 * RECHECK
             return handed
         except TimeoutError:

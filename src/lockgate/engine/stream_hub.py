@@ -96,7 +96,8 @@ class StreamHub:
         checked = loop.time()
         while self._readers:
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(poke.wait(), POLL)
+                async with asyncio.timeout(POLL):  # never wait_for: on 3.11 it may turn a cancel into a timeout
+                    await poke.wait()
             poke.clear()
             try:
                 if loop.time() - checked >= IDLE:  # runs other processes ended: one query for every reader
@@ -195,7 +196,8 @@ class StreamHub:
                     if not reader.rows:
                         wait = min(IDLE, max(0.0, checked + RECHECK - loop.time())) if self._out_of_order else IDLE
                         with contextlib.suppress(TimeoutError):
-                            await asyncio.wait_for(reader.news.wait(), wait)
+                            async with asyncio.timeout(wait):
+                                await reader.news.wait()
                         reader.news.clear()
                     rows, reader.rows = reader.rows, []
                     batch: list[StreamChunk] = []

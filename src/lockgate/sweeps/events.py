@@ -173,8 +173,11 @@ class PokedSweep(Sweep):
 
     async def loop(self, worker: WorkerRuntime) -> None:
         while True:
+            # Never asyncio.wait_for here: on Python 3.11 a shutdown's cancel that meets the timeout comes out of
+            # it as a TimeoutError, this loop went on, and the engine's close waited for it for good.
             try:
-                await asyncio.wait_for(self._poked.wait(), self.interval)
+                async with asyncio.timeout(self.interval):
+                    await self._poked.wait()
             except TimeoutError:
                 pass
             self._poked.clear()
