@@ -39,7 +39,6 @@ class Waiters:
         self.deep: set[tuple[str, str]] = set()
         self.since: dict[tuple[str, str], float] = {}  # when each began waiting (its place in line, roughly)
         self.keys: dict[tuple[str, str], str] = {}  # the key each waits for
-        self.per_key: dict[str, int] = {}  # how many wait for each key
         self.owners: set[str] = set()
         self.early: dict[tuple[str, str], tuple[float, flow.Grant | None]] = {}  # handed before their step waited
         self._reading: asyncio.Task[None] | None = None
@@ -57,9 +56,7 @@ class Waiters:
         if early is not None and early[0] >= asked:
             future.set_result(early[1])
         self.waiting[(run_id, step_key)] = future
-        if (run_id, step_key) not in self.keys:
-            self.keys[(run_id, step_key)] = key
-            self.per_key[key] = self.per_key.get(key, 0) + 1
+        self.keys[(run_id, step_key)] = key
         if deep:
             self.deep.add((run_id, step_key))
         self.since[(run_id, step_key)] = since
@@ -67,18 +64,14 @@ class Waiters:
         return future
 
     def done(self, run_id: str, step_key: str) -> None:
-        key = self.keys.pop((run_id, step_key), None)
-        if key is not None:
-            left = self.per_key.pop(key, 0) - 1
-            if left > 0:
-                self.per_key[key] = left
+        self.keys.pop((run_id, step_key), None)
         self.waiting.pop((run_id, step_key), None)
         self.deep.discard((run_id, step_key))
         self.since.pop((run_id, step_key), None)
 
     def holds(self, key: str) -> bool:
         """Whether a step here waits in place for ``key``: one asking now would come after it in line."""
-        return key in self.per_key
+        return key in self.keys.values()  # a few hundred at most: one look per ask
 
     def evict(self) -> bool:
         """Tell the step that began waiting last, deep in its line, to park its run (``EVICTED``)."""

@@ -82,11 +82,10 @@ class Handed:
 
     The step's row is ``running`` under the hold's epoch once the transaction commits: its
     worker starts it without asking again (``grant`` is what ``acquire`` would have answered).
-    Under a rate window only a step waiting in place beside the releasing one is granted so
-    (it starts as the transaction commits, the instant its start is counted at); another is
-    told to ask (``grant`` ``None``), and a grant it then takes is counted when it asks. A key
-    with a burst hands no slot so: its token bucket moves on in ``acquire`` only, so all its
-    waiters are told to ask.
+    Under a rate window only a step of the releasing worker is granted so (it starts as the
+    transaction commits, the instant its start is counted at); another is told to ask (``grant``
+    ``None``), and a grant it then takes is counted when it asks. A key with a burst hands no slot
+    so: its token bucket moves on in ``acquire`` only, so all its waiters are told to ask.
     """
 
     key: str
@@ -140,15 +139,10 @@ async def _locked(tx: Tx, key: str, clock: Callable[[], float]) -> float:
 _CAP: dict[str, int] = {}  # per key: how far into its line one read looks (twice its parallelism, and one)
 
 
-async def _state(tx: Tx, key: str, now: float, run_id: str = "", step_key: str = "") -> Row | None:
-    """The key's limits and what it holds now, with the step's own place (one statement)."""
-    return (await _read(tx, key, now, run_id, step_key))[0]
-
-
 async def _read(
     tx: Tx, key: str, now: float, run_id: str = "", step_key: str = "", fence: Fence | None = None
 ) -> tuple[Row | None, _Line]:
-    """The key's state (``_state``) and the head of its line, read in one round trip; with the asking hold's
+    """The key's state (``stepflow_state``) and the head of its line, read in one round trip; with the asking hold's
     ``fence``, ``Fenced`` when that hold lost its lease (a slot it took, or a place it wrote, would stand
     for the run's next hold)."""
     cap = _CAP.get(key, 16)
