@@ -17,6 +17,7 @@ from pydantic import BaseModel
 
 import lockgate as lg
 
+from .apps.waits import eventually
 from .pg import PgProxy
 
 pytestmark = pytest.mark.slow
@@ -103,6 +104,13 @@ async def test_a_run_claimed_again_under_the_hold_it_is_executed_under_is_not_en
             await conn.execute(
                 "UPDATE lockgate_runs SET owner = NULL, epoch = epoch - 1, lease_until = 0 WHERE id = %s", (run_id,)
             )
-        await asyncio.sleep(1.0)  # claimed again by this worker meanwhile (every 0.05 s it looks)
-        assert len(BEGUN) == 1, f"the body was entered again beside its running execution: {BEGUN}"
+
+            async def claimed_again() -> bool:  # by this worker (every 0.05 s it looks)
+                cur = await conn.execute("SELECT owner FROM lockgate_runs WHERE id = %s", (run_id,))
+                row = await cur.fetchone()
+                return row is not None and row[0] == engine.worker_id
+
+            await eventually(claimed_again, timeout=20, what="the run claimed again")
+        # A second execution would have entered the step before the first one's four seconds are up.
         assert await engine.result(run_id, timeout=30) == 1
+        assert len(BEGUN) == 1, f"the body was entered again beside its running execution: {BEGUN}"
