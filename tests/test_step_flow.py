@@ -309,6 +309,38 @@ async def test_waiting_runs_hold_no_worker(make_engine: Any, effects: Path) -> N
         assert await results(engine, handles, timeout=120) == [1] * 500
 
 
+async def test_runs_of_one_key_do_not_park_each_other(make_engine: Any) -> None:
+    app = lg.App()
+    gate = asyncio.Event()
+
+    async def blocked() -> int:
+        await gate.wait()
+        return 1
+
+    @app.workflow(name="same", flow_control=lg.FlowControl("same", parallelism=2))
+    async def same(ctx: lg.Context, p: Job) -> int:
+        return int(await ctx.step("s", blocked))
+
+    async with make_engine(app, max_concurrent_runs=10) as engine:
+        handles = await asyncio.gather(*(engine.start("same", {"n": i}) for i in range(40)))
+
+        async def lined_up() -> bool:
+            keys = await engine.flow_keys("same")
+            return bool(keys) and (keys[0].running, keys[0].waiting) == (2, 38)
+
+        await eventually(lined_up, timeout=60, what="2 running, 38 waiting")
+
+        # the fresh runs due are of the same key: a refused step parking for one of them would only let it
+        # wait behind it, so the worker's places stay with steps waiting in place (no park, no claim again)
+        async def in_place() -> bool:
+            runs = await engine.list_runs(workflow="same", limit=100)
+            return len(engine.executing) == 10 and sum(1 for r in runs if r.waiting_on == "flow") <= 30
+
+        await eventually(in_place, timeout=60, what="every place held by a run of the key")
+        gate.set()
+        assert await results(engine, handles, timeout=120) == [1] * 40
+
+
 async def test_slot_released_however_the_attempt_ends(make_engine: Any) -> None:
     app = lg.App()
 

@@ -115,7 +115,7 @@ class Dispatcher(PublishClaims):
         self._workflows: frozenset[str] = frozenset()  # the workflows this process takes (routing.taken)
         self._claim_keys = self._claim_patches = "[]"  # routing.claim_filter: what its claims ask for
         self._full = False  # the dispatcher waits for a run to end before it can claim
-        self._pressed = False  # the last claim filled every place, not only with runs back for a flow slot
+        self._pressing: frozenset[str] = frozenset()  # the last claim filled every place: whose keys (``pressing``)
         self._give_way = flow_waiters.RoomMaker(self.store, worker_id, core.poll_interval)
         self._reserved = 0  # slots held for runs blocking starts claim as they create them
         core.serve(self)
@@ -362,13 +362,12 @@ class Dispatcher(PublishClaims):
     def _room(self) -> int:
         return self.max_concurrent_runs - len(self.inflight) - self._reserved
 
-    def room_to_wait(self, deep: int) -> bool:
+    def room_to_wait(self, deep: int, key: str) -> bool:
         """Whether a refused step waits in place further back in its key's line than its parallelism (``deep``:
-        how many do here now): in nine tenths of the places at most, and only while the last claim did not
-        fill every place with runs that were not parked for a flow slot (others are due: it parks, as they
-        will). A run due later takes a waiter's place (``flow_waiters.RoomMaker``)."""
-        cap = self.max_concurrent_runs - max(1, self.max_concurrent_runs // 10)
-        return self._running and not self.draining and not self._pressed and deep < cap
+        how many do here now; ``flow_waiters.room_to_wait``). A run due later takes a waiter's place (``RoomMaker``)."""
+        return self._running and not self.draining and flow_waiters.room_to_wait(
+            self._pressing, key, deep, self.max_concurrent_runs
+        )
 
     def finishes_here(self, row: Row) -> bool:
         """A run this engine holds, or will claim when it is due, ends here: waiters are woken, not polling.
@@ -430,7 +429,7 @@ class Dispatcher(PublishClaims):
                     claimed = await self.store.write(claim_handing, *claim)  # an event's waiters looked for too
                     for row, journal in claimed:
                         self.launch(row, journal)
-                    self._pressed = len(claimed) == free and any(r["waiting_on"] != "flow" for r, _ in claimed)
+                    self._pressing = flow_waiters.pressing(claimed, free, self.app)
                     if len(claimed) == free:
                         continue  # there may be more; the next turn waits for a free slot
                     due = await self.store.read(runs.next_wake, self.worker_id)

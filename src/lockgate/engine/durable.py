@@ -91,8 +91,8 @@ class Host(Protocol):
 
     def wake(self, at: float | None = None) -> None: ...
 
-    def room_to_wait(self, deep: int) -> bool:
-        """Whether a step refused by its flow key, further back in line than its parallelism, waits in place
+    def room_to_wait(self, deep: int, key: str) -> bool:
+        """Whether a step refused by flow key ``key``, further back in line than its parallelism, waits in place
         (``deep``: how many such steps wait in place in this worker now)."""
         ...
 

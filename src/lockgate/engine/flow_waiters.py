@@ -12,12 +12,16 @@ from __future__ import annotations
 
 import asyncio
 import weakref
+from collections.abc import Sequence
+from typing import Any
 
+from ..app import App
 from ..errors import StoreError
+from ..flowcontrol import FlowControl, FlowLimits
 from ..store import Store, flow, runs
-from ..store.base import CHANGED
+from ..store.base import CHANGED, Row
 
-__all__ = ["EVICTED", "RECHECK", "RoomMaker", "Waiters", "deliver", "waiters"]
+__all__ = ["EVICTED", "RECHECK", "RoomMaker", "Waiters", "deliver", "pressing", "room_to_wait", "waiters"]
 
 RECHECK = 0.5
 """Seconds a step waiting in place for a hand-off goes without news before it asks the store again."""
@@ -170,3 +174,35 @@ class RoomMaker:
         due = await self.store.read(runs.next_wake, self.worker_id)
         if due is not None and due <= now:
             found.evict()
+
+
+def pressing(claimed: Sequence[tuple[Row, Any]], free: int, app: App) -> frozenset[str]:
+    """What a claim that filled every place (``free``) brought in besides runs back for a flow slot: the
+    step flow key each such run's steps wait on (``""``: other work, or a key known only from its payload).
+
+    A step waiting in place deep in its line parks for them, unless every one of them waits on its own
+    key: a fresh run of that key would only wait behind it, and parking would cost writes for nothing."""
+    if len(claimed) < free:
+        return frozenset()
+    return frozenset(_run_key(row, app) for row, _ in claimed if row["waiting_on"] != "flow")
+
+
+def room_to_wait(pressing: frozenset[str], key: str, deep: int, places: int) -> bool:
+    """Whether a step refused by ``key`` waits in place deep in its line, ``deep`` others doing so in a worker
+    of ``places``: in nine tenths of them at most, and not while the last claim filled every place with fresh
+    runs of other work (they are due: it parks, as they will); every place when they were all of ``key``'s."""
+    others = pressing - {key}
+    cap = places - (0 if pressing and not others else max(1, places // 10))
+    return not others and deep < cap
+
+
+def _run_key(row: Row, app: App) -> str:
+    """The flow key a run's steps inherit, when it is one string for the run; ``""`` otherwise."""
+    given = row.get("flow_control")
+    if isinstance(given, str):
+        return FlowLimits.from_json(given).key
+    try:
+        control = app.get(row["workflow"]).options.flow_control
+    except Exception:
+        return ""
+    return control.key if isinstance(control, FlowControl) and isinstance(control.key, str) else ""

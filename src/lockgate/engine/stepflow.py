@@ -217,7 +217,7 @@ class StepGate:
                 grant = handed
             else:
                 asked = asyncio.get_running_loop().time()
-                may_wait = x.host.room_to_wait(len(waiters(x.store).deep))
+                may_wait = x.host.room_to_wait(len(waiters(x.store).deep), key)
                 asked_grant = await self._ask(attempt, first, may_wait, joins)
                 if asked_grant is None:
                     continue
