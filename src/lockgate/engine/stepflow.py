@@ -210,8 +210,10 @@ class StepGate:
         x = self._x
         key = self.limits.key
         handed: flow.Grant | None = None
-        # The first ask may join the line without a decision (``flow_line``): not a weighted or a burst key's.
+        # The first ask may join the line without a decision (``flow_line``): not a weighted or a burst key's, and
+        # not in a run back from a flow park (its steps have their places: they ask).
         joins = self.units is None and self.limits.parallelism is not None and self.limits.burst is None
+        joins = joins and x.row.get("waiting_on") != "flow"
         while True:
             if handed is not None and handed.granted:
                 grant = handed

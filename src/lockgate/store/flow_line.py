@@ -32,12 +32,14 @@ async def join_line(
     inline: float,
 ) -> Grant:
     """Take the step's place at the back of ``key``'s line, waiting in place; a step that has a place already
-    (its run asked before it parked) asks as ``acquire`` does."""
+    (its run lost its hold) waits there, or on SQLite asks as ``acquire`` does."""
     place = {"key": key, "run_id": fence.run_id, "step_key": step_key, "priority": priority}
-    joined = await tx.one(
-        "stepflow_join_line", {**place, "now": clock(), "attempt": attempt, "first": first, "epoch": fence.epoch}
-    )
-    if joined is None:
+    params = {**place, "now": clock(), "attempt": attempt, "first": first, "epoch": fence.epoch}
+    if not tx.single_writer:
+        # Not read (no round trip): a step with a place already waits in place there (a run back from a flow park
+        # does not join: it asks), and one whose place was handed to a lost hold finds it at its next look.
+        await tx.execute("stepflow_join_line", params)
+    elif not await tx.expect("stepflow_join_line", params):  # in-process, the answer costs nothing: it asks
         return await acquire(tx, None, key, fence, step_key, priority, clock, attempt, first, None, True, inline)
     return Grant(False, {}, moving=True)
 

@@ -115,13 +115,14 @@ INSERT INTO lockgate_flow_slots (key, run_id, step_key, priority, state, waiting
 VALUES (%(key)s, %(run_id)s, %(step_key)s, %(priority)s, 'waiting', %(now)s, %(attempt)s, %(first)s, %(epoch)s);
 
 -- name: stepflow_join_line
+-- silent: run for its effect; nothing waits for its answer
 -- A step takes the last place in its key's line without a decision, waiting in place under the asking hold
--- (%(epoch)s): a step of its worker waits in place ahead of it (store/flow_line.py). Nothing when it has a
--- place already.
+-- (%(epoch)s): a step of its worker waits in place ahead of it (store/flow_line.py). A step that has a place
+-- already (its run lost its hold) waits in place at that place.
 INSERT INTO lockgate_flow_slots (key, run_id, step_key, priority, state, waiting_since, attempt, first_at, held_epoch)
 VALUES (%(key)s, %(run_id)s, %(step_key)s, %(priority)s, 'waiting', %(now)s, %(attempt)s, %(first)s, %(epoch)s)
-ON CONFLICT (key, run_id, step_key) DO NOTHING
-RETURNING id;
+ON CONFLICT (key, run_id, step_key) DO UPDATE SET held_epoch = excluded.held_epoch
+WHERE lockgate_flow_slots.state = 'waiting';
 
 -- name: stepflow_hold_place
 -- silent: run for its effect; nothing waits for its answer

@@ -106,8 +106,7 @@ VALUES (:key, :run_id, :step_key, :priority, 'waiting', :now, :attempt, :first, 
 -- place already.
 INSERT INTO lockgate_flow_slots (key, run_id, step_key, priority, state, waiting_since, attempt, first_at, held_epoch)
 VALUES (:key, :run_id, :step_key, :priority, 'waiting', :now, :attempt, :first, :epoch)
-ON CONFLICT (key, run_id, step_key) DO NOTHING
-RETURNING id;
+ON CONFLICT (key, run_id, step_key) DO NOTHING;
 
 -- name: stepflow_hold_place
 -- A step asks again from its place in line under a new hold (its run was claimed again): it waits in place now.
