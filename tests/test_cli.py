@@ -565,8 +565,12 @@ def test_demo_runs_to_completion(cli: Lockgate, tmp_path: Path) -> None:
     narrate = next(r for r in runs if r["workflow"] == "demo.narrate")
     assert narrate["payload"] == {"row": "row-7", "text": "draft 20"}
     assert narrate["output"] == "row-7 now reads 'draft 20'"
-    # its draft ran under a key counting a model's tokens: 202 reserved, 5 settled
-    assert "tokens: the narration's draft settled 5 tokens under key 'model'" in result.out
+    # its draft is a durable agent under a key counting a model's tokens: a tool call, then the text; each
+    # request reserved 300 and settled at its usage (80 + 12, then 120 + 5)
+    drafted = "agent (two model requests and a tool call, each a step)"
+    assert f"tokens: the narration's {drafted} settled 217 tokens under key 'model'" in result.out
+    narrated = cli.json("workflows", "show", narrate["id"], "--store", url)
+    assert sum(1 for a in narrated["attempts"] if "latest_text" in a["step_key"]) == 1, narrated["attempts"]
     flow = {f["workflow"]: f for f in cli.json("workflows", "flow", "--store", url)["flow"]}
     assert (flow["demo.narrate"]["admitted"], flow["demo.narrate"]["collapsed"]) == (1, 19)
     assert (flow["demo.label"]["admitted"], flow["demo.label"]["queued"]) == (5, 0)

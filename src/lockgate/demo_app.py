@@ -14,7 +14,9 @@
 And three whose flow control the admission gate decides before a run exists:
 
 - ``demo.narrate``: debounced per row; a burst of edits becomes one run with the latest text, drafted
-  under a key that counts a model's tokens (``MODEL``), not calls.
+  under a key that counts a model's tokens (``MODEL``), not calls. With the extra ``lockgate[ai]``
+  the draft is a durable Pydantic AI agent (``NARRATOR``, an offline model that calls one tool): each
+  model request and the tool call are steps, each request reserves tokens and settles at its usage.
 - ``demo.label``: at most two labels print at once per printer; the rest queue until a slot frees.
 - ``demo.sms``: at most three texts a minute per customer; the excess is dropped.
 
@@ -39,6 +41,18 @@ from collections import Counter
 from datetime import datetime
 
 from pydantic import BaseModel
+
+try:  # the extra ``lockgate[ai]``: without it the narration's draft is one plain step
+    from pydantic_ai import Agent, RunContext
+    from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart, ToolCallPart, ToolReturnPart
+    from pydantic_ai.models.function import AgentInfo, FunctionModel
+    from pydantic_ai.usage import RequestUsage
+
+    from .ai import LockgateAgent
+except ImportError:  # pragma: no cover - the tests install the extra
+    WITH_AGENT = False
+else:
+    WITH_AGENT = True
 
 from .app import App
 from .callbacks import TokenExpired
@@ -237,9 +251,35 @@ def draft_narration(text: str) -> str:
     return f"now reads {text!r}"
 
 
+if WITH_AGENT:
+
+    def _model(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        """The narrator's model, offline: it asks for the row's latest text (a tool call), then writes."""
+        returned = [p.content for m in messages for p in m.parts if isinstance(p, ToolReturnPart)]
+        if not returned:
+            asked = RequestUsage(input_tokens=80, output_tokens=12)
+            return ModelResponse(parts=[ToolCallPart("latest_text", {})], usage=asked)
+        draft = draft_narration(str(returned[-1]))
+        wrote = RequestUsage(input_tokens=120, output_tokens=len(draft) // 4)
+        return ModelResponse(parts=[TextPart(draft)], usage=wrote)
+
+    _agent = Agent(FunctionModel(_model), name="narrator", deps_type=Edit, instructions="Narrate a row's change.")
+
+    @_agent.tool
+    def latest_text(run: RunContext[Edit]) -> str:
+        """The row's text as last edited (a tool call is a step of its own)."""
+        return run.deps.text
+
+    NARRATOR = LockgateAgent(_agent, flow_control=MODEL, estimate=lambda messages, settings: 300)
+    """The narration's durable agent: its model requests reserve 300 tokens of ``MODEL`` each, then settle."""
+
+
 @app.workflow(name="demo.narrate", debounce=Debounce(key=lambda e: e.row, period="1s"))
 async def narrate(ctx: Context, edit: Edit) -> str:
     """Narrate a row's change once it has been quiet for a second (debounced per row)."""
+    if WITH_AGENT:
+        result = await NARRATOR.run(ctx, f"Narrate row {edit.row}", deps=edit)
+        return f"{edit.row} {result.output}"
     narration: str = await ctx.step("draft", draft_narration, edit.text, flow_control=MODEL)
     return f"{edit.row} {narration}"
 

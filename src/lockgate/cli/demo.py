@@ -446,8 +446,9 @@ def flow_summary(waits: list[float]) -> str:
 
 def tokens_summary(key: FlowKeyRow) -> str:
     """One line on the narration's draft under the ``model`` key, which counts tokens rather than calls."""
+    drafted = "agent (two model requests and a tool call, each a step)" if demo_app.WITH_AGENT else "draft"
     return (
-        f"tokens: the narration's draft settled {key.units_settled} tokens under key '{key.key}' "
+        f"tokens: the narration's {drafted} settled {key.units_settled} tokens under key '{key.key}' "
         f"({key.rate} a minute; {key.units_available} left in the window, {key.units_reserved} still reserved)."
     )
 
