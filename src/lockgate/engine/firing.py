@@ -35,6 +35,7 @@ __all__ = [
     "claim_row",
     "fire",
     "overlap",
+    "running",
     "settle",
     "start_claimed",
     "start_claimed_many",
@@ -141,11 +142,9 @@ def overlap(
     with its ``status``, ``run_status`` and ``run_id``; ``waiting`` more buffered ones only counted):
     ``skipped`` or ``buffered`` and why, or ``None`` to start it, after cancelling the runs listed
     (``cancel_other``: only runs this schedule started)."""
-    running = [
-        f for f in others if f["status"] == "claimed" or (f["status"] == "started" and f["run_status"] not in _ENDED)
-    ]
+    running_now = [f for f in others if running(f)]
     buffered = waiting + sum(1 for f in others if f["status"] == "buffered")
-    if not running and not buffered:
+    if not running_now and not buffered:
         return None, None, []
     if sched.on_overlap == "skip":
         return "skipped", "overlap", []
@@ -153,7 +152,13 @@ def overlap(
         if buffered >= sched.buffer_limit:
             return "skipped", "buffer full", []
         return "buffered", None, []
-    return None, None, [f["run_id"] for f in running if f["run_id"]]
+    return None, None, [f["run_id"] for f in running_now if f["run_id"]]
+
+
+def running(firing: Mapping[str, Any]) -> bool:
+    """Whether a live firing (its ``status`` and its run's ``run_status``) holds its schedule busy: a claim
+    not started yet, or a start whose run has not ended (or is not admitted yet)."""
+    return firing["status"] == "claimed" or (firing["status"] == "started" and firing["run_status"] not in _ENDED)
 
 
 async def fire(rt: ScheduleRuntime, sched: ScheduleDef, slot: float, cause: str, *, manual: bool = False) -> Fired:
