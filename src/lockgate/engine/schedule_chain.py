@@ -1,0 +1,99 @@
+"""A schedule's next buffered firing starts as its run ends, in the process where the run ended.
+
+With ``on_overlap="buffer"`` a schedule runs one run at a time: a slot that comes due while one
+runs waits as a buffered firing, and the sweep's ``settle`` used to start it only at its next
+tick, so a schedule whose runs end after its next slot fell a tick further behind with each
+one. ``ScheduleChain`` starts it at once instead. The dispatcher reports each run it ends here
+(``Core.run_ended``, right after the end's commit); for those a schedule started (their source
+is ``schedule:<name>``) the chain, in one write per batch of ends, locks the schedules' rows
+(leaving out any another transaction holds), reads their live firings, and claims the oldest
+buffered firing of each schedule with nothing running (buffered → claimed, leased to this
+process). Those claims are started through ``start_claimed_many``: the gate and the ledger as
+the sweep starts them.
+
+A slot still starts once: a schedule's head is claimed by one transaction under its row's lock
+and only while it is buffered, and its start is idempotent by the slot's key. What the chain
+leaves is the sweep's, as before: a row another transaction held, a batch that failed, a
+process that died between its claim and its start (``settle`` takes the claim over once its
+lease lapsed). Only ``buffer`` leaves firings waiting: ``skip`` drops a slot that overlaps and
+``cancel_other`` starts it at once, so a run's end has nothing to start for them and the chain
+writes nothing (one read finds no buffered firing).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Collection, Iterable
+
+from ..store import schedules as sched_ops
+from ..store.base import Row, Tx
+from .firing import CLAIM_LEASE, Fired, ScheduleRuntime, running, source_of, start_claimed_many
+from .schedule_book import ScheduleBook
+
+__all__ = ["BATCH", "ScheduleChain", "start_next"]
+
+log = logging.getLogger("lockgate.schedules")
+
+BATCH = 500
+"""Schedules whose next firing one write claims, at most (more ends wait for the next batch)."""
+
+_PREFIX = source_of("")
+
+
+class ScheduleChain:
+    """Collects the schedules whose runs ended here and starts their next buffered firings (``loop``)."""
+
+    def __init__(self, rt: ScheduleRuntime, book: ScheduleBook | None = None) -> None:
+        self.rt = rt
+        self.book = book or ScheduleBook(rt.schedules)
+        self._pending: set[str] = set()
+        self._wake = asyncio.Event()
+
+    def ended(self, row: Row) -> None:
+        """A run ended here (its row as its end wrote it, with its ``source``); not blocking."""
+        source = row.get("source")
+        if isinstance(source, str) and source.startswith(_PREFIX):
+            self._pending.add(source[len(_PREFIX) :])
+            self._wake.set()
+
+    async def loop(self) -> None:
+        """Start the next firings of the schedules reported, a batch at a time, until cancelled."""
+        while True:
+            await self._wake.wait()
+            self._wake.clear()
+            while self._pending:
+                names = sorted(self._pending)[:BATCH]
+                self._pending.difference_update(names)
+                try:
+                    await start_next(self.rt, self.book, names)
+                except Exception as exc:  # the store failed: the sweep's next tick starts them
+                    log.warning("schedules: starting the next buffered firings of %d schedule(s): %s", len(names), exc)
+
+
+async def start_next(rt: ScheduleRuntime, book: ScheduleBook, names: Collection[str]) -> list[Fired]:
+    """Start the oldest buffered firing of each of ``names`` that has one and nothing running; what
+    became of each firing claimed (none for a schedule another transaction held)."""
+    if not names:
+        return []
+    # A read first: most ends (every one of a skip or cancel_other schedule) find nothing waiting, and lock nothing.
+    waiting = _free(await rt.store.read(sched_ops.live_firings_of, sorted(names)))
+    defs = await book.named(rt.store, waiting) if waiting else {}  # declared by other code: its own sweep's
+    if not defs:
+        return []
+    now = rt.clock.now()
+
+    async def take(tx: Tx) -> list[Row]:
+        locked = [r["name"] for r in await sched_ops.lock_schedules(tx, list(defs))]
+        free = _free(await sched_ops.live_firings_of(tx, locked)) if locked else []
+        return await sched_ops.take_buffered(tx, free, rt.owner, now, CLAIM_LEASE)
+
+    taken = await rt.store.write(take)
+    return await start_claimed_many(rt, [(defs[r["schedule"]], r, "claimed") for r in taken])
+
+
+def _free(rows: Iterable[Row]) -> list[str]:
+    """Of ``live_firings_of``'s rows, the schedules with a buffered firing and nothing running."""
+    rows = list(rows)
+    busy = {r["schedule"] for r in rows if r["status"] != "buffered" and running(r)}
+    return sorted({r["schedule"] for r in rows if r["status"] == "buffered"} - busy)
