@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import secrets
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -34,9 +34,11 @@ __all__ = [
     "cancel_run",
     "claim_row",
     "fire",
+    "free_to_start",
     "overlap",
     "running",
     "settle",
+    "start_buffered",
     "start_claimed",
     "start_claimed_many",
     "start_run",
@@ -358,5 +360,31 @@ async def settle(rt: ScheduleRuntime, book: ScheduleBook | None = None) -> int:
     ]
     if gone:
         await rt.store.write(sched_ops.move_firings, gone)
-    await start_claimed_many(rt, [(defs[name], head, "buffered") for name, head in ready if name in defs])
-    return moved + len(ready)
+    started = await start_buffered(rt, {name: defs[name] for name, _ in ready if name in defs})
+    return moved + len(gone) + len(started)
+
+
+async def start_buffered(rt: ScheduleRuntime, defs: Mapping[str, ScheduleDef]) -> list[Fired]:
+    """Start the oldest buffered firing of each schedule of ``defs`` with nothing running: claimed first, in one
+    write that locks the schedules' rows (leaving out any another transaction holds) and finds them free
+    under that lock, then started as any claim. Whoever else reaches the same schedule at once (the sweep,
+    a run's end in another process) finds its head claimed, or its row held: a slot's start is never raced
+    (two starts of one slot would each wait on the other's insert of its run)."""
+    if not defs:
+        return []
+    now = rt.clock.now()
+
+    async def take(tx: Tx) -> list[Row]:
+        locked = [r["name"] for r in await sched_ops.lock_schedules(tx, list(defs))]
+        live = await sched_ops.live_firings_of(tx, locked) if locked else []
+        return await sched_ops.take_buffered(tx, free_to_start(live), rt.owner, now, CLAIM_LEASE)
+
+    taken = await rt.store.write(take)
+    return await start_claimed_many(rt, [(defs[r["schedule"]], r, "claimed") for r in taken])
+
+
+def free_to_start(live: Iterable[Row]) -> list[str]:
+    """Of ``live_firings_of``'s rows, the schedules with a buffered firing and nothing running."""
+    rows = list(live)
+    busy = {r["schedule"] for r in rows if r["status"] != "buffered" and running(r)}
+    return sorted({r["schedule"] for r in rows if r["status"] == "buffered"} - busy)

@@ -8,8 +8,8 @@ one. ``ScheduleChain`` starts it at once instead. The dispatcher reports each ru
 is ``schedule:<name>``) the chain, in one write per batch of ends, locks the schedules' rows
 (leaving out any another transaction holds), reads their live firings, and claims the oldest
 buffered firing of each schedule with nothing running (buffered → claimed, leased to this
-process). Those claims are started through ``start_claimed_many``: the gate and the ledger as
-the sweep starts them.
+process); those claims are started as any claim, through the gate and the ledger. This is
+``firing.start_buffered``, which the sweep's ``settle`` starts buffered firings with too.
 
 A slot still starts once: a schedule's head is claimed by one transaction under its row's lock
 and only while it is buffered, and its start is idempotent by the slot's key. What the chain
@@ -24,11 +24,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Collection, Iterable
+from collections.abc import Collection
 
 from ..store import schedules as sched_ops
-from ..store.base import Row, Tx
-from .firing import CLAIM_LEASE, Fired, ScheduleRuntime, running, source_of, start_claimed_many
+from ..store.base import Row
+from .firing import Fired, ScheduleRuntime, free_to_start, source_of, start_buffered
 from .schedule_book import ScheduleBook
 
 __all__ = ["BATCH", "ScheduleChain", "start_next"]
@@ -77,23 +77,6 @@ async def start_next(rt: ScheduleRuntime, book: ScheduleBook, names: Collection[
     if not names:
         return []
     # A read first: most ends (every one of a skip or cancel_other schedule) find nothing waiting, and lock nothing.
-    waiting = _free(await rt.store.read(sched_ops.live_firings_of, sorted(names)))
+    waiting = free_to_start(await rt.store.read(sched_ops.live_firings_of, sorted(names)))
     defs = await book.named(rt.store, waiting) if waiting else {}  # declared by other code: its own sweep's
-    if not defs:
-        return []
-    now = rt.clock.now()
-
-    async def take(tx: Tx) -> list[Row]:
-        locked = [r["name"] for r in await sched_ops.lock_schedules(tx, list(defs))]
-        free = _free(await sched_ops.live_firings_of(tx, locked)) if locked else []
-        return await sched_ops.take_buffered(tx, free, rt.owner, now, CLAIM_LEASE)
-
-    taken = await rt.store.write(take)
-    return await start_claimed_many(rt, [(defs[r["schedule"]], r, "claimed") for r in taken])
-
-
-def _free(rows: Iterable[Row]) -> list[str]:
-    """Of ``live_firings_of``'s rows, the schedules with a buffered firing and nothing running."""
-    rows = list(rows)
-    busy = {r["schedule"] for r in rows if r["status"] != "buffered" and running(r)}
-    return sorted({r["schedule"] for r in rows if r["status"] == "buffered"} - busy)
+    return await start_buffered(rt, defs)
