@@ -31,12 +31,15 @@ from ..store.base import Row
 from .firing import Fired, ScheduleRuntime, free_to_start, source_of, start_buffered
 from .schedule_book import ScheduleBook
 
-__all__ = ["BATCH", "ScheduleChain", "start_next"]
+__all__ = ["BATCH", "IN_FLIGHT", "ScheduleChain", "start_next"]
 
 log = logging.getLogger("lockgate.schedules")
 
 BATCH = 500
 """Schedules whose next firing one write claims, at most (more ends wait for the next batch)."""
+
+IN_FLIGHT = 4
+"""Batches started at once by one process (their writes share group commits)."""
 
 _PREFIX = source_of("")
 
@@ -58,17 +61,33 @@ class ScheduleChain:
             self._wake.set()
 
     async def loop(self) -> None:
-        """Start the next firings of the schedules reported, a batch at a time, until cancelled."""
-        while True:
-            await self._wake.wait()
-            self._wake.clear()
-            while self._pending:
-                names = sorted(self._pending)[:BATCH]
-                self._pending.difference_update(names)
-                try:
-                    await start_next(self.rt, self.book, names)
-                except Exception as exc:  # the store failed: the sweep's next tick starts them
-                    log.warning("schedules: starting the next buffered firings of %d schedule(s): %s", len(names), exc)
+        """Start the next firings of the schedules reported, until cancelled: a batch as soon as ends come
+        in, up to ``IN_FLIGHT`` batches at once (under load each waits on several commits, and the ends
+        reported meanwhile need not wait for it to finish)."""
+        room = asyncio.Semaphore(IN_FLIGHT)
+        running: set[asyncio.Task[None]] = set()
+        try:
+            while True:
+                await self._wake.wait()
+                self._wake.clear()
+                while self._pending:
+                    await room.acquire()  # meanwhile more ends join the next batch
+                    names = sorted(self._pending)[:BATCH]
+                    self._pending.difference_update(names)
+                    task = asyncio.create_task(self._start(names, room), name="lockgate-schedule-chain-batch")
+                    running.add(task)
+                    task.add_done_callback(running.discard)
+        finally:
+            for task in running:
+                task.cancel()
+
+    async def _start(self, names: list[str], room: asyncio.Semaphore) -> None:
+        try:
+            await start_next(self.rt, self.book, names)
+        except Exception as exc:  # the store failed: the sweep's next tick starts them
+            log.warning("schedules: starting the next buffered firings of %d schedule(s): %s", len(names), exc)
+        finally:
+            room.release()
 
 
 async def start_next(rt: ScheduleRuntime, book: ScheduleBook, names: Collection[str]) -> list[Fired]:
