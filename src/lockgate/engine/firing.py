@@ -267,7 +267,8 @@ _ENDED = {"succeeded": "succeeded", "failed": "failed", "cancelled": "cancelled"
 async def settle(rt: ScheduleRuntime, book: ScheduleBook | None = None) -> int:
     """Move open firings along: finish those whose run ended, fail those past ``max_runtime``, take
     over claims their claimant abandoned, and start the next buffered firing of a schedule whose
-    run ended. How many firings moved."""
+    run ended (``start_buffered``; most were started as their run ended, by ``schedule_chain``).
+    How many firings moved."""
     now = rt.clock.now()
     rows = await rt.store.read(sched_ops.open_firings)  # of the buffered firings, each schedule's oldest
     if not rows:
