@@ -118,6 +118,7 @@ class Core:
         self.source = "client"  # what a start or publish records as its source unless told otherwise (origin.py)
         self.published = Published()
         self.observer: Observer | None = None  # metrics and traces; None: nothing is reported (observer.py)
+        self.run_ended: Callable[[Row], None] | None = None  # told each run ended here (engine/schedule_chain.py)
         self._metrics: EngineMetrics | None = None
         self._listening = False
         self.runtime = self._runtime()
@@ -268,6 +269,8 @@ class Core:
         """Wake those waiting for ``run_id``; ``ended`` is its final row if this process ended it."""
         self.results.wake(run_id, ended)
         self.streams.ended(run_id)
+        if ended is not None and self.run_ended is not None:
+            self.run_ended(ended)
 
     def message_settled(self, message_id: str) -> None:
         event = self.settled.get(message_id)

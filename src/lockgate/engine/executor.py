@@ -337,9 +337,9 @@ class Execution(TokenOperations, Forwarding):
         return True
 
     def _ended(self, status: str, output: str | None, tag: str | None, message: str | None) -> Row:
-        """The outcome columns of the row ``finish_run`` just wrote (what a result waiter needs)."""
+        """The outcome columns of the row ``finish_run`` just wrote (what a result waiter needs), and its source."""
         ended = {"id": self.run_id, "workflow": self.workflow, "status": status, "output": output}
-        return {**ended, "error_tag": tag, "error_message": message}
+        return {**ended, "error_tag": tag, "error_message": message, "source": self.row.get("source")}
 
     def stop(self, reason: str) -> None:
         """Stop the body from outside (cancel, suspend, lost lease, shutdown); nothing more is written."""

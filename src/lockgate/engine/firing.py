@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import secrets
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -34,8 +34,11 @@ __all__ = [
     "cancel_run",
     "claim_row",
     "fire",
+    "free_to_start",
     "overlap",
+    "running",
     "settle",
+    "start_buffered",
     "start_claimed",
     "start_claimed_many",
     "start_run",
@@ -141,11 +144,9 @@ def overlap(
     with its ``status``, ``run_status`` and ``run_id``; ``waiting`` more buffered ones only counted):
     ``skipped`` or ``buffered`` and why, or ``None`` to start it, after cancelling the runs listed
     (``cancel_other``: only runs this schedule started)."""
-    running = [
-        f for f in others if f["status"] == "claimed" or (f["status"] == "started" and f["run_status"] not in _ENDED)
-    ]
+    running_now = [f for f in others if running(f)]
     buffered = waiting + sum(1 for f in others if f["status"] == "buffered")
-    if not running and not buffered:
+    if not running_now and not buffered:
         return None, None, []
     if sched.on_overlap == "skip":
         return "skipped", "overlap", []
@@ -153,7 +154,13 @@ def overlap(
         if buffered >= sched.buffer_limit:
             return "skipped", "buffer full", []
         return "buffered", None, []
-    return None, None, [f["run_id"] for f in running if f["run_id"]]
+    return None, None, [f["run_id"] for f in running_now if f["run_id"]]
+
+
+def running(firing: Mapping[str, Any]) -> bool:
+    """Whether a live firing (its ``status`` and its run's ``run_status``) holds its schedule busy: a claim
+    not started yet, or a start whose run has not ended (or is not admitted yet)."""
+    return firing["status"] == "claimed" or (firing["status"] == "started" and firing["run_status"] not in _ENDED)
 
 
 async def fire(rt: ScheduleRuntime, sched: ScheduleDef, slot: float, cause: str, *, manual: bool = False) -> Fired:
@@ -260,7 +267,8 @@ _ENDED = {"succeeded": "succeeded", "failed": "failed", "cancelled": "cancelled"
 async def settle(rt: ScheduleRuntime, book: ScheduleBook | None = None) -> int:
     """Move open firings along: finish those whose run ended, fail those past ``max_runtime``, take
     over claims their claimant abandoned, and start the next buffered firing of a schedule whose
-    run ended. How many firings moved."""
+    run ended (``start_buffered``; most were started as their run ended, by ``schedule_chain``).
+    How many firings moved."""
     now = rt.clock.now()
     rows = await rt.store.read(sched_ops.open_firings)  # of the buffered firings, each schedule's oldest
     if not rows:
@@ -353,5 +361,31 @@ async def settle(rt: ScheduleRuntime, book: ScheduleBook | None = None) -> int:
     ]
     if gone:
         await rt.store.write(sched_ops.move_firings, gone)
-    await start_claimed_many(rt, [(defs[name], head, "buffered") for name, head in ready if name in defs])
-    return moved + len(ready)
+    started = await start_buffered(rt, {name: defs[name] for name, _ in ready if name in defs})
+    return moved + len(gone) + len(started)
+
+
+async def start_buffered(rt: ScheduleRuntime, defs: Mapping[str, ScheduleDef]) -> list[Fired]:
+    """Start the oldest buffered firing of each schedule of ``defs`` with nothing running: claimed first, in one
+    write that locks the schedules' rows (leaving out any another transaction holds) and finds them free
+    under that lock, then started as any claim. Whoever else reaches the same schedule at once (the sweep,
+    a run's end in another process) finds its head claimed, or its row held: a slot's start is never raced
+    (two starts of one slot would each wait on the other's insert of its run)."""
+    if not defs:
+        return []
+    now = rt.clock.now()
+
+    async def take(tx: Tx) -> list[Row]:
+        locked = [r["name"] for r in await sched_ops.lock_schedules(tx, list(defs))]
+        live = await sched_ops.live_firings_of(tx, locked) if locked else []
+        return await sched_ops.take_buffered(tx, free_to_start(live), rt.owner, now, CLAIM_LEASE)
+
+    taken = await rt.store.write(take)
+    return await start_claimed_many(rt, [(defs[r["schedule"]], r, "claimed") for r in taken])
+
+
+def free_to_start(live: Iterable[Row]) -> list[str]:
+    """Of ``live_firings_of``'s rows, the schedules with a buffered firing and nothing running."""
+    rows = list(live)
+    busy = {r["schedule"] for r in rows if r["status"] != "buffered" and running(r)}
+    return sorted({r["schedule"] for r in rows if r["status"] == "buffered"} - busy)

@@ -7,6 +7,7 @@ and a ``Dispatcher`` that claims runnable runs and executes them; both are built
 
 from __future__ import annotations
 
+import asyncio
 import socket
 from collections.abc import AsyncIterator, Mapping, Sequence
 from datetime import datetime
@@ -24,8 +25,9 @@ from ..durations import Duration, to_seconds
 from ..engine.core import Core, WorkflowRef
 from ..engine.dispatcher import Dispatcher, Shutdown
 from ..engine.durable import Running
-from ..engine.firing import Fired
+from ..engine.firing import Fired, ScheduleRuntime
 from ..engine.identity import ScopeResolver
+from ..engine.schedule_chain import ScheduleChain
 from ..engine.schedules import BackfillSlot
 from ..errors import InvalidArgument
 from ..events import DeliveryRecord, EventDef, EventRecord, Subject
@@ -241,6 +243,10 @@ class Engine:
             await self.client.close()
             raise
         self.dispatcher.adopt(start_sweeps(self.dispatcher.worker, self.sweep_settings))
+        # a schedule's next buffered firing starts as its run ends here, not at the sweep's next tick
+        chain = ScheduleChain(ScheduleRuntime(self.runtime, self.worker_id))
+        self.core.run_ended = chain.ended
+        self.dispatcher.adopt([asyncio.create_task(chain.loop(), name="lockgate-schedule-chain")])
 
     async def close(self, *, grace: Duration = 0) -> Shutdown:
         """Stop the loops and the runs executing here (they are released for others), then disconnect.

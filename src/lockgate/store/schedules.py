@@ -44,6 +44,7 @@ __all__ = [
     "schedules_named",
     "schedules_page",
     "set_paused",
+    "take_buffered",
     "take_firing",
 ]
 
@@ -248,6 +249,13 @@ _MOVED = ("why", "run_id", "ticket", "start_status", "started_at", "finished_at"
 async def take_firing(tx: Tx, firing_id: int, owner: str, now: float, lease: float) -> Row | None:
     """Take over a claim its claimant left unstarted past its lease; the row, or ``None``."""
     return await tx.one("firing_take", {"id": firing_id, "owner": owner, "now": now, "lease_until": now + lease})
+
+
+async def take_buffered(tx: Tx, names: Sequence[str], owner: str, now: float, lease: float) -> list[Row]:
+    """Claim for ``owner`` (leased) the oldest buffered firing of each of ``names`` (distinct; the caller
+    holds their rows and saw nothing of them running); the rows claimed."""
+    params = {"names": json.dumps(sorted(names)), "owner": owner, "lease_until": now + lease}
+    return await tx.execute("firings_take_buffered", params) if names else []
 
 
 async def firings_of(tx: Tx, schedule: str, limit: int) -> list[Row]:

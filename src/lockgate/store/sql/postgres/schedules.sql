@@ -212,3 +212,15 @@ UPDATE lockgate_schedules s SET watermark = GREATEST(COALESCE(s.watermark, a.wat
 FROM jsonb_to_recordset(%(rows)s::jsonb) AS a(name text, watermark float8, missed integer, next_at float8,
     revision integer)
 WHERE s.name = a.name AND s.revision = a.revision;
+
+-- name: firings_take_buffered
+-- The oldest buffered firing of each named schedule (through the partial index of the live firings) becomes
+-- a claim of the caller's, leased: a run of the schedule ended and nothing of it runs (engine/schedule_chain.py).
+-- A head someone else moved meanwhile is left alone; a claim left unstarted is taken over as any other.
+UPDATE lockgate_schedule_firings SET status = 'claimed', owner = %(owner)s, lease_until = %(lease_until)s
+WHERE status = 'buffered' AND id IN (
+    SELECT (SELECT f.id FROM lockgate_schedule_firings f
+            WHERE f.schedule = n.name AND f.status = 'buffered'
+            ORDER BY f.scheduled_at, f.id LIMIT 1)
+    FROM jsonb_array_elements_text(%(names)s::jsonb) AS n(name))
+RETURNING *;

@@ -204,3 +204,16 @@ UPDATE lockgate_schedules AS s SET
     updated_at = :now
 FROM json_each(:rows) AS a
 WHERE s.name = a.value ->> 'name' AND s.revision = a.value ->> 'revision';
+
+-- name: firings_take_buffered
+-- The oldest buffered firing of each named schedule (through the partial index of the live firings) becomes
+-- a claim of the caller's, leased: a run of the schedule ended and nothing of it runs (engine/schedule_chain.py).
+-- A head someone else moved meanwhile is left alone; a claim left unstarted is taken over as any other.
+-- The index's own IN term is repeated: SQLite uses a partial index only for a query that states its condition.
+UPDATE lockgate_schedule_firings SET status = 'claimed', owner = :owner, lease_until = :lease_until
+WHERE status = 'buffered' AND id IN (
+    SELECT (SELECT f.id FROM lockgate_schedule_firings f
+            WHERE f.schedule = n.value AND f.status = 'buffered' AND f.status IN ('claimed', 'buffered', 'started')
+            ORDER BY f.scheduled_at, f.id LIMIT 1)
+    FROM json_each(:names) AS n)
+RETURNING *;
