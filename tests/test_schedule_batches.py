@@ -214,7 +214,8 @@ async def test_the_batch_statements_are_index_driven_at_20000_schedules(pg_url: 
         pass  # migrated
     queries = load_queries("postgres")
     names = json.dumps([f"idle:{i}" for i in range(1, 400, 3)])
-    moves = [{"id": i, "expect": "claimed", "status": "started"} for i in range(1, 300)]
+    # Each move names its start: that start's ledger row is looked up by ticket, not scanned for.
+    moves = [{"id": i, "expect": "claimed", "status": "started", "ticket": f"tkt_{i}"} for i in range(1, 300)]
     rows = [{"name": f"idle:{i}", "watermark": 1, "missed": 0, "next_at": 2, "revision": 0} for i in range(1, 300)]
     cases = {
         "schedules_lock_many": ({"names": names}, "lockgate_schedules_pkey"),
@@ -234,12 +235,19 @@ async def test_the_batch_statements_are_index_driven_at_20000_schedules(pg_url: 
             "'s', 'i' || i, 'k' || i, CASE WHEN i % 50 = 0 THEN 'started' ELSE 'succeeded' END, 0 "
             "FROM generate_series(1, 60000) AS i"
         )
+        await pg.execute(
+            "INSERT INTO lockgate_ledger (ticket, kind, workflow, outcome, at) "
+            "SELECT 'tkt_' || i, 'arrival', 'digest', 'admitted', i FROM generate_series(1, 60000) AS i"
+        )
         await pg.execute("ANALYZE lockgate_schedules")
         await pg.execute("ANALYZE lockgate_schedule_firings")
+        await pg.execute("ANALYZE lockgate_ledger")
         for name, (params, index) in cases.items():
             rows = await (await pg.execute("EXPLAIN " + queries[name], params)).fetchall()
             plan = " ".join(r[0] for r in rows)
             assert index in plan and "Seq Scan" not in plan, (name, plan)
+            if name == "firings_update_many":
+                assert "lockgate_ledger_ticket" in plan, plan
 
 
 async def test_a_batch_leaves_out_a_schedule_another_transaction_holds(pg_url: str) -> None:

@@ -139,14 +139,19 @@ async def span(run_id: str, step: str, key: str, hold: float) -> int:
         os.getpid(),
         started,
     )
+    # The hold is the sleep, and it ends at its deadline at the latest: a process frozen (or starved) as its sleep
+    # ended stamps the end only when it runs again, seconds later, having held nothing meanwhile. Read at face
+    # value, that late stamp counted a span of a run taken over long before as held after the thaw (a key at 3 of 2
+    # in a 30-minute run: the end stamped 4 ms after SIGCONT, of a 0.3 s hold begun before the SIGSTOP).
+    deadline = await body_time() + hold
     ended = None
     try:
         await asyncio.sleep(hold)
-        ended = await body_time()
+        ended = min(await body_time(), deadline)
         await sql("UPDATE nem_spans SET ended_at = %s WHERE id = %s", ended, rows[0][0])
     except BaseException:  # cancelled, or the side server failed the update: the end is written when it can be
         # (else the checker, finding no end, would count the span open until the process was killed)
-        end = ended if ended is not None else time.time() + (_offset or 0.0)
+        end = ended if ended is not None else min(time.time() + (_offset or 0.0), deadline)
         late = asyncio.ensure_future(_later("UPDATE nem_spans SET ended_at = %s WHERE id = %s", end, rows[0][0]))
         _late.add(late)
         late.add_done_callback(_late.discard)

@@ -25,10 +25,13 @@ KINDS = ("kill", "stop", "partition", "skew", "failover-sync", "failover-async",
 WORKER_FAULTS = {"kill", "stop", "partition", "skew"}  # the others hit the database (every worker)
 
 FAKETIME = next(iter(glob.glob("/usr/lib/*/faketime/libfaketimeMT.so.1")), None)
-# Named after this process: runs side by side (a long one and the suite's) keep apart.
-_ME = os.getpid() % 250
-NS, HOST, PEER = f"lgnem{os.getpid()}", f"lgn{_ME}h", f"lgn{_ME}p"
-SERVER_IP, WORKER_IP = f"10.203.{_ME}.1", f"10.203.{_ME}.2"
+# Named after this process, by its whole pid: runs side by side (a long one and the suite's) keep apart. (By the
+# pid modulo 250, two runs started together once took the same link names and address, and neither's worker could
+# reach the server.) A /30 of its own per pid: 64 in each /24 of 10.200.0.0/13 (unique for pids below 2**17).
+_ME = os.getpid()
+NS, HOST, PEER = f"lgnem{_ME}", f"lgn{_ME}h", f"lgn{_ME}p"
+_SUBNET, _BASE = f"10.{200 + (_ME >> 14) % 8}.{(_ME >> 6) & 0xFF}", (_ME & 0x3F) * 4
+SERVER_IP, WORKER_IP = f"{_SUBNET}.{_BASE + 1}", f"{_SUBNET}.{_BASE + 2}"
 
 
 @dataclass

@@ -257,7 +257,16 @@ async def start_claimed_many(rt: ScheduleRuntime, items: Sequence[tuple[Schedule
             Fired(sched.name, slot, status, why=outcome, run_id=handle.run_id, ticket=handle.ticket, firing_id=fid)
         )
     if moves:
-        await rt.store.write(sched_ops.move_firings, moves)
+        moved = await rt.store.write(sched_ops.move_firings, moves)
+        for m in moves:
+            if m["firing_id"] not in moved and m.get("ticket") is not None:
+                # Moved by another replica, or its start is not in the database (a failover lost its commit and
+                # this write reached the promoted server): left as it was, it is started again.
+                log.info(
+                    "schedule firing %s: not moved (moved elsewhere, or its start %s was lost)",
+                    m["firing_id"],
+                    m["ticket"],
+                )
     return out
 
 

@@ -116,7 +116,8 @@ async def settle_delivery(
     run_id: str | None = None,
     ticket: str | None = None,
 ) -> bool:
-    """Move a pending delivery to ``status``; whether it was still pending."""
+    """Move a pending delivery to ``status``; whether it was still pending (and the start ``ticket`` names,
+    if any, is in the database: one a failover lost is not recorded, so the delivery is offered again)."""
     params = {
         "id": delivery_id,
         "now": now,

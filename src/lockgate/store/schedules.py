@@ -212,7 +212,8 @@ async def move_firing(
     started_at: float | None = None,
     finished_at: float | None = None,
 ) -> bool:
-    """Move a firing from ``expect`` to ``status``; whether it was still in ``expect``."""
+    """Move a firing from ``expect`` to ``status``; whether it was still in ``expect`` (and the start ``ticket``
+    names, if any, is in the database: one a failover lost is not recorded, so the firing is started again)."""
     params = {
         "id": firing_id,
         "expect": expect,

@@ -157,7 +157,15 @@ def _why(exc: BaseException) -> str:
 
 
 async def _settle(deps: FanOut, delivery_id: str, status: str, **columns: Any) -> str:
-    await deps.store.write(event_ops.settle_delivery, delivery_id, deps.clock.now(), status=status, **columns)
+    settled = await deps.store.write(event_ops.settle_delivery, delivery_id, deps.clock.now(), status=status, **columns)
+    if not settled and columns.get("ticket") is not None:
+        # Settled by another pass, or its start is not in the database: a failover lost that start's commit
+        # and this write reached the promoted server. Still pending then, it is delivered again.
+        log.info(
+            "event delivery %s: not settled (settled elsewhere, or its start %s was lost)",
+            delivery_id,
+            columns["ticket"],
+        )
     return status
 
 

@@ -38,10 +38,14 @@ LIMIT 1;
 
 -- name: settle_delivery
 -- Only a pending delivery settles: a second sweep over the same row changes nothing.
+-- The start a ticket names must be in this database: after a failover that lost its commit (asynchronous
+-- replication) a write retried on the promoted server would otherwise record a start that never happened
+-- there. Left as it was, the row is offered again (docs/postgres.md).
 UPDATE lockgate_deliveries
 SET status = %(status)s, reason = %(reason)s, idempotency_key = %(idempotency_key)s, outcome = %(outcome)s,
     run_id = %(run_id)s, ticket = %(ticket)s, delivered_at = %(now)s
 WHERE id = %(id)s AND status = 'pending'
+    AND (%(ticket)s::text IS NULL OR EXISTS (SELECT 1 FROM lockgate_ledger WHERE ticket = %(ticket)s))
 RETURNING id;
 
 -- name: unswept_events

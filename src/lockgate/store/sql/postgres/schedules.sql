@@ -85,11 +85,16 @@ ORDER BY f.schedule, f.scheduled_at, f.id;
 
 -- name: firing_update
 -- A firing moves on from the status it is expected in (a firing someone else moved is left alone).
+-- A move that records a start (a ticket) waits for that start to be in this database: after a failover that
+-- lost its commit (asynchronous replication) a move retried on the promoted server would otherwise name a
+-- run that never existed there, and the schedule would wait on it for good. Left as it was, the firing is
+-- started again (a claim once its lease lapses, a buffered firing at the next tick).
 UPDATE lockgate_schedule_firings SET status = %(status)s, why = COALESCE(%(why)s, why),
     run_id = COALESCE(%(run_id)s, run_id), ticket = COALESCE(%(ticket)s, ticket),
     start_status = COALESCE(%(start_status)s, start_status), started_at = COALESCE(%(started_at)s, started_at),
     finished_at = COALESCE(%(finished_at)s, finished_at)
 WHERE id = %(id)s AND status = %(expect)s
+    AND (%(ticket)s::text IS NULL OR EXISTS (SELECT 1 FROM lockgate_ledger WHERE ticket = %(ticket)s))
 RETURNING id;
 
 -- name: firing_take
@@ -201,6 +206,7 @@ UPDATE lockgate_schedule_firings f SET status = m.status, why = COALESCE(m.why, 
 FROM jsonb_to_recordset(%(moves)s::jsonb) AS m(id bigint, expect text, status text, why text, run_id text,
     ticket text, start_status text, started_at float8, finished_at float8)
 WHERE f.id = m.id AND f.status = m.expect
+    AND (m.ticket IS NULL OR EXISTS (SELECT 1 FROM lockgate_ledger l WHERE l.ticket = m.ticket))
 RETURNING f.id;
 
 -- name: schedules_advance_many

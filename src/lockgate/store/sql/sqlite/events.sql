@@ -38,10 +38,14 @@ LIMIT 1;
 
 -- name: settle_delivery
 -- Only a pending delivery settles: a second sweep over the same row changes nothing.
+-- The start a ticket names must be in this database: after a failover that lost its commit (asynchronous
+-- replication) a write retried on the promoted server would otherwise record a start that never happened
+-- there. Left as it was, the row is offered again (docs/postgres.md).
 UPDATE lockgate_deliveries
 SET status = :status, reason = :reason, idempotency_key = :idempotency_key, outcome = :outcome,
     run_id = :run_id, ticket = :ticket, delivered_at = :now
 WHERE id = :id AND status = 'pending'
+    AND (:ticket IS NULL OR EXISTS (SELECT 1 FROM lockgate_ledger WHERE ticket = :ticket))
 RETURNING id;
 
 -- name: unswept_events

@@ -80,11 +80,16 @@ ORDER BY f.schedule, f.scheduled_at, f.id;
 
 -- name: firing_update
 -- A firing moves on from the status it is expected in (a firing someone else moved is left alone).
+-- A move that records a start (a ticket) waits for that start to be in this database: after a failover that
+-- lost its commit (asynchronous replication) a move retried on the promoted server would otherwise name a
+-- run that never existed there, and the schedule would wait on it for good. Left as it was, the firing is
+-- started again (a claim once its lease lapses, a buffered firing at the next tick).
 UPDATE lockgate_schedule_firings SET status = :status, why = COALESCE(:why, why),
     run_id = COALESCE(:run_id, run_id), ticket = COALESCE(:ticket, ticket),
     start_status = COALESCE(:start_status, start_status), started_at = COALESCE(:started_at, started_at),
     finished_at = COALESCE(:finished_at, finished_at)
 WHERE id = :id AND status = :expect
+    AND (:ticket IS NULL OR EXISTS (SELECT 1 FROM lockgate_ledger WHERE ticket = :ticket))
 RETURNING id;
 
 -- name: firing_take
@@ -192,6 +197,8 @@ UPDATE lockgate_schedule_firings AS f SET status = m.value ->> 'status', why = C
     finished_at = COALESCE(CAST(m.value ->> 'finished_at' AS REAL), f.finished_at)
 FROM json_each(:moves) AS m
 WHERE f.id = m.value ->> 'id' AND f.status = m.value ->> 'expect'
+    AND (m.value ->> 'ticket' IS NULL
+        OR EXISTS (SELECT 1 FROM lockgate_ledger l WHERE l.ticket = m.value ->> 'ticket'))
 RETURNING id;  -- the updated table's own id (RETURNING names no other table here)
 
 -- name: schedules_advance_many
