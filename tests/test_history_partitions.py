@@ -3,6 +3,7 @@ expired ones dropped, the rows of runs retention keeps moved out first; SQLite k
 
 from __future__ import annotations
 
+import json
 import time
 from datetime import UTC, datetime
 from typing import Any
@@ -17,6 +18,7 @@ from lockgate.cli import cli
 from lockgate.history import partition_interval
 from lockgate.ids import id_floor, id_millis, new_id
 from lockgate.store import history
+from lockgate.store import streams as store_streams
 from lockgate.sweeps import retention as retention_sweep
 from lockgate.sweeps.retention import forget_expired, keep_partitions
 from lockgate.testing import TestEnv
@@ -35,15 +37,33 @@ def make_app() -> lg.App:
 
     @app.workflow(name="hist.steps")
     async def steps(ctx: lg.Context, p: Job) -> int:
+        await ctx.stream("steps")
         return int(await ctx.step("double", lambda n: n * 2, p.n))
 
     @app.workflow(name="hist.waits")
     async def waits(ctx: lg.Context, p: Job) -> int:
+        await ctx.stream("before")
         await ctx.step("before", lambda n: n, p.n)
         await ctx.wait_for_signal("go", Go)
+        await ctx.stream("after")
         return p.n
 
     return app
+
+
+TABLES = ("lockgate_journal", "lockgate_step_attempts", "lockgate_run_events", "lockgate_stream_chunks")
+"""The tables partitioned alike by range of run id (migrations 0038, 0051)."""
+
+
+def _bounds(url: str, table: str) -> dict[str, str]:
+    """Each partition of ``table`` by suffix, with its bounds as the catalog states them."""
+    with psycopg.connect(url) as conn:
+        rows = conn.execute(
+            "SELECT c.relname, pg_get_expr(c.relpartbound, c.oid) FROM pg_inherits i"
+            " JOIN pg_class c ON c.oid = i.inhrelid WHERE i.inhparent = %s::regclass",
+            (table,),
+        ).fetchall()
+    return {str(name).removeprefix(table + "_"): str(bound) for name, bound in rows}
 
 
 def _suffixes(parts: list[history.Partition]) -> list[str]:
@@ -114,6 +134,8 @@ async def test_partitions_are_made_ahead_across_a_day_boundary_on_the_clock(pg_u
         # the next two days ahead of the clock; the first partition (the tables before 0038) and the default
         assert _suffixes(parts) == ["kept", "p0", "p203103100000", "p203103110000"]
         assert (made, dropped) == (2, 0)
+        for table in TABLES:  # every table of the history has the same partitions, bound for bound
+            assert _bounds(pg_url, table) == _bounds(pg_url, "lockgate_journal")
         await env.advance("1h")
         assert await keep_partitions(worker, None, 86400.0) == (0, 0, 0)  # still the 9th: nothing new
         await env.advance("2h")  # past midnight: the 10th has begun, the 12th is two days ahead
@@ -140,6 +162,8 @@ async def test_retention_drops_only_expired_partitions_and_keeps_a_live_run_olde
         assert len(here) == 1, before  # both runs' rows sit in the partition of this hour
         table = f"lockgate_journal_{here[0].suffix}"
         assert _count(pg_url, f"SELECT COUNT(*) FROM {table}") == 2
+        chunks = f"lockgate_stream_chunks_{here[0].suffix}"  # what they streamed: the same partition
+        assert _count(pg_url, f"SELECT COUNT(*) FROM {chunks}") == 2
         await env.advance("3h")  # this hour's partition is past the 1h retention; the later ones are not
         forgotten = await forget(env)
         assert forgotten.runs == 1 and forgotten.partitions_dropped >= 1
@@ -152,15 +176,24 @@ async def test_retention_drops_only_expired_partitions_and_keeps_a_live_run_olde
         with pytest.raises(lg.UnknownRun):
             await engine.get_run(done.run_id)
         assert await engine.steps(done.run_id) == []
+        assert await engine.store.read(store_streams.chunks, done.run_id, "default", 0, 10) == []
         # the live run, older than the retention, kept its rows (moved to the default partition) and goes on
         assert [s.key for s in await engine.steps(live.run_id)] == ["before#0"]
         assert _count(pg_url, "SELECT COUNT(*) FROM lockgate_journal_kept WHERE run_id = %s", live.run_id) == 1
+        assert _count(pg_url, "SELECT COUNT(*) FROM lockgate_stream_chunks_kept WHERE run_id = %s", live.run_id) == 1
         assert len(await engine.events(live.run_id)) >= 1
         await engine.signal(live.run_id, "go", {})
         assert await live.result(timeout=10) == 3
+        assert await _streamed(engine, live.run_id) == ["before", "after"]  # its stream went on where it was
         await env.advance("2h")
         assert (await forget(env)).runs == 1
         assert _count(pg_url, "SELECT COUNT(*) FROM lockgate_journal WHERE run_id = %s", live.run_id) == 0
+        assert _count(pg_url, "SELECT COUNT(*) FROM lockgate_stream_chunks WHERE run_id = %s", live.run_id) == 0
+
+
+async def _streamed(engine: Any, run_id: str) -> list[Any]:
+    rows = await engine.store.read(store_streams.chunks, run_id, "default", 0, 100)
+    return [json.loads(row["data"]) for row in rows]
 
 
 async def test_a_partition_s_runs_go_with_it_by_range_and_not_one_by_one_before(pg_url: str) -> None:

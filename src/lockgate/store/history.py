@@ -1,7 +1,7 @@
 """Store operations for the time-partitioned run history (PostgreSQL; docs/history.md).
 
-``lockgate_journal``, ``lockgate_step_attempts`` and ``lockgate_run_events`` are partitioned alike by
-range of run id, so a run's rows sit in the partition of the interval it was created in. The retention
+``lockgate_journal``, ``lockgate_step_attempts``, ``lockgate_run_events`` and ``lockgate_stream_chunks``
+are partitioned alike by range of run id, so a run's rows sit in the partition of the interval it was created in. The retention
 sweep makes the partitions ahead (``make_ahead``) and retires those past retention (``retire``): the
 interval's expired runs are deleted by range with their records (``forget_range``, a slice per commit), the
 rows of the runs retention keeps move to the default partition, then the partitions are dropped. On SQLite
@@ -89,8 +89,9 @@ async def make_ahead(tx: Tx, now: float, interval: float, until: float) -> list[
 
 async def forget_range(tx: Tx, lo: str | None, hi: str, cutoff: float) -> int:
     """Delete the runs with ids in ``[lo, hi)`` (``lo`` None: from the first) that ended before ``cutoff``
-    (but a child whose parent is live), by the primary key's range, with their messages, flow places,
-    approval tokens and stream chunks (by each table's index on run_id); how many runs. What retires a
+    (but a child whose parent is live), by the primary key's range, with their messages, flow places and
+    approval tokens (by each table's index on run_id; their stream chunks go with the partition); how many
+    runs. What retires a
     partition first, a slice of its range per commit, so that none holds the writer long."""
     lo = lo if lo is not None else id_floor("run", 0)
     forgotten = int(await tx.scalar("history_forget_runs", {"lo": lo, "hi": hi, "cutoff": cutoff}) or 0)
