@@ -19,9 +19,12 @@ from lockgate.history import partition_interval
 from lockgate.ids import id_floor, id_millis, new_id
 from lockgate.store import history
 from lockgate.store import streams as store_streams
+from lockgate.store.sql_files import migrations
 from lockgate.sweeps import retention as retention_sweep
 from lockgate.sweeps.retention import forget_expired, keep_partitions
 from lockgate.testing import TestEnv
+
+from .apps.waits import eventually
 
 
 class Job(BaseModel):
@@ -273,3 +276,68 @@ async def test_a_partition_s_runs_are_forgotten_a_slice_per_commit(pg_url: str, 
 
 async def forget(env: TestEnv) -> Any:
     return await forget_expired(env.engine.worker, env.engine.retention, history_partition=3600.0)
+
+
+def _before_0051(url: str) -> None:
+    """Turn a migrated store back into what it was before migration 0051: stream chunks in a plain table
+    (0032's), the history functions of 0037 and 0039, version 51 not applied. Rows are kept."""
+    texts = {version: sql for version, _, sql in migrations("postgres")}
+    with psycopg.connect(url, autocommit=True) as conn, conn.transaction():
+        conn.execute("ALTER TABLE lockgate_stream_chunks RENAME TO chunks_partitioned")
+        conn.execute(
+            "CREATE TABLE lockgate_stream_chunks (LIKE chunks_partitioned INCLUDING DEFAULTS INCLUDING IDENTITY)"
+        )
+        conn.execute("INSERT INTO lockgate_stream_chunks SELECT * FROM chunks_partitioned")
+        conn.execute(
+            "SELECT setval(pg_get_serial_sequence('lockgate_stream_chunks', 'id'),"
+            " (SELECT coalesce(max(id), 0) + 1 FROM chunks_partitioned), false)"
+        )
+        conn.execute("DROP TABLE chunks_partitioned")
+        conn.execute("ALTER TABLE lockgate_stream_chunks ADD PRIMARY KEY (id)")
+        conn.execute("CREATE UNIQUE INDEX lockgate_stream_chunks_seq ON lockgate_stream_chunks (run_id, topic, seq)")
+        conn.execute(texts[37].replace("CREATE FUNCTION", "CREATE OR REPLACE FUNCTION"))  # type: ignore[arg-type]
+        conn.execute(texts[39])  # type: ignore[arg-type]
+        conn.execute("DROP FUNCTION lockgate_history_tables()")
+        conn.execute("DELETE FROM lockgate_migrations WHERE version = 51")
+
+
+def _scalar(url: str, sql: str) -> object:
+    with psycopg.connect(url) as conn:
+        row = conn.execute(sql).fetchone()  # type: ignore[call-overload]
+        return None if row is None else row[0]
+
+
+def _partition_of(url: str, table: str, run_id: str) -> set[str]:
+    with psycopg.connect(url) as conn:
+        rows = conn.execute(f"SELECT DISTINCT tableoid::regclass::text FROM {table} WHERE run_id = %s", (run_id,))
+        return {str(name).removeprefix(table + "_") for (name,) in rows.fetchall()}
+
+
+async def test_the_migration_partitions_stream_chunks_with_a_streaming_run_in_flight(pg_url: str) -> None:
+    app = make_app()
+    async with lg.Engine(app, pg_url, poll_interval=0.05) as engine:
+        done = await engine.start("hist.steps", {"n": 2})
+        assert await done.result(timeout=10) == 4
+        live = await engine.start("hist.waits", {"n": 3})
+
+        async def waiting() -> bool:
+            return await _streamed(engine, live.run_id) == ["before"] and bool(await engine.steps(live.run_id))
+
+        await eventually(waiting, timeout=10, what="the run streamed and waits for its signal")
+    _before_0051(pg_url)
+    kind = "SELECT relkind FROM pg_class WHERE relname = 'lockgate_stream_chunks'"
+    assert _scalar(pg_url, kind) == "r"  # a plain table
+    async with lg.Engine(app, pg_url, poll_interval=0.05) as engine:  # migrates, then goes on
+        assert _scalar(pg_url, kind) == "p"  # partitioned
+        for table in TABLES:
+            assert _bounds(pg_url, table) == _bounds(pg_url, "lockgate_journal")
+        for run_id in (done.run_id, live.run_id):  # each run's chunks in the partition of its journal
+            assert _partition_of(pg_url, "lockgate_stream_chunks", run_id) == _partition_of(
+                pg_url, "lockgate_journal", run_id
+            )
+        assert await _streamed(engine, done.run_id) == ["steps"]
+        await engine.signal(live.run_id, "go", {})
+        assert await engine.result(live.run_id, timeout=10) == 3
+        assert await _streamed(engine, live.run_id) == ["before", "after"]
+        ids = [row["id"] for row in await engine.store.read(store_streams.chunks, live.run_id, "default", 0, 10)]
+        assert ids == sorted(ids) and len(set(ids)) == 2  # the id sequence went on from the old table's

@@ -22,9 +22,17 @@ from lockgate.store.sql_files import load_queries
 
 DAYS = 10
 PER_DAY = 10_000
-PINNED = ["load_journal", "list_attempts", "list_events", "has_compensations", "delete_journal_from"]
+PINNED = [
+    "load_journal",
+    "list_attempts",
+    "list_events",
+    "has_compensations",
+    "delete_journal_from",
+    "stream_state",
+    "stream_chunks",
+]
 _PARAM = re.compile(r"%\(([a-z_]+)\)s")
-_SCANNED = re.compile(r"Scan(?: using \S+)? on (lockgate_(?:journal|step_attempts|run_events)_\w+)")
+_SCANNED = re.compile(r"Scan(?: using \S+)? on (lockgate_(?:journal|step_attempts|run_events|stream_chunks)_\w+)")
 # Only scans count: a generic plan of a DELETE still names every partition as a target (PostgreSQL 15), but
 # reads the one its run's id leads to.
 
@@ -62,6 +70,10 @@ async def _fill(url: str) -> str:
                 f"INSERT INTO lockgate_run_events (run_id, type, at) SELECT id, 'run-started', g FROM ({ids}) s"
             )
             conn.execute(
+                "INSERT INTO lockgate_stream_chunks (run_id, topic, seq, kind, data, size, created_at)"
+                f" SELECT id, 'default', n, 'chunk', '\"w\"', 3, g FROM ({ids}) s, generate_series(1, 2) n"
+            )
+            conn.execute(
                 "INSERT INTO lockgate_runs (id, workflow, identity, status, payload, created_at, updated_at,"
                 " progress_at, finished_at, parent_id) SELECT id, 'w', id, 'succeeded', '{}', t, t, t, t + 1,"
                 f" CASE WHEN g % 10 = 0 THEN 'run_parent' END"
@@ -72,7 +84,8 @@ async def _fill(url: str) -> str:
                 f" SELECT 'msg_' || id, id, 'signal', 'go', 'consumed', g FROM ({ids}) s"
             )
         conn.execute(
-            "ANALYZE lockgate_journal, lockgate_step_attempts, lockgate_run_events, lockgate_runs, lockgate_messages"
+            "ANALYZE lockgate_journal, lockgate_step_attempts, lockgate_run_events, lockgate_stream_chunks,"
+            " lockgate_runs, lockgate_messages"
         )
         middle = parts[len(parts) // 2]
         row = conn.execute("SELECT min(run_id) FROM lockgate_journal WHERE run_id >= %s", (middle.lo,)).fetchone()
@@ -89,7 +102,8 @@ def _scanned(plan: str) -> dict[str, set[str]]:
 
 
 def _values(query: str, run_id: str) -> dict[str, Any]:
-    return {name: run_id if name == "run_id" else 0 for name in _PARAM.findall(query)}
+    given: dict[str, Any] = {"run_id": run_id, "topic": "default", "limit": 10}
+    return {name: given.get(name, 0) for name in _PARAM.findall(query)}
 
 
 @pytest.fixture(scope="module")
@@ -159,3 +173,24 @@ def test_the_run_selection_reads_only_runs_older_than_the_partitions(filled: tup
         plan = "\n".join(str(r[0]) for r in conn.execute("EXPLAIN ANALYZE " + query, values).fetchall())
     assert "Seq Scan on lockgate_runs " not in plan, plan
     assert re.search(r"Index Cond: .*created_at < ", plan), plan
+
+
+@pytest.mark.parametrize(("name", "behind"), [("stream_tail", 5), ("stream_tail", None), ("stream_last_id", 0)])
+def test_every_run_s_new_chunks_are_read_by_each_partition_s_index_on_id(
+    filled: tuple[str, str], name: str, behind: int | None
+) -> None:
+    """The readers of every run's new chunks follow the id across the partitions: each partition's index on
+    it (an index probe per partition, a few dozen), never a scan of one; a reader far behind (``behind``
+    None: from the first) has them merged in order, not every chunk sorted."""
+    url, _ = filled
+    query = load_queries("postgres")[name]
+    with psycopg.connect(url) as conn:
+        (top,) = conn.execute("SELECT max(id) FROM lockgate_stream_chunks").fetchone() or (0,)
+        values = {"after": 0 if behind is None else top - behind, "limit": 100}
+        plan = "\n".join(str(r[0]) for r in conn.execute("EXPLAIN ANALYZE " + query, values).fetchall())
+    # (the empty first and default partitions here are read as they are: no pages)
+    assert not re.search(r"Seq Scan on lockgate_stream_chunks_p\d{12}", plan), plan
+    indexed = re.findall(r"Index (?:Only )?Scan (?:Backward )?using lockgate_stream_chunks_p\d+_id_idx", plan)
+    assert len(indexed) >= DAYS, plan  # every filled partition, by its index on id
+    if behind is None:
+        assert "Merge Append" in plan and "Sort  (" not in plan, plan  # a merge, no Sort node

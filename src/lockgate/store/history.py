@@ -1,11 +1,12 @@
 """Store operations for the time-partitioned run history (PostgreSQL; docs/history.md).
 
 ``lockgate_journal``, ``lockgate_step_attempts``, ``lockgate_run_events`` and ``lockgate_stream_chunks``
-are partitioned alike by range of run id, so a run's rows sit in the partition of the interval it was created in. The retention
-sweep makes the partitions ahead (``make_ahead``) and retires those past retention (``retire``): the
-interval's expired runs are deleted by range with their records (``forget_range``, a slice per commit), the
-rows of the runs retention keeps move to the default partition, then the partitions are dropped. On SQLite
-nothing is partitioned: ``partitions`` is empty and nothing else is called.
+are partitioned alike by range of run id, so a run's rows sit in the partition of the interval it was
+created in. The retention sweep makes the partitions ahead (``make_ahead``) and retires those past
+retention (``retire``): the interval's expired runs are deleted by range with their records
+(``forget_range``, a slice per commit), the rows of the runs retention keeps move to the default
+partition, then the partitions are dropped. On SQLite nothing is partitioned: ``partitions`` is empty and
+nothing else is called.
 """
 
 from __future__ import annotations
