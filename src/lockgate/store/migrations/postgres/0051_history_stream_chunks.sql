@@ -25,10 +25,10 @@ BEGIN
     ALTER TABLE lockgate_stream_chunks_old RENAME CONSTRAINT lockgate_stream_chunks_pkey TO lockgate_stream_chunks_old_pkey;
     CREATE TABLE lockgate_stream_chunks (LIKE lockgate_stream_chunks_old INCLUDING DEFAULTS INCLUDING IDENTITY)
         PARTITION BY RANGE (run_id);
-    -- A chunk is one (run, topic, seq): the key, led by the partition key. Readers of every run's new
-    -- chunks (stream_tail) follow the id, by each partition's index on it.
-    ALTER TABLE lockgate_stream_chunks ADD CONSTRAINT lockgate_stream_chunks_pkey PRIMARY KEY (run_id, topic, seq);
-    CREATE INDEX lockgate_stream_chunks_id ON lockgate_stream_chunks (id);
+    -- The key is (id, run_id), the partition key in it: readers of every run's new chunks (stream_tail)
+    -- follow the id, by each partition's index on it. A chunk is one (run, topic, seq), as before.
+    ALTER TABLE lockgate_stream_chunks ADD CONSTRAINT lockgate_stream_chunks_pkey PRIMARY KEY (id, run_id);
+    CREATE UNIQUE INDEX lockgate_stream_chunks_seq ON lockgate_stream_chunks (run_id, topic, seq);
     -- The journal's partitions, bound for bound and suffix for suffix (the default one too).
     FOR part IN
         SELECT substr(c.relname, length('lockgate_journal_') + 1) AS suffix, pg_get_expr(c.relpartbound, c.oid) AS bound
