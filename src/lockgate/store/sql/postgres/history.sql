@@ -65,3 +65,19 @@ WITH messages AS (
 )
 SELECT (SELECT count(*) FROM messages) + (SELECT count(*) FROM slots) + (SELECT count(*) FROM tokens)
     AS records;
+
+-- name: ledger_partitions
+-- The ledger's partitions (migration 0052: by range of its time, at, with the run history's intervals and
+-- suffixes), as history_partitions states the run history's.
+SELECT c.relname AS name, pg_get_expr(c.relpartbound, c.oid) AS bound
+FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
+WHERE i.inhparent = to_regclass('lockgate_ledger')
+ORDER BY c.relname;
+
+-- name: ledger_kept_last
+-- The newest decision the ledger's default partition holds: a partition made ahead must begin after it.
+SELECT max(at) AS at FROM lockgate_ledger_kept;
+
+-- name: ledger_drop
+-- A ledger partition past retention, dropped whole (waiting at most %(lock_wait)s for the ledger's lock).
+SELECT lockgate_ledger_drop(%(suffix)s::text, %(lock_wait)s::text) AS dropped;
