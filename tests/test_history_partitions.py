@@ -139,6 +139,10 @@ async def test_partitions_are_made_ahead_across_a_day_boundary_on_the_clock(pg_u
         assert (made, dropped) == (2, 0)
         for table in TABLES:  # every table of the history has the same partitions, bound for bound
             assert _bounds(pg_url, table) == _bounds(pg_url, "lockgate_journal")
+        # the ledger's, by time, with the same suffixes and times
+        ledger = {p.suffix: p for p in await env.engine.store.read(history.ledger_partitions)}
+        for part in history.dated(parts):
+            assert (ledger[part.suffix].begins_at, ledger[part.suffix].ends_at) == (part.begins_at, part.ends_at)
         await env.advance("1h")
         assert await keep_partitions(worker, None, 86400.0) == (0, 0, 0)  # still the 9th: nothing new
         await env.advance("2h")  # past midnight: the 10th has begun, the 12th is two days ahead
@@ -167,9 +171,18 @@ async def test_retention_drops_only_expired_partitions_and_keeps_a_live_run_olde
         assert _count(pg_url, f"SELECT COUNT(*) FROM {table}") == 2
         chunks = f"lockgate_stream_chunks_{here[0].suffix}"  # what they streamed: the same partition
         assert _count(pg_url, f"SELECT COUNT(*) FROM {chunks}") == 2
+        decisions = f"lockgate_ledger_{here[0].suffix}"  # the gate's decisions of this hour
+        assert _count(pg_url, f"SELECT COUNT(*) FROM {decisions} WHERE run_id IN (%s, %s)", done.run_id, live.run_id)
+        ledger_before = {p.suffix for p in await engine.store.read(history.ledger_partitions)}
         await env.advance("3h")  # this hour's partition is past the 1h retention; the later ones are not
         forgotten = await forget(env)
         assert forgotten.runs == 1 and forgotten.partitions_dropped >= 1
+        assert forgotten.ledger_partitions_dropped >= 1 and forgotten.ledger_rows == 0  # dropped, not deleted
+        ledger_after = {p.suffix for p in await engine.store.read(history.ledger_partitions)}
+        assert here[0].suffix not in ledger_after and (ledger_before - ledger_after) <= expired_at(before, env)
+        assert ledger_before & ledger_after  # the hours not past retention keep theirs
+        theirs = "SELECT COUNT(*) FROM lockgate_ledger WHERE run_id IN (%s, %s)"
+        assert _count(pg_url, theirs, done.run_id, live.run_id) == 0
         after = await engine.store.read(history.partitions)
         expired = {p.suffix for p in before if p.ends_at is not None and p.ends_at <= env.clock.now() - 3600}
         assert here[0].suffix in expired
@@ -192,6 +205,10 @@ async def test_retention_drops_only_expired_partitions_and_keeps_a_live_run_olde
         assert (await forget(env)).runs == 1
         assert _count(pg_url, "SELECT COUNT(*) FROM lockgate_journal WHERE run_id = %s", live.run_id) == 0
         assert _count(pg_url, "SELECT COUNT(*) FROM lockgate_stream_chunks WHERE run_id = %s", live.run_id) == 0
+
+
+def expired_at(parts: list[history.Partition], env: TestEnv) -> set[str]:
+    return {p.suffix for p in parts if p.ends_at is not None and p.ends_at <= env.clock.now() - 3600} | {"p0"}
 
 
 async def _streamed(engine: Any, run_id: str) -> list[Any]:

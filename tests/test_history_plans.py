@@ -8,6 +8,7 @@ execution start.
 
 from __future__ import annotations
 
+import json
 import re
 import time
 from typing import Any
@@ -83,9 +84,14 @@ async def _fill(url: str) -> str:
                 "INSERT INTO lockgate_messages (id, run_id, kind, name, status, created_at)"
                 f" SELECT 'msg_' || id, id, 'signal', 'go', 'consumed', g FROM ({ids}) s"
             )
+            conn.execute(  # a decision a run, made when the run was (the ledger's partitions are by time)
+                "INSERT INTO lockgate_ledger (ticket, kind, workflow, outcome, folded, pending_id, run_id, at)"
+                " SELECT 'tkt_' || id, 'start', 'w', 'admitted', 1, CASE WHEN g % 10 = 0 THEN 'pnd_' || id END,"
+                f" id, ({start_ms} + g) / 1000.0 FROM ({ids}) s"
+            )
         conn.execute(
             "ANALYZE lockgate_journal, lockgate_step_attempts, lockgate_run_events, lockgate_stream_chunks,"
-            " lockgate_runs, lockgate_messages"
+            " lockgate_runs, lockgate_messages, lockgate_ledger"
         )
         middle = parts[len(parts) // 2]
         row = conn.execute("SELECT min(run_id) FROM lockgate_journal WHERE run_id >= %s", (middle.lo,)).fetchone()
@@ -190,7 +196,58 @@ def test_every_run_s_new_chunks_are_read_by_each_partition_s_index_on_id(
         plan = "\n".join(str(r[0]) for r in conn.execute("EXPLAIN ANALYZE " + query, values).fetchall())
     # (the empty first and default partitions here are read as they are: no pages)
     assert not re.search(r"Seq Scan on lockgate_stream_chunks_p\d{12}", plan), plan
-    indexed = re.findall(r"Index (?:Only )?Scan (?:Backward )?using lockgate_stream_chunks_p\d+_id_idx", plan)
+    indexed = re.findall(r"Index (?:Only )?Scan (?:Backward )?using lockgate_stream_chunks_p\d+_pkey", plan)
     assert len(indexed) >= DAYS, plan  # every filled partition, by its index on id
     if behind is None:
         assert "Merge Append" in plan and "Sort  (" not in plan, plan  # a merge, no Sort node
+
+
+LEDGER_LOOKUPS = {
+    "ledger_for_ticket": lambda run_id: {"ticket": f"tkt_{run_id}"},
+    "ledger_for_pending": lambda run_id: {"pending_id": f"pnd_{run_id}"},
+    "ledger_for_tickets": lambda run_id: {"tickets": json.dumps([f"tkt_{run_id}"])},
+    "ledger_for_pendings": lambda run_id: {"ids": json.dumps([f"pnd_{run_id}"])},
+}
+
+
+@pytest.mark.parametrize("name", sorted(LEDGER_LOOKUPS))
+def test_a_start_s_decisions_are_read_by_each_ledger_partition_s_index(filled: tuple[str, str], name: str) -> None:
+    """The ledger is partitioned by time, not by ticket: a start's decisions (a ticket's, a parked row's) are
+    looked up by each partition's index (a probe per partition, a few dozen), never a scan of one."""
+    url, run_id = filled
+    query = load_queries("postgres")[name]
+    with psycopg.connect(url) as conn:
+        plan = "\n".join(str(r[0]) for r in conn.execute("EXPLAIN " + query, LEDGER_LOOKUPS[name](run_id)).fetchall())
+    assert not re.search(r"Seq Scan on lockgate_ledger_p\d{12}", plan), plan
+    assert len(re.findall(r"Scan (?:using \S+ )?on lockgate_ledger_p\d{12}", plan)) >= DAYS, plan
+
+
+@pytest.mark.parametrize("name", ["admissions_per_bucket", "flow_ledger"])
+def test_the_ledger_since_a_moment_reads_the_partitions_since_then(filled: tuple[str, str], name: str) -> None:
+    """The dashboard's and flow()'s reads of the decisions since a moment prune to the partitions after it."""
+    url, run_id = filled
+    query = load_queries("postgres")[name]
+    since = id_millis(run_id) / 1000 + 60
+    values = {"since": since, "width": 60, "workflow": None}
+    with psycopg.connect(url) as conn:
+        plan = "\n".join(str(r[0]) for r in conn.execute("EXPLAIN " + query, values).fetchall())
+    scanned = set(re.findall(r"on (lockgate_ledger_p\d{12})", plan))
+    assert 1 <= len(scanned) <= DAYS // 2 + 1, plan  # the middle day and those after it, not the older ones
+
+
+def test_retention_deletes_no_decision_of_a_ledger_partition_one_by_one(filled: tuple[str, str]) -> None:
+    """Past retention, a ledger partition is dropped whole; the decisions deleted one by one are those
+    older than every partition of one interval (store/history.py ledger_before), and no partition of one
+    interval is read for them."""
+    url, _ = filled
+    query = load_queries("postgres")["forget_ledger"]
+    with psycopg.connect(url) as conn:
+        (first,) = conn.execute(
+            "SELECT min(substring(pg_get_expr(c.relpartbound, c.oid) FROM 'FROM \\(''([^'']*)''\\)')::float8)"
+            " FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid"
+            " WHERE i.inhparent = 'lockgate_ledger'::regclass AND c.relname ~ '_p[0-9]{12}$'"
+        ).fetchone() or (0.0,)
+        plan = "\n".join(
+            str(r[0]) for r in conn.execute("EXPLAIN " + query, {"cutoff": first, "limit": 500}).fetchall()
+        )
+    assert not re.search(r"on lockgate_ledger_p\d{12}", plan), plan
