@@ -4,6 +4,7 @@ expired ones dropped, the rows of runs retention keeps moved out first; SQLite k
 from __future__ import annotations
 
 import json
+import re
 import time
 from datetime import UTC, datetime
 from typing import Any
@@ -358,3 +359,33 @@ async def test_the_migration_partitions_stream_chunks_with_a_streaming_run_in_fl
         assert await _streamed(engine, live.run_id) == ["before", "after"]
         ids = [row["id"] for row in await engine.store.read(store_streams.chunks, live.run_id, "default", 0, 10)]
         assert ids == sorted(ids) and len(set(ids)) == 2  # the id sequence went on from the old table's
+
+
+def test_the_ledger_s_partition_of_an_interval_begins_where_its_first_partition_ends(pg_url: str) -> None:
+    """The ledger's first partition ends at the moment of migration 0052, within (or past) intervals the run
+    history has partitions of: the ledger's partition of such an interval begins at that end, or is not made
+    where the first partition covers the interval."""
+    day = 86_400_000
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        for table in TABLES:  # the run history's first partitions out of the way: intervals before now
+            conn.execute(f"ALTER TABLE {table} DETACH PARTITION {table}_p0")
+        (end,) = conn.execute(
+            "SELECT substring(pg_get_expr(relpartbound, oid) FROM 'TO \\(''([^'']*)''\\)')::float8"
+            " FROM pg_class WHERE relname = 'lockgate_ledger_p0'"
+        ).fetchone() or (0.0,)
+        today = int(end * 1000) // day * day
+        for lo, suffix in ((today - day, "past"), (today, "today"), (today + day, "next")):
+            conn.execute("SELECT lockgate_history_add(%s, %s, %s, '2s')", (lo, lo + day, suffix))
+    ledger = {p.suffix: p for p in _ledger_parts(pg_url)}
+    assert "past" not in ledger  # the first partition holds that whole day
+    assert (ledger["today"].begins_at, ledger["today"].ends_at) == (end, (today + day) / 1000)
+    assert (ledger["next"].begins_at, ledger["next"].ends_at) == ((today + day) / 1000, (today + 2 * day) / 1000)
+    assert {"past", "today", "next"} <= set(_bounds(pg_url, "lockgate_journal"))
+
+
+def _ledger_parts(url: str) -> list[history.Partition]:
+    found = []
+    for suffix, bound in _bounds(url, "lockgate_ledger").items():
+        lo, hi = (re.search(rf"{edge} \('([^']*)'\)", bound) for edge in ("FROM", "TO"))
+        found.append(history.Partition(suffix, lo and lo[1], hi and hi[1], timed=True))
+    return found

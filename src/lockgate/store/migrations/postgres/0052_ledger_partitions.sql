@@ -76,13 +76,14 @@ BEGIN
             made := made + 1;
         END IF;
     END LOOP;
-    -- It begins where the partitions below end, if later (the first ends at the moment of 0052, within an
-    -- interval of the run history made before it).
-    SELECT greatest(lo_ms / 1000.0, max(substring(pg_get_expr(c.relpartbound, c.oid) FROM 'TO \(''([^'']*)''\)')::numeric))
-    INTO lo_s
-    FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
+    -- It begins where a partition reaching into the interval ends, if it does (the first ends at the moment
+    -- of 0052, within an interval of the run history made before it); none is made if one covers it.
+    SELECT greatest(lo_ms / 1000.0, max(b.hi)) INTO lo_s
+    FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid,
+        LATERAL (SELECT substring(pg_get_expr(c.relpartbound, c.oid) FROM 'FROM \(''([^'']*)''\)')::numeric AS lo,
+                        substring(pg_get_expr(c.relpartbound, c.oid) FROM 'TO \(''([^'']*)''\)')::numeric AS hi) b
     WHERE i.inhparent = 'lockgate_ledger'::regclass
-      AND substring(pg_get_expr(c.relpartbound, c.oid) FROM 'TO \(''([^'']*)''\)')::numeric < hi_ms / 1000.0;
+      AND b.hi > lo_ms / 1000.0 AND coalesce(b.lo, lo_ms / 1000.0) < hi_ms / 1000.0;
     IF to_regclass('lockgate_ledger_' || suffix) IS NULL AND coalesce(lo_s, lo_ms / 1000.0) < hi_ms / 1000.0 THEN
         EXECUTE format('CREATE TABLE %I PARTITION OF lockgate_ledger FOR VALUES FROM (%s) TO (%s)',
             'lockgate_ledger_' || suffix, coalesce(lo_s, lo_ms / 1000.0), hi_ms / 1000.0);
