@@ -251,3 +251,27 @@ def test_retention_deletes_no_decision_of_a_ledger_partition_one_by_one(filled: 
             str(r[0]) for r in conn.execute("EXPLAIN " + query, {"cutoff": first, "limit": 500}).fetchall()
         )
     assert not re.search(r"on lockgate_ledger_p\d{12}", plan), plan
+
+
+def test_a_parked_start_finds_its_arrival_s_decision_in_one_ledger_partition(filled: tuple[str, str]) -> None:
+    """A parked row's seq is its arrival's ledger id, looked up as the row is written (insert_pending_rows):
+    by the parked row's id and the arrival's time, so that even a prepared statement's generic plan reads
+    one partition of the ledger, not each."""
+    url, run_id = filled
+    lookup = "SELECT l.id FROM lockgate_ledger l WHERE l.pending_id = %(id)s AND l.at = %(first_at)s"
+    assert f"({lookup})" in load_queries("postgres")["insert_pending_rows"]
+    with psycopg.connect(url) as conn:
+        pending_id, at = conn.execute(
+            "SELECT pending_id, at FROM lockgate_ledger WHERE pending_id IS NOT NULL AND run_id >= %s"
+            " ORDER BY run_id LIMIT 1",
+            (run_id,),
+        ).fetchone() or (None, None)
+        conn.execute("SET plan_cache_mode = force_generic_plan")
+        prepared = lookup.replace("%(id)s", "$1").replace("%(first_at)s", "$2")
+        conn.execute(f"PREPARE lookup (text, float8) AS {prepared}")  # type: ignore[arg-type]
+        call = f"EXECUTE lookup('{pending_id}', {at!r})"
+        plan = "\n".join(str(r[0]) for r in conn.execute(f"EXPLAIN {call}").fetchall())  # type: ignore[arg-type]
+        found = conn.execute(call).fetchone()  # type: ignore[arg-type]
+    assert found is not None, plan
+    assert "Subplans Removed" in plan, plan
+    assert len(re.findall(r"on lockgate_ledger_\w+", plan)) == 1, plan
