@@ -2,15 +2,16 @@
 
 The history is laid out as the retention sweep leaves it: one partition a day (docs/history.md) for
 ``--days`` days up to now, each holding ``runs / days`` ended runs with their records (three journal
-entries, an attempt, three events, a ledger row), loaded straight into the tables. At each size of
-``--sizes`` (cumulative: the days fill up) it reads, through the ``Inspector`` the CLI, dashboard and
-HTTP API share, a page of the run list (and one filtered by workflow), a run's page (run, steps,
-attempts, events), why (a start's trace), flow, and a ``/metrics`` scrape, ``--reads`` times each
+entries, an attempt, three events, two stream chunks, a ledger row), loaded straight into the tables.
+At each size of ``--sizes`` (cumulative: the days fill up) it reads, through the ``Inspector`` the CLI,
+dashboard and HTTP API share, a page of the run list (and one filtered by workflow), a run's page (run,
+steps, attempts, events), why (a start's trace), flow, and a ``/metrics`` scrape, ``--reads`` times each
 (median). At the largest size it retires the oldest day two ways and reports runs retired per second:
 the ``DELETE`` of each run's rows retention did before partitioning (expired runs selected 500 at a
 time, on a sample of that day's runs), and the sweep's way (the day's expired runs and their records
 deleted by range of run id, a slice per commit, then the day's partitions dropped). Last, a sustained
-start load with each retention running beside it, sampling autovacuum (``pg_stat_user_tables``).
+start load with each retention running beside it, sampling autovacuum (``pg_stat_user_tables``). The
+ledger's oldest day is retired both ways too: 500 decisions a commit, and its partition dropped.
 
     python -m bench.history                                  # 1M runs (100k, 1M) on the local server
     python -m bench.history --store postgresql://... --runs 2000000 --sizes 200000,2000000
@@ -43,12 +44,14 @@ from .report import machine, print_table, write_json
 DB = "history_bench"
 DAY_MS = 86_400_000
 WORKFLOWS = ("charge", "refund", "notify", "sync", "report")
-HISTORY = ("lockgate_journal", "lockgate_step_attempts", "lockgate_run_events")
+HISTORY = ("lockgate_journal", "lockgate_step_attempts", "lockgate_run_events", "lockgate_stream_chunks")
 TABLES = ("lockgate_runs", "lockgate_ledger", *HISTORY)
 # Retention before partitioning: each run's rows deleted from every table, the history's too.
 OLD_HISTORY = {
     name: f"DELETE FROM {table} WHERE run_id = ANY (ARRAY(SELECT jsonb_array_elements_text(%(ids)s::jsonb)))"
-    for name, table in zip(("forget_journal", "forget_attempts", "forget_events"), HISTORY, strict=True)
+    for name, table in zip(
+        ("forget_journal", "forget_attempts", "forget_events", "forget_stream_chunks"), HISTORY, strict=True
+    )
 }
 
 
@@ -71,7 +74,7 @@ async def create(store: str, days: int) -> str:
         pass
     today = int(time.time() * 1000) // DAY_MS * DAY_MS
     with psycopg.connect(url, autocommit=True) as conn:
-        for t in HISTORY:  # the first partition (the tables before 0038) is empty here: the days replace it
+        for t in (*HISTORY, "lockgate_ledger"):  # the first partitions are empty here: the days replace them
             conn.execute(f"ALTER TABLE {t} DETACH PARTITION {t}_p0")
             conn.execute(f"DROP TABLE {t}_p0")
         for d in range(-days + 1, 3):
@@ -113,6 +116,9 @@ def fill(url: str, days: int, first: int, count: int) -> None:
                 "INSERT INTO lockgate_ledger (ticket, kind, workflow, outcome, run_id, at) SELECT 'tkt_' ||"
                 " substr(id, 5), 'arrival', (ARRAY['charge','refund','notify','sync','report'])[g % 5 + 1],"
                 f" 'admitted', id, at FROM ({ids}) s",
+                "INSERT INTO lockgate_stream_chunks (run_id, topic, seq, kind, step_key, attempt, data, size,"
+                " created_at) SELECT id, 'default', n, 'chunk', 'charge#0', 1, '\"charged\"', 9, at + 1"
+                f" FROM ({ids}) s, generate_series(1, 2) n",
             ]
             for sql in statements:
                 conn.execute(sql)
@@ -262,6 +268,42 @@ def new_retire(url: str, part: history.Partition) -> dict[str, Any]:
     return asyncio.run(run())
 
 
+async def _oldest_ledger_day(url: str) -> history.Partition:
+    async with lg.Client(lg.App(), url) as client:
+        parts = [p for p in await client.core.store.read(history.ledger_partitions) if p.hi is not None]
+    return min(parts, key=lambda p: p.ends_at or 0)
+
+
+def ledger_delete(url: str, part: history.Partition, most: int) -> dict[str, Any]:
+    """The ledger's retention as it was, over up to ``most`` decisions of the day ``part`` holds: 500 a
+    commit by the time index (``forget_ledger``). Seconds, decisions per second."""
+    query = load_queries("postgres")["forget_ledger"]
+    cutoff, rows, started = (part.ends_at or 0) + 1, 0, time.perf_counter()
+    with psycopg.connect(url, autocommit=True) as conn:
+        while rows < most:
+            n = len(conn.execute(query, {"cutoff": cutoff, "limit": 500}).fetchall())
+            rows += n
+            if n < 500:
+                break
+    seconds = time.perf_counter() - started
+    return {"rows": rows, "seconds": seconds, "rows_per_s": rows / seconds}
+
+
+def ledger_drop(url: str, part: history.Partition) -> dict[str, Any]:
+    """The sweep's way: the day's ledger partition dropped whole."""
+    with psycopg.connect(url) as conn:
+        (rows,) = conn.execute(f"SELECT count(*) FROM lockgate_ledger_{part.suffix}").fetchone() or (0,)
+
+    async def run() -> float:
+        async with lg.Client(lg.App(), url) as client:
+            started = time.perf_counter()
+            await client.core.store.write(history.drop_ledger, part)
+            return time.perf_counter() - started
+
+    seconds = asyncio.run(run())
+    return {"rows": rows, "seconds": seconds, "rows_per_s": rows / seconds}
+
+
 def _spent(r: dict[str, Any]) -> str:
     return ", ".join(f"{name} {s:.2f}" for name, s in r["spent_s"].items() if s >= 0.01)
 
@@ -375,6 +417,19 @@ async def main() -> None:
         )
         print(f"seconds per statement, run by run: {_spent(before)}")
         print(f"seconds per statement, partition retired: {_spent(after)}")
+        ledger_day = await _oldest_ledger_day(url)
+        ledger_before = await asyncio.to_thread(ledger_delete, url, ledger_day, args.sample)
+        ledger_after = await asyncio.to_thread(ledger_drop, url, ledger_day)
+        results["ledger_retention"] = {"delete": ledger_before, "partition": ledger_after, "loadavg": _loadavg()}
+        print_table(
+            f"ledger retention of the oldest day (load average {_loadavg()})",
+            ["way", "decisions", "seconds", "decisions/s"],
+            [
+                [name, r["rows"], r["seconds"], r["rows_per_s"]]
+                for name, r in (("DELETE 500 a commit (a sample)", ledger_before), ("partition dropped", ledger_after))
+            ],
+            plain=args.plain,
+        )
         second = await _oldest_day(url)
         load_delete = await sustained(url, args.load_seconds, args.rate, lambda: old_delete(url, second, args.sample))
         third = await _oldest_day(url)

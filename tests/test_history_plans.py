@@ -8,6 +8,7 @@ execution start.
 
 from __future__ import annotations
 
+import json
 import re
 import time
 from typing import Any
@@ -22,9 +23,17 @@ from lockgate.store.sql_files import load_queries
 
 DAYS = 10
 PER_DAY = 10_000
-PINNED = ["load_journal", "list_attempts", "list_events", "has_compensations", "delete_journal_from"]
+PINNED = [
+    "load_journal",
+    "list_attempts",
+    "list_events",
+    "has_compensations",
+    "delete_journal_from",
+    "stream_state",
+    "stream_chunks",
+]
 _PARAM = re.compile(r"%\(([a-z_]+)\)s")
-_SCANNED = re.compile(r"Scan(?: using \S+)? on (lockgate_(?:journal|step_attempts|run_events)_\w+)")
+_SCANNED = re.compile(r"Scan(?: using \S+)? on (lockgate_(?:journal|step_attempts|run_events|stream_chunks)_\w+)")
 # Only scans count: a generic plan of a DELETE still names every partition as a target (PostgreSQL 15), but
 # reads the one its run's id leads to.
 
@@ -62,6 +71,10 @@ async def _fill(url: str) -> str:
                 f"INSERT INTO lockgate_run_events (run_id, type, at) SELECT id, 'run-started', g FROM ({ids}) s"
             )
             conn.execute(
+                "INSERT INTO lockgate_stream_chunks (run_id, topic, seq, kind, data, size, created_at)"
+                f" SELECT id, 'default', n, 'chunk', '\"w\"', 3, g FROM ({ids}) s, generate_series(1, 2) n"
+            )
+            conn.execute(
                 "INSERT INTO lockgate_runs (id, workflow, identity, status, payload, created_at, updated_at,"
                 " progress_at, finished_at, parent_id) SELECT id, 'w', id, 'succeeded', '{}', t, t, t, t + 1,"
                 f" CASE WHEN g % 10 = 0 THEN 'run_parent' END"
@@ -71,8 +84,14 @@ async def _fill(url: str) -> str:
                 "INSERT INTO lockgate_messages (id, run_id, kind, name, status, created_at)"
                 f" SELECT 'msg_' || id, id, 'signal', 'go', 'consumed', g FROM ({ids}) s"
             )
+            conn.execute(  # a decision a run, made when the run was (the ledger's partitions are by time)
+                "INSERT INTO lockgate_ledger (ticket, kind, workflow, outcome, folded, pending_id, run_id, at)"
+                " SELECT 'tkt_' || id, 'start', 'w', 'admitted', 1, CASE WHEN g % 10 = 0 THEN 'pnd_' || id END,"
+                f" id, ({start_ms} + g) / 1000.0 FROM ({ids}) s"
+            )
         conn.execute(
-            "ANALYZE lockgate_journal, lockgate_step_attempts, lockgate_run_events, lockgate_runs, lockgate_messages"
+            "ANALYZE lockgate_journal, lockgate_step_attempts, lockgate_run_events, lockgate_stream_chunks,"
+            " lockgate_runs, lockgate_messages, lockgate_ledger"
         )
         middle = parts[len(parts) // 2]
         row = conn.execute("SELECT min(run_id) FROM lockgate_journal WHERE run_id >= %s", (middle.lo,)).fetchone()
@@ -89,7 +108,8 @@ def _scanned(plan: str) -> dict[str, set[str]]:
 
 
 def _values(query: str, run_id: str) -> dict[str, Any]:
-    return {name: run_id if name == "run_id" else 0 for name in _PARAM.findall(query)}
+    given: dict[str, Any] = {"run_id": run_id, "topic": "default", "limit": 10}
+    return {name: given.get(name, 0) for name in _PARAM.findall(query)}
 
 
 @pytest.fixture(scope="module")
@@ -159,3 +179,99 @@ def test_the_run_selection_reads_only_runs_older_than_the_partitions(filled: tup
         plan = "\n".join(str(r[0]) for r in conn.execute("EXPLAIN ANALYZE " + query, values).fetchall())
     assert "Seq Scan on lockgate_runs " not in plan, plan
     assert re.search(r"Index Cond: .*created_at < ", plan), plan
+
+
+@pytest.mark.parametrize(("name", "behind"), [("stream_tail", 5), ("stream_tail", None), ("stream_last_id", 0)])
+def test_every_run_s_new_chunks_are_read_by_each_partition_s_index_on_id(
+    filled: tuple[str, str], name: str, behind: int | None
+) -> None:
+    """The readers of every run's new chunks follow the id across the partitions: each partition's index on
+    it (an index probe per partition, a few dozen), never a scan of one; a reader far behind (``behind``
+    None: from the first) has them merged in order, not every chunk sorted."""
+    url, _ = filled
+    query = load_queries("postgres")[name]
+    with psycopg.connect(url) as conn:
+        (top,) = conn.execute("SELECT max(id) FROM lockgate_stream_chunks").fetchone() or (0,)
+        values = {"after": 0 if behind is None else top - behind, "limit": 100}
+        plan = "\n".join(str(r[0]) for r in conn.execute("EXPLAIN ANALYZE " + query, values).fetchall())
+    # (the empty first and default partitions here are read as they are: no pages)
+    assert not re.search(r"Seq Scan on lockgate_stream_chunks_p\d{12}", plan), plan
+    indexed = re.findall(r"Index (?:Only )?Scan (?:Backward )?using lockgate_stream_chunks_p\d+_pkey", plan)
+    assert len(indexed) >= DAYS, plan  # every filled partition, by its index on id
+    if behind is None:
+        assert "Merge Append" in plan and "Sort  (" not in plan, plan  # a merge, no Sort node
+
+
+LEDGER_LOOKUPS = {
+    "ledger_for_ticket": lambda run_id: {"ticket": f"tkt_{run_id}"},
+    "ledger_for_pending": lambda run_id: {"pending_id": f"pnd_{run_id}"},
+    "ledger_for_tickets": lambda run_id: {"tickets": json.dumps([f"tkt_{run_id}"])},
+    "ledger_for_pendings": lambda run_id: {"ids": json.dumps([f"pnd_{run_id}"])},
+}
+
+
+@pytest.mark.parametrize("name", sorted(LEDGER_LOOKUPS))
+def test_a_start_s_decisions_are_read_by_each_ledger_partition_s_index(filled: tuple[str, str], name: str) -> None:
+    """The ledger is partitioned by time, not by ticket: a start's decisions (a ticket's, a parked row's) are
+    looked up by each partition's index (a probe per partition, a few dozen), never a scan of one."""
+    url, run_id = filled
+    query = load_queries("postgres")[name]
+    with psycopg.connect(url) as conn:
+        plan = "\n".join(str(r[0]) for r in conn.execute("EXPLAIN " + query, LEDGER_LOOKUPS[name](run_id)).fetchall())
+    assert not re.search(r"Seq Scan on lockgate_ledger_p\d{12}", plan), plan
+    assert len(re.findall(r"Scan (?:using \S+ )?on lockgate_ledger_p\d{12}", plan)) >= DAYS, plan
+
+
+@pytest.mark.parametrize("name", ["admissions_per_bucket", "flow_ledger"])
+def test_the_ledger_since_a_moment_reads_the_partitions_since_then(filled: tuple[str, str], name: str) -> None:
+    """The dashboard's and flow()'s reads of the decisions since a moment prune to the partitions after it."""
+    url, run_id = filled
+    query = load_queries("postgres")[name]
+    since = id_millis(run_id) / 1000 + 60
+    values = {"since": since, "width": 60, "workflow": None}
+    with psycopg.connect(url) as conn:
+        plan = "\n".join(str(r[0]) for r in conn.execute("EXPLAIN " + query, values).fetchall())
+    scanned = set(re.findall(r"on (lockgate_ledger_p\d{12})", plan))
+    assert 1 <= len(scanned) <= DAYS // 2 + 1, plan  # the middle day and those after it, not the older ones
+
+
+def test_retention_deletes_no_decision_of_a_ledger_partition_one_by_one(filled: tuple[str, str]) -> None:
+    """Past retention, a ledger partition is dropped whole; the decisions deleted one by one are those
+    older than every partition of one interval (store/history.py ledger_before), and no partition of one
+    interval is read for them."""
+    url, _ = filled
+    query = load_queries("postgres")["forget_ledger"]
+    with psycopg.connect(url) as conn:
+        (first,) = conn.execute(
+            "SELECT min(substring(pg_get_expr(c.relpartbound, c.oid) FROM 'FROM \\(''([^'']*)''\\)')::float8)"
+            " FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid"
+            " WHERE i.inhparent = 'lockgate_ledger'::regclass AND c.relname ~ '_p[0-9]{12}$'"
+        ).fetchone() or (0.0,)
+        plan = "\n".join(
+            str(r[0]) for r in conn.execute("EXPLAIN " + query, {"cutoff": first, "limit": 500}).fetchall()
+        )
+    assert not re.search(r"on lockgate_ledger_p\d{12}", plan), plan
+
+
+def test_a_parked_start_finds_its_arrival_s_decision_in_one_ledger_partition(filled: tuple[str, str]) -> None:
+    """A parked row's seq is its arrival's ledger id, looked up as the row is written (insert_pending_rows):
+    by the parked row's id and the arrival's time, so that even a prepared statement's generic plan reads
+    one partition of the ledger, not each."""
+    url, run_id = filled
+    lookup = "SELECT l.id FROM lockgate_ledger l WHERE l.pending_id = %(id)s AND l.at = %(first_at)s"
+    assert f"({lookup})" in load_queries("postgres")["insert_pending_rows"]
+    with psycopg.connect(url) as conn:
+        pending_id, at = conn.execute(
+            "SELECT pending_id, at FROM lockgate_ledger WHERE pending_id IS NOT NULL AND run_id >= %s"
+            " ORDER BY run_id LIMIT 1",
+            (run_id,),
+        ).fetchone() or (None, None)
+        conn.execute("SET plan_cache_mode = force_generic_plan")
+        prepared = lookup.replace("%(id)s", "$1").replace("%(first_at)s", "$2")
+        conn.execute(f"PREPARE lookup (text, float8) AS {prepared}")  # type: ignore[arg-type]
+        call = f"EXECUTE lookup('{pending_id}', {at!r})"
+        plan = "\n".join(str(r[0]) for r in conn.execute(f"EXPLAIN {call}").fetchall())  # type: ignore[arg-type]
+        found = conn.execute(call).fetchone()  # type: ignore[arg-type]
+    assert found is not None, plan
+    assert "Subplans Removed" in plan, plan
+    assert len(re.findall(r"on lockgate_ledger_\w+", plan)) == 1, plan

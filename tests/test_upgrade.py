@@ -181,3 +181,14 @@ async def test_runs_in_flight_on_the_first_gated_postgres_schema_complete_after_
     old_steps = "SELECT COUNT(*) FROM lockgate_journal_p0 WHERE run_id = %s"
     assert _pg_scalar(old_pg, old_steps.replace("%s", f"'{found['up.sleeper1'].id}'")) == 3
     assert _pg_scalar(old_pg, old_steps.replace("%s", f"'{parked.id}'")) == 0
+    # The ledger became partitioned by time (0052): the decisions made before it in the first partition, the
+    # parked start's drain after it elsewhere; flow()'s counts went on counting both.
+    assert _pg_scalar(old_pg, "SELECT relkind FROM pg_class WHERE relname = 'lockgate_ledger'") == "p"
+    old_rows = "SELECT COUNT(*) FROM lockgate_ledger_p0 WHERE kind <> 'drain'"
+    all_rows = old_rows.replace("lockgate_ledger_p0 ", "lockgate_ledger ")
+    assert _pg_scalar(old_pg, old_rows) == _pg_scalar(old_pg, all_rows)
+    drained = f"SELECT COUNT(*) FROM lockgate_ledger WHERE kind = 'drain' AND run_id = '{parked.id}'"
+    assert _pg_scalar(old_pg, drained) == 1
+    assert _pg_scalar(old_pg, drained.replace("lockgate_ledger ", "lockgate_ledger_p0 ")) == 0
+    counted = "SELECT SUM(n) FROM lockgate_flow_counts"
+    assert _pg_scalar(old_pg, counted) == _pg_scalar(old_pg, "SELECT COUNT(*) FROM lockgate_ledger")

@@ -1,11 +1,14 @@
 """Store operations for the time-partitioned run history (PostgreSQL; docs/history.md).
 
-``lockgate_journal``, ``lockgate_step_attempts`` and ``lockgate_run_events`` are partitioned alike by
-range of run id, so a run's rows sit in the partition of the interval it was created in. The retention
-sweep makes the partitions ahead (``make_ahead``) and retires those past retention (``retire``): the
-interval's expired runs are deleted by range with their records (``forget_range``, a slice per commit), the
-rows of the runs retention keeps move to the default partition, then the partitions are dropped. On SQLite
-nothing is partitioned: ``partitions`` is empty and nothing else is called.
+``lockgate_journal``, ``lockgate_step_attempts``, ``lockgate_run_events`` and ``lockgate_stream_chunks``
+are partitioned alike by range of run id, so a run's rows sit in the partition of the interval it was
+created in. The retention sweep makes the partitions ahead (``make_ahead``) and retires those past
+retention (``retire``): the interval's expired runs are deleted by range with their records
+(``forget_range``, a slice per commit), the rows of the runs retention keeps move to the default
+partition, then the partitions are dropped. The ledger is partitioned by time with the same intervals and
+suffixes, its partitions made with the run history's and dropped whole once past retention
+(``ledger_partitions``, ``drop_ledger``). On SQLite nothing is partitioned: the partitions are none and
+nothing else is called.
 """
 
 from __future__ import annotations
@@ -22,7 +25,10 @@ __all__ = [
     "Partition",
     "bound_of",
     "dated",
+    "drop_ledger",
     "forget_range",
+    "ledger_before",
+    "ledger_partitions",
     "make_ahead",
     "partitions",
     "per_run_before",
@@ -39,25 +45,46 @@ _BOUND = re.compile(r"FROM \((?:'([^']*)'|MINVALUE)\) TO \('([^']*)'\)")
 @dataclass(frozen=True, slots=True)
 class Partition:
     """One partition of the run history: ``suffix`` after the table's name, the run ids ``[lo, hi)`` it holds
-    (``lo`` None: from the first); the default partition (``hi`` None) holds the rest."""
+    (``lo`` None: from the first); the default partition (``hi`` None) holds the rest. A partition of the
+    ledger is ``timed``: its bounds are times (epoch seconds, as the catalog writes them)."""
 
     suffix: str
     lo: str | None
     hi: str | None
+    timed: bool = False
 
     @property
     def ends_at(self) -> float | None:
-        """When the last run it may hold was created (epoch seconds); None for the default partition."""
-        return None if self.hi is None else id_millis(self.hi) / 1000
+        """When the last run (or decision) it may hold was created (epoch seconds); None for the default one."""
+        if self.hi is None:
+            return None
+        return float(self.hi) if self.timed else id_millis(self.hi) / 1000
+
+    @property
+    def begins_at(self) -> float | None:
+        """When the first run (or decision) it may hold was created; None for the first and default ones."""
+        if self.lo is None:
+            return None
+        return float(self.lo) if self.timed else id_millis(self.lo) / 1000
 
 
 async def partitions(tx: Tx) -> list[Partition]:
     """The history's partitions, the default one included; none on a store that does not partition."""
+    return await _listed(tx, "history_partitions", _TABLE, timed=False)
+
+
+async def ledger_partitions(tx: Tx) -> list[Partition]:
+    """The ledger's partitions (by time), the default one included; none on a store that does not partition."""
+    return await _listed(tx, "ledger_partitions", "lockgate_ledger_", timed=True)
+
+
+async def _listed(tx: Tx, query: str, table: str, *, timed: bool) -> list[Partition]:
     found = []
-    for row in await tx.execute("history_partitions"):
-        suffix = str(row["name"]).removeprefix(_TABLE)
+    for row in await tx.execute(query):
+        suffix = str(row["name"]).removeprefix(table)
         match = _BOUND.search(str(row["bound"]))
-        found.append(Partition(suffix, None, None) if match is None else Partition(suffix, match[1], match[2]))
+        lo, hi = (None, None) if match is None else (match[1], match[2])
+        found.append(Partition(suffix, lo, hi, timed))
     return found
 
 
@@ -74,6 +101,9 @@ async def make_ahead(tx: Tx, now: float, interval: float, until: float) -> list[
     kept = await tx.scalar("history_kept_last")
     if kept is not None:
         floor = max(floor, id_millis(str(kept)) / 1000)
+    decided = await tx.scalar("ledger_kept_last")
+    if decided is not None:
+        floor = max(floor, float(decided))
     if start <= floor:
         start = interval_start(floor, interval) + interval
     made = []
@@ -89,8 +119,9 @@ async def make_ahead(tx: Tx, now: float, interval: float, until: float) -> list[
 
 async def forget_range(tx: Tx, lo: str | None, hi: str, cutoff: float) -> int:
     """Delete the runs with ids in ``[lo, hi)`` (``lo`` None: from the first) that ended before ``cutoff``
-    (but a child whose parent is live), by the primary key's range, with their messages, flow places,
-    approval tokens and stream chunks (by each table's index on run_id); how many runs. What retires a
+    (but a child whose parent is live), by the primary key's range, with their messages, flow places and
+    approval tokens (by each table's index on run_id; their stream chunks go with the partition); how many
+    runs. What retires a
     partition first, a slice of its range per commit, so that none holds the writer long."""
     lo = lo if lo is not None else id_floor("run", 0)
     forgotten = int(await tx.scalar("history_forget_runs", {"lo": lo, "hi": hi, "cutoff": cutoff}) or 0)
@@ -121,6 +152,20 @@ async def per_run_before(tx: Tx, cutoff: float) -> float:
     if not first or first[0].lo is None:
         return cutoff
     return min(cutoff, id_millis(first[0].lo) / 1000)
+
+
+async def drop_ledger(tx: Tx, part: Partition) -> bool:
+    """Drop the ledger's partition ``part``, whole (every decision it may hold is past retention: the caller
+    judged ``part.ends_at``); whether there was one."""
+    return bool(await tx.scalar("ledger_drop", {"suffix": part.suffix, "lock_wait": LOCK_WAIT}))
+
+
+async def ledger_before(tx: Tx, cutoff: float) -> float:
+    """Until when ledger rows are deleted one by one (``at`` before it): those older than the ledger's oldest
+    partition of one interval, in its first partition or its default one; the later ones go with their
+    partition (``drop_ledger``)."""
+    starts = [p.begins_at for p in await ledger_partitions(tx) if p.hi is not None]
+    return min([cutoff] + [at for at in starts if at is not None])
 
 
 def _millis(at: float) -> int:

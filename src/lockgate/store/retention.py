@@ -53,10 +53,13 @@ async def forget_ledger(tx: Tx, cutoff: float, limit: int) -> int:
 
     The rows not yet folded into ``flow()``'s counts are folded first (where the store folds
     them at commit; a trigger counts them as they are written elsewhere), so the counts keep them.
+    Where the ledger is partitioned (PostgreSQL), only the rows older than its oldest partition of one
+    interval: the others go with their partition (``history.drop_ledger``), not one by one.
     """
     await tx.execute("count_ledger")
     await tx.execute("ledger_counted")
-    return len(await tx.execute("forget_ledger", {"cutoff": cutoff, "limit": limit}))
+    before = await history.ledger_before(tx, cutoff)
+    return len(await tx.execute("forget_ledger", {"cutoff": before, "limit": limit}))
 
 
 async def forget_stale(tx: Tx, cutoff: float, me: str) -> tuple[int, int]:

@@ -6,7 +6,8 @@ is worked off over the following ticks. On PostgreSQL the run history (journal, 
 events) is partitioned by time (docs/history.md): each tick also makes the partitions of the
 next intervals ahead, and retires those past retention: their interval's expired runs deleted by
 range of run id, the partitions dropped instead of their rows deleted; only the runs older than
-every partition left are selected one by one. There the sweep runs without a retention too, to
+every partition left are selected one by one. The ledger is partitioned by time alike: its
+partitions past retention are dropped whole. There the sweep runs without a retention too, to
 make partitions ahead.
 """
 
@@ -31,6 +32,7 @@ __all__ = [
     "MAX_BATCHES",
     "SLICE",
     "Forgotten",
+    "drop_ledger_partitions",
     "forget_expired",
     "forget_partition_runs",
     "keep_partitions",
@@ -63,6 +65,8 @@ class Forgotten:
     """History partitions made ahead (PostgreSQL); not compared: they follow the clock, not the runs."""
     partitions_dropped: int = field(default=0, compare=False)
     """History partitions dropped past retention (PostgreSQL), their rows with them."""
+    ledger_partitions_dropped: int = field(default=0, compare=False)
+    """Ledger partitions dropped past retention (PostgreSQL), their decisions with them."""
 
 
 def retention_sweep(worker: WorkerRuntime, settings: SweepSettings) -> Sweep | None:
@@ -100,17 +104,20 @@ async def forget_expired(
     # Partitions first: the runs a retired partition kept, or created in a gap below the next one, are
     # forgotten one by one from then on (store/history.py per_run_before), in this same tick.
     made, dropped, runs = await keep_partitions(worker, retention, history_partition)
-    ledger = workers = pauses = 0
+    ledger = workers = pauses = ledger_dropped = 0
     if retention is not None:
         cutoff = rt.clock.now() - retention
         runs += await _in_batches(worker, store_retention.forget_ended_runs, cutoff)
+        ledger_dropped = await drop_ledger_partitions(rt.store, cutoff)
         ledger = await _in_batches(worker, store_retention.forget_ledger, cutoff)
         workers, pauses = await rt.store.write(store_retention.forget_stale, cutoff, worker.worker_id)
     events = deliveries = 0
     if rt.app.events:
         events, deliveries = await _forget_events(worker, event_retention, delivery_retention)
     forgotten = Forgotten(runs, ledger, workers, pauses, events, deliveries)
-    forgotten = replace(forgotten, partitions_made=made, partitions_dropped=dropped)
+    forgotten = replace(
+        forgotten, partitions_made=made, partitions_dropped=dropped, ledger_partitions_dropped=ledger_dropped
+    )
     if runs or ledger or workers:
         log.info(
             "retention: forgot %d run(s), %d ledger row(s) and %d worker(s) older than %s",
@@ -147,6 +154,20 @@ async def keep_partitions(worker: WorkerRuntime, retention: float | None, interv
                     kept,
                 )
     return len(made), dropped, runs
+
+
+async def drop_ledger_partitions(store: Store, cutoff: float) -> int:
+    """Drop the ledger's partitions whose decisions were all made before ``cutoff``, oldest first, each in a
+    commit of its own (its rows go whole: no decision outlives retention); how many. The decisions left
+    before ``cutoff`` (in the first partition or the default one) go one by one after (``forget_ledger``).
+    None on a store that does not partition (SQLite)."""
+    dropped = 0
+    parts = await store.read(store_history.ledger_partitions)
+    for part in sorted(parts, key=lambda p: p.ends_at or 0):
+        if part.ends_at is not None and part.ends_at <= cutoff and await store.write(store_history.drop_ledger, part):
+            dropped += 1
+            log.info("retention: dropped ledger partition %s", part.suffix)
+    return dropped
 
 
 async def forget_partition_runs(store: Store, part: store_history.Partition, cutoff: float, interval: float) -> int:

@@ -166,13 +166,15 @@ VALUES (%(ticket)s, %(kind)s, %(workflow)s, %(control)s, %(key)s, %(outcome)s, %
 
 -- name: insert_pending_rows
 -- insert_pending whose seq is the id of the ledger row naming the start (its arrival's, written before it):
--- many rows at once (Tx.execute_values), without waiting for the ids.
+-- many rows at once (Tx.execute_values), without waiting for the ids. That row was written at first_at
+-- (gate/parking.py arrival_rows): the ledger is partitioned by that time (migration 0052), so the lookup
+-- reads one partition, not each.
 INSERT INTO lockgate_pending (id, workflow, ticket, mode, stage, hold_scope, hold_key, group_key, singleton_key,
     payload, items, keys, identity, idempotency_key, folded, priority, fair_key, on_failure, retry_of, source, trace_id, subject, seq,
     first_at, last_at, due_at, expires_at)
 VALUES (%(id)s, %(workflow)s, %(ticket)s, %(mode)s, %(stage)s, %(hold_scope)s, %(hold_key)s, %(group_key)s, %(singleton_key)s,
     %(payload)s, %(items)s, %(keys)s, %(identity)s, %(idempotency_key)s, %(folded)s, %(priority)s, %(fair_key)s, %(on_failure)s,
-    %(retry_of)s, %(source)s, %(trace_id)s, %(subject)s, (SELECT l.id FROM lockgate_ledger l WHERE l.pending_id = %(id)s),
+    %(retry_of)s, %(source)s, %(trace_id)s, %(subject)s, (SELECT l.id FROM lockgate_ledger l WHERE l.pending_id = %(id)s AND l.at = %(first_at)s),
     %(first_at)s, %(last_at)s, %(due_at)s, %(expires_at)s);
 
 -- name: due_pending

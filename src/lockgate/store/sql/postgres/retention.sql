@@ -40,8 +40,10 @@ DELETE FROM lockgate_stream_chunks WHERE run_id = ANY (ARRAY(SELECT jsonb_array_
 DELETE FROM lockgate_runs WHERE id = ANY (ARRAY(SELECT jsonb_array_elements_text(%(ids)s::jsonb)));
 
 -- name: forget_ledger
--- flow()'s counts were kept as the rows were inserted (a trigger): they stay as they are.
-DELETE FROM lockgate_ledger WHERE id = ANY (ARRAY(
+-- flow()'s counts were kept as the rows were inserted (a trigger): they stay as they are. The ledger is
+-- partitioned by at (migration 0052): both reads name the cutoff, so that only the partitions before it
+-- (the first and the default one: store/history.py ledger_before) are read.
+DELETE FROM lockgate_ledger WHERE at < %(cutoff)s AND id = ANY (ARRAY(
     SELECT id FROM lockgate_ledger WHERE at < %(cutoff)s LIMIT %(limit)s
 ))
 RETURNING id;

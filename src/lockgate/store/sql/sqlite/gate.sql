@@ -167,7 +167,7 @@ INSERT INTO lockgate_pending (id, workflow, ticket, mode, stage, hold_scope, hol
 VALUES (:id, :workflow, :ticket, :mode, :stage, :hold_scope, :hold_key, :group_key, :singleton_key,
     :payload, :items, :keys, :identity, :idempotency_key, :folded, :priority, :fair_key, :on_failure, :retry_of,
     :source, :trace_id, :subject,
-    (SELECT l.id FROM lockgate_ledger l WHERE l.pending_id = :id),
+    (SELECT l.id FROM lockgate_ledger l WHERE l.pending_id = :id AND l.at = :first_at),
     :first_at, :last_at, :due_at, :expires_at);
 
 -- name: due_pending

@@ -19,3 +19,12 @@ SELECT 0 AS forgotten, :lo AS lo, :hi AS hi, :cutoff AS cutoff;
 
 -- name: history_forget_records
 SELECT 0 AS records, :lo AS lo, :hi AS hi;
+
+-- name: ledger_partitions
+SELECT NULL AS name, NULL AS bound WHERE 0;
+
+-- name: ledger_kept_last
+SELECT NULL AS at;
+
+-- name: ledger_drop
+SELECT 0 AS dropped, :suffix AS suffix, :lock_wait AS lock_wait;
