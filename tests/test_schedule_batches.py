@@ -245,9 +245,12 @@ async def test_the_batch_statements_are_index_driven_at_20000_schedules(pg_url: 
         for name, (params, index) in cases.items():
             rows = await (await pg.execute("EXPLAIN " + queries[name], params)).fetchall()
             plan = " ".join(r[0] for r in rows)
-            assert index in plan and "Seq Scan" not in plan, (name, plan)
+            # The ledger is partitioned by time: a lookup by ticket probes each partition, and its default one
+            # (the kept rows) is empty here, where a scan costs nothing: any other scan is a plan to fix.
+            scans = [r[0] for r in rows if "Seq Scan" in r[0] and "Seq Scan on lockgate_ledger_kept" not in r[0]]
+            assert index in plan and not scans, (name, plan)
             if name == "firings_update_many":
-                assert "lockgate_ledger_ticket" in plan, plan
+                assert "_ticket on lockgate_ledger" in plan, plan  # the ticket index (of each partition)
 
 
 async def test_a_batch_leaves_out_a_schedule_another_transaction_holds(pg_url: str) -> None:
