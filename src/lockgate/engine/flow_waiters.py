@@ -191,9 +191,9 @@ def room_to_wait(pressing: frozenset[str], key: str, deep: int, places: int) -> 
     """Whether a step refused by ``key`` waits in place deep in its line, ``deep`` others doing so in a worker
     of ``places``: in nine tenths of them at most, and not while the last claim filled every place with fresh
     runs of other work (they are due: it parks, as they will); every place when they were all of ``key``'s."""
-    others = pressing - {key}
-    cap = places - (0 if pressing and not others else max(1, places // 10))
-    return not others and deep < cap
+    if not pressing <= {key}:
+        return False
+    return deep < (places if pressing else places - max(1, places // 10))
 
 
 def _run_key(row: Row, app: App) -> str:
@@ -201,8 +201,6 @@ def _run_key(row: Row, app: App) -> str:
     given = row.get("flow_control")
     if isinstance(given, str):
         return FlowLimits.from_json(given).key
-    try:
-        control = app.get(row["workflow"]).options.flow_control
-    except Exception:
-        return ""
+    defn = app.definitions().get(row["workflow"])
+    control = None if defn is None else defn.options.flow_control
     return control.key if isinstance(control, FlowControl) and isinstance(control.key, str) else ""
