@@ -42,7 +42,7 @@ def count_reads(client: lg.Client) -> list[str]:
     read = client.store.read
 
     async def counted(op: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
-        if op.__name__ in ("get_run", "get_runs", "ended_runs"):
+        if op.__name__ in ("get_run", "get_runs", "ended_runs", "ended_rows"):
             names.append(op.__name__)
         return await read(op, *args, **kwargs)
 
@@ -88,6 +88,21 @@ async def test_a_failed_run_is_read_again_for_it_may_be_retried(make_engine: Any
         with pytest.raises(RunFailed, match="no 7"):
             await engine.result(handle.run_id, timeout=5)
         assert reads == ["get_runs"]  # a retry reopens a failed run: its end is not kept
+
+
+async def test_a_run_another_process_ends_is_answered_by_the_poll_that_sees_it_end(
+    make_engine: Any, store_url: str
+) -> None:
+    app = build_app()
+    async with lg.Client(app, store_url) as client:
+        handle = await client.start("double", {"i": 5})  # no engine yet: the waiter's first read finds it waiting
+        reads = count_reads(client)
+        waiting = asyncio.ensure_future(client.result(handle.run_id, timeout=30))
+        await eventually(lambda: "get_runs" in reads, what="the waiter's first read")
+        async with make_engine(app):
+            assert await waiting == 10
+    first = reads.index("get_runs")
+    assert reads[first + 1 :] and set(reads[first + 1 :]) == {"ended_rows"}  # the poll's row is the answer
 
 
 async def test_closing_ends_every_wait_and_the_runs_go_on(make_engine: Any, store_url: str) -> None:

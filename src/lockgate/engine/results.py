@@ -169,12 +169,13 @@ class ResultWaiters:
             due = [rid for rid, (at, _) in self._polls.items() if at <= now]
             if due:
                 try:
-                    ended = await self._store.read(runs.ended_runs, due)
+                    # The ended runs' final rows: their waiters return them without a read of their own.
+                    for row in await self._store.read(runs.ended_rows, due):
+                        self.wake(row["id"], row)
                 except Exception as exc:  # the waiters read the run themselves and raise
                     log.debug("bulk result poll failed: %s", exc)
-                    ended = due
-                for rid in ended:
-                    self.wake(rid)
+                    for rid in due:
+                        self.wake(rid)
                 ceiling = self._max_delay()
                 now = loop.time()
                 for rid in due:

@@ -32,6 +32,7 @@ __all__ = [
     "create_runs",
     "discard_run",
     "end_run",
+    "ended_rows",
     "ended_runs",
     "ends_plainly",
     "error_data",
@@ -116,6 +117,11 @@ async def ended_runs(tx: Tx, run_ids: list[str]) -> list[str]:
     """Which of ``run_ids`` have ended (one query for any number of awaited runs)."""
     rows = await tx.execute("ended_runs", {"ids": json.dumps(run_ids)})
     return [r["id"] for r in rows]
+
+
+async def ended_rows(tx: Tx, run_ids: list[str]) -> list[Row]:
+    """The final rows of those of ``run_ids`` that have ended (one query for any number of awaited runs)."""
+    return await tx.execute("ended_rows", {"ids": json.dumps(run_ids)})
 
 
 async def list_runs(

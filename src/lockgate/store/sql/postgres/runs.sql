@@ -24,6 +24,11 @@ SELECT * FROM lockgate_runs WHERE identity = %(identity)s;
 SELECT id FROM lockgate_runs
 WHERE id = ANY (ARRAY(SELECT jsonb_array_elements_text(%(ids)s::jsonb))) AND status IN ('succeeded', 'failed', 'cancelled');
 
+-- name: ended_rows
+-- The final rows of those awaited runs that ended: a waiter woken by them needs no read of its own.
+SELECT * FROM lockgate_runs
+WHERE id = ANY (ARRAY(SELECT jsonb_array_elements_text(%(ids)s::jsonb))) AND status IN ('succeeded', 'failed', 'cancelled');
+
 -- name: list_runs
 SELECT * FROM lockgate_runs
 WHERE (%(workflow)s::text IS NULL OR workflow = %(workflow)s::text)

@@ -24,6 +24,11 @@ SELECT * FROM lockgate_runs WHERE identity = :identity;
 SELECT id FROM lockgate_runs
 WHERE id IN (SELECT value FROM json_each(:ids)) AND status IN ('succeeded', 'failed', 'cancelled');
 
+-- name: ended_rows
+-- The final rows of those awaited runs that ended: a waiter woken by them needs no read of its own.
+SELECT * FROM lockgate_runs
+WHERE id IN (SELECT value FROM json_each(:ids)) AND status IN ('succeeded', 'failed', 'cancelled');
+
 -- name: list_runs
 SELECT * FROM lockgate_runs
 WHERE (:workflow IS NULL OR workflow = :workflow)
