@@ -9,7 +9,7 @@ is ``schedule:<name>``) the chain, in one write per batch of ends, locks the sch
 (leaving out any another transaction holds), reads their live firings, and claims the oldest
 buffered firing of each schedule with nothing running (buffered → claimed, leased to this
 process); those claims are started as any claim, through the gate and the ledger. This is
-``firing.start_buffered``, which the sweep's ``settle`` starts buffered firings with too.
+``firing_settle.start_buffered``, which the sweep's ``settle`` starts buffered firings with too.
 
 A slot still starts once: a schedule's head is claimed by one transaction under its row's lock
 and only while it is buffered, and its start is idempotent by the slot's key. What the chain
@@ -28,7 +28,8 @@ from collections.abc import Collection
 
 from ..store import schedules as sched_ops
 from ..store.base import Row
-from .firing import Fired, ScheduleRuntime, free_to_start, source_of, start_buffered
+from .firing import Fired, ScheduleRuntime, source_of
+from .firing_settle import free_to_start, start_buffered
 from .schedule_book import ScheduleBook
 
 __all__ = ["BATCH", "IN_FLIGHT", "ScheduleChain", "start_next"]
