@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable
 from typing import Any
 
 from ..schedule import DEFAULT_MAX_RUNTIME, ScheduleDef
 from ..store import schedules as sched_ops
 from ..store.base import Row, Tx
 from .firing import CLAIM_LEASE, ENDED, Fired, ScheduleRuntime, cancel_run, running, start_claimed, start_claimed_many
+from .firing_inline import Inline, bare_workflows, start_inline
 from .schedule_book import ScheduleBook
 
 __all__ = ["PARALLEL", "free_to_start", "settle", "start_buffered"]
@@ -31,7 +32,8 @@ async def settle(rt: ScheduleRuntime, book: ScheduleBook | None = None) -> int:
     rows = await rt.store.read(sched_ops.open_firings)  # of the buffered firings, each schedule's oldest
     if not rows:
         return 0
-    defs = await (book or ScheduleBook(rt.schedules)).named(rt.store, {row["schedule"] for row in rows})
+    book = book or ScheduleBook(rt.schedules)
+    defs = await book.named(rt.store, {row["schedule"] for row in rows})
     busy: set[str] = set()
     buffered: dict[str, list[Row]] = {}
     gate = asyncio.Semaphore(PARALLEL)
@@ -119,27 +121,40 @@ async def settle(rt: ScheduleRuntime, book: ScheduleBook | None = None) -> int:
     ]
     if gone:
         await rt.store.write(sched_ops.move_firings, gone)
-    started = await start_buffered(rt, {name: defs[name] for name, _ in ready if name in defs})
+    started = await start_buffered(rt, [name for name, _ in ready if name in defs], book)
     return moved + len(gone) + len(started)
 
 
-async def start_buffered(rt: ScheduleRuntime, defs: Mapping[str, ScheduleDef]) -> list[Fired]:
-    """Start the oldest buffered firing of each schedule of ``defs`` with nothing running: claimed first, in one
-    write that locks the schedules' rows (leaving out any another transaction holds) and finds them free
-    under that lock, then started as any claim. Whoever else reaches the same schedule at once (the sweep,
-    a run's end in another process) finds its head claimed, or its row held: a slot's start is never raced
-    (two starts of one slot would each wait on the other's insert of its run)."""
-    if not defs:
+async def start_buffered(rt: ScheduleRuntime, names: Collection[str], book: ScheduleBook) -> list[Fired]:
+    """Start the oldest buffered firing of each of ``names`` with nothing running: claimed first, in one
+    write that locks the schedules' rows (leaving out any another transaction holds), reads their
+    definitions from them (``book``: one declared by other code is left to its own engines) and finds them
+    free under that lock. A firing of a workflow with no gate control starts in that write too
+    (``firing_inline``); the rest are started after it as any claim. Whoever else reaches the same schedule
+    at once (the sweep, a run's end in another process) finds its head claimed, or its row held: a slot's
+    start is never raced (two starts of one slot would each wait on the other's insert of its run)."""
+    if not names:
         return []
     now = rt.clock.now()
+    bare = await bare_workflows(rt)
 
-    async def take(tx: Tx) -> list[Row]:
-        locked = [r["name"] for r in await sched_ops.lock_schedules(tx, list(defs))]
-        live = await sched_ops.live_firings_of(tx, locked) if locked else []
-        return await sched_ops.take_buffered(tx, free_to_start(live), rt.owner, now, CLAIM_LEASE)
+    async def take(tx: Tx) -> tuple[list[tuple[ScheduleDef, Row]], Inline]:
+        defs: dict[str, ScheduleDef] = {}
+        for row in await sched_ops.lock_schedules(tx, sorted(names)):
+            sched = book.of_row(row)
+            if sched is not None:
+                defs[row["name"]] = sched
+        live = await sched_ops.live_firings_of(tx, list(defs)) if defs else []
+        taken = await sched_ops.take_buffered(tx, free_to_start(live), rt.owner, now, CLAIM_LEASE)
+        items = [(defs[r["schedule"]], r) for r in taken]
+        inline, moves = await start_inline(tx, rt, items, bare, now)
+        await sched_ops.move_firings(tx, moves)
+        return items, inline
 
-    taken = await rt.store.write(take)
-    return await start_claimed_many(rt, [(defs[r["schedule"]], r, "claimed") for r in taken])
+    items, inline = await rt.store.write(take)
+    inline.told(rt)
+    rest = [(sched, row, "claimed") for sched, row in items if int(row["id"]) not in inline.fired]
+    return [*inline.fired.values(), *await start_claimed_many(rt, rest)]
 
 
 def free_to_start(live: Iterable[Row]) -> list[str]:
