@@ -20,10 +20,12 @@ the process dies between them.
 
 from __future__ import annotations
 
+import contextvars
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..definitions import WorkflowDef
 from ..gate.admission import admit_bare_runs, bare_run, prepare
 from ..origin import starting_from
 from ..schedule import ScheduleDef
@@ -79,11 +81,9 @@ async def start_inline(
         if sched.workflow not in bare:
             continue
         try:
-            payload = sched.payload_for(float(row["scheduled_at"]))
-            with starting_from(row["source"] or source_of(sched.name)):  # the run records schedule:<name>
-                defn, _, _, run = prepare(
-                    rt.runtime, sched.workflow, payload, at=None, wait=False, idempotency_key=row["idempotency_key"]
-                )
+            # In a context of its own: the transaction may run in a task of the store's (a group commit's),
+            # whose context is no concern of this start's.
+            defn, run = contextvars.Context().run(_prepare, rt, sched, row)
         except Exception:  # refused: started after the commit, where the refusal is recorded
             continue
         runs.append((bare_run(defn.gate, run, now), now))
@@ -109,3 +109,13 @@ async def start_inline(
         if fresh:
             done.created.append(made)
     return done, moves
+
+
+def _prepare(rt: ScheduleRuntime, sched: ScheduleDef, row: Row) -> tuple[WorkflowDef, dict[str, Any]]:
+    """The checked start of the claimed firing ``row``: its workflow's definition and its new run row."""
+    payload = sched.payload_for(float(row["scheduled_at"]))
+    with starting_from(row["source"] or source_of(sched.name)):  # the run records schedule:<name>
+        defn, _, _, run = prepare(
+            rt.runtime, sched.workflow, payload, at=None, wait=False, idempotency_key=row["idempotency_key"]
+        )
+    return defn, run
