@@ -12,8 +12,8 @@ import psycopg
 import pytest
 
 import lockgate as lg
-from lockgate.engine.firing import settle
 from lockgate.engine.firing_many import DueSchedule, batchable, fire_many
+from lockgate.engine.firing_settle import settle
 from lockgate.engine.schedule_book import ScheduleBook
 from lockgate.engine.schedule_due import due_slots, fire_schedule
 from lockgate.store import schedules as sched_ops

@@ -14,7 +14,8 @@ from typing import Any
 import psycopg
 
 import lockgate as lg
-from lockgate.engine.firing import ScheduleRuntime, settle
+from lockgate.engine.firing import ScheduleRuntime
+from lockgate.engine.firing_settle import settle
 from lockgate.engine.schedule_book import ScheduleBook
 from lockgate.engine.schedule_chain import start_next
 from lockgate.store.sql_files import load_queries

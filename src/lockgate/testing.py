@@ -22,7 +22,7 @@ from typing import Any, Self
 from .app import App
 from .clock import Clock
 from .durations import Duration, to_seconds
-from .engine.firing import settle as settle_firings
+from .engine.firing_settle import settle as settle_firings
 from .engine.replay_check import JournalExport, ReplayVerdict, check_export
 from .errors import InvalidArgument
 from .facades import Engine

@@ -4,8 +4,8 @@ Everything here reaches the rest of the process through ``ScheduleRuntime``: the
 seam (its store, clock and declarations; a start goes through ``gate/admission.admit`` with
 it, and a cancel is the store's ``cancel_run`` followed by the seam's ``stopped``) and the
 owner its claims are recorded under. The periodic sweep (``sweeps/schedules.py``) and the
-operator verbs (``engine/schedules.py``) both fire through ``fire``; ``settle`` moves
-firings along as their runs end.
+operator verbs (``engine/schedules.py``) both fire through ``fire``; ``firing_settle.py``
+moves firings along as their runs end.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import secrets
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -22,23 +22,21 @@ from ..gate.admission import admit
 from ..gate.runtime import Runtime
 from ..handles import RunHandle
 from ..origin import starting_from
-from ..schedule import DEFAULT_MAX_RUNTIME, ScheduleDef, slot_key
+from ..schedule import ScheduleDef, slot_key
 from ..store import Store, runs
 from ..store import schedules as sched_ops
 from ..store.base import Row, Tx
-from .schedule_book import ScheduleBook
 
 __all__ = [
+    "CLAIM_LEASE",
+    "ENDED",
     "Fired",
     "ScheduleRuntime",
     "cancel_run",
     "claim_row",
     "fire",
-    "free_to_start",
     "overlap",
     "running",
-    "settle",
-    "start_buffered",
     "start_claimed",
     "start_claimed_many",
     "start_run",
@@ -46,11 +44,11 @@ __all__ = [
 
 log = logging.getLogger("lockgate.schedules")
 
-PARALLEL = 256
-"""Firings moved at once by ``settle`` (their writes share group commits)."""
-
 CLAIM_LEASE = 5.0
 """Seconds a claimed slot waits for its claimant to start it before another replica takes it over."""
+
+ENDED = {"succeeded": "succeeded", "failed": "failed", "cancelled": "cancelled"}
+"""A run's final statuses, and the status each leaves its firing in."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -160,7 +158,7 @@ def overlap(
 def running(firing: Mapping[str, Any]) -> bool:
     """Whether a live firing (its ``status`` and its run's ``run_status``) holds its schedule busy: a claim
     not started yet, or a start whose run has not ended (or is not admitted yet)."""
-    return firing["status"] == "claimed" or (firing["status"] == "started" and firing["run_status"] not in _ENDED)
+    return firing["status"] == "claimed" or (firing["status"] == "started" and firing["run_status"] not in ENDED)
 
 
 async def fire(rt: ScheduleRuntime, sched: ScheduleDef, slot: float, cause: str, *, manual: bool = False) -> Fired:
@@ -268,133 +266,3 @@ async def start_claimed_many(rt: ScheduleRuntime, items: Sequence[tuple[Schedule
                     m["ticket"],
                 )
     return out
-
-
-_ENDED = {"succeeded": "succeeded", "failed": "failed", "cancelled": "cancelled"}
-
-
-async def settle(rt: ScheduleRuntime, book: ScheduleBook | None = None) -> int:
-    """Move open firings along: finish those whose run ended, fail those past ``max_runtime``, take
-    over claims their claimant abandoned, and start the next buffered firing of a schedule whose
-    run ended (``start_buffered``; most were started as their run ended, by ``schedule_chain``).
-    How many firings moved."""
-    now = rt.clock.now()
-    rows = await rt.store.read(sched_ops.open_firings)  # of the buffered firings, each schedule's oldest
-    if not rows:
-        return 0
-    defs = await (book or ScheduleBook(rt.schedules)).named(rt.store, {row["schedule"] for row in rows})
-    busy: set[str] = set()
-    buffered: dict[str, list[Row]] = {}
-    gate = asyncio.Semaphore(PARALLEL)
-    moves: list[dict[str, Any]] = []  # the plain moves, written together once every row is classified
-    taken_over: list[tuple[ScheduleDef, Row]] = []
-    overdue: list[Row] = []
-    # Classified in one pass (a backlog holds thousands of rows: no task each); only a takeover and a
-    # cancel are writes of their own.
-    for row in rows:
-        sched = defs.get(row["schedule"])
-        fid, status = int(row["id"]), row["status"]
-        if status == "buffered":
-            buffered.setdefault(row["schedule"], []).append(row)
-            continue
-        if status == "claimed":
-            busy.add(row["schedule"])
-            if row["lease_until"] is None or float(row["lease_until"]) >= now:
-                continue
-            if sched is None:  # abandoned, and its schedule is gone: nobody starts it any more
-                why = "schedule deleted"
-                moves.append(
-                    {"firing_id": fid, "expect": "claimed", "status": "skipped", "why": why, "finished_at": now}
-                )
-            else:
-                taken_over.append((sched, row))
-            continue
-        run_status = row["run_status"]
-        if run_status in _ENDED:
-            finished = row["run_finished_at"]
-            moves.append(
-                {
-                    "firing_id": fid,
-                    "expect": "started",
-                    "status": _ENDED[run_status],
-                    "why": row["run_error"] if run_status == "failed" else None,
-                    "run_id": row["found_run"],
-                    "finished_at": float(finished) if finished is not None else now,
-                }
-            )
-            continue
-        limit = sched.max_runtime if sched is not None else DEFAULT_MAX_RUNTIME
-        if row["started_at"] is not None and now - float(row["started_at"]) > limit:
-            overdue.append(row)
-            continue
-        busy.add(row["schedule"])
-        if row["run_id"] is None and row["found_run"] is not None:  # a parked start was admitted
-            moves.append({"firing_id": fid, "expect": "started", "status": "started", "run_id": row["found_run"]})
-
-    async def take_over(sched: ScheduleDef, row: Row) -> int:
-        async with gate:
-            taken = await rt.store.write(sched_ops.take_firing, int(row["id"]), rt.owner, now, CLAIM_LEASE)
-            if taken is None:
-                return 0
-            log.warning("schedule %s: took over the unstarted claim of slot %s", sched.name, row["scheduled_at"])
-            await start_claimed(rt, sched, taken)
-        return 1
-
-    async def fail_overdue(row: Row) -> int:
-        run_id = row["found_run"] or row["run_id"]
-        async with gate:
-            if run_id is not None:
-                try:
-                    await cancel_run(rt, run_id, f"schedule {row['schedule']!r}: max_runtime exceeded")
-                except Exception as exc:
-                    log.debug("schedule %s: cancelling run %s: %s", row["schedule"], run_id, exc)
-            await rt.store.write(
-                sched_ops.move_firing, int(row["id"]), "started", "failed", why="max_runtime exceeded", finished_at=now
-            )
-        return 1
-
-    written = [take_over(sched, row) for sched, row in taken_over] + [fail_overdue(row) for row in overdue]
-    admitted = sum(1 for m in moves if m["status"] == "started")  # a parked start's run found: not a move on
-    moved = len(moves) - admitted + sum(await asyncio.gather(*written))
-    if moves:  # each row is classified once: no firing is in two moves
-        await rt.store.write(sched_ops.move_firings, moves)
-    # The buffered heads wait for the rows' classification: a schedule still busy starts none.
-    for rows_of in buffered.values():
-        rows_of.sort(key=lambda r: (float(r["scheduled_at"]), int(r["id"])))
-
-    ready = [(name, waiting[0]) for name, waiting in buffered.items() if name not in busy]
-    orphaned = [head for name, head in ready if name not in defs]
-    gone = [
-        {"firing_id": int(h["id"]), "expect": "buffered", "status": "skipped", "why": "orphaned", "finished_at": now}
-        for h in orphaned
-    ]
-    if gone:
-        await rt.store.write(sched_ops.move_firings, gone)
-    started = await start_buffered(rt, {name: defs[name] for name, _ in ready if name in defs})
-    return moved + len(gone) + len(started)
-
-
-async def start_buffered(rt: ScheduleRuntime, defs: Mapping[str, ScheduleDef]) -> list[Fired]:
-    """Start the oldest buffered firing of each schedule of ``defs`` with nothing running: claimed first, in one
-    write that locks the schedules' rows (leaving out any another transaction holds) and finds them free
-    under that lock, then started as any claim. Whoever else reaches the same schedule at once (the sweep,
-    a run's end in another process) finds its head claimed, or its row held: a slot's start is never raced
-    (two starts of one slot would each wait on the other's insert of its run)."""
-    if not defs:
-        return []
-    now = rt.clock.now()
-
-    async def take(tx: Tx) -> list[Row]:
-        locked = [r["name"] for r in await sched_ops.lock_schedules(tx, list(defs))]
-        live = await sched_ops.live_firings_of(tx, locked) if locked else []
-        return await sched_ops.take_buffered(tx, free_to_start(live), rt.owner, now, CLAIM_LEASE)
-
-    taken = await rt.store.write(take)
-    return await start_claimed_many(rt, [(defs[r["schedule"]], r, "claimed") for r in taken])
-
-
-def free_to_start(live: Iterable[Row]) -> list[str]:
-    """Of ``live_firings_of``'s rows, the schedules with a buffered firing and nothing running."""
-    rows = list(live)
-    busy = {r["schedule"] for r in rows if r["status"] != "buffered" and running(r)}
-    return sorted({r["schedule"] for r in rows if r["status"] == "buffered"} - busy)

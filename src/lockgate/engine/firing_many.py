@@ -5,9 +5,11 @@ transaction holds: a replica ticking at the same time fires those), claims every
 with multi-row inserts under the unique claim, reads the batch's live firings once, applies
 each schedule's overlap policy to its slots oldest first (as ``fire`` would, one slot after
 the other), records the skipped and buffered firings, and moves each schedule's watermark and
-``next_at`` on. The claims to start are then offered to the gate at once (admissions queued
-together share group commits, decided together by ``gate/many.py``) and what it answered is
-recorded in one more write (``start_claimed_many``).
+``next_at`` on. A claim to start of a workflow with no gate control is started in that same
+transaction (its run and ledger row inserted, the firing moved to ``started``: ``firing_inline``).
+The other claims to start are then offered to the gate at once (admissions queued together
+share group commits, decided together by ``gate/many.py``) and what it answered is recorded in
+one more write (``start_claimed_many``).
 
 A process that dies after the claim's commit and before the start leaves claims that
 ``settle`` takes over once ``CLAIM_LEASE`` passed, as after a single firing; the start is
@@ -25,6 +27,7 @@ from ..schedule import ScheduleDef, slot_key
 from ..store import schedules as sched_ops
 from ..store.base import Row, Tx
 from .firing import Fired, ScheduleRuntime, cancel_run, claim_row, overlap, start_claimed_many
+from .firing_inline import Inline, bare_workflows, start_inline
 from .schedule_due import Due
 
 __all__ = ["DueSchedule", "batchable", "fire_many"]
@@ -64,8 +67,9 @@ async def fire_many(rt: ScheduleRuntime, batch: Sequence[DueSchedule], now: floa
     """Fire the due slots of each schedule of ``batch`` (none paused, each ``batchable``); per schedule,
     what each slot became and how many were missed, in ``batch``'s order."""
     claims = [claim_row(rt, d.sched, slot, cause, now) for d in batch for slot, cause in d.due.fire]
+    bare = await bare_workflows(rt, {d.sched.workflow for d in batch})
 
-    async def claim(tx: Tx) -> list[_Claimed]:
+    async def claim(tx: Tx) -> tuple[list[_Claimed], Inline]:
         locked = {r["name"] for r in await sched_ops.lock_schedules(tx, [d.sched.name for d in batch])}
         left = [d.sched.name for d in batch if d.sched.name not in locked]
         # Left out: deleted, or held by another transaction (which fires or changes it; the next tick looks again)
@@ -114,11 +118,19 @@ async def fire_many(rt: ScheduleRuntime, batch: Sequence[DueSchedule], now: floa
                 if decided == "buffered":
                     queued += 1
             advances.append(_advance(d, now))
-        await sched_ops.move_firings(tx, moves)
+        plain = [
+            (d.sched, row) for d, got in zip(batch, out, strict=True) for row, cancel in got.to_start if not cancel
+        ]
+        inline, started = await start_inline(tx, rt, plain, bare, now)
+        for got in out:  # what started here needs no start after the commit
+            got.fired += [inline.fired[int(row["id"])] for row, _ in got.to_start if int(row["id"]) in inline.fired]
+            got.to_start = [(row, cancel) for row, cancel in got.to_start if int(row["id"]) not in inline.fired]
+        await sched_ops.move_firings(tx, moves + started)
         await sched_ops.advance_many(tx, advances, now)
-        return out
+        return out, inline
 
-    decided = await rt.store.write(claim)
+    decided, inline = await rt.store.write(claim)
+    inline.told(rt)
     for d, got in zip(batch, decided, strict=True):
         for row, to_cancel in got.to_start:
             for run_id in to_cancel:

@@ -8,8 +8,10 @@ one. ``ScheduleChain`` starts it at once instead. The dispatcher reports each ru
 is ``schedule:<name>``) the chain, in one write per batch of ends, locks the schedules' rows
 (leaving out any another transaction holds), reads their live firings, and claims the oldest
 buffered firing of each schedule with nothing running (buffered → claimed, leased to this
-process); those claims are started as any claim, through the gate and the ledger. This is
-``firing.start_buffered``, which the sweep's ``settle`` starts buffered firings with too.
+process). A claim of a workflow with no gate control has its run and ledger row inserted and is
+moved to ``started`` in that same write (``firing_inline``): one read and one commit for a batch
+of ends; any other claim is started after it, through the gate and the ledger. This is
+``firing_settle.start_buffered``, which the sweep's ``settle`` starts buffered firings with too.
 
 A slot still starts once: a schedule's head is claimed by one transaction under its row's lock
 and only while it is buffered, and its start is idempotent by the slot's key. What the chain
@@ -28,7 +30,8 @@ from collections.abc import Collection
 
 from ..store import schedules as sched_ops
 from ..store.base import Row
-from .firing import Fired, ScheduleRuntime, free_to_start, source_of, start_buffered
+from .firing import Fired, ScheduleRuntime, source_of
+from .firing_settle import free_to_start, start_buffered
 from .schedule_book import ScheduleBook
 
 __all__ = ["BATCH", "IN_FLIGHT", "ScheduleChain", "start_next"]
@@ -97,5 +100,4 @@ async def start_next(rt: ScheduleRuntime, book: ScheduleBook, names: Collection[
         return []
     # A read first: most ends (every one of a skip or cancel_other schedule) find nothing waiting, and lock nothing.
     waiting = free_to_start(await rt.store.read(sched_ops.live_firings_of, sorted(names)))
-    defs = await book.named(rt.store, waiting) if waiting else {}  # declared by other code: its own sweep's
-    return await start_buffered(rt, defs)
+    return await start_buffered(rt, waiting, book)

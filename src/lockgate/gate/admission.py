@@ -33,6 +33,7 @@ from .runtime import Runtime
 __all__ = [
     "admit",
     "admit_bare",
+    "admit_bare_runs",
     "bare_run",
     "control_keys",
     "handle_for",
@@ -190,14 +191,19 @@ async def _admit_bare(tx: Tx, run: dict[str, Any], now: float) -> tuple[dict[str
     return created, fresh
 
 
-async def _admit_bare_many(tx: Tx, calls: Sequence[Args]) -> list[Any]:
-    """Many bare starts of one group commit: a multi-row insert per table instead of three rows each."""
-    runs = [(args[0], args[1]) for args, _ in calls]
-    created = await store_runs.create_runs(tx, runs)
+async def admit_bare_runs(tx: Tx, runs: Sequence[tuple[dict[str, Any], float]]) -> list[tuple[Row, bool]]:
+    """Many bare starts (each ``(run, now)``) in ``tx``: a multi-row insert per table; each run's row and
+    whether it is new (else the one its identity already named)."""
+    created = await store_runs.create_runs(tx, list(runs))
     await gate.ledgers(
         tx, [_bare_decision(run, c, fresh, now) for (run, now), (c, fresh) in zip(runs, created, strict=True)]
     )
     return created
+
+
+async def _admit_bare_many(tx: Tx, calls: Sequence[Args]) -> list[Any]:
+    """Many bare starts of one group commit: a multi-row insert per table instead of three rows each."""
+    return await admit_bare_runs(tx, [(args[0], args[1]) for args, _ in calls])
 
 
 MAX_PRIORITY = 1_000_000_000

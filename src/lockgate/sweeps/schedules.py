@@ -1,6 +1,6 @@
 """The schedule sweep: fire every slot that came due, once across replicas.
 
-Each tick settles open firings (``engine/firing.settle``), then reads the schedules whose
+Each tick settles open firings (``engine/firing_settle.settle``), then reads the schedules whose
 ``next_at`` has come (an index range: the tick's work follows the slots due, not the number
 of schedules, declared or created at runtime) and fires each one's due slots oldest first,
 in batches of schedules that share a claim transaction and a gate offer
@@ -16,8 +16,9 @@ import asyncio
 import logging
 from dataclasses import dataclass, field
 
-from ..engine.firing import Fired, ScheduleRuntime, settle
+from ..engine.firing import Fired, ScheduleRuntime
 from ..engine.firing_many import DueSchedule, batchable, fire_many
+from ..engine.firing_settle import settle
 from ..engine.schedule_book import ScheduleBook
 from ..engine.schedule_due import GRACE, MAX_PER_TICK, Due, due_slots, fire_schedule
 from ..gate.runtime import WorkerRuntime
