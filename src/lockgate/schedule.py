@@ -13,6 +13,7 @@ time, multiples of the interval since the Unix epoch, untouched by DST.
 
 from __future__ import annotations
 
+import copy
 import functools
 import hashlib
 import inspect
@@ -221,11 +222,19 @@ def _valid_cron(expr: str) -> bool:
     return bool(croniter.is_valid(expr))
 
 
+@functools.lru_cache(maxsize=4096)
+def _parsed_cron(expr: str) -> Any:
+    """``expr`` parsed once: parsing is most of what computing a slot costs, and a thousand tenants'
+    schedules share a few expressions. Copies share the parse (croniter reads it, never changes it)."""
+    return croniter(expr, 0.0)
+
+
 def _cron_slots(expr: str, zone: ZoneInfo, instant: float) -> Iterator[float]:
     """Cron slots strictly after ``instant``, each once, in order (see the module docstring for DST)."""
     start = datetime.fromtimestamp(instant, tz=UTC).astimezone(zone)
     wall = start.replace(tzinfo=None, microsecond=0)
-    it = croniter(expr, wall)
+    it = copy.copy(_parsed_cron(expr))  # its parse shared, its position its own
+    it.set_current(wall, force=True)
     last: float | None = None
     while True:
         candidate: datetime = it.get_next(datetime)
