@@ -122,3 +122,11 @@ async def cluster(pg_url: str, tmp_path: Path) -> AsyncIterator[Cluster]:
         yield group
     finally:
         await group.close()
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Start filling the plan tests' shared history (tests/history_fill.py) while the tests before them run."""
+    if any(item.path.name == "test_history_plans.py" for item in session.items):
+        from .history_fill import prefill
+
+        prefill()
