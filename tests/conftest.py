@@ -22,6 +22,7 @@ from lockgate.testing import TestEnv
 
 from .apps.sqlite_copies import copy_store
 from .cluster.harness import Cluster
+from .ordering import longest_first
 from .pg import PgProxy, in_ci, pg_database_url, pg_template
 from .pgserver import PrivatePostgres, Replicas, private_postgres, replicas
 
@@ -130,3 +131,12 @@ def pytest_collection_finish(session: pytest.Session) -> None:
         from .history_fill import prefill
 
         prefill()
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """On xdist workers, start each on its share of the longest tests (tests/ordering.py: made for the test
+    command's ``--dist worksteal``, whose mode a worker is not told; under another mode only the order moves)."""
+    workerinput = getattr(config, "workerinput", None)
+    if workerinput is not None:
+        items[:] = longest_first(items, int(workerinput["workercount"]))
