@@ -22,6 +22,7 @@ from lockgate.testing import TestEnv
 
 from .apps.sqlite_copies import copy_store
 from .cluster.harness import Cluster
+from .ordering import longest_first
 from .pg import PgProxy, in_ci, pg_database_url, pg_template
 from .pgserver import PrivatePostgres, Replicas, private_postgres, replicas
 
@@ -122,3 +123,20 @@ async def cluster(pg_url: str, tmp_path: Path) -> AsyncIterator[Cluster]:
         yield group
     finally:
         await group.close()
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Start filling the plan tests' shared history (tests/history_fill.py) while the tests before them run."""
+    if any(item.path.name == "test_history_plans.py" for item in session.items):
+        from .history_fill import prefill
+
+        prefill()
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """On xdist workers, start each on its share of the longest tests (tests/ordering.py: made for the test
+    command's ``--dist worksteal``, whose mode a worker is not told; under another mode only the order moves)."""
+    workerinput = getattr(config, "workerinput", None)
+    if workerinput is not None:
+        items[:] = longest_first(items, int(workerinput["workercount"]))

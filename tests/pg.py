@@ -13,6 +13,8 @@ import os
 import queue
 import re
 import socket
+import subprocess
+import sys
 import threading
 import uuid
 from collections.abc import Coroutine, Iterator
@@ -79,7 +81,9 @@ class _Dropper:
     PostgreSQL 15 forces a checkpoint for every DROP DATABASE and waits for it: one by one, each
     drop costs a checkpoint (most of a second on a busy server, which every other session then
     feels too). Drops sent together on connections of their own share one checkpoint, so the
-    thread gathers ``BATCH`` names and drops them all at once (the rest when the session ends).
+    thread gathers ``BATCH`` names and drops them all at once. The session's end hands the rest to
+    a process of their own (``detach``) rather than wait for their checkpoint (seconds; a minute and
+    more on a loaded server), as every worker would at once at the very end of the suite.
     A session killed mid-run leaves at most a batch or two behind (the next one drops those,
     see ``drop_abandoned``).
     """
@@ -89,6 +93,8 @@ class _Dropper:
     def __init__(self) -> None:
         self._names: queue.Queue[str | None] = queue.Queue()
         self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()
+        self._batch: list[str] = []
 
     def drop(self, name: str) -> None:
         if self._thread is None:
@@ -96,20 +102,37 @@ class _Dropper:
             self._thread.start()
         self._names.put(name)
 
-    def join(self) -> None:
-        """Wait until every queued database is gone."""
+    def detach(self) -> None:
+        """Drop every database not being dropped yet from a process of its own, without waiting for it."""
+        names: list[str] = []
+        with self._lock:
+            names, self._batch = self._batch, []
+            while not self._names.empty():
+                if (name := self._names.get()) is not None:
+                    names.append(name)
         if self._thread is not None:
-            self._names.put(None)
-            self._thread.join()
+            self._names.put(None)  # a batch being dropped goes on; the thread ends after it
             self._thread = None
+        if names:  # the child forks and returns at once; its own child drops them, adopted by init
+            subprocess.run(
+                [sys.executable, "-c", _DROP_TOGETHER, PG_ADMIN_URL, *names],
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+                start_new_session=True,  # no signal to this process's group reaches it
+                check=False,
+            )
 
     def _work(self) -> None:
-        batch: list[str] = []
         while (name := self._names.get()) is not None:
-            batch.append(name)
-            if len(batch) >= self.BATCH:
-                self._drop_together(batch)
-                batch = []
+            with self._lock:
+                self._batch.append(name)
+                if len(self._batch) < self.BATCH:
+                    continue
+                batch, self._batch = self._batch, []
+            self._drop_together(batch)
+        with self._lock:
+            batch, self._batch = self._batch, []
         self._drop_together(batch)
 
     @staticmethod
@@ -123,6 +146,32 @@ class _Dropper:
         if names:
             with ThreadPoolExecutor(max_workers=len(names), thread_name_prefix="lockgate-pg-drop") as pool:
                 list(pool.map(drop, names))
+
+
+# ``_Dropper._drop_together`` for a process of its own: python -c _DROP_TOGETHER <admin url> <name>...
+_DROP_TOGETHER = """
+import os
+import sys
+
+if os.fork():
+    os._exit(0)
+
+from concurrent.futures import ThreadPoolExecutor
+
+import psycopg
+
+
+def drop(name):
+    try:
+        with psycopg.connect(sys.argv[1], autocommit=True, connect_timeout=5) as conn:
+            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    except Exception:
+        pass  # the next session drops what is left (drop_abandoned)
+
+
+with ThreadPoolExecutor(max_workers=len(sys.argv) - 2) as pool:
+    list(pool.map(drop, sys.argv[2:]))
+"""
 
 
 _dropper = _Dropper()
@@ -147,7 +196,10 @@ def drop_abandoned() -> None:
         for name in names:
             match = _OURS.match(name)
             if match and match.group(1) == _HOST and not _alive(int(match.group(2))):
-                conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+                try:
+                    conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+                except psycopg.Error:  # being dropped meanwhile (by the ended session's detached drops)
+                    pass
 
 
 async def _migrate(url: str) -> None:
@@ -246,7 +298,7 @@ def pg_template() -> Iterator[str]:
             _copies.close()
             _copies = None
         _dropper.drop(name)  # dropped with the last copies, in one go
-        _dropper.join()
+        _dropper.detach()
 
 
 def pg_database_url(request: pytest.FixtureRequest, *, migrated: bool = True) -> Iterator[str]:

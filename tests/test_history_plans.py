@@ -16,13 +16,11 @@ from typing import Any
 import psycopg
 import pytest
 
-import lockgate as lg
 from lockgate.ids import id_floor, id_millis
-from lockgate.store import history
 from lockgate.store.sql_files import load_queries
 
-DAYS = 10
-PER_DAY = 10_000
+from .history_fill import DAYS, history_database
+
 PINNED = [
     "load_journal",
     "list_attempts",
@@ -36,67 +34,6 @@ _PARAM = re.compile(r"%\(([a-z_]+)\)s")
 _SCANNED = re.compile(r"Scan(?: using \S+)? on (lockgate_(?:journal|step_attempts|run_events|stream_chunks)_\w+)")
 # Only scans count: a generic plan of a DELETE still names every partition as a target (PostgreSQL 15), but
 # reads the one its run's id leads to.
-
-
-@pytest.fixture(scope="module")
-def sized(request: pytest.FixtureRequest) -> Any:
-    from .pg import pg_database_url
-
-    yield from pg_database_url(request)
-
-
-async def _fill(url: str) -> str:
-    """Ten daily partitions ahead of now, each filled; a run id in the middle one."""
-    now = time.time()
-    async with lg.Client(lg.App(), url) as client:
-        await client.core.store.write(history.make_ahead, now, 86400.0, now + DAYS * 86400.0)
-        parts = [p for p in await client.core.store.read(history.partitions) if p.lo is not None and p.hi]
-    assert len(parts) >= DAYS
-    with psycopg.connect(url, autocommit=True) as conn:
-        for part in parts:
-            start_ms = round((part.ends_at or 0) * 1000) - 86_400_000 + 1000
-            ids = (
-                f"SELECT left(lockgate_id_floor('run', {start_ms} + g), 14) || lpad(to_hex(g), 14, '0') AS id, g "
-                f"FROM generate_series(1, {PER_DAY}) g"
-            )
-            conn.execute(
-                f"INSERT INTO lockgate_journal (run_id, step_key, seq, kind, status, started_at) "
-                f"SELECT id, 'step#0', 0, 'step', 'completed', g FROM ({ids}) s"
-            )
-            conn.execute(
-                f"INSERT INTO lockgate_step_attempts (run_id, step_key, attempt, status, started_at) "
-                f"SELECT id, 'step#0', 1, 'completed', g FROM ({ids}) s"
-            )
-            conn.execute(
-                f"INSERT INTO lockgate_run_events (run_id, type, at) SELECT id, 'run-started', g FROM ({ids}) s"
-            )
-            conn.execute(
-                "INSERT INTO lockgate_stream_chunks (run_id, topic, seq, kind, data, size, created_at)"
-                f" SELECT id, 'default', n, 'chunk', '\"w\"', 3, g FROM ({ids}) s, generate_series(1, 2) n"
-            )
-            conn.execute(
-                "INSERT INTO lockgate_runs (id, workflow, identity, status, payload, created_at, updated_at,"
-                " progress_at, finished_at, parent_id) SELECT id, 'w', id, 'succeeded', '{}', t, t, t, t + 1,"
-                f" CASE WHEN g % 10 = 0 THEN 'run_parent' END"
-                f" FROM (SELECT *, ({start_ms} + g) / 1000.0 AS t FROM ({ids}) i) s"
-            )
-            conn.execute(
-                "INSERT INTO lockgate_messages (id, run_id, kind, name, status, created_at)"
-                f" SELECT 'msg_' || id, id, 'signal', 'go', 'consumed', g FROM ({ids}) s"
-            )
-            conn.execute(  # a decision a run, made when the run was (the ledger's partitions are by time)
-                "INSERT INTO lockgate_ledger (ticket, kind, workflow, outcome, folded, pending_id, run_id, at)"
-                " SELECT 'tkt_' || id, 'start', 'w', 'admitted', 1, CASE WHEN g % 10 = 0 THEN 'pnd_' || id END,"
-                f" id, ({start_ms} + g) / 1000.0 FROM ({ids}) s"
-            )
-        conn.execute(
-            "ANALYZE lockgate_journal, lockgate_step_attempts, lockgate_run_events, lockgate_stream_chunks,"
-            " lockgate_runs, lockgate_messages, lockgate_ledger"
-        )
-        middle = parts[len(parts) // 2]
-        row = conn.execute("SELECT min(run_id) FROM lockgate_journal WHERE run_id >= %s", (middle.lo,)).fetchone()
-    assert row is not None
-    return str(row[0])
 
 
 def _scanned(plan: str) -> dict[str, set[str]]:
@@ -113,10 +50,10 @@ def _values(query: str, run_id: str) -> dict[str, Any]:
 
 
 @pytest.fixture(scope="module")
-def filled(sized: str) -> tuple[str, str]:
-    import asyncio
-
-    return sized, asyncio.run(_fill(sized))
+def filled() -> tuple[str, str]:
+    """The database of ten days' history every test process shares (tests/history_fill.py), and the id of a
+    run in its middle partition."""
+    return history_database()
 
 
 @pytest.mark.parametrize("name", PINNED)
