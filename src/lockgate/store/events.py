@@ -147,9 +147,10 @@ async def unswept_events(tx: Tx, limit: int) -> list[Row]:
     return await tx.execute("unswept_events", {"limit": limit})
 
 
-async def mark_swept(tx: Tx, event_id: str, now: float, problem: str | None = None) -> None:
-    """Advance the cancel-on watermark past ``event_id`` (with ``problem`` when it could not be read)."""
-    await tx.execute("mark_event_swept", {"id": event_id, "now": now, "problem": problem})
+async def mark_swept(tx: Tx, event_id: str, occurred_at: float, now: float, problem: str | None = None) -> None:
+    """Advance the cancel-on watermark past ``event_id``, published at ``occurred_at`` (the partition it is in;
+    with ``problem`` when it could not be read)."""
+    await tx.execute("mark_event_swept", {"id": event_id, "occurred_at": occurred_at, "now": now, "problem": problem})
 
 
 async def cancel_on_targets(

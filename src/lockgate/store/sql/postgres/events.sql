@@ -59,7 +59,8 @@ RETURNING id;
 SELECT * FROM lockgate_events WHERE cancel_swept_at IS NULL ORDER BY occurred_at, id LIMIT %(limit)s;
 
 -- name: mark_event_swept
-UPDATE lockgate_events SET cancel_swept_at = %(now)s, problem = %(problem)s WHERE id = %(id)s;
+-- By its id and its time: one partition of the events, where they are partitioned.
+UPDATE lockgate_events SET cancel_swept_at = %(now)s, problem = %(problem)s WHERE id = %(id)s AND occurred_at = %(occurred_at)s;
 
 -- name: cancel_on_runs
 -- Live runs of a workflow created no later than the event (and not before the within= window).
@@ -79,13 +80,14 @@ LIMIT %(limit)s;
 -- name: forget_domain_events
 -- Events published before the cutoff (where partitioned: those older than every partition of one interval;
 -- the others go with their partition), but one a pending delivery still needs; with the id its publisher gave.
+-- Both reads name the cutoff, so that only the partitions before it are read (the delete's too).
 WITH gone AS (
-    DELETE FROM lockgate_events WHERE (id, occurred_at) IN (
-        SELECT e.id, e.occurred_at FROM lockgate_events e WHERE e.occurred_at < %(cutoff)s
+    DELETE FROM lockgate_events WHERE occurred_at < %(cutoff)s AND id = ANY (ARRAY(
+        SELECT e.id FROM lockgate_events e WHERE e.occurred_at < %(cutoff)s
           AND NOT EXISTS (SELECT 1 FROM lockgate_deliveries d
                           WHERE d.event_id = e.id AND d.created_at = e.occurred_at AND d.status = 'pending')
         LIMIT %(limit)s
-    )
+    ))
     RETURNING id, occurred_at
 ), ids AS (
     DELETE FROM lockgate_event_ids i USING gone WHERE i.id = gone.id RETURNING 1
@@ -93,9 +95,11 @@ WITH gone AS (
 SELECT id FROM gone;
 
 -- name: forget_deliveries
-DELETE FROM lockgate_deliveries WHERE (id, created_at) IN (
-    SELECT id, created_at FROM lockgate_deliveries WHERE created_at < %(cutoff)s AND status <> 'pending' LIMIT %(limit)s
-)
+-- Both reads name the cutoff (where partitioned, before their oldest partition of one interval): only the
+-- partitions before it are read.
+DELETE FROM lockgate_deliveries WHERE created_at < %(cutoff)s AND id = ANY (ARRAY(
+    SELECT id FROM lockgate_deliveries WHERE created_at < %(cutoff)s AND status <> 'pending' LIMIT %(limit)s
+))
 RETURNING id;
 
 -- name: replay_candidates

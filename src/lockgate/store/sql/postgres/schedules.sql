@@ -124,12 +124,12 @@ FROM lockgate_schedule_firings WHERE schedule = ANY (ARRAY(SELECT jsonb_array_el
 -- name: firings_forget
 -- Finished firings claimed before the engine's retention cutoff (their runs are forgotten then too); where the
 -- firings are partitioned, only of slots before their oldest partition of one interval (the others go with it).
-DELETE FROM lockgate_schedule_firings WHERE (id, scheduled_at) IN (
-    SELECT id, scheduled_at FROM lockgate_schedule_firings
+DELETE FROM lockgate_schedule_firings WHERE scheduled_at < %(before)s AND id = ANY (ARRAY(
+    SELECT id FROM lockgate_schedule_firings
     WHERE claimed_at < %(cutoff)s AND status IN ('skipped', 'succeeded', 'failed', 'cancelled')
       AND scheduled_at < %(before)s
     LIMIT %(limit)s
-)
+))
 RETURNING id;
 
 -- name: schedules_due

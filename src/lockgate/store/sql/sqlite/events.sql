@@ -56,7 +56,8 @@ RETURNING id;
 SELECT * FROM lockgate_events WHERE cancel_swept_at IS NULL ORDER BY occurred_at, id LIMIT :limit;
 
 -- name: mark_event_swept
-UPDATE lockgate_events SET cancel_swept_at = :now, problem = :problem WHERE id = :id;
+-- By its id and its time: one partition of the events, where they are partitioned.
+UPDATE lockgate_events SET cancel_swept_at = :now, problem = :problem WHERE id = :id AND occurred_at = :occurred_at;
 
 -- name: cancel_on_runs
 -- Live runs of a workflow created no later than the event (and not before the within= window).
