@@ -355,3 +355,24 @@ async def test_the_migration_partitions_them_with_a_pending_delivery_and_a_claim
         firings = [f for f in await store.read(sched_ops.firings_of, "hourly", 10) if f["scheduled_at"] == slot]
         assert [f["status"] for f in firings] == ["succeeded"]
         assert await env.engine.result(firings[0]["run_id"], timeout=5) == datetime.fromtimestamp(slot, UTC).isoformat()
+
+
+async def test_a_slot_claimed_past_the_partitions_moves_into_the_partition_made_for_it(pg_url: str) -> None:
+    """A slot claimed days ahead (a backfill reaching into the future) lands in the default partition; the
+    partition of its interval, made later, takes it over (PostgreSQL would not make one over it), and the
+    partitions of the intervals before it are made as ever."""
+    now = datetime(2031, 3, 9, 10, 10, tzinfo=UTC).timestamp()
+    async with TestEnv(app, store=pg_url, start=now, history_partition="day") as env:
+        store = env.engine.store
+        await keep_partitions(env.engine.worker, None, DAY)  # the 10th and 11th
+        ahead = datetime(2031, 3, 14, 6, 0, tzinfo=UTC).timestamp()
+        claimed = await store.write(sched_ops.claim_firing, _claim(ahead, now))
+        assert claimed is not None
+        assert _where(pg_url, "lockgate_schedule_firings", "id", int(claimed["id"])) == {"kept"}
+        for days in ("2d", "1d"):  # the 11th, then the 12th: the 14th is made ahead then
+            await env.advance(days)
+            await keep_partitions(env.engine.worker, None, DAY)
+        suffixes = {p.suffix for p in await store.read(timed.partitions, timed.FIRINGS)}
+        assert {"p203103120000", "p203103130000", "p203103140000"} <= suffixes
+        assert _where(pg_url, "lockgate_schedule_firings", "id", int(claimed["id"])) == {"p203103140000"}
+        assert await store.write(sched_ops.claim_firing, _claim(ahead, env.clock.now())) is None  # still its slot

@@ -106,10 +106,9 @@ async def make_ahead(tx: Tx, now: float, interval: float, until: float) -> list[
     kept = await tx.scalar("history_kept_last")
     if kept is not None:
         floor = max(floor, id_millis(str(kept)) / 1000)
-    for query in ("ledger_kept_last", "timed_kept_last"):  # the ledger's, events', deliveries', firings'
-        decided = await tx.scalar(query)
-        if decided is not None:
-            floor = max(floor, float(decided))
+    decided = await tx.scalar("ledger_kept_last")
+    if decided is not None:
+        floor = max(floor, float(decided))
     if start <= floor:
         start = interval_start(floor, interval) + interval
     made = []

@@ -15,12 +15,16 @@ $$;
 
 -- Make t's partition <t>_<suffix> of the times [lo_ms, hi_ms) (epoch milliseconds; bounds in seconds), where
 -- none is: it begins where a partition reaching into the interval ends (the first ends at the moment of its
--- table's conversion, within an interval the run history has a partition of), none if one covers it. Whether
--- one was made.
+-- table's conversion, within an interval the run history has a partition of), none if one covers it. Rows the
+-- default partition holds in that range (written where no partition was made yet: a slot backfilled days
+-- ahead, an event from a host whose clock ran ahead) move into the new partition, which PostgreSQL would not
+-- make over them. Whether one was made.
 CREATE FUNCTION lockgate_timed_add(t TEXT, lo_ms BIGINT, hi_ms BIGINT, suffix TEXT) RETURNS BOOLEAN
 LANGUAGE plpgsql AS $$
 DECLARE
     lo_s NUMERIC;
+    col TEXT;
+    early BOOLEAN;
 BEGIN
     IF to_regclass(t || '_' || suffix) IS NOT NULL THEN
         RETURN false;
@@ -34,8 +38,23 @@ BEGIN
     IF coalesce(lo_s, lo_ms / 1000.0) >= hi_ms / 1000.0 THEN
         RETURN false;
     END IF;
+    lo_s := coalesce(lo_s, lo_ms / 1000.0);
+    SELECT a.attname INTO col FROM pg_partitioned_table p
+        JOIN pg_attribute a ON a.attrelid = p.partrelid AND a.attnum = p.partattrs[0]
+    WHERE p.partrelid = t::regclass;
+    EXECUTE format('SELECT EXISTS (SELECT 1 FROM %I WHERE %I >= %s AND %I < %s)',
+        t || '_kept', col, lo_s, col, hi_ms / 1000.0) INTO early;
+    IF early THEN
+        EXECUTE format('CREATE TEMPORARY TABLE lockgate_timed_moving ON COMMIT DROP AS'
+            ' WITH moved AS (DELETE FROM %I WHERE %I >= %s AND %I < %s RETURNING *) SELECT * FROM moved',
+            t || '_kept', col, lo_s, col, hi_ms / 1000.0);
+    END IF;
     EXECUTE format('CREATE TABLE %I PARTITION OF %I FOR VALUES FROM (%s) TO (%s)',
-        t || '_' || suffix, t, coalesce(lo_s, lo_ms / 1000.0), hi_ms / 1000.0);
+        t || '_' || suffix, t, lo_s, hi_ms / 1000.0);
+    IF early THEN
+        EXECUTE format('INSERT INTO %I SELECT * FROM lockgate_timed_moving', t);
+        DROP TABLE lockgate_timed_moving;
+    END IF;
     RETURN true;
 END
 $$;

@@ -8,14 +8,6 @@ FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
 WHERE i.inhparent = to_regclass(%(table)s::text)
 ORDER BY c.relname;
 
--- name: timed_kept_last
--- The newest time the default partitions of these tables hold: a partition made ahead must begin after it.
-SELECT greatest(
-    (SELECT max(occurred_at) FROM lockgate_events_kept),
-    (SELECT max(created_at) FROM lockgate_deliveries_kept),
-    (SELECT max(scheduled_at) FROM lockgate_schedule_firings_kept)
-) AS at;
-
 -- name: timed_retire
 -- A partition of %(table)s past its retention: the rows that outlive it moved to the default partition, then
 -- dropped (lockgate_timed_retire, migration 0053), waiting at most %(lock_wait)s for the table's lock.

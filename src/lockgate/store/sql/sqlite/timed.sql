@@ -4,8 +4,5 @@
 -- name: timed_partitions
 SELECT NULL AS name, NULL AS bound, :table AS tbl WHERE 0;
 
--- name: timed_kept_last
-SELECT NULL AS at;
-
 -- name: timed_retire
 SELECT NULL AS moved, :table AS tbl, :suffix AS suffix, :cutoff AS cutoff, :lock_wait AS lock_wait;
