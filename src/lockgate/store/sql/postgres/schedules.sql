@@ -225,10 +225,11 @@ WHERE s.name = a.name AND s.revision = a.revision;
 -- The oldest buffered firing of each named schedule (through the partial index of the live firings) becomes
 -- a claim of the caller's, leased: a run of the schedule ended and nothing of it runs (engine/schedule_chain.py).
 -- A head someone else moved meanwhile is left alone; a claim left unstarted is taken over as any other.
+-- Each head is updated by its key, (id, scheduled_at): one probe of the partition it is in.
 UPDATE lockgate_schedule_firings SET status = 'claimed', owner = %(owner)s, lease_until = %(lease_until)s
-WHERE status = 'buffered' AND id IN (
-    SELECT (SELECT f.id FROM lockgate_schedule_firings f
-            WHERE f.schedule = n.name AND f.status = 'buffered'
-            ORDER BY f.scheduled_at, f.id LIMIT 1)
-    FROM jsonb_array_elements_text(%(names)s::jsonb) AS n(name))
+WHERE status = 'buffered' AND (id, scheduled_at) IN (
+    SELECT h.id, h.scheduled_at FROM jsonb_array_elements_text(%(names)s::jsonb) AS n(name)
+    CROSS JOIN LATERAL (SELECT f.id, f.scheduled_at FROM lockgate_schedule_firings f
+                        WHERE f.schedule = n.name AND f.status = 'buffered'
+                        ORDER BY f.scheduled_at, f.id LIMIT 1) h)
 RETURNING *;
