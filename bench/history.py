@@ -11,10 +11,13 @@ the ``DELETE`` of each run's rows retention did before partitioning (expired run
 time, on a sample of that day's runs), and the sweep's way (the day's expired runs and their records
 deleted by range of run id, a slice per commit, then the day's partitions dropped). Last, a sustained
 start load with each retention running beside it, sampling autovacuum (``pg_stat_user_tables``). The
-ledger's oldest day is retired both ways too: 500 decisions a commit, and its partition dropped.
+ledger's oldest day is retired both ways too: 500 decisions a commit, and its partition dropped; and so are
+the oldest day's domain events, deliveries and schedule firings (``--events`` a day: ``bench/history_events.py``).
+``--events-only`` measures that last alone (no runs: a few minutes).
 
     python -m bench.history                                  # 1M runs (100k, 1M) on the local server
     python -m bench.history --store postgresql://... --runs 2000000 --sizes 200000,2000000
+    python -m bench.history --events-only --events 200000          # events, deliveries, firings alone
 
 It works in a database of its own (``history_bench``, made and dropped on the server of ``--store``).
 """
@@ -40,6 +43,7 @@ from lockgate.store import runs as store_runs
 from lockgate.store.sql_files import load_queries, migrations
 from lockgate.sweeps.retention import forget_partition_runs
 
+from . import history_events
 from .report import machine, print_table, write_json
 
 DB = "history_bench"
@@ -75,7 +79,8 @@ async def create(store: str, days: int) -> str:
         pass
     today = int(time.time() * 1000) // DAY_MS * DAY_MS
     with psycopg.connect(url, autocommit=True) as conn:
-        for t in (*HISTORY, "lockgate_ledger"):  # the first partitions are empty here: the days replace them
+        # the first partitions are empty here: the days replace them
+        for t in (*HISTORY, "lockgate_ledger", *history_events.TABLES):
             conn.execute(f"ALTER TABLE {t} DETACH PARTITION {t}_p0")
             conn.execute(f"DROP TABLE {t}_p0")
         for d in range(-days + 1, 3):
@@ -377,6 +382,9 @@ async def main() -> None:
     parser.add_argument("--load-seconds", type=float, default=60.0)
     parser.add_argument("--rate", type=float, default=100.0, help="starts per second of the sustained load")
     parser.add_argument("--migrate-runs", type=int, default=0, help="time migration 0038 over this many runs")
+    parser.add_argument("--events", type=int, default=100_000, help="domain events a day (0: none)")
+    parser.add_argument("--events-only", action="store_true", help="only the events' retention (no runs)")
+    parser.add_argument("--migrate-events", type=int, default=0, help="time migrations 0053-0055 over these events")
     parser.add_argument("--keep", action="store_true", help="keep the database afterwards")
     parser.add_argument("--plain", action="store_true", help="plain-text tables")
     args = parser.parse_args()
@@ -386,8 +394,19 @@ async def main() -> None:
         window = await migration_window(args.store, args.migrate_runs, args.days)
         results["migration"] = {**window, "loadavg": _loadavg()}
         print(f"migration 0038 over {window['runs']:,} runs: {window['seconds']:.1f}s (load average {_loadavg()})")
+    if args.migrate_events:
+        window = await history_events.migration_window(args.store, _url(args.store, f"{DB}_old"), args.migrate_events)
+        results["events_migration"] = {**window, "loadavg": _loadavg()}
+        print(
+            f"migrations 0053-0055 over {window['events']:,} events (a delivery each, a tenth as many firings):"
+            f" {window['seconds']:.1f}s (load average {_loadavg()})"
+        )
     url = await create(args.store, args.days)
     try:
+        if args.events:
+            await events_retention(url, args, results)
+        if args.events_only:
+            wanted = []
         per_day = 0
         for size in wanted:
             started = time.perf_counter()
@@ -405,6 +424,8 @@ async def main() -> None:
                 [[k, v] for k, v in times.items()],
                 plain=args.plain,
             )
+        if not wanted:
+            return
         oldest = await _oldest_day(url)
         before = await asyncio.to_thread(old_delete, url, oldest, args.sample)
         after = await asyncio.to_thread(new_retire, url, oldest)
@@ -459,8 +480,26 @@ async def main() -> None:
     finally:
         if not args.keep:
             _admin(args.store, f"DROP DATABASE IF EXISTS {DB} WITH (FORCE)")
-    path = write_json("bench/results/history.json", results)
-    print(f"written to {path}")
+        path = write_json("bench/results/history.json", results)
+        print(f"written to {path}")
+
+
+async def events_retention(url: str, args: argparse.Namespace, results: dict[str, Any]) -> None:
+    """The oldest day of domain events, deliveries and firings retired both ways (``bench/history_events.py``)."""
+    load = await asyncio.to_thread(history_events.fill_events, url, args.days, args.events)
+    found = await history_events.retention_rows(url, args.sample)
+    results["events_retention"] = {"per_day": args.events, "load_s": load, **found, "loadavg": _loadavg()}
+    print_table(
+        f"retention of the oldest day of {args.events:,} events (a delivery each, a tenth as many firings;"
+        f" loaded in {load:.0f}s; load average {_loadavg()})",
+        ["table", "way", "rows", "seconds", "rows/s"],
+        [
+            [table.removeprefix("lockgate_"), name, r["rows"], r["seconds"], r["rows_per_s"]]
+            for table, ways in found.items()
+            for name, r in (("DELETE 500 a commit (sample)", ways["delete"]), ("partition retired", ways["partition"]))
+        ],
+        plain=args.plain,
+    )
 
 
 def _loadavg() -> str:

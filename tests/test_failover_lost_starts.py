@@ -121,11 +121,20 @@ async def test_a_settle_naming_a_start_the_database_does_not_hold_writes_nothing
         (delivery,) = await env.engine.store.read(event_ops.list_deliveries, event_id)
         settle = env.engine.store.write
         lost = {"status": "started", "outcome": "started", "run_id": "run_lost", "ticket": "tkt_lost"}
-        assert not await settle(event_ops.settle_delivery, delivery["id"], T0, **lost)
+        assert not await settle(
+            event_ops.settle_delivery, delivery["id"], T0, created_at=delivery["created_at"], **lost
+        )
         (still,) = await env.engine.store.read(event_ops.list_deliveries, event_id)
         assert (still["status"], still["run_id"]) == ("pending", None)
         # A settle with no start to name (filtered, refused) is written as before.
-        assert await settle(event_ops.settle_delivery, delivery["id"], T0, status="skipped", reason="filtered")
+        assert await settle(
+            event_ops.settle_delivery,
+            delivery["id"],
+            T0,
+            created_at=delivery["created_at"],
+            status="skipped",
+            reason="filtered",
+        )
 
 
 async def test_a_firing_whose_start_the_database_does_not_hold_is_started_again(store_url: str) -> None:

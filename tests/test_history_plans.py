@@ -212,3 +212,167 @@ def test_a_parked_start_finds_its_arrival_s_decision_in_one_ledger_partition(fil
     assert found is not None, plan
     assert "Subplans Removed" in plan, plan
     assert len(re.findall(r"on lockgate_ledger_\w+", plan)) == 1, plan
+
+
+# -- domain events, deliveries and schedule firings: partitioned by their own time (migrations 0053-0055) ------
+
+FIRINGS_PER_DAY = PER_DAY // 10
+
+
+@pytest.fixture(scope="module")
+def events_filled(filled: tuple[str, str]) -> tuple[str, dict[str, Any]]:
+    """The same database, its events, deliveries and firings filled too (each dated partition: PER_DAY events,
+    a delivery each, a tenth as many firings; a few deliveries pending and firings live in each); a delivery
+    and a firing of the middle day."""
+    url, _ = filled
+    with psycopg.connect(url, autocommit=True) as conn:
+        rows = conn.execute(
+            "SELECT substring(pg_get_expr(c.relpartbound, c.oid) FROM 'FROM \\(''([^'']*)''\\)')::float8"
+            " FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid"
+            " WHERE i.inhparent = 'lockgate_events'::regclass AND c.relname ~ '_p[0-9]{12}$' ORDER BY 1"
+        ).fetchall()
+        starts = [float(r[0]) for r in rows]
+        assert len(starts) >= DAYS
+        for day, start in enumerate(starts):
+            step = 86400.0 / PER_DAY
+            conn.execute(
+                "INSERT INTO lockgate_events (id, name, key, data, source, occurred_at, cancel_swept_at)"
+                f" SELECT 'evt_{day}_' || g, 'order.paid', '{{}}', '{{}}', 'api', {start} + g * {step},"
+                f" CASE WHEN g % 1000 = 0 THEN NULL ELSE {start} + g * {step} END"
+                f" FROM generate_series(0, {PER_DAY - 1}) g"
+            )
+            conn.execute(
+                "INSERT INTO lockgate_deliveries (id, event_id, trigger_name, workflow, status, idempotency_key,"
+                " created_at) SELECT 'dlv_' || e.id, e.id, 'on-paid', 'w',"
+                " CASE WHEN right(e.id, 3) = '000' THEN 'pending' ELSE 'started' END, 'key-' || e.id, e.occurred_at"
+                f" FROM lockgate_events e WHERE e.id LIKE 'evt\\_{day}\\_%'"
+            )
+            step = 86400.0 / FIRINGS_PER_DAY
+            conn.execute(
+                "INSERT INTO lockgate_schedule_firings (schedule, scheduled_at, cause, workflow, source, identity,"
+                " idempotency_key, status, claimed_at, lease_until) SELECT 's' || (g % 50), t, 'cron', 'w',"
+                " 'schedule:s', 'w' || t, 'k' || t, CASE WHEN g % 500 = 0 THEN 'claimed' ELSE 'succeeded' END,"
+                f" t, t + 5 FROM (SELECT g, {start} + g * {step} AS t"
+                f" FROM generate_series(0, {FIRINGS_PER_DAY - 1}) g) s"
+            )
+        conn.execute("ANALYZE lockgate_events, lockgate_deliveries, lockgate_schedule_firings, lockgate_event_ids")
+        middle = starts[len(starts) // 2]
+        delivery = conn.execute(
+            "SELECT id, created_at, event_id FROM lockgate_deliveries WHERE created_at >= %s ORDER BY created_at"
+            " LIMIT 1",
+            (middle,),
+        ).fetchone()
+        firing = conn.execute(
+            "SELECT id, scheduled_at, schedule FROM lockgate_schedule_firings WHERE scheduled_at >= %s"
+            " ORDER BY scheduled_at LIMIT 1",
+            (middle,),
+        ).fetchone()
+    assert delivery is not None and firing is not None
+    return url, {
+        "first": starts[0],
+        "delivery": delivery[0],
+        "created_at": delivery[1],
+        "event_id": delivery[2],
+        "firing": firing[0],
+        "scheduled_at": firing[1],
+        "schedule": firing[2],
+    }
+
+
+_TIMED = re.compile(r"Scan(?: using \S+)? on (lockgate_(?:events|deliveries|schedule_firings)_\w+)")
+
+
+def _explain(url: str, query: str, values: dict[str, Any], *, analyze: bool = False) -> str:
+    with psycopg.connect(url) as conn:
+        head = "EXPLAIN ANALYZE " if analyze else "EXPLAIN "
+        return "\n".join(str(r[0]) for r in conn.execute(head + query, values).fetchall())  # type: ignore[arg-type]
+
+
+def _timed_values(query: str, known: dict[str, Any]) -> dict[str, Any]:
+    given: dict[str, Any] = {
+        "id": known["delivery"],
+        "created_at": known["created_at"],
+        "event_id": known["event_id"],
+        "now": time.time(),
+        "status": "started",
+        "limit": 100,
+        "triggers": json.dumps(["on-paid"]),
+        "workflow": "w",
+        "idempotency_key": "key-none",
+        "names": json.dumps(["s1", "s2"]),
+        "schedule": known["schedule"],
+    }
+    return {name: given.get(name) for name in _PARAM.findall(query)}
+
+
+ONE_PARTITION = {
+    "settle_delivery": ("lockgate_deliveries_", {}),
+    "mark_event_swept": ("lockgate_events_", {"id": "event_id", "occurred_at": "created_at", "problem": None}),
+}
+
+
+@pytest.mark.parametrize("name", sorted(ONE_PARTITION))
+def test_settling_a_delivery_or_sweeping_an_event_reads_its_partition_alone(
+    events_filled: tuple[str, dict[str, Any]], name: str
+) -> None:
+    """A delivery is settled, an event marked swept, by its id and its time (a delivery's is its event's): one
+    partition, planned for its values or as a prepared statement's generic plan."""
+    url, known = events_filled
+    table, renamed = ONE_PARTITION[name]
+    query = load_queries("postgres")[name]
+    values = _timed_values(query, known)
+    values.update({k: None if v is None else known[v] for k, v in renamed.items()})
+    scanned = set(_TIMED.findall(_explain(url, query, values)))
+    assert len(scanned) == 1 and all(n.startswith(table + "p") for n in scanned), scanned
+    names = list(dict.fromkeys(_PARAM.findall(query)))
+    numbered = _PARAM.sub(lambda m: f"${names.index(m[1]) + 1}", query)
+    with psycopg.connect(url) as conn:
+        conn.execute("SET plan_cache_mode = force_generic_plan")
+        conn.execute(f"PREPARE pinned AS {numbered}")  # type: ignore[arg-type]
+        args = ", ".join("NULL" if values[n] is None else psycopg.sql.quote(values[n]) for n in names)
+        plan = "\n".join(str(r[0]) for r in conn.execute(f"EXPLAIN EXECUTE pinned({args})").fetchall())  # type: ignore[arg-type]
+    assert "Subplans Removed" in plan, plan
+    # (a DELETE or UPDATE still names every partition as a target, PostgreSQL 15: only scans count)
+    assert len({n for n in _TIMED.findall(plan) if n.startswith(table)}) == 1, plan
+
+
+PROBED = ["pending_deliveries", "started_delivery_by_key", "unswept_events", "get_domain_event", "list_deliveries"]
+FIRING_PROBES = ["firings_open", "firings_live_of", "firing_update", "firing_take", "firings_live"]
+
+
+@pytest.mark.parametrize("name", PROBED + FIRING_PROBES)
+def test_the_fan_out_cancel_on_and_firing_reads_probe_each_partition_s_index(
+    events_filled: tuple[str, dict[str, Any]], name: str
+) -> None:
+    """What no time names — a pending delivery, a key's started delivery, an event unswept or by id, a live firing
+    or one by id — is looked up by each partition's index (partial where the rows looked for are few: a probe per
+    partition, a few dozen at the defaults), never a scan of one."""
+    url, known = events_filled
+    query = load_queries("postgres")[name]
+    values = _timed_values(query, known)
+    if name.startswith("firing"):
+        values.update({k: v for k, v in {"id": known["firing"], "expect": "claimed"}.items() if k in values})
+    writes = query.lstrip().upper().startswith(("UPDATE", "DELETE", "INSERT"))
+    plan = _explain(url, query, values, analyze=not writes)  # a write is planned, not run: the fill stays
+    assert not re.search(r"Seq Scan on lockgate_(?:events|deliveries|schedule_firings)_p\d{12}", plan), plan
+    assert len({n for n in _TIMED.findall(plan) if re.search(r"_p\d{12}$", n)}) >= 1, plan
+
+
+@pytest.mark.parametrize(
+    ("name", "table"),
+    [
+        ("forget_domain_events", "lockgate_events"),
+        ("forget_deliveries", "lockgate_deliveries"),
+        ("firings_forget", "lockgate_schedule_firings"),
+    ],
+)
+def test_retention_deletes_none_of_their_dated_partitions_rows_one_by_one(
+    events_filled: tuple[str, dict[str, Any]], name: str, table: str
+) -> None:
+    """Past retention their partitions are retired whole; what is deleted one by one is older than every
+    partition of one interval (store/timed.py before), and no partition of one interval is read for it."""
+    url, known = events_filled
+    query = load_queries("postgres")[name]
+    values = {"cutoff": known["first"], "before": known["first"], "limit": 500}
+    plan = _explain(url, query, values)
+    assert not re.search(rf"on {table}_p\d{{12}}", plan), plan

@@ -138,13 +138,15 @@ async def publish(
         handed: tuple[list[Handed], int] = ([], 0)
         try:
             keyring = None if local is None else local.keyring
-            handed = await store.write(_publish_handing, app, keyring, row, deliveries, keys, claim)
+            handed = await store.write(
+                _publish_handing, app, keyring, row, deliveries, keys, claim, event_id is not None
+            )
         finally:
             if local is not None:
                 local.after_publish(claim, *handed)
     else:
         async with store.join(conn) as joined:
-            await event_ops.publish(joined.tx, row, deliveries, keys)
+            await event_ops.publish(joined.tx, row, deliveries, keys, given=event_id is not None)
     return str(row["id"])
 
 
@@ -156,9 +158,10 @@ async def _publish_handing(
     deliveries: list[dict[str, Any]],
     keys: list[str],
     claim: Claim | None,
+    given: bool = False,
 ) -> tuple[list[Handed], int]:
     """``store/events.publish``, and the look of each run ``claim`` claimed made for it when that can be
     told here (``publish_claims.settle_handed``): those runs with their journals, and how many others woke."""
-    claimed, woken = await event_ops.publish(tx, row, deliveries, keys, claim)
+    claimed, woken = await event_ops.publish(tx, row, deliveries, keys, claim, given=given)
     now = float(row["occurred_at"])
     return [(run, await settle_handed(tx, app, keyring, run, now)) for run in claimed], woken

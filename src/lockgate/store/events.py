@@ -11,7 +11,7 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from . import event_waits, gate, runs
+from . import event_waits, gate, runs, timed
 from .base import Row, Tx
 from .shared import LIVE
 
@@ -42,10 +42,15 @@ async def publish(
     deliveries: list[dict[str, Any]],
     keys: Sequence[str] = (),
     claim: event_waits.Claim | None = None,
+    *,
+    given: bool = False,
 ) -> tuple[list[Row], int]:
     """Write ``event``, one pending delivery per trigger row of ``deliveries`` and its match ``keys``, and
     wake the parked runs waiting for it (``store/event_waits.py``): ``(those claimed for claim, how many
-    others were woken)``."""
+    others were woken)``. ``given``: the publisher gave the event's id, kept where the events are partitioned
+    so that a second publish under it fails (``StoreError``), whichever partition the first is in."""
+    if given:
+        await tx.execute("insert_event_id", {"id": event["id"], "occurred_at": event["occurred_at"]})
     await tx.execute("insert_domain_event", event)
     for delivery in deliveries:
         await tx.execute("insert_delivery", delivery)
@@ -109,6 +114,7 @@ async def settle_delivery(
     delivery_id: str,
     now: float,
     *,
+    created_at: float,
     status: str,
     reason: str | None = None,
     idempotency_key: str | None = None,
@@ -116,10 +122,12 @@ async def settle_delivery(
     run_id: str | None = None,
     ticket: str | None = None,
 ) -> bool:
-    """Move a pending delivery to ``status``; whether it was still pending (and the start ``ticket`` names,
-    if any, is in the database: one a failover lost is not recorded, so the delivery is offered again)."""
+    """Move a pending delivery (made at ``created_at``, its event's time: the partition it is in) to ``status``;
+    whether it was still pending (and the start ``ticket`` names, if any, is in the database: one a failover
+    lost is not recorded, so the delivery is offered again)."""
     params = {
         "id": delivery_id,
+        "created_at": created_at,
         "now": now,
         "status": status,
         "reason": reason,
@@ -139,9 +147,10 @@ async def unswept_events(tx: Tx, limit: int) -> list[Row]:
     return await tx.execute("unswept_events", {"limit": limit})
 
 
-async def mark_swept(tx: Tx, event_id: str, now: float, problem: str | None = None) -> None:
-    """Advance the cancel-on watermark past ``event_id`` (with ``problem`` when it could not be read)."""
-    await tx.execute("mark_event_swept", {"id": event_id, "now": now, "problem": problem})
+async def mark_swept(tx: Tx, event_id: str, occurred_at: float, now: float, problem: str | None = None) -> None:
+    """Advance the cancel-on watermark past ``event_id``, published at ``occurred_at`` (the partition it is in;
+    with ``problem`` when it could not be read)."""
+    await tx.execute("mark_event_swept", {"id": event_id, "occurred_at": occurred_at, "now": now, "problem": problem})
 
 
 async def cancel_on_targets(
@@ -216,13 +225,19 @@ async def cancel_parked_for_event(tx: Tx, pending_id: str, reason: str, now: flo
 
 
 async def forget_events(tx: Tx, cutoff: float, limit: int) -> int:
-    """Delete up to ``limit`` events published before ``cutoff`` (with the keys waits found them by)."""
-    forgotten = len(await tx.execute("forget_domain_events", {"cutoff": cutoff, "limit": limit}))
+    """Delete up to ``limit`` events published before ``cutoff`` (with the keys waits found them by), but those a
+    pending delivery still needs. Where the events are partitioned (PostgreSQL), only those older than their
+    oldest partition of one interval: the others go with their partition (``timed.retire``)."""
+    before = await timed.before(tx, timed.EVENTS, cutoff)
+    forgotten = len(await tx.execute("forget_domain_events", {"cutoff": before, "limit": limit}))
     await event_waits.forget(tx, cutoff, limit)
     return forgotten
 
 
 async def forget_deliveries(tx: Tx, cutoff: float, limit: int) -> int:
-    """Delete up to ``limit`` settled deliveries (and replays) made before ``cutoff`` (ends their dedupe window)."""
-    params = {"cutoff": cutoff, "limit": limit}
-    return len(await tx.execute("forget_deliveries", params)) + len(await tx.execute("forget_replays", params))
+    """Delete up to ``limit`` settled deliveries (and replays) made before ``cutoff`` (ends their dedupe window).
+    Where the deliveries are partitioned (PostgreSQL), only those older than their oldest partition of one
+    interval: the others go with their partition (``timed.retire``)."""
+    before = await timed.before(tx, timed.DELIVERIES, cutoff)
+    forgotten = len(await tx.execute("forget_deliveries", {"cutoff": before, "limit": limit}))
+    return forgotten + len(await tx.execute("forget_replays", {"cutoff": cutoff, "limit": limit}))

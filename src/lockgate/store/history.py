@@ -24,6 +24,7 @@ __all__ = [
     "LOCK_WAIT",
     "Partition",
     "bound_of",
+    "bounds",
     "dated",
     "drop_ledger",
     "forget_range",
@@ -81,11 +82,15 @@ async def ledger_partitions(tx: Tx) -> list[Partition]:
 async def _listed(tx: Tx, query: str, table: str, *, timed: bool) -> list[Partition]:
     found = []
     for row in await tx.execute(query):
-        suffix = str(row["name"]).removeprefix(table)
-        match = _BOUND.search(str(row["bound"]))
-        lo, hi = (None, None) if match is None else (match[1], match[2])
-        found.append(Partition(suffix, lo, hi, timed))
+        found.append(Partition(str(row["name"]).removeprefix(table), *bounds(str(row["bound"])), timed))
     return found
+
+
+def bounds(bound: str) -> tuple[str | None, str | None]:
+    """A partition's ``(lo, hi)`` as the catalog states them (``FOR VALUES FROM (...) TO (...)``); ``lo`` None
+    for the first partition (from MINVALUE), both None for the default one."""
+    match = _BOUND.search(bound)
+    return (None, None) if match is None else (match[1], match[2])
 
 
 async def make_ahead(tx: Tx, now: float, interval: float, until: float) -> list[str]:

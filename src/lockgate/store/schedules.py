@@ -13,6 +13,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from . import timed
 from .base import Row, Tx
 
 __all__ = [
@@ -277,5 +278,8 @@ async def firing_counts(tx: Tx, names: list[str] | None = None) -> list[Row]:
 
 
 async def forget_firings(tx: Tx, cutoff: float, limit: int) -> int:
-    """Delete up to ``limit`` finished firings claimed before ``cutoff``; how many."""
-    return len(await tx.execute("firings_forget", {"cutoff": cutoff, "limit": limit}))
+    """Delete up to ``limit`` finished firings claimed before ``cutoff``; how many. Where the firings are
+    partitioned (PostgreSQL), only those of slots older than their oldest partition of one interval: the others
+    go with their partition (``timed.retire``), not one by one."""
+    before = await timed.before(tx, timed.FIRINGS, cutoff)
+    return len(await tx.execute("firings_forget", {"cutoff": cutoff, "before": before, "limit": limit}))

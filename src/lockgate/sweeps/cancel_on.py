@@ -85,7 +85,7 @@ async def sweep_cancel_on(deps: CancelOnSweep) -> CancelOnPass:
             else:
                 for defn, entry in entries:
                     await _apply(deps, defn, entry, event, float(row["occurred_at"]), done)
-        await deps.store.write(event_ops.mark_swept, row["id"], deps.clock.now(), problem)
+        await deps.store.write(event_ops.mark_swept, row["id"], float(row["occurred_at"]), deps.clock.now(), problem)
     return done
 
 

@@ -100,17 +100,17 @@ async def _deliver(deps: FanOut, trigger: TriggerDef, row: dict[str, Any]) -> st
     try:
         event = decode_event(deps.app.events.get(row["name"]), {**row, "id": row["event_id"]}, occurred, deps.keyring)
     except ValueError as exc:
-        return await _settle(deps, did, "failed", reason=str(exc))
+        return await _settle(deps, row, "failed", reason=str(exc))
     try:
         if trigger.filter is not None and not trigger.filter(event):
-            return await _settle(deps, did, "skipped", reason="filtered")
+            return await _settle(deps, row, "skipped", reason="filtered")
         key = _key(trigger, event)
         payload = event.data if trigger.payload is None else trigger.payload(event)
     except Exception as exc:
-        return await _settle(deps, did, "failed", reason=_why(exc))
+        return await _settle(deps, row, "failed", reason=_why(exc))
     earlier = await deps.store.read(event_ops.started_by_key, did, trigger.workflow_name, key)
     if earlier is not None:
-        return await _settle(deps, did, "skipped", reason="duplicate", idempotency_key=key)
+        return await _settle(deps, row, "skipped", reason="duplicate", idempotency_key=key)
     defn = deps.app.get(trigger.workflow_name)
     # The start's identity is the delivery's own (event and trigger), unless the workflow derives its own or
     # batches items: a sweep that died between start and settle finds the same run again. A custom key
@@ -125,7 +125,7 @@ async def _deliver(deps: FanOut, trigger: TriggerDef, row: dict[str, Any]) -> st
     except StoreError:
         raise  # the store, not the delivery: it stays pending for the next tick
     except LockgateError as exc:  # refused payload, a raising key callback, ...: this delivery only
-        return await _settle(deps, did, "failed", reason=_why(exc), idempotency_key=key)
+        return await _settle(deps, row, "failed", reason=_why(exc), idempotency_key=key)
     status, reason = (
         ("started", None)
         if handle.status in ("started", "existing", "queued")
@@ -133,7 +133,7 @@ async def _deliver(deps: FanOut, trigger: TriggerDef, row: dict[str, Any]) -> st
     )
     return await _settle(
         deps,
-        did,
+        row,
         status,
         reason=reason,
         idempotency_key=key,
@@ -156,8 +156,11 @@ def _why(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}"
 
 
-async def _settle(deps: FanOut, delivery_id: str, status: str, **columns: Any) -> str:
-    settled = await deps.store.write(event_ops.settle_delivery, delivery_id, deps.clock.now(), status=status, **columns)
+async def _settle(deps: FanOut, row: dict[str, Any], status: str, **columns: Any) -> str:
+    delivery_id, at = row["id"], float(row["created_at"])
+    settled = await deps.store.write(
+        event_ops.settle_delivery, delivery_id, deps.clock.now(), created_at=at, status=status, **columns
+    )
     if not settled and columns.get("ticket") is not None:
         # Settled by another pass, or its start is not in the database: a failover lost that start's commit
         # and this write reached the promoted server. Still pending then, it is delivered again.

@@ -23,6 +23,7 @@ from ..ids import id_millis
 from ..store import events as store_events
 from ..store import history as store_history
 from ..store import retention as store_retention
+from ..store import timed as store_timed
 from ..store.base import Store
 from .base import Sweep, SweepSettings
 
@@ -33,6 +34,7 @@ __all__ = [
     "SLICE",
     "Forgotten",
     "drop_ledger_partitions",
+    "drop_timed_partitions",
     "forget_expired",
     "forget_partition_runs",
     "keep_partitions",
@@ -67,6 +69,8 @@ class Forgotten:
     """History partitions dropped past retention (PostgreSQL), their rows with them."""
     ledger_partitions_dropped: int = field(default=0, compare=False)
     """Ledger partitions dropped past retention (PostgreSQL), their decisions with them."""
+    timed_partitions_dropped: int = field(default=0, compare=False)
+    """Partitions of domain events, deliveries and schedule firings dropped past their retentions (PostgreSQL)."""
 
 
 def retention_sweep(worker: WorkerRuntime, settings: SweepSettings) -> Sweep | None:
@@ -104,19 +108,31 @@ async def forget_expired(
     # Partitions first: the runs a retired partition kept, or created in a gap below the next one, are
     # forgotten one by one from then on (store/history.py per_run_before), in this same tick.
     made, dropped, runs = await keep_partitions(worker, retention, history_partition)
-    ledger = workers = pauses = ledger_dropped = 0
+    ledger = workers = pauses = ledger_dropped = timed_dropped = 0
     if retention is not None:
         cutoff = rt.clock.now() - retention
         runs += await _in_batches(worker, store_retention.forget_ended_runs, cutoff)
         ledger_dropped = await drop_ledger_partitions(rt.store, cutoff)
+        # the firings' own rows go one by one in the schedule sweep (sweeps/schedules.py forget_firings)
+        timed_dropped += await drop_timed_partitions(rt.store, store_timed.FIRINGS, cutoff)
         ledger = await _in_batches(worker, store_retention.forget_ledger, cutoff)
         workers, pauses = await rt.store.write(store_retention.forget_stale, cutoff, worker.worker_id)
     events = deliveries = 0
     if rt.app.events:
+        now = rt.clock.now()
+        # deliveries first: a pending one moves out of its partition before its event's is judged
+        if delivery_retention is not None:
+            timed_dropped += await drop_timed_partitions(rt.store, store_timed.DELIVERIES, now - delivery_retention)
+        if event_retention is not None:
+            timed_dropped += await drop_timed_partitions(rt.store, store_timed.EVENTS, now - event_retention)
         events, deliveries = await _forget_events(worker, event_retention, delivery_retention)
     forgotten = Forgotten(runs, ledger, workers, pauses, events, deliveries)
     forgotten = replace(
-        forgotten, partitions_made=made, partitions_dropped=dropped, ledger_partitions_dropped=ledger_dropped
+        forgotten,
+        partitions_made=made,
+        partitions_dropped=dropped,
+        ledger_partitions_dropped=ledger_dropped,
+        timed_partitions_dropped=timed_dropped,
     )
     if runs or ledger or workers:
         log.info(
@@ -167,6 +183,23 @@ async def drop_ledger_partitions(store: Store, cutoff: float) -> int:
         if part.ends_at is not None and part.ends_at <= cutoff and await store.write(store_history.drop_ledger, part):
             dropped += 1
             log.info("retention: dropped ledger partition %s", part.suffix)
+    return dropped
+
+
+async def drop_timed_partitions(store: Store, table: str, cutoff: float) -> int:
+    """Retire ``table``'s partitions (events, deliveries or firings) whose interval ended before ``cutoff``, oldest
+    first, each in a commit of its own: the rows that outlive their partition (a pending delivery and its event,
+    an unfinished firing) move to the default partition, the rest go with the drop; how many were dropped. The
+    rows left before ``cutoff`` go one by one after. None on a store that does not partition (SQLite)."""
+    dropped = 0
+    parts = await store.read(store_timed.partitions, table)
+    for part in sorted(parts, key=lambda p: p.ends_at or 0):
+        if part.ends_at is None or part.ends_at > cutoff:
+            continue
+        moved = await store.write(store_timed.retire, table, part, cutoff)
+        if moved is not None:
+            dropped += 1
+            log.info("retention: dropped %s partition %s, %d row(s) kept", table, part.suffix, moved)
     return dropped
 
 

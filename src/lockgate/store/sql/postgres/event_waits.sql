@@ -81,9 +81,10 @@ ON CONFLICT (run_id, step_key, key) DO UPDATE SET since = EXCLUDED.since, match 
 -- name: event_candidates
 -- Events under one of the wait's keys, from its lookback on, that this run has not consumed, oldest
 -- first, after the cursor (occurred_at, event id) of the page before. Each event is read by its id behind
--- OFFSET 0 (a planner without statistics would hash the whole log otherwise).
+-- OFFSET 0 (a planner without statistics would hash the whole log otherwise), and by its time too (the key
+-- keeps it): one partition of the events.
 SELECT e.* FROM lockgate_event_keys k
-CROSS JOIN LATERAL (SELECT * FROM lockgate_events WHERE id = k.event_id OFFSET 0) e
+CROSS JOIN LATERAL (SELECT * FROM lockgate_events WHERE id = k.event_id AND occurred_at = k.occurred_at OFFSET 0) e
 WHERE k.key = ANY (ARRAY(SELECT jsonb_array_elements_text(%(keys)s::jsonb))) AND k.occurred_at >= %(since)s
   AND (k.occurred_at, k.event_id) > (%(after_at)s::double precision, %(after_id)s::text)
   AND NOT EXISTS (SELECT 1 FROM lockgate_event_consumed c WHERE c.run_id = %(run_id)s AND c.event_id = k.event_id)

@@ -122,12 +122,14 @@ SELECT schedule, status, COUNT(*) AS n, MAX(scheduled_at) AS last_at
 FROM lockgate_schedule_firings WHERE schedule = ANY (ARRAY(SELECT jsonb_array_elements_text(%(names)s::jsonb))) GROUP BY schedule, status;
 
 -- name: firings_forget
--- Finished firings claimed before the engine's retention cutoff (their runs are forgotten then too).
-DELETE FROM lockgate_schedule_firings WHERE id IN (
+-- Finished firings claimed before the engine's retention cutoff (their runs are forgotten then too); where the
+-- firings are partitioned, only of slots before their oldest partition of one interval (the others go with it).
+DELETE FROM lockgate_schedule_firings WHERE scheduled_at < %(before)s AND id = ANY (ARRAY(
     SELECT id FROM lockgate_schedule_firings
     WHERE claimed_at < %(cutoff)s AND status IN ('skipped', 'succeeded', 'failed', 'cancelled')
+      AND scheduled_at < %(before)s
     LIMIT %(limit)s
-)
+))
 RETURNING id;
 
 -- name: schedules_due
@@ -223,10 +225,11 @@ WHERE s.name = a.name AND s.revision = a.revision;
 -- The oldest buffered firing of each named schedule (through the partial index of the live firings) becomes
 -- a claim of the caller's, leased: a run of the schedule ended and nothing of it runs (engine/schedule_chain.py).
 -- A head someone else moved meanwhile is left alone; a claim left unstarted is taken over as any other.
+-- Each head is updated by its key, (id, scheduled_at): one probe of the partition it is in.
 UPDATE lockgate_schedule_firings SET status = 'claimed', owner = %(owner)s, lease_until = %(lease_until)s
-WHERE status = 'buffered' AND id IN (
-    SELECT (SELECT f.id FROM lockgate_schedule_firings f
-            WHERE f.schedule = n.name AND f.status = 'buffered'
-            ORDER BY f.scheduled_at, f.id LIMIT 1)
-    FROM jsonb_array_elements_text(%(names)s::jsonb) AS n(name))
+WHERE status = 'buffered' AND (id, scheduled_at) IN (
+    SELECT h.id, h.scheduled_at FROM jsonb_array_elements_text(%(names)s::jsonb) AS n(name)
+    CROSS JOIN LATERAL (SELECT f.id, f.scheduled_at FROM lockgate_schedule_firings f
+                        WHERE f.schedule = n.name AND f.status = 'buffered'
+                        ORDER BY f.scheduled_at, f.id LIMIT 1) h)
 RETURNING *;

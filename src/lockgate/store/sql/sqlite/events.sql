@@ -4,6 +4,10 @@
 INSERT INTO lockgate_events (id, name, key, data, source, trace_id, subject, occurred_at)
 VALUES (:id, :name, :key, :data, :source, :trace_id, :subject, :occurred_at);
 
+-- name: insert_event_id
+-- Where events are partitioned, an id the publisher gave is kept apart; here the events' key holds it.
+SELECT :id AS id, :occurred_at AS occurred_at WHERE 0;
+
 -- name: insert_delivery
 INSERT INTO lockgate_deliveries (id, event_id, trigger_name, workflow, status, created_at)
 VALUES (:id, :event_id, :trigger_name, :workflow, 'pending', :created_at)
@@ -44,7 +48,7 @@ LIMIT 1;
 UPDATE lockgate_deliveries
 SET status = :status, reason = :reason, idempotency_key = :idempotency_key, outcome = :outcome,
     run_id = :run_id, ticket = :ticket, delivered_at = :now
-WHERE id = :id AND status = 'pending'
+WHERE id = :id AND created_at = :created_at AND status = 'pending'
     AND (:ticket IS NULL OR EXISTS (SELECT 1 FROM lockgate_ledger WHERE ticket = :ticket))
 RETURNING id;
 
@@ -52,7 +56,8 @@ RETURNING id;
 SELECT * FROM lockgate_events WHERE cancel_swept_at IS NULL ORDER BY occurred_at, id LIMIT :limit;
 
 -- name: mark_event_swept
-UPDATE lockgate_events SET cancel_swept_at = :now, problem = :problem WHERE id = :id;
+-- By its id and its time: one partition of the events, where they are partitioned.
+UPDATE lockgate_events SET cancel_swept_at = :now, problem = :problem WHERE id = :id AND occurred_at = :occurred_at;
 
 -- name: cancel_on_runs
 -- Live runs of a workflow created no later than the event (and not before the within= window).
@@ -71,7 +76,9 @@ LIMIT :limit;
 
 -- name: forget_domain_events
 DELETE FROM lockgate_events WHERE id IN (
-    SELECT id FROM lockgate_events WHERE occurred_at < :cutoff LIMIT :limit
+    SELECT e.id FROM lockgate_events e WHERE e.occurred_at < :cutoff
+      AND NOT EXISTS (SELECT 1 FROM lockgate_deliveries d WHERE d.event_id = e.id AND d.status = 'pending')
+    LIMIT :limit
 )
 RETURNING id;
 

@@ -117,10 +117,12 @@ SELECT schedule, status, COUNT(*) AS n, MAX(scheduled_at) AS last_at
 FROM lockgate_schedule_firings WHERE schedule IN (SELECT value FROM json_each(:names)) GROUP BY schedule, status;
 
 -- name: firings_forget
--- Finished firings claimed before the engine's retention cutoff (their runs are forgotten then too).
+-- Finished firings claimed before the engine's retention cutoff (their runs are forgotten then too); where the
+-- firings are partitioned, only of slots before their oldest partition of one interval (the others go with it).
 DELETE FROM lockgate_schedule_firings WHERE id IN (
     SELECT id FROM lockgate_schedule_firings
     WHERE claimed_at < :cutoff AND status IN ('skipped', 'succeeded', 'failed', 'cancelled')
+      AND scheduled_at < :before
     LIMIT :limit
 )
 RETURNING id;
