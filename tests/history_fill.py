@@ -93,9 +93,47 @@ async def _fill(url: str) -> str:
     return str(row[0])
 
 
+FIRINGS_PER_DAY = PER_DAY // 10
+
+
+def _fill_events(url: str) -> None:
+    """Each dated partition of events: PER_DAY events, a delivery each and a tenth as many firings (a few
+    deliveries pending and firings live in each day), for the plan pins of migrations 0053-0055."""
+    with psycopg.connect(url, autocommit=True) as conn:
+        rows = conn.execute(
+            "SELECT substring(pg_get_expr(c.relpartbound, c.oid) FROM 'FROM \\(''([^'']*)''\\)')::float8"
+            " FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid"
+            " WHERE i.inhparent = 'lockgate_events'::regclass AND c.relname ~ '_p[0-9]{12}$' ORDER BY 1"
+        ).fetchall()
+        starts = [float(r[0]) for r in rows]
+        for day, start in enumerate(starts):
+            step = 86400.0 / PER_DAY
+            conn.execute(
+                "INSERT INTO lockgate_events (id, name, key, data, source, occurred_at, cancel_swept_at)"
+                f" SELECT 'evt_{day}_' || g, 'order.paid', '{{}}', '{{}}', 'api', {start} + g * {step},"
+                f" CASE WHEN g % 1000 = 0 THEN NULL ELSE {start} + g * {step} END"
+                f" FROM generate_series(0, {PER_DAY - 1}) g"
+            )
+            conn.execute(
+                "INSERT INTO lockgate_deliveries (id, event_id, trigger_name, workflow, status, idempotency_key,"
+                " created_at) SELECT 'dlv_' || e.id, e.id, 'on-paid', 'w',"
+                " CASE WHEN right(e.id, 3) = '000' THEN 'pending' ELSE 'started' END, 'key-' || e.id, e.occurred_at"
+                f" FROM lockgate_events e WHERE e.id LIKE 'evt\\_{day}\\_%'"
+            )
+            step = 86400.0 / FIRINGS_PER_DAY
+            conn.execute(
+                "INSERT INTO lockgate_schedule_firings (schedule, scheduled_at, cause, workflow, source, identity,"
+                " idempotency_key, status, claimed_at, lease_until) SELECT 's' || (g % 50), t, 'cron', 'w',"
+                " 'schedule:s', 'w' || t, 'k' || t, CASE WHEN g % 500 = 0 THEN 'claimed' ELSE 'succeeded' END,"
+                f" t, t + 5 FROM (SELECT g, {start} + g * {step} AS t"
+                f" FROM generate_series(0, {FIRINGS_PER_DAY - 1}) g) s"
+            )
+        conn.execute("ANALYZE lockgate_events, lockgate_deliveries, lockgate_schedule_firings, lockgate_event_ids")
+
+
 def shared_name() -> str:
     """The shared database's name: this schema's and this fill's digest, and today's date (UTC)."""
-    digest = hashlib.sha1(f"{DAYS} {PER_DAY}\n{inspect.getsource(_fill)}".encode())
+    digest = hashlib.sha1(f"{DAYS} {PER_DAY}\n{inspect.getsource(_fill)}{inspect.getsource(_fill_events)}".encode())
     for version, name, sql in migrations("postgres"):
         digest.update(f"{version} {name}\n{sql}".encode())
     return f"{_PREFIX}{digest.hexdigest()[:12]}_{time.strftime('%Y%m%d', time.gmtime())}"
@@ -122,6 +160,7 @@ def _build(name: str) -> str:
         url = database_url(temporary)
         run_in_thread(_migrate(url))
         run_id = run_in_thread(_fill(url))
+        _fill_events(url)
         with psycopg.connect(url, autocommit=True) as conn:
             conn.execute("CREATE TABLE lockgate_test_filled (run_id text NOT NULL)")
             conn.execute("INSERT INTO lockgate_test_filled VALUES (%s)", (run_id,))

@@ -216,14 +216,11 @@ def test_a_parked_start_finds_its_arrival_s_decision_in_one_ledger_partition(fil
 
 # -- domain events, deliveries and schedule firings: partitioned by their own time (migrations 0053-0055) ------
 
-FIRINGS_PER_DAY = PER_DAY // 10
-
 
 @pytest.fixture(scope="module")
 def events_filled(filled: tuple[str, str]) -> tuple[str, dict[str, Any]]:
-    """The same database, its events, deliveries and firings filled too (each dated partition: PER_DAY events,
-    a delivery each, a tenth as many firings; a few deliveries pending and firings live in each); a delivery
-    and a firing of the middle day."""
+    """The same database's events, deliveries and firings (``history_fill._fill_events``): its dated partitions'
+    starts, and a delivery and a firing of the middle day."""
     url, _ = filled
     with psycopg.connect(url, autocommit=True) as conn:
         rows = conn.execute(
@@ -233,29 +230,6 @@ def events_filled(filled: tuple[str, str]) -> tuple[str, dict[str, Any]]:
         ).fetchall()
         starts = [float(r[0]) for r in rows]
         assert len(starts) >= DAYS
-        for day, start in enumerate(starts):
-            step = 86400.0 / PER_DAY
-            conn.execute(
-                "INSERT INTO lockgate_events (id, name, key, data, source, occurred_at, cancel_swept_at)"
-                f" SELECT 'evt_{day}_' || g, 'order.paid', '{{}}', '{{}}', 'api', {start} + g * {step},"
-                f" CASE WHEN g % 1000 = 0 THEN NULL ELSE {start} + g * {step} END"
-                f" FROM generate_series(0, {PER_DAY - 1}) g"
-            )
-            conn.execute(
-                "INSERT INTO lockgate_deliveries (id, event_id, trigger_name, workflow, status, idempotency_key,"
-                " created_at) SELECT 'dlv_' || e.id, e.id, 'on-paid', 'w',"
-                " CASE WHEN right(e.id, 3) = '000' THEN 'pending' ELSE 'started' END, 'key-' || e.id, e.occurred_at"
-                f" FROM lockgate_events e WHERE e.id LIKE 'evt\\_{day}\\_%'"
-            )
-            step = 86400.0 / FIRINGS_PER_DAY
-            conn.execute(
-                "INSERT INTO lockgate_schedule_firings (schedule, scheduled_at, cause, workflow, source, identity,"
-                " idempotency_key, status, claimed_at, lease_until) SELECT 's' || (g % 50), t, 'cron', 'w',"
-                " 'schedule:s', 'w' || t, 'k' || t, CASE WHEN g % 500 = 0 THEN 'claimed' ELSE 'succeeded' END,"
-                f" t, t + 5 FROM (SELECT g, {start} + g * {step} AS t"
-                f" FROM generate_series(0, {FIRINGS_PER_DAY - 1}) g) s"
-            )
-        conn.execute("ANALYZE lockgate_events, lockgate_deliveries, lockgate_schedule_firings, lockgate_event_ids")
         middle = starts[len(starts) // 2]
         delivery = conn.execute(
             "SELECT id, created_at, event_id FROM lockgate_deliveries WHERE created_at >= %s ORDER BY created_at"
