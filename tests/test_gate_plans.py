@@ -50,6 +50,7 @@ def _params() -> dict[str, dict[str, Any]]:
         "insert_pending_rows": _pending_row("pnd_new"),
         "insert_ledger_rows": _ledger_row(),
         # the drainer's pass
+        "drain_probe": {},
         "waiting_keys": {},
         "waiting_for_key": {"scope": SCOPE, "key": KEY, "limit": 10},
         "due_pending_order": {"now": NOW, "limit": 500},

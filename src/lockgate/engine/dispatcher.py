@@ -426,13 +426,12 @@ class Dispatcher(PublishClaims):
                     # Claim at once: an empty claim costs what the read that would precede it costs.
                     now = self.clock.now()
                     claim = (self.app, self.keyring, self.worker_id, now, now + self.lease, free, keys, patches)
-                    claimed = await self.store.write(claim_handing, *claim)  # an event's waiters looked for too
+                    claimed, due = await self.store.write(claim_handing, *claim)  # event waiters looked for too
                     for row, journal in claimed:
                         self.launch(row, journal)
                     self._pressing = flow_waiters.pressing(claimed, free, self.app)
                     if len(claimed) == free:
                         continue  # there may be more; the next turn waits for a free slot
-                    due = await self.store.read(runs.next_wake, self.worker_id)
                     if due is not None and due > now:
                         delay = min(self.core.poll_interval, max(0.0, due - self.clock.now()))
                 if delay > 0:

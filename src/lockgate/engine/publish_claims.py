@@ -103,16 +103,18 @@ def kept_event(row: Row) -> str:
 
 async def claim_handing(
     tx: Tx, app: App, keyring: Keyring | None, owner: str, now: float, lease_until: float, limit: int, *filters: str
-) -> list[Handed]:
+) -> tuple[list[Handed], float | None]:
     """``runs.claim_runs`` (``filters``: its keys and patches), and for the runs parked on an event among them
-    (woken by another process's publish), the look each would make on resuming (``settle_handed``)."""
+    (woken by another process's publish), the look each would make on resuming (``settle_handed``). With
+    them, when the next run becomes claimable (``runs.next_wake``), read in the claim's round trip."""
     claimed: list[Handed] = []
     settled = 0
-    for row in await runs.claim_runs(tx, owner, now, lease_until, limit, *filters):
+    rows, due = await runs.claim_runs_waking(tx, owner, now, lease_until, limit, *filters)
+    for row in rows:
         waiting = str(row.get("waiting_on") or "").startswith("event:") and settled < SETTLED_PER_CLAIM
         settled += waiting
         claimed.append((row, await settle_handed(tx, app, keyring, row, now) if waiting else None))
-    return claimed
+    return claimed, due
 
 
 async def settle_handed(tx: Tx, app: App, keyring: Keyring | None, run: Row, now: float) -> list[Row]:

@@ -3,8 +3,10 @@
 One replica drains at a time (a sweep lease). Each tick expires starts past
 ``timeouts.start`` and runs past ``timeouts.finish``, frees slots whose run is gone,
 then re-offers due rows and rows waiting for a concurrency slot, in priority order
-(ties by arrival; ``fair_by`` groups take turns). It sleeps until the next due
-instant or a wake-up (a freed slot, an unpause, a new parked row), never polling hot.
+(ties by arrival; ``fair_by`` groups take turns). A tick first asks one read whether
+a start waits for a slot, a slot is held or anything is due, and stops there when none
+is. It sleeps until the next due instant or a wake-up (a freed slot, an unpause, a new parked
+row), never polling hot.
 """
 
 from __future__ import annotations
@@ -88,6 +90,9 @@ class Drainer:
         rt, store = self.rt, self.rt.store
         self.ticks += 1
         now = rt.clock.now()
+        waiting, held, due = await store.read(_probe)
+        if not waiting and not held and (due is None or due > now):
+            return due  # what the pass reads below would all be empty: no row due, waiting, overdue or orphaned
         defs = rt.app.definitions()
         # The reads are independent: asked together, a tick costs about one read's round trip, not six.
         _, expired, overdue, orphans, due, waiting = await asyncio.gather(
@@ -391,6 +396,13 @@ async def fail_overdue(tx: Tx, run_id: str, now: float) -> list[str]:
 
 async def _free(tx: Tx, run_id: str) -> None:
     await gate.free_slot(tx, run_id)
+
+
+async def _probe(tx: Tx) -> tuple[bool, bool, float | None]:
+    row = await tx.one("drain_probe")
+    if row is None:
+        return True, True, None
+    return bool(row["waiting"]), bool(row["held"]), None if row["at"] is None else float(row["at"])
 
 
 async def _expired(tx: Tx, now: float) -> list[Row]:

@@ -137,6 +137,7 @@ async def _locked(tx: Tx, key: str, clock: Callable[[], float]) -> float:
 
 
 _CAP: dict[str, int] = {}  # per key: how far into its line one read looks (twice its parallelism, and one)
+_WEIGHTED: set[str] = set()  # keys last read weighted here: their line is read by its units' head instead
 
 
 async def _read(
@@ -150,17 +151,22 @@ async def _read(
     params = {"key": key, "now": now, "run_id": run_id, "step_key": step_key, "cap": cap if run_id else 0}
     fenced = [] if fence is None else [("stepflow_fence", fence.params())]
     reads = [*fenced, ("stepflow_state", params)]
-    if tx.single_writer:  # in-process, a statement costs no round trip: the line is read when it is needed
-        answers = await tx.execute_all(reads)
-        line = _Line([], 0, [])
-    else:
-        heads, held = {"key": key, "n": cap}, {"key": key, "n": cap, "now": now}
-        answers = await tx.execute_all([*reads, ("stepflow_heads", heads), ("stepflow_held_heads", held)])
-        line = _Line(answers[-2], cap, answers[-1])
+    heads, held = {"key": key, "n": cap}, {"key": key, "n": cap, "now": now}
+    line_reads = [("stepflow_heads", heads), ("stepflow_held_heads", held)]
+    # In-process a statement costs no round trip: the line is read when it is needed. A weighted key's line
+    # is never read from here (``_wake_units`` reads its head): while the key stays weighted, it is not read.
+    with_line = not tx.single_writer and key not in _WEIGHTED
+    answers = await tx.execute_all([*reads, *line_reads] if with_line else reads)
     if fenced and not answers[0]:
         raise Fenced()
     states = answers[len(fenced)]
     state = states[0] if states else None
+    if state is not None and _weighted(state):
+        _WEIGHTED.add(key) if len(_WEIGHTED) < 10_000 else _WEIGHTED.clear()
+    elif not with_line and not tx.single_writer:  # weighted when last read, declared unweighted since: its line
+        _WEIGHTED.discard(key)
+        answers = [*answers, *await tx.execute_all(line_reads)]
+    line = _Line(answers[-2], cap, answers[-1]) if len(answers) > len(reads) else _Line([], 0, [])
     if state is not None and state["parallelism"] is not None:
         if len(_CAP) > 10_000:
             _CAP.clear()

@@ -26,6 +26,7 @@ __all__ = [
     "adopt_child",
     "cancel_run",
     "claim_runs",
+    "claim_runs_waking",
     "claimed_row",
     "count_runs",
     "create_run",
@@ -165,10 +166,28 @@ async def claim_runs(
     """Claim up to ``limit`` due runs for ``owner``: those ``keys`` and ``patches`` (``routing.claim_filter``,
     as JSON) say its code runs, in wake order. ``keys`` as a list of workflow names: their unversioned,
     unpatched runs."""
+    return (await claim_runs_waking(tx, owner, now, lease_until, limit, keys, patches, wake=False))[0]
+
+
+async def claim_runs_waking(
+    tx: Tx,
+    owner: str,
+    now: float,
+    lease_until: float,
+    limit: int,
+    keys: str | Sequence[str],
+    patches: str = "{}",
+    *,
+    wake: bool = True,
+) -> tuple[list[Row], float | None]:
+    """``claim_runs``, and ``next_wake`` for ``owner`` read in the same round trip after it (with ``wake``)."""
     if not isinstance(keys, str):
         keys = json.dumps([f"{name}\x1f" for name in keys])
     params = {"owner": owner, "now": now, "lease_until": lease_until, "limit": limit, "keys": keys, "patches": patches}
-    return await tx.execute("claim_runs", params)
+    if not wake:
+        return await tx.execute("claim_runs", params), None
+    claimed, due = await tx.execute_all([("claim_runs", params), ("next_wake", {"owner": owner})])
+    return claimed, None if not due or due[0]["at"] is None else float(due[0]["at"])
 
 
 async def next_wake(tx: Tx, owner: str | None = None) -> float | None:

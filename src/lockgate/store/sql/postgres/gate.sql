@@ -251,6 +251,20 @@ SELECT * FROM lockgate_pending WHERE mode = 'paused' AND workflow = %(workflow)s
 -- name: pending_workflows
 SELECT DISTINCT workflow FROM lockgate_pending;
 
+-- name: drain_probe
+-- Whether a drainer's pass has anything to look at: a start waiting for a slot, a held slot (it may be an
+-- orphan), and the first instant a parked start or a running run falls due (next_pending_due). While none
+-- waits, none is held and nothing is due yet, the pass is this one read instead of its seven.
+SELECT (SELECT hold_scope FROM lockgate_pending  -- waiting_keys' first probe (an EXISTS would drop its order)
+        WHERE mode = 'concurrency' AND hold_scope IS NOT NULL AND hold_key IS NOT NULL
+        ORDER BY hold_scope, hold_key LIMIT 1) IS NOT NULL AS waiting,
+    EXISTS (SELECT 1 FROM lockgate_slots) AS held,
+    (SELECT MIN(t) FROM (
+        SELECT MIN(due_at) AS t FROM lockgate_pending WHERE due_at IS NOT NULL AND mode <> 'paused'
+        UNION ALL SELECT MIN(expires_at) AS t FROM lockgate_pending WHERE expires_at IS NOT NULL
+        UNION ALL SELECT MIN(deadline_at) AS t FROM lockgate_runs WHERE deadline_at IS NOT NULL AND status = 'running'
+    ) AS due) AS at;
+
 -- name: next_pending_due
 SELECT MIN(t) AS at FROM (
     SELECT MIN(due_at) AS t FROM lockgate_pending WHERE due_at IS NOT NULL AND mode <> 'paused'
