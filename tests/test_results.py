@@ -105,6 +105,36 @@ async def test_a_run_another_process_ends_is_answered_by_the_poll_that_sees_it_e
     assert reads[first + 1 :] and set(reads[first + 1 :]) == {"ended_rows"}  # the poll's row is the answer
 
 
+async def test_a_waiter_hears_another_process_end_its_run_before_its_next_poll(
+    make_engine: Any, store_url: str
+) -> None:
+    """PostgreSQL notifies a run's end (migration 0056); SQLite's change check sees the commit: either way the
+    waiter reads at once, long before its back-off (grown here to seconds) would have it look again."""
+    app = lg.App()
+    release = asyncio.Event()
+
+    @app.workflow(name="held")
+    async def held(ctx: lg.Context, p: Item) -> int:
+        await release.wait()
+        return p.i
+
+    async with make_engine(app) as engine, lg.Client(app, store_url, poll_interval=30) as client:
+        handle = await engine.start("held", {"i": 3})
+        waiting = asyncio.ensure_future(client.result(handle.run_id, timeout=60))
+        results = client.core.results
+
+        def poll() -> tuple[float, float]:
+            return results._polls.get(handle.run_id, (0.0, 0.0))  # (next poll at, back-off)
+
+        await eventually(lambda: poll()[1] >= 2, what="a back-off of seconds", timeout=30)
+        last = poll()[0]
+        await eventually(lambda: poll()[0] > last, what="the next poll", timeout=30)  # it just polled
+        next_poll = poll()[0]
+        release.set()
+        assert await waiting == 3
+        assert asyncio.get_running_loop().time() < next_poll  # answered by the end's news, not by a poll
+
+
 async def test_closing_ends_every_wait_and_the_runs_go_on(make_engine: Any, store_url: str) -> None:
     app = build_app()
     client = lg.Client(app, store_url)

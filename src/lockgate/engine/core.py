@@ -196,8 +196,18 @@ class Core:
             self._listening = True
         self.is_open = True
 
+    def _hear_ends(self) -> None:
+        """Listen for other processes' run ends (PostgreSQL's notifications), from the first wait for one:
+        a process that never awaits another's run opens no listening connection for it."""
+        if not self._listening and self.store.cross_process_wakeups:
+            self.store.add_listener(self._heard)
+            self._listening = True
+
     def _heard(self, channel: str, payload: str) -> None:
         """Another process committed: whoever waits here on another process's work reads again now."""
+        if channel == "ended":  # PostgreSQL: another process ended runs (migration 0056)
+            self.results.poke()
+            return
         if channel != CHANGED:
             return
         self.results.poke()
@@ -302,6 +312,8 @@ class Core:
                     raise ResultTimeout(f"run {run_id} did not finish within {timeout}s (status {status})")
                 # A run that ends here wakes us at once; the bulk poll is for runs other processes end.
                 here = row is None or (local is not None and local.finishes_here(row))
+                if not here:
+                    self._hear_ends()
                 results.poll(run_id, self.poll_interval if here else 0.01)
                 timer = None if wait is None else loop.call_later(wait, _resolve, ended)
                 try:
