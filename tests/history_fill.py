@@ -23,6 +23,7 @@ import tempfile
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import psycopg
 
@@ -96,16 +97,21 @@ async def _fill(url: str) -> str:
 FIRINGS_PER_DAY = PER_DAY // 10
 
 
+def event_partition_starts(conn: psycopg.Connection[Any]) -> list[float]:
+    """Where each dated partition of ``lockgate_events`` starts (epoch seconds), oldest first."""
+    rows = conn.execute(
+        "SELECT substring(pg_get_expr(c.relpartbound, c.oid) FROM 'FROM \\(''([^'']*)''\\)')::float8"
+        " FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid"
+        " WHERE i.inhparent = 'lockgate_events'::regclass AND c.relname ~ '_p[0-9]{12}$' ORDER BY 1"
+    ).fetchall()
+    return [float(r[0]) for r in rows]
+
+
 def _fill_events(url: str) -> None:
     """Each dated partition of events: PER_DAY events, a delivery each and a tenth as many firings (a few
     deliveries pending and firings live in each day), for the plan pins of migrations 0053-0055."""
     with psycopg.connect(url, autocommit=True) as conn:
-        rows = conn.execute(
-            "SELECT substring(pg_get_expr(c.relpartbound, c.oid) FROM 'FROM \\(''([^'']*)''\\)')::float8"
-            " FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid"
-            " WHERE i.inhparent = 'lockgate_events'::regclass AND c.relname ~ '_p[0-9]{12}$' ORDER BY 1"
-        ).fetchall()
-        starts = [float(r[0]) for r in rows]
+        starts = event_partition_starts(conn)
         for day, start in enumerate(starts):
             step = 86400.0 / PER_DAY
             conn.execute(

@@ -19,7 +19,7 @@ import pytest
 from lockgate.ids import id_floor, id_millis
 from lockgate.store.sql_files import load_queries
 
-from .history_fill import DAYS, history_database
+from .history_fill import DAYS, event_partition_starts, history_database
 
 PINNED = [
     "load_journal",
@@ -223,12 +223,7 @@ def events_filled(filled: tuple[str, str]) -> tuple[str, dict[str, Any]]:
     starts, and a delivery and a firing of the middle day."""
     url, _ = filled
     with psycopg.connect(url, autocommit=True) as conn:
-        rows = conn.execute(
-            "SELECT substring(pg_get_expr(c.relpartbound, c.oid) FROM 'FROM \\(''([^'']*)''\\)')::float8"
-            " FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid"
-            " WHERE i.inhparent = 'lockgate_events'::regclass AND c.relname ~ '_p[0-9]{12}$' ORDER BY 1"
-        ).fetchall()
-        starts = [float(r[0]) for r in rows]
+        starts = event_partition_starts(conn)
         assert len(starts) >= DAYS
         middle = starts[len(starts) // 2]
         delivery = conn.execute(
