@@ -202,6 +202,7 @@ class Core:
         if not self._listening and self.store.cross_process_wakeups:
             self.store.add_listener(self._heard)
             self._listening = True
+        self.store.hear_ends()
 
     def _heard(self, channel: str, payload: str) -> None:
         """Another process committed: whoever waits here on another process's work reads again now."""

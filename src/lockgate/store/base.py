@@ -183,6 +183,10 @@ class Store(abc.ABC):
         claimable), ``gate`` (gate work appeared), ``events`` (a domain event was published), and, from a
         store that can tell, ``CHANGED`` after any other process's commit."""
 
+    def hear_ends(self) -> None:  # noqa: B027
+        """Have the listeners told ``ended`` when another process ends runs (where the store can tell; a
+        process awaiting no other process's run is spared the news of every end)."""
+
     async def notify(self, tx: Tx, channel: str, payload: str) -> None:  # noqa: B027
         """Publish a wake-up to other processes when ``tx`` commits (no-op where unsupported)."""
 

@@ -20,7 +20,9 @@ __all__ = ["CHANNEL", "Wakeups"]
 log = logging.getLogger("lockgate.store")
 
 CHANNEL = "lockgate"
-"""The one PostgreSQL channel every wake-up travels on (the logical channel is in the payload)."""
+"""The PostgreSQL channel every wake-up travels on (the logical channel is in the payload)..."""
+ENDED_CHANNEL = "lockgate_ended"
+"""... but runs' ends (migration 0056): heard only by a process that awaits another process's run."""
 _NOTIFY_LIMIT = 8000  # PostgreSQL refuses NOTIFY payloads of 8000 bytes or more
 
 
@@ -29,6 +31,7 @@ class Wakeups(Connections):
 
     _listeners: list[Callable[[str, str], None]]
     _listener: asyncio.Task[None] | None
+    _hearing_ends: bool
 
     @property
     def cross_process_wakeups(self) -> bool:
@@ -48,6 +51,17 @@ class Wakeups(Connections):
         if self._pool is not None and not self._closing:
             self._start_listener()
 
+    def hear_ends(self) -> None:
+        """Have the listeners told ``ended`` too: the listening connection joins the ends' channel (it is
+        opened again if it runs: a wake-up missed meanwhile is polled)."""
+        if self._hearing_ends:
+            return
+        self._hearing_ends = True
+        if self._listener is not None and not self._listener.done():
+            self._listener.cancel()
+            self._listener = None
+            self._start_listener()
+
     def _start_listener(self) -> None:
         if self._listener is None or self._listener.done():
             self._listener = asyncio.get_running_loop().create_task(self._listen(), name="lockgate-pg-listener")
@@ -62,6 +76,8 @@ class Wakeups(Connections):
                 self._born[conn] = self._outages
                 async with conn:
                     await conn.execute(f"LISTEN {CHANNEL}")
+                    if self._hearing_ends:
+                        await conn.execute(f"LISTEN {ENDED_CHANNEL}")
                     self._reachable()
                     delay = 0.1
                     async for note in conn.notifies():

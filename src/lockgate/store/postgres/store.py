@@ -173,6 +173,7 @@ class PostgresStore(Writer, Wakeups, Joining, Stalls):
         self._closing = False
         self._listeners: list[Callable[[str, str], None]] = []
         self._listener: asyncio.Task[None] | None = None
+        self._hearing_ends = False
         self._origin = uuid.uuid4().hex  # tells our own notifications from other stores'
         self._down = False
         self._disk_full = False  # said once per spell of full disk (connections.py)
