@@ -42,7 +42,7 @@ def count_reads(client: lg.Client) -> list[str]:
     read = client.store.read
 
     async def counted(op: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
-        if op.__name__ in ("get_run", "get_runs", "ended_runs", "ended_rows"):
+        if op.__name__ in ("get_run", "get_runs", "ended_rows"):
             names.append(op.__name__)
         return await read(op, *args, **kwargs)
 

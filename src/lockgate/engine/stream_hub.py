@@ -102,8 +102,8 @@ class StreamHub:
             try:
                 if loop.time() - checked >= IDLE:  # runs other processes ended: one query for every reader
                     checked = loop.time()
-                    for run_id in await self.store.read(runs.ended_runs, sorted(self._readers)):
-                        self.ended(run_id)
+                    for row in await self.store.read(runs.ended_rows, sorted(self._readers)):
+                        self.ended(row["id"])
                 while True:
                     rows = await self.store.read(store_streams.tail, self._last or 0, PAGE)
                     for row in rows:

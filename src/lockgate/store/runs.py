@@ -34,7 +34,6 @@ __all__ = [
     "discard_run",
     "end_run",
     "ended_rows",
-    "ended_runs",
     "ends_plainly",
     "error_data",
     "find_run",
@@ -112,12 +111,6 @@ async def get_runs(tx: Tx, run_ids: list[str]) -> dict[str, Row]:
 
 async def find_run(tx: Tx, run_id: str) -> Row | None:
     return await tx.one("get_run", {"id": run_id})
-
-
-async def ended_runs(tx: Tx, run_ids: list[str]) -> list[str]:
-    """Which of ``run_ids`` have ended (one query for any number of awaited runs)."""
-    rows = await tx.execute("ended_runs", {"ids": json.dumps(run_ids)})
-    return [r["id"] for r in rows]
 
 
 async def ended_rows(tx: Tx, run_ids: list[str]) -> list[Row]:

@@ -20,10 +20,6 @@ SELECT * FROM lockgate_runs WHERE id = ANY (ARRAY(SELECT jsonb_array_elements_te
 -- name: get_run_by_identity
 SELECT * FROM lockgate_runs WHERE identity = %(identity)s;
 
--- name: ended_runs
-SELECT id FROM lockgate_runs
-WHERE id = ANY (ARRAY(SELECT jsonb_array_elements_text(%(ids)s::jsonb))) AND status IN ('succeeded', 'failed', 'cancelled');
-
 -- name: ended_rows
 -- The final rows of those awaited runs that ended: a waiter woken by them needs no read of its own.
 SELECT * FROM lockgate_runs
