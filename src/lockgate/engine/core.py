@@ -199,10 +199,10 @@ class Core:
     def _hear_ends(self) -> None:
         """Listen for other processes' run ends (PostgreSQL's notifications), from the first wait for one:
         a process that never awaits another's run opens no listening connection for it."""
+        self.store.hear_ends()  # first: a listener started below joins the ends' channel at once
         if not self._listening and self.store.cross_process_wakeups:
             self.store.add_listener(self._heard)
             self._listening = True
-        self.store.hear_ends()
 
     def _heard(self, channel: str, payload: str) -> None:
         """Another process committed: whoever waits here on another process's work reads again now."""
