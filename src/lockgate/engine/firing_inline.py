@@ -38,14 +38,11 @@ __all__ = ["Inline", "bare_workflows", "start_inline"]
 async def bare_workflows(rt: ScheduleRuntime, workflows: Iterable[str] | None = None) -> frozenset[str]:
     """Of ``workflows`` (default: the app's), those whose firings start in their claim's transaction: known
     here, with a bare plan, not paused (as ``admit`` asks, from the pauses read at most a second ago)."""
-    app = rt.runtime.app
+    known = rt.runtime.app.definitions()
     out: set[str] = set()
-    for name in set(app.definitions() if workflows is None else workflows):
-        try:
-            defn = app.get(name)
-        except Exception:  # not this process's: started after the commit, where it fails and is recorded
-            continue
-        if defn.gate.bare and not await rt.runtime.pauses.paused(defn.name):
+    for name in set(known if workflows is None else workflows):
+        defn = known.get(name)  # None: not this process's; started after the commit, where it fails, recorded
+        if defn is not None and defn.gate.bare and not await rt.runtime.pauses.paused(defn.name):
             out.add(name)
     return frozenset(out)
 
