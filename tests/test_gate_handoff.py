@@ -138,8 +138,10 @@ async def test_the_claimed_row_is_the_row_stored(env_factory: Any, monkeypatch: 
             lambda row, *journal: held.append(row) if row["ticket"] == successor else launch(row, *journal),
         )
         await e.signal(handles[0].run_id, "go", {})
-        await eventually(lambda: held, what="a claimed successor")
-        (claimed,) = held
+        # the successor may be launched as the claim's COMMIT goes out, before the end's answer: wait for both
+        await eventually(lambda: held and seen, what="a claimed successor and its claim's commit")
+        claimed = held[0]  # held back here, it is launched again as the commit answers: the same row
+        assert all(row is claimed for row in held)
         assert seen[0].claimed is claimed
         (stored,) = await sql(env.store_url, "SELECT * FROM lockgate_runs WHERE id = ?", claimed["id"])
         assert stored["owner"] == e.worker_id

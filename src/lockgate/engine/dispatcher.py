@@ -16,7 +16,6 @@ import json
 import logging
 import os
 from concurrent.futures import Executor, ThreadPoolExecutor
-from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -28,7 +27,7 @@ from ..durations import format_seconds
 from ..errors import StoreCorrupt, StoreError, WorkflowCrashLooped
 from ..gate.admission import admit
 from ..gate.drainer import Drainer
-from ..gate.handoff import HandOff, Passed, hand_off_for
+from ..gate.handoff import Early, HandOff, Passed, hand_off_for
 from ..gate.pipeline import Decision
 from ..gate.runtime import Runtime, WorkerRuntime
 from ..handles import RunHandle
@@ -42,12 +41,13 @@ from ..store.base import Row
 from . import flow_waiters
 from .core import Core, WorkflowRef
 from .durable import Running
+from .early import UNDONE, EarlyClaims
 from .executor import Execution
 from .identity import ScopeResolver
 from .lease_watch import LAPSING, LeaseWatch
 from .leases import Outages, Wakeup, backoff, hand_back, overdue, release_dead_local_workers, report_released
 from .publish_claims import PublishClaims, claim_handing
-from .shutdown import Drained, drain
+from .shutdown import Drained, Shutdown, drain
 
 __all__ = ["Dispatcher", "Shutdown"]
 
@@ -104,6 +104,7 @@ class Dispatcher(PublishClaims):
         self.broken = asyncio.Event()  # set when the store is found corrupt: retrying cannot help
         self.inflight: set[str] = set()
         self.epochs: dict[str, int] = {}  # the runs executed here and the epoch each was claimed at
+        self.early = EarlyClaims(self._launch_claimed, self._stop_early)  # executed as their claims' COMMIT went out
         self._suspects: dict[str, int] = {}  # rows naming this worker it did not hold at the last heartbeat
         self.watch = LeaseWatch(self.clock, lease, lambda: self.executions)  # stops what it cannot renew in time
         self._background: set[asyncio.Future[Any]] = set()
@@ -257,12 +258,13 @@ class Dispatcher(PublishClaims):
         room = 0 if self.draining else self._room() + 1  # the ending run's place is free again once it ends
         template = self.new_run_row(defn, "{}")
         spread = self.store.cross_process_wakeups
-        return HandOff(scope, key, limit, defn.gate, template, self.worker_id, self.lease, held, room, spread)
+        early = Early(self.early.launch, self.early.undo) if room else None
+        return HandOff(scope, key, limit, defn.gate, template, self.worker_id, self.lease, held, room, spread, early)
 
     def passed(self, passed: Passed) -> None:
         """A run's end passed its slot on: execute the run claimed for this worker; wake others for the rest."""
-        if passed.claimed is not None and self._running and not self.draining:  # else stopping the worker releases it
-            self.launch(passed.claimed)
+        if passed.claimed is not None:
+            self.early.claimed(passed.claimed, self._launch_claimed)
         if passed.unclaimed:
             self._wake.set()  # this dispatcher (or another) claims them
         if passed.claimed is not None or passed.unclaimed:
@@ -446,16 +448,25 @@ class Dispatcher(PublishClaims):
                 failures = 0
                 self.store_recovered()
 
-    def launch(self, row: Row, journal: list[Row] | None = None) -> None:
+    def launch(self, row: Row, journal: list[Row] | None = None) -> asyncio.Task[None] | None:
         """Execute the claimed run ``row`` in a task of its own (unless it executes here under that very hold)."""
         if self.epochs.get(row["id"]) == int(row["epoch"]):  # a claim a failover lost, made again: it goes on
             self.watch.held(row["id"], row["lease_until"])
-            return
+            return None
         self.inflight.add(row["id"])
         self.epochs[row["id"]] = int(row["epoch"])
         self.watch.held(row["id"], row["lease_until"])
         execution_task = asyncio.create_task(self._execute(row, journal), name=f"lockgate-run-{row['id']}")
         execution_task.add_done_callback(self._slot_freed)
+        return execution_task
+
+    def _launch_claimed(self, row: Row) -> asyncio.Task[None] | None:
+        """Execute a run claimed for this worker as another ended, unless it is stopping (that releases it)."""
+        return self.launch(row) if self._running and not self.draining else None
+
+    def _stop_early(self, run_id: str, task: asyncio.Task[None]) -> None:
+        execution = self.executions.get(run_id)
+        execution.stop(UNDONE) if execution is not None else task.cancel()
 
     def _slot_freed(self, _task: asyncio.Task[None]) -> None:
         if self._full:  # the dispatcher waits for room: it may claim again
@@ -613,16 +624,6 @@ class Dispatcher(PublishClaims):
 
 _LOST = "lease lost (another worker took the run over, or it was ended elsewhere)"
 _LAPSING = "lease lost (not renewed in time: the store did not answer; another worker may take the run over)"
-
-
-@dataclass(frozen=True)
-class Shutdown:
-    """What ``close`` did: step attempts that finished while stopping, runs released for others, and
-    step attempts ended (cancelled) after the grace."""
-
-    finished: int
-    released: int
-    ended: int = 0
 
 
 class _ClaimAtStart:

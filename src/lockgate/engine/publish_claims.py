@@ -18,6 +18,7 @@ run's own look, as is a wait whose first page of candidates holds no match.
 
 from __future__ import annotations
 
+import asyncio
 import json
 from datetime import UTC, datetime
 from typing import Any
@@ -72,7 +73,7 @@ class PublishClaims:
     def _room(self) -> int:
         raise NotImplementedError
 
-    def launch(self, row: Row, journal: list[Row] | None = None) -> None:
+    def launch(self, row: Row, journal: list[Row] | None = None) -> asyncio.Task[None] | None:
         raise NotImplementedError
 
     def publish_claim(self) -> Claim | None:

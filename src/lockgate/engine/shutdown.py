@@ -18,9 +18,19 @@ from ..durations import format_seconds
 from .durable import IN_THREAD
 from .executor import Execution
 
-__all__ = ["Drained", "drain"]
+__all__ = ["Drained", "Shutdown", "drain"]
 
 log = logging.getLogger("lockgate.engine")
+
+
+@dataclass(frozen=True)
+class Shutdown:
+    """What ``close`` did: step attempts that finished while stopping, runs released for others, and
+    step attempts ended (cancelled) after the grace."""
+
+    finished: int
+    released: int
+    ended: int = 0
 
 
 @dataclass(frozen=True)

@@ -23,12 +23,13 @@ from ..crypto import Keyring
 from ..definitions import WorkflowDef
 from ..durations import Duration, to_seconds
 from ..engine.core import Core, WorkflowRef
-from ..engine.dispatcher import Dispatcher, Shutdown
+from ..engine.dispatcher import Dispatcher
 from ..engine.durable import Running
 from ..engine.firing import Fired, ScheduleRuntime
 from ..engine.identity import ScopeResolver
 from ..engine.schedule_chain import ScheduleChain
 from ..engine.schedules import BackfillSlot
+from ..engine.shutdown import Shutdown
 from ..errors import InvalidArgument
 from ..events import DeliveryRecord, EventDef, EventRecord, Subject
 from ..gate.drainer import Drainer

@@ -30,8 +30,9 @@ stops it; it then says so and the drainer decides, as it does for every other wo
 
 from __future__ import annotations
 
+import functools
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -45,7 +46,7 @@ from .keys import parked_flow_control
 from .pipeline import admitted, key_pause_scopes, plain_row
 from .rules import concurrency_ceiling
 
-__all__ = ["HandOff", "Passed", "finish_passing", "hand_off_for"]
+__all__ = ["Early", "HandOff", "Passed", "finish_passing", "hand_off_for"]
 
 
 @dataclass(frozen=True)
@@ -62,6 +63,21 @@ class HandOff:
     held: int = 0  # the owner's other runs of this key in execution: it claims while that is below its share
     room: int = 1  # runs the owner can take on as this one ends (its own place included): none, it claims none
     spread: bool = True  # others hear at once of a run left to them: past its share, the owner leaves it
+    early: Early | None = None  # how the owner executes its claim as the claim's COMMIT goes out, where it can
+
+
+@dataclass(frozen=True)
+class Early:
+    """How a worker executes the run claimed for it before its claim's commit returns (``Tx.when_committing``).
+
+    The run's body may start once its claim is on its way: the run that ended has stopped, so
+    the key holds no more bodies than slots, and every write of the claimed run is queued behind
+    the claim's commit. Should that commit fail, ``undo`` stops the body before anything else
+    is decided about the slot.
+    """
+
+    launch: Callable[[Row], None]
+    undo: Callable[[Row], None]
 
 
 @dataclass
@@ -225,6 +241,10 @@ async def _pass_on(tx: Tx, slot: gate.Slot, ended: list[tuple[Passed, HandOff, f
             "flow_control": parked_flow_control(row),
         }
         passed.claimed = runs.claimed_row(claimed, claimer, lease_until, now)
+        early = next(h.early for p, h, _ in ended if p is passed)
+        if early is not None:
+            row = passed.claimed
+            tx.when_committing(functools.partial(early.launch, row), functools.partial(early.undo, row))
     ended[0][0].unclaimed = len(run_ids) - claims
 
 

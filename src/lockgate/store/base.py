@@ -64,6 +64,16 @@ class Tx(abc.ABC):
             out += await self.execute(name, row)
         return out
 
+    def when_committing(self, sent: Callable[[], None], undone: Callable[[], None]) -> bool:
+        """Call ``sent`` as this transaction's COMMIT goes out, and ``undone`` if it then does not commit.
+
+        ``sent`` is called once every statement before the COMMIT is on its way, ``undone``
+        when the transaction is rolled back or fails, and when whether it committed cannot be
+        learnt, before the writes are tried again; a commit calls neither again. ``False``:
+        this transaction does not tell (its commit's answer is the caller's only news).
+        """
+        return False
+
     async def expect(self, name: str, params: Mapping[str, Any]) -> bool:
         """Run a write that should change a row; whether it did (here: whether it returned one).
 

@@ -17,7 +17,7 @@ longer known.
 from __future__ import annotations
 
 import functools
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from types import TracebackType
 from typing import Any
 
@@ -95,6 +95,8 @@ class WireTx(Tx):
         self._sent: list[tuple[int, Any]] = []  # (what the answer is for, its holder), in the order sent
         self.xid: str | None = None  # the transaction's id, once it has one and an exchange brought it back
         self.unmet = False  # whether a check changed fewer rows than it needed
+        self._committing: list[tuple[Callable[[], None], Callable[[], None]]] = []
+        self.sent_commit: list[Callable[[], None]] = []  # the ``undone`` of each ``sent`` called: the writer's to call
 
     async def __aenter__(self) -> WireTx:
         self._pgconn.enter_pipeline_mode()
@@ -222,9 +224,17 @@ class WireTx(Tx):
         if self.unmet:
             raise Unmet()  # kept: an op catching the exception must not let the attempt commit
 
+    def when_committing(self, sent: Callable[[], None], undone: Callable[[], None]) -> bool:
+        self._committing.append((sent, undone))
+        return True
+
     async def commit(self) -> None:
         """Send COMMIT with whatever is still queued, and read every answer."""
         await self.send("COMMIT")
+        committing, self._committing = self._committing, []
+        for sent, undone in committing:
+            self.sent_commit.append(undone)
+            sent()
         await self._exchange(probe=False)
 
     async def rollback(self) -> None:

@@ -9,7 +9,8 @@ under its own savepoint (``_guarded``), so one refusal undoes only itself.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping
+import logging
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import psycopg
@@ -24,6 +25,8 @@ from .tx import IDLE, PIPELINES, Conn, LoneTx, PostgresTx, WriterConn
 
 __all__ = ["Attempt", "Batches"]
 
+log = logging.getLogger("lockgate.store")
+
 
 class Attempt:
     """How far one attempt at a batch got: once COMMIT is sent, its outcome is the server's to tell."""
@@ -36,6 +39,16 @@ class Attempt:
         self.timeline: str | None = None  # the WAL timeline of that connection's server
         self.started: str | None = None  # when that server had started
         self.outcomes: list[tuple[bool, Any]] = []
+        self.sent_commit: list[Callable[[], None]] = []  # what undoes what was done as COMMIT went out
+
+    def undo(self) -> None:
+        """The attempt did not commit, or whether it did cannot be learnt: undo what its COMMIT's sending began."""
+        undone, self.sent_commit = self.sent_commit, []
+        for call in undone:
+            try:
+                call()
+            except Exception:
+                log.exception("undoing what a commit's sending began failed")
 
 
 class Batches(Connections):
@@ -139,11 +152,13 @@ class Batches(Connections):
                 state.xid, state.pid = tx.xid, conn.info.backend_pid
                 state.outcomes = [(True, value) for value in values]
                 state.committing = True
+                state.sent_commit = tx.sent_commit
                 await tx.commit()
         except psycopg.Error as exc:
             if not state.committing or conn.closed or conn.broken or is_stale_plan(exc):
                 raise  # if COMMIT got no answer, whether it committed is learnt from the transaction's id
             state.committing = False  # the server answered: it did not commit
+            state.undo()
             await conn.execute("ROLLBACK")
             if isinstance(exc, psycopg.OperationalError):
                 raise

@@ -148,44 +148,52 @@ class Writer(Batches):
 
     async def _commit(self, batch: list[tuple[Call, asyncio.Future[Any] | None]]) -> None:
         """Run ``batch`` in one transaction and settle each future with its op's outcome."""
-        for attempt in range(RETRIES + 1):
-            state, since = Attempt(), time.monotonic()
-            try:
-                outcomes = await self._run_batch(batch, state)
-            except (psycopg.OperationalError, StalePlan) as exc:
-                if disk_full(exc) and not state.committing:  # refused whole: nothing of it is kept
-                    self._failed("commit")
-                    fail(batch, self._full(exc))
-                    return
-                await self._trouble(exc, state.conn, since)
-                if state.committing:
-                    committed = await self._committed(state)
-                    if committed is None:
+        state = Attempt()
+        try:
+            for attempt in range(RETRIES + 1):
+                state, since = Attempt(), time.monotonic()
+                try:
+                    outcomes = await self._run_batch(batch, state)
+                except (psycopg.OperationalError, StalePlan) as exc:
+                    if disk_full(exc) and not state.committing:  # refused whole: nothing of it is kept
                         self._failed("commit")
-                        fail(
-                            batch,
-                            StoreError(
-                                "the PostgreSQL connection failed while committing; the write may or may not "
-                                f"have been applied: {first_line(exc)}"
-                            ),
-                        )
+                        fail(batch, self._full(exc))
                         return
-                    if committed:
-                        self._settle(batch, state.outcomes)
+                    await self._trouble(exc, state.conn, since)
+                    if state.committing:
+                        committed = await self._committed(state)
+                        if not committed:
+                            state.undo()
+                        if committed is None:
+                            self._failed("commit")
+                            fail(
+                                batch,
+                                StoreError(
+                                    "the PostgreSQL connection failed while committing; the write may or may not "
+                                    f"have been applied: {first_line(exc)}"
+                                ),
+                            )
+                            return
+                        if committed:
+                            self._settle(batch, state.outcomes)
+                            return
+                    if attempt == RETRIES:
+                        self._failed("commit")
+                        fail(batch, StoreError(f"PostgreSQL at {self._where} is unreachable: {first_line(exc)}"))
                         return
-                if attempt == RETRIES:
+                    await asyncio.sleep(backoff(attempt))
+                    continue
+                except psycopg.Error as exc:  # BEGIN, SAVEPOINT or COMMIT refused: a retry would not mend it
+                    state.undo()
                     self._failed("commit")
-                    fail(batch, StoreError(f"PostgreSQL at {self._where} is unreachable: {first_line(exc)}"))
+                    fail(batch, StoreError(f"PostgreSQL commit failed: {first_line(exc)}"))
                     return
-                await asyncio.sleep(backoff(attempt))
-                continue
-            except psycopg.Error as exc:  # BEGIN, SAVEPOINT or COMMIT refused: a retry would not mend it
-                self._failed("commit")
-                fail(batch, StoreError(f"PostgreSQL commit failed: {first_line(exc)}"))
+                self._reachable()
+                self._settle(batch, outcomes)
                 return
-            self._reachable()
-            self._settle(batch, outcomes)
-            return
+        except BaseException:  # cancelled (the store closing), or a fault: nothing is known to be kept
+            state.undo()
+            raise
 
     def _settle(self, batch: list[tuple[Call, asyncio.Future[Any] | None]], outcomes: list[tuple[bool, Any]]) -> None:
         self.commits += 1

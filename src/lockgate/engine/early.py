@@ -1,0 +1,70 @@
+"""Runs a worker executes as their claims' commits go out, before the commits return.
+
+A run that ends passing its concurrency slot on claims the next start in line for its worker
+in the same transaction (``gate/handoff.py``). Waiting for that commit's answer before the
+claimed run's body starts leaves the slot idle for the commit's last round trip, on every turn
+of every slot. The body may start sooner without breaking the limit: the run that freed the
+slot has stopped, so the key has no more bodies than slots, and every write of the claimed run
+is queued behind the claim's commit, so nothing of it is kept unless the claim is. Should the
+commit fail (or its outcome be unknowable), the execution is stopped before the writer tries
+again or gives up, and the claim's own answer then decides as it always did.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+
+from ..store.base import Row
+
+__all__ = ["UNDONE", "EarlyClaims"]
+
+UNDONE = "claim not committed"
+"""Why an execution begun as its claim's commit went out was stopped: the commit did not happen."""
+
+
+class EarlyClaims:
+    """The executions begun before their claims' commits returned, until those commits answer."""
+
+    def __init__(
+        self,
+        launch: Callable[[Row], asyncio.Task[None] | None],
+        stop: Callable[[str, asyncio.Task[None]], None],
+    ) -> None:
+        self._launch = launch  # begins executing a claimed row; its task, or None if it was not begun
+        self._stop = stop  # stops the execution of a run id whose claim did not commit
+        self._begun: dict[str, asyncio.Task[None]] = {}
+        self._undone: dict[str, asyncio.Task[None]] = {}  # stopped, not finished yet
+
+    def launch(self, row: Row) -> None:
+        """The claim of ``row`` is on its way: begin executing it."""
+        task = self._launch(row)
+        if task is not None:
+            self._begun[row["id"]] = task
+
+    def undo(self, row: Row) -> None:
+        """The claim of ``row`` did not commit: stop its execution."""
+        run_id = row["id"]
+        task = self._begun.pop(run_id, None)
+        if task is None or task.done():
+            return
+        self._undone[run_id] = task
+        task.add_done_callback(lambda _: self._forget(run_id, task))
+        self._stop(run_id, task)
+
+    def claimed(self, row: Row, launch: Callable[[Row], object]) -> None:
+        """The claim of ``row`` committed: ``launch`` it unless its execution began already.
+
+        An execution of the same run stopped by an earlier attempt's failure is let finish first.
+        """
+        if self._begun.pop(row["id"], None) is not None:
+            return
+        stopping = self._undone.get(row["id"])
+        if stopping is None:
+            launch(row)
+        else:
+            stopping.add_done_callback(lambda _: launch(row))
+
+    def _forget(self, run_id: str, task: asyncio.Task[None]) -> None:
+        if self._undone.get(run_id) is task:
+            del self._undone[run_id]
