@@ -401,7 +401,9 @@ class Dispatcher(PublishClaims):
         if hint is None or hint <= 0:
             return
         row = execution.row
-        keys = [k for k in (row.get("slot_key"), _pool(row.get("slot_scope"))) if k]
+        scope = row.get("slot_scope") or ""
+        pool = scope.removeprefix("pool:") if scope.startswith("pool:") else None
+        keys = [k for k in (row.get("slot_key"), pool) if k]
         if not keys:
             return
         stamp = to_datetime(self.clock.now() + hint)  # to the microsecond, as ``pause_key`` takes it
@@ -464,9 +466,11 @@ class Dispatcher(PublishClaims):
         """Execute a run claimed for this worker as another ended, unless it is stopping (that releases it)."""
         return self.launch(row) if self._running and not self.draining else None
 
-    def _stop_early(self, run_id: str, task: asyncio.Task[None]) -> None:
-        execution = self.executions.get(run_id)
-        execution.stop(UNDONE) if execution is not None else task.cancel()
+    def _stop_early(self, run_id: str, task: asyncio.Task[None] | None) -> None:
+        if (execution := self.executions.get(run_id)) is not None:
+            execution.stop(UNDONE)
+        elif task is not None:
+            task.cancel()
 
     def _slot_freed(self, _task: asyncio.Task[None]) -> None:
         if self._full:  # the dispatcher waits for room: it may claim again
@@ -639,10 +643,6 @@ class _ClaimAtStart:
 _CLAIM_AT_START: contextvars.ContextVar[_ClaimAtStart | None] = contextvars.ContextVar(
     "lockgate_claim_at_start", default=None
 )
-
-
-def _pool(scope: str | None) -> str | None:
-    return scope.removeprefix("pool:") if scope and scope.startswith("pool:") else None
 
 
 # Run columns naming something the gate holds for the run until it ends (a finish wakes the drainer).

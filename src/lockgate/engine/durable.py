@@ -36,6 +36,7 @@ from ..recording import TRUNCATED
 from ..serde import dump_json, encode
 from ..store import Store, shared
 from ..store.base import Row
+from .early import EarlyClaims
 from .identity import ScopeResolver
 from .stream_hub import StreamHub
 
@@ -78,6 +79,7 @@ class Host(Protocol):
     draining: bool  # shutting down: no new step attempt begins
     public_url: str | None  # the base of the URLs callback tokens are completed at (engine/callbacks.py)
     stream_hub: StreamHub  # the cap ctx.stream applies, and who is told of committed chunks
+    early: EarlyClaims  # what was begun as a commit went out, to stop should it fail (engine/early.py)
 
     @property
     def observer(self) -> Observer | None:

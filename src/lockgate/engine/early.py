@@ -13,7 +13,7 @@ again or gives up, and the claim's own answer then decides as it always did.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from ..store.base import Row
 
@@ -29,10 +29,10 @@ class EarlyClaims:
     def __init__(
         self,
         launch: Callable[[Row], asyncio.Task[None] | None],
-        stop: Callable[[str, asyncio.Task[None]], None],
+        stop: Callable[[str, asyncio.Task[None] | None], None],
     ) -> None:
         self._launch = launch  # begins executing a claimed row; its task, or None if it was not begun
-        self._stop = stop  # stops the execution of a run id whose claim did not commit
+        self._stop = stop  # stops the execution of a run here (its task, if known) whose claim did not commit
         self._begun: dict[str, asyncio.Task[None]] = {}
         self._undone: dict[str, asyncio.Task[None]] = {}  # stopped, not finished yet
 
@@ -51,6 +51,13 @@ class EarlyClaims:
         self._undone[run_id] = task
         task.add_done_callback(lambda _: self._forget(run_id, task))
         self._stop(run_id, task)
+
+    def stop(self, run_ids: Sequence[str]) -> None:
+        """Stop the executions here of ``run_ids``: a step of each began on a slot handed to it in a transaction
+        that did not commit (``engine/stepflow.py``). Nothing more of them is written; their runs, no longer
+        executed here, are released at the next heartbeat and resumed from their journals."""
+        for run_id in run_ids:
+            self._stop(run_id, None)
 
     def claimed(self, row: Row, launch: Callable[[Row], object]) -> None:
         """The claim of ``row`` committed: ``launch`` it unless its execution began already.

@@ -21,7 +21,7 @@ from ..flowcontrol import FlowControl, FlowLimits
 from ..store import Store, flow, runs
 from ..store.base import CHANGED, Row
 
-__all__ = ["EVICTED", "RECHECK", "RoomMaker", "Waiters", "deliver", "pressing", "room_to_wait", "waiters"]
+__all__ = ["EVICTED", "RECHECK", "RoomMaker", "Waiters", "deliver", "pressing", "room_to_wait", "undeliver", "waiters"]
 
 RECHECK = 0.5
 """Seconds a step waiting in place for a hand-off goes without news before it asks the store again."""
@@ -86,7 +86,8 @@ class Waiters:
                 return True
         return False
 
-    def hand(self, handed: flow.Handed) -> None:
+    def hand(self, handed: flow.Handed) -> bool:
+        """Tell the step waiting for ``handed`` here; whether it was given the slot (not told to ask)."""
         place = (handed.run_id, handed.step_key)
         future = self.waiting.get(place)
         if future is None:
@@ -98,6 +99,8 @@ class Waiters:
             self.early[place] = (now, handed.grant)
         elif not future.done():
             future.set_result(handed.grant)
+            return handed.grant is not None and handed.grant.granted
+        return False
 
     def _on_wakeup(self, channel: str, payload: str) -> None:
         if not self.waiting:
@@ -145,13 +148,21 @@ def waiters(store: Store) -> Waiters:
     return found
 
 
-def deliver(store: Store, handed: tuple[flow.Handed, ...] | list[flow.Handed]) -> None:
-    """Slots a committed transaction handed over: the steps waiting for them here start now."""
+def deliver(store: Store, handed: Sequence[flow.Handed]) -> list[str]:
+    """Slots a committed transaction handed over: the steps waiting for them here start now; the runs
+    whose steps were so given a slot."""
     if not handed:
-        return
+        return []
+    found = waiters(store)
+    return [h.run_id for h in handed if found.hand(h)]
+
+
+def undeliver(store: Store, handed: Sequence[flow.Handed]) -> None:
+    """Slots delivered as their transaction's COMMIT went out were not handed after all (it did not commit):
+    those no step took yet are forgotten (the steps that took one are the caller's to stop)."""
     found = waiters(store)
     for h in handed:
-        found.hand(h)
+        found.early.pop((h.run_id, h.step_key), None)
 
 
 class RoomMaker:

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import dataclasses
 import logging
 import typing
 import weakref
@@ -45,7 +46,7 @@ from ..store.coalesce import with_locks
 from ..store.flow_line import join_line
 from ..store.shared import Fence
 from .durable import Running, Wait, call
-from .flow_waiters import EVICTED, RECHECK, deliver, waiters
+from .flow_waiters import EVICTED, RECHECK, deliver, undeliver, waiters
 
 __all__ = [
     "Exempt",
@@ -377,7 +378,21 @@ class StepGate:
 async def _release(
     tx: Tx, key: str, run_id: str, step_key: str, x: Running, settled: tuple[int, int] | None = None
 ) -> flow.Woken:
-    return await flow.release(tx, key, run_id, step_key, x.clock.now, x.fence.owner, settled, x.fence.epoch)
+    """Free the slot; the steps it is handed to here start as the COMMIT goes out, where the store tells
+    when that is (the step that freed it has ended: the key holds no more steps than slots; should the
+    commit fail, the runs of the steps so started are stopped before anything else is decided)."""
+    woken = await flow.release(tx, key, run_id, step_key, x.clock.now, x.fence.owner, settled, x.fence.epoch)
+    if not woken.handed:
+        return woken
+    handed, taken = woken.handed, list[str]()
+
+    def undone() -> None:
+        undeliver(x.store, handed)
+        x.host.early.stop(taken)
+
+    if tx.when_committing(lambda: taken.extend(deliver(x.store, handed)), undone):
+        return dataclasses.replace(woken, handed=())
+    return woken
 
 
 def _released(x: Running, done: asyncio.Future[flow.Woken]) -> None:
