@@ -1,0 +1,178 @@
+"""A run claimed as another ends, and a step handed its flow slot, start as the COMMIT goes out (engine/early.py).
+
+On PostgreSQL the writer tells an op when its transaction's COMMIT is on its way
+(``Tx.when_committing``): the run a hand-off claims for this worker, and the step a release
+hands a slot to here, start then instead of when the commit answers. Should that commit not
+happen, what started is stopped before the writes are tried again. These tests kill the
+writer's server process as a COMMIT goes out and check that nothing ran beyond its limit,
+and that every run still ran to its end once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import psycopg
+import pytest
+from pydantic import BaseModel
+
+import lockgate as lg
+from lockgate.store import wire
+
+from .apps.gate_probes import ledger_rows, pending_rows
+from .apps.waits import eventually
+
+
+class Job(BaseModel):
+    n: int
+    hold: bool = False
+
+
+class Go(BaseModel):
+    pass
+
+
+def max_overlap(spans: list[tuple[float, float]]) -> int:
+    """The most spans open at one instant (an end at the instant another begins does not overlap it)."""
+    edges = sorted([(a, 1) for a, _ in spans] + [(b, -1) for _, b in spans], key=lambda e: (e[0], e[1]))
+    most = now = 0
+    for _, d in edges:
+        now += d
+        most = max(most, now)
+    return most
+
+
+class Bodies:
+    """Spans of the bodies' work, each recorded at its end however it ends (a stopped body's too)."""
+
+    def __init__(self) -> None:
+        self.spans: list[tuple[float, float]] = []
+        self.entered: list[int] = []
+
+    async def work(self, n: int, seconds: float) -> int:
+        began = time.monotonic()
+        self.entered.append(n)
+        try:
+            await asyncio.sleep(seconds)
+        finally:
+            self.spans.append((began, time.monotonic()))
+        return n
+
+
+@pytest.fixture
+def kill_at_commit(pg_url: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[list[int]]:
+    """Arm with ``armed.append(1)``: the next COMMIT that starts something early loses its server process
+    after it is queued and before it reaches the server (so it does not commit). Yields the arm list."""
+    armed: list[int] = []
+    commit = wire.WireTx.commit
+
+    async def killing(self: wire.WireTx) -> None:
+        if armed and self._committing:
+            armed.clear()
+            with psycopg.connect(pg_url, autocommit=True) as admin:
+                admin.execute("SELECT pg_terminate_backend(%s, 5000)", (self.conn.info.backend_pid,))
+        await commit(self)
+
+    monkeypatch.setattr(wire.WireTx, "commit", killing)
+    yield armed
+
+
+def conc_app(bodies: Bodies, limit: int) -> lg.App:
+    app = lg.App()
+
+    @app.workflow(name="conc", concurrency=lg.Concurrency(limit=limit))
+    async def conc(ctx: lg.Context, p: Job) -> int:
+        if p.hold:
+            await ctx.wait_for_signal("go", Go)
+        return int(await ctx.step("work", bodies.work, p.n, 0.0 if p.hold else 0.3))
+
+    return app
+
+
+async def test_a_run_claimed_as_another_ends_starts_before_the_commit_answers(pg_url: str) -> None:
+    """The successor is executing by the time its claim's answer reaches the worker."""
+    bodies = Bodies()
+    async with lg.Engine(conc_app(bodies, 1), pg_url, poll_interval="50ms") as e:
+        running_at_answer: list[bool] = []
+        dispatcher = e.dispatcher
+        passed = dispatcher.passed
+
+        def seen(p: Any) -> None:
+            if p.claimed is not None:
+                running_at_answer.append(p.claimed["id"] in dispatcher.inflight)
+            passed(p)
+
+        dispatcher.passed = seen  # type: ignore[method-assign]
+        first = await e.start("conc", Job(n=0, hold=True))
+        await eventually(lambda: bodies.entered == [] and first.run_id in dispatcher.inflight, what="first held")
+        second = await e.start("conc", Job(n=1))
+        await eventually(lambda: _parked(pg_url, 1), what="the second parked behind the first")
+        await e.signal(first.run_id or "", "go", {})
+        assert await e.result(await _run_of(e, second), timeout=20) == 1
+        assert running_at_answer == [True]
+        assert max_overlap(bodies.spans) <= 1
+
+
+async def _parked(url: str, n: int) -> bool:
+    return len(await pending_rows(url)) == n
+
+
+async def _run_of(e: lg.Engine, handle: Any) -> str:
+    """The run a parked start was admitted as (once it is)."""
+    if handle.run_id:
+        return str(handle.run_id)
+    found: list[str] = []
+
+    async def admitted() -> bool:
+        rows = [r for r in await ledger_rows(e.client, handle.ticket) if r["outcome"] == "admitted"]
+        found[:] = [rows[-1]["run_id"]] if rows else []
+        return bool(found)
+
+    await eventually(admitted, what="the start admitted")
+    return found[0]
+
+
+async def test_a_claim_whose_commit_fails_stops_what_it_started(pg_url: str, kill_at_commit: list[int]) -> None:
+    """The end's COMMIT is lost with its server process: the successor begun early is stopped before the end
+    is written again, the limit is never exceeded, and every run ends once with its output."""
+    bodies = Bodies()
+    async with lg.Engine(conc_app(bodies, 1), pg_url, poll_interval="50ms") as e:
+        first = await e.start("conc", Job(n=0, hold=True))
+        await eventually(lambda: first.run_id in e.dispatcher.inflight, what="first held")
+        rest = [await e.start("conc", Job(n=i)) for i in range(1, 4)]
+        await eventually(lambda: _parked(pg_url, 3), what="the rest parked behind the first")
+        kill_at_commit.append(1)
+        await e.signal(first.run_id or "", "go", {})
+        outs = [await e.result(await _run_of(e, h), timeout=30) for h in rest]
+        assert not kill_at_commit, "no COMMIT started anything early"
+    assert outs == [1, 2, 3]
+    assert max_overlap(bodies.spans) <= 1
+    assert sorted(set(bodies.entered)) == [0, 1, 2, 3]
+
+
+def flow_app(bodies: Bodies, key: str) -> lg.App:
+    app = lg.App()
+
+    @app.workflow(name="flow", flow_control=lg.FlowControl(key, parallelism=1))
+    async def flow(ctx: lg.Context, p: Job) -> int:
+        return int(await ctx.step("work", bodies.work, p.n, 0.15))
+
+    return app
+
+
+async def test_a_step_handed_a_slot_by_a_release_that_fails_is_stopped(pg_url: str, kill_at_commit: list[int]) -> None:
+    """A release's COMMIT is lost: the step it handed the slot to, started early, is stopped with its run; the
+    run resumes from its journal, and the key never has more than its parallelism of steps at once."""
+    bodies = Bodies()
+    async with lg.Engine(flow_app(bodies, "early-flow"), pg_url, poll_interval="50ms", lease="2s") as e:
+        handles = [await e.start("flow", Job(n=i)) for i in range(4)]
+        await eventually(lambda: bool(bodies.entered), what="a first step")
+        kill_at_commit.append(1)
+        outs = [await e.result(h.run_id or "", timeout=60) for h in handles]
+    assert outs == [0, 1, 2, 3]
+    assert max_overlap(bodies.spans) <= 1
+    assert sorted(set(bodies.entered)) == [0, 1, 2, 3]
+    assert len(bodies.entered) == 5  # the step started early was stopped, and ran again as its run resumed
