@@ -11,18 +11,22 @@ and that every run still ran to its end once.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
+import uuid
 from collections.abc import Iterator
 from typing import Any
 
 import psycopg
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from pydantic import BaseModel
 
 import lockgate as lg
 from lockgate.store import wire
 
-from .apps.gate_probes import ledger_rows, pending_rows
+from .apps.gate_probes import ledger_rows, pending_rows, slot_rows
 from .apps.waits import eventually
 
 
@@ -62,32 +66,41 @@ class Bodies:
         return n
 
 
-@pytest.fixture
-def kill_at_commit(pg_url: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[list[int]]:
-    """Arm with ``armed.append(1)``: the next COMMIT that starts something early loses its server process
-    after it is queued and before it reaches the server (so it does not commit). Yields the arm list."""
-    armed: list[int] = []
+@contextlib.contextmanager
+def killing_commits(url: str, plan: list[bool]) -> Iterator[list[bool]]:
+    """While open, each COMMIT that starts something early takes the next answer of ``plan`` (nothing left:
+    no): yes, and its server process is killed after the COMMIT is queued and before it reaches the server
+    (so it does not commit). Yields ``plan``, emptied as it is used."""
     commit = wire.WireTx.commit
 
     async def killing(self: wire.WireTx) -> None:
-        if armed and self._committing:
-            armed.clear()
-            with psycopg.connect(pg_url, autocommit=True) as admin:
+        if plan and self._committing and plan.pop(0):
+            with psycopg.connect(url, autocommit=True) as admin:
                 admin.execute("SELECT pg_terminate_backend(%s, 5000)", (self.conn.info.backend_pid,))
         await commit(self)
 
-    monkeypatch.setattr(wire.WireTx, "commit", killing)
-    yield armed
+    wire.WireTx.commit = killing  # type: ignore[method-assign]
+    try:
+        yield plan
+    finally:
+        wire.WireTx.commit = commit  # type: ignore[method-assign]
 
 
-def conc_app(bodies: Bodies, limit: int) -> lg.App:
+@pytest.fixture
+def kill_at_commit(pg_url: str) -> Iterator[list[bool]]:
+    """Arm with ``armed.append(True)``: the next COMMIT that starts something early does not commit."""
+    with killing_commits(pg_url, []) as armed:
+        yield armed
+
+
+def conc_app(bodies: Bodies, limit: int, name: str = "conc", seconds: float = 0.3) -> lg.App:
     app = lg.App()
 
-    @app.workflow(name="conc", concurrency=lg.Concurrency(limit=limit))
+    @app.workflow(name=name, concurrency=lg.Concurrency(limit=limit))
     async def conc(ctx: lg.Context, p: Job) -> int:
         if p.hold:
             await ctx.wait_for_signal("go", Go)
-        return int(await ctx.step("work", bodies.work, p.n, 0.0 if p.hold else 0.3))
+        return int(await ctx.step("work", bodies.work, p.n, 0.0 if p.hold else seconds))
 
     return app
 
@@ -107,13 +120,17 @@ async def test_a_run_claimed_as_another_ends_starts_before_the_commit_answers(pg
 
         dispatcher.passed = seen  # type: ignore[method-assign]
         first = await e.start("conc", Job(n=0, hold=True))
-        await eventually(lambda: bodies.entered == [] and first.run_id in dispatcher.inflight, what="first held")
+        await eventually(lambda: _held(pg_url, 1), what="the first run holding the slot")
         second = await e.start("conc", Job(n=1))
         await eventually(lambda: _parked(pg_url, 1), what="the second parked behind the first")
         await e.signal(first.run_id or "", "go", {})
         assert await e.result(await _run_of(e, second), timeout=20) == 1
         assert running_at_answer == [True]
         assert max_overlap(bodies.spans) <= 1
+
+
+async def _held(url: str, n: int) -> bool:
+    return len(await slot_rows(url)) == n
 
 
 async def _parked(url: str, n: int) -> bool:
@@ -135,16 +152,16 @@ async def _run_of(e: lg.Engine, handle: Any) -> str:
     return found[0]
 
 
-async def test_a_claim_whose_commit_fails_stops_what_it_started(pg_url: str, kill_at_commit: list[int]) -> None:
+async def test_a_claim_whose_commit_fails_stops_what_it_started(pg_url: str, kill_at_commit: list[bool]) -> None:
     """The end's COMMIT is lost with its server process: the successor begun early is stopped before the end
     is written again, the limit is never exceeded, and every run ends once with its output."""
     bodies = Bodies()
     async with lg.Engine(conc_app(bodies, 1), pg_url, poll_interval="50ms") as e:
         first = await e.start("conc", Job(n=0, hold=True))
-        await eventually(lambda: first.run_id in e.dispatcher.inflight, what="first held")
+        await eventually(lambda: _held(pg_url, 1), what="the first run holding the slot")
         rest = [await e.start("conc", Job(n=i)) for i in range(1, 4)]
         await eventually(lambda: _parked(pg_url, 3), what="the rest parked behind the first")
-        kill_at_commit.append(1)
+        kill_at_commit.append(True)
         await e.signal(first.run_id or "", "go", {})
         outs = [await e.result(await _run_of(e, h), timeout=30) for h in rest]
         assert not kill_at_commit, "no COMMIT started anything early"
@@ -163,16 +180,43 @@ def flow_app(bodies: Bodies, key: str) -> lg.App:
     return app
 
 
-async def test_a_step_handed_a_slot_by_a_release_that_fails_is_stopped(pg_url: str, kill_at_commit: list[int]) -> None:
+async def test_a_step_handed_a_slot_by_a_release_that_fails_is_stopped(pg_url: str, kill_at_commit: list[bool]) -> None:
     """A release's COMMIT is lost: the step it handed the slot to, started early, is stopped with its run; the
     run resumes from its journal, and the key never has more than its parallelism of steps at once."""
     bodies = Bodies()
     async with lg.Engine(flow_app(bodies, "early-flow"), pg_url, poll_interval="50ms", lease="2s") as e:
         handles = [await e.start("flow", Job(n=i)) for i in range(4)]
         await eventually(lambda: bool(bodies.entered), what="a first step")
-        kill_at_commit.append(1)
+        kill_at_commit.append(True)
         outs = [await e.result(h.run_id or "", timeout=60) for h in handles]
     assert outs == [0, 1, 2, 3]
     assert max_overlap(bodies.spans) <= 1
     assert sorted(set(bodies.entered)) == [0, 1, 2, 3]
     assert len(bodies.entered) == 5  # the step started early was stopped, and ran again as its run resumed
+
+
+@settings(max_examples=5, deadline=None, suppress_health_check=list(HealthCheck))
+@given(
+    limit=st.integers(min_value=1, max_value=2),
+    runs=st.integers(min_value=3, max_value=6),
+    ms=st.integers(min_value=100, max_value=300),  # longer than a reconnection: a body left running would overlap
+    plan=st.lists(st.booleans(), min_size=1, max_size=4),
+)
+def test_lost_commits_never_let_a_limit_be_exceeded(
+    pg_url: str, limit: int, runs: int, ms: int, plan: list[bool]
+) -> None:
+    """Any limit and load, with COMMITs that start runs early lost at random: the bodies never exceed the
+    limit at any instant, and every run ends with its output."""
+
+    async def lossy() -> None:
+        bodies = Bodies()
+        name = f"conc-{uuid.uuid4().hex[:8]}"  # examples share the test's store: each its own workflow and key
+        with killing_commits(pg_url, list(plan)):
+            async with lg.Engine(conc_app(bodies, limit, name, ms / 1000), pg_url, poll_interval="50ms") as e:
+                handles = [await e.start(name, Job(n=i)) for i in range(runs)]
+                outs = [await e.result(await _run_of(e, h), timeout=60) for h in handles]
+        assert outs == list(range(runs))
+        assert max_overlap(bodies.spans) <= limit
+        assert sorted(set(bodies.entered)) == list(range(runs))
+
+    asyncio.run(lossy())
