@@ -7,6 +7,8 @@ caller runs it itself, without waking the writer task. A lost connection never l
 acknowledged write and never hangs a caller: while COMMIT has not been sent, the batch is
 re-run on a fresh connection (a few times, with backoff); once it has been sent the
 outcome is unknown, the transaction's id tells it, and failing that the writers are told so.
+What an op began as its transaction's COMMIT went out (``Tx.when_committing``) is undone at the
+first error, before the outcome is learnt.
 """
 
 from __future__ import annotations
@@ -155,6 +157,10 @@ class Writer(Batches):
                 try:
                     outcomes = await self._run_batch(batch, state)
                 except (psycopg.OperationalError, StalePlan) as exc:
+                    # Undone at once, not once the outcome is learnt: the server may have let go of what the
+                    # transaction locked, and another process take it, long before this one learns anything.
+                    # Should it have committed after all, its answer starts what was stopped again.
+                    state.undo()
                     if disk_full(exc) and not state.committing:  # refused whole: nothing of it is kept
                         self._failed("commit")
                         fail(batch, self._full(exc))
@@ -162,8 +168,6 @@ class Writer(Batches):
                     await self._trouble(exc, state.conn, since)
                     if state.committing:
                         committed = await self._committed(state)
-                        if not committed:
-                            state.undo()
                         if committed is None:
                             self._failed("commit")
                             fail(
