@@ -7,7 +7,7 @@ run on a loaded machine (a million in 1,238 s), too slow for ten million; so the
 
 - drops the indexes of ``lockgate_runs``, the ledger and the history tables (unique and primary keys
   too: they are rebuilt, so a duplicate would still fail), as the catalog lists them, and builds them
-  again after the last day, a sort each instead of an insert per row into each;
+  again after the last day under the same names, a sort each instead of an insert per row into each;
 - disables the user triggers of ``lockgate_runs`` (the run count trigger of migration 0040: the others
   fire only for running runs) and appends what it would have appended, one row per workflow a day
   (``n`` runs, the newest ``finished_at``), so the counts the sweep folds for ``/metrics`` come out
@@ -43,6 +43,18 @@ JOIN pg_class t ON t.oid = x.indrelid
 LEFT JOIN pg_constraint c ON c.conindid = i.oid AND c.conrelid = t.oid AND c.contype IN ('p', 'u', 'x')
 WHERE t.relname = ANY (%s) AND t.relnamespace = 'public'::regnamespace
 ORDER BY t.relname, i.relname
+"""
+
+# Each partition's index of those: built again from the table's, it takes a name of PostgreSQL's choosing,
+# renamed back (a migration that made a partition of an existing table named its indexes itself).
+_PARTITION_INDEXES = """
+SELECT p.relname, t.relname, c.relname
+FROM pg_inherits i
+JOIN pg_class c ON c.oid = i.inhrelid
+JOIN pg_class p ON p.oid = i.inhparent
+JOIN pg_index x ON x.indexrelid = c.oid
+JOIN pg_class t ON t.oid = x.indrelid
+WHERE p.relname = ANY (%s) AND p.relkind = 'I'
 """
 
 _RUNS = (
@@ -99,6 +111,8 @@ def fill(url: str, days: int, first: int, count: int, *, verbose: bool = False) 
         conn.execute("SET temp_buffers = '512MB'")
         conn.execute("SET maintenance_work_mem = '1GB'")
         indexes = conn.execute(_INDEXES, (list(TABLES),)).fetchall()
+        names = [str(r[1]) for r in indexes]
+        named = {(str(r[0]), str(r[1])): str(r[2]) for r in conn.execute(_PARTITION_INDEXES, (names,))}
         triggers = [
             str(r[0])
             for r in conn.execute(
@@ -128,6 +142,9 @@ def fill(url: str, days: int, first: int, count: int, *, verbose: bool = False) 
                     conn.execute(f"ALTER TABLE {table} ADD CONSTRAINT {constraint} {constraint_def}")
                 else:  # a partitioned table's reads ON ONLY: built here on every partition
                     conn.execute(definition.replace(" ON ONLY ", " ON ", 1))
+            for parent, table, index in conn.execute(_PARTITION_INDEXES, (names,)).fetchall():
+                if named.get((str(parent), str(table)), index) != index:
+                    conn.execute(f"ALTER INDEX {index} RENAME TO {named[(str(parent), str(table))]}")
             said("indexes built")
             for name in triggers:
                 conn.execute(f"ALTER TABLE lockgate_runs ENABLE TRIGGER {name}")
