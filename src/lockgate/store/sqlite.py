@@ -48,7 +48,7 @@ P = ParamSpec("P")
 
 FOLD_AT = 1000
 """Ledger rows left out of flow()'s counts at most after a commit (a read adds them up itself)."""
-BUSY_WAIT = (0.0005, 0.004)
+BUSY_WAIT = (0.0005, 0.001)
 """Seconds between two tries for a write lock another connection holds: the first, and at most (doubling)."""
 _LEDGER_INSERT = re.compile(r"\bINSERT\s+INTO\s+lockgate_ledger\b", re.IGNORECASE)
 
