@@ -8,6 +8,7 @@ except under ``CI=true``, where that is a failure.
 from __future__ import annotations
 
 import asyncio
+import fcntl
 import hashlib
 import os
 import queue
@@ -15,12 +16,14 @@ import re
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import uuid
 from collections.abc import Coroutine, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any, NoReturn
+from pathlib import Path
+from typing import IO, Any, NoReturn
 
 import pytest
 
@@ -202,15 +205,29 @@ def _alive(pid: int) -> bool:
     return True
 
 
+_abandoned_lock: IO[str] | None = None
+
+
 def drop_abandoned() -> None:
     """Drop the test databases of sessions on this host whose process is gone, on the dropper's thread.
 
     Not one by one here: each drop waits for a checkpoint, and a worker that crashed (or a session
     killed) leaves dozens behind; dropped in the foreground they held up the session's first test
-    for minutes on a busy server, past its timeout.
+    for minutes on a busy server, past its timeout. One session on this host at a time does it (it holds
+    a lock file until it ends): the others, the xdist workers started with it above all, would only drop
+    the same databases again, on connections of their own.
     """
     import psycopg
 
+    global _abandoned_lock
+    if _abandoned_lock is None:
+        lock = open(Path(tempfile.gettempdir()) / "lockgate-test-abandoned.lock", "a")
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            lock.close()
+            return
+        _abandoned_lock = lock
     with psycopg.connect(PG_ADMIN_URL, autocommit=True, connect_timeout=5) as conn:
         names = [row[0] for row in conn.execute("SELECT datname FROM pg_database WHERE datname LIKE 'lockgate%'")]
     for name in names:
