@@ -8,6 +8,7 @@ except under ``CI=true``, where that is a failure.
 from __future__ import annotations
 
 import asyncio
+import fcntl
 import hashlib
 import os
 import queue
@@ -15,12 +16,14 @@ import re
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import uuid
 from collections.abc import Coroutine, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any, NoReturn
+from pathlib import Path
+from typing import IO, Any, NoReturn
 
 import pytest
 
@@ -54,6 +57,21 @@ def admin(sql: str) -> None:
 
     with psycopg.connect(PG_ADMIN_URL, autocommit=True, connect_timeout=5) as conn:
         conn.execute(sql)
+
+
+def create_database(name: str, template: str | None = None) -> None:
+    """Create the test database ``name`` (a copy of ``template``), its commits not waiting for the disk.
+
+    ``synchronous_commit = off`` for its sessions: a commit returns before its WAL is flushed, which
+    only a crash of the server could tell (a few commits lost), and the tests never crash this shared
+    server (those that crash one start their own, tests/pgserver.py, which skips fsync altogether).
+    What every session sees committed is the same; a commit costs a tenth of what it did on a busy disk.
+    """
+    import psycopg
+
+    with psycopg.connect(PG_ADMIN_URL, autocommit=True, connect_timeout=5) as conn:
+        conn.execute(f'CREATE DATABASE "{name}"' + (f' TEMPLATE "{template}"' if template else ""))
+        conn.execute(f'ALTER DATABASE "{name}" SET synchronous_commit = off')
 
 
 def run_in_thread(coro: Coroutine[Any, Any, Any]) -> Any:
@@ -187,19 +205,35 @@ def _alive(pid: int) -> bool:
     return True
 
 
+_abandoned_lock: IO[str] | None = None
+
+
 def drop_abandoned() -> None:
-    """Drop the test databases of sessions on this host whose process is gone."""
+    """Drop the test databases of sessions on this host whose process is gone, on the dropper's thread.
+
+    Not one by one here: each drop waits for a checkpoint, and a worker that crashed (or a session
+    killed) leaves dozens behind; dropped in the foreground they held up the session's first test
+    for minutes on a busy server, past its timeout. One session on this host at a time does it (it holds
+    a lock file until it ends): the others, the xdist workers started with it above all, would only drop
+    the same databases again, on connections of their own.
+    """
     import psycopg
 
+    global _abandoned_lock
+    if _abandoned_lock is None:
+        lock = open(Path(tempfile.gettempdir()) / "lockgate-test-abandoned.lock", "a")
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            lock.close()
+            return
+        _abandoned_lock = lock
     with psycopg.connect(PG_ADMIN_URL, autocommit=True, connect_timeout=5) as conn:
         names = [row[0] for row in conn.execute("SELECT datname FROM pg_database WHERE datname LIKE 'lockgate%'")]
-        for name in names:
-            match = _OURS.match(name)
-            if match and match.group(1) == _HOST and not _alive(int(match.group(2))):
-                try:
-                    conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-                except psycopg.Error:  # being dropped meanwhile (by the ended session's detached drops)
-                    pass
+    for name in names:
+        match = _OURS.match(name)
+        if match and match.group(1) == _HOST and not _alive(int(match.group(2))):
+            _dropper.drop(name)
 
 
 async def _migrate(url: str) -> None:
@@ -249,7 +283,7 @@ class _Copies:
         while not self._stop.is_set():
             name = _test_database_name()
             try:
-                admin(f'CREATE DATABASE "{name}" TEMPLATE "{self._template}"')
+                create_database(name, self._template)
             except Exception as exc:
                 self._offer(exc)
                 return
@@ -286,7 +320,7 @@ def pg_template() -> Iterator[str]:
     name = f"lockgate_tpl_{_SESSION}_{uuid.uuid4().hex[:8]}"
     try:
         drop_abandoned()
-        admin(f'CREATE DATABASE "{name}"')
+        create_database(name)
     except Exception as exc:
         unavailable(f"PostgreSQL at {PG_ADMIN_URL} is unreachable: {exc}")
     try:
@@ -310,7 +344,7 @@ def pg_database_url(request: pytest.FixtureRequest, *, migrated: bool = True) ->
     else:
         name = _test_database_name()
         try:
-            admin(f'CREATE DATABASE "{name}"')
+            create_database(name)
         except Exception as exc:
             unavailable(f"cannot create a test database on {PG_ADMIN_URL}: {exc}")
     try:

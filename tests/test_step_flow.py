@@ -24,6 +24,7 @@ from lockgate.store import open_store
 
 from .apps.stepflow import max_in_window, max_overlap, note, spans
 from .apps.waits import eventually
+from .conftest import LONG
 from .flow_audit import audit_flow_starts, granted_starts
 
 
@@ -272,6 +273,10 @@ async def test_gathered_steps_on_two_keys_across_two_engines_never_wait_on_each_
 # -- waiting is durable and free ---------------------------------------------------------------------
 
 
+# Ten times the worker's places wait on a key of parallelism 2 (fifty times under LOCKGATE_TORTURE=long).
+WAITING_RUNS = 500 if LONG else 100
+
+
 @pytest.mark.slow
 async def test_waiting_runs_hold_no_worker(make_engine: Any, effects: Path) -> None:
     app = lg.App()
@@ -290,23 +295,23 @@ async def test_waiting_runs_hold_no_worker(make_engine: Any, effects: Path) -> N
         return int(await ctx.step("o", lambda: p.n))
 
     async with make_engine(app, max_concurrent_runs=10) as engine:
-        handles = await asyncio.gather(*(engine.start("slow", {"n": i}) for i in range(500)))
+        handles = await asyncio.gather(*(engine.start("slow", {"n": i}) for i in range(WAITING_RUNS)))
 
         async def parked() -> bool:
             keys = await engine.flow_keys("narrow")
-            return bool(keys) and (keys[0].running, keys[0].waiting) == (2, 498)
+            return bool(keys) and (keys[0].running, keys[0].waiting) == (2, WAITING_RUNS - 2)
 
-        await eventually(parked, timeout=120, what="2 running, 498 waiting")
-        # the engine executes other work while 498 runs wait: a run claimed among many others due parks when
+        await eventually(parked, timeout=120, what=f"2 running, {WAITING_RUNS - 2} waiting")
+        # the engine executes other work while the others wait: a run claimed among many others due parks when
         # its step must wait (the first in line, as many as the key's parallelism, wait in place for a slot
         # to be handed over); once nothing else is due, steps further back may wait in place in nine tenths
         # of its places at most, and a run due later takes one of theirs
         assert await engine.run("other", {"n": 7}) == 7
-        waiting = await engine.list_runs(workflow="slow", limit=1000)
-        assert sum(1 for r in waiting if r.waiting_on == "flow") >= 488
+        waiting = await engine.list_runs(workflow="slow", limit=WAITING_RUNS * 2)
+        assert sum(1 for r in waiting if r.waiting_on == "flow") >= WAITING_RUNS - 12
         assert (await engine.flow_keys("narrow"))[0].running == 2
         gate.set()
-        assert await results(engine, handles, timeout=120) == [1] * 500
+        assert await results(engine, handles, timeout=120) == [1] * WAITING_RUNS
 
 
 async def test_runs_of_one_key_do_not_park_each_other(make_engine: Any) -> None:
