@@ -27,6 +27,7 @@ import lockgate as lg
 from lockgate.store import wire
 
 from .apps.gate_probes import ledger_rows, pending_rows, slot_rows
+from .apps.stepflow import max_overlap
 from .apps.waits import eventually
 
 
@@ -37,16 +38,6 @@ class Job(BaseModel):
 
 class Go(BaseModel):
     pass
-
-
-def max_overlap(spans: list[tuple[float, float]]) -> int:
-    """The most spans open at one instant (an end at the instant another begins does not overlap it)."""
-    edges = sorted([(a, 1) for a, _ in spans] + [(b, -1) for _, b in spans], key=lambda e: (e[0], e[1]))
-    most = now = 0
-    for _, d in edges:
-        now += d
-        most = max(most, now)
-    return most
 
 
 class Bodies:
