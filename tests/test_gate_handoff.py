@@ -453,7 +453,7 @@ def test_a_worker_whose_runs_end_together_keeps_its_share_and_leaves_the_rest() 
     plan = make_app(limit=10).validate()["conc"].gate
     ends = [(Passed([]), HandOff("wf:conc", "k", 10, plan, {}, "w-1", 15.0, held=9, room=200), 0.0) for _ in range(10)]
     claimers = handoff_module._claimers(ends, share=4)
-    assert [owner for _, owner in claimers] == ["w-1"] * 4
+    assert [handoff.owner for _, handoff in claimers] == ["w-1"] * 4
     # one run ending beside three others of its worker still running: it stays within its share
     one = [(Passed([]), HandOff("wf:conc", "k", 10, plan, {}, "w-1", 15.0, held=3, room=200), 0.0)]
     assert len(handoff_module._claimers(one, share=4)) == 1

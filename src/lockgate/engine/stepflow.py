@@ -384,7 +384,8 @@ async def _release(
     woken = await flow.release(tx, key, run_id, step_key, x.clock.now, x.fence.owner, settled, x.fence.epoch)
     if not woken.handed:
         return woken
-    handed, taken = woken.handed, list[str]()
+    handed = woken.handed
+    taken: list[str] = []  # the runs whose steps took a slot as the COMMIT went out
 
     def undone() -> None:
         undeliver(x.store, handed)

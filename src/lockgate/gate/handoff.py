@@ -219,7 +219,7 @@ async def _pass_on(tx: Tx, slot: gate.Slot, ended: list[tuple[Passed, HandOff, f
     share = -(-handoff.limit // max(1, int(rows[0]["live"])))
     claimers = _claimers(ended, share)
     claims = min(len(ready), len(claimers))
-    owner = claimers[0][1] if claimers else None
+    owner = claimers[0][1].owner if claimers else None
     run_ids = await gate.admit_parked(
         tx,
         [(row, columns, slot) for row in ready],
@@ -240,20 +240,19 @@ async def _pass_on(tx: Tx, slot: gate.Slot, ended: list[tuple[Passed, HandOff, f
             "slot_key": slot[1],
             "flow_control": parked_flow_control(row),
         }
-        passed.claimed = runs.claimed_row(claimed, claimer, lease_until, now)
-        early = next(h.early for p, h, _ in ended if p is passed)
-        if early is not None:
-            row = passed.claimed
-            tx.when_committing(functools.partial(early.launch, row), functools.partial(early.undo, row))
+        passed.claimed = runs.claimed_row(claimed, claimer.owner, lease_until, now)
+        if (early := claimer.early) is not None:  # the claimer starts it as the COMMIT goes out
+            mine = passed.claimed
+            tx.when_committing(functools.partial(early.launch, mine), functools.partial(early.undo, mine))
     ended[0][0].unclaimed = len(run_ids) - claims
 
 
 with_many(finish_passing, _finish_passing_many, gather=True)
 
 
-def _claimers(ended: list[tuple[Passed, HandOff, float]], share: int) -> list[tuple[Passed, str]]:
-    """The ended runs whose owner claims a run in their place, in order: each while its owner stays within
-    its share of the key (or where the others would not hear of a run left to them).
+def _claimers(ended: list[tuple[Passed, HandOff, float]], share: int) -> list[tuple[Passed, HandOff]]:
+    """The ended runs whose owner claims a run in their place, in order, with their hand-offs: each while its
+    owner stays within its share of the key (or where the others would not hear of a run left to them).
 
     What an owner holds is counted as the commit leaves it: its runs of the key ending here do not count
     (``HandOff.held`` counted them, as they still ran), the runs it claimed here before do. A worker whose
@@ -266,7 +265,7 @@ def _claimers(ended: list[tuple[Passed, HandOff, float]], share: int) -> list[tu
     for passed, h, _ in ended:
         holds = h.held - (ending[h.owner] - 1) + granted[h.owner]
         if h.room > 0 and (holds < share or not h.spread):
-            out.append((passed, h.owner))
+            out.append((passed, h))
             granted[h.owner] += 1
     return out
 
