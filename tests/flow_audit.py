@@ -5,7 +5,9 @@ a loaded machine two bodies granted a whole period apart can read their clocks a
 apart, and a rate check on those readings fails a limit that held. The store's window is what
 decides, so the rate tests check it: a trigger copies every start the store records for a key
 (``lockgate_flow_starts``, which the store prunes as its window moves) into a table of the test's
-own, and the bodies' count must match the grants' count, so no body can start without one.
+own, and the bodies' count must match the grants' count, so no body can start without one. A start a
+hand-off granted and the store took back (the run parked before its step ran: the start is deleted
+while its slot still runs under it) is marked withdrawn and is not a grant.
 
 A weighted key's starts carry the units they reserved, and a second trigger copies each settlement
 (the units a call really used, written over its reservation) as it happens. Both are numbered in the
@@ -23,18 +25,22 @@ from urllib.parse import urlsplit
 SQLITE = """
 CREATE TABLE IF NOT EXISTS test_flow_audit (
     seq INTEGER PRIMARY KEY AUTOINCREMENT, key TEXT NOT NULL, at REAL NOT NULL,
-    start INTEGER, units INTEGER, settled INTEGER);
+    start INTEGER, units INTEGER, settled INTEGER, withdrawn INTEGER);
 CREATE TRIGGER IF NOT EXISTS test_flow_audit_copy AFTER INSERT ON lockgate_flow_starts
 BEGIN INSERT INTO test_flow_audit (key, at, start, units) VALUES (NEW.key, NEW.at, NEW.id, NEW.units); END;
 CREATE TRIGGER IF NOT EXISTS test_flow_audit_settle AFTER UPDATE OF settled ON lockgate_flow_starts
 BEGIN INSERT INTO test_flow_audit (key, at, start, units, settled)
     VALUES (NEW.key, NEW.at, NEW.id, NEW.units, NEW.settled); END;
+CREATE TRIGGER IF NOT EXISTS test_flow_audit_withdraw AFTER DELETE ON lockgate_flow_starts
+WHEN OLD.slot_id IS NOT NULL AND EXISTS (SELECT 1 FROM lockgate_flow_slots s
+    WHERE s.id = OLD.slot_id AND s.state = 'running' AND s.started_at = OLD.at)
+BEGIN UPDATE test_flow_audit SET withdrawn = 1 WHERE start = OLD.id AND settled IS NULL; END;
 """
 
 POSTGRES = """
 CREATE TABLE IF NOT EXISTS test_flow_audit (
     seq BIGSERIAL PRIMARY KEY, key TEXT NOT NULL, at DOUBLE PRECISION NOT NULL,
-    start BIGINT, units INTEGER, settled INTEGER);
+    start BIGINT, units INTEGER, settled INTEGER, withdrawn INTEGER);
 CREATE OR REPLACE FUNCTION test_flow_audit_copy() RETURNS trigger AS $$
 BEGIN INSERT INTO test_flow_audit (key, at, start, units) VALUES (NEW.key, NEW.at, NEW.id, NEW.units);
 RETURN NEW; END $$ LANGUAGE plpgsql;
@@ -48,6 +54,16 @@ FOR EACH ROW EXECUTE FUNCTION test_flow_audit_copy();
 DROP TRIGGER IF EXISTS test_flow_audit_settle ON lockgate_flow_starts;
 CREATE TRIGGER test_flow_audit_settle AFTER UPDATE OF settled ON lockgate_flow_starts
 FOR EACH ROW EXECUTE FUNCTION test_flow_audit_settle();
+CREATE OR REPLACE FUNCTION test_flow_audit_withdraw() RETURNS trigger AS $$
+BEGIN
+IF OLD.slot_id IS NOT NULL AND EXISTS (SELECT 1 FROM lockgate_flow_slots s
+    WHERE s.id = OLD.slot_id AND s.state = 'running' AND s.started_at = OLD.at) THEN
+    UPDATE test_flow_audit SET withdrawn = 1 WHERE start = OLD.id AND settled IS NULL;
+END IF;
+RETURN OLD; END $$ LANGUAGE plpgsql;
+DROP TRIGGER IF EXISTS test_flow_audit_withdraw ON lockgate_flow_starts;
+CREATE TRIGGER test_flow_audit_withdraw AFTER DELETE ON lockgate_flow_starts
+FOR EACH ROW EXECUTE FUNCTION test_flow_audit_withdraw();
 """
 
 
@@ -79,9 +95,10 @@ def _rows(store_url: str, sql: str) -> list[tuple[object, ...]]:
 
 
 def granted_starts(store_url: str) -> dict[str, list[float]]:
-    """Every start recorded since ``audit_flow_starts``, per key, oldest first."""
+    """Every start recorded since ``audit_flow_starts`` and not taken back, per key, oldest first."""
     starts: dict[str, list[float]] = defaultdict(list)
-    for key, at in _rows(store_url, "SELECT key, at FROM test_flow_audit WHERE settled IS NULL ORDER BY at"):
+    sql = "SELECT key, at FROM test_flow_audit WHERE settled IS NULL AND withdrawn IS NULL ORDER BY at"
+    for key, at in _rows(store_url, sql):
         starts[str(key)].append(float(at))  # type: ignore[arg-type]
     return dict(starts)
 

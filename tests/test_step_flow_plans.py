@@ -56,6 +56,7 @@ def _params(n: int) -> dict[str, dict[str, Any]]:
         "stepflow_ahead": ahead,
         "stepflow_held_ahead": ahead,
         "stepflow_wake_waiters": {"key": KEY, "n": HEADS, "at": NOW, "now": NOW},
+        "stepflow_unhand_starts": {"key": KEY, "run_id": "run_5"},
     }
 
 
@@ -124,3 +125,15 @@ async def test_the_steps_waiting_in_place_are_found_past_the_parked_runs(two_dat
         runs, slots, plan = large[name]
         assert slots <= 4 * HEADS and runs <= 4 * HEADS, (name, small[name][:2], runs, slots, plan)
         assert "lockgate_flow_slots_held" in plan, (name, plan)
+
+
+async def test_a_parking_run_takes_back_its_handed_starts_by_its_own_slots(two_databases: tuple[str, str]) -> None:
+    """A run parking before its handed step ran deletes that grant's start: it reads the key's running
+    slots (at most its parallelism) or the run's own, never the line waiting behind them."""
+    for url in two_databases:
+        async with lg.Client(lg.App(), url):
+            pass
+    small, large = _plans(two_databases[0], SMALL), _plans(two_databases[1], LARGE)
+    runs, slots, plan = large["stepflow_unhand_starts"]
+    before = small["stepflow_unhand_starts"][1]
+    assert runs == 0 and slots == before <= 10, (before, slots, plan)

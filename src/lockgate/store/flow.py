@@ -276,7 +276,8 @@ async def acquire(
     if mine == "running":
         if state["my_epoch"] is not None and int(state["my_epoch"]) == fence.epoch:
             return _handed_grant(limits, state["my_started"], state["my_since"], state["my_attempt"], state["my_first"])
-        # handed to (or taken by) an earlier hold of the run, which ended before the step ran: back at its place
+        # handed to (or taken by) an earlier hold of the run, which ended before the step ran: back at its place.
+        # Its start stays counted: that hold may have begun the step before it ended, which no one here can know.
         await tx.execute("stepflow_requeue", {"id": state["my_id"]})
         mine = "waiting"
     if units is not None and limits["rate"] is not None:
@@ -472,6 +473,7 @@ async def wake_waiters(tx: Tx, keys: list[str], now: float, run_id: str | None =
     for key in sorted(keys):
         await lock_key(tx, _LOCK_SCOPE, key)
         if run_id is not None:
+            await tx.execute("stepflow_unhand_starts", {"key": key, "run_id": run_id})
             await tx.execute("stepflow_unhand", {"key": key, "run_id": run_id})
             await tx.execute("stepflow_unhold", {"key": key, "run_id": run_id})
         state, line = await _read(tx, key, now)
@@ -530,6 +532,7 @@ async def _wake(
         parked = any(h["owner"] is None and (h["wake_at"] is None or float(h["wake_at"]) > now) for h in heads)
         # A slot never waits for a parked run ahead to be claimed and replayed: it goes to the first step waiting
         # in place in its worker, however far back, and the parked ones near the head, woken, wait there for the next.
+        pruned = False
         for head in await _first_of(tx, line, key, n, now, held=True):
             place = (head["run_id"], head["step_key"])
             if state["rate"] is not None and (head["owner"] != holder or state["burst"] is not None):
@@ -539,13 +542,13 @@ async def _wake(
                 handed.append(Handed(key, place[0], place[1], head["owner"], None))
                 continue
             await tx.execute("stepflow_grant", {"id": head["id"], "epoch": head["epoch"], "now": now})
+            if state["rate"] is not None:
+                if not pruned:
+                    await tx.execute("stepflow_prune_starts", {"key": key, "before": now - float(state["period"])})
+                    pruned = True
+                await tx.execute("stepflow_add_handed_start", {"key": key, "at": now, "slot": head["id"]})
             grant = _handed_grant(limits, now, head["waiting_since"], head["attempt"], head["first_at"])
             handed.append(Handed(key, place[0], place[1], head["owner"], grant))
-        granted = sum(1 for h in handed if h.grant is not None)
-        if granted and state["rate"] is not None:
-            await tx.execute("stepflow_prune_starts", {"key": key, "before": now - float(state["period"])})
-            for _ in range(granted):
-                await tx.execute("stepflow_add_start", {"key": key, "at": now})
         if parked:  # silent where statements are pipelined: the parked ones among these, if any, are woken
             await tx.execute("stepflow_wake_waiters", {"key": key, "n": len(heads), "at": now, "now": now})
             woke = True

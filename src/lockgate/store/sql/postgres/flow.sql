@@ -76,6 +76,11 @@ SELECT at FROM lockgate_flow_starts WHERE key = %(key)s AND at > %(since)s ORDER
 -- silent: run for its effect; nothing waits for its answer
 INSERT INTO lockgate_flow_starts (key, at) VALUES (%(key)s, %(at)s);
 
+-- name: stepflow_add_handed_start
+-- silent: run for its effect; nothing waits for its answer
+-- A start granted by a hand-off, naming its slot (stepflow_unhand_starts takes it back).
+INSERT INTO lockgate_flow_starts (key, at, slot_id) VALUES (%(key)s, %(at)s, %(slot)s);
+
 -- name: stepflow_prune_starts
 -- silent: run for its effect; nothing waits for its answer
 DELETE FROM lockgate_flow_starts WHERE key = %(key)s AND at <= %(before)s;
@@ -235,6 +240,13 @@ WHERE id = %(id)s AND state = 'waiting';
 -- A slot handed to (or taken by) an earlier hold of the run that ended before the step ran: waiting again,
 -- at its place in line.
 UPDATE lockgate_flow_slots SET state = 'waiting', epoch = NULL, started_at = NULL WHERE id = %(id)s;
+
+-- name: stepflow_unhand_starts
+-- silent: run for its effect; nothing waits for its answer
+-- A run parks before a step handed a slot ran: the start its grant counted goes (runs before stepflow_unhand).
+DELETE FROM lockgate_flow_starts f USING lockgate_flow_slots s
+WHERE s.key = %(key)s AND s.run_id = %(run_id)s AND s.state = 'running'
+  AND f.key = s.key AND f.at = s.started_at AND f.slot_id = s.id;
 
 -- name: stepflow_unhand
 -- silent: run for its effect; nothing waits for its answer

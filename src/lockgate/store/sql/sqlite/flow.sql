@@ -66,6 +66,10 @@ SELECT at FROM lockgate_flow_starts WHERE key = :key AND at > :since ORDER BY at
 -- name: stepflow_add_start
 INSERT INTO lockgate_flow_starts (key, at) VALUES (:key, :at);
 
+-- name: stepflow_add_handed_start
+-- A start granted by a hand-off, naming its slot (stepflow_unhand_starts takes it back).
+INSERT INTO lockgate_flow_starts (key, at, slot_id) VALUES (:key, :at, :slot);
+
 -- name: stepflow_prune_starts
 DELETE FROM lockgate_flow_starts WHERE key = :key AND at <= :before;
 
@@ -189,6 +193,11 @@ WHERE id = :id AND state = 'waiting';
 -- A slot handed to (or taken by) an earlier hold of the run that ended before the step ran: waiting again,
 -- at its place in line.
 UPDATE lockgate_flow_slots SET state = 'waiting', epoch = NULL, started_at = NULL WHERE id = :id;
+
+-- name: stepflow_unhand_starts
+-- A run parks before a step handed a slot ran: the start its grant counted goes (runs before stepflow_unhand).
+DELETE FROM lockgate_flow_starts WHERE key = :key AND (slot_id, at) IN (
+    SELECT id, started_at FROM lockgate_flow_slots WHERE key = :key AND run_id = :run_id AND state = 'running');
 
 -- name: stepflow_unhand
 -- A run parks: a slot handed to one of its steps meanwhile goes back to the line, the step at its place.
