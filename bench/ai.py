@@ -2,6 +2,7 @@
 
     python -m bench.ai                           # SQLite (synchronous FULL)
     python -m bench.ai --store postgresql://postgres@127.0.0.1:5432/postgres
+    python -m bench.ai --cases overhead --rounds 5  # the overhead alone (on a quiet machine)
 
 Cases, each on a fresh database, with an ``Engine`` in this process and Pydantic AI's
 ``FunctionModel`` as the provider (``--latency`` per request, offline):
@@ -220,13 +221,19 @@ async def case_overhead(place: Place, args: argparse.Namespace) -> dict[str, Any
 
 
 async def run(place: Place, args: argparse.Namespace) -> dict[str, Any]:
-    overhead = await case_overhead(place, args)
-    budget = await case_budget(place.url("budget"), args)
+    cases = set(args.cases.split(","))
+    overhead = await case_overhead(place, args) if "overhead" in cases else None
+    budget = await case_budget(place.url("budget"), args) if "budget" in cases else None
     return {"store": place.store, "latency_s": args.latency, "budget": budget, "overhead": overhead}
 
 
 def _rows(result: dict[str, Any]) -> list[list[Cell]]:
-    b, o = result["budget"], result["overhead"]
+    return _budget_rows(result["budget"]) + _overhead_rows(result["overhead"])
+
+
+def _budget_rows(b: dict[str, Any] | None) -> list[list[Cell]]:
+    if b is None:
+        return []
     ratio = b["achieved_ratio"]
     return [
         [
@@ -246,6 +253,13 @@ def _rows(result: dict[str, Any]) -> list[list[Cell]]:
         ],
         ["most tokens sent in any trailing period", b["most_sent_in_any_trailing_period"], "tokens", None, None],
         [f"{b['runs']} runs x {TURNS} requests, wall time", b["elapsed_s"], "s", None, None],
+    ]
+
+
+def _overhead_rows(o: dict[str, Any] | None) -> list[list[Cell]]:
+    if o is None:
+        return []
+    return [
         ["plain agent.run CPU per request", o["plain_ms_per_request"], "ms", None, None],
         ["Pydantic AI's durable path, added", o["durable_path_ms_per_request"], "ms", None, None],
         [
@@ -267,10 +281,15 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--period", default="1m")
     parser.add_argument("--parallelism", type=int, default=32)
     parser.add_argument("--rounds", type=int, default=3, help="alternations of the overhead case")
+    parser.add_argument("--cases", default="budget,overhead", help="which cases, comma-separated")
     parser.add_argument("--dir", help="where SQLite files go (default: a scratch folder beside bench/)")
     parser.add_argument("--json", help="where the JSON goes (default: bench/results/ai-<store>.json)")
     parser.add_argument("--plain", action="store_true", help="plain text table")
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    unknown = set(args.cases.split(",")) - {"budget", "overhead"}
+    if unknown:
+        parser.error(f"--cases: unknown {', '.join(sorted(unknown))} (budget, overhead)")
+    return args
 
 
 def main(argv: list[str] | None = None) -> int:
