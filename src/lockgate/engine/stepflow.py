@@ -23,6 +23,7 @@ import dataclasses
 import logging
 import typing
 import weakref
+from collections.abc import Sequence
 from concurrent.futures import Executor
 from typing import Any
 
@@ -40,9 +41,9 @@ from ..flowcontrol import (
     resolve_flow,
 )
 from ..plan import GatePlan
-from ..store import Store, flow, gate, runs
+from ..store import Store, flow, flow_rate, gate, runs
 from ..store.base import Tx
-from ..store.coalesce import with_locks
+from ..store.coalesce import Args, with_locks, with_many
 from ..store.flow_line import join_line
 from ..store.shared import Fence
 from .durable import Running, Wait, call
@@ -382,6 +383,35 @@ async def _release(
     when that is (the step that freed it has ended: the key holds no more steps than slots; should the
     commit fail, the runs of the steps so started are stopped before anything else is decided)."""
     woken = await flow.release(tx, key, run_id, step_key, x.clock.now, x.fence.owner, settled, x.fence.epoch)
+    return _hand_on_commit(tx, x, woken)
+
+
+async def _release_many(tx: Tx, calls: Sequence[Args]) -> list[flow.Woken]:
+    """The releases of one group commit, where the last of them stands: each key's slots freed together and
+    its room handed once, one read of the key for all (steps that began together end together, and each
+    release read the key again, one round trip each, while the slots they freed stood idle). What was
+    handed rides on the first release of each key; the others answer that they handed nothing."""
+    keys: dict[tuple[str, str], list[int]] = {}
+    for i, (args, _) in enumerate(calls):
+        keys.setdefault((args[0], args[3].fence.owner), []).append(i)
+    woken = [flow.Woken()] * len(calls)
+    for (key, holder), at in keys.items():
+        freed = [_freed(*calls[i]) for i in at]
+        x: Running = calls[at[0]][0][3]
+        released = await flow.release_many(tx, key, freed, x.clock.now, holder)
+        woken[at[0]] = _hand_on_commit(tx, x, released)
+    return woken
+
+
+def _freed(args: tuple[Any, ...], kwargs: dict[str, Any]) -> flow.Freed:
+    _, run_id, step_key, x, *rest = args
+    settled = rest[0] if rest else kwargs.get("settled")
+    return flow.Freed(run_id, step_key, settled, x.fence.epoch)
+
+
+def _hand_on_commit(tx: Tx, x: Running, woken: flow.Woken) -> flow.Woken:
+    """The steps handed a slot here start as the COMMIT goes out, where the store tells when that is (else
+    once it answers: ``_released``)."""
     if not woken.handed:
         return woken
     handed = woken.handed
@@ -520,7 +550,7 @@ async def rate_limit(x: Running, name: str, limit: int, period: Any, key: Any, c
         first = now if first is None else first
 
         async def take(tx: Tx) -> None:
-            retry = await flow.take_rate_slot(tx, window_key, rate, seconds, x.clock.now, units)
+            retry = await flow_rate.take_rate_slot(tx, window_key, rate, seconds, x.clock.now, units)
             if retry is not None:
                 raise _Full(retry)  # nothing of this attempt is kept: no slot, no entry
 
@@ -550,4 +580,5 @@ class _Full(Exception):
 
 # A group commit takes the flow keys its calls lock first, in one order (``coalesce.with_locks``).
 with_locks(_release, lambda args, kwargs: flow.lock_names([args[0]]))
+with_many(_release, _release_many, gather=True)
 with_locks(park_run, lambda args, kwargs: flow.lock_names(list(kwargs.get("flow_keys") or ())))

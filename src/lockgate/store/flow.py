@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -36,6 +36,8 @@ from .gate import bucket_state, lock_key, lock_name, set_bucket
 from .shared import Fence, Fenced
 
 __all__ = [
+    "FLOW_SCOPE",
+    "Freed",
     "Grant",
     "Handed",
     "KeyState",
@@ -47,12 +49,12 @@ __all__ = [
     "lock_names",
     "parked_runs",
     "release",
+    "release_many",
     "set_key",
-    "take_rate_slot",
     "wake_waiters",
 ]
 
-_LOCK_SCOPE = "flow"
+FLOW_SCOPE = "flow"  # the scope of a step flow key's lock (``lock_key``)
 # a key's limits, as a grant carries them
 _LIMITS = ("key", "rate", "period", "parallelism", "declared", "burst", "weighted")
 
@@ -116,7 +118,7 @@ async def set_key(
     tx: Tx, key: str, rate: int | None, period: float, parallelism: int | None, now: float, burst: int | None = None
 ) -> tuple[Handed, ...]:
     """Set a key's limits by hand (declarations no longer change them); waiters that now fit are woken."""
-    await lock_key(tx, _LOCK_SCOPE, key)
+    await lock_key(tx, FLOW_SCOPE, key)
     await tx.execute(
         "stepflow_set_key", {"key": key, "rate": rate, "period": period, "parallelism": parallelism, "now": now}
     )
@@ -125,15 +127,6 @@ async def set_key(
     state, line = await _read(tx, key, now)
     assert state is not None
     return (await _wake(tx, state, now, line=line)).handed
-
-
-async def _locked(tx: Tx, key: str, clock: Callable[[], float]) -> float:
-    """Lock ``key`` and read the time once the lock is held (a pipelined lock is taken when the server
-    reaches it: the round trip makes sure it has, so no decision is stamped before the one it follows)."""
-    await lock_key(tx, _LOCK_SCOPE, key)
-    if not tx.single_writer:
-        await tx.scalar("stepflow_locked")
-    return clock()
 
 
 _CAP: dict[str, int] = {}  # per key: how far into its line one read looks (twice its parallelism, and one)
@@ -257,7 +250,7 @@ async def acquire(
     whether its worker has room for it to wait in place further back than the head of the line; ``inline``:
     how soon a window must open for the step to wait in place for it (the worker's ``inline_sleep``).
     """
-    await lock_key(tx, _LOCK_SCOPE, key)
+    await lock_key(tx, FLOW_SCOPE, key)
     if declared is not None:
         params = {**_limits(declared), "declared": declared["declared"], "now": clock()}
         await tx.execute("stepflow_declare_key", params)
@@ -266,7 +259,7 @@ async def acquire(
         await window.set_weighted(tx, key, bool(declared.get("weighted")))
     run_id = fence.run_id
     # Read with the time as asked, which counts the window no shorter than now; the lock is held once the
-    # read answers, and the time read then stamps the decision (see ``_locked``).
+    # read answers, and the time read then stamps the decision (see ``flow_rate.locked``).
     state, line = await _read(tx, key, clock(), run_id, step_key, fence)
     now = clock()
     if state is None:  # declared by this process, then the table was emptied: declare again
@@ -431,6 +424,18 @@ def _handed_grant(limits: Row, started: Any, since: Any, attempt: Any, first: An
     return Grant(True, limits, waited=waited, attempt=int(attempt), first=first)
 
 
+@dataclass(frozen=True)
+class Freed:
+    """A step's attempt that ended under a key: its slot to free. ``settled``: a weighted call's start and the
+    units it really used, which count in its reservation's place. ``epoch``: the releasing hold's; only a slot
+    taken under it is freed (``None``: the step's slot, whoever's)."""
+
+    run_id: str
+    step_key: str
+    settled: tuple[int, int] | None = None
+    epoch: int | None = None
+
+
 async def release(
     tx: Tx,
     key: str,
@@ -441,20 +446,24 @@ async def release(
     settled: tuple[int, int] | None = None,
     epoch: int | None = None,
 ) -> Woken:
-    """The step's attempt ended: free its slot and hand the room to the waiters that now fit. ``holder``: the releasing
-    worker, which learns of its own hand-offs from the answer (the others are notified). The time
-    of a hand-off is read once a round trip after the key's lock has answered (see ``_locked``).
-    ``settled``: a weighted call's start and the units it really used, which count in its reservation's place.
-    ``epoch``: the releasing hold's; only a slot taken under it is freed (``None``: the step's slot, whoever's).
-    """
-    await lock_key(tx, _LOCK_SCOPE, key)
-    place = {"key": key, "run_id": run_id, "step_key": step_key}
-    if epoch is None:
-        await tx.execute("stepflow_free_slot", place)
-    else:  # only the slot this hold took: a hold that lost its lease leaves the next one's alone
-        await tx.execute("stepflow_release_slot", {**place, "epoch": epoch})
-    if settled is not None:
-        await window.settle(tx, key, *settled)
+    """The step's attempt ended: free its slot and hand the room to the waiters that now fit (``release_many``)."""
+    return await release_many(tx, key, [Freed(run_id, step_key, settled, epoch)], clock, holder)
+
+
+async def release_many(tx: Tx, key: str, freed: Sequence[Freed], clock: Callable[[], float], holder: str = "") -> Woken:
+    """The attempts ``freed`` under ``key`` ended: free their slots, then hand the room to the waiters that now
+    fit, reading the key once for all of them. ``holder``: the releasing worker, which learns of its own
+    hand-offs from the answer (the others are notified). The time of a hand-off is read once a round trip
+    after the key's lock has answered (see ``flow_rate.locked``)."""
+    await lock_key(tx, FLOW_SCOPE, key)
+    for one in freed:
+        place = {"key": key, "run_id": one.run_id, "step_key": one.step_key}
+        if one.epoch is None:
+            await tx.execute("stepflow_free_slot", place)
+        else:  # only the slot this hold took: a hold that lost its lease leaves the next one's alone
+            await tx.execute("stepflow_release_slot", {**place, "epoch": one.epoch})
+        if one.settled is not None:
+            await window.settle(tx, key, *one.settled)
     state, line = await _read(tx, key, clock())
     if state is None:
         return Woken()
@@ -471,7 +480,7 @@ async def wake_waiters(tx: Tx, keys: list[str], now: float, run_id: str | None =
     handed: list[Handed] = []
     woke = False
     for key in sorted(keys):
-        await lock_key(tx, _LOCK_SCOPE, key)
+        await lock_key(tx, FLOW_SCOPE, key)
         if run_id is not None:
             await tx.execute("stepflow_unhand_starts", {"key": key, "run_id": run_id})
             await tx.execute("stepflow_unhand", {"key": key, "run_id": run_id})
@@ -604,36 +613,15 @@ async def _take_bucket(tx: Tx, limits: Row, now: float) -> tuple[float | None, b
     now), and whether this one started on burst."""
     bucket, rate, period, burst = await _bucket(tx, limits)
     taken, on_burst = bucket_hit(bucket, rate, period, now)
-    await set_bucket(tx, _LOCK_SCOPE, limits["key"], taken.anchor, taken.n, taken.last)
+    await set_bucket(tx, FLOW_SCOPE, limits["key"], taken.anchor, taken.n, taken.last)
     return bucket_opens(taken, rate, period, burst, now), on_burst
 
 
 async def _bucket(tx: Tx, limits: Row) -> tuple[Bucket | None, int, float, int]:
     """A burst key's bucket as stored, and its rate, period and burst."""
-    found = await bucket_state(tx, _LOCK_SCOPE, limits["key"])
+    found = await bucket_state(tx, FLOW_SCOPE, limits["key"])
     bucket = None if found is None else Bucket(*found)
     return bucket, int(limits["rate"]), float(limits["period"]), int(limits["burst"])
-
-
-async def take_rate_slot(
-    tx: Tx, key: str, limit: int, period: float, clock: Callable[[], float], units: int | None = None
-) -> float | None:
-    """``ctx.rate_limit``: take a slot of the sliding window ``key``; ``None``, else when one opens.
-    ``units``: the call's cost, counted in units (``flow_window.take_units``).
-
-    The time is read once the key is locked: the instant a slot is taken is when it is decided."""
-    now = await _locked(tx, key, clock)
-    if units is not None:
-        return await window.take_units(tx, key, limit, period, now, units)
-    since = now - period
-    started = await tx.one("stepflow_started", {"key": key, "since": since})
-    used = int(started["n"]) if started else 0
-    if used < limit:
-        await tx.execute("stepflow_prune_starts", {"key": key, "before": since})
-        await tx.execute("stepflow_add_start", {"key": key, "at": now})
-        return None
-    nth = await tx.scalar("stepflow_nth_start", {"key": key, "since": since, "offset": used - limit})
-    return now + period if nth is None else float(nth) + period
 
 
 async def parked_runs(tx: Tx, workflow: str | None = None) -> list[Row]:
@@ -643,7 +631,7 @@ async def parked_runs(tx: Tx, workflow: str | None = None) -> list[Row]:
 
 def lock_names(keys: list[str]) -> list[str]:
     """The ``lock_key`` names of flow ``keys`` (declared to a group commit: ``coalesce.with_locks``)."""
-    return [lock_name(_LOCK_SCOPE, key) for key in keys]
+    return [lock_name(FLOW_SCOPE, key) for key in keys]
 
 
 with_locks(acquire, lambda args, kwargs: lock_names([args[1]]))
