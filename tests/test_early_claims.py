@@ -211,3 +211,51 @@ def test_lost_commits_never_let_a_limit_be_exceeded(
         assert sorted(set(bodies.entered)) == list(range(runs))
 
     asyncio.run(lossy())
+
+
+def plain_app(bodies: Bodies, seconds: float = 0.2) -> lg.App:
+    app = lg.App()
+
+    @app.workflow(name="plain")
+    async def plain(ctx: lg.Context, p: Job) -> int:
+        return int(await ctx.step("work", bodies.work, p.n, seconds))
+
+    return app
+
+
+async def test_a_run_the_dispatcher_claims_starts_before_the_claim_answers(pg_url: str) -> None:
+    """A start from another process: the worker that claims it is executing it by the time the claim's answer
+    comes back (its body began as the claim's COMMIT went out)."""
+    bodies = Bodies()
+    app = plain_app(bodies, 0.0)
+    async with lg.Engine(app, pg_url, poll_interval="50ms") as e, lg.Client(app, pg_url) as client:
+        dispatcher = e.dispatcher
+        running_at_answer: list[bool] = []
+        claimed = dispatcher.early.claimed
+
+        def seen(row: Any, launch: Any) -> None:
+            running_at_answer.append(row["id"] in dispatcher.inflight)
+            claimed(row, launch)
+
+        dispatcher.early.claimed = seen  # type: ignore[method-assign]
+        handles = [await client.start("plain", Job(n=i)) for i in range(3)]
+        assert [await client.result(h.run_id or "", timeout=20) for h in handles] == [0, 1, 2]
+    assert running_at_answer and all(running_at_answer), running_at_answer
+
+
+async def test_a_dispatcher_claim_whose_commit_fails_stops_the_run_it_began(
+    pg_url: str, kill_at_commit: list[bool]
+) -> None:
+    """The claim's COMMIT is lost with its server process: the run begun early is stopped before the claim is
+    tried again; it is claimed again and ends once with its output."""
+    bodies = Bodies()
+    app = plain_app(bodies)
+    async with lg.Client(app, pg_url) as client:
+        handle = await client.start("plain", Job(n=7))
+        kill_at_commit.append(True)  # the worker's first claim
+        async with lg.Engine(app, pg_url, poll_interval="50ms", lease="2s"):
+            assert await client.result(handle.run_id or "", timeout=30) == 7
+        assert not kill_at_commit, "no COMMIT started anything early"
+    assert set(bodies.entered) == {7}
+    assert sum(1 for began, ended in bodies.spans if ended - began >= 0.19) == 1  # the early one was stopped
+    assert max_overlap(bodies.spans) <= 1

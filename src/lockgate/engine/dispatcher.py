@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import contextvars
+import functools
 import json
 import logging
 import os
@@ -41,12 +42,12 @@ from ..store.base import Row
 from . import flow_waiters
 from .core import Core, WorkflowRef
 from .durable import Running
-from .early import UNDONE, EarlyClaims
+from .early import UNDONE, EarlyClaims, claim_starting
 from .executor import Execution
 from .identity import ScopeResolver
 from .lease_watch import LAPSING, LeaseWatch
 from .leases import Outages, Wakeup, backoff, hand_back, overdue, release_dead_local_workers, report_released
-from .publish_claims import PublishClaims, claim_handing
+from .publish_claims import PublishClaims
 from .shutdown import Drained, Shutdown, drain
 
 __all__ = ["Dispatcher", "Shutdown"]
@@ -430,9 +431,9 @@ class Dispatcher(PublishClaims):
                     # Claim at once: an empty claim costs what the read that would precede it costs.
                     now = self.clock.now()
                     claim = (self.app, self.keyring, self.worker_id, now, now + self.lease, free, keys, patches)
-                    claimed, due = await self.store.write(claim_handing, *claim)  # event waiters looked for too
-                    for row, journal in claimed:
-                        self.launch(row, journal)
+                    claimed, due = await self.store.write(claim_starting, self.early, *claim)  # and event waiters
+                    for row, journal in claimed:  # each unless it began as the claim went out
+                        self.early.claimed(row, functools.partial(self.launch, journal=journal))
                     self._pressing = flow_waiters.pressing(claimed, free, self.app)
                     if len(claimed) == free:
                         continue  # there may be more; the next turn waits for a free slot

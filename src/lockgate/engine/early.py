@@ -8,16 +8,24 @@ slot has stopped, so the key has no more bodies than slots, and every write of t
 is queued behind the claim's commit, so nothing of it is kept unless the claim is. Should the
 commit fail (or its outcome be unknowable), the execution is stopped before the writer tries
 again or gives up, and the claim's own answer then decides as it always did.
+
+The dispatcher's own claims go the same way (``claim_starting``): a run a worker claims because it
+became due (a start from another process, a timer, a signal) begins as the claim's COMMIT goes out,
+not a round trip and a flush later. Nothing of it is kept unless the claim is, for the same reason.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 from collections.abc import Callable, Sequence
 
-from ..store.base import Row
+from ..app import App
+from ..crypto import Keyring
+from ..store.base import Row, Tx
+from .publish_claims import Handed, claim_handing
 
-__all__ = ["UNDONE", "EarlyClaims"]
+__all__ = ["UNDONE", "EarlyClaims", "claim_starting"]
 
 UNDONE = "claim not committed"
 """Why an execution begun as its claim's commit went out was stopped: the commit did not happen."""
@@ -75,3 +83,24 @@ class EarlyClaims:
     def _forget(self, run_id: str, task: asyncio.Task[None]) -> None:
         if self._undone.get(run_id) is task:
             del self._undone[run_id]
+
+
+async def claim_starting(
+    tx: Tx,
+    early: EarlyClaims,
+    app: App,
+    keyring: Keyring | None,
+    owner: str,
+    now: float,
+    lease_until: float,
+    limit: int,
+    *filters: str,
+) -> tuple[list[Handed], float | None]:
+    """``claim_handing``, the runs claimed beginning as the claim's COMMIT goes out where the store tells
+    when that is; a run handed its journal (an event waiter's look made here) is launched by the caller
+    once the claim returns, as is every run where the store cannot tell (``EarlyClaims.claimed``)."""
+    claimed, due = await claim_handing(tx, app, keyring, owner, now, lease_until, limit, *filters)
+    for row, journal in claimed:
+        if journal is None:
+            tx.when_committing(functools.partial(early.launch, row), functools.partial(early.undo, row))
+    return claimed, due
