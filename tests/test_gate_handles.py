@@ -160,3 +160,31 @@ async def test_closing_the_engine_ends_a_wait_for_admission_and_the_start_stays_
             await parked.result(timeout=30)
         run_id = await engine.admitted_run(parked.ticket, timeout=30)
         assert await engine.result(run_id, timeout=30) == 20
+
+
+async def test_more_waits_than_one_poll_reads_all_end_in_any_order(
+    make_engine: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A poll reads at most ``PER_POLL`` waiting tickets (the longest waiting and a turn of the others): every
+    wait still ends, the youngest too when its priority admits it before the ones waiting longer."""
+    from lockgate.engine import admissions
+
+    monkeypatch.setattr(admissions, "PER_POLL", 4)
+    release = asyncio.Event()
+    app = lg.App()
+
+    async def hold(n: int) -> int:
+        await release.wait()
+        return n * 10
+
+    @app.workflow(name="h.ranked", concurrency=lg.Concurrency(limit=1), priority=lambda p: 10 if p.n == 99 else 0)
+    async def ranked(ctx: lg.Context, p: Job) -> int:
+        return int(await ctx.step("hold", hold, p.n))
+
+    async with make_engine(app) as engine:
+        handles = [await engine.start("h.ranked", {"n": i}) for i in range(16)]
+        urgent = await engine.start("h.ranked", {"n": 99})  # admitted next, past the fifteen waiting before it
+        waits = asyncio.gather(*(h.result(timeout=60) for h in [*handles, urgent]))
+        await eventually(lambda: len(engine.core.admissions._waiters) == 16, what="the parked starts' waits")
+        release.set()
+        assert await waits == [i * 10 for i in range(16)] + [990]

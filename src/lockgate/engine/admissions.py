@@ -4,10 +4,13 @@ A start the gate parked (``status="queued"``) has no run yet. ``Client.admitted_
 waits until the gate decides it for good: admitted, or joined to a run (a spent idempotency
 key, a singleton's incumbent), giving that run's id; or ended without a run (expired past its
 start timeout, cancelled, dropped by a rate limit when re-offered), raising
-``StartNotAdmitted``. Every waiting ticket is read with the same two queries per poll,
-however many there are. The poll comes at once when this process admitted parked starts or
-heard that another did (``poke``), and backs off to the client's ``poll_interval`` while
-nothing changes.
+``StartNotAdmitted``. Waiting tickets are read with the same two queries per poll, at most
+``PER_POLL`` of them: the longest waiting (a line admits its oldest first), and a turn of the
+others, so that each is read within a few polls however many wait. Reading every waiting
+ticket at every poll cost a process awaiting thousands of parked starts most of a core while
+they drained (a poll comes every 10 ms while starts are being decided). The poll comes at once
+when this process admitted parked starts or heard that another did (``poke``), and backs off
+to the client's ``poll_interval`` while nothing changes.
 """
 
 from __future__ import annotations
@@ -28,6 +31,9 @@ log = logging.getLogger("lockgate.engine")
 FIRST_POLL = 0.01
 """Seconds before the first read after a wait begins or something was settled; doubled while nothing is."""
 
+PER_POLL = 256
+"""The most tickets one poll reads: half the longest waiting, half a turn of the others."""
+
 
 class Admissions:
     """The parked starts this process waits for, by ticket, and the one task that polls for them."""
@@ -39,6 +45,7 @@ class Admissions:
         self._poked = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._closed = False
+        self._turn = 0  # where the next poll's turn of the younger tickets begins
 
     async def wait(self, ticket: str, timeout: float | None) -> str:
         """The id of the run the parked start ``ticket`` became (or joined)."""
@@ -89,7 +96,7 @@ class Admissions:
         while self._waiters:
             self._poked.clear()
             try:
-                settled = await self._store.read(admissions, list(self._waiters))
+                settled = await self._store.read(admissions, self._to_read())
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # an outage: the waiters keep their own deadlines
@@ -103,6 +110,18 @@ class Admissions:
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(delay):
                     await self._poked.wait()
+
+
+    def _to_read(self) -> list[str]:
+        """The tickets this poll reads: all, or the longest waiting and the next turn of the rest."""
+        if len(self._waiters) <= PER_POLL:
+            return list(self._waiters)
+        waiting = list(self._waiters)  # in the order the waits began
+        oldest, rest = waiting[: PER_POLL // 2], waiting[PER_POLL // 2 :]
+        begin = self._turn % len(rest)
+        turn = (rest + rest)[begin : begin + PER_POLL // 2]
+        self._turn = begin + len(turn)
+        return oldest + turn
 
 
 def _closed(ticket: str) -> EngineClosed:
