@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import sqlite3
 import time
 import uuid
 from collections.abc import Iterator
@@ -259,3 +260,61 @@ async def test_a_dispatcher_claim_whose_commit_fails_stops_the_run_it_began(
     assert set(bodies.entered) == {7}
     assert sum(1 for began, ended in bodies.spans if ended - began >= 0.19) == 1  # the early one was stopped
     assert max_overlap(bodies.spans) <= 1
+
+
+@pytest.fixture
+def sqlite_url(tmp_path: Any) -> str:
+    return f"sqlite:///{tmp_path}/early.db"
+
+
+async def test_on_sqlite_a_run_handed_on_starts_while_its_commit_syncs(sqlite_url: str) -> None:
+    """SQLite commits a batch that starts a run on a thread of its own: the successor is executing by the time
+    that commit's answer is back, and the limit holds."""
+    bodies = Bodies()
+    async with lg.Engine(conc_app(bodies, 1), sqlite_url, poll_interval="50ms") as e:
+        running_at_answer: list[bool] = []
+        dispatcher = e.dispatcher
+        passed = dispatcher.passed
+
+        def seen(p: Any) -> None:
+            if p.claimed is not None:
+                running_at_answer.append(p.claimed["id"] in dispatcher.inflight)
+            passed(p)
+
+        dispatcher.passed = seen  # type: ignore[method-assign]
+        handles = [await e.start("conc", Job(n=i)) for i in range(4)]
+        outs = [await e.result(await _run_of(e, h), timeout=30) for h in handles]
+    assert outs == [0, 1, 2, 3]
+    assert running_at_answer and all(running_at_answer), running_at_answer
+    assert max_overlap(bodies.spans) <= 1
+
+
+async def test_on_sqlite_a_commit_that_fails_stops_what_it_started(
+    sqlite_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The first COMMIT that starts a run fails (a disk error, say): the run begun as it went out is stopped,
+    nothing of it kept; every run still ends once with its output and the limit holds."""
+    from lockgate.store import sqlite as sqlite_store
+
+    commit = sqlite_store._commit
+    failures = [True]
+
+    def failing(conn: Any) -> None:
+        if failures:
+            failures.pop()
+            raise sqlite3.OperationalError("disk I/O error")
+        commit(conn)
+
+    bodies = Bodies()
+    async with lg.Engine(conc_app(bodies, 1), sqlite_url, poll_interval="50ms", lease="2s") as e:
+        first = await e.start("conc", Job(n=0, hold=True))
+        await eventually(lambda: _held(sqlite_url, 1), what="the first run holding the slot")
+        rest = [await e.start("conc", Job(n=i)) for i in range(1, 4)]
+        await eventually(lambda: _parked(sqlite_url, 3), what="the rest parked behind the first")
+        monkeypatch.setattr(sqlite_store, "_commit", failing)
+        await e.signal(first.run_id or "", "go", {})
+        outs = [await e.result(await _run_of(e, h), timeout=60) for h in rest]
+    assert not failures, "no COMMIT started anything early"
+    assert outs == [1, 2, 3]
+    assert max_overlap(bodies.spans) <= 1
+    assert sorted(set(bodies.entered)) == [0, 1, 2, 3]

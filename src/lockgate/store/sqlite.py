@@ -63,6 +63,15 @@ class _SQLiteTx(Tx):
         # The queries that add ledger rows: a commit after one of them may fold the rows into flow()'s counts.
         self._ledger_writers = frozenset(name for name, sql in queries.items() if _LEDGER_INSERT.search(sql))
         self.ledger_grew = False
+        # What starts as this batch's COMMIT goes out (``when_committing``); ``None`` where an op's refusal
+        # is rolled back to its savepoint alone, which would leave what it asked for behind.
+        self.committing: list[tuple[Callable[[], None], Callable[[], None]]] | None = None
+
+    def when_committing(self, sent: Callable[[], None], undone: Callable[[], None]) -> bool:
+        if self.committing is None:
+            return False
+        self.committing.append((sent, undone))
+        return True
 
     def count_ledger(self) -> None:
         """Fold the ledger rows past the mark into flow()'s counts once they are ``FOLD_AT`` or more:
@@ -176,6 +185,7 @@ class SQLiteStore(Store):
         self._guarded = False  # the next batch runs op by op (its optimistic try refused, then the lock was lost)
         self._listeners: list[Callable[[str, str], None]] = []
         self._watch: ChangeWatch | None = None
+        self._committing: asyncio.Future[None] | None = None  # a COMMIT on its thread (``_commit_aside``)
 
     # -- lifecycle ----------------------------------------------------------------------
 
@@ -299,8 +309,11 @@ class SQLiteStore(Store):
             self._watch.stop()
             self._watch = None
         self._flush()
-        while self._pending:  # another connection holds the write lock: wait for it (or for the busy timeout)
-            await asyncio.sleep(self._busy_wait)
+        while self._pending or self._committing is not None:
+            if self._committing is not None:  # a COMMIT on its thread
+                await asyncio.shield(self._committing)
+            else:  # another connection holds the write lock: wait for it (or for the busy timeout)
+                await asyncio.sleep(self._busy_wait)
             self._flush()
         self._conn.close()
         self._conn = None
@@ -337,8 +350,8 @@ class SQLiteStore(Store):
 
     def _flush(self) -> None:
         self._flush_scheduled = False
-        if not self._pending or self._conn is None:
-            return
+        if not self._pending or self._conn is None or self._committing is not None:
+            return  # a COMMIT on its thread flushes again as it ends
         batch, self._pending = self._pending, []
         conn, tx = self._conn, self._tx
         assert tx is not None
@@ -346,6 +359,7 @@ class SQLiteStore(Store):
         single = len(batch) == 1
         tx.ledger_grew = False
         guarded, self._guarded = self._guarded, False
+        tx.committing = [] if single or not guarded else None  # a refusal then undoes the whole attempt
         try:
             if not self._begin(batch, guarded):
                 return
@@ -369,24 +383,81 @@ class SQLiteStore(Store):
                     )
             if tx.ledger_grew:
                 tx.count_ledger()
+            committing, tx.committing = tx.committing or [], None
+            if committing:
+                self._commit_aside(batch, outcomes, committing)
+                return
             conn.execute("COMMIT")
             self.commits += 1
         except _LockLost:
             self._requeue(batch, guarded=True)
             return
         except BaseException as exc:
-            if conn.in_transaction:
-                with contextlib.suppress(sqlite3.Error):
-                    conn.execute("ROLLBACK")
-            if self.observer is not None and (not single or isinstance(exc, sqlite3.Error)):
-                self.observer.store_error("commit")
-            error = exc if single and not isinstance(exc, sqlite3.Error) else _failed("commit", self.path, exc)
-            for _, fut in batch:
-                if fut is not None and not fut.done():
-                    fut.set_exception(error)
-                elif fut is None:
-                    log.warning("introspection write lost: %s", exc)
+            tx.committing = None
+            self._failed_batch(batch, exc)
             return
+        self._settle(batch, outcomes)
+
+    def _failed_batch(self, batch: list[tuple[Call, asyncio.Future[Any] | None]], exc: BaseException) -> None:
+        """The batch did not commit: roll back what is open, and fail every call's future with ``exc``."""
+        conn, single = self._require(), len(batch) == 1
+        if conn.in_transaction:
+            with contextlib.suppress(sqlite3.Error):
+                conn.execute("ROLLBACK")
+        if self.observer is not None and (not single or isinstance(exc, sqlite3.Error)):
+            self.observer.store_error("commit")
+        error = exc if single and not isinstance(exc, sqlite3.Error) else _failed("commit", self.path, exc)
+        for _, fut in batch:
+            if fut is not None and not fut.done():
+                fut.set_exception(error)
+            elif fut is None:
+                log.warning("introspection write lost: %s", exc)
+
+    def _commit_aside(
+        self,
+        batch: list[tuple[Call, asyncio.Future[Any] | None]],
+        outcomes: list[tuple[bool, Any]],
+        committing: list[tuple[Callable[[], None], Callable[[], None]]],
+    ) -> None:
+        """COMMIT on a thread of its own, with what the batch asked to start as it goes out started first.
+
+        The loop runs what was so started (a run handed a slot, a step handed a flow slot) while the file
+        syncs, instead of waiting on its thread: the slot is not idle for the sync. Nothing else uses the
+        connection until the COMMIT ends (writes queue, reads wait), and should it fail, what was started
+        is undone before anything else is decided."""
+        assert self._loop is not None
+        self._committing = self._loop.create_future()
+        for sent, _ in committing:
+            sent()
+        self._loop.create_task(self._commit_thread(batch, outcomes, committing))
+
+    async def _commit_thread(
+        self,
+        batch: list[tuple[Call, asyncio.Future[Any] | None]],
+        outcomes: list[tuple[bool, Any]],
+        committing: list[tuple[Callable[[], None], Callable[[], None]]],
+    ) -> None:
+        conn = self._require()
+        try:
+            await asyncio.to_thread(_commit, conn)
+        except BaseException as exc:
+            for _, undone in committing:
+                try:
+                    undone()
+                except Exception:
+                    log.exception("undoing what a commit's sending began failed")
+            self._failed_batch(batch, exc)
+        else:
+            self.commits += 1
+            self._settle(batch, outcomes)
+        finally:
+            done, self._committing = self._committing, None
+            if done is not None and not done.done():
+                done.set_result(None)
+            if self._pending:
+                self._schedule()
+
+    def _settle(self, batch: list[tuple[Call, asyncio.Future[Any] | None]], outcomes: list[tuple[bool, Any]]) -> None:
         if self.observer is not None:
             self.observer.committed(len(batch))
         for (_, fut), (ok, value) in zip(batch, outcomes, strict=True):
@@ -431,7 +502,9 @@ class SQLiteStore(Store):
         self._flush_scheduled = True
         self._loop.call_later(wait, self._flush)
 
-    def _optimistic(self, batch: list[tuple[Call, asyncio.Future[Any] | None]], tx: Tx) -> list[tuple[bool, Any]]:
+    def _optimistic(
+        self, batch: list[tuple[Call, asyncio.Future[Any] | None]], tx: _SQLiteTx
+    ) -> list[tuple[bool, Any]]:
         """Run every op of a batch without savepoints (the common case: none refuses); ``[]`` when one
         did, after rolling back to a fresh transaction in which the batch runs again op by op, guarded.
 
@@ -442,6 +515,7 @@ class SQLiteStore(Store):
         try:
             return [(True, value) for value in run_sync(run_calls(tx, [call for call, _ in batch]))]
         except BaseException:  # a refusal: nothing of this attempt is kept
+            tx.committing = None  # op by op now, each under its savepoint
             conn.execute("ROLLBACK")
             try:
                 conn.execute("BEGIN IMMEDIATE")
@@ -461,6 +535,8 @@ class SQLiteStore(Store):
     async def read(self, op: Op[P, T], /, *args: P.args, **kwargs: P.kwargs) -> T:
         self._require()
         assert self._tx is not None
+        if self._committing is not None:  # the connection is the COMMIT's until it ends
+            await asyncio.shield(self._committing)
         waited, wait = 0.0, BUSY_WAIT[0]
         while True:
             try:
@@ -474,6 +550,11 @@ class SQLiteStore(Store):
                 if self.observer is not None:
                     self.observer.store_error("read")
                 raise _failed("read", self.path, exc) from exc
+
+
+def _commit(conn: sqlite3.Connection) -> None:
+    """COMMIT, on the thread ``_commit_aside`` gives it."""
+    conn.execute("COMMIT")
 
 
 class _LockLost(Exception):
