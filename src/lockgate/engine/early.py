@@ -9,9 +9,11 @@ is queued behind the claim's commit, so nothing of it is kept unless the claim i
 commit fail (or its outcome be unknowable), the execution is stopped before the writer tries
 again or gives up, and the claim's own answer then decides as it always did.
 
-The dispatcher's own claims go the same way (``claim_starting``): a run a worker claims because it
-became due (a start from another process, a timer, a signal) begins as the claim's COMMIT goes out,
-not a round trip and a flush later. Nothing of it is kept unless the claim is, for the same reason.
+The dispatcher's own claims go the same way on PostgreSQL (``claim_starting``): a run a worker
+claims because it became due (a start from another process, a timer, a signal) begins as the
+claim's COMMIT goes out, not a round trip and a flush later. Nothing of it is kept unless the
+claim is, for the same reason. SQLite would send such a COMMIT from a thread (``store/sqlite.py``),
+a hop that costs a lone claim about what the sync it overlaps saves: its claims start on the answer.
 """
 
 from __future__ import annotations
@@ -100,6 +102,8 @@ async def claim_starting(
     when that is; a run handed its journal (an event waiter's look made here) is launched by the caller
     once the claim returns, as is every run where the store cannot tell (``EarlyClaims.claimed``)."""
     claimed, due = await claim_handing(tx, app, keyring, owner, now, lease_until, limit, *filters)
+    if tx.single_writer:  # SQLite would send the COMMIT from a thread for it: a hop that costs what it saves
+        return claimed, due
     for row, journal in claimed:
         if journal is None:
             tx.when_committing(functools.partial(early.launch, row), functools.partial(early.undo, row))
