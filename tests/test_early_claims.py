@@ -101,16 +101,7 @@ async def test_a_run_claimed_as_another_ends_starts_before_the_commit_answers(pg
     """The successor is executing by the time its claim's answer reaches the worker."""
     bodies = Bodies()
     async with lg.Engine(conc_app(bodies, 1), pg_url, poll_interval="50ms") as e:
-        running_at_answer: list[bool] = []
-        dispatcher = e.dispatcher
-        passed = dispatcher.passed
-
-        def seen(p: Any) -> None:
-            if p.claimed is not None:
-                running_at_answer.append(p.claimed["id"] in dispatcher.inflight)
-            passed(p)
-
-        dispatcher.passed = seen  # type: ignore[method-assign]
+        running_at_answer = _running_at_answer(e)
         first = await e.start("conc", Job(n=0, hold=True))
         await eventually(lambda: _held(pg_url, 1), what="the first run holding the slot")
         second = await e.start("conc", Job(n=1))
@@ -119,6 +110,21 @@ async def test_a_run_claimed_as_another_ends_starts_before_the_commit_answers(pg
         assert await e.result(await _run_of(e, second), timeout=20) == 1
         assert running_at_answer == [True]
         assert max_overlap(bodies.spans) <= 1
+
+
+def _running_at_answer(e: lg.Engine) -> list[bool]:
+    """From now on, for each run a hand-off claims for ``e``: whether it was executing when the claim's answer came."""
+    running_at_answer: list[bool] = []
+    dispatcher = e.dispatcher
+    passed = dispatcher.passed
+
+    def seen(p: Any) -> None:
+        if p.claimed is not None:
+            running_at_answer.append(p.claimed["id"] in dispatcher.inflight)
+        passed(p)
+
+    dispatcher.passed = seen  # type: ignore[method-assign]
+    return running_at_answer
 
 
 async def _held(url: str, n: int) -> bool:
@@ -272,16 +278,7 @@ async def test_on_sqlite_a_run_handed_on_starts_while_its_commit_syncs(sqlite_ur
     that commit's answer is back, and the limit holds."""
     bodies = Bodies()
     async with lg.Engine(conc_app(bodies, 1), sqlite_url, poll_interval="50ms") as e:
-        running_at_answer: list[bool] = []
-        dispatcher = e.dispatcher
-        passed = dispatcher.passed
-
-        def seen(p: Any) -> None:
-            if p.claimed is not None:
-                running_at_answer.append(p.claimed["id"] in dispatcher.inflight)
-            passed(p)
-
-        dispatcher.passed = seen  # type: ignore[method-assign]
+        running_at_answer = _running_at_answer(e)
         handles = [await e.start("conc", Job(n=i)) for i in range(4)]
         outs = [await e.result(await _run_of(e, h), timeout=30) for h in handles]
     assert outs == [0, 1, 2, 3]
