@@ -1,10 +1,9 @@
 """The dispatcher: claims runnable runs under a lease and executes them here.
 
-It claims runs whose wake time has come and that no live lease holds, up to
-``max_concurrent_runs``, renews the leases of the runs it executes, and sleeps until the
-next wake time, a local wake-up, or the poll interval. It is the ``Local`` side its
-``Core`` calls: a start made here wakes it, and a blocking start (``run()``,
-``start(wait=True)``) claims its run in the transaction that creates it.
+It claims runs whose wake time has come and that no live lease holds, up to ``max_concurrent_runs``,
+renews the leases of the runs it executes, and sleeps until the next wake time, a local wake-up, or
+the poll interval. It is the ``Local`` side its ``Core`` calls: a start made here wakes it, and a
+blocking start (``run()``, ``start(wait=True)``) claims its run in the transaction that creates it.
 """
 
 from __future__ import annotations
@@ -433,7 +432,8 @@ class Dispatcher(PublishClaims):
                     claim = (self.app, self.keyring, self.worker_id, now, now + self.lease, free, keys, patches)
                     claimed, due = await self.store.write(claim_starting, self.early, *claim)  # and event waiters
                     for row, journal in claimed:  # each unless it began as the claim went out
-                        self.early.claimed(row, functools.partial(self.launch, journal=journal))
+                        launch = functools.partial(self.launch, journal=journal) if journal else self.launch
+                        self.early.claimed(row, launch)
                     self._pressing = flow_waiters.pressing(claimed, free, self.app)
                     if len(claimed) == free:
                         continue  # there may be more; the next turn waits for a free slot
