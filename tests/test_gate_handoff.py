@@ -135,7 +135,7 @@ async def test_the_claimed_row_is_the_row_stored(env_factory: Any, monkeypatch: 
         monkeypatch.setattr(
             e.dispatcher,
             "launch",
-            lambda row, *journal: held.append(row) if row["ticket"] == successor else launch(row, *journal),
+            lambda row, journal=None: held.append(row) if row["ticket"] == successor else launch(row, journal),
         )
         await e.signal(handles[0].run_id, "go", {})
         # the successor may be launched as the claim's COMMIT goes out, before the end's answer: wait for both

@@ -111,16 +111,17 @@ class Admissions:
                 async with asyncio.timeout(delay):
                     await self._poked.wait()
 
-
     def _to_read(self) -> list[str]:
         """The tickets this poll reads: all, or the longest waiting and the next turn of the rest."""
         if len(self._waiters) <= PER_POLL:
             return list(self._waiters)
         waiting = list(self._waiters)  # in the order the waits began
-        oldest, rest = waiting[: PER_POLL // 2], waiting[PER_POLL // 2 :]
+        half = PER_POLL // 2
+        oldest, rest = waiting[:half], waiting[half:]
         begin = self._turn % len(rest)
-        turn = (rest + rest)[begin : begin + PER_POLL // 2]
-        self._turn = begin + len(turn)
+        turn = rest[begin : begin + half]
+        turn += rest[: half - len(turn)]  # the turn wraps round to the youngest's elders
+        self._turn = begin + half
         return oldest + turn
 
 

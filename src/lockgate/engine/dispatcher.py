@@ -432,8 +432,7 @@ class Dispatcher(PublishClaims):
                     claim = (self.app, self.keyring, self.worker_id, now, now + self.lease, free, keys, patches)
                     claimed, due = await self.store.write(claim_starting, self.early, *claim)  # and event waiters
                     for row, journal in claimed:  # each unless it began as the claim went out
-                        launch = functools.partial(self.launch, journal=journal) if journal else self.launch
-                        self.early.claimed(row, launch)
+                        self.early.claimed(row, functools.partial(self.launch, journal=journal))
                     self._pressing = flow_waiters.pressing(claimed, free, self.app)
                     if len(claimed) == free:
                         continue  # there may be more; the next turn waits for a free slot

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import abc
 import asyncio
+import logging
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
 from typing import Any, Concatenate, Literal, ParamSpec, TypeVar
@@ -19,7 +20,9 @@ from typing import Any, Concatenate, Literal, ParamSpec, TypeVar
 from ..errors import ForeignTransaction
 from ..observer import Observer
 
-__all__ = ["CHANGED", "Joined", "Op", "Outcome", "Row", "Store", "Tx"]
+__all__ = ["CHANGED", "Joined", "Op", "Outcome", "Row", "Store", "Tx", "undo_all"]
+
+log = logging.getLogger("lockgate.store")
 
 CHANGED = "changed"
 """The wake-up channel a store tells after any other process's commit (``Store.add_listener``)."""
@@ -27,6 +30,16 @@ CHANGED = "changed"
 T = TypeVar("T")
 P = ParamSpec("P")
 Row = dict[str, Any]
+
+
+def undo_all(undone: Sequence[Callable[[], None]]) -> None:
+    """Call the ``undone`` of each ``Tx.when_committing`` whose COMMIT went out and did not commit (or whose
+    outcome cannot be learnt); one that fails is logged and the others still run."""
+    for call in undone:
+        try:
+            call()
+        except Exception:
+            log.exception("undoing what a commit's sending began failed")
 
 
 class Tx(abc.ABC):

@@ -541,7 +541,7 @@ async def _wake(
         parked = any(h["owner"] is None and (h["wake_at"] is None or float(h["wake_at"]) > now) for h in heads)
         # A slot never waits for a parked run ahead to be claimed and replayed: it goes to the first step waiting
         # in place in its worker, however far back, and the parked ones near the head, woken, wait there for the next.
-        pruned = False
+        granted: list[int] = []  # the slots granted here, each a start in a rate window
         for head in await _first_of(tx, line, key, n, now, held=True):
             place = (head["run_id"], head["step_key"])
             if state["rate"] is not None and (head["owner"] != holder or state["burst"] is not None):
@@ -551,13 +551,13 @@ async def _wake(
                 handed.append(Handed(key, place[0], place[1], head["owner"], None))
                 continue
             await tx.execute("stepflow_grant", {"id": head["id"], "epoch": head["epoch"], "now": now})
-            if state["rate"] is not None:
-                if not pruned:
-                    await tx.execute("stepflow_prune_starts", {"key": key, "before": now - float(state["period"])})
-                    pruned = True
-                await tx.execute("stepflow_add_handed_start", {"key": key, "at": now, "slot": head["id"]})
+            granted.append(int(head["id"]))
             grant = _handed_grant(limits, now, head["waiting_since"], head["attempt"], head["first_at"])
             handed.append(Handed(key, place[0], place[1], head["owner"], grant))
+        if granted and state["rate"] is not None:
+            await tx.execute("stepflow_prune_starts", {"key": key, "before": now - float(state["period"])})
+            for slot in granted:  # each names its slot: a run that parks before its step ran takes it back
+                await tx.execute("stepflow_add_handed_start", {"key": key, "at": now, "slot": slot})
         if parked:  # silent where statements are pipelined: the parked ones among these, if any, are woken
             await tx.execute("stepflow_wake_waiters", {"key": key, "n": len(heads), "at": now, "now": now})
             woke = True

@@ -29,7 +29,7 @@ from typing import Any, ParamSpec, TypeVar
 from urllib.parse import parse_qs, urlsplit
 
 from ..errors import StoreCorrupt, StoreError, StoreFull
-from .base import Joined, Op, Row, Store, Tx
+from .base import Joined, Op, Row, Store, Tx, undo_all
 from .coalesce import Call, run_calls
 from .multirow import multirow
 from .sql_files import check_schema, load_queries, migrations, refuse_newer
@@ -441,11 +441,7 @@ class SQLiteStore(Store):
         try:
             await asyncio.to_thread(_commit, conn)
         except BaseException as exc:
-            for _, undone in committing:
-                try:
-                    undone()
-                except Exception:
-                    log.exception("undoing what a commit's sending began failed")
+            undo_all([undone for _, undone in committing])
             self._failed_batch(batch, exc)
         else:
             self.commits += 1

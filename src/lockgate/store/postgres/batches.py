@@ -9,13 +9,13 @@ under its own savepoint (``_guarded``), so one refusal undoes only itself.
 from __future__ import annotations
 
 import asyncio
-import logging
 from collections.abc import Callable, Mapping
 from typing import Any
 
 import psycopg
 
 from ...errors import StoreError
+from ..base import undo_all
 from ..coalesce import Call, lock_first, run_calls, runs_lone
 from ..direct import DirectStatement, Unsupported
 from ..wire import XID, Unmet, WireTx
@@ -24,8 +24,6 @@ from .failures import discarding_stale_plans, is_stale_plan, refusal_error
 from .tx import IDLE, PIPELINES, Conn, LoneTx, PostgresTx, WriterConn
 
 __all__ = ["Attempt", "Batches"]
-
-log = logging.getLogger("lockgate.store")
 
 
 class Attempt:
@@ -44,11 +42,7 @@ class Attempt:
     def undo(self) -> None:
         """The attempt did not commit, or whether it did cannot be learnt: undo what its COMMIT's sending began."""
         undone, self.sent_commit = self.sent_commit, []
-        for call in undone:
-            try:
-                call()
-            except Exception:
-                log.exception("undoing what a commit's sending began failed")
+        undo_all(undone)
 
 
 class Batches(Connections):
