@@ -127,6 +127,15 @@ def _running_at_answer(e: lg.Engine) -> list[bool]:
     return running_at_answer
 
 
+async def _one_holding_three_parked(e: lg.Engine, url: str) -> tuple[Any, list[Any]]:
+    """A run holding the one slot (waiting for its ``go``), and three starts parked behind it."""
+    first = await e.start("conc", Job(n=0, hold=True))
+    await eventually(lambda: _held(url, 1), what="the first run holding the slot")
+    rest = [await e.start("conc", Job(n=i)) for i in range(1, 4)]
+    await eventually(lambda: _parked(url, 3), what="the rest parked behind the first")
+    return first, rest
+
+
 async def _held(url: str, n: int) -> bool:
     return len(await slot_rows(url)) == n
 
@@ -155,10 +164,7 @@ async def test_a_claim_whose_commit_fails_stops_what_it_started(pg_url: str, kil
     is written again, the limit is never exceeded, and every run ends once with its output."""
     bodies = Bodies()
     async with lg.Engine(conc_app(bodies, 1), pg_url, poll_interval="50ms") as e:
-        first = await e.start("conc", Job(n=0, hold=True))
-        await eventually(lambda: _held(pg_url, 1), what="the first run holding the slot")
-        rest = [await e.start("conc", Job(n=i)) for i in range(1, 4)]
-        await eventually(lambda: _parked(pg_url, 3), what="the rest parked behind the first")
+        first, rest = await _one_holding_three_parked(e, pg_url)
         kill_at_commit.append(True)
         await e.signal(first.run_id or "", "go", {})
         outs = [await e.result(await _run_of(e, h), timeout=30) for h in rest]
@@ -304,10 +310,7 @@ async def test_on_sqlite_a_commit_that_fails_stops_what_it_started(
 
     bodies = Bodies()
     async with lg.Engine(conc_app(bodies, 1), sqlite_url, poll_interval="50ms", lease="2s") as e:
-        first = await e.start("conc", Job(n=0, hold=True))
-        await eventually(lambda: _held(sqlite_url, 1), what="the first run holding the slot")
-        rest = [await e.start("conc", Job(n=i)) for i in range(1, 4)]
-        await eventually(lambda: _parked(sqlite_url, 3), what="the rest parked behind the first")
+        first, rest = await _one_holding_three_parked(e, sqlite_url)
         monkeypatch.setattr(sqlite_store, "_commit", failing)
         await e.signal(first.run_id or "", "go", {})
         outs = [await e.result(await _run_of(e, h), timeout=60) for h in rest]
