@@ -242,18 +242,45 @@ async def test_a_run_the_dispatcher_claims_starts_before_the_claim_answers(pg_ur
     bodies = Bodies()
     app = plain_app(bodies, 0.0)
     async with lg.Engine(app, pg_url, poll_interval="50ms") as e, lg.Client(app, pg_url) as client:
-        dispatcher = e.dispatcher
-        running_at_answer: list[bool] = []
-        claimed = dispatcher.early.claimed
-
-        def seen(row: Any, launch: Any) -> None:
-            running_at_answer.append(row["id"] in dispatcher.inflight)
-            claimed(row, launch)
-
-        dispatcher.early.claimed = seen  # type: ignore[method-assign]
+        running_at_answer = _claims_answered(e)
         handles = [await client.start("plain", Job(n=i)) for i in range(3)]
         assert [await client.result(h.run_id or "", timeout=20) for h in handles] == [0, 1, 2]
-    assert running_at_answer and all(running_at_answer), running_at_answer
+    assert running_at_answer and all(began for _, began in running_at_answer), running_at_answer
+
+
+async def test_a_resuming_run_the_dispatcher_claims_starts_on_the_claims_answer(pg_url: str) -> None:
+    """A run claimed to resume reads its journal back, from a reader that sees only what has committed: it
+    is launched once its claim has (a redrive in the claim's own group commit reopened a failed step, and
+    the run, begun early, replayed the failure it had just been cleared of)."""
+    bodies = Bodies()
+    app = conc_app(bodies, 5)
+    async with lg.Engine(app, pg_url, poll_interval="50ms") as e, lg.Client(app, pg_url) as client:
+        running_at_answer = _claims_answered(e)
+        handle = await client.start("conc", Job(n=4, hold=True))
+        await eventually(lambda: _parked_on_signal(e, handle.run_id or ""), what="the run parked on its signal")
+        await client.signal(handle.run_id or "", "go", {})
+        assert await client.result(handle.run_id or "", timeout=20) == 4
+    assert [began for _, began in running_at_answer] == [True, False], running_at_answer
+
+
+def _claims_answered(e: lg.Engine) -> list[tuple[str, bool]]:
+    """From now on, for each run the dispatcher claims: its id, and whether it was executing when the claim's
+    answer came."""
+    dispatcher = e.dispatcher
+    answered: list[tuple[str, bool]] = []
+    claimed = dispatcher.early.claimed
+
+    def seen(row: Any, launch: Any) -> None:
+        answered.append((row["id"], row["id"] in dispatcher.inflight))
+        claimed(row, launch)
+
+    dispatcher.early.claimed = seen  # type: ignore[method-assign]
+    return answered
+
+
+async def _parked_on_signal(e: lg.Engine, run_id: str) -> bool:
+    """Whether the run waits for its ``go`` with no execution of it left here (parked, held by no worker)."""
+    return (await e.get_run(run_id)).waiting_on == "signal" and run_id not in e.dispatcher.inflight
 
 
 async def test_a_dispatcher_claim_whose_commit_fails_stops_the_run_it_began(

@@ -10,10 +10,13 @@ commit fail (or its outcome be unknowable), the execution is stopped before the 
 again or gives up, and the claim's own answer then decides as it always did.
 
 The dispatcher's own claims go the same way on PostgreSQL (``claim_starting``): a run a worker
-claims because it became due (a start from another process, a timer, a signal) begins as the
+claims because it became due (a start from another process) begins as the
 claim's COMMIT goes out, not a round trip and a flush later. Nothing of it is kept unless the
-claim is, for the same reason. SQLite would send such a COMMIT from a thread (``store/sqlite.py``),
-a hop that costs a lone claim about what the sync it overlaps saves: its claims start on the answer.
+claim is, for the same reason. Only a run at its first entry starts so: one resuming reads its
+journal from a reader, which sees only what has committed, and the claim's transaction may hold
+what it must see (a redrive in the same group commit reopened its failed step). SQLite would send
+such a COMMIT from a thread (``store/sqlite.py``), a hop that costs a lone claim about what the
+sync it overlaps saves: its claims start on the answer.
 """
 
 from __future__ import annotations
@@ -98,13 +101,14 @@ async def claim_starting(
     limit: int,
     *filters: str,
 ) -> tuple[list[Handed], float | None]:
-    """``claim_handing``, the runs claimed beginning as the claim's COMMIT goes out where the store tells
-    when that is; a run handed its journal (an event waiter's look made here) is launched by the caller
-    once the claim returns, as is every run where the store cannot tell (``EarlyClaims.claimed``)."""
+    """``claim_handing``, the runs claimed at their first entry beginning as the claim's COMMIT goes out
+    where the store tells when that is; the others (resuming, or handed their journal by an event
+    waiter's look made here) are launched by the caller once the claim returns, as is every run where
+    the store cannot tell (``EarlyClaims.claimed``)."""
     claimed, due = await claim_handing(tx, app, keyring, owner, now, lease_until, limit, *filters)
     if tx.single_writer:  # SQLite would send the COMMIT from a thread for it: a hop that costs what it saves
         return claimed, due
     for row, journal in claimed:
-        if journal is None:
+        if journal is None and int(row["entries"]) <= 1:  # nothing to read back: it starts from its row
             tx.when_committing(functools.partial(early.launch, row), functools.partial(early.undo, row))
     return claimed, due
