@@ -262,3 +262,25 @@ def test_a_group_commit_leaves_what_its_ops_one_by_one_would(store_url: str, kin
     pipeline with rows read mid-batch. Each example works on runs of its own in the test's database.
     """
     asyncio.run(_one_group_commit(store_url, kinds, uuid.uuid4().hex[:8]))
+
+
+async def test_a_burst_at_rest_commits_its_head_first(stores: Any) -> None:
+    """A burst queued at an idle writer commits its first GROUP_FIRST writes alone, then at most
+    GROUP_LIMIT a commit (what a transaction locks, other processes wait for), every write once."""
+    from lockgate.store.base import GROUP_FIRST, GROUP_LIMIT
+
+    store = await stores()
+    await store.write(store_runs.create_run, run_row("warm"), 1.0)
+    seen: list[int] = []  # the commit count each write ran under: one value a transaction
+
+    async def numbered(tx: Tx, i: int) -> int:
+        seen.append(store.commits)
+        await store_runs.create_run(tx, run_row(f"b{i:04d}"), 1.0)
+        return i
+
+    count = GROUP_FIRST + 2 * GROUP_LIMIT + 10
+    done = await asyncio.gather(*(store.write(numbered, i) for i in range(count)))
+    assert done == list(range(count))
+    sizes = [seen.count(c) for c in sorted(set(seen))]
+    assert sizes == [GROUP_FIRST, GROUP_LIMIT, GROUP_LIMIT, 10]
+    assert len(await run_ids(store)) == count + 1

@@ -158,6 +158,7 @@ async def case_j2(enqueue: Enqueue, n: int, cap_s: float) -> dict[str, Any]:
 
 
 async def case_j3(enqueue: Enqueue, n: int, limit: int) -> dict[str, Any]:
+    wall = time.time()
     started = time.perf_counter()
     await _enqueue(enqueue, "sleep", list(range(n)))
     enqueued = time.perf_counter()
@@ -179,6 +180,8 @@ async def case_j3(enqueue: Enqueue, n: int, limit: int) -> dict[str, Any]:
         "max_in_flight_counted": int(probe.redis_client().get("max_inflight") or 0),  # Redis INCR/DECR
         "ideal_jobs_per_s": limit / probe.SLEEP_S,
         "enqueue_s": enqueued - started,
+        "first_start_s": min(start for start, _ in spans) - wall if spans else None,  # the call to the first body
+        "last_end_s": ended - started - (max(stop for _, stop in spans) - wall) if spans else None,  # to seeing it
         "seconds": ended - started,
     }
 

@@ -20,12 +20,32 @@ from typing import Any, Concatenate, Literal, ParamSpec, TypeVar
 from ..errors import ForeignTransaction
 from ..observer import Observer
 
-__all__ = ["CHANGED", "Joined", "Op", "Outcome", "Row", "Store", "Tx", "undo_all"]
+__all__ = [
+    "CHANGED", "GROUP_FIRST", "GROUP_LIMIT", "Joined", "Op", "Outcome", "Row", "Store", "Tx", "group_cut", "undo_all",
+]
 
 log = logging.getLogger("lockgate.store")
 
 CHANGED = "changed"
 """The wake-up channel a store tells after any other process's commit (``Store.add_listener``)."""
+
+GROUP_LIMIT = 256
+"""The most writes one group commit takes. What a transaction locks it holds until its COMMIT
+(SQLite's write lock, the whole file; a gate key's lock on PostgreSQL, taken by each start parked
+under it): another process's claim or end waits for one slice of a burst, not for all of it."""
+
+GROUP_FIRST = 64
+"""A burst of more than ``GROUP_LIMIT`` writes queued at an idle writer (a client's thousands of
+gathered starts) commits its first ``GROUP_FIRST`` alone: what they start runs while the rest are
+written."""
+
+
+def group_cut(queued: int, crowded: bool) -> int:
+    """How many of ``queued`` writes the next group commit takes; ``crowded``: they queued while the
+    last commit was in flight (a burst's head has gone)."""
+    if queued <= GROUP_LIMIT:
+        return queued
+    return GROUP_LIMIT if crowded else GROUP_FIRST
 
 T = TypeVar("T")
 P = ParamSpec("P")

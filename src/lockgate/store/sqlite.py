@@ -29,7 +29,7 @@ from typing import Any, ParamSpec, TypeVar
 from urllib.parse import parse_qs, urlsplit
 
 from ..errors import StoreCorrupt, StoreError, StoreFull
-from .base import Joined, Op, Row, Store, Tx, undo_all
+from .base import Joined, Op, Row, Store, Tx, group_cut, undo_all
 from .coalesce import Call, run_calls
 from .multirow import multirow
 from .sql_files import check_schema, load_queries, migrations, refuse_newer
@@ -177,6 +177,7 @@ class SQLiteStore(Store):
         self._tx: _SQLiteTx | None = None
         self._queries = load_queries("sqlite")
         self._pending: list[tuple[Call, asyncio.Future[Any] | None]] = []
+        self._crowded = False  # whether the last flush left writes for the next
         self._flush_scheduled = False
         self._loop: asyncio.AbstractEventLoop | None = None
         self.commits = 0
@@ -352,9 +353,18 @@ class SQLiteStore(Store):
         self._flush_scheduled = False
         if not self._pending or self._conn is None or self._committing is not None:
             return  # a COMMIT on its thread flushes again as it ends
-        batch, self._pending = self._pending, []
+        cut = group_cut(len(self._pending), self._crowded)
+        batch, self._pending = self._pending[:cut], self._pending[cut:]
+        self._crowded = bool(self._pending)
+        try:
+            self._flush_batch(batch)
+        finally:
+            if self._pending:
+                self._schedule()  # the rest goes in the next commit (a requeue has scheduled its own)
+
+    def _flush_batch(self, batch: list[tuple[Call, asyncio.Future[Any] | None]]) -> None:
         conn, tx = self._conn, self._tx
-        assert tx is not None
+        assert conn is not None and tx is not None
         outcomes: list[tuple[bool, Any]] = []
         single = len(batch) == 1
         tx.ledger_grew = False

@@ -21,7 +21,7 @@ from typing import Any, ParamSpec, TypeVar
 import psycopg
 
 from ...errors import StoreError
-from ..base import Op
+from ..base import Op, group_cut
 from ..coalesce import Call, runs_lone
 from ..direct import DirectStatement
 from .batches import Attempt, Batches
@@ -131,7 +131,8 @@ class Writer(Batches):
             await self._work.wait()
             self._work.clear()
             while self._queue and not self._held:  # a lone write running inline sets the event when it is done
-                batch, self._queue = self._queue, []
+                cut = group_cut(len(self._queue), self._crowded)
+                batch, self._queue = self._queue[:cut], self._queue[cut:]
                 self._held = True
                 self._committing_since = time.monotonic()
                 try:
