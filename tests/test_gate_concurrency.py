@@ -342,7 +342,9 @@ async def test_cancelling_a_running_run_frees_its_slot(env_factory: Any) -> None
         await env.settle()
         await env.engine.cancel(first.run_id or "", reason="not needed")
         await track.leave("k")  # the cancelled body never reaches its leave step
-        assert await slot_rows(env.store_url) == []
+        # Its slot is freed; the drainer, woken by the free, may have handed it to the parked start already.
+        held = [s["run_id"] for s in await slot_rows(env.store_url)]
+        assert first.run_id not in held and len(held) <= 1
         await env.engine.drainer.tick()
         await env.settle()
         assert (await env.engine.trace(waiting.ticket)).state == "running"
