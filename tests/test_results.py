@@ -135,6 +135,24 @@ async def test_a_waiter_hears_another_process_end_its_run_before_its_next_poll(
         assert asyncio.get_running_loop().time() < next_poll  # answered by the end's news, not by a poll
 
 
+async def test_closing_ends_a_look_whose_read_is_in_flight(store_url: str) -> None:
+    """A close while the looks' read is on its way to the store ends those looks too (they are no longer
+    queued: the read holds them)."""
+    if not store_url.startswith("postgresql"):
+        pytest.skip("SQLite answers a read within the loop's turn: no read is in flight at a close")
+    client = lg.Client(build_app(), store_url)
+    await client.open()
+    handle = await client.start("double", {"i": 1})
+    results = client.core.results
+    look = asyncio.ensure_future(results.look(handle.run_id))
+    for _ in range(2):  # the look is asked, then its read begins (and waits for the store's answer)
+        await asyncio.sleep(0)
+    assert results._looking is not None and not results._looking.done() and not results._looks
+    await client.close()
+    with pytest.raises(lg.EngineClosed):
+        await asyncio.wait_for(look, 10)
+
+
 async def test_closing_ends_every_wait_and_the_runs_go_on(make_engine: Any, store_url: str) -> None:
     app = build_app()
     client = lg.Client(app, store_url)

@@ -77,6 +77,12 @@ class ResultWaiters:
             looks, self._looks = self._looks, {}
             try:
                 rows = await self._store.read(runs.get_runs, list(looks))
+            except asyncio.CancelledError:  # closed mid-read: these looks are no longer in self._looks
+                for run_id, futures in looks.items():
+                    for future in futures:
+                        if not future.done():
+                            future.set_exception(_closed(run_id))
+                raise
             except Exception as exc:
                 for futures in looks.values():
                     for future in futures:
