@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 
 from lockgate.store import Store, Tx, gate, journal, messages, open_store, shared
 from lockgate.store import runs as store_runs
+from lockgate.store.base import GROUP_FIRST, GROUP_LIMIT
 
 
 @pytest.fixture
@@ -267,8 +268,6 @@ def test_a_group_commit_leaves_what_its_ops_one_by_one_would(store_url: str, kin
 async def test_a_burst_at_rest_commits_its_head_first(stores: Any) -> None:
     """A burst queued at an idle writer commits its first GROUP_FIRST writes alone, then at most
     GROUP_LIMIT a commit (what a transaction locks, other processes wait for), every write once."""
-    from lockgate.store.base import GROUP_FIRST, GROUP_LIMIT
-
     store = await stores()
     await store.write(store_runs.create_run, run_row("warm"), 1.0)
     seen: list[int] = []  # the commit count each write ran under: one value a transaction

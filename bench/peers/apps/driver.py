@@ -181,7 +181,6 @@ async def case_j3(enqueue: Enqueue, n: int, limit: int) -> dict[str, Any]:
         "ideal_jobs_per_s": limit / probe.SLEEP_S,
         "enqueue_s": enqueued - started,
         "first_start_s": min(start for start, _ in spans) - wall if spans else None,  # the call to the first body
-        "last_end_s": ended - started - (max(stop for _, stop in spans) - wall) if spans else None,  # to seeing it
         "seconds": ended - started,
     }
 

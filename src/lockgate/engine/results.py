@@ -78,16 +78,10 @@ class ResultWaiters:
             try:
                 rows = await self._store.read(runs.get_runs, list(looks))
             except asyncio.CancelledError:  # closed mid-read: these looks are no longer in self._looks
-                for run_id, futures in looks.items():
-                    for future in futures:
-                        if not future.done():
-                            future.set_exception(_closed(run_id))
+                _fail(looks, None)
                 raise
             except Exception as exc:
-                for futures in looks.values():
-                    for future in futures:
-                        if not future.done():
-                            future.set_exception(exc)
+                _fail(looks, exc)
                 continue
             for run_id, futures in looks.items():
                 row = rows.get(run_id)
@@ -194,6 +188,14 @@ class ResultWaiters:
             wait = self._tick_at - loop.time()
             if wait > 0:
                 await wait_event(self._changed, wait)
+
+
+def _fail(looks: dict[str, list[asyncio.Future[Row]]], error: Exception | None) -> None:
+    """Fail every look not answered yet with ``error`` (``None``: ``EngineClosed`` naming its run)."""
+    for run_id, futures in looks.items():
+        for future in futures:
+            if not future.done():
+                future.set_exception(error if error is not None else _closed(run_id))
 
 
 def _closed(run_id: str) -> EngineClosed:

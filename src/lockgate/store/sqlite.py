@@ -460,6 +460,7 @@ class SQLiteStore(Store):
             done, self._committing = self._committing, None
             if done is not None and not done.done():
                 done.set_result(None)
+            self._crowded = bool(self._pending)  # queued while the COMMIT was on its way: no burst at rest
             if self._pending:
                 self._schedule()
 
