@@ -414,8 +414,9 @@ def test_failed_runs_redrive_resume_from_step_discard(lg: Lockgate, tmp_path: Pa
         assert "no step 'nope' in its journal; steps: check, first" in unknown.err
 
         marker.write_text("go")
-        assert lg.json("workflows", "redrive", g1)["run"]["status"] == "running"
-        assert lg.json("workflows", "resume-from-step", g2, "first")["run"]["status"] == "running"
+        # The verb prints the run as it then stands: the worker serving may have run it to its end already.
+        assert lg.json("workflows", "redrive", g1)["run"]["status"] in ("running", "succeeded")
+        assert lg.json("workflows", "resume-from-step", g2, "first")["run"]["status"] in ("running", "succeeded")
         for run_id in (g1, g2):
             assert lg.wait_run(run_id, lambda r: r["status"] != "running")["output"] == "2:ok"
 
