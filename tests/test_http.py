@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import subprocess
 import sys
@@ -399,7 +400,8 @@ async def test_the_cli_and_the_api_show_the_same_run(env_factory: Callable[..., 
         await wait_runs(env.engine, "plain", 1, status="failed")
         argv = [sys.executable, "-m", "lockgate.cli", "workflows", "show", str(failed.run_id)]
         argv += ["--store", env.store_url, "--format", "json"]
-        shown = subprocess.run(argv, capture_output=True, text=True, timeout=60, check=True)
+        # off the loop: the engine goes on (its transactions end) while the command reads
+        shown = await asyncio.to_thread(subprocess.run, argv, capture_output=True, text=True, timeout=60, check=True)
         cli = json.loads(shown.stdout)
         served = (await http.get(f"{API}/runs/{failed.run_id}")).json()
 

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from typing import Any
 
-__all__ = ["CLOCK_TOLERANCE", "Clock", "ClockReading", "SystemClock", "to_datetime", "wait_event"]
+__all__ = ["CLOCK_TOLERANCE", "Clock", "ClockReading", "SystemClock", "stop_tasks", "to_datetime", "wait_event"]
 
 _time = time.time
 
@@ -98,3 +100,22 @@ async def wait_event(event: asyncio.Event, timeout: float) -> bool:
     finally:
         waiter.cancel()
     return bool(done)
+
+
+async def stop_tasks(tasks: Iterable[asyncio.Task[Any]], *, again_after: float = 0.2) -> None:
+    """Cancel ``tasks`` and wait until every one has ended, whatever it raised.
+
+    On Python 3.11 a cancellation can be lost below the task (``asyncio.wait_for``, which
+    psycopg_pool's wait for a connection uses, drops one that races the wait's own end), and a
+    loop that lost it would go on for ever: a task still running after ``again_after`` seconds
+    is cancelled again. A cancellation of the caller itself is not swallowed here.
+    """
+    every = list(tasks)
+    pending = {task for task in every if not task.done()}
+    while pending:
+        for task in pending:
+            task.cancel()
+        _, pending = await asyncio.wait(pending, timeout=again_after)
+    for task in every:
+        if not task.cancelled():
+            task.exception()  # retrieved: what a stopped loop raised is not reported as never retrieved

@@ -20,6 +20,7 @@ import contextlib
 import logging
 from collections.abc import Callable
 
+from ..clock import stop_tasks
 from ..errors import EngineClosed, LockgateError, ResultTimeout, StartNotAdmitted
 from ..gate.ledger import Admission, admissions
 from ..store import Store
@@ -81,9 +82,7 @@ class Admissions:
         """Stop polling; every caller still waiting gets ``EngineClosed`` (the parked starts stay parked)."""
         self._closed = True
         if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(BaseException):
-                await self._task
+            await stop_tasks([self._task])
             self._task = None
         waiting, self._waiters = self._waiters, {}
         for ticket, futures in waiting.items():

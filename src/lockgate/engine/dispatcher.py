@@ -21,7 +21,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from ..clock import to_datetime
+from ..clock import stop_tasks, to_datetime
 from ..definitions import WorkflowDef, retry_hint
 from ..durations import format_seconds
 from ..errors import StoreCorrupt, StoreError, WorkflowCrashLooped
@@ -168,11 +168,7 @@ class Dispatcher(PublishClaims):
         """
         drained = await self._drain(grace) if grace > 0 and self._running else Drained(0, 0)
         self._running = False
-        for task in self._tasks:
-            task.cancel()
-        for task in self._tasks:
-            with contextlib.suppress(BaseException):
-                await task
+        await stop_tasks(self._tasks)
         self._tasks = []
         for handback in list(self._handbacks):  # stop_worker below releases those runs anyway
             handback.cancel()
@@ -194,11 +190,7 @@ class Dispatcher(PublishClaims):
         """Stop claiming; wait for the step attempts running here (``grace``, then see shutdown.py)."""
         self.draining = True  # an execution begins no new step attempt now (engine/executor.py)
         stopping = [t for t in self._tasks if t.get_name() not in ("lockgate-leases", "lockgate-lease-watch")]
-        for task in stopping:
-            task.cancel()
-        for task in stopping:
-            with contextlib.suppress(BaseException):
-                await task
+        await stop_tasks(stopping)
         self._tasks = [t for t in self._tasks if t not in stopping]
         return await drain(lambda: list(self.executions.values()), grace)  # the leases are renewed meanwhile
 

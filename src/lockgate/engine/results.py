@@ -15,7 +15,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from ..clock import wait_event
+from ..clock import stop_tasks, wait_event
 from ..errors import EngineClosed, UnknownRun
 from ..store import Store, runs
 from ..store.base import Row
@@ -145,9 +145,7 @@ class ResultWaiters:
         self._closed = True
         tasks = [t for t in (self._task, self._looking) if t is not None]
         self._task = self._looking = None
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        await stop_tasks(tasks)
         waiting: list[tuple[str, Sequence[asyncio.Future[Any]]]] = [*self._waiters.items(), *self._looks.items()]
         self._waiters, self._looks, self._polls = {}, {}, {}
         for run_id, futures in waiting:

@@ -17,7 +17,7 @@ import json
 from collections.abc import AsyncIterator
 from typing import Any
 
-from ..clock import Clock
+from ..clock import Clock, stop_tasks
 from ..crypto import Keyring, Sealer, is_sealed
 from ..errors import UnknownRun
 from ..store import Store, runs, shared
@@ -83,9 +83,7 @@ class StreamHub:
     async def close(self) -> None:
         task, self._task = self._task, None
         if task is not None:
-            task.cancel()
-            with contextlib.suppress(BaseException):
-                await task
+            await stop_tasks([task])
 
     # -- the shared follower --------------------------------------------------------------
 

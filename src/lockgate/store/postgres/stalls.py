@@ -15,6 +15,7 @@ import asyncio
 import logging
 import time
 
+from ...clock import stop_tasks
 from .connections import Connections
 from .failures import first_line
 
@@ -41,8 +42,7 @@ class Stalls(Connections):
     async def _stop_watching(self) -> None:
         task, self._watcher = self._watcher, None
         if task is not None:
-            task.cancel()
-            await asyncio.gather(task, return_exceptions=True)
+            await stop_tasks([task])
 
     async def _watch(self) -> None:
         while True:

@@ -42,6 +42,7 @@ import psycopg
 from psycopg.rows import DictRow, dict_row
 from psycopg_pool import AsyncConnectionPool
 
+from ...clock import stop_tasks
 from ...errors import StoreError
 from ..base import Op, Tx
 from ..coalesce import Call
@@ -245,11 +246,7 @@ class PostgresStore(Writer, Wakeups, Joining, Stalls):
         self._closing = True
         await self._stop_watching()
         await self._lone_done.wait()  # a lone write its caller started after the last queued one
-        for task in (self._writer, self._listener):
-            if task is not None:
-                task.cancel()
-                with contextlib.suppress(BaseException):
-                    await task
+        await stop_tasks([task for task in (self._writer, self._listener) if task is not None])
         self._writer = self._listener = None
         fail(self._queue, StoreError("the PostgreSQL store was closed before this write was committed"))
         self._queue = []
