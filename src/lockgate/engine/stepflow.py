@@ -47,6 +47,7 @@ from ..store.coalesce import Args, with_locks, with_many
 from ..store.flow_line import join_line
 from ..store.shared import Fence
 from .durable import Running, Wait, call
+from .flow_holds import local_holds
 from .flow_waiters import EVICTED, RECHECK, deliver, undeliver, waiters
 
 __all__ = [
@@ -186,6 +187,8 @@ class StepGate:
         self._reserved_token: contextvars.Token[Reservation | None] | None = None
         self._recheck = 2 * RECHECK  # deep in line on PostgreSQL: how long until it asks again
         self._since: float | None = None  # when it first waited in place
+        self._parallelism: int | None = None  # the key's, as the grant declared it
+        self._local = False  # counted among the key's steps executing in this process (``flow_holds``)
 
     def _declaration(self) -> dict[str, Any] | None:
         limits = self.limits
@@ -237,7 +240,9 @@ class StepGate:
                     self.waited = grant.waited
                     if grant.waited > 0:
                         x.event("flow-waited", {"step": self._step_key, "key": key, "waited": grant.waited})
-                self._token = _CURRENT.set(FlowLimits.from_row(grant.limits).as_control(self.units))
+                granted = FlowLimits.from_row(grant.limits)
+                self._parallelism = granted.parallelism
+                self._token = _CURRENT.set(granted.as_control(self.units))
                 if self.units is not None:
                     self._reserved = Reservation(self.units)
                     self._reserved.start = grant.start
@@ -323,6 +328,17 @@ class StepGate:
         finally:
             here.done(x.run_id, self._step_key)
 
+    async def hold_here(self) -> None:
+        """Count the attempt among the key's steps executing in this process, once fewer than its
+        parallelism do (``flow_holds``: only a store that forgot slots it granted makes this wait)."""
+        if self._parallelism is None:
+            return
+        holds = local_holds(self._x.store)
+        key = self.limits.key
+        if not holds.try_take(key, self._parallelism):
+            await holds.take(key, self._parallelism, f"step {self._step_key} of {self._x.run_id}")
+        self._local = True
+
     def back_pressure(self, error: BaseException) -> None:
         """An error that asks to retry later (``RetryAfter``, any ``retry_after``) pauses the key for every run.
 
@@ -357,6 +373,9 @@ class StepGate:
     def leave(self) -> None:
         """The attempt ended, however: free its slot (queued at once, before anything the body writes next),
         with the units a weighted call settled at, if it did."""
+        if self._local:
+            self._local = False
+            local_holds(self._x.store).give(self.limits.key)
         if self._token is not None:
             _CURRENT.reset(self._token)
             self._token = None
@@ -471,6 +490,9 @@ class Exempt:
     def __init__(self) -> None:
         self._token: contextvars.Token[Any] | None = None
 
+    async def hold_here(self) -> None:
+        pass
+
     async def enter(self, block: Any, attempt: int, first: float) -> tuple[int, float]:
         self._token = _CURRENT.set(None)
         return attempt, first
@@ -495,6 +517,7 @@ async def attempt(
     if step is None:
         return await call(fn, args, kwargs, pool)
     try:
+        await step.hold_here()
         result = await call(fn, args, kwargs, pool)
         step.settle_result(result)
         return result
