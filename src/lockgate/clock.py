@@ -105,10 +105,11 @@ async def wait_event(event: asyncio.Event, timeout: float) -> bool:
 async def stop_tasks(tasks: Iterable[asyncio.Task[Any]], *, again_after: float = 0.2) -> None:
     """Cancel ``tasks`` and wait until every one has ended, whatever it raised.
 
-    On Python 3.11 a cancellation can be lost below the task (``asyncio.wait_for``, which
-    psycopg_pool's wait for a connection uses, drops one that races the wait's own end), and a
-    loop that lost it would go on for ever: a task still running after ``again_after`` seconds
-    is cancelled again. A cancellation of the caller itself is not swallowed here.
+    A cancellation can be lost below the task: on Python 3.11 ``asyncio.wait_for`` drops one that
+    races the wait's own end, and psycopg_pool's wait for a connection uses it (psycopg issue
+    1345: ``cancelling()`` stays at 1, the task goes on). A loop that lost it would go on for
+    ever: a task still running after ``again_after`` seconds is cancelled again. A cancellation
+    of the caller itself is not swallowed here.
     """
     every = list(tasks)
     pending = {task for task in every if not task.done()}
