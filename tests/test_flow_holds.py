@@ -84,15 +84,37 @@ async def test_local_holds_wait_in_order_and_pass_on_a_cancelled_turn() -> None:
     a = asyncio.create_task(take("a"))
     b = asyncio.create_task(take("b"))
     c = asyncio.create_task(take("c"))
-    await asyncio.sleep(0.01)
+    await eventually(lambda: holds.waiting("k") == 3, timeout=5, what="three waiting")
     assert not holds.try_take("k", 1)  # others wait for the key: no one passes them
     holds.give("k")  # a's turn
     a.cancel()  # ... cancelled before it took it: b's
-    await asyncio.sleep(0.01)
+    await eventually(lambda: order == ["b"], timeout=5, what="b's turn")
     assert order == ["b"] and holds.executing("k") == 1
     holds.give("k")
-    await asyncio.sleep(0.01)
+    await eventually(lambda: order == ["b", "c"], timeout=5, what="c's turn")
     assert order == ["b", "c"]
     holds.give("k")
     assert holds.executing("k") == 0 and holds.try_take("k", 1)
     await asyncio.gather(a, b, c, return_exceptions=True)
+
+
+async def test_a_woken_step_passed_by_a_newcomer_waits_again_and_is_woken() -> None:
+    holds = LocalHolds()
+    assert holds.try_take("k", 1)
+    order: list[str] = []
+
+    async def take(name: str) -> None:
+        await holds.take("k", 1, name)
+        order.append(name)
+
+    a = asyncio.create_task(take("a"))
+    x = asyncio.create_task(take("x"))
+    await eventually(lambda: holds.waiting("k") == 2, timeout=5, what="two waiting")
+    x.cancel()  # x leaves the line first, emptying it ...
+    y = asyncio.create_task(take("y"))  # ... y finds no one waiting and takes the room a was given ...
+    holds.give("k")
+    await eventually(lambda: order == ["y"] and holds.waiting("k") == 1, timeout=5, what="y in, a waiting again")
+    holds.give("k")  # ... and a, waiting again, is woken by the next end
+    await eventually(lambda: order == ["y", "a"], timeout=5, what="a's turn")
+    assert holds.executing("k") == 1 and holds.waiting("k") == 0
+    await asyncio.gather(a, x, y, return_exceptions=True)

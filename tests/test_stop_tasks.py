@@ -13,6 +13,8 @@ import lockgate as lg
 from lockgate.clock import stop_tasks
 from lockgate.testing import TestEnv
 
+from .apps.waits import eventually
+
 
 class Deaf:
     """A loop that loses its first ``swallow`` cancellations, as a library converting one would."""
@@ -20,8 +22,10 @@ class Deaf:
     def __init__(self, swallow: int = 1) -> None:
         self.swallow = swallow
         self.lost = 0
+        self.started = False
 
     async def loop(self) -> None:
+        self.started = True
         while True:
             try:
                 await asyncio.sleep(0.01)
@@ -43,7 +47,7 @@ async def test_a_loop_that_lost_its_cancellation_is_cancelled_again() -> None:
     deaf = Deaf(swallow=3)
     looping = asyncio.create_task(deaf.loop())
     failed = asyncio.create_task(_failed_loop())
-    await asyncio.sleep(0.02)
+    await eventually(lambda: deaf.started and failed.done(), timeout=5, what="both loops begun")
     async with asyncio.timeout(5):
         await stop_tasks([looping, failed], again_after=0.02)
     assert looping.cancelled() and deaf.lost == 3
@@ -54,7 +58,7 @@ async def test_the_callers_own_cancellation_is_not_swallowed() -> None:
     deaf = Deaf(swallow=10**9)
     looping = asyncio.create_task(deaf.loop())
     stopper = asyncio.create_task(stop_tasks([looping], again_after=0.01))
-    await asyncio.sleep(0.05)
+    await eventually(lambda: deaf.lost >= 2, timeout=5, what="two cancellations lost")
     stopper.cancel()
     with pytest.raises(asyncio.CancelledError):
         await stopper

@@ -1,4 +1,5 @@
-"""Clocks: the real one, and the seam a test clock plugs into."""
+"""Clocks: the real one, and the seam a test clock plugs into; and the waits on the event loop that the
+engine's loops share (``wait_event``, ``stop_tasks``)."""
 
 from __future__ import annotations
 

@@ -31,10 +31,14 @@ class LocalHolds:
     def executing(self, key: str) -> int:
         return self._held.get(key, 0)
 
+    def waiting(self, key: str) -> int:
+        return len(self._waiting.get(key, ()))
+
     def try_take(self, key: str, parallelism: int) -> bool:
-        """Count one more step executing under ``key`` if fewer than ``parallelism`` do; whether it was."""
+        """Count one more step executing under ``key`` if fewer than ``parallelism`` do and none waits; whether
+        it was."""
         held = self._held.get(key, 0)
-        if held >= parallelism or self._waiting.get(key):
+        if held >= parallelism or key in self._waiting:
             return False
         self._held[key] = held + 1
         return True
@@ -51,23 +55,18 @@ class LocalHolds:
             self._held.get(key, 0),
             parallelism,
         )
-        line = self._waiting.setdefault(key, deque())
         loop = asyncio.get_running_loop()
         try:
-            while self._held.get(key, 0) >= parallelism:
+            while self._held.get(key, 0) >= parallelism:  # woken, but another took the room meanwhile: again
                 turn: asyncio.Future[None] = loop.create_future()
-                line.append(turn)
+                self._waiting.setdefault(key, deque()).append(turn)
                 try:
                     await turn
                 finally:
-                    if turn in line:
-                        line.remove(turn)
+                    self._leave_line(key, turn)
         except BaseException:
             self._wake_one(key)  # a turn given to this step and not taken goes to the next
             raise
-        finally:
-            if not line:
-                self._waiting.pop(key, None)
         self._held[key] = self._held.get(key, 0) + 1
 
     def give(self, key: str) -> None:
@@ -85,7 +84,18 @@ class LocalHolds:
             turn = line.popleft()
             if not turn.done():
                 turn.set_result(None)
-                return
+                break
+        if line is not None and not line:
+            del self._waiting[key]  # a key is in ``_waiting`` only while someone waits
+
+    def _leave_line(self, key: str, turn: asyncio.Future[None]) -> None:
+        line = self._waiting.get(key)
+        if line is None:
+            return
+        if turn in line:
+            line.remove(turn)
+        if not line:
+            del self._waiting[key]
 
 
 _HOLDS: weakref.WeakKeyDictionary[object, LocalHolds] = weakref.WeakKeyDictionary()

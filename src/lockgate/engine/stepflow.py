@@ -47,7 +47,7 @@ from ..store.coalesce import Args, with_locks, with_many
 from ..store.flow_line import join_line
 from ..store.shared import Fence
 from .durable import Running, Wait, call
-from .flow_holds import local_holds
+from .flow_holds import LocalHolds, local_holds
 from .flow_waiters import EVICTED, RECHECK, deliver, undeliver, waiters
 
 __all__ = [
@@ -188,7 +188,7 @@ class StepGate:
         self._recheck = 2 * RECHECK  # deep in line on PostgreSQL: how long until it asks again
         self._since: float | None = None  # when it first waited in place
         self._parallelism: int | None = None  # the key's, as the grant declared it
-        self._local = False  # counted among the key's steps executing in this process (``flow_holds``)
+        self._local: LocalHolds | None = None  # where the attempt is counted among the key's steps executing here
 
     def _declaration(self) -> dict[str, Any] | None:
         limits = self.limits
@@ -337,7 +337,7 @@ class StepGate:
         key = self.limits.key
         if not holds.try_take(key, self._parallelism):
             await holds.take(key, self._parallelism, f"step {self._step_key} of {self._x.run_id}")
-        self._local = True
+        self._local = holds
 
     def back_pressure(self, error: BaseException) -> None:
         """An error that asks to retry later (``RetryAfter``, any ``retry_after``) pauses the key for every run.
@@ -373,9 +373,9 @@ class StepGate:
     def leave(self) -> None:
         """The attempt ended, however: free its slot (queued at once, before anything the body writes next),
         with the units a weighted call settled at, if it did."""
-        if self._local:
-            self._local = False
-            local_holds(self._x.store).give(self.limits.key)
+        if self._local is not None:
+            self._local.give(self.limits.key)
+            self._local = None
         if self._token is not None:
             _CURRENT.reset(self._token)
             self._token = None
