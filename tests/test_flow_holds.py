@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import sqlite3
+from collections.abc import Callable, Coroutine
 from typing import Any
 
 import psycopg
@@ -72,15 +73,20 @@ async def test_a_grant_past_the_parallelism_waits_for_a_step_here_to_end(
     assert most == 2
 
 
-async def test_local_holds_wait_in_order_and_pass_on_a_cancelled_turn() -> None:
-    holds = LocalHolds()
-    assert holds.try_take("k", 1)
-    order: list[str] = []
+def _taker(holds: LocalHolds, order: list[str]) -> Callable[[str], Coroutine[Any, Any, None]]:
+    """A step of key ``k`` (parallelism 1) that, once counted, notes its name in ``order``."""
 
     async def take(name: str) -> None:
         await holds.take("k", 1, name)
         order.append(name)
 
+    return take
+
+
+async def test_local_holds_wait_in_order_and_pass_on_a_cancelled_turn() -> None:
+    holds, order = LocalHolds(), []
+    assert holds.try_take("k", 1)
+    take = _taker(holds, order)
     a = asyncio.create_task(take("a"))
     b = asyncio.create_task(take("b"))
     c = asyncio.create_task(take("c"))
@@ -99,14 +105,9 @@ async def test_local_holds_wait_in_order_and_pass_on_a_cancelled_turn() -> None:
 
 
 async def test_a_woken_step_passed_by_a_newcomer_waits_again_and_is_woken() -> None:
-    holds = LocalHolds()
+    holds, order = LocalHolds(), []
     assert holds.try_take("k", 1)
-    order: list[str] = []
-
-    async def take(name: str) -> None:
-        await holds.take("k", 1, name)
-        order.append(name)
-
+    take = _taker(holds, order)
     a = asyncio.create_task(take("a"))
     x = asyncio.create_task(take("x"))
     await eventually(lambda: holds.waiting("k") == 2, timeout=5, what="two waiting")
