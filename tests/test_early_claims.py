@@ -144,6 +144,10 @@ async def _parked(url: str, n: int) -> bool:
     return len(await pending_rows(url)) == n
 
 
+async def _all_claimed(e: lg.Engine, run_ids: list[str]) -> bool:
+    return all([(await e.get_run(run_id)).owner is not None for run_id in run_ids])
+
+
 async def _run_of(e: lg.Engine, handle: Any) -> str:
     """The run a parked start was admitted as (once it is)."""
     if handle.run_id:
@@ -191,6 +195,8 @@ async def test_a_step_handed_a_slot_by_a_release_that_fails_is_stopped(pg_url: s
     async with lg.Engine(flow_app(bodies, "early-flow"), pg_url, poll_interval="50ms", lease="2s") as e:
         handles = [await e.start("flow", Job(n=i)) for i in range(4)]
         await eventually(lambda: bool(bodies.entered), what="a first step")
+        # Every run's claim committed first: the COMMIT armed for is a release's, not a claim's.
+        await eventually(lambda: _all_claimed(e, [h.run_id or "" for h in handles]), what="every run claimed")
         kill_at_commit.append(True)
         outs = [await e.result(h.run_id or "", timeout=60) for h in handles]
     assert outs == [0, 1, 2, 3]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import re
 from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any
 
@@ -667,10 +668,11 @@ def _plan_nodes(node: dict[str, Any]) -> Iterator[dict[str, Any]]:
 
 
 def test_repeatable_queries_are_marked_writes_without_rows_to_read() -> None:
+    """Rows a CTE's write returns feed the statement's own next write; the statement itself returns none."""
     queries, marked = load_queries("postgres"), repeatable_queries("postgres")
-    assert "upsert_journal" in marked
+    assert {"upsert_journal", "start_bare_run"} <= marked
     for name in marked:
-        assert "RETURNING" not in queries[name].upper(), name
+        assert not re.search(r"RETURNING[^()]*$", queries[name].strip().rstrip(";"), re.IGNORECASE), name
 
 
 def test_a_keys_lock_and_a_bursts_parked_rows_are_sent_without_waiting() -> None:

@@ -26,7 +26,8 @@ from ..serde import validate_payload
 from ..store import gate
 from ..store import runs as store_runs
 from ..store.base import Row, Tx
-from ..store.coalesce import Args, with_many
+from ..store.coalesce import Args, lone, with_many
+from ..store.whole_starts import start_run_whole
 from .pipeline import Decision, Offer, offer
 from .runtime import Runtime
 
@@ -184,7 +185,13 @@ async def admit_bare(tx: Tx, run: dict[str, Any], now: float) -> tuple[dict[str,
     return await _admit_bare(tx, run, now)
 
 
+@lone
 async def _admit_bare(tx: Tx, run: dict[str, Any], now: float) -> tuple[dict[str, Any], bool]:
+    if tx.dialect == "postgres":  # one statement: alone in the writer's queue, one round trip in autocommit
+        created, fresh = await start_run_whole(tx, run, now)
+        if created["id"] != run["id"]:  # the identity was spent by another start: recorded below
+            await gate.ledgers(tx, [_bare_decision(run, created, False, now)])
+        return created, fresh
     created, fresh = await store_runs.create_run(tx, run, now)
     # its ledger row's id is not read: sent without waiting, it goes with the COMMIT
     await gate.ledgers(tx, [_bare_decision(run, created, fresh, now)])

@@ -31,6 +31,7 @@ __all__ = [
     "count_runs",
     "create_run",
     "create_runs",
+    "created_row",
     "discard_run",
     "end_run",
     "ended_rows",
@@ -63,14 +64,15 @@ def _started_event(params: dict[str, Any]) -> dict[str, Any]:
     return {"run_id": params["id"], "type": "run-started", "at": params["now"], "data": data}
 
 
-def _created(params: dict[str, Any]) -> Row:
+def created_row(params: dict[str, Any]) -> Row:
+    """The row of a run just inserted with ``params``, as the insert wrote it (nothing read back)."""
     return {**params, "status": "running", "created_at": params["now"]}
 
 
 def claimed_row(run: dict[str, Any], owner: str, lease_until: float, now: float) -> Row:
     """The row of ``run`` as created claimed by ``owner`` at ``now`` (what executing it reads), unread."""
     claim = {"owner": owner, "lease_until": lease_until, "epoch": 1, "entered_at": now, "entries": 1}
-    return {**_created(run_params({**run, **claim}, now)), "reclaim_count": 0, "updated_at": now, "progress_at": now}
+    return {**created_row(run_params({**run, **claim}, now)), "reclaim_count": 0, "updated_at": now, "progress_at": now}
 
 
 async def create_run(tx: Tx, run: dict[str, Any], now: float) -> tuple[Row, bool]:
@@ -82,7 +84,7 @@ async def create_run(tx: Tx, run: dict[str, Any], now: float) -> tuple[Row, bool
     params = run_params(run, now)
     if await tx.execute("insert_run", params):
         await tx.execute("insert_event", _started_event(params))
-        return _created(params), True
+        return created_row(params), True
     existing = await tx.one("get_run_by_identity", {"identity": params["identity"]})
     assert existing is not None
     return existing, False
@@ -96,7 +98,7 @@ async def create_runs(tx: Tx, runs: list[tuple[dict[str, Any], float]]) -> list[
     out: list[tuple[Row, bool]] = []
     for p in params:
         if p["id"] in inserted:
-            out.append((_created(p), True))
+            out.append((created_row(p), True))
             continue
         existing = await tx.one("get_run_by_identity", {"identity": p["identity"]})
         assert existing is not None

@@ -60,6 +60,7 @@ __all__ = ["PostgresStore"]
 
 T = TypeVar("T")
 P = ParamSpec("P")
+_RETURNS_ROWS = re.compile(r"\bRETURNING\b[^()]*;?\s*$", re.IGNORECASE)  # outside any WITH's parentheses
 _CONNECT_TIMEOUT = "5"  # libpq connect_timeout unless the URL sets one
 _OPTIONS = frozenset({"pool_size", "pool_timeout", "schema", "statement_timeout"})  # lockgate's; the rest: libpq
 # A dead peer is found by the kernel, whatever the connection is doing: idle (keepalives: 5 s, then
@@ -156,7 +157,7 @@ class PostgresStore(Writer, Wakeups, Joining, Stalls):
         self._lone_writes = {
             name: DirectStatement(name, self._queries[name])
             for name in repeatable_queries("postgres")
-            if "RETURNING" not in self._queries[name].upper()
+            if not _RETURNS_ROWS.search(self._queries[name])  # a statement whose own rows come back
         }
         self._conn: WriterConn | None = None  # the writer's own
         self._timeline: str | None = None  # the WAL timeline its server was on when it connected
