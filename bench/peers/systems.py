@@ -161,7 +161,8 @@ def lockgate(bin_: Path, url: str, case: Case) -> Workers | str:
     """``lockgate serve`` as deployed: its default slots (runs are coroutines, not threads)."""
     env: dict[str, str] = {"PEERS_LOCKGATE_STORE": url}
     slots = [] if case.concurrency <= DEFAULT_SLOTS else ["--max-concurrent-runs", str(case.concurrency)]
-    settings = [f"lockgate serve {' '.join(slots) or f'(default slots: {DEFAULT_SLOTS})'}"]
+    # -q: no log line per run start and end, as every peer here runs with its logging at WARNING
+    settings = [f"lockgate serve -q {' '.join(slots) or f'(default slots: {DEFAULT_SLOTS})'}"]
     if case.limit is not None:
         env["PEERS_GLOBAL"] = str(case.limit)
         settings.append(f"concurrency=lg.Concurrency(limit={case.limit})")
@@ -172,7 +173,8 @@ def lockgate(bin_: Path, url: str, case: Case) -> Workers | str:
         else:
             settings.append(f"flow_control=lg.FlowControl('provider', rate={case.rate}, period='1s') (step starts)")
     commands = [
-        [str(bin_ / "lockgate"), "serve", "bench.peers.apps.lockgate_app:app", "--store", url, *slots, "--no-http"]
+        [str(bin_ / "lockgate"), "serve", "bench.peers.apps.lockgate_app:app", "--store", url, *slots, "--no-http",
+         "-q"]
         for _ in range(case.processes)
     ]
     return Workers(commands, env, settings)
