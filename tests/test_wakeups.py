@@ -24,11 +24,12 @@ from pathlib import Path
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from pydantic import BaseModel
 
 import lockgate as lg
 from lockgate.store.base import CHANGED
 from lockgate.store.sqlite import SQLiteStore
-from lockgate.store.sqlite_wakeups import ChangeWatch
+from lockgate.store.sqlite_wakeups import CHECK_EVERY, EAGER_EVERY, LONGEST_WAIT, ChangeWatch
 
 from .apps.waits import eventually
 from .apps.wakeups import app, ping
@@ -256,3 +257,59 @@ def test_a_check_tells_every_channel_another_connection_moved(steps: list[tuple[
             other.close()
 
     asyncio.run(scenario())
+
+
+def test_a_watch_of_a_process_executing_nothing_checks_sooner_after_a_write() -> None:
+    """``eager``: the series a write starts checks ``EAGER_EVERY`` apart (jittered), else ``CHECK_EVERY``;
+    turned on during a long wait of a series, the next check is brought forward."""
+    path = _migrated_file()
+
+    async def scenario() -> None:
+        conn = sqlite3.connect(path, isolation_level=None)
+        watch = ChangeWatch(conn, f"{path}-wal", "SELECT channel, seq FROM lockgate_wakeups", [])
+        loop = asyncio.get_running_loop()
+        watch.start()
+        try:
+            for on, every in [(False, CHECK_EVERY), (True, EAGER_EVERY), (False, CHECK_EVERY)]:
+                if watch._timer is not None:  # a new series each time (one already due sooner is kept)
+                    watch._timer.cancel()
+                    watch._timer = None
+                watch.eager(on)
+                before = loop.time()  # the timer is set between these two readings, however slow the machine
+                watch._heat()
+                after = loop.time()
+                assert watch._timer is not None
+                assert before + 0.5 * every <= watch._timer.when() <= after + 1.5 * every
+            watch._wait = LONGEST_WAIT  # far into a quiet series
+            watch._timer.cancel()
+            watch._arm()
+            watch.eager(True)
+            after = loop.time()
+            assert watch._timer is not None and watch._timer.when() <= after + 1.5 * EAGER_EVERY
+        finally:
+            watch.stop()
+            conn.close()
+
+    asyncio.run(scenario())
+
+
+class Nothing(BaseModel):
+    pass
+
+
+async def test_an_engine_looks_eagerly_for_starts_only_while_it_executes_nothing(tmp_path: Path) -> None:
+    release = asyncio.Event()
+    held = lg.App()
+
+    @held.workflow(name="held")
+    async def holding(ctx: lg.Context, p: Nothing) -> None:
+        await release.wait()
+
+    async with lg.Engine(held, f"sqlite:///{tmp_path / 'eager.db'}") as engine:
+        watch = engine.store._watch  # type: ignore[attr-defined]
+        assert watch is not None and watch._first == EAGER_EVERY
+        handle = await engine.start(holding, Nothing())
+        await eventually(lambda: watch._first == CHECK_EVERY, what="the run executing")
+        release.set()
+        await engine.result(handle.run_id or "", timeout=10)
+        await eventually(lambda: watch._first == EAGER_EVERY, what="nothing executing again")

@@ -146,6 +146,7 @@ class Dispatcher(PublishClaims):
         await self.store.write(register, me, self.host, pid, now, self.lease, offset, labels, offered)
         if self.store.cross_process_wakeups:
             self.store.add_listener(self._on_wakeup)
+            self.store.executing_nothing(not self.inflight)  # the store may look for others' starts more often
         await release_dead_local_workers(self.store, self.clock, self.host, self.worker_id)
         self._running = True
         self._workflows = frozenset(names)
@@ -447,6 +448,8 @@ class Dispatcher(PublishClaims):
         if self.epochs.get(row["id"]) == int(row["epoch"]):  # a claim a failover lost, made again: it goes on
             self.watch.held(row["id"], row["lease_until"])
             return None
+        if not self.inflight:
+            self.store.executing_nothing(False)
         self.inflight.add(row["id"])
         self.epochs[row["id"]] = int(row["epoch"])
         self.watch.held(row["id"], row["lease_until"])
@@ -519,6 +522,8 @@ class Dispatcher(PublishClaims):
         finally:
             self.executions.pop(run_id, None)
             self.inflight.discard(run_id)
+            if not self.inflight:
+                self.store.executing_nothing(True)
             if self.epochs.get(run_id) == int(row["epoch"]):
                 del self.epochs[run_id]
                 self.watch.forget(run_id)

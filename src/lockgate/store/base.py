@@ -230,6 +230,10 @@ class Store(abc.ABC):
         """Have the listeners told ``ended`` when another process ends runs (where the store can tell; a
         process awaiting no other process's run is spared the news of every end)."""
 
+    def executing_nothing(self, idle: bool) -> None:  # noqa: B027
+        """Whether this process executes no run now: a store that looks for other processes' commits
+        may look more often while it does (``sqlite_wakeups.ChangeWatch.eager``)."""
+
     async def notify(self, tx: Tx, channel: str, payload: str) -> None:  # noqa: B027
         """Publish a wake-up to other processes when ``tx`` commits (no-op where unsupported)."""
 

@@ -186,6 +186,7 @@ class SQLiteStore(Store):
         self._guarded = False  # the next batch runs op by op (its optimistic try refused, then the lock was lost)
         self._listeners: list[Callable[[str, str], None]] = []
         self._watch: ChangeWatch | None = None
+        self._idle = False  # whether this process executes no run (``executing_nothing``)
         self._committing: asyncio.Future[None] | None = None  # a COMMIT on its thread (``_commit_aside``)
 
     # -- lifecycle ----------------------------------------------------------------------
@@ -262,7 +263,13 @@ class SQLiteStore(Store):
         if self._watch is None:
             wal = f"{self.path}-wal"
             self._watch = ChangeWatch(self._require(), wal, self._queries["wakeup_counts"], self._listeners)
+            self._watch.eager(self._idle)
             self._watch.start()
+
+    def executing_nothing(self, idle: bool) -> None:
+        self._idle = idle
+        if self._watch is not None:
+            self._watch.eager(idle)
 
     @staticmethod
     def _applied(conn: sqlite3.Connection) -> set[int] | None:
