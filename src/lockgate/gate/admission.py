@@ -189,7 +189,7 @@ async def admit_bare(tx: Tx, run: dict[str, Any], now: float) -> tuple[dict[str,
 async def _admit_bare(tx: Tx, run: dict[str, Any], now: float) -> tuple[dict[str, Any], bool]:
     if tx.dialect == "postgres":  # one statement: alone in the writer's queue, one round trip in autocommit
         created, fresh = await start_run_whole(tx, run, now)
-        if created["id"] != run["id"]:  # the identity was spent by another start: recorded below
+        if not fresh:  # the identity was spent by another start (a fresh one's ledger row is written with it)
             await gate.ledgers(tx, [_bare_decision(run, created, False, now)])
         return created, fresh
     created, fresh = await store_runs.create_run(tx, run, now)

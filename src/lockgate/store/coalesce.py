@@ -56,7 +56,7 @@ def with_many(op: Callable[..., Any], many: Many, *, gather: bool = False) -> No
 
 
 def lone(op: F) -> F:
-    """Mark ``op`` as mostly writing one repeatable statement (a step's journal entry).
+    """Mark ``op`` as mostly writing one repeatable statement (a step's journal entry, a bare start on PostgreSQL).
 
     Committed on its own, such a write needs no transaction around it: a store may run it
     in autocommit, its single round trip, and fall back to a transaction when the op asks

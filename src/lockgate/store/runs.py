@@ -16,7 +16,7 @@ from typing import Any
 
 from ..errors import RunNotEligible, UnknownRun
 from ..serde import dump_json
-from . import gate, journal
+from . import gate, journal, shared
 from .base import Row, Tx
 from .coalesce import with_many
 from .journal import Entry
@@ -85,9 +85,7 @@ async def create_run(tx: Tx, run: dict[str, Any], now: float) -> tuple[Row, bool
     if await tx.execute("insert_run", params):
         await tx.execute("insert_event", _started_event(params))
         return created_row(params), True
-    existing = await tx.one("get_run_by_identity", {"identity": params["identity"]})
-    assert existing is not None
-    return existing, False
+    return await shared.run_by_identity(tx, params["identity"]), False
 
 
 async def create_runs(tx: Tx, runs: list[tuple[dict[str, Any], float]]) -> list[tuple[Row, bool]]:
@@ -100,9 +98,7 @@ async def create_runs(tx: Tx, runs: list[tuple[dict[str, Any], float]]) -> list[
         if p["id"] in inserted:
             out.append((created_row(p), True))
             continue
-        existing = await tx.one("get_run_by_identity", {"identity": p["identity"]})
-        assert existing is not None
-        out.append((existing, False))
+        out.append((await shared.run_by_identity(tx, p["identity"]), False))
     return out
 
 

@@ -22,6 +22,7 @@ __all__ = [
     "add_event",
     "event_row",
     "get_run",
+    "run_by_identity",
     "run_params",
     "started_data",
 ]
@@ -100,4 +101,11 @@ async def get_run(tx: Tx, run_id: str) -> Row:
     row = await tx.one("get_run", {"id": run_id})
     if row is None:
         raise UnknownRun(run_id)
+    return row
+
+
+async def run_by_identity(tx: Tx, identity: str) -> Row:
+    """The run that spent ``identity`` (a start's insert found it taken: it exists)."""
+    row = await tx.one("get_run_by_identity", {"identity": identity})
+    assert row is not None
     return row

@@ -12,7 +12,7 @@ from typing import Any
 
 from .base import Row, Tx
 from .runs import created_row
-from .shared import run_params, started_data
+from .shared import run_by_identity, run_params, started_data
 
 __all__ = ["start_run_whole"]
 
@@ -28,6 +28,5 @@ async def start_run_whole(tx: Tx, run: dict[str, Any], now: float) -> tuple[Row,
     started = started_data(params["workflow"], params["ticket"], params["parent_id"])
     if await tx.expect("start_bare_run", {**params, "started_data": started}):
         return created_row(params), True
-    existing = await tx.one("get_run_by_identity", {"identity": params["identity"]})
-    assert existing is not None
+    existing = await run_by_identity(tx, params["identity"])
     return existing, existing["id"] == params["id"]
