@@ -4,16 +4,21 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..errors import RunNotEligible
+from ..errors import RunNotEligible, UnknownRun
 from .base import Row, Tx
-from .shared import LIVE, add_event, get_run
+from .shared import LIVE, add_event
 
 __all__ = ["get_message", "list_messages", "next_message", "send_message", "settle_message"]
 
 
 async def send_message(tx: Tx, message: dict[str, Any], now: float) -> Row:
-    """Store a signal or update for a live run and wake it if it waits for one."""
-    row = await get_run(tx, message["run_id"])
+    """Store a signal or update for a live run and wake it if it waits for one.
+
+    The run's row is locked first, so that the send and a park of the run meanwhile never miss each other.
+    """
+    row = await tx.one("lock_message_target", {"id": message["run_id"]})
+    if row is None:
+        raise UnknownRun(message["run_id"])
     verb = message["kind"]
     if row["status"] not in LIVE:
         raise RunNotEligible(verb, row["id"], row["status"], f"a finished run takes no {verb}s")

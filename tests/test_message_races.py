@@ -1,0 +1,87 @@
+"""A signal or update sent while its run is about to park reaches it (PostgreSQL: a second session).
+
+The send and the park meet on the run's row: the park's update waits for a send that holds it
+and then finds the message, or the send waits for the park and then wakes the parked run. A
+send whose wake-up came before the park and whose commit came after the park looked for
+messages used to wake nothing: the run slept until its wait's timeout.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+
+import psycopg
+import pytest
+from pydantic import BaseModel
+
+import lockgate as lg
+from lockgate.ids import new_id
+from lockgate.store import messages
+from lockgate.testing import TestEnv
+
+from .apps.waits import eventually
+
+
+class Empty(BaseModel):
+    pass
+
+
+class Word(BaseModel):
+    word: str
+
+
+def make_app(entered: asyncio.Event, release: asyncio.Event) -> lg.App:
+    app = lg.App()
+
+    async def hold() -> int:
+        entered.set()
+        await release.wait()
+        return 1
+
+    @app.workflow(name="waits")
+    async def waits(ctx: lg.Context, p: Empty) -> str | None:
+        await ctx.step("ready", hold)
+        got = await ctx.wait_for_signal("go", Word, timeout="1h")  # the test clock never reaches it
+        return None if got is None else got.word
+
+    return app
+
+
+@pytest.mark.parametrize("order", ["send-first", "park-first"])
+async def test_a_signal_sent_as_its_run_parks_wakes_it(
+    env_factory: Callable[..., TestEnv], store_kind: str, store_url: str, order: str
+) -> None:
+    if store_kind != "postgres":
+        pytest.skip("one writer on SQLite: a send and a park never overlap")
+    entered, release = asyncio.Event(), asyncio.Event()
+    async with env_factory(make_app(entered, release)) as env:
+        engine = env.engine
+        h = await engine.start("waits", {})
+        assert h.run_id is not None
+        await asyncio.wait_for(entered.wait(), 15)
+        async with await psycopg.AsyncConnection.connect(store_url, autocommit=True) as watch:
+
+            async def parked_or_waiting() -> bool:
+                row = await (
+                    await watch.execute(
+                        "SELECT (SELECT owner IS NULL AND waiting_on = 'signal' FROM lockgate_runs WHERE id = %s)"
+                        " OR EXISTS (SELECT 1 FROM pg_stat_activity WHERE datname = current_database()"
+                        "   AND wait_event_type = 'Lock')",
+                        [h.run_id],
+                    )
+                ).fetchone()
+                return bool(row and row[0])
+
+            async with await psycopg.AsyncConnection.connect(store_url) as conn, conn.transaction():
+                if order == "park-first":  # the run parks (committed) before the send begins
+                    release.set()
+                    await eventually(parked_or_waiting, timeout=15, what="the run parked")
+                message = {"id": new_id("msg"), "run_id": h.run_id, "kind": "signal", "name": "go"}
+                async with engine.store.join(conn) as joined:  # another process's send, not committed yet
+                    await messages.send_message(joined.tx, {**message, "payload": '{"word": "yes"}'}, env.clock.now())
+                if order == "send-first":  # the run looks for the message now, and parks (or waits to)
+                    release.set()
+                    await eventually(parked_or_waiting, timeout=15, what="the run parked or waited for the send")
+            # committed: the run goes on without its wait's timeout
+            assert await engine.result(h.run_id, timeout=15) == "yes"
