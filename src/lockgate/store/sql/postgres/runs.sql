@@ -92,8 +92,10 @@ WHERE id = %(run_id)s AND owner = %(owner)s AND epoch = %(epoch)s AND status = '
 UPDATE lockgate_runs
 SET owner = NULL, lease_until = NULL, entered_at = NULL, waiting_on = %(waiting_on)s,
     waiting_for = %(waiting_for)s, updated_at = %(now)s,
-    -- a compensating cancel that came while the run was held: due at once, to be entered and cancelled
-    wake_at = CASE WHEN EXISTS (SELECT 1 FROM lockgate_journal j WHERE j.run_id = %(run_id)s AND j.step_key = '$cancel')
+    -- a compensating cancel that came while the run was held: due at once, to be entered and cancelled (the
+    -- row's mark: the cancel may have held the row while this statement waited, its journal entry unseen)
+    wake_at = CASE WHEN cancel_requested = 1
+        OR EXISTS (SELECT 1 FROM lockgate_journal j WHERE j.run_id = %(run_id)s AND j.step_key = '$cancel')
         THEN CAST(%(now)s AS DOUBLE PRECISION) ELSE CAST(%(wake_at)s AS DOUBLE PRECISION) END
 WHERE id = %(run_id)s AND owner = %(owner)s AND epoch = %(epoch)s AND status = 'running'
 RETURNING id, wake_at;
@@ -179,9 +181,11 @@ WHERE id = %(run_id)s AND status = 'running' AND owner IS NULL AND waiting_on = 
   AND (wake_at IS NULL OR wake_at > %(now)s);
 
 -- name: wake_for_cancel
--- A compensating cancel of a run nobody holds (parked, or due): due now, so that a worker enters it.
-UPDATE lockgate_runs SET wake_at = %(now)s, updated_at = %(now)s
-WHERE id = %(run_id)s AND status = 'running' AND owner IS NULL;
+-- A compensating cancel marks the run's row, and a run nobody holds (parked, or due) is due now, so that a
+-- worker enters it. A holder's park waits for this row and then reads the mark (park_run).
+UPDATE lockgate_runs SET cancel_requested = 1, updated_at = %(now)s,
+    wake_at = CASE WHEN owner IS NULL THEN %(now)s ELSE wake_at END
+WHERE id = %(run_id)s AND status = 'running';
 
 -- name: open_children
 SELECT id, parent_close FROM lockgate_runs

@@ -1,9 +1,10 @@
-"""A signal or update sent while its run is about to park reaches it (PostgreSQL: a second session).
+"""A signal, an update or a compensating cancel sent while its run is about to park reaches it.
 
-The send and the park meet on the run's row: the park's update waits for a send that holds it
-and then finds the message, or the send waits for the park and then wakes the parked run. A
-send whose wake-up came before the park and whose commit came after the park looked for
-messages used to wake nothing: the run slept until its wait's timeout.
+PostgreSQL only (a second session). The send and the park meet on the run's row: the park's
+update waits for a send that holds it and then finds the message (or the cancel's mark on the
+row), or the send waits for the park and then wakes the parked run. A send whose wake-up came
+before the park and whose commit came after the park looked used to wake nothing: the run
+slept until its wait's timeout, or for ever without one.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from pydantic import BaseModel
 
 import lockgate as lg
 from lockgate.ids import new_id
-from lockgate.store import messages
+from lockgate.store import messages, runs
 from lockgate.testing import TestEnv
 
 from .apps.waits import eventually
@@ -42,15 +43,16 @@ def make_app(entered: asyncio.Event, release: asyncio.Event) -> lg.App:
     @app.workflow(name="waits")
     async def waits(ctx: lg.Context, p: Empty) -> str | None:
         await ctx.step("ready", hold)
-        got = await ctx.wait_for_signal("go", Word, timeout="1h")  # the test clock never reaches it
+        got = await ctx.wait_for_signal("go", Word)  # no timeout: a send the park missed is never taken
         return None if got is None else got.word
 
     return app
 
 
+@pytest.mark.parametrize("sent", ["signal", "cancel"])
 @pytest.mark.parametrize("order", ["send-first", "park-first"])
-async def test_a_signal_sent_as_its_run_parks_wakes_it(
-    env_factory: Callable[..., TestEnv], store_kind: str, store_url: str, order: str
+async def test_what_is_sent_as_a_run_parks_reaches_it(
+    env_factory: Callable[..., TestEnv], store_kind: str, store_url: str, order: str, sent: str
 ) -> None:
     if store_kind != "postgres":
         pytest.skip("one writer on SQLite: a send and a park never overlap")
@@ -78,10 +80,18 @@ async def test_a_signal_sent_as_its_run_parks_wakes_it(
                     release.set()
                     await eventually(parked_or_waiting, timeout=15, what="the run parked")
                 message = {"id": new_id("msg"), "run_id": h.run_id, "kind": "signal", "name": "go"}
+                message["payload"] = '{"word": "yes"}'
                 async with engine.store.join(conn) as joined:  # another process's send, not committed yet
-                    await messages.send_message(joined.tx, {**message, "payload": '{"word": "yes"}'}, env.clock.now())
+                    if sent == "signal":
+                        await messages.send_message(joined.tx, message, env.clock.now())
+                    else:
+                        await runs.request_cancel(joined.tx, h.run_id, "elsewhere", env.clock.now())
                 if order == "send-first":  # the run looks for the message now, and parks (or waits to)
                     release.set()
                     await eventually(parked_or_waiting, timeout=15, what="the run parked or waited for the send")
-            # committed: the run goes on without its wait's timeout
-            assert await engine.result(h.run_id, timeout=15) == "yes"
+            # committed: the run goes on (or is cancelled) without waiting for anything more
+            if sent == "signal":
+                assert await engine.result(h.run_id, timeout=15) == "yes"
+            else:
+                with pytest.raises(lg.RunCancelled):
+                    await engine.result(h.run_id, timeout=15)
