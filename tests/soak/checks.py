@@ -25,6 +25,7 @@ PARKED_AT_ARRIVAL = {"queued", "collapsed", "batched"}
 # How long after a step's side effect a kill may come and still explain running that step again:
 # the step's journal entry had not been committed yet (it is, within ~50 ms of the step's end).
 KILL_EXPLAINS = 5.0
+SIGNAL_TAKEN_WITHIN = 30.0  # seconds from a signal's send to its run taking it, kills and takeovers included
 
 
 @dataclass
@@ -150,6 +151,16 @@ async def _runs(cluster: Cluster, stopped: float, report: Report) -> None:
         "WHERE status IN ('failed', 'cancelled')"
     )
     report.fail("runs that failed or were cancelled", bad)
+    # The driver signals every soak.multi run a moment after its start: the run takes the signal within a
+    # lease or two of a kill, or once resumed if it crash-looped. A signal found only when the wait's
+    # timeout (120 s) woke its run was sent as the run parked, and the send woke nothing.
+    late = await cluster.fetch(
+        "SELECT m.run_id, m.created_at, m.finished_at FROM lockgate_messages m"
+        " WHERE m.kind = 'signal' AND m.finished_at - m.created_at > %s AND NOT EXISTS ("
+        "   SELECT 1 FROM lockgate_run_events e WHERE e.run_id = m.run_id AND e.type = 'run-crashlooped')",
+        SIGNAL_TAKEN_WITHIN,
+    )
+    report.fail(f"signals taken more than {SIGNAL_TAKEN_WITHIN:g}s after they were sent", late)
 
 
 async def _steps(cluster: Cluster, kills: list[tuple[int, float]], report: Report) -> None:
