@@ -83,6 +83,15 @@ class Workers:
         except TimeoutError as exc:
             raise TimeoutError(f"{exc}\nworker output:\n{self.output()}") from None
 
+    async def result(self, client: lg.Client, run_id: str, timeout: float = 60.0) -> Any:
+        """The run's result; a run that does not end in time fails with what the workers printed."""
+        try:
+            return await client.result(run_id, timeout=timeout)
+        except lg.ResultTimeout as exc:
+            run = await client.get_run(run_id)
+            held = f"owner {run.owner}, entries {run.entries}, reclaims {run.reclaim_count}"
+            raise TimeoutError(f"{exc} ({held})\nworker output:\n{self.output()}") from None
+
     async def exited(self, proc: subprocess.Popen[bytes], timeout: float = 60.0) -> int:
         try:
             return await asyncio.to_thread(proc.wait, timeout)
@@ -150,7 +159,7 @@ async def test_sigkill_mid_step_reruns_only_the_interrupted_step(workers: Worker
     assert held.owner is not None  # the dead process still holds an hour-long lease
     workers.raise_flag("r1.release-two")
     workers.spawn()
-    assert await client.result(h.run_id, timeout=60) == "123"
+    assert await workers.result(client, h.run_id) == "123"
 
     assert (workers.count("r1:one"), workers.count("r1:two"), workers.count("r1:three")) == (1, 2, 1)
     assert workers.count("r1:body") == 2
@@ -177,7 +186,7 @@ async def test_a_clean_shutdown_mid_step_releases_the_run_without_counting_a_cra
     workers.raise_flag("g1.release-two")  # lets the closing worker's step thread end, so the process can exit
     assert await workers.exited(first) == 0
     workers.spawn()
-    assert await client.result(h.run_id, timeout=60) == "123"
+    assert await workers.result(client, h.run_id) == "123"
     run = await client.get_run(h.run_id)
     assert (run.entries, run.reclaim_count) == (2, 0)  # a shutdown is not a crash
     assert (workers.count("g1:one"), workers.count("g1:two"), workers.count("g1:three")) == (1, 2, 1)
@@ -204,7 +213,7 @@ async def test_a_step_result_is_written_while_the_body_waits_on_something_else(
 
     workers.raise_flag("d1.release-body")
     workers.spawn()
-    assert await client.result(h.run_id, timeout=60) == "13"
+    assert await workers.result(client, h.run_id) == "13"
     assert workers.count("d1:one") == 1  # replayed from the journal, not run again
     assert workers.count("d1:after-one") == 2
     assert workers.count("d1:three") == 1
@@ -229,7 +238,7 @@ async def test_a_running_worker_takes_over_when_another_dies(workers: Workers, c
     await workers.until(lambda: _live_workers(client, 2), "second worker registered")
     workers.kill(first)
     workers.raise_flag("f1.release-two")
-    assert await client.result(h.run_id, timeout=60) == "123"
+    assert await workers.result(client, h.run_id) == "123"
     assert (workers.count("f1:one"), workers.count("f1:two"), workers.count("f1:three")) == (1, 2, 1)
     run = await client.get_run(h.run_id)
     assert (run.entries, run.reclaim_count) == (2, 1)
@@ -321,7 +330,7 @@ async def test_a_crash_loop_suspends_the_run_and_resume_gives_a_fresh_budget(
     assert await workers.exited(survivor) == 17
     assert workers.count("L:boom") == 3
     workers.spawn(max_reclaims=2)
-    assert await client.result(h.run_id, timeout=60) == "boom"
+    assert await workers.result(client, h.run_id) == "boom"
     assert workers.count("L:body") == 4
     events = await client.events(h.run_id)
     assert _types(events).count("run-crashlooped") == 1
@@ -335,7 +344,7 @@ async def test_a_clean_park_resets_the_crash_count(workers: Workers, client: lg.
     assert await workers.exited(workers.spawn(max_reclaims=2)) == 17  # a passes, parks, dies in step b
     assert (workers.count("P:a"), workers.count("P:b")) == (2, 1)
     workers.spawn(max_reclaims=2)  # two deaths in a row without the park would have crash-looped
-    assert await client.result(h.run_id, timeout=60) == "ok"
+    assert await workers.result(client, h.run_id) == "ok"
     assert (workers.count("P:a"), workers.count("P:b"), workers.count("P:body")) == (2, 2, 4)
     assert "run-crashlooped" not in _types(await client.events(h.run_id))
 
