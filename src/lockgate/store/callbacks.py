@@ -12,7 +12,8 @@ from typing import Any
 
 from ..callbacks import TokenExpired, TokenGone, TokenUsed, UnknownToken
 from .base import Row, Tx
-from .shared import LIVE, add_event, get_run
+from .messages import lock_target
+from .shared import LIVE, add_event
 
 __all__ = ["complete_token", "find_token", "insert_token", "refusal", "run_tokens"]
 
@@ -55,7 +56,7 @@ async def complete_token(
     if refused is not None:
         raise refused
     assert row is not None
-    run = await get_run(tx, row["run_id"])
+    run = await lock_target(tx, row["run_id"])  # a park of the run meanwhile waits for this, then finds it
     if run["status"] not in LIVE:
         raise TokenGone(f"callback token {row['name']!r}: its run ended ({run['status']})")
     if not await tx.execute("use_callback_token", {"id": row["id"], "now": now}):

@@ -1,5 +1,5 @@
 -- name: lock_message_target
--- The run a signal or update is sent to, its row locked until the send commits: a park of that run waits
+-- The run a signal, an update or a token's completion is sent to, its row locked until the send commits: a park of that run waits
 -- for the send and then finds the message (park_run's pending_for_waits reads after its update), or the
 -- send waits for the park and then wakes the parked run (wake_run). Without the lock, a send whose wake
 -- came before the park and whose commit came after the park's look for messages woke nothing.
