@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import logging
 import re
+import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any
 
@@ -156,6 +157,22 @@ async def test_an_unreachable_server_is_a_clear_error_without_the_password() -> 
     assert "s3cret" not in str(caught.value)
     with pytest.raises(StoreError, match="not open"):
         await store.read(workers.list_workers)
+
+
+async def test_an_answer_begun_before_an_outage_does_not_end_it(caplog: pytest.LogCaptureFixture) -> None:
+    """A query sent before the outage was said and answered as the server went is no sign it is back:
+    the next failure of that outage is not said again (one outage, one line each way)."""
+    store = PostgresStore("postgresql://postgres@127.0.0.1:1/nowhere")
+    lost = psycopg.OperationalError("server closed the connection unexpectedly")
+    with caplog.at_level(logging.WARNING, logger="lockgate.store"):
+        begun = time.monotonic()
+        await store._trouble(lost)
+        store._reachable(begun)  # begun before the outage was said
+        await store._trouble(lost)  # the same outage
+        store._reachable(time.monotonic())  # begun since: the server answers again
+        await store._trouble(lost)  # a new outage
+    said = [r.getMessage().split(" at ")[0] for r in caplog.records if r.name == "lockgate.store"]
+    assert said == ["database unreachable", "database reachable again", "database unreachable"]
 
 
 async def test_processes_booting_together_migrate_once(empty_pg_url: str) -> None:

@@ -57,6 +57,7 @@ class Connections(Store):
     _closing: bool
     _down: bool
     _back_at: float | None = None  # monotonic time the last outage ended
+    _down_at: float | None = None  # monotonic time the last outage was said
     _disk_full: bool  # said once per spell of full disk
     _outages: int  # outages logged so far: a connection born before the last one is one of its casualties
     _born: weakref.WeakKeyDictionary[Any, int]
@@ -128,6 +129,7 @@ class Connections(Store):
         if since is not None and self._back_at is not None and since < self._back_at:
             return
         self._down = True
+        self._down_at = time.monotonic()
         self._outages += 1
         log.warning("database unreachable at %s: %s (will retry)", self._where, first_line(exc))
         if not self._writing:
@@ -152,10 +154,13 @@ class Connections(Store):
         error.__cause__ = exc
         return error
 
-    def _reachable(self) -> None:
+    def _reachable(self, since: float | None = None) -> None:
+        """A query was answered (``since``: when its attempt began, monotonic)."""
         if self._disk_full:
             self._disk_full = False
             log.warning("PostgreSQL at %s accepts writes again", self._where)
+        if self._down and since is not None and self._down_at is not None and since < self._down_at:
+            return  # begun before the outage was said, answered as the server went: no sign it is back
         if self._down:
             self._down = False
             self._back_at = time.monotonic()

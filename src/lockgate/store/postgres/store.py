@@ -277,6 +277,6 @@ class PostgresStore(Writer, Wakeups, Joining, Stalls):
             except psycopg.Error as exc:
                 self._failed("read")
                 raise StoreError(f"PostgreSQL read failed: {first_line(exc)}") from exc
-            self._reachable()
+            self._reachable(since)
             return value
         raise AssertionError("unreachable")

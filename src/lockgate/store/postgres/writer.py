@@ -193,7 +193,7 @@ class Writer(Batches):
                     self._failed("commit")
                     fail(batch, StoreError(f"PostgreSQL commit failed: {first_line(exc)}"))
                     return
-                self._reachable()
+                self._reachable(since)
                 self._settle(batch, outcomes)
                 return
         except BaseException:  # cancelled (the store closing), or a fault: nothing is known to be kept
