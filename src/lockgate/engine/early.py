@@ -28,6 +28,7 @@ from collections.abc import Callable, Sequence
 from ..app import App
 from ..crypto import Keyring
 from ..store.base import Row, Tx
+from ..store.coalesce import volatile
 from .publish_claims import Handed, claim_handing
 
 __all__ = ["UNDONE", "EarlyClaims", "claim_starting"]
@@ -90,6 +91,7 @@ class EarlyClaims:
             del self._undone[run_id]
 
 
+@volatile  # a claim the machine loses is a run claimable again (store/coalesce.py)
 async def claim_starting(
     tx: Tx,
     early: EarlyClaims,

@@ -15,7 +15,18 @@ from typing import Any, TypeVar
 
 from .base import Tx
 
-__all__ = ["Call", "Many", "lock_first", "lone", "run_calls", "runs_lone", "with_locks", "with_many"]
+__all__ = [
+    "Call",
+    "Many",
+    "all_volatile",
+    "lock_first",
+    "lone",
+    "run_calls",
+    "runs_lone",
+    "volatile",
+    "with_locks",
+    "with_many",
+]
 
 Args = tuple[tuple[Any, ...], dict[str, Any]]
 """One call's arguments after the transaction: ``(args, kwargs)``."""
@@ -26,6 +37,7 @@ F = TypeVar("F", bound=Callable[..., Any])
 _MANY: dict[Callable[..., Any], Many] = {}
 _GATHER: set[Callable[..., Any]] = set()
 _LONE: set[Callable[..., Any]] = set()
+_VOLATILE: set[Callable[..., Any]] = set()
 _LOCKS: dict[Callable[..., Any], Callable[[tuple[Any, ...], dict[str, Any]], list[str]]] = {}
 
 
@@ -64,6 +76,24 @@ def lone(op: F) -> F:
     """
     _LONE.add(op)
     return op
+
+
+def volatile(op: F) -> F:
+    """Mark ``op`` as a write whose loss with its machine loses nothing a crash of its process would not.
+
+    A claim is one: should the machine lose it (power, a kernel crash), the run is claimable again,
+    as after its holder's death, and any write synced after it, by any process, kept it (SQLite's log
+    is one file, synced in order). A store whose every process shares one machine (SQLite) may commit
+    a batch of only such writes without waiting for the disk. A write whose outcome a caller is told
+    (a start, an end, a step's entry) is never volatile.
+    """
+    _VOLATILE.add(op)
+    return op
+
+
+def all_volatile(calls: Sequence[Call]) -> bool:
+    """Whether every call of a batch was marked with ``volatile``."""
+    return all(call.op in _VOLATILE for call in calls)
 
 
 def with_locks(op: Callable[..., Any], locks: Callable[[tuple[Any, ...], dict[str, Any]], list[str]]) -> None:

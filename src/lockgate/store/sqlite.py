@@ -30,7 +30,7 @@ from urllib.parse import parse_qs, urlsplit
 
 from ..errors import StoreCorrupt, StoreError, StoreFull
 from .base import Joined, Op, Row, Store, Tx, group_cut, undo_all
-from .coalesce import Call, run_calls
+from .coalesce import Call, all_volatile, run_calls
 from .multirow import multirow
 from .sql_files import check_schema, load_queries, migrations, refuse_newer
 from .sqlite_joined import join_sqlite
@@ -377,6 +377,11 @@ class SQLiteStore(Store):
         tx.ledger_grew = False
         guarded, self._guarded = self._guarded, False
         tx.committing = [] if single or not guarded else None  # a refusal then undoes the whole attempt
+        # A batch of claims only needs no sync of its own (coalesce.volatile): set before BEGIN, as SQLite asks.
+        relaxed = self.synchronous != "normal" and all_volatile([call for call, _ in batch])
+        if relaxed:
+            tx.committing = None  # its COMMIT is not sent from a thread: the setting is put back right after it
+            conn.execute("PRAGMA synchronous = NORMAL")
         try:
             if not self._begin(batch, guarded):
                 return
@@ -413,6 +418,9 @@ class SQLiteStore(Store):
             tx.committing = None
             self._failed_batch(batch, exc)
             return
+        finally:
+            if relaxed:
+                conn.execute(f"PRAGMA synchronous = {self.synchronous.upper()}")
         self._settle(batch, outcomes)
 
     def _failed_batch(self, batch: list[tuple[Call, asyncio.Future[Any] | None]], exc: BaseException) -> None:
