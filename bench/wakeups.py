@@ -12,6 +12,9 @@ this process acts on the same store, ``--n`` times per case, one after the other
 (publish)  ``Client.publish`` of an event a trigger turns into a start -> that run's body starts;
 (slot)     ``Client.cancel`` of a run holding the one slot of a ``Concurrency(limit=1)`` key -> the
            start parked behind it is admitted and its body starts in the worker.
+(result)   ``Client.start`` then ``handle.result()`` of the (start) case's workflow: from its body
+           starting in the worker to the result here (the run's end committed there, and this
+           process learning of it).
 
 Each latency is wall-clock time from just before the call here to the
 worker's body; p50/p99 in ms. ``idle cpu`` is the worker's CPU time over ``--idle`` seconds
@@ -159,6 +162,12 @@ async def measure(url: str, n: int, idle: float, poll: float) -> dict[str, Any]:
                 lat.append(await worker.wait("start", i) - t0)
             out["start"] = _summary(lat)
             lat = []
+            for i in range(n, 2 * n):  # ids past the (start) case's
+                handle = await client.start("bench.start", {"i": i})
+                await handle.result(timeout=30)
+                lat.append(time.time() - await worker.wait("start", i))
+            out["result"] = _summary(lat)
+            lat = []
             for i in range(n):
                 handle = await client.start("bench.signal", {"i": i})
                 assert handle.run_id is not None
@@ -223,7 +232,7 @@ async def _main(args: argparse.Namespace) -> int:
             place.cleanup()
     rows: list[list[Cell]] = [
         [case, result[case].get("p50_ms"), result[case].get("p99_ms"), result[case].get("max_ms")]
-        for case in ("start", "signal", "publish", "slot")
+        for case in ("start", "signal", "publish", "slot", "result")
     ]
     rows.append(["idle cpu (% of a core)", result["idle_cpu_pct"], None, None])
     print_table(

@@ -9,6 +9,7 @@ another connection holds SQLite's write lock, the event loop keeps running every
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import os
 import signal
@@ -313,3 +314,21 @@ async def test_an_engine_looks_eagerly_for_starts_only_while_it_executes_nothing
         release.set()
         await engine.result(handle.run_id or "", timeout=10)
         await eventually(lambda: watch._first == EAGER_EVERY, what="nothing executing again")
+
+
+async def test_a_client_looks_eagerly_only_while_it_awaits_a_run_executed_elsewhere(tmp_path: Path) -> None:
+    app = lg.App()
+
+    @app.workflow(name="elsewhere")
+    async def elsewhere(ctx: lg.Context, p: Nothing) -> None:
+        return None
+
+    async with lg.Client(app, f"sqlite:///{tmp_path / 'awaits.db'}") as client:
+        handle = await client.start(elsewhere, Nothing())  # no engine here: another process would execute it
+        waiting = asyncio.create_task(client.result(handle.run_id or "", timeout=30))
+        watch = await eventually(lambda: client.store._watch, what="the client watching for ends")  # type: ignore[attr-defined]
+        await eventually(lambda: watch._first == EAGER_EVERY, what="eager while the result is awaited")
+        waiting.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await waiting
+        await eventually(lambda: watch._first == CHECK_EVERY, what="back to the usual checks")

@@ -315,7 +315,7 @@ class Core:
                 here = row is None or (local is not None and local.finishes_here(row))
                 if not here:
                     self._hear_ends()
-                results.poll(run_id, self.poll_interval if here else 0.01)
+                results.poll(run_id, self.poll_interval if here else 0.01, elsewhere=not here)
                 timer = None if wait is None else loop.call_later(wait, _resolve, ended)
                 try:
                     final = await ended  # resolved by the run's end, a poll that saw it end, or the timeout

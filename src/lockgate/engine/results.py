@@ -41,6 +41,7 @@ class ResultWaiters:
         self._looks: dict[str, list[asyncio.Future[Row]]] = {}  # run id -> callers of look() not yet answered
         self._looking: asyncio.Task[None] | None = None
         self._succeeded: OrderedDict[str, Row] = OrderedDict()  # final rows of runs that succeeded here, newest last
+        self._elsewhere: set[str] = set()  # awaited runs another process executes (``poll(..., elsewhere=True)``)
         self._closed = False
 
     def listen(self, run_id: str) -> asyncio.Future[Row | None]:
@@ -93,10 +94,18 @@ class ResultWaiters:
                     else:
                         future.set_result(row)
 
-    def poll(self, run_id: str, delay: float) -> None:
-        """Read ``run_id`` back in ``delay`` seconds, then with a doubling back-off."""
+    def poll(self, run_id: str, delay: float, *, elsewhere: bool = False) -> None:
+        """Read ``run_id`` back in ``delay`` seconds, then with a doubling back-off.
+
+        ``elsewhere``: another process executes it; while any such run is awaited, the store may look
+        for other processes' commits more often (``Store.awaiting_others``).
+        """
         if run_id not in self._waiters:
             return
+        if elsewhere and run_id not in self._elsewhere:
+            self._elsewhere.add(run_id)
+            if len(self._elsewhere) == 1:
+                self._store.awaiting_others(True)
         loop = asyncio.get_running_loop()
         at = loop.time() + delay
         current = self._polls.get(run_id)
@@ -126,6 +135,10 @@ class ResultWaiters:
         if not futures:
             del self._waiters[run_id]
             self._polls.pop(run_id, None)
+            if run_id in self._elsewhere:
+                self._elsewhere.discard(run_id)
+                if not self._elsewhere:
+                    self._store.awaiting_others(False)
 
     def wake(self, run_id: str, ended: Row | None = None) -> None:
         """``run_id`` ended (or stopped) here: its waiters read it now, or take ``ended``, its final row."""
@@ -148,6 +161,9 @@ class ResultWaiters:
         await stop_tasks(tasks)
         waiting: list[tuple[str, Sequence[asyncio.Future[Any]]]] = [*self._waiters.items(), *self._looks.items()]
         self._waiters, self._looks, self._polls = {}, {}, {}
+        if self._elsewhere:
+            self._elsewhere = set()
+            self._store.awaiting_others(False)
         for run_id, futures in waiting:
             for future in futures:
                 if not future.done():

@@ -234,6 +234,10 @@ class Store(abc.ABC):
         """Whether this process executes no run now: a store that looks for other processes' commits
         may look more often while it does (``sqlite_wakeups.ChangeWatch.eager``)."""
 
+    def awaiting_others(self, waiting: bool) -> None:  # noqa: B027
+        """Whether this process awaits the end of a run another process executes: a store that looks for
+        other processes' commits may look more often while it does, as while it executes nothing."""
+
     async def notify(self, tx: Tx, channel: str, payload: str) -> None:  # noqa: B027
         """Publish a wake-up to other processes when ``tx`` commits (no-op where unsupported)."""
 

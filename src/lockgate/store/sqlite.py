@@ -187,6 +187,7 @@ class SQLiteStore(Store):
         self._listeners: list[Callable[[str, str], None]] = []
         self._watch: ChangeWatch | None = None
         self._idle = False  # whether this process executes no run (``executing_nothing``)
+        self._awaiting = False  # whether it awaits a run another process executes (``awaiting_others``)
         self._committing: asyncio.Future[None] | None = None  # a COMMIT on its thread (``_commit_aside``)
 
     # -- lifecycle ----------------------------------------------------------------------
@@ -263,13 +264,18 @@ class SQLiteStore(Store):
         if self._watch is None:
             wal = f"{self.path}-wal"
             self._watch = ChangeWatch(self._require(), wal, self._queries["wakeup_counts"], self._listeners)
-            self._watch.eager(self._idle)
+            self._watch.eager(self._idle or self._awaiting)
             self._watch.start()
 
     def executing_nothing(self, idle: bool) -> None:
         self._idle = idle
         if self._watch is not None:
-            self._watch.eager(idle)
+            self._watch.eager(self._idle or self._awaiting)
+
+    def awaiting_others(self, waiting: bool) -> None:
+        self._awaiting = waiting
+        if self._watch is not None:
+            self._watch.eager(self._idle or self._awaiting)
 
     @staticmethod
     def _applied(conn: sqlite3.Connection) -> set[int] | None:
