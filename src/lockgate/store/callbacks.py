@@ -12,8 +12,7 @@ from typing import Any
 
 from ..callbacks import TokenExpired, TokenGone, TokenUsed, UnknownToken
 from .base import Row, Tx
-from .messages import lock_target
-from .shared import LIVE, add_event
+from .shared import LIVE, add_event, get_run
 
 __all__ = ["complete_token", "find_token", "insert_token", "refusal", "run_tokens"]
 
@@ -56,7 +55,7 @@ async def complete_token(
     if refused is not None:
         raise refused
     assert row is not None
-    run = await lock_target(tx, row["run_id"])  # a park of the run meanwhile waits for this, then finds it
+    run = await get_run(tx, row["run_id"], lock=True)  # a park of the run meanwhile waits for this, then finds it
     if run["status"] not in LIVE:
         raise TokenGone(f"callback token {row['name']!r}: its run ended ({run['status']})")
     if not await tx.execute("use_callback_token", {"id": row["id"], "now": now}):

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..errors import RunNotEligible, UnknownRun
+from ..errors import RunNotEligible
 from .base import Row, Tx
-from .shared import LIVE, add_event
+from .shared import LIVE, add_event, get_run
 
-__all__ = ["get_message", "list_messages", "lock_target", "next_message", "send_message", "settle_message"]
+__all__ = ["get_message", "list_messages", "next_message", "send_message", "settle_message"]
 
 
 async def send_message(tx: Tx, message: dict[str, Any], now: float) -> Row:
@@ -16,7 +16,7 @@ async def send_message(tx: Tx, message: dict[str, Any], now: float) -> Row:
 
     The run's row is locked first, so that the send and a park of the run meanwhile never miss each other.
     """
-    row = await lock_target(tx, message["run_id"])
+    row = await get_run(tx, message["run_id"], lock=True)
     verb = message["kind"]
     if row["status"] not in LIVE:
         raise RunNotEligible(verb, row["id"], row["status"], f"a finished run takes no {verb}s")
@@ -29,14 +29,6 @@ async def send_message(tx: Tx, message: dict[str, Any], now: float) -> Row:
         {"name": message["name"], "message_id": message["id"]},
     )
     await tx.execute("wake_run", {"run_id": row["id"], "now": now, "waiting_on": verb})
-    return row
-
-
-async def lock_target(tx: Tx, run_id: str) -> Row:
-    """The run a message is sent to, its row locked until the send commits (``lock_message_target``)."""
-    row = await tx.one("lock_message_target", {"id": run_id})
-    if row is None:
-        raise UnknownRun(run_id)
     return row
 
 

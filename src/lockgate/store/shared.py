@@ -2,7 +2,7 @@
 
 The subject modules (``runs``, ``journal``, ``messages``, ``gate``, ``workers``,
 ``retention``) each own their named queries; what more than one of them needs sits here,
-below them all. It runs ``get_run`` (``runs.sql``) and ``insert_event`` (``journal.sql``).
+below them all. It runs ``get_run`` and ``lock_run`` (``runs.sql``) and ``insert_event`` (``journal.sql``).
 """
 
 from __future__ import annotations
@@ -97,8 +97,9 @@ async def add_event(tx: Tx, run_id: str, type_: str, now: float, data: dict[str,
     await tx.execute("insert_event", event_row(run_id, type_, now, data))
 
 
-async def get_run(tx: Tx, run_id: str) -> Row:
-    row = await tx.one("get_run", {"id": run_id})
+async def get_run(tx: Tx, run_id: str, *, lock: bool = False) -> Row:
+    """The run's row (``UnknownRun`` if none); ``lock``: locked until ``tx`` commits (``lock_run``)."""
+    row = await tx.one("lock_run" if lock else "get_run", {"id": run_id})
     if row is None:
         raise UnknownRun(run_id)
     return row

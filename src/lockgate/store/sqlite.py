@@ -264,16 +264,19 @@ class SQLiteStore(Store):
         if self._watch is None:
             wal = f"{self.path}-wal"
             self._watch = ChangeWatch(self._require(), wal, self._queries["wakeup_counts"], self._listeners)
-            self._watch.eager(self._idle or self._awaiting)
+            self._look_eagerly()
             self._watch.start()
 
     def executing_nothing(self, idle: bool) -> None:
         self._idle = idle
-        if self._watch is not None:
-            self._watch.eager(self._idle or self._awaiting)
+        self._look_eagerly()
 
     def awaiting_others(self, waiting: bool) -> None:
         self._awaiting = waiting
+        self._look_eagerly()
+
+    def _look_eagerly(self) -> None:
+        """Others' commits are what this process waits for while it executes nothing or awaits their runs."""
         if self._watch is not None:
             self._watch.eager(self._idle or self._awaiting)
 
@@ -383,7 +386,8 @@ class SQLiteStore(Store):
         tx.ledger_grew = False
         guarded, self._guarded = self._guarded, False
         tx.committing = [] if single or not guarded else None  # a refusal then undoes the whole attempt
-        # A batch of claims only needs no sync of its own (coalesce.volatile): set before BEGIN, as SQLite asks.
+        # A batch of nothing but claims is committed unsynced (coalesce.volatile); SQLite takes the setting
+        # only outside a transaction.
         relaxed = self.synchronous != "normal" and all_volatile([call for call, _ in batch])
         if relaxed:
             tx.committing = None  # its COMMIT is not sent from a thread: the setting is put back right after it

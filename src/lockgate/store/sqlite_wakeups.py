@@ -14,7 +14,7 @@ dropped (a watch costs every write to the file, in every process, some kernel wo
 checks come on a timer every ``CHECK_EVERY`` seconds for ``SYNC_FOR`` (a commit shows only
 once its frames are written and synced), then each wait doubling up to ``LONGEST_WAIT``, back
 to the first after each change seen (``EAGER_EVERY`` apart instead while the process executes
-nothing: ``eager``). ``HOT_FOR`` seconds after the last change the watch is set again,
+nothing or awaits another process's run: ``eager``). ``HOT_FOR`` seconds after the last change the watch is set again,
 then one more check covers what came meanwhile. An idle worker wakes for nothing; a busy one
 pays a check every few milliseconds, not a cost per commit. Where inotify is missing, the
 checks run every ``CHECK_EVERY`` seconds for good. Every wait is jittered (0.5x to 1.5x) so
@@ -47,9 +47,10 @@ log = logging.getLogger("lockgate.store")
 CHECK_EVERY = 0.002
 """Seconds from a write to the first check after it, on average; between checks where there is no inotify."""
 EAGER_EVERY = 0.0005
-"""``CHECK_EVERY`` of a process that executes nothing (``ChangeWatch.eager``): a start from another process
-is what it waits for, and found a millisecond sooner on average. A busy process keeps ``CHECK_EVERY``: each
-check costs the loop some 15 microseconds, which checks four times as often would take from its runs."""
+"""``CHECK_EVERY`` of a process that executes nothing or awaits another process's run (``ChangeWatch.eager``):
+a start or an end from another process is what it waits for, and found a millisecond sooner on average. A
+busy process keeps ``CHECK_EVERY``: each check costs the loop some 15 microseconds, which checks four times
+as often would take from its runs."""
 LONGEST_WAIT = 0.016
 """Seconds between two checks of a series at most (the waits double up to it)."""
 SYNC_FOR = 0.02
@@ -110,7 +111,7 @@ class ChangeWatch:
             self._inotify = None
 
     def eager(self, on: bool) -> None:
-        """Check ``EAGER_EVERY`` apart (``on``: the process executes nothing), else ``CHECK_EVERY``."""
+        """Check ``EAGER_EVERY`` apart (``on``: the process waits for others' commits), else ``CHECK_EVERY``."""
         self._first = EAGER_EVERY if on else CHECK_EVERY
         if on and time.monotonic() < self._hot_until:
             self._wait = self._first

@@ -159,12 +159,11 @@ class Connections(Store):
         if self._disk_full:
             self._disk_full = False
             log.warning("PostgreSQL at %s accepts writes again", self._where)
-        if self._down and since is not None and self._down_at is not None and since < self._down_at:
-            return  # begun before the outage was said, answered as the server went: no sign it is back
-        if self._down:
-            self._down = False
-            self._back_at = time.monotonic()
-            log.warning("database reachable again at %s", self._where)
+        if not self._down or (since is not None and self._down_at is not None and since < self._down_at):
+            return  # up already, or begun before the outage was said and answered as the server went
+        self._down = False
+        self._back_at = time.monotonic()
+        log.warning("database reachable again at %s", self._where)
 
     def _require(self) -> AsyncConnectionPool[Conn]:
         if self._pool is None or self._closing:

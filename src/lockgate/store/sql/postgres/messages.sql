@@ -1,10 +1,3 @@
--- name: lock_message_target
--- The run a signal, an update or a token's completion is sent to, its row locked until the send commits: a park of that run waits
--- for the send and then finds the message (park_run's pending_for_waits reads after its update), or the
--- send waits for the park and then wakes the parked run (wake_run). Without the lock, a send whose wake
--- came before the park and whose commit came after the park's look for messages woke nothing.
-SELECT * FROM lockgate_runs WHERE id = %(id)s FOR NO KEY UPDATE;
-
 -- name: insert_message
 INSERT INTO lockgate_messages (id, run_id, kind, name, payload, status, created_at)
 VALUES (%(id)s, %(run_id)s, %(kind)s, %(name)s, %(payload)s, 'pending', %(now)s);

@@ -14,6 +14,14 @@ RETURNING id;
 -- name: get_run
 SELECT * FROM lockgate_runs WHERE id = %(id)s;
 
+-- name: lock_run
+-- A run a signal, an update or a token's completion is sent to, its row locked until the send commits:
+-- a park of the run meanwhile waits for the send, then finds the message (park_run's pending_for_waits
+-- reads after its update); or the send waits for the park, then wakes the parked run (wake_run).
+-- Without it, a send whose wake-up came before the park and whose commit came after the park's look
+-- for messages woke nothing.
+SELECT * FROM lockgate_runs WHERE id = %(id)s FOR NO KEY UPDATE;
+
 -- name: get_runs
 SELECT * FROM lockgate_runs WHERE id = ANY (ARRAY(SELECT jsonb_array_elements_text(%(ids)s::jsonb)));
 

@@ -1,7 +1,3 @@
--- name: lock_message_target
--- One writer: the send and a park of its run never overlap (the PostgreSQL twin locks the row).
-SELECT * FROM lockgate_runs WHERE id = :id;
-
 -- name: insert_message
 INSERT INTO lockgate_messages (id, run_id, kind, name, payload, status, created_at)
 VALUES (:id, :run_id, :kind, :name, :payload, 'pending', :now);

@@ -14,6 +14,10 @@ RETURNING id;
 -- name: get_run
 SELECT * FROM lockgate_runs WHERE id = :id;
 
+-- name: lock_run
+-- One writer: a send and a park of its run never overlap (the PostgreSQL twin locks the row).
+SELECT * FROM lockgate_runs WHERE id = :id;
+
 -- name: get_runs
 SELECT * FROM lockgate_runs WHERE id IN (SELECT value FROM json_each(:ids));
 
