@@ -37,8 +37,9 @@ from ..recording import REPLAY_SHAPE_LIMIT
 from ..routing import Selection, claim_filter, offers_for, taken
 from ..store import journal as store_journal
 from ..store import runs, shared, workers
-from ..store.base import Row
+from ..store.base import LISTENING, Row
 from . import flow_waiters
+from .claim_order import ClaimOrder
 from .core import Core, WorkflowRef
 from .durable import Running
 from .early import UNDONE, EarlyClaims, claim_starting
@@ -109,6 +110,7 @@ class Dispatcher(PublishClaims):
         self.watch = LeaseWatch(self.clock, lease, lambda: self.executions)  # stops what it cannot renew in time
         self._background: set[asyncio.Future[Any]] = set()
         self._wake = Wakeup()
+        self.claim_order = ClaimOrder(worker_id, self._wake.set)  # who claims first on another process's wake-up
         self._tasks: list[asyncio.Task[Any]] = []
         self._running = False
         self._outages = Outages()
@@ -147,6 +149,7 @@ class Dispatcher(PublishClaims):
         if self.store.cross_process_wakeups:
             self.store.add_listener(self._on_wakeup)
             self.store.executing_nothing(not self.inflight)  # the store may look for others' starts more often
+            await self.claim_order.refresh(self.store, now)
         await release_dead_local_workers(self.store, self.clock, self.host, self.worker_id)
         self._running = True
         self._workflows = frozenset(names)
@@ -215,8 +218,10 @@ class Dispatcher(PublishClaims):
     def _on_wakeup(self, channel: str, payload: str) -> None:
         """A wake-up the database raised for another process's write (see migrations 0003 and 0024)."""
         if channel == "runs":  # a run became claimable, or a timer was set: re-read when the next one is due
-            self._wake.set()
+            self.claim_order.woken(payload)  # at once, or after the workers placed before this one (claim_order.py)
             self.core.admissions.poke()  # it may be a parked start another process admitted
+        elif channel in ("workers", LISTENING):  # one started or stopped: who claims first (claim_order.py)
+            self.claim_order.changed(self.store, self.clock.now())
         elif channel == "gate" and self.drainer.holds_lease:
             self.drainer.wake()  # only the replica holding the drain lease drains; the others would only poll it
         elif channel == "events":
@@ -288,18 +293,15 @@ class Dispatcher(PublishClaims):
         creates it saves a commit and a dispatcher round trip. Without room, or if the gate
         does not start a run, it goes the usual way.
         """
-        rt = self.core.runtime
+        options = {"at": at, "wait": True, "idempotency_key": idempotency_key, "flow_control": flow_control}
+        go = functools.partial(admit, self.core.runtime, workflow, payload, **options)
         if not self._running:
-            return await admit(
-                rt, workflow, payload, at=at, wait=True, idempotency_key=idempotency_key, flow_control=flow_control
-            )
+            return await go()
         claim = _ClaimAtStart()
         try:
             token = _CLAIM_AT_START.set(claim)
             try:
-                handle = await admit(
-                    rt, workflow, payload, at=at, wait=True, idempotency_key=idempotency_key, flow_control=flow_control
-                )
+                handle = await go()
             finally:
                 _CLAIM_AT_START.reset(token)
             if claim.run_id is not None and handle.status == "started" and handle.run_id == claim.run_id:
@@ -581,6 +583,7 @@ class Dispatcher(PublishClaims):
                 continue
             self.store_recovered()
             self._suspects = done.suspects
+            await self.claim_order.refresh(self.store, now)
             for rid in done.held:
                 self.watch.held(rid, until)
             for rid, execution in list(self.executions.items()):  # one launched since ``mine`` was not asked about

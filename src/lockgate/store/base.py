@@ -21,13 +21,18 @@ from ..errors import ForeignTransaction
 from ..observer import Observer
 
 __all__ = [
-    "CHANGED", "GROUP_FIRST", "GROUP_LIMIT", "Joined", "Op", "Outcome", "Row", "Store", "Tx", "group_cut", "undo_all",
+    "CHANGED", "GROUP_FIRST", "GROUP_LIMIT", "LISTENING", "Joined", "Op", "Outcome", "Row", "Store", "Tx", "group_cut",
+    "undo_all",
 ]
 
 log = logging.getLogger("lockgate.store")
 
 CHANGED = "changed"
 """The wake-up channel a store tells after any other process's commit (``Store.add_listener``)."""
+
+LISTENING = "listening"
+"""The wake-up a store that publishes them tells as it begins to hear them, and again after each
+reconnection: what others published before may have been missed."""
 
 GROUP_LIMIT = 256
 """The most writes one group commit takes. What a transaction locks it holds until its COMMIT
@@ -223,8 +228,10 @@ class Store(abc.ABC):
 
     def add_listener(self, callback: Callable[[str, str], None]) -> None:  # noqa: B027
         """Be told of wake-ups other processes publish (``channel``, ``payload``): ``runs`` (a run became
-        claimable), ``gate`` (gate work appeared), ``events`` (a domain event was published), and, from a
-        store that can tell, ``CHANGED`` after any other process's commit."""
+        claimable; its payload, where the store gives one, a token the workers rank themselves by:
+        ``engine/claim_order.py``), ``gate`` (gate work appeared), ``events`` (a domain event was published),
+        ``workers`` (a worker started or stopped), ``LISTENING`` (see there), and, from a store that can tell,
+        ``CHANGED`` after any other process's commit."""
 
     def hear_ends(self) -> None:  # noqa: B027
         """Have the listeners told ``ended`` when another process ends runs (where the store can tell; a

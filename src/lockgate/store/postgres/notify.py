@@ -9,7 +9,7 @@ from collections.abc import Callable
 
 import psycopg
 
-from ..base import Tx
+from ..base import LISTENING, Tx
 from ..wire import WireTx
 from .connections import Connections
 from .failures import first_line
@@ -80,6 +80,7 @@ class Wakeups(Connections):
                         await conn.execute(f"LISTEN {ENDED_CHANNEL}")
                     self._reachable()
                     delay = 0.1
+                    self._tell(LISTENING, "")
                     async for note in conn.notifies():
                         self._deliver(note.payload)
             except psycopg.OperationalError as exc:
@@ -95,8 +96,10 @@ class Wakeups(Connections):
         except (ValueError, TypeError):
             log.debug("ignored a foreign notification on %s: %r", CHANNEL, raw)
             return
-        if origin == self._origin:
-            return
+        if origin != self._origin:
+            self._tell(channel, payload)
+
+    def _tell(self, channel: str, payload: str) -> None:
         for callback in list(self._listeners):
             try:
                 callback(channel, payload)

@@ -1,0 +1,16 @@
+-- A wake-up names the transaction that raised it (its id), so that the workers told of it agree,
+-- each on its own, which of them claims first (engine/claim_order.py) instead of all claiming at once.
+-- The token is constant within a transaction: PostgreSQL still folds one transaction's notifications
+-- into one, so a group commit of a thousand rows wakes once.
+CREATE OR REPLACE FUNCTION lockgate_wake() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM pg_notify('lockgate', json_build_array(
+        COALESCE(current_setting('lockgate.origin', true), ''), TG_ARGV[0], pg_current_xact_id()::text)::text);
+    RETURN NULL;
+END
+$$;
+
+-- A worker started (or started again under its id) or stopped: the others read the live workers
+-- again at once, rather than at their next heartbeat, to agree on who claims first.
+CREATE TRIGGER lockgate_workers_wake AFTER INSERT OR UPDATE OF stopped_at ON lockgate_workers FOR EACH ROW
+    EXECUTE FUNCTION lockgate_wake('workers');

@@ -1,0 +1,131 @@
+"""Who claims first when another process makes a run claimable (``engine/claim_order.py``).
+
+On PostgreSQL each wake-up names its transaction; every worker ranks the live workers by it,
+alike and without a word to each other: one claims at once, the others a moment later. The
+tests: the ranking (one first per token, spread evenly), the deferred wake-up, and on a real
+database three engines of their own (each with its own connections) started from a client,
+one claiming at once per start; a worker killed while still counted live delays the runs it
+was first for by the stagger, never by its lease or a poll.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import Counter
+
+import pytest
+from pydantic import BaseModel
+
+import lockgate as lg
+from lockgate.engine.claim_order import STAGGER, ClaimOrder
+
+from .cluster.harness import Cluster, until
+
+
+def test_each_token_puts_exactly_one_live_worker_first_and_spreads_them() -> None:
+    names = [f"wkr_{i}" for i in range(5)]
+    orders = [ClaimOrder(name, lambda: None) for name in names]
+    for order in orders:
+        order.know(names)
+    firsts: Counter[str] = Counter()
+    for token in range(1000):
+        places = sorted(order.place(str(token)) for order in orders)
+        assert places == [0, 1, 2, 3, 4]  # every worker ranks alike: one first, one second, ...
+        firsts.update(o.me for o in orders if o.place(str(token)) == 0)
+    assert all(140 <= firsts[name] <= 260 for name in names), firsts  # about 200 each
+
+
+def test_without_a_token_or_a_peer_every_worker_is_first() -> None:
+    alone = ClaimOrder("wkr_a", lambda: None)
+    assert alone.place("123") == 0  # it knows no other worker
+    alone.know(["wkr_a"])  # itself only
+    assert alone.place("123") == 0
+    alone.know(["wkr_a", "wkr_b"])
+    assert alone.place("") == 0  # SQLite's change check, a store before the token: all look at once
+
+
+async def test_a_worker_not_first_wakes_once_after_the_stagger() -> None:
+    woken: list[float] = []
+    orders = [ClaimOrder(name, lambda: woken.append(time.monotonic()), stagger=0.05) for name in ("wkr_a", "wkr_b")]
+    for order in orders:
+        order.know(["wkr_a", "wkr_b"])
+    second = next(o for o in orders if o.place("7") == 1)
+    began = time.monotonic()
+    second.woken("7")
+    second.woken("7")  # a second wake-up meanwhile is covered by the first's deferred one
+    assert woken == []
+    await until(_true_when(lambda: len(woken) == 1), timeout=5, what="the deferred wake-up")
+    assert woken[0] - began >= 0.05
+    await asyncio.sleep(0.1)
+    assert len(woken) == 1 and (second.at_once, second.deferred) == (0, 2)
+    first = next(o for o in orders if o is not second)
+    first.woken("7")
+    assert len(woken) == 2 and first.at_once == 1  # at once
+
+
+def _true_when(check: object) -> object:
+    async def probe() -> bool:
+        return bool(check())  # type: ignore[operator]
+
+    return probe
+
+
+# -- on PostgreSQL, across engines of their own ------------------------------------------------
+
+app = lg.App()
+
+
+class Note(BaseModel):
+    text: str = ""
+
+
+@app.workflow(name="order.echo")
+async def echo(ctx: lg.Context, note: Note) -> str:
+    return note.text
+
+
+def idle_engine(url: str) -> lg.Engine:
+    """Polls every 30 s: what it claims within seconds, a wake-up made it claim."""
+    return lg.Engine(app, url, poll_interval=30.0, lease="2s")
+
+
+async def _all_know(engines: list[lg.Engine], count: int) -> bool:
+    return all(len(e.dispatcher.claim_order._peers) == count for e in engines)
+
+
+@pytest.mark.slow
+async def test_one_engine_claims_at_once_per_start_and_the_first_place_rotates(pg_url: str) -> None:
+    async with idle_engine(pg_url) as a, idle_engine(pg_url) as b, idle_engine(pg_url) as c:
+        engines = [a, b, c]
+        # each learnt of the others as they started (their registrations notify), not at a heartbeat
+        await until(lambda: _all_know(engines, 2), timeout=5, what="every engine knows the other two")
+        async with lg.Client(app, pg_url) as client:
+            for i in range(30):
+                handle = await client.start("order.echo", Note(text=str(i)))
+                assert handle.run_id is not None
+                assert await client.result(handle.run_id, timeout=10) == str(i)
+        orders = [e.dispatcher.claim_order for e in engines]
+        starts = sum(o.at_once for o in orders)
+        assert starts >= 30  # one at once per wake-up (a run's end wakes nobody; a start does)
+        assert sum(o.deferred for o in orders) == 2 * starts  # and the two others deferred theirs
+        assert all(o.at_once for o in orders)  # the first place rotates from one start to the next
+
+
+@pytest.mark.slow
+async def test_a_killed_worker_still_counted_live_delays_its_runs_by_the_stagger(pg_url: str, cluster: Cluster) -> None:
+    [victim] = cluster.spawn(1, lease="60s")  # its row stays live for a minute after the kill
+    await cluster.ready()
+    async with idle_engine(pg_url) as a, idle_engine(pg_url) as b:
+        await until(lambda: _all_know([a, b], 2), timeout=10, what="both engines know the worker")
+        victim.kill()
+        async with lg.Client(app, pg_url) as client:
+            began = time.monotonic()
+            for i in range(30):
+                handle = await client.start("order.echo", Note(text=str(i)))
+                assert handle.run_id is not None
+                assert await client.result(handle.run_id, timeout=10) == str(i)
+            took = time.monotonic() - began
+        firsts = [e.dispatcher.claim_order.at_once for e in (a, b)]
+        assert sum(firsts) < 30  # the dead worker was first for some: the others took those after the stagger
+        assert took < 30 * STAGGER + 10  # never a poll (30 s) nor the dead worker's lease (60 s)
