@@ -13,19 +13,26 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import Counter
+from collections.abc import Callable
 
 import pytest
 from pydantic import BaseModel
 
 import lockgate as lg
 from lockgate.engine.claim_order import STAGGER, ClaimOrder
+from lockgate.store import open_store
 
 from .cluster.harness import Cluster, until
 
 
+def _order(me: str, wake: Callable[[], None], stagger: float = STAGGER) -> ClaimOrder:
+    """A worker's order over a store it never uses here (it would only to pass a wake-up on)."""
+    return ClaimOrder(me, open_store("sqlite:///:memory:"), wake, lambda: True, stagger)
+
+
 def test_each_token_puts_exactly_one_live_worker_first_and_spreads_them() -> None:
     names = [f"wkr_{i}" for i in range(5)]
-    orders = [ClaimOrder(name, lambda: None) for name in names]
+    orders = [_order(name, lambda: None) for name in names]
     for order in orders:
         order.know(names)
     firsts: Counter[str] = Counter()
@@ -37,7 +44,7 @@ def test_each_token_puts_exactly_one_live_worker_first_and_spreads_them() -> Non
 
 
 def test_without_a_token_or_a_peer_every_worker_is_first() -> None:
-    alone = ClaimOrder("wkr_a", lambda: None)
+    alone = _order("wkr_a", lambda: None)
     assert alone.place("123") == 0  # it knows no other worker
     alone.know(["wkr_a"])  # itself only
     assert alone.place("123") == 0
@@ -47,7 +54,7 @@ def test_without_a_token_or_a_peer_every_worker_is_first() -> None:
 
 async def test_a_worker_not_first_wakes_once_after_the_stagger() -> None:
     woken: list[float] = []
-    orders = [ClaimOrder(name, lambda: woken.append(time.monotonic()), stagger=0.05) for name in ("wkr_a", "wkr_b")]
+    orders = [_order(name, lambda: woken.append(time.monotonic()), stagger=0.05) for name in ("wkr_a", "wkr_b")]
     for order in orders:
         order.know(["wkr_a", "wkr_b"])
     second = next(o for o in orders if o.place("7") == 1)
@@ -129,3 +136,38 @@ async def test_a_killed_worker_still_counted_live_delays_its_runs_by_the_stagger
         firsts = [e.dispatcher.claim_order.at_once for e in (a, b)]
         assert sum(firsts) < 30  # the dead worker was first for some: the others took those after the stagger
         assert took < 30 * STAGGER + 10  # never a poll (30 s) nor the dead worker's lease (60 s)
+
+
+held = asyncio.Event()
+
+
+@app.workflow(name="order.hold")
+async def hold(ctx: lg.Context, note: Note) -> str:
+    await ctx.step("hold", held.wait)
+    return note.text
+
+
+@pytest.mark.slow
+async def test_a_full_worker_first_for_a_start_passes_it_on_at_once(pg_url: str) -> None:
+    held.clear()
+    full = lg.Engine(app, pg_url, poll_interval=30.0, lease="2s", max_concurrent_runs=1)
+    async with full, idle_engine(pg_url) as other:
+        await until(lambda: _all_know([full, other], 1), timeout=5, what="each engine knows the other")
+        # a blocking start is claimed here as it is created: it fills this engine's one place
+        busy = asyncio.create_task(full.start("order.hold", Note(text="held"), wait=True))
+        await until(lambda: _executing(full), timeout=5, what="the full engine's run under way")
+        async with lg.Client(app, pg_url) as client:
+            for i in range(20):
+                handle = await client.start("order.echo", Note(text=str(i)))
+                assert handle.run_id is not None
+                assert await client.result(handle.run_id, timeout=10) == str(i)
+        passed = full.dispatcher.claim_order.passed_on
+        assert passed >= 1  # the full engine was first for some starts, and told the other at once
+        # the other claimed at once on every start: first itself, or told by the full one (no token)
+        assert other.dispatcher.claim_order.at_once >= 20
+        held.set()
+        assert await (await busy).result() == "held"
+
+
+async def _executing(engine: lg.Engine) -> bool:
+    return bool(engine.dispatcher.inflight)

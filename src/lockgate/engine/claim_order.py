@@ -12,7 +12,8 @@ worker ranks the live workers it knows by a hash of the token and each worker's 
 rotates from one transaction to the next, spreading lone starts over the workers. The first
 claims at once; the others claim ``STAGGER`` seconds later (one deferred claim covers every
 wake-up meanwhile), which takes the run should the first be full, stopping, killed before its
-heartbeat lapsed, or not take that workflow. Nothing here decides who gets a run: the claim
+heartbeat lapsed, or not take that workflow; a first that is full or stopping tells every worker
+at once instead (a wake-up without a token). Nothing here decides who gets a run: the claim
 does, as before, and a worker whose slot frees claims as it always did. A wake-up without a
 token (SQLite's change check) wakes every worker at once; so does any while the worker knows
 no other.
@@ -23,11 +24,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Coroutine, Iterable
+from typing import Any
 
 from ..errors import StoreError
 from ..store import workers
-from ..store.base import Store
+from ..store.base import Store, Tx
 
 __all__ = ["STAGGER", "ClaimOrder"]
 
@@ -37,6 +39,10 @@ claims, finding nothing, no longer compete with the run's first steps for the co
 them in the next start's way); short beside a poll should the first not take the run."""
 
 
+async def _tell_all(tx: Tx, store: Store) -> None:
+    await store.notify(tx, "runs", "")
+
+
 def _score(token: str, worker: str) -> bytes:
     return hashlib.blake2b(f"{token}\x1f{worker}".encode(), digest_size=8).digest()
 
@@ -44,30 +50,39 @@ def _score(token: str, worker: str) -> bytes:
 class ClaimOrder:
     """This worker's place among the live workers, per wake-up token, and the wake-ups it defers."""
 
-    def __init__(self, me: str, wake: Callable[[], None], stagger: float = STAGGER) -> None:
+    def __init__(
+        self, me: str, store: Store, wake: Callable[[], None], can_claim: Callable[[], bool], stagger: float = STAGGER
+    ) -> None:
         self.me = me
+        self.store = store
         self.stagger = stagger
         self._wake = wake
+        self._can_claim = can_claim  # whether this worker would claim now (room, not stopping)
+        self._passing = False  # a wake-up passed on and not committed yet
         self._peers: tuple[str, ...] = ()  # the other live workers, as last read
         self._timer: asyncio.TimerHandle | None = None  # the deferred wake-up pending
         self._reading: set[asyncio.Task[None]] = set()
         self.at_once = 0  # wake-ups this worker claimed on at once (first, or with no token)
         self.deferred = 0  # wake-ups it left to another first
+        self.passed_on = 0  # wake-ups it was first for but could not claim on: told to every worker
 
     def know(self, workers: Iterable[str]) -> None:
         """The live workers (this one among them or not)."""
         self._peers = tuple(sorted({w for w in workers if w != self.me}))
 
-    async def refresh(self, store: Store, now: float) -> None:
+    async def refresh(self, now: float) -> None:
         """Read the live workers again (at start and each heartbeat, on a store whose wake-ups cross
         processes); a failed read keeps the last."""
-        if store.cross_process_wakeups:
+        if self.store.cross_process_wakeups:
             with contextlib.suppress(StoreError):
-                self.know(row["id"] for row in await store.read(workers.live_offers, now))
+                self.know(row["id"] for row in await self.store.read(workers.live_offers, now))
 
-    def changed(self, store: Store, now: float) -> None:
+    def changed(self, now: float) -> None:
         """A worker started or stopped (another process's write): read the live workers again now."""
-        task = asyncio.get_running_loop().create_task(self.refresh(store, now), name="lockgate-claim-order")
+        self._background(self.refresh(now))
+
+    def _background(self, work: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.get_running_loop().create_task(work, name="lockgate-claim-order")
         self._reading.add(task)
         task.add_done_callback(self._reading.discard)
 
@@ -83,11 +98,32 @@ class ClaimOrder:
         place = self.place(token)
         if place == 0:
             self.at_once += 1
+            if token and not self._can_claim():
+                self._pass_on()
             self._wake()
             return
         self.deferred += 1
         if self._timer is None:  # else the deferred wake-up pending covers this one too
             self._timer = asyncio.get_running_loop().call_later(self.stagger, self._fire)
+
+    def _pass_on(self) -> None:
+        """First but full or stopping: the run would wait for the others' deferred claims. Tell every
+        worker at once instead (a wake-up without a token). Not while one passed on has not committed: the
+        run this wake-up is about committed before it was heard, so before that one, and the claims it
+        wakes will see it. A saturated cluster, where no one can claim, is woken as it was before."""
+        if self._passing:
+            return
+        self._passing = True
+        self.passed_on += 1
+        self._background(self._tell_all())
+
+    async def _tell_all(self) -> None:
+        try:
+            await self.store.write(_tell_all, self.store)
+        except StoreError:
+            pass  # the others' deferred claims take the run
+        finally:
+            self._passing = False
 
     def _fire(self) -> None:
         self._timer = None

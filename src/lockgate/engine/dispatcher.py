@@ -110,7 +110,8 @@ class Dispatcher(PublishClaims):
         self.watch = LeaseWatch(self.clock, lease, lambda: self.executions)  # stops what it cannot renew in time
         self._background: set[asyncio.Future[Any]] = set()
         self._wake = Wakeup()
-        self.claim_order = ClaimOrder(worker_id, self._wake.set)  # who claims first on another process's wake-up
+        # who claims first on another process's wake-up; one that cannot claim passes it on
+        self.claim_order = ClaimOrder(worker_id, self.store, self._wake.set, lambda: self._claims() > 0)
         self._tasks: list[asyncio.Task[Any]] = []
         self._running = False
         self._outages = Outages()
@@ -149,7 +150,7 @@ class Dispatcher(PublishClaims):
         if self.store.cross_process_wakeups:
             self.store.add_listener(self._on_wakeup)
             self.store.executing_nothing(not self.inflight)  # the store may look for others' starts more often
-            await self.claim_order.refresh(self.store, now)
+            await self.claim_order.refresh(now)
         await release_dead_local_workers(self.store, self.clock, self.host, self.worker_id)
         self._running = True
         self._workflows = frozenset(names)
@@ -221,7 +222,7 @@ class Dispatcher(PublishClaims):
             self.claim_order.woken(payload)  # at once, or after the workers placed before this one (claim_order.py)
             self.core.admissions.poke()  # it may be a parked start another process admitted
         elif channel in ("workers", LISTENING):  # one started or stopped: who claims first (claim_order.py)
-            self.claim_order.changed(self.store, self.clock.now())
+            self.claim_order.changed(self.clock.now())
         elif channel == "gate" and self.drainer.holds_lease:
             self.drainer.wake()  # only the replica holding the drain lease drains; the others would only poll it
         elif channel == "events":
@@ -248,11 +249,8 @@ class Dispatcher(PublishClaims):
         if target is None:
             return None
         scope, key, limit = target
-        held = sum(  # what decides whether this worker claims the next run (``HandOff.held``)
-            1
-            for rid, other in self.executions.items()
-            if rid != row["id"] and other.row.get("slot_scope") == scope and (other.row.get("slot_key") or "") == key
-        )
+        others = [e.row for rid, e in self.executions.items() if rid != row["id"]]
+        held = sum(1 for o in others if o.get("slot_scope") == scope and (o.get("slot_key") or "") == key)
         room = 0 if self.draining else self._room() + 1  # the ending run's place is free again once it ends
         template = self.new_run_row(defn, "{}")
         spread = self.store.cross_process_wakeups
@@ -358,6 +356,9 @@ class Dispatcher(PublishClaims):
 
     def _room(self) -> int:
         return self.max_concurrent_runs - len(self.inflight) - self._reserved
+
+    def _claims(self) -> int:  # how many runs the dispatcher would claim now
+        return self._room() if self._running and not self.draining else 0
 
     def room_to_wait(self, deep: int, key: str) -> bool:
         """Whether a refused step waits in place further back in its key's line than its parallelism (``deep``:
@@ -583,7 +584,7 @@ class Dispatcher(PublishClaims):
                 continue
             self.store_recovered()
             self._suspects = done.suspects
-            await self.claim_order.refresh(self.store, now)
+            await self.claim_order.refresh(now)
             for rid in done.held:
                 self.watch.held(rid, until)
             for rid, execution in list(self.executions.items()):  # one launched since ``mine`` was not asked about
