@@ -4,7 +4,7 @@
     python -m bench.wakeups --store postgresql://postgres@127.0.0.1:5432/postgres
 
 A worker process (an ``Engine``, by default with the default ``poll_interval`` of 0.5 s: ``--poll``)
-executes the runs;
+executes the runs, or ``--workers`` of them, each hearing every wake-up;
 this process acts on the same store, ``--n`` times per case, one after the other:
 
 (start)    ``Client.start`` of a workflow only the worker executes -> its body starts there;
@@ -93,26 +93,35 @@ def worker_app() -> lg.App:
 
 async def _worker(url: str, poll: float) -> None:
     async with lg.Engine(worker_app(), url, poll_interval=poll):
-        print(json.dumps({"case": "ready"}), flush=True)
+        print(json.dumps({"case": "ready", "i": os.getpid()}), flush=True)
         await asyncio.Event().wait()
 
 
 class Worker:
-    """The worker process and the body starts it reports."""
+    """The worker processes and the body starts they report (whichever executed each)."""
 
-    def __init__(self, proc: asyncio.subprocess.Process) -> None:
-        self.proc = proc
+    def __init__(self, procs: list[asyncio.subprocess.Process]) -> None:
+        self.procs = procs
         self.seen: dict[tuple[str, int], float] = {}
         self._changed = asyncio.Event()
-        self._reader = asyncio.create_task(self._read())
+        self._readers = [asyncio.create_task(self._read(proc)) for proc in procs]
 
-    async def _read(self) -> None:
-        assert self.proc.stdout is not None
-        async for line in self.proc.stdout:
+    async def _read(self, proc: asyncio.subprocess.Process) -> None:
+        assert proc.stdout is not None
+        async for line in proc.stdout:
             with contextlib.suppress(ValueError):
                 mark = json.loads(line)
                 self.seen[(mark["case"], mark.get("i", 0))] = mark.get("t", 0.0)
                 self._changed.set()
+
+    def cpu_s(self) -> float:
+        return sum(_cpu_s(proc.pid) for proc in self.procs)
+
+    async def stop(self) -> None:
+        for proc in self.procs:
+            proc.terminate()
+        for proc in self.procs:
+            await proc.wait()
 
     async def wait(self, case: str, i: int = 0, timeout: float = 30.0) -> float:
         async with asyncio.timeout(timeout):
@@ -122,21 +131,13 @@ class Worker:
         return self.seen[(case, i)]
 
 
-async def _spawn(url: str, poll: float) -> Worker:
+async def _spawn(url: str, poll: float, count: int) -> Worker:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(HERE.parent), os.environ.get("PYTHONPATH", "")])}
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "bench.wakeups",
-        "--worker",
-        url,
-        "--poll",
-        str(poll),
-        stdout=asyncio.subprocess.PIPE,
-        env=env,
-    )
-    worker = Worker(proc)
-    await worker.wait("ready")
+    argv = [sys.executable, "-m", "bench.wakeups", "--worker", url, "--poll", str(poll)]
+    procs = [await asyncio.create_subprocess_exec(*argv, stdout=asyncio.subprocess.PIPE, env=env) for _ in range(count)]
+    worker = Worker(procs)
+    for proc in procs:
+        await worker.wait("ready", proc.pid, timeout=120)
     return worker
 
 
@@ -145,15 +146,16 @@ def _summary(latencies: list[float]) -> dict[str, float]:
     return {"p50_ms": _pct(ms, 50), "p99_ms": _pct(ms, 99), "max_ms": ms[-1], "n": len(ms)}
 
 
-async def measure(url: str, n: int, idle: float, poll: float) -> dict[str, Any]:
+async def measure(url: str, n: int, idle: float, poll: float, workers: int = 1) -> dict[str, Any]:
     app = worker_app()
-    async with lg.Client(app, url) as client:  # migrates before the worker opens the store
-        worker = await _spawn(url, poll)
+    async with lg.Client(app, url) as client:  # migrates before the workers open the store
+        worker = await _spawn(url, poll, workers)
         try:
             await asyncio.sleep(0.5)
-            cpu0, wall0 = _cpu_s(worker.proc.pid), time.monotonic()
+            began = _transactions(url)
+            cpu0, wall0 = worker.cpu_s(), time.monotonic()
             await asyncio.sleep(idle)
-            idle_cpu = (_cpu_s(worker.proc.pid) - cpu0) / (time.monotonic() - wall0) * 100
+            idle_cpu = (worker.cpu_s() - cpu0) / (time.monotonic() - wall0) * 100
             out: dict[str, Any] = {"idle_cpu_pct": idle_cpu}
             lat: list[float] = []
             for i in range(n):
@@ -186,9 +188,25 @@ async def measure(url: str, n: int, idle: float, poll: float) -> dict[str, Any]:
             out["publish"] = _summary(lat)
             out["slot"] = await _slots(client, worker, n)
         finally:
-            worker.proc.terminate()
-            await worker.proc.wait()
+            await worker.stop()
+        if began is not None:  # the workers' sessions have ended: their counts are in (the client's lag up to 1 s)
+            await asyncio.sleep(1.1)
+            out["server_transactions"] = (_transactions(url) or 0) - began
     return out
+
+
+def _transactions(url: str) -> int | None:
+    """The transactions PostgreSQL counted in this database (None on SQLite): what every process's claims,
+    looks and writes cost the server."""
+    if not url.startswith("postgresql"):
+        return None
+    import psycopg
+
+    with psycopg.connect(url, autocommit=True) as conn:
+        row = conn.execute(
+            "SELECT xact_commit + xact_rollback FROM pg_stat_database WHERE datname = current_database()"
+        ).fetchone()
+    return int(row[0]) if row else 0
 
 
 async def _slots(client: lg.Client, worker: Worker, n: int) -> dict[str, Any]:
@@ -215,6 +233,7 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--json", default=str(HERE / "results" / "wakeups.json"))
     parser.add_argument("--plain", action="store_true")
     parser.add_argument("--poll", type=float, default=0.5, help="the worker's poll_interval (its default: 0.5)")
+    parser.add_argument("--workers", type=int, default=1, help="worker processes, each hearing every wake-up")
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     return parser.parse_args(argv)
 
@@ -227,22 +246,26 @@ async def _main(args: argparse.Namespace) -> int:
         sqlite = args.store == "sqlite"
         place = Place("sqlite" if sqlite else "postgres", "full", folder, None if sqlite else args.store)
         try:
-            result = await measure(place.url("wakeups"), args.n, args.idle, args.poll)
+            result = await measure(place.url("wakeups"), args.n, args.idle, args.poll, args.workers)
         finally:
             place.cleanup()
     rows: list[list[Cell]] = [
         [case, result[case].get("p50_ms"), result[case].get("p99_ms"), result[case].get("max_ms")]
         for case in ("start", "signal", "publish", "slot", "result")
     ]
-    rows.append(["idle cpu (% of a core)", result["idle_cpu_pct"], None, None])
+    rows.append(["idle cpu (% of a core, all workers)", result["idle_cpu_pct"], None, None])
+    if "server_transactions" in result:
+        rows.append(["server transactions, all cases", result["server_transactions"], None, None])
     print_table(
-        f"wake-ups across processes ({place.store}, n={args.n}, poll_interval={args.poll})",
+        f"wake-ups across processes ({place.store}, n={args.n}, poll_interval={args.poll}, workers={args.workers})",
         ["case", "p50 ms", "p99 ms", "max ms"],
         rows,
         plain=args.plain,
     )
     write_json(
-        args.json, {"machine": machine(), "store": place.store, "n": args.n, "poll": args.poll, "results": result}
+        args.json,
+        {"machine": machine(), "store": place.store, "n": args.n, "poll": args.poll, "workers": args.workers}
+        | {"results": result},
     )
     return 0
 
