@@ -59,7 +59,8 @@ async def register_with_lease(
 
 
 async def live_offers(tx: Tx, now: float, *, default_lease: float = 15.0) -> list[Row]:
-    """The live workers' ``id, labels, offers`` (JSON text; ``None`` for a worker that registered none)."""
+    """The live workers' ``id, labels, offers`` (JSON text; ``None`` for a worker that registered none) and
+    ``origin`` (its store's, which its wake-ups name on PostgreSQL; ``None`` on SQLite)."""
     return await tx.execute("live_offers", {"now": now, "default_lease": default_lease})
 
 

@@ -32,13 +32,14 @@ RETURNING owner;
 SELECT * FROM lockgate_sweep_leases ORDER BY name;
 
 -- name: set_worker_lease
+-- origin: this store's, which its wake-ups name (engine/claim_order.py).
 UPDATE lockgate_workers SET lease = %(lease)s, clock_offset = %(clock_offset)s, labels = %(labels)s,
-    offers = %(offers)s
+    offers = %(offers)s, origin = current_setting('lockgate.origin', true)
 WHERE id = %(id)s;
 
 -- name: live_offers
 -- What the live workers take (a stopped one, or one whose heartbeat is older than its lease, takes nothing).
-SELECT id, labels, offers FROM lockgate_workers
+SELECT id, labels, offers, origin FROM lockgate_workers
 WHERE stopped_at IS NULL AND heartbeat_at >= %(now)s - COALESCE(lease, %(default_lease)s);
 
 -- name: release_owner

@@ -38,7 +38,7 @@ WHERE id = :id;
 
 -- name: live_offers
 -- What the live workers take (a stopped one, or one whose heartbeat is older than its lease, takes nothing).
-SELECT id, labels, offers FROM lockgate_workers
+SELECT id, labels, offers, origin FROM lockgate_workers
 WHERE stopped_at IS NULL AND heartbeat_at >= :now - COALESCE(lease, :default_lease);
 
 -- name: release_owner
