@@ -110,7 +110,7 @@ class Dispatcher(PublishClaims):
         self.watch = LeaseWatch(self.clock, lease, lambda: self.executions)  # stops what it cannot renew in time
         self._background: set[asyncio.Future[Any]] = set()
         self._wake = Wakeup()
-        # who claims first on another process's wake-up; one that cannot claim passes it on
+        # which workers claim first on another process's wake-up; one that cannot claim passes it on
         self.claim_order = ClaimOrder(worker_id, self.store, self._wake.set, lambda: self._claims() > 0)
         self._tasks: list[asyncio.Task[Any]] = []
         self._running = False
@@ -219,9 +219,9 @@ class Dispatcher(PublishClaims):
     def _on_wakeup(self, channel: str, payload: str) -> None:
         """A wake-up the database raised for another process's write (see migrations 0003 and 0024)."""
         if channel == "runs":  # a run became claimable, or a timer was set: re-read when the next one is due
-            self.claim_order.woken(payload)  # at once, or after the workers placed before this one (claim_order.py)
+            self.claim_order.woken(payload)  # at once if among the first two, else a little later (claim_order.py)
             self.core.admissions.poke()  # it may be a parked start another process admitted
-        elif channel in ("workers", LISTENING):  # one started or stopped: who claims first (claim_order.py)
+        elif channel in ("workers", LISTENING):  # one started or stopped: who claims first changes
             self.claim_order.changed(self.clock.now())
         elif channel == "gate" and self.drainer.holds_lease:
             self.drainer.wake()  # only the replica holding the drain lease drains; the others would only poll it
