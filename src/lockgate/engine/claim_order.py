@@ -18,9 +18,9 @@ three busy workers lost a few per cent of its throughput). The others claim ``ST
 later (one deferred claim covers every wake-up meanwhile), which takes the run should those
 first be full, stopping, killed before their heartbeats lapsed, or not take that workflow; one
 of them that is full or stopping tells every worker at once instead (a wake-up without a
-token). Nothing here decides who gets a run: the claim does, as before, and a worker whose slot
-frees claims as it always did. A wake-up without a token (SQLite's change check) wakes every
-worker at once; so does any while the worker knows no other.
+token; at most one a ``STAGGER``). Nothing here decides who gets a run: the claim does, as
+before, and a worker whose slot frees claims as it always did. A wake-up without a token
+(SQLite's change check) wakes every worker at once; so does any while the worker knows no other.
 """
 
 from __future__ import annotations
@@ -66,6 +66,7 @@ class ClaimOrder:
         self._wake = wake
         self._can_claim = can_claim  # whether this worker would claim now (room, not stopping)
         self._passing = False  # a wake-up passed on and not committed yet
+        self._passed_at = float("-inf")  # when the last was (loop time)
         self._peers: tuple[tuple[str, str], ...] = ()  # the other live workers and their origins, as last read
         self._timer: asyncio.TimerHandle | None = None  # the deferred wake-up pending
         self._reading: set[asyncio.Task[None]] = set()
@@ -117,13 +118,15 @@ class ClaimOrder:
             self._timer = asyncio.get_running_loop().call_later(self.stagger, self._fire)
 
     def _pass_on(self) -> None:
-        """First but full or stopping: the run would wait for the others' deferred claims. Tell every
-        worker at once instead (a wake-up without a token). Not while one passed on has not committed: the
-        run this wake-up is about committed before it was heard, so before that one, and the claims it
-        wakes will see it. A saturated cluster, where no one can claim, is woken as it was before."""
-        if self._passing:
+        """Among the first but full or stopping: the run would wait for the others' deferred claims. Tell
+        every worker at once instead (a wake-up without a token). Not while one passed on has not committed
+        (the run this wake-up is about committed before it was heard, so before that one, and the claims it
+        wakes will see it), nor within ``stagger`` of the last (each is a commit: a saturated cluster, where
+        no one can claim, would pay one per start; the deferred claims cover what is heard meanwhile)."""
+        now = asyncio.get_running_loop().time()
+        if self._passing or now - self._passed_at < self.stagger:
             return
-        self._passing = True
+        self._passing, self._passed_at = True, now
         self.passed_on += 1
         self._background(self._tell_all())
 
