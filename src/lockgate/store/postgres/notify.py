@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import time
 from collections.abc import Callable
 
 import psycopg
@@ -71,6 +72,7 @@ class Wakeups(Connections):
         delay = 0.1
         while True:
             conn = None
+            began = time.monotonic()  # an answer to this attempt does not end an outage said since
             try:
                 conn = await psycopg.AsyncConnection.connect(self.conninfo, autocommit=True)
                 self._born[conn] = self._outages
@@ -78,7 +80,7 @@ class Wakeups(Connections):
                     await conn.execute(f"LISTEN {CHANNEL}")
                     if self._hearing_ends:
                         await conn.execute(f"LISTEN {ENDED_CHANNEL}")
-                    self._reachable()
+                    self._reachable(began)
                     delay = 0.1
                     self._tell(LISTENING, "")
                     async for note in conn.notifies():
