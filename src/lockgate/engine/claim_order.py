@@ -79,9 +79,9 @@ class ClaimOrder:
         self._peers = tuple(sorted({(w, origin or "") for w, origin in workers if w != self.me}))
 
     async def refresh(self, now: float) -> None:
-        """Read the live workers again (at start and each heartbeat, on a store whose wake-ups cross
-        processes); a failed read keeps the last."""
-        if self.store.cross_process_wakeups:
+        """Read the live workers again (at start and each heartbeat, on a store whose wake-ups carry tokens:
+        SQLite's do not, and a read there would be spent for nothing); a failed read keeps the last."""
+        if self.store.ranked_wakeups:
             with contextlib.suppress(StoreError):
                 self.know((row["id"], row["origin"]) for row in await self.store.read(workers.live_offers, now))
 

@@ -254,6 +254,12 @@ class Store(abc.ABC):
         return False
 
     @property
+    def ranked_wakeups(self) -> bool:
+        """Whether a ``runs`` wake-up carries a token the workers rank themselves by (``engine/claim_order.py``);
+        else every worker that hears it claims, and knowing the live workers is of no use."""
+        return False
+
+    @property
     def tells_commits(self) -> bool:
         """Whether the listeners also hear ``CHANGED`` after any other process's commit."""
         return False

@@ -38,6 +38,10 @@ class Wakeups(Connections):
     def cross_process_wakeups(self) -> bool:
         return True
 
+    @property
+    def ranked_wakeups(self) -> bool:
+        return True  # migration 0059
+
     async def notify(self, tx: Tx, channel: str, payload: str) -> None:
         if not isinstance(tx, (PostgresTx, WireTx)):
             raise TypeError("notify() takes a transaction of this PostgreSQL store")
