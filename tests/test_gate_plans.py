@@ -21,12 +21,17 @@ from typing import Any
 
 import psycopg
 import pytest
+from psycopg import sql as pgsql
 
 import lockgate as lg
 from lockgate.inspect import locate
+from lockgate.store.direct import numbered
+from lockgate.store.postgres.connections import PLANNER
 from lockgate.store.sql_files import load_queries
 
 from .pg import pg_database_url
+from .test_claim_plans import DEFAULT
+from .test_claim_plans import _params as claim_values
 
 SCOPE, KEY, WORKFLOW = "wf:backlog", "", "backlog"
 NOW = 1_800_000_000.0
@@ -314,6 +319,64 @@ async def test_the_arrival_probes_are_index_probes_on_postgresql(store_url: str)
         read, _, plan = plans[name]
         assert "hashed SubPlan" not in plan and "Seq Scan on lockgate_pending" not in plan, (name, plan)
         assert read < 100, (name, read, plan)
+
+
+GROWING = ("lockgate_pending", "lockgate_ledger", "lockgate_runs", "lockgate_slots")
+READ_WHOLE = {"flow_slots": "lockgate_slots"}  # what it counts is every slot in use, never the backlog
+
+
+def generic_plans(url: str, session: str | None) -> dict[str, str]:
+    """Each statement's generic plan (what a prepared statement keeps), made on a drained store, analyzed:
+    nothing parked, ten runs holding their slots."""
+    queries = load_queries("postgres")
+    statements = {**_params(), "claim_runs": claim_values(*DEFAULT)}
+    found: dict[str, str] = {}
+    with psycopg.connect(url, autocommit=True) as conn:
+        for statement in PG_BACKLOG:
+            conn.execute(statement, _backlog(0))
+        conn.execute("ANALYZE")
+        if session is not None:
+            conn.execute(session)
+        conn.execute("SET plan_cache_mode = force_generic_plan")
+        for name, params in statements.items():
+            sql = queries[name.split("@")[0]]
+            conn.execute("BEGIN")
+            try:
+                conn.cursor().execute(sql, params, prepare=True)
+                (prepared,) = conn.execute(  # type: ignore[misc]
+                    "SELECT name FROM pg_prepared_statements WHERE statement = %s", (numbered(sql)[0],)
+                ).fetchone()
+                values = [params[key] for key in numbered(sql)[1]]
+                explain = pgsql.SQL("EXPLAIN EXECUTE {}").format(pgsql.Identifier(prepared))
+                if values:
+                    explain += pgsql.SQL("({})").format(pgsql.SQL(", ").join(map(pgsql.Literal, values)))
+                found[name] = "\n".join(r[0] for r in conn.execute(explain).fetchall())
+            finally:
+                conn.execute("ROLLBACK")
+    return found
+
+
+async def test_a_plan_kept_from_an_empty_store_searches_the_growing_tables(store_url: str, second_url: str) -> None:
+    """A prepared statement keeps the plan made at its first uses until the next ANALYZE; made on an empty
+    table it reads the table through, however large the backlog has grown since. The store's sessions
+    plan without sequential scans where an index serves (connections.PLANNER)."""
+    if store_url.startswith("sqlite"):
+        pytest.skip("SQLite plans each statement as it is prepared, from its indexes")
+    for url in (store_url, second_url):
+        async with lg.Client(lg.App(), url):
+            pass
+
+    def scans(plans: dict[str, str]) -> dict[str, list[str]]:
+        found = {
+            name: [t for t in re.findall(r"Seq Scan on (\w+)", plan) if t in GROWING and READ_WHOLE.get(name) != t]
+            for name, plan in plans.items()
+        }
+        return {name: tables for name, tables in found.items() if tables}
+
+    unguarded = scans(generic_plans(store_url, None))
+    assert "lockgate_pending" in unguarded["admit_parked_delete"], unguarded  # the trap: what the default plans
+    guarded = scans(generic_plans(second_url, f"SELECT {PLANNER}"))
+    assert not guarded, guarded
 
 
 def main(argv: list[str]) -> None:

@@ -18,17 +18,29 @@ from ..base import Store
 from .failures import StalePlan, connection_lost, disk_full, first_line
 from .tx import Conn, WriterConn, idle
 
-__all__ = ["Connections"]
+__all__ = ["PLANNER", "Connections"]
+
+PLANNER = (
+    "(SELECT COUNT(set_config(name, 'off', false)) FROM pg_settings "
+    "WHERE name IN ('enable_seqscan', 'jit') AND source IN ('default', 'configuration file'))"
+)
+"""Every session plans without sequential scans where an index serves, and without JIT, unless its role,
+database or client chose otherwise. Prepared statements keep the generic plan made at their first uses:
+made while a table was empty (a fresh store, or a queue drained and analyzed since), that plan reads the
+table through, and keeps doing so as the table grows, until the next ANALYZE (a minute or more: a burst
+of starts parked meanwhile pays a scan of the backlog on every statement). With sequential scans priced
+out, the plan made on an empty table is the one made on a full one. JIT would otherwise compile any
+statement whose only path is priced out (a handful of small tables without a useful index)."""
 
 _SESSION = (
-    "SELECT set_config('lockgate.origin', %s, false), "
+    f"SELECT {PLANNER}, set_config('lockgate.origin', %s, false), "
     "set_config('statement_timeout', CASE current_setting('statement_timeout') WHEN '0' THEN %s "
     "ELSE current_setting('statement_timeout') END, false), "
     "set_config('idle_in_transaction_session_timeout', CASE current_setting('idle_in_transaction_session_timeout') "
     "WHEN '0' THEN %s ELSE current_setting('idle_in_transaction_session_timeout') END, false)"
 )
 _SESSION_WRITER = (
-    "SELECT set_config('lockgate.origin', %s, false), "
+    f"SELECT {PLANNER}, set_config('lockgate.origin', %s, false), "
     "set_config('idle_in_transaction_session_timeout', CASE current_setting('idle_in_transaction_session_timeout') "
     "WHEN '0' THEN %s ELSE current_setting('idle_in_transaction_session_timeout') END, false)"
 )
