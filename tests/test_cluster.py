@@ -11,9 +11,11 @@ turned down to once every 30 seconds. ``lockgate cluster status`` runs on every 
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import logging
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -382,7 +384,10 @@ async def test_a_database_outage_longer_than_the_lease_loses_nothing(
         text = worker.log()
         assert worker.alive(), text
         assert text.count("database unreachable") == 1, f"{worker.name} logged one outage more than once:\n{text}"
-        assert text.count("store unavailable") <= 1, text
+        # Each spell the engine found the store unavailable is said once and ended once; a loaded server
+        # slow to commit after coming back may make a second, shorter one (its own pair of lines).
+        said = re.findall(r"store (unavailable|available again)", text)
+        assert all(a != b for a, b in itertools.pairwise(said)) and said[-1:] != ["unavailable"], text
         assert "Traceback" not in text, text
 
 
