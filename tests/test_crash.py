@@ -94,9 +94,12 @@ class Workers:
 
     async def exited(self, proc: subprocess.Popen[bytes], timeout: float = 60.0) -> int:
         try:
-            return await asyncio.to_thread(proc.wait, timeout)
+            code = await asyncio.to_thread(proc.wait, timeout)
         except subprocess.TimeoutExpired:
             raise TimeoutError(f"worker {proc.pid} did not exit\n{self.output()}") from None
+        if code == 1:  # an error, not an exit a test asks for: what it printed shows with the failure
+            print(f"worker {proc.pid} exited 1:\n{self.output()}")
+        return code
 
     def kill(self, proc: subprocess.Popen[bytes]) -> None:
         # SIGKILL through the Popen: it never signals a pid it has reaped already, which another process may
