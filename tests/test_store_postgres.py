@@ -151,6 +151,24 @@ async def test_unknown_options_reach_the_server(pg_url: str, opened: Any) -> Non
     assert await store.read(probe) == {"app": "lockgate-probe", "timeout": "4321ms"}
 
 
+_PLANNING = "SELECT current_setting('enable_seqscan') AS seqscan, current_setting('jit') AS jit"
+
+
+async def test_every_session_plans_without_sequential_scans_or_jit_unless_it_chose(pg_url: str, opened: Any) -> None:
+    """Reads and the writer alike (connections.PLANNER); a client's own setting is kept."""
+
+    async def read_settings(tx: Tx) -> Any:
+        assert isinstance(tx, PostgresTx)
+        return await (await tx.conn.execute(_PLANNING)).fetchone()
+
+    store = await opened(pg_url)
+    assert await store.read(read_settings) == {"seqscan": "off", "jit": "off"}
+    writer = await store._writer_connection()
+    assert await (await writer.execute(_PLANNING)).fetchone() == {"seqscan": "off", "jit": "off"}
+    mine = await opened(f"{pg_url}?options=-c%20enable_seqscan%3Don%20-c%20jit%3Don")
+    assert await mine.read(read_settings) == {"seqscan": "on", "jit": "on"}
+
+
 async def test_an_unreachable_server_is_a_clear_error_without_the_password() -> None:
     store = PostgresStore("postgresql://lockgate:s3cret@127.0.0.1:1/nowhere")
     with pytest.raises(StoreError, match="cannot connect to PostgreSQL") as caught:
